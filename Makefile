@@ -1,0 +1,59 @@
+# stellaops.runtime: the two commands are `make demo` and `make test`.
+SHELL := /bin/bash
+PY ?= python3.11
+VENV := $(CURDIR)/.venv
+BIN := $(VENV)/bin
+COLL_ROOT := $(CURDIR)/.build/collections
+COLL_DIR := $(COLL_ROOT)/ansible_collections/stellaops/runtime
+export ANSIBLE_COLLECTIONS_PATH := $(COLL_ROOT)
+export PATH := $(BIN):$(PATH)
+
+.PHONY: demo test venv collection lab lab-down unit integration sanity lint docs-check bench build clean
+
+$(BIN)/.stamp: requirements/dev.txt
+	@command -v $(PY) >/dev/null || { echo "error: $(PY) not found (Python 3.11 is required)"; exit 1; }
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check -r requirements/dev.txt
+	touch $@
+
+venv: $(BIN)/.stamp
+
+collection:
+	@mkdir -p $(dir $(COLL_DIR))
+	@test -L $(COLL_DIR) || ln -sfn $(CURDIR) $(COLL_DIR)
+
+lab: venv collection
+	lab/lab.sh up
+
+lab-down:
+	lab/lab.sh down
+
+demo: lab
+	$(BIN)/ansible-playbook -i playbooks/inventory/demo.yml stellaops.runtime.demo
+
+unit: venv collection
+	$(BIN)/pytest -q tests/unit
+
+integration: lab
+	$(BIN)/pytest -q tests/integration
+
+sanity: venv
+	tests/sanity/run.sh
+
+lint: venv collection
+	$(BIN)/ansible-lint --profile production --offline
+
+test: venv collection
+	$(MAKE) --no-print-directory unit
+	$(MAKE) --no-print-directory lab
+	$(MAKE) --no-print-directory sanity lint
+	$(BIN)/pytest -q tests/integration
+
+build: venv
+	$(BIN)/ansible-galaxy collection build --force --output-path .build/dist .
+
+bench: lab
+	$(BIN)/python bench/run.py
+
+clean:
+	rm -rf .build
