@@ -1,0 +1,478 @@
+# Copyright (c) Stella Ops contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+# This module_utils is PRIVATE to stellaops.runtime. It may change without notice.
+
+"""Target runtime preflight (contract: "Runtime Modes", "Preflight Evidence").
+
+Two halves:
+
+* :class:`HostObserver` gathers raw observations on the target (read-only, apart from the work
+  directory write probe). All external commands go through an injected ``run_command(argv)``.
+* :func:`evaluate` is pure: it turns observations and the request into evidence and a list of
+  ``{code, reason}`` failures. Every check runs even when an earlier one fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import tempfile
+
+from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError, redact_url
+from ansible_collections.stellaops.runtime.plugins.module_utils._imageref import parse_image_ref
+from ansible_collections.stellaops.runtime.plugins.module_utils._versions import (
+    DEFAULT_MIN_COMPOSE,
+    DEFAULT_MIN_ENGINE,
+    normalize_version,
+    parse_version,
+    version_at_least,
+)
+
+CODES = (
+    "runtime_missing",
+    "runtime_daemon_unavailable",
+    "runtime_version_too_old",
+    "compose_missing",
+    "registry_unreachable",
+    "platform_unsupported",
+    "workdir_not_writable",
+    "disk_space_low",
+)
+
+REACHABILITY_MODES = ("http", "tcp", "skip")
+TARGET_TYPES = ("DockerHost", "ComposeHost")
+
+# compose.preflight payload keys (exact contract names) -> module option names.
+PAYLOAD_KEYS = {
+    "WorkDirectory": "work_directory",
+    "ImageReference": "image_reference",
+    "MinimumFreeDiskBytes": "minimum_free_disk_bytes",
+    "RegistryReachabilityMode": "registry_reachability_mode",
+    "RequireCompose": "require_compose",
+}
+
+DEFAULT_WORK_DIRECTORY = "/var/lib/stella/projects"
+
+_ARCH_ALIASES = {
+    "x86_64": "amd64",
+    "amd64": "amd64",
+    "aarch64": "arm64",
+    "arm64": "arm64",
+    "armv7l": "arm",
+    "armv6l": "arm",
+    "i386": "386",
+    "i686": "386",
+    "ppc64le": "ppc64le",
+    "s390x": "s390x",
+    "riscv64": "riscv64",
+}
+
+
+def oci_architecture(machine):
+    """``uname -m`` -> OCI architecture name (``x86_64`` -> ``amd64``)."""
+    return _ARCH_ALIASES.get((machine or "").lower(), (machine or "").lower())
+
+
+# --------------------------------------------------------------------------------------------
+# Request
+# --------------------------------------------------------------------------------------------
+
+def build_request(params):
+    """Merge the verbatim ``payload`` (contract key names) with snake_case options.
+
+    Payload values win over option defaults; a key given both ways with different values is an
+    error, as is an unknown payload key. Raises ``StellaError("invalid_request", ...)``.
+    """
+    req = dict(params)
+    payload = req.pop("payload", None) or {}
+    if not isinstance(payload, dict):
+        raise StellaError("invalid_request", "payload must be an object with compose.preflight keys")
+    unknown = sorted(set(payload) - set(PAYLOAD_KEYS))
+    if unknown:
+        raise StellaError(
+            "invalid_request",
+            "payload has unknown key(s) %s; allowed: %s" % (", ".join(unknown), ", ".join(sorted(PAYLOAD_KEYS))),
+        )
+    for key, option in PAYLOAD_KEYS.items():
+        if key in payload:
+            if req.get(option) is not None and req[option] != payload[key]:
+                raise StellaError("invalid_request", "payload.%s conflicts with option %s" % (key, option))
+            req[option] = payload[key]
+
+    if req.get("target_type") not in TARGET_TYPES:
+        raise StellaError("invalid_request", "target_type must be one of %s" % ", ".join(TARGET_TYPES))
+    if req.get("require_compose") is None:
+        req["require_compose"] = req["target_type"] == "ComposeHost"
+    if not isinstance(req["require_compose"], bool):
+        raise StellaError("invalid_request", "RequireCompose/require_compose must be a boolean")
+    req["work_directory"] = req.get("work_directory") or DEFAULT_WORK_DIRECTORY
+    if not os.path.isabs(req["work_directory"]):
+        raise StellaError("invalid_request", "work_directory must be an absolute path")
+    mode = (req.get("registry_reachability_mode") or "http").lower()
+    if mode not in REACHABILITY_MODES:
+        raise StellaError("invalid_request", "registry_reachability_mode must be one of %s" % ", ".join(REACHABILITY_MODES))
+    req["registry_reachability_mode"] = mode
+    free = req.get("minimum_free_disk_bytes") or 0
+    if isinstance(free, bool) or not isinstance(free, int) or free < 0:
+        raise StellaError("invalid_request", "minimum_free_disk_bytes must be a non-negative integer")
+    req["minimum_free_disk_bytes"] = free
+    for option, default in (("min_engine_version", DEFAULT_MIN_ENGINE), ("min_compose_version", DEFAULT_MIN_COMPOSE)):
+        req[option] = req.get(option) or default
+        if parse_version(req[option]) is None:
+            raise StellaError("invalid_request", "%s %r is not a version" % (option, req[option]))
+    if req.get("image_reference"):
+        req["image"] = parse_image_ref(req["image_reference"])
+    else:
+        req["image"] = None
+    return req
+
+
+# --------------------------------------------------------------------------------------------
+# Observation (I/O)
+# --------------------------------------------------------------------------------------------
+
+def _os_release():
+    data = {}
+    for path in ("/etc/os-release", "/usr/lib/os-release"):
+        try:
+            with open(path) as handle:
+                for line in handle:
+                    key, sep, value = line.strip().partition("=")
+                    if sep:
+                        data[key] = value.strip('"')
+            break
+        except OSError:
+            continue
+    return data
+
+
+def _ping_unix_socket(path, timeout):
+    """GET /_ping on a Docker unix socket; returns ``(ok, detail)``."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    try:
+        sock.connect(path)
+        sock.sendall(b"GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n")
+        reply = sock.recv(64)
+        if reply.startswith(b"HTTP/1.") and b" 200" in reply[:16]:
+            return True, "ok"
+        return False, "unexpected answer from %s" % path
+    except socket.timeout:
+        return False, "no answer from %s within %ss" % (path, timeout)
+    except OSError as exc:
+        return False, "%s: %s" % (path, exc.strerror or exc)
+    finally:
+        sock.close()
+
+
+class HostObserver:
+    """Gathers raw observations of the host it runs on.
+
+    ``run_command(argv, environ_update=None)`` returns ``(rc, stdout, stderr)``;
+    ``get_bin_path(name)`` returns a path or ``None``; ``registry`` has
+    ``ping(registry)`` and ``platforms(image_ref)`` (see ``_registry``).
+    """
+
+    def __init__(self, run_command, get_bin_path, registry, ping_timeout=5.0):
+        self.run_command = run_command
+        self.get_bin_path = get_bin_path
+        self.registry = registry
+        self.ping_timeout = ping_timeout
+
+    def observe(self, req):
+        obs = {"host": self._host()}
+        obs["docker"] = self._docker(req)
+        obs["compose"] = self._compose(req, obs["docker"])
+        obs["registry"] = self._registry(req)
+        obs["platform"] = self._platform(req)
+        obs["workDirectory"] = self._workdir(req["work_directory"])
+        obs["disk"] = self._disk(req["work_directory"])
+        return obs
+
+    @staticmethod
+    def _host():
+        osr = _os_release()
+        return {
+            "system": platform.system(),
+            "kernel": platform.release(),
+            "machine": platform.machine(),
+            "distribution": osr.get("ID"),
+            "distributionVersion": osr.get("VERSION_ID"),
+            "prettyName": osr.get("PRETTY_NAME"),
+            "hostname": socket.gethostname(),
+        }
+
+    def _docker_env(self, req):
+        return {"DOCKER_HOST": req["docker_host"]} if req.get("docker_host") else None
+
+    def _docker(self, req):
+        binary = self.get_bin_path(req.get("docker_cli") or "docker")
+        result = {"binary": binary, "host": redact_url(req.get("docker_host") or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock")}
+        if not binary:
+            return result
+        host = result["host"]
+        if host.startswith("unix://"):
+            ok, detail = _ping_unix_socket(host[len("unix://"):], self.ping_timeout)
+            result["ping"] = detail
+            if not ok:
+                rc, out, err = self.run_command([binary, "version", "--format", "{{json .Client}}"], environ_update=self._docker_env(req))
+                result["client"] = _json_or_none(out)
+                result["error"] = detail
+                return result
+        rc, out, err = self.run_command([binary, "version", "--format", "{{json .}}"], environ_update=self._docker_env(req))
+        data = _json_or_none(out) or {}
+        result["client"] = data.get("Client")
+        result["server"] = data.get("Server")
+        if rc != 0 or not data.get("Server"):
+            result["error"] = _first_line(err) or "docker version exited %d" % rc
+        return result
+
+    def _compose(self, req, docker):
+        result = {}
+        binary = docker.get("binary")
+        if binary:
+            rc, out, err = self.run_command([binary, "compose", "version", "--format", "json"], environ_update=self._docker_env(req))
+            data = _json_or_none(out)
+            if rc == 0 and isinstance(data, dict) and data.get("version"):
+                result["plugin"] = data["version"]
+            else:
+                result["pluginError"] = _first_line(err) or _first_line(out) or "docker compose exited %d" % rc
+        legacy = self.get_bin_path("docker-compose")
+        if legacy:
+            rc, out, err = self.run_command([legacy, "version", "--short"])
+            result["standalone"] = {"path": legacy, "version": (out or "").strip() or None}
+        return result
+
+    def _registry(self, req):
+        image = req["image"]
+        mode = req["registry_reachability_mode"]
+        if image is None:
+            return {"skipped": "no image_reference"}
+        if mode == "skip":
+            return {"registry": image.registry, "skipped": "registry_reachability_mode=skip"}
+        return dict(self.registry.ping(image.registry, mode), registry=image.registry)
+
+    def _platform(self, req):
+        if req["image"] is None:
+            return {"skipped": "no image_reference"}
+        try:
+            return {"platforms": self.registry.platforms(req["image"])}
+        except StellaError as exc:
+            return {"error": exc.reason}
+
+    @staticmethod
+    def _workdir(path):
+        """Write probe: create, fsync and delete a temp file in ``path`` (or its nearest parent)."""
+        probe_dir = _nearest_existing(path)
+        result = {"path": path, "exists": os.path.isdir(path), "probedPath": probe_dir}
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=".stella-preflight-", dir=probe_dir)
+            try:
+                os.write(fd, b"stella preflight write probe\n")
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+                os.unlink(tmp)
+            result["writable"] = True
+        except OSError as exc:
+            result["writable"] = False
+            result["error"] = "%s: %s" % (probe_dir, exc.strerror or exc)
+        return result
+
+    @staticmethod
+    def _disk(path):
+        probe_dir = _nearest_existing(path)
+        stat = os.statvfs(probe_dir)
+        return {"path": probe_dir, "freeBytes": stat.f_bavail * stat.f_frsize, "totalBytes": stat.f_blocks * stat.f_frsize}
+
+
+def _nearest_existing(path):
+    path = os.path.abspath(path)
+    while not os.path.isdir(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return path
+
+
+def _json_or_none(text):
+    try:
+        return json.loads(text) if text and text.strip() else None
+    except ValueError:
+        return None
+
+
+def _first_line(text):
+    for line in (text or "").splitlines():
+        if line.strip():
+            return line.strip()
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# Evaluation (pure)
+# --------------------------------------------------------------------------------------------
+
+def evaluate(req, obs):
+    """Return ``(evidence, failures)`` for observations ``obs`` under request ``req``. Pure."""
+    failures = []
+    checks = []
+
+    def check(name, code, ok, reason):
+        checks.append({"name": name, "status": "passed" if ok else "failed", **({} if ok else {"code": code})})
+        if not ok:
+            failures.append({"code": code, "reason": reason})
+
+    def skip(name, why):
+        checks.append({"name": name, "status": "skipped", "reason": why})
+
+    host = obs["host"]
+    arch = oci_architecture(host.get("machine"))
+    docker = obs["docker"]
+    client = docker.get("client") or {}
+    server = docker.get("server") or {}
+    engine = server.get("Version")
+
+    # runtime binary, daemon, engine version
+    check("runtime", "runtime_missing", bool(docker.get("binary")),
+          "docker CLI %r not found on PATH" % (req.get("docker_cli") or "docker"))
+    if docker.get("binary"):
+        check("daemon", "runtime_daemon_unavailable", bool(server),
+              "Docker daemon at %s does not answer: %s" % (docker.get("host"), docker.get("error") or "no server version"))
+    else:
+        skip("daemon", "runtime_missing")
+    if server:
+        check("engine_version", "runtime_version_too_old", version_at_least(engine, req["min_engine_version"]),
+              "Docker Engine %s is older than the required %s" % (engine, req["min_engine_version"]))
+    else:
+        skip("engine_version", "no daemon answered")
+
+    # compose v2 plugin
+    compose = obs["compose"]
+    plugin = compose.get("plugin")
+    standalone = compose.get("standalone")
+    if req["require_compose"]:
+        if plugin:
+            check("compose", "compose_missing", True, "")
+            check("compose_version", "runtime_version_too_old", version_at_least(plugin, req["min_compose_version"]),
+                  "Docker Compose plugin %s is older than the required %s" % (plugin, req["min_compose_version"]))
+        else:
+            extra = ""
+            if standalone:
+                extra = " (found standalone docker-compose %s, which is not Compose v2 as 'docker compose')" % (standalone.get("version") or "?")
+            check("compose", "compose_missing", False,
+                  "Docker Compose v2 plugin ('docker compose') is not available%s" % extra)
+            skip("compose_version", "compose_missing")
+    else:
+        skip("compose", "require_compose=false")
+        skip("compose_version", "require_compose=false")
+
+    # registry reachability
+    registry = obs["registry"]
+    if registry.get("skipped"):
+        skip("registry", registry["skipped"])
+    else:
+        reason = registry.get("reason") or "registry %s did not answer" % registry.get("registry")
+        check("registry", "registry_unreachable", bool(registry.get("reachable")),
+              "registry %s unreachable: %s" % (registry.get("registry"), reason))
+
+    # platform
+    wanted = "linux/%s" % arch
+    plat = obs["platform"]
+    if plat.get("skipped"):
+        skip("platform", plat["skipped"])
+        compatible = None
+    elif plat.get("error"):
+        compatible = False
+        check("platform", "platform_unsupported", False,
+              "cannot read platforms of %s: %s" % (req["image"].render(), plat["error"]))
+    else:
+        platforms = plat.get("platforms") or []
+        compatible = any(_platform_matches(p, "linux", arch) for p in platforms)
+        check("platform", "platform_unsupported", compatible,
+              "image %s offers %s, none for this host's %s" % (req["image"].render(), ", ".join(_platform_str(p) for p in platforms) or "no platform", wanted))
+
+    # work directory
+    workdir = obs["workDirectory"]
+    check("workdir", "workdir_not_writable", bool(workdir.get("writable")),
+          "work directory %s is not writable: %s" % (workdir.get("path"), workdir.get("error")))
+
+    # disk space
+    disk = obs["disk"]
+    enough = disk["freeBytes"] >= req["minimum_free_disk_bytes"]
+    check("disk", "disk_space_low", enough,
+          "%d bytes free at %s, %d required" % (disk["freeBytes"], disk["path"], req["minimum_free_disk_bytes"]))
+
+    evidence = {
+        "os": {k: host.get(k) for k in ("system", "kernel", "distribution", "distributionVersion", "prettyName", "hostname")},
+        "architecture": arch,
+        "machine": host.get("machine"),
+        "docker": {
+            "binary": docker.get("binary"),
+            "host": docker.get("host"),
+            "clientVersion": client.get("Version"),
+            "clientApiVersion": client.get("ApiVersion"),
+            "serverVersion": engine,
+            "serverApiVersion": server.get("ApiVersion"),
+            "daemonStatus": "missing" if not docker.get("binary") else ("running" if server else "unavailable"),
+            "daemonError": None if server else docker.get("error"),
+        },
+        "compose": {
+            "command": "docker compose",
+            "available": bool(plugin),
+            "version": normalize_version(plugin),
+            "rawVersion": plugin,
+            "error": compose.get("pluginError"),
+            "standalone": standalone,
+            "required": req["require_compose"],
+        },
+        "registry": _registry_evidence(req, registry),
+        "platform": {
+            "imageReference": req["image"].render() if req["image"] else None,
+            "requested": wanted,
+            "available": [_platform_str(p) for p in plat.get("platforms") or []],
+            "compatible": compatible,
+            "error": plat.get("error"),
+        },
+        "workDirectory": {"path": workdir.get("path"), "exists": workdir.get("exists"), "probedPath": workdir.get("probedPath"),
+                          "writable": workdir.get("writable"), "error": workdir.get("error")},
+        "disk": {"path": disk["path"], "freeBytes": disk["freeBytes"], "totalBytes": disk.get("totalBytes"),
+                 "minimumFreeBytes": req["minimum_free_disk_bytes"], "sufficient": enough},
+        "gates": {"minEngineVersion": req["min_engine_version"], "minComposeVersion": req["min_compose_version"],
+                  "requireCompose": req["require_compose"], "targetType": req["target_type"],
+                  "registryReachabilityMode": req["registry_reachability_mode"]},
+        "checks": checks,
+        "status": "passed" if not failures else "failed",
+    }
+    return evidence, failures
+
+
+def _registry_evidence(req, registry):
+    keep = ("registry", "url", "reachable", "httpStatus", "authRequired", "authenticated", "reason", "skipped")
+    data = {k: registry.get(k) for k in keep if k in registry}
+    if "url" in data:
+        data["url"] = redact_url(data["url"])
+    data["mode"] = req["registry_reachability_mode"]
+    data["credentialsSupplied"] = bool(req.get("registry_username"))
+    return data
+
+
+def _platform_matches(plat, os_name, arch):
+    return (plat.get("os") or "linux") == os_name and oci_architecture(plat.get("architecture")) == arch
+
+
+def _platform_str(plat):
+    text = "%s/%s" % (plat.get("os") or "?", plat.get("architecture") or "?")
+    if plat.get("variant"):
+        text += "/" + plat["variant"]
+    return text
+
+
+def run_preflight(req, observer):
+    """Observe and evaluate; returns ``(evidence, failures)``."""
+    return evaluate(req, observer.observe(req))

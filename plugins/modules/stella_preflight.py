@@ -1,0 +1,253 @@
+#!/usr/bin/python
+# Copyright (c) Stella Ops contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: stella_preflight
+short_description: Check that a target host can run a Stella Docker or Compose deployment
+version_added: 0.1.0
+description:
+  - Runs on the target host before any image pull, Compose write or hook with side effects, and records
+    the runtime contract's preflight evidence. OS and architecture, Docker client and server versions,
+    daemon status, Compose plugin version, registry reachability, requested image platform compatibility,
+    work directory write access and available disk space.
+  - Every check runs even when an earlier one fails. The result always carries the full evidence in
+    RV(preflight) and the list of failures in RV(failures), each a stable O(ignore) code with a one-line
+    reason. The task fails when that list is not empty.
+  - Read-only apart from the work directory write probe (a temporary file created, synced and deleted).
+    It never installs anything.
+  - Options are the contract's C(compose.preflight) payload keys in snake_case. The payload can also be
+    given verbatim, with the contract's exact key names, in O(payload).
+author:
+  - Stella Ops runtime team
+attributes:
+  check_mode:
+    support: full
+    details: Preflight is read-only, so it runs unchanged in check mode.
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+options:
+  payload:
+    description:
+      - A C(compose.preflight) task payload with the contract's key names C(WorkDirectory),
+        C(ImageReference), C(MinimumFreeDiskBytes), C(RegistryReachabilityMode) and C(RequireCompose).
+      - An unknown key, or a key that contradicts the matching snake_case option, is an error.
+    type: dict
+  target_type:
+    description:
+      - Kind of target. Decides the default of O(require_compose).
+    type: str
+    choices: [DockerHost, ComposeHost]
+    default: ComposeHost
+  work_directory:
+    description:
+      - Stella-owned deployment work directory. When it does not exist yet, its nearest existing parent
+        is probed instead (nothing is created).
+    type: path
+    default: /var/lib/stella/projects
+  image_reference:
+    description:
+      - Image the deployment will run. Its registry is checked for reachability and its manifest for a
+        platform matching this host (C(linux/<arch>)).
+      - When omitted, the registry and platform checks are recorded as skipped.
+    type: str
+  minimum_free_disk_bytes:
+    description:
+      - Free space required in the work directory's file system.
+    type: int
+    default: 1073741824
+  registry_reachability_mode:
+    description:
+      - V(http) calls the registry's C(/v2/) API, authenticating with O(registry_username) and
+        O(registry_password) when the registry demands it (Basic or Bearer token flow).
+      - V(tcp) only opens a TCP connection to the registry.
+      - V(skip) records the check as skipped.
+    type: str
+    choices: [http, tcp, skip]
+    default: http
+  require_compose:
+    description:
+      - Require the Docker Compose v2 plugin (C(docker compose)). A standalone v1 C(docker-compose) does
+        not count. Defaults to V(true) for V(ComposeHost) and V(false) for V(DockerHost).
+    type: bool
+  min_engine_version:
+    description:
+      - Oldest acceptable Docker Engine (server) version.
+    type: str
+    default: 24.0.0
+  min_compose_version:
+    description:
+      - Oldest acceptable Docker Compose plugin version.
+    type: str
+    default: 2.20.0
+  registry_username:
+    description:
+      - User name for registries that require authentication.
+    type: str
+  registry_password:
+    description:
+      - Password or token for registries that require authentication. Never logged or recorded.
+    type: str
+  insecure_registries:
+    description:
+      - Registries reached over plain HTTP. Loopback registries always are.
+    type: list
+    elements: str
+    default: []
+  docker_cli:
+    description:
+      - Name or path of the Docker CLI.
+    type: str
+    default: docker
+  docker_host:
+    description:
+      - Docker daemon address (C(DOCKER_HOST)). Defaults to the environment's, then the local socket.
+    type: str
+  timeout:
+    description:
+      - Seconds to wait for the daemon and the registry to answer.
+    type: float
+    default: 10
+notes:
+  - Registry credentials in O(image_reference) or URLs are removed from everything the module returns.
+seealso:
+  - module: stellaops.runtime.stella_compose_deploy
+  - role: stellaops.runtime.preflight
+    description: Runs this module on every target of a play.
+"""
+
+EXAMPLES = r"""
+- name: Preflight a Compose host for the release image
+  stellaops.runtime.stella_preflight:
+    target_type: ComposeHost
+    image_reference: registry.example.com/shop/api:1.4.2
+    minimum_free_disk_bytes: 2147483648
+
+- name: Preflight with the contract payload verbatim and explicit version gates
+  stellaops.runtime.stella_preflight:
+    payload:
+      WorkDirectory: /var/lib/stella/projects
+      ImageReference: registry.example.com/shop/api:1.4.2
+      MinimumFreeDiskBytes: 1073741824
+      RegistryReachabilityMode: http
+      RequireCompose: true
+    min_engine_version: 20.10.0
+    registry_username: deploy
+    registry_password: "{{ vault_registry_password }}"
+"""
+
+RETURN = r"""
+preflight:
+  description: Full preflight evidence, present whether the checks passed or not.
+  returned: always
+  type: dict
+  contains:
+    os:
+      description: Operating system facts (system, kernel, distribution, version, hostname).
+      type: dict
+    architecture:
+      description: OCI architecture of the host (for example V(amd64)).
+      type: str
+    docker:
+      description: Docker CLI path, daemon address, client and server versions, daemon status (V(running), V(unavailable), V(missing)).
+      type: dict
+    compose:
+      description: Compose v2 plugin availability and version, and any standalone v1 binary seen.
+      type: dict
+    registry:
+      description: Registry reachability (mode, HTTP status, whether auth was required and succeeded).
+      type: dict
+    platform:
+      description: Requested platform, platforms the image offers, compatibility.
+      type: dict
+    workDirectory:
+      description: Work directory write probe result.
+      type: dict
+    disk:
+      description: Free and required bytes in the work directory's file system.
+      type: dict
+    gates:
+      description: The version gates and options the checks used.
+      type: dict
+    checks:
+      description: One entry per check with V(passed), V(failed) or V(skipped).
+      type: list
+      elements: dict
+    status:
+      description: V(passed) or V(failed).
+      type: str
+  sample:
+    architecture: amd64
+    status: passed
+failures:
+  description: Failed checks, each with a stable C(code) and a one-line C(reason).
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - code: runtime_version_too_old
+      reason: Docker Engine 20.10.24 is older than the required 24.0.0
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
+from ansible_collections.stellaops.runtime.plugins.module_utils._preflight import HostObserver, build_request, run_preflight
+from ansible_collections.stellaops.runtime.plugins.module_utils._registry import RegistryProbe
+
+ARGUMENT_SPEC = dict(
+    payload=dict(type="dict"),
+    target_type=dict(type="str", choices=["DockerHost", "ComposeHost"], default="ComposeHost"),
+    work_directory=dict(type="path", default="/var/lib/stella/projects"),
+    image_reference=dict(type="str"),
+    minimum_free_disk_bytes=dict(type="int", default=1073741824),
+    registry_reachability_mode=dict(type="str", choices=["http", "tcp", "skip"], default="http"),
+    require_compose=dict(type="bool"),
+    min_engine_version=dict(type="str", default="24.0.0"),
+    min_compose_version=dict(type="str", default="2.20.0"),
+    registry_username=dict(type="str"),
+    registry_password=dict(type="str", no_log=True),
+    insecure_registries=dict(type="list", elements="str", default=[]),
+    docker_cli=dict(type="str", default="docker"),
+    docker_host=dict(type="str"),
+    timeout=dict(type="float", default=10),
+)
+
+
+def main():
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    try:
+        req = build_request(module.params)
+        registry = RegistryProbe(
+            username=req.get("registry_username"),
+            password=req.get("registry_password"),
+            insecure_registries=req.get("insecure_registries"),
+            timeout=req["timeout"],
+        )
+        observer = HostObserver(
+            run_command=lambda argv, environ_update=None: module.run_command(argv, environ_update=environ_update or {}),
+            get_bin_path=module.get_bin_path,
+            registry=registry,
+            ping_timeout=req["timeout"],
+        )
+        evidence, failures = run_preflight(req, observer)
+    except StellaError as exc:
+        module.fail_json(msg=exc.reason, code=exc.code, failures=[exc.as_dict()])
+    if failures:
+        module.fail_json(
+            msg="preflight failed: %s" % "; ".join("%s: %s" % (f["code"], f["reason"]) for f in failures),
+            changed=False,
+            preflight=evidence,
+            failures=failures,
+        )
+    module.exit_json(changed=False, preflight=evidence, failures=[])
+
+
+if __name__ == "__main__":
+    main()
