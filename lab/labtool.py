@@ -1,0 +1,151 @@
+"""Small helpers for lab/lab.sh (standard library only): HTTP probes, JSON merges, atomic writes.
+
+Not part of the collection. Every address it talks to is given by lab.sh (loopback or the lab's own
+docker0 gateway / containers).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import sys
+import tempfile
+import urllib.error
+import urllib.request
+
+MANIFEST_ACCEPT = ", ".join(
+    [
+        "application/vnd.docker.distribution.manifest.v2+json",
+        "application/vnd.docker.distribution.manifest.list.v2+json",
+        "application/vnd.oci.image.manifest.v1+json",
+        "application/vnd.oci.image.index.v1+json",
+    ]
+)
+
+
+def _no_proxy_opener() -> urllib.request.OpenerDirector:
+    # Never route lab traffic through a proxy from the environment.
+    return urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def _request(url: str, method: str = "GET", auth: tuple[str, str] | None = None, accept: str | None = None):
+    req = urllib.request.Request(url, method=method)
+    if accept:
+        req.add_header("Accept", accept)
+    if auth:
+        token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
+        req.add_header("Authorization", f"Basic {token}")
+    try:
+        with _no_proxy_opener().open(req, timeout=5) as resp:
+            return resp.status, dict(resp.headers)
+    except urllib.error.HTTPError as exc:
+        return exc.code, dict(exc.headers or {})
+
+
+def _auth_from(argv: list[str]) -> tuple[str, str] | None:
+    if argv:
+        with open(argv[0], encoding="utf-8") as fh:
+            data = json.load(fh)
+        return data["username"], data["password"]
+    return None
+
+
+def cmd_status(argv: list[str]) -> int:
+    """status URL [SECRETS_JSON]: print the HTTP status (000 when unreachable)."""
+    try:
+        status, _ = _request(argv[0], auth=_auth_from(argv[1:]))
+    except (OSError, ValueError):
+        print("000")
+        return 0
+    print(status)
+    return 0
+
+
+def cmd_digest(argv: list[str]) -> int:
+    """digest REGISTRY REPO TAG [SECRETS_JSON]: print the tag's manifest digest, nothing if absent."""
+    registry, repo, tag = argv[:3]
+    try:
+        status, headers = _request(
+            f"http://{registry}/v2/{repo}/manifests/{tag}",
+            method="HEAD",
+            auth=_auth_from(argv[3:]),
+            accept=MANIFEST_ACCEPT,
+        )
+    except OSError:
+        return 0
+    if status == 200:
+        digest = {k.lower(): v for k, v in headers.items()}.get("docker-content-digest", "")
+        if digest.startswith("sha256:"):
+            print(digest)
+    return 0
+
+
+def atomic_write_text(path: str, text: str, mode: int = 0o644) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def cmd_daemon_json(argv: list[str]) -> int:
+    """daemon-json PATH BIP REGISTRY: merge bip and an insecure registry into dockerd's config."""
+    path, bip, registry = argv
+    data = {}
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read().strip()
+        data = json.loads(text) if text else {}
+    new = dict(data)
+    new["bip"] = bip
+    regs = list(new.get("insecure-registries", []))
+    if registry not in regs:
+        regs.append(registry)
+    new["insecure-registries"] = regs
+    if new != data:
+        atomic_write_text(path, json.dumps(new, indent=2, sort_keys=True) + "\n")
+        print("changed")
+    return 0
+
+
+def cmd_write_json(argv: list[str]) -> int:
+    """write-json PATH MODE: read JSON from stdin, validate, write it atomically (pretty)."""
+    path, mode = argv[0], int(argv[1], 8)
+    data = json.load(sys.stdin)
+    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n", mode)
+    return 0
+
+
+def cmd_get(argv: list[str]) -> int:
+    """get PATH KEY.KEY...: print one value of a JSON file (strings raw, others as JSON)."""
+    with open(argv[0], encoding="utf-8") as fh:
+        value = json.load(fh)
+    for key in argv[1].split("."):
+        value = value[key]
+    print(value if isinstance(value, str) else json.dumps(value))
+    return 0
+
+
+COMMANDS = {
+    "status": cmd_status,
+    "digest": cmd_digest,
+    "daemon-json": cmd_daemon_json,
+    "write-json": cmd_write_json,
+    "get": cmd_get,
+}
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2 or sys.argv[1] not in COMMANDS:
+        sys.stderr.write(f"usage: labtool.py {{{','.join(COMMANDS)}}} ...\n")
+        sys.exit(2)
+    sys.exit(COMMANDS[sys.argv[1]](sys.argv[2:]))
