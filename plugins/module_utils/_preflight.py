@@ -56,6 +56,8 @@ PAYLOAD_KEYS = {
 }
 
 DEFAULT_WORK_DIRECTORY = "/var/lib/stella/projects"
+DEFAULT_MINIMUM_FREE_DISK_BYTES = 1024 ** 3
+DEFAULT_REACHABILITY_MODE = "http"
 
 _ARCH_ALIASES = {
     "x86_64": "amd64",
@@ -84,8 +86,8 @@ def oci_architecture(machine):
 def build_request(params):
     """Merge the verbatim ``payload`` (contract key names) with snake_case options.
 
-    Payload values win over option defaults; a key given both ways with different values is an
-    error, as is an unknown payload key. Raises ``StellaError("invalid_request", ...)``.
+    Options that mirror payload keys have no Ansible default, so a key given both ways with different
+    values is an error, as is an unknown payload key; defaults are applied here afterwards. Raises ``StellaError("invalid_request", ...)``.
     """
     req = dict(params)
     payload = req.pop("payload", None) or {}
@@ -112,11 +114,12 @@ def build_request(params):
     req["work_directory"] = req.get("work_directory") or DEFAULT_WORK_DIRECTORY
     if not os.path.isabs(req["work_directory"]):
         raise StellaError("invalid_request", "work_directory must be an absolute path")
-    mode = (req.get("registry_reachability_mode") or "http").lower()
+    mode = (req.get("registry_reachability_mode") or DEFAULT_REACHABILITY_MODE).lower()
     if mode not in REACHABILITY_MODES:
         raise StellaError("invalid_request", "registry_reachability_mode must be one of %s" % ", ".join(REACHABILITY_MODES))
     req["registry_reachability_mode"] = mode
-    free = req.get("minimum_free_disk_bytes") or 0
+    free = req.get("minimum_free_disk_bytes")
+    free = DEFAULT_MINIMUM_FREE_DISK_BYTES if free is None else free
     if isinstance(free, bool) or not isinstance(free, int) or free < 0:
         raise StellaError("invalid_request", "minimum_free_disk_bytes must be a non-negative integer")
     req["minimum_free_disk_bytes"] = free

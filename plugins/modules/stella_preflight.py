@@ -49,8 +49,8 @@ options:
     description:
       - Stella-owned deployment work directory. When it does not exist yet, its nearest existing parent
         is probed instead (nothing is created).
+      - Defaults to C(/var/lib/stella/projects) unless O(payload) has C(WorkDirectory).
     type: path
-    default: /var/lib/stella/projects
   image_reference:
     description:
       - Image the deployment will run. Its registry is checked for reachability and its manifest for a
@@ -60,17 +60,17 @@ options:
   minimum_free_disk_bytes:
     description:
       - Free space required in the work directory's file system.
+      - Defaults to 1073741824 (1 GiB) unless O(payload) has C(MinimumFreeDiskBytes).
     type: int
-    default: 1073741824
   registry_reachability_mode:
     description:
       - V(http) calls the registry's C(/v2/) API, authenticating with O(registry_username) and
         O(registry_password) when the registry demands it (Basic or Bearer token flow).
       - V(tcp) only opens a TCP connection to the registry.
       - V(skip) records the check as skipped.
+      - Defaults to V(http) unless O(payload) has C(RegistryReachabilityMode).
     type: str
     choices: [http, tcp, skip]
-    default: http
   require_compose:
     description:
       - Require the Docker Compose v2 plugin (C(docker compose)). A standalone v1 C(docker-compose) does
@@ -204,10 +204,10 @@ from ansible_collections.stellaops.runtime.plugins.module_utils._registry import
 ARGUMENT_SPEC = dict(
     payload=dict(type="dict"),
     target_type=dict(type="str", choices=["DockerHost", "ComposeHost"], default="ComposeHost"),
-    work_directory=dict(type="path", default="/var/lib/stella/projects"),
+    work_directory=dict(type="path"),
     image_reference=dict(type="str"),
-    minimum_free_disk_bytes=dict(type="int", default=1073741824),
-    registry_reachability_mode=dict(type="str", choices=["http", "tcp", "skip"], default="http"),
+    minimum_free_disk_bytes=dict(type="int"),
+    registry_reachability_mode=dict(type="str", choices=["http", "tcp", "skip"]),
     require_compose=dict(type="bool"),
     min_engine_version=dict(type="str", default="24.0.0"),
     min_compose_version=dict(type="str", default="2.20.0"),
