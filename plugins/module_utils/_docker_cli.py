@@ -1,0 +1,347 @@
+# Copyright (c) Stella Ops contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+# This module_utils is PRIVATE to stellaops.runtime. It may change without notice.
+
+"""Docker and Docker Compose v2 through their CLI: argv lists in, JSON out.
+
+Every command goes through an injected ``run_command(argv) -> (rc, stdout, stderr)``
+(``AnsibleModule.run_command`` in modules, :func:`subprocess_runner` in tests and tools);
+nothing is ever passed through a shell. Output is parsed by the pure ``parse_*`` and
+``*_summary`` functions below, which unit tests drive with captured real output.
+Standard library only: this runs on target hosts.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+
+from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
+from ansible_collections.stellaops.runtime.plugins.module_utils._imageref import parse_image_ref
+
+_DAEMON_DOWN_RE = re.compile(r"(Cannot connect to the Docker daemon|Is the docker daemon running|"
+                             r"error during connect|connect: no such file or directory)", re.I)
+_COMPOSE_MISSING_RE = re.compile(r"('compose' is not a docker command|unknown command: docker compose|"
+                                 r"unknown shorthand flag: 'f' in -f|is not a docker command)", re.I)
+
+
+def _ignore(_message):
+    return None
+
+
+# --------------------------------------------------------------------------- pure parsers
+
+def parse_json_documents(text, warn=_ignore):
+    """Parse ``text`` as one JSON array/object or as JSON lines; return a list of objects.
+
+    ``docker compose ps --format json`` printed one array before v2.21 and one object per line
+    since; ``docker inspect`` prints an array. Lines that are not JSON become warnings.
+    """
+    text = (text or "").strip()
+    if not text:
+        return []
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+        items = []
+        for line in text.splitlines():
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                item = json.loads(line)
+            except ValueError:
+                warn("ignoring non-JSON output line: %s" % line[:200])
+                continue
+            if isinstance(item, list):
+                items.extend(item)
+            else:
+                items.append(item)
+        return [item for item in items if isinstance(item, dict)]
+    if isinstance(value, list):
+        return [item for item in value if isinstance(item, dict)]
+    if isinstance(value, dict):
+        return [value]
+    warn("ignoring unexpected JSON value of type %s" % type(value).__name__)
+    return []
+
+
+def parse_docker_version(text):
+    """``docker version --format '{{json .}}'`` -> client/server versions (server ``None`` when down)."""
+    docs = parse_json_documents(text)
+    if not docs:
+        raise StellaError("runtime_missing", "docker version printed no JSON")
+    data = docs[0]
+    client = data.get("Client") or {}
+    server = data.get("Server") or {}
+    components = {}
+    for component in server.get("Components") or []:
+        if isinstance(component, dict) and component.get("Name"):
+            components[component["Name"]] = component.get("Version")
+    return {
+        "client": client.get("Version"),
+        "clientApiVersion": client.get("ApiVersion"),
+        "server": server.get("Version") if server else None,
+        "serverApiVersion": server.get("ApiVersion") if server else None,
+        "os": server.get("Os") if server else client.get("Os"),
+        "arch": server.get("Arch") if server else client.get("Arch"),
+        "components": components,
+    }
+
+
+def parse_compose_version(text):
+    """``docker compose version --format json`` (or its plain form) -> ``"2.40.3"``."""
+    text = (text or "").strip()
+    version = None
+    try:
+        value = json.loads(text)
+        if isinstance(value, dict):
+            version = value.get("version")
+    except ValueError:
+        match = re.search(r"v?(\d+\.\d+\.\d+[^\s,]*)", text)
+        version = match.group(1) if match else None
+    if not version:
+        raise StellaError("compose_missing", "could not read the Docker Compose version from %r" % text[:200])
+    return version[1:] if version.startswith("v") else version
+
+
+def parse_ip_addresses(text):
+    """``ip -j addr`` -> sorted list of the host's addresses (all families, loopback included)."""
+    addresses = set()
+    for iface in parse_json_documents(text):
+        for info in iface.get("addr_info") or []:
+            local = info.get("local")
+            if local:
+                addresses.add(local)
+    return sorted(addresses)
+
+
+def container_summary(inspect):
+    """The evidence we keep about one container from its ``docker inspect`` entry."""
+    state = inspect.get("State") or {}
+    config = inspect.get("Config") or {}
+    health = state.get("Health") or {}
+    networks = ((inspect.get("NetworkSettings") or {}).get("Networks")) or {}
+    ips = {}
+    for net_name in sorted(networks):
+        address = (networks[net_name] or {}).get("IPAddress")
+        if address:
+            ips[net_name] = address
+    labels = config.get("Labels") or {}
+    return {
+        "id": inspect.get("Id"),
+        "name": (inspect.get("Name") or "").lstrip("/"),
+        "state": state.get("Status"),
+        "running": bool(state.get("Running")),
+        "exitCode": state.get("ExitCode"),
+        "restarting": bool(state.get("Restarting")),
+        "health": health.get("Status") or "none",
+        "startedAt": state.get("StartedAt"),
+        "imageId": inspect.get("Image"),
+        "image": config.get("Image"),
+        "labels": dict(labels),
+        "ipAddresses": ips,
+        "ipAddress": next(iter(ips.values()), None),
+        "service": labels.get("com.docker.compose.service"),
+        "project": labels.get("com.docker.compose.project"),
+    }
+
+
+def image_summary(inspect):
+    """Id and RepoDigests of one ``docker image inspect`` entry."""
+    return {
+        "id": inspect.get("Id"),
+        "repoDigests": list(inspect.get("RepoDigests") or []),
+        "repoTags": list(inspect.get("RepoTags") or []),
+        "architecture": inspect.get("Architecture"),
+        "os": inspect.get("Os"),
+    }
+
+
+def _normalized_name(name):
+    """``registry/repository`` with Docker Hub's implicit ``docker.io/library/`` made explicit."""
+    ref = parse_image_ref(name)
+    return ref.name
+
+
+def repo_digests_contain(repo_digests, image_ref):
+    """True when ``RepoDigests`` holds ``<registry/repository>@<pinned digest>`` of ``image_ref``."""
+    ref = parse_image_ref(image_ref)
+    if not ref.digest:
+        return False
+    for entry in repo_digests or []:
+        name, sep, digest = entry.partition("@")
+        if not sep or digest != ref.digest:
+            continue
+        try:
+            if _normalized_name(name) == ref.name:
+                return True
+        except StellaError:
+            continue
+    return False
+
+
+def digest_for_image(repo_digests, image_ref):
+    """The digest RepoDigests records for ``image_ref``'s repository (``None`` when absent)."""
+    ref = parse_image_ref(image_ref)
+    found = []
+    for entry in repo_digests or []:
+        name, sep, digest = entry.partition("@")
+        if not sep:
+            continue
+        try:
+            if _normalized_name(name) == ref.name:
+                found.append(digest)
+        except StellaError:
+            continue
+    if ref.digest in found:
+        return ref.digest
+    return found[0] if found else None
+
+
+def classify_failure(stderr, default_code):
+    """Map a Docker CLI error text to a stable code."""
+    text = stderr or ""
+    if _DAEMON_DOWN_RE.search(text):
+        return "runtime_daemon_unavailable"
+    if _COMPOSE_MISSING_RE.search(text):
+        return "compose_missing"
+    return default_code
+
+
+def one_line(text, limit=400):
+    """The most telling line of a tool's error output, on one line."""
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    errors = [line for line in lines if re.search(r"error|denied|not found|unknown|failed|unhealthy|exited", line, re.I)]
+    line = (errors or lines or [""])[-1]
+    return line[:limit]
+
+
+# --------------------------------------------------------------------------- runners
+
+def subprocess_runner(argv, timeout=None):
+    """A ``run_command`` for code outside modules (tests, bench): argv only, never a shell."""
+    proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          timeout=timeout, check=False)
+    return proc.returncode, proc.stdout.decode("utf-8", "replace"), proc.stderr.decode("utf-8", "replace")
+
+
+class DockerCli:
+    """Thin argv builder around ``run_command``; every reader returns parsed data."""
+
+    def __init__(self, run_command, docker="docker", warn=_ignore):
+        self._run = run_command
+        self.docker = docker
+        self.warn = warn
+        self.commands = []
+
+    def run(self, argv, code="docker_command_failed", phase=None, check=True):
+        argv = [self.docker] + list(argv)
+        self.commands.append(argv)
+        try:
+            rc, out, err = self._run(argv)
+        except (OSError, ValueError) as exc:
+            raise StellaError("runtime_missing", "cannot execute %s: %s" % (self.docker, exc), phase=phase)
+        if check and rc != 0:
+            if rc == 127 or "No such file or directory" in (err or "") and not out:
+                raise StellaError("runtime_missing", "docker CLI not found (%s)" % one_line(err), phase=phase)
+            raise StellaError(classify_failure(err, code), "%s failed (rc=%d): %s" % (
+                " ".join(argv[:4]), rc, one_line(err or out)), phase=phase)
+        return rc, out, err
+
+    # ---- versions / host
+    def version(self, phase=None):
+        try:
+            rc, out, err = self.run(["version", "--format", "{{json .}}"], check=False, phase=phase)
+        except StellaError:
+            raise
+        if rc == 127 or (not out.strip() and rc != 0):
+            raise StellaError(classify_failure(err, "runtime_missing"), "docker version failed: %s" % one_line(err),
+                              phase=phase)
+        data = parse_docker_version(out)
+        if not data["server"]:
+            raise StellaError("runtime_daemon_unavailable", "Docker daemon unavailable: %s" % one_line(err),
+                              phase=phase)
+        return data
+
+    def compose_version(self, phase=None):
+        rc, out, err = self.run(["compose", "version", "--format", "json"], check=False, phase=phase)
+        if rc != 0:
+            raise StellaError("compose_missing", "Docker Compose v2 plugin unavailable: %s" % one_line(err or out),
+                              phase=phase)
+        return parse_compose_version(out)
+
+    # ---- compose
+    @staticmethod
+    def compose_base(project, compose_file, project_dir):
+        return ["compose", "--project-name", project, "--project-directory", project_dir, "-f", compose_file]
+
+    def compose_pull(self, project, compose_file, project_dir, phase="compose_pull"):
+        return self.run(self.compose_base(project, compose_file, project_dir) + ["pull", "--quiet"],
+                        code="image_pull_failed", phase=phase)
+
+    def compose_up(self, project, compose_file, project_dir, wait_timeout=120, phase="compose_up"):
+        argv = self.compose_base(project, compose_file, project_dir) + [
+            "up", "-d", "--wait", "--wait-timeout", str(int(wait_timeout)), "--remove-orphans", "--pull", "never"]
+        return self.run(argv, code="compose_up_failed", phase=phase)
+
+    def compose_ps(self, project, compose_file, project_dir, phase="inspect_services"):
+        _rc, out, _err = self.run(self.compose_base(project, compose_file, project_dir) + [
+            "ps", "--all", "--format", "json"], phase=phase, code="compose_ps_failed")
+        return parse_json_documents(out, self.warn)
+
+    def compose_config_images(self, project, compose_file, project_dir, phase=None):
+        _rc, out, _err = self.run(self.compose_base(project, compose_file, project_dir) + [
+            "config", "--format", "json"], phase=phase, code="compose_config_invalid")
+        docs = parse_json_documents(out, self.warn)
+        services = (docs[0].get("services") if docs else None) or {}
+        return {name: (svc or {}).get("image") for name, svc in sorted(services.items())}
+
+    def project_container_ids(self, project, phase=None):
+        _rc, out, _err = self.run(["ps", "--all", "--quiet", "--no-trunc", "--filter",
+                                   "label=com.docker.compose.project=%s" % project], phase=phase)
+        return sorted(line.strip() for line in out.splitlines() if line.strip())
+
+    # ---- containers / images
+    def inspect_containers(self, ids, phase=None):
+        if not ids:
+            return []
+        _rc, out, _err = self.run(["inspect", "--type", "container"] + list(ids), phase=phase,
+                                  code="inspect_failed")
+        return [container_summary(item) for item in parse_json_documents(out, self.warn)]
+
+    def image_inspect(self, ref, phase=None):
+        """Summary of a local image, or ``None`` when it is not present."""
+        rc, out, err = self.run(["image", "inspect", ref], check=False, phase=phase)
+        if rc != 0:
+            if re.search(r"no such image|not found", (err or "") + out, re.I):
+                return None
+            raise StellaError(classify_failure(err, "inspect_failed"),
+                              "docker image inspect failed: %s" % one_line(err), phase=phase)
+        docs = parse_json_documents(out, self.warn)
+        return image_summary(docs[0]) if docs else None
+
+    def pull(self, ref, phase="pull_image"):
+        return self.run(["pull", "--quiet", ref], code="image_pull_failed", phase=phase)
+
+    def containers_by_name(self, name, phase=None):
+        _rc, out, _err = self.run(["ps", "--all", "--quiet", "--no-trunc", "--filter", "name=^/%s$" % name],
+                                  phase=phase)
+        return sorted(line.strip() for line in out.splitlines() if line.strip())
+
+    def remove_container(self, ident, phase=None):
+        return self.run(["rm", "--force", ident], phase=phase, code="container_remove_failed")
+
+    def rename_container(self, ident, new_name, phase=None):
+        return self.run(["rename", ident, new_name], phase=phase, code="container_rename_failed")
+
+    def stop_container(self, ident, timeout=10, phase=None):
+        return self.run(["stop", "--time", str(int(timeout)), ident], phase=phase, code="container_stop_failed")
+
+    def run_container(self, argv_tail, phase="prepare_container"):
+        _rc, out, _err = self.run(["run", "--detach"] + list(argv_tail), phase=phase, code="container_start_failed")
+        return out.strip().splitlines()[-1] if out.strip() else None
