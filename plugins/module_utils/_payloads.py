@@ -1,0 +1,182 @@
+# Copyright (c) Stella Ops contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+# This module_utils is PRIVATE to stellaops.runtime. It may change without notice.
+
+"""Agent task payloads with the contract's exact property names (pure, stdlib only).
+
+Agent.Core deserializes with default System.Text.Json options, so the property names below are
+case-exact: ``compose.up`` (ProjectName, ComposeLock, VersionSticker, PullImages, BackupExisting,
+Hooks), ``docker.run`` (Image, Name, PullImage, Hooks), ``compose.rollback`` (ProjectName,
+RevisionPath), ``compose.preflight`` (WorkDirectory, ImageReference, MinimumFreeDiskBytes,
+RegistryReachabilityMode, RequireCompose). Every payload also carries ``Target`` and ``Variables``.
+"""
+
+from __future__ import annotations
+
+DEFAULT_MINIMUM_FREE_DISK_BYTES = 1024 ** 3
+DEFAULT_REACHABILITY_MODE = "manifest"
+DEFAULT_HOOK_INTERPRETER = "/bin/sh"
+DEFAULT_HOOK_TIMEOUT = 300
+_SKIP_PULL_KEYS = (("runtime.skipPull", True), ("compose.skipPull", True),
+                   ("compose.pullImages", False), ("pullImages", False))
+
+
+def _truthy(value):
+    if isinstance(value, bool):
+        return value
+    return str(value).strip().lower() in ("1", "true", "yes", "on")
+
+
+def component_skips_pull(config):
+    """True when the component marks a preloaded/offline image (runtime.skipPull, compose.skipPull,
+    compose.pullImages=false or pullImages=false)."""
+    for key, skip_when in _SKIP_PULL_KEYS:
+        if key in config and _truthy(config[key]) == skip_when:
+            return True
+    return False
+
+
+def target_context(target):
+    return {
+        "Id": target["id"],
+        "Name": target["name"],
+        "Type": target["type"],
+        "Endpoint": target["endpoint"],
+        "ExecutionMode": target["executionMode"],
+    }
+
+
+def hook_entries(hooks, project_directory):
+    """Contract hook entries (defaults: /bin/sh, project directory, 300 s, fail, redact)."""
+    return [
+        {
+            "Name": hook["name"],
+            "Phase": hook["phase"],
+            "Interpreter": hook.get("interpreter", DEFAULT_HOOK_INTERPRETER),
+            "Command": hook["command"],
+            "WorkingDirectory": hook.get("workingDirectory", project_directory),
+            "TimeoutSeconds": hook.get("timeoutSeconds", DEFAULT_HOOK_TIMEOUT),
+            "FailurePolicy": hook.get("failurePolicy", "fail"),
+            "RedactionPolicy": hook.get("redactionPolicy", "redact"),
+        }
+        for hook in hooks
+    ]
+
+
+def variables(plan, rollback=False):
+    """The contract's compose variables, all strings."""
+    data = {
+        "projectName": plan["projectName"],
+        "slot": plan["slot"],
+        "trafficRole": plan["trafficRole"],
+        "targetId": plan["target"]["id"],
+        "targetName": plan["target"]["name"],
+        "targetType": plan["target"]["type"],
+        "targetEndpoint": plan["target"]["endpoint"],
+        "targetExecutionMode": plan["target"]["executionMode"],
+        "workDirectory": plan["workDirectory"],
+        "projectDirectory": plan["projectDirectory"],
+        "composePath": plan["paths"]["composePath"],
+        "versionStickerPath": plan["paths"]["versionStickerPath"],
+        "applyManifestPath": plan["paths"]["applyManifestPath"],
+        "manifestHash": plan["manifestHash"],
+        "composeHash": plan["composeHash"],
+        "versionStickerHash": plan["versionStickerHash"],
+        "applyManifestHash": plan["applyManifestHash"],
+        "deploymentJobId": plan["jobId"],
+        "deploymentTaskId": plan["taskId"],
+        "deploymentStrategy": plan["strategy"],
+        "releaseId": plan["release"]["id"],
+        "releaseVersion": plan["release"]["version"],
+        "rollback": "true" if rollback else "false",
+    }
+    if plan.get("envArtifactHash"):
+        data["envArtifactPath"] = plan["paths"]["envArtifactPath"]
+        data["envArtifactHash"] = plan["envArtifactHash"]
+    return data
+
+
+def deployment_environment(plan, component):
+    """Standard Stella deployment variables given to every container."""
+    return {
+        "STELLA_APPLICATION": plan["application"],
+        "STELLA_COMPONENT": component,
+        "STELLA_ENVIRONMENT": plan["environment"],
+        "STELLA_MANIFEST_HASH": plan["manifestHash"],
+        "STELLA_PROJECT": plan["projectName"],
+        "STELLA_RELEASE_ID": plan["release"]["id"],
+        "STELLA_RELEASE_NAME": plan["release"]["name"],
+        "STELLA_RELEASE_VERSION": plan["release"]["version"],
+        "STELLA_SLOT": plan["slot"],
+        "STELLA_TARGET_ID": plan["target"]["id"],
+        "STELLA_TENANT": plan["tenant"],
+        "STELLA_TRAFFIC_ROLE": plan["trafficRole"],
+    }
+
+
+def compose_up(plan, lock_text, sticker_text, apply_manifest_text, pull_images, backup_existing, hooks):
+    return {
+        "ProjectName": plan["projectName"],
+        "ComposeLock": lock_text,
+        "VersionSticker": sticker_text,
+        "ApplyManifest": apply_manifest_text,
+        "PullImages": pull_images,
+        "BackupExisting": backup_existing,
+        "Hooks": hooks,
+        "WorkDirectory": plan["workDirectory"],
+        "ManifestHash": plan["manifestHash"],
+        "Target": target_context(plan["target"]),
+        "Variables": variables(plan),
+    }
+
+
+def docker_run(plan, service, hooks):
+    """One ``docker.run`` task: one digest-pinned image, labels, env.* plus Stella variables."""
+    env = dict(deployment_environment(plan, service["name"]))
+    for key in sorted(service["config"]):
+        if key.startswith("env."):
+            value = service["config"][key]
+            env[key[4:]] = ("true" if value else "false") if isinstance(value, bool) else str(value)
+    payload = {
+        "Image": service["image"],
+        "Name": "%s-%s" % (plan["projectName"], service["name"]),
+        "PullImage": not (plan["pullImagesDisabled"] or component_skips_pull(service["config"])),
+        "Hooks": hooks,
+        "Labels": dict(sorted(service["labels"].items())),
+        "Environment": {name: env[name] for name in sorted(env)},
+        "Ports": list(service["ports"]),
+        "Config": {key: service["config"][key] for key in sorted(service["config"])},
+        "WorkDirectory": plan["workDirectory"],
+        "ManifestHash": plan["manifestHash"],
+        "Target": target_context(plan["target"]),
+        "Variables": dict(variables(plan), componentName=service["name"]),
+    }
+    if plan.get("envArtifactHash"):
+        payload["EnvFile"] = plan["paths"]["envArtifactPath"]
+    return payload
+
+
+def compose_rollback(plan, revision_path=None):
+    payload = {
+        "ProjectName": plan["projectName"],
+        "Target": target_context(plan["target"]),
+        "Variables": variables(plan, rollback=True),
+    }
+    if revision_path:
+        payload["RevisionPath"] = revision_path
+    return payload
+
+
+def compose_preflight(plan, images, preflight):
+    return {
+        "WorkDirectory": plan["workDirectory"],
+        "ImageReference": images[0],
+        "ImageReferences": list(images),
+        "MinimumFreeDiskBytes": preflight.get("minimumFreeDiskBytes", DEFAULT_MINIMUM_FREE_DISK_BYTES),
+        "RegistryReachabilityMode": preflight.get("registryReachabilityMode", DEFAULT_REACHABILITY_MODE),
+        "RequireCompose": plan["target"]["type"] == "ComposeHost",
+        "Target": target_context(plan["target"]),
+        "Variables": variables(plan),
+    }

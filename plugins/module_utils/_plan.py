@@ -1,0 +1,211 @@
+# Copyright (c) Stella Ops contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+# This module_utils is PRIVATE to stellaops.runtime. It may change without notice.
+
+"""The whole release plan: a pure composition of release input, naming, lock, artifacts and payloads.
+
+:func:`plan_release` does no I/O. Digest resolution happens before it (``_registry``), and the
+caller passes the result as ``resolved`` (original image reference -> ``sha256:...``).
+"""
+
+from __future__ import annotations
+
+import posixpath
+
+from ansible_collections.stellaops.runtime.plugins.module_utils import _artifacts, _lock, _naming, _payloads
+from ansible_collections.stellaops.runtime.plugins.module_utils._canonical import digest_json, sha256_bytes
+from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError, redact_url
+from ansible_collections.stellaops.runtime.plugins.module_utils._imageref import parse_image_ref
+from ansible_collections.stellaops.runtime.plugins.module_utils._release import normalize_release
+
+FILES_KEY = "_files"
+
+
+def unresolved_references(release):
+    """Original image references that carry no digest (what the registry must resolve)."""
+    refs = set()
+    for component in release.get("components") or []:
+        image = component.get("image")
+        if isinstance(image, str) and "@" not in image:
+            refs.add(image)
+    return sorted(refs)
+
+
+def pin_image(image, resolved):
+    """``registry/repository:tag@sha256:...`` for ``image``: its own digest, else ``resolved[image]``."""
+    ref = parse_image_ref(image)
+    if ref.digest:
+        return ref.render(), ref.digest
+    digest = resolved.get(image)
+    if not digest:
+        raise StellaError("image_unresolved", "image %s was not resolved to a digest" % image, phase="plan",
+                          evidence={"image": image})
+    if not ref.tag:
+        ref.tag = "latest"
+    pinned = ref.with_digest(digest)
+    return pinned.render(), pinned.digest
+
+
+def labels_for(plan, component, digest):
+    target = plan["target"]
+    return {
+        "stella.application": plan["application"],
+        "stella.component": component,
+        "stella.environment": plan["environment"],
+        "stella.execution.mode": target["executionMode"],
+        "stella.image.digest": digest,
+        "stella.manifest.hash": plan["manifestHash"],
+        "stella.project": plan["projectName"],
+        "stella.release.id": plan["release"]["id"],
+        "stella.release.name": plan["release"]["name"],
+        "stella.release.version": plan["release"]["version"],
+        "stella.slot": plan["slot"],
+        "stella.target.endpoint": target["endpoint"],
+        "stella.target.id": target["id"],
+        "stella.target.name": target["name"],
+        "stella.target.type": target["type"],
+        "stella.tenant": plan["tenant"],
+        "stella.traffic.role": plan["trafficRole"],
+    }
+
+
+def _short(value):
+    return digest_json(value)[len("sha256:"):][:16]
+
+
+def plan_release(release, resolved):
+    """Plan one release on one target. Pure: same inputs, same bytes.
+
+    Returns a dict of camelCase keys (projectName, slot, trafficRole, projectDirectory, lock, sticker,
+    applyManifest, hashes, desiredState, payloads, ...). File bytes, including the secret
+    ``.env.stella``, are under ``_files`` only; callers must not echo that key.
+    """
+    data = normalize_release(release)
+    target = dict(data["target"])
+    target["endpoint"] = redact_url(target["endpoint"])
+    slot, slot_source = _naming.select_slot(data)
+    role = _naming.traffic_role(slot, _naming.active_slot(data))
+    project = _naming.project_name(data, slot)
+    work_directory = data["workDirectory"]
+    project_directory = posixpath.join(work_directory, project)
+
+    components = []
+    for component in data["components"]:
+        pinned, digest = pin_image(component["image"], resolved)
+        components.append({"name": component["name"], "image": pinned, "digest": digest,
+                           "reference": component["image"], "config": component["config"],
+                           "ports": component["ports"]})
+    components.sort(key=lambda item: item["name"])
+
+    scope = {"release": data["release"], "target": target, "tenant": data["tenant"],
+             "environment": data["environment"], "application": data["application"]}
+    desired = _artifacts.build_desired_state(scope, slot, role, project, components, data["secretEnv"])
+    mhash = _artifacts.manifest_hash(desired)
+
+    plan = dict(scope)
+    plan.update({
+        "projectName": project, "slot": slot, "slotSource": slot_source, "trafficRole": role,
+        "strategy": data["strategy"], "workDirectory": work_directory, "projectDirectory": project_directory,
+        "manifestHash": mhash,
+    })
+    plan["paths"] = {
+        "composePath": posixpath.join(project_directory, _artifacts.LOCK_FILE),
+        "versionStickerPath": posixpath.join(project_directory, _artifacts.STICKER_FILE),
+        "applyManifestPath": posixpath.join(project_directory, _artifacts.APPLY_MANIFEST_FILE),
+        "envArtifactPath": posixpath.join(project_directory, _artifacts.ENV_FILE),
+    }
+    for component in components:
+        component["labels"] = labels_for(plan, component["name"], component["digest"])
+
+    env_bytes = _artifacts.render_env_artifact(data["secretEnv"])
+    lock_bytes = _lock.render_lock(project, components, emit_version=data["emitComposeVersion"],
+                                   env_file=env_bytes is not None)
+    chash = sha256_bytes(lock_bytes)
+    job_id = data.get("jobId") or "job-" + _short({"manifestHash": mhash, "strategy": data["strategy"]})
+    task_id = data.get("taskId") or "task-" + _short({"jobId": job_id, "targetId": target["id"]})
+
+    sticker = _artifacts.build_sticker({
+        "release": dict(data["release"]),
+        "jobId": job_id,
+        "taskId": task_id,
+        "target": target,
+        "tenant": data["tenant"],
+        "environment": data["environment"],
+        "application": data["application"],
+        "strategy": data["strategy"],
+        "slot": slot,
+        "trafficRole": role,
+        "projectName": project,
+        "workDirectory": work_directory,
+        "projectDirectory": project_directory,
+        "manifestHash": mhash,
+        "composeHash": chash,
+        "components": [{"name": c["name"], "image": c["image"], "digest": c["digest"]} for c in components],
+    })
+    if env_bytes is not None:
+        sticker["envArtifactHash"] = sha256_bytes(env_bytes)
+    sticker_bytes = _artifacts.render_json(sticker)
+    files = {_artifacts.LOCK_FILE: lock_bytes, _artifacts.STICKER_FILE: sticker_bytes}
+    if env_bytes is not None:
+        files[_artifacts.ENV_FILE] = env_bytes
+    apply_manifest = _artifacts.build_apply_manifest(project, mhash, files)
+    apply_bytes = _artifacts.render_json(apply_manifest)
+    files[_artifacts.APPLY_MANIFEST_FILE] = apply_bytes
+
+    plan.update({
+        "jobId": job_id, "taskId": task_id, "composeHash": chash,
+        "versionStickerHash": sha256_bytes(sticker_bytes), "applyManifestHash": sha256_bytes(apply_bytes),
+        "envArtifactHash": sticker.get("envArtifactHash"),
+        "pullImagesDisabled": data.get("pullImages") is False,
+    })
+    artifact_hashes = dict(apply_manifest["artifacts"])
+    artifact_hashes[_artifacts.APPLY_MANIFEST_FILE] = plan["applyManifestHash"]
+
+    hooks = _payloads.hook_entries(data["hooks"], project_directory)
+    lock_text = lock_bytes.decode("utf-8")
+    sticker_text = sticker_bytes.decode("utf-8")
+    apply_text = apply_bytes.decode("utf-8")
+    images = [c["image"] for c in components]
+    payloads = {"compose.preflight": _payloads.compose_preflight(plan, images, data["preflight"])}
+    if target["type"] == "ComposeHost":
+        pull = not (plan["pullImagesDisabled"] or all(_payloads.component_skips_pull(c["config"]) for c in components))
+        payloads["compose.up"] = _payloads.compose_up(plan, lock_text, sticker_text, apply_text, pull,
+                                                      data["backupExisting"], hooks)
+        payloads["compose.rollback"] = _payloads.compose_rollback(plan)
+    else:
+        payloads["docker.run"] = [_payloads.docker_run(plan, c, hooks) for c in components]
+
+    return {
+        "projectName": project,
+        "slot": slot,
+        "slotSource": slot_source,
+        "trafficRole": role,
+        "strategy": data["strategy"],
+        "release": dict(data["release"]),
+        "target": target,
+        "tenant": data["tenant"],
+        "environment": data["environment"],
+        "application": data["application"],
+        "jobId": job_id,
+        "taskId": task_id,
+        "workDirectory": work_directory,
+        "projectDirectory": project_directory,
+        "paths": plan["paths"] if env_bytes is not None else
+        {k: v for k, v in plan["paths"].items() if k != "envArtifactPath"},
+        "lock": lock_text,
+        "sticker": sticker_text,
+        "applyManifest": apply_text,
+        "manifestHash": mhash,
+        "composeHash": chash,
+        "versionStickerHash": plan["versionStickerHash"],
+        "applyManifestHash": plan["applyManifestHash"],
+        "envArtifactHash": plan["envArtifactHash"],
+        "artifactHashes": artifact_hashes,
+        "desiredState": desired,
+        "components": [{"name": c["name"], "reference": c["reference"], "image": c["image"], "digest": c["digest"]}
+                       for c in components],
+        "payloads": payloads,
+        FILES_KEY: files,
+    }
