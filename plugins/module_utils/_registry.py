@@ -1,0 +1,230 @@
+# Copyright (c) Stella Ops contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+# This module_utils is PRIVATE to stellaops.runtime. It may change without notice.
+
+"""OCI distribution API client: reachability, manifests, platforms; Basic and Bearer token auth.
+
+Standard library only (it runs on targets for preflight and on the controller for planning).
+All network I/O goes through one injectable ``transport(method, url, headers, timeout)`` returning
+``(status, headers, body)`` with lower-cased header names, so unit tests replay captured answers.
+Credentials never leave this module: errors and evidence carry URLs without userinfo.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import socket
+import urllib.error
+import urllib.parse
+import urllib.request
+
+from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError, redact_url
+from ansible_collections.stellaops.runtime.plugins.module_utils._imageref import registry_base_url
+
+MEDIA_OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+MEDIA_OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+MEDIA_DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
+MEDIA_DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
+MANIFEST_ACCEPT = ", ".join((MEDIA_OCI_INDEX, MEDIA_DOCKER_LIST, MEDIA_OCI_MANIFEST, MEDIA_DOCKER_MANIFEST))
+INDEX_TYPES = (MEDIA_OCI_INDEX, MEDIA_DOCKER_LIST)
+
+_CHALLENGE_PARAM = re.compile(r'(\w+)="([^"]*)"')
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: D401 - urllib API
+        return None
+
+
+def urllib_transport(method, url, headers, timeout):
+    """Default transport: one HTTP request with urllib, no redirects followed implicitly."""
+    request = urllib.request.Request(url, method=method, headers=headers)
+    opener = urllib.request.build_opener(_NoRedirect)
+    try:
+        with opener.open(request, timeout=timeout) as response:
+            return response.status, {k.lower(): v for k, v in response.headers.items()}, response.read()
+    except urllib.error.HTTPError as exc:
+        body = exc.read() if exc.fp else b""
+        return exc.code, {k.lower(): v for k, v in (exc.headers or {}).items()}, body
+    except (urllib.error.URLError, socket.timeout, ConnectionError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise StellaError("registry_unreachable", "%s: %s" % (redact_url(url), reason))
+
+
+def parse_challenge(header):
+    """``Bearer realm="...",service="..."`` -> ``("bearer", {"realm": ..., ...})``."""
+    if not header:
+        return None, {}
+    scheme, _, rest = header.strip().partition(" ")
+    return scheme.lower(), dict(_CHALLENGE_PARAM.findall(rest))
+
+
+class RegistryClient:
+    """Talks to one or more registries with optional credentials."""
+
+    def __init__(self, username=None, password=None, insecure_registries=(), timeout=10.0, transport=None):
+        self._username = username or None
+        self._password = password or None
+        self.insecure_registries = tuple(insecure_registries or ())
+        self.timeout = timeout
+        self.transport = transport or urllib_transport
+        self._tokens = {}
+
+    @property
+    def has_credentials(self):
+        return bool(self._username)
+
+    def base_url(self, registry):
+        return registry_base_url(registry, self.insecure_registries)
+
+    def _basic(self):
+        raw = ("%s:%s" % (self._username, self._password or "")).encode("utf-8")
+        return "Basic " + base64.b64encode(raw).decode("ascii")
+
+    def _token(self, params, scope):
+        realm = params.get("realm")
+        if not realm:
+            raise StellaError("registry_auth_failed", "registry asked for a Bearer token without a realm")
+        query = {k: v for k, v in (("service", params.get("service")), ("scope", scope or params.get("scope"))) if v}
+        url = realm + ("?" + urllib.parse.urlencode(query) if query else "")
+        key = url
+        if key in self._tokens:
+            return self._tokens[key]
+        headers = {"Authorization": self._basic()} if self._username else {}
+        status, _, body = self.transport("GET", url, headers, self.timeout)
+        if status != 200:
+            raise StellaError("registry_auth_failed", "token service %s answered HTTP %d" % (redact_url(realm), status))
+        try:
+            data = json.loads(body.decode("utf-8"))
+        except ValueError:
+            raise StellaError("registry_auth_failed", "token service %s returned no JSON" % redact_url(realm))
+        token = data.get("token") or data.get("access_token")
+        if not token:
+            raise StellaError("registry_auth_failed", "token service %s returned no token" % redact_url(realm))
+        self._tokens[key] = token
+        return token
+
+    def request(self, method, registry, path, headers=None, scope=None):
+        """One API call with auth negotiation. Returns ``(status, headers, body, auth)``.
+
+        ``auth`` is ``None`` (none needed), ``"basic"`` or ``"bearer"``. A 401 after offering
+        credentials is returned as is, so callers can say "auth" in their reason.
+        """
+        url = self.base_url(registry) + path
+        headers = dict(headers or {})
+        status, resp_headers, body = self.transport(method, url, headers, self.timeout)
+        if status != 401:
+            return status, resp_headers, body, None
+        scheme, params = parse_challenge(resp_headers.get("www-authenticate"))
+        if scheme == "basic":
+            if not self._username:
+                return status, resp_headers, body, "basic"
+            headers["Authorization"] = self._basic()
+        elif scheme == "bearer":
+            if "scope" not in params and not scope and not self._username:
+                return status, resp_headers, body, "bearer"
+            try:
+                headers["Authorization"] = "Bearer " + self._token(params, scope)
+            except StellaError:
+                return status, resp_headers, body, "bearer"
+        else:
+            return status, resp_headers, body, scheme
+        status, resp_headers, body = self.transport(method, url, headers, self.timeout)
+        return status, resp_headers, body, scheme
+
+    # -- reachability -------------------------------------------------------------------------
+
+    def ping(self, registry, mode="http"):
+        """Reachability evidence for ``registry``: ``{url, reachable, httpStatus, authRequired, authenticated, reason}``."""
+        url = self.base_url(registry) + "/v2/"
+        if mode == "tcp":
+            host, port = _host_port(registry, url)
+            try:
+                with socket.create_connection((host, port), timeout=self.timeout):
+                    return {"url": url, "reachable": True}
+            except OSError as exc:
+                return {"url": url, "reachable": False, "reason": "TCP connect to %s:%d failed: %s" % (host, port, exc.strerror or exc)}
+        try:
+            status, _, _, auth = self.request("GET", registry, "/v2/")
+        except StellaError as exc:
+            return {"url": url, "reachable": False, "reason": exc.reason}
+        result = {"url": url, "httpStatus": status, "authRequired": auth is not None}
+        if status == 200:
+            result.update(reachable=True, authenticated=auth is not None)
+        elif status == 401:
+            why = "auth required and credentials were refused" if self._username else "auth required and no credentials were given"
+            result.update(reachable=False, authenticated=False, reason="%s (HTTP 401)" % why)
+        else:
+            result.update(reachable=False, reason="unexpected HTTP %d from /v2/" % status)
+        return result
+
+    # -- manifests ----------------------------------------------------------------------------
+
+    def manifest(self, image, method="GET"):
+        """Fetch ``image``'s manifest by digest (if pinned) or tag.
+
+        Returns ``{"digest", "mediaType", "body"}`` (``body`` is parsed JSON, ``None`` for HEAD).
+        Raises ``StellaError`` with code ``image_unresolved`` (unknown tag/digest) or
+        ``registry_unreachable`` / ``registry_auth_failed``.
+        """
+        reference = image.digest or image.tag or "latest"
+        path = "/v2/%s/manifests/%s" % (image.repository, reference)
+        scope = "repository:%s:pull" % image.repository
+        status, headers, body, auth = self.request(method, image.registry, path, {"Accept": MANIFEST_ACCEPT}, scope=scope)
+        if status == 401:
+            raise StellaError("registry_auth_failed", "registry %s refused access to %s (auth required%s)" % (
+                image.registry, image.repository, ", credentials refused" if self._username else ", no credentials given"))
+        if status == 404:
+            raise StellaError("image_unresolved", "%s not found in registry %s (HTTP 404)" % (image.render(), image.registry))
+        if status != 200:
+            raise StellaError("image_unresolved", "registry %s answered HTTP %d for %s" % (image.registry, status, image.render()))
+        media_type = (headers.get("content-type") or "").split(";")[0].strip()
+        parsed = None
+        if method == "GET":
+            try:
+                parsed = json.loads(body.decode("utf-8"))
+            except ValueError:
+                raise StellaError("image_unresolved", "registry %s returned a manifest that is not JSON for %s" % (image.registry, image.render()))
+            media_type = parsed.get("mediaType") or media_type
+        digest = headers.get("docker-content-digest")
+        if not digest and method == "GET":
+            import hashlib
+            digest = "sha256:" + hashlib.sha256(body).hexdigest()
+        return {"digest": digest, "mediaType": media_type, "body": parsed}
+
+    def blob_json(self, image, digest):
+        path = "/v2/%s/blobs/%s" % (image.repository, digest)
+        status, headers, body, auth = self.request("GET", image.registry, path, scope="repository:%s:pull" % image.repository)
+        if status in (301, 302, 303, 307, 308) and headers.get("location"):
+            status, headers, body = self.transport("GET", urllib.parse.urljoin(self.base_url(image.registry) + path, headers["location"]), {}, self.timeout)
+        if status != 200:
+            raise StellaError("image_unresolved", "blob %s of %s: HTTP %d" % (digest, image.name, status))
+        return json.loads(body.decode("utf-8"))
+
+    def platforms(self, image):
+        """Platforms ``image`` offers: from its index, or from its single manifest's config blob."""
+        found = self.manifest(image)
+        body = found["body"] or {}
+        if found["mediaType"] in INDEX_TYPES or "manifests" in body:
+            return [
+                {k: v for k, v in (m.get("platform") or {}).items() if k in ("os", "architecture", "variant")}
+                for m in body.get("manifests", [])
+                if (m.get("platform") or {}).get("architecture") not in (None, "unknown")
+            ]
+        config = (body.get("config") or {}).get("digest")
+        if not config:
+            raise StellaError("image_unresolved", "manifest of %s has no config" % image.render())
+        data = self.blob_json(image, config)
+        plat = {"os": data.get("os"), "architecture": data.get("architecture")}
+        if data.get("variant"):
+            plat["variant"] = data["variant"]
+        return [plat]
+
+
+def _host_port(registry, url):
+    parsed = urllib.parse.urlsplit(url)
+    return parsed.hostname, parsed.port or (443 if parsed.scheme == "https" else 80)
