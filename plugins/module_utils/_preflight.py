@@ -190,6 +190,7 @@ class HostObserver:
         obs = {"host": self._host()}
         obs["docker"] = self._docker(req)
         obs["compose"] = self._compose(req, obs["docker"])
+        self._use_daemon_insecure_registries(obs)
         obs["registry"] = self._registry(req)
         obs["platform"] = self._platform(req)
         obs["workDirectory"] = self._workdir(req["work_directory"])
@@ -232,6 +233,9 @@ class HostObserver:
         result["server"] = data.get("Server")
         if rc != 0 or not data.get("Server"):
             result["error"] = _first_line(err) or "docker version exited %d" % rc
+            return result
+        rc, out, err = self.run_command([binary, "info", "--format", "{{json .RegistryConfig}}"], environ_update=self._docker_env(req))
+        result["insecureRegistries"] = insecure_registries_from_info(_json_or_none(out) if rc == 0 else None)
         return result
 
     def _compose(self, req, docker):
@@ -258,6 +262,12 @@ class HostObserver:
         if mode == "skip":
             return {"registry": image.registry, "skipped": "registry_reachability_mode=skip"}
         return dict(self.registry.ping(image.registry, mode), registry=image.registry)
+
+    def _use_daemon_insecure_registries(self, obs):
+        """Registries the daemon reaches over plain HTTP are reached the same way here."""
+        extra = [r for r in obs["docker"].get("insecureRegistries") or [] if r not in self.registry.insecure_registries]
+        if extra:
+            self.registry.insecure_registries = tuple(self.registry.insecure_registries) + tuple(extra)
 
     def _platform(self, req):
         if req["image"] is None:
@@ -291,6 +301,12 @@ class HostObserver:
         probe_dir = _nearest_existing(path)
         stat = os.statvfs(probe_dir)
         return {"path": probe_dir, "freeBytes": stat.f_bavail * stat.f_frsize, "totalBytes": stat.f_blocks * stat.f_frsize}
+
+
+def insecure_registries_from_info(registry_config):
+    """Names of registries marked insecure in ``docker info``'s ``RegistryConfig`` (CIDRs are ignored)."""
+    configs = (registry_config or {}).get("IndexConfigs") or {}
+    return sorted(name for name, conf in configs.items() if isinstance(conf, dict) and conf.get("Secure") is False)
 
 
 def _nearest_existing(path):

@@ -199,7 +199,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils._preflight import HostObserver, build_request, run_preflight
-from ansible_collections.stellaops.runtime.plugins.module_utils._registry import RegistryProbe
+from ansible_collections.stellaops.runtime.plugins.module_utils._registry import RegistryClient
 
 ARGUMENT_SPEC = dict(
     payload=dict(type="dict"),
@@ -224,7 +224,7 @@ def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     try:
         req = build_request(module.params)
-        registry = RegistryProbe(
+        registry = RegistryClient(
             username=req.get("registry_username"),
             password=req.get("registry_password"),
             insecure_registries=req.get("insecure_registries"),
