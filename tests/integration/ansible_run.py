@@ -1,0 +1,83 @@
+"""Run a stellaops.runtime module through the real ``ansible`` CLI and return its parsed result.
+
+Localhost runs with ``-c local`` and the venv's Python; a lab target (a dict from
+``labkit.start_target``) is reached over SSH exactly as production hosts are.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+VENV_BIN = os.path.join(ROOT, ".venv", "bin")
+COLLECTIONS = os.path.join(ROOT, ".build", "collections")
+
+
+def inventory_text(host=None):
+    """An INI inventory with one host: ``localhost`` (local connection) or a lab target over SSH."""
+    if host is None:
+        return "localhost ansible_connection=local ansible_python_interpreter=%s\n" % os.path.join(VENV_BIN, "python")
+    return (
+        "%(name)s ansible_host=%(address)s ansible_user=%(user)s ansible_ssh_private_key_file=%(key)s "
+        "ansible_python_interpreter=/usr/bin/python3 "
+        "ansible_ssh_common_args='-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes'\n"
+        % {"name": host["name"], "address": host["address"], "user": host.get("ssh_user", "root"), "key": host["ssh_key"]}
+    )
+
+
+def ansible_env(extra=None):
+    env = dict(os.environ)
+    env.update(
+        ANSIBLE_COLLECTIONS_PATH=COLLECTIONS,
+        ANSIBLE_STDOUT_CALLBACK="json",
+        ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
+        ANSIBLE_HOST_KEY_CHECKING="False",
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_RETRY_FILES_ENABLED="0",
+    )
+    if extra:
+        env.update(extra)
+    return env
+
+
+def _parse_json_callback(stdout):
+    start = stdout.rfind("\n{\n")
+    start = 0 if stdout.startswith("{\n") and start < 0 else start + 1
+    return json.loads(stdout[start:])
+
+
+def ansible_module(module, args, host=None, env=None, verbosity=0, raw=False, check=False, diff=False, timeout=600):
+    """Run ``module`` with ``args`` on ``host`` (localhost when None).
+
+    Returns the module result (with ``failed`` always set); with ``raw=True`` returns
+    ``(result, stdout + stderr)`` so tests can search everything Ansible printed.
+    """
+    with tempfile.NamedTemporaryFile("w", suffix=".ini", delete=False) as inv:
+        inv.write(inventory_text(host))
+    argv = [os.path.join(VENV_BIN, "ansible"), "all", "-i", inv.name, "-m", module, "-a", json.dumps(args)]
+    if verbosity:
+        argv.append("-" + "v" * verbosity)
+    if check:
+        argv.append("--check")
+    if diff:
+        argv.append("--diff")
+    run_env = ansible_env()
+    if env:
+        run_env.update(env)
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, env=run_env, timeout=timeout, cwd=ROOT)
+    finally:
+        os.unlink(inv.name)
+    try:
+        doc = _parse_json_callback(proc.stdout)
+    except ValueError:
+        raise AssertionError("ansible printed no JSON result (rc=%d):\n%s\n%s" % (proc.returncode, proc.stdout[-3000:], proc.stderr[-3000:]))
+    hosts = doc["plays"][0]["tasks"][0]["hosts"]
+    result = next(iter(hosts.values()))
+    result.setdefault("failed", False)
+    if raw:
+        return result, proc.stdout + proc.stderr
+    return result
