@@ -10,13 +10,14 @@ Agent.Core deserializes with default System.Text.Json options, so the property n
 case-exact: ``compose.up`` (ProjectName, ComposeLock, VersionSticker, PullImages, BackupExisting,
 Hooks), ``docker.run`` (Image, Name, PullImage, Hooks), ``compose.rollback`` (ProjectName,
 RevisionPath), ``compose.preflight`` (WorkDirectory, ImageReference, MinimumFreeDiskBytes,
-RegistryReachabilityMode, RequireCompose). Every payload also carries ``Target`` and ``Variables``.
+RegistryReachabilityMode, RequireCompose). ``compose.up``, ``docker.run`` and ``compose.rollback`` also
+carry a ``Target`` context object and ``Variables``; ``compose.preflight`` carries exactly its five keys.
 """
 
 from __future__ import annotations
 
 DEFAULT_MINIMUM_FREE_DISK_BYTES = 1024 ** 3
-DEFAULT_REACHABILITY_MODE = "manifest"
+DEFAULT_REACHABILITY_MODE = "http"
 DEFAULT_HOOK_INTERPRETER = "/bin/sh"
 DEFAULT_HOOK_TIMEOUT = 300
 _SKIP_PULL_KEYS = (("runtime.skipPull", True), ("compose.skipPull", True),
@@ -170,13 +171,13 @@ def compose_rollback(plan, revision_path=None):
 
 
 def compose_preflight(plan, images, preflight):
+    """Exactly the contract's five keys, so ``stellaops.runtime.stella_preflight`` (which rejects
+    unknown payload keys) and Agent.Core consume it unchanged. ``ImageReference`` is the first
+    component's pinned image (components sorted by name)."""
     return {
         "WorkDirectory": plan["workDirectory"],
         "ImageReference": images[0],
-        "ImageReferences": list(images),
         "MinimumFreeDiskBytes": preflight.get("minimumFreeDiskBytes", DEFAULT_MINIMUM_FREE_DISK_BYTES),
         "RegistryReachabilityMode": preflight.get("registryReachabilityMode", DEFAULT_REACHABILITY_MODE),
         "RequireCompose": plan["target"]["type"] == "ComposeHost",
-        "Target": target_context(plan["target"]),
-        "Variables": variables(plan),
     }

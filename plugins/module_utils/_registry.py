@@ -15,6 +15,7 @@ Credentials never leave this module: errors and evidence carry URLs without user
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import re
 import socket
@@ -22,8 +23,8 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError, redact_url
-from ansible_collections.stellaops.runtime.plugins.module_utils._imageref import registry_base_url
+from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError, redact_text, redact_url
+from ansible_collections.stellaops.runtime.plugins.module_utils._imageref import parse_image_ref, registry_base_url
 
 MEDIA_OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 MEDIA_OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -228,3 +229,138 @@ class RegistryClient:
 def _host_port(registry, url):
     parsed = urllib.parse.urlsplit(url)
     return parsed.hostname, parsed.port or (443 if parsed.scheme == "https" else 80)
+
+
+# -- digest resolution for planning (controller) ------------------------------------------------
+
+_DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+MAX_MANIFEST_BYTES = 4 * 1024 * 1024
+
+
+def platform_strings(index):
+    """``["linux/amd64", "linux/arm64/v8"]`` from an index / manifest list (sorted, unique)."""
+    found = set()
+    for entry in (index or {}).get("manifests") or []:
+        platform = entry.get("platform") or {}
+        if not platform.get("os") or platform.get("architecture") in (None, "unknown"):
+            continue
+        text = "%s/%s" % (platform["os"], platform["architecture"])
+        if platform.get("variant"):
+            text += "/" + platform["variant"]
+        found.add(text)
+    return sorted(found)
+
+
+class DigestResolver:
+    """Resolve tags to manifest digests across registries (planning on the controller).
+
+    ``credentials`` maps a registry host (``127.0.0.1:5002``) to ``{"username", "password"}``; each
+    registry gets its own :class:`RegistryClient` sharing one transport. Every failure is
+    ``StellaError("image_unresolved")`` with a reason that never contains credentials.
+    """
+
+    def __init__(self, credentials=None, insecure_registries=(), transport=None, timeout=15.0):
+        self.credentials = dict(credentials or {})
+        self.insecure_registries = tuple(insecure_registries or ())
+        self.transport = transport or urllib_transport
+        self.timeout = timeout
+        self._clients = {}
+
+    def _client(self, registry):
+        if registry not in self._clients:
+            cred = self.credentials.get(registry) or {}
+            self._clients[registry] = RegistryClient(cred.get("username"), cred.get("password"),
+                                                     self.insecure_registries, self.timeout, self.transport)
+        return self._clients[registry]
+
+    def _secrets(self):
+        out = []
+        for cred in self.credentials.values():
+            user, password = cred.get("username") or "", cred.get("password") or ""
+            out.extend([password])
+            if user or password:
+                out.append(base64.b64encode(("%s:%s" % (user, password)).encode("utf-8")).decode("ascii"))
+        for client in self._clients.values():
+            out.extend(client._tokens.values())
+        return out
+
+    def _fail(self, image, reason, cause=None, **evidence):
+        reason = redact_text(redact_url(reason), self._secrets())
+        evidence["image"] = image
+        if cause:
+            evidence["cause"] = cause
+        raise StellaError("image_unresolved", "cannot resolve image %s: %s" % (image, reason), phase="resolve",
+                          evidence=evidence)
+
+    def _call(self, text, client, method, ref, path):
+        try:
+            return client.request(method, ref.registry, path, {"Accept": MANIFEST_ACCEPT},
+                                  scope="repository:%s:pull" % ref.repository)
+        except StellaError as exc:
+            self._fail(text, "%s (%s)" % (exc.reason, exc.code), cause=exc.code)
+        except (OSError, ValueError) as exc:
+            self._fail(text, "registry %s unreachable (%s)" % (ref.registry, exc), cause="registry_unreachable")
+
+    def _check_status(self, text, client, ref, tag, status, auth):
+        if status == 200:
+            return
+        if status == 404:
+            self._fail(text, "tag %s not found in %s/%s (HTTP 404)" % (tag, ref.registry, ref.repository),
+                       status=status)
+        if status in (401, 403):
+            why = "credentials were refused" if client.has_credentials else "no credentials are configured"
+            self._fail(text, "registry %s requires authentication (%s) and %s (HTTP %d)"
+                       % (ref.registry, auth or "unknown scheme", why, status), cause="registry_auth_failed",
+                       status=status)
+        self._fail(text, "registry %s answered HTTP %d" % (ref.registry, status), status=status)
+
+    def resolve(self, text):
+        """``{reference, image (pinned), digest, mediaType, platforms, resolved}`` for one reference.
+
+        A reference with a digest is kept without any request. A tag is resolved by manifest HEAD
+        (``Docker-Content-Digest``) with GET as fallback; for an index (OCI index or Docker manifest
+        list) the pinned digest is the index's own digest and its platforms are reported. GET bodies
+        are hashed and must match ``Docker-Content-Digest``.
+        """
+        ref = parse_image_ref(text)
+        if ref.digest:
+            return {"reference": text, "image": ref.render(), "digest": ref.digest, "mediaType": None,
+                    "platforms": [], "resolved": False}
+        tag = ref.tag or "latest"
+        client = self._client(ref.registry)
+        path = "/v2/%s/manifests/%s" % (ref.repository, urllib.parse.quote(tag, safe=""))
+        status, headers, _body, auth = self._call(text, client, "HEAD", ref, path)
+        digest, media_type, platforms = None, "", []
+        if status == 200:
+            digest = headers.get("docker-content-digest")
+            media_type = (headers.get("content-type") or "").split(";")[0].strip()
+        elif status in (401, 403, 404):
+            self._check_status(text, client, ref, tag, status, auth)
+        if not (digest and _DIGEST_RE.match(digest)) or not media_type or media_type in INDEX_TYPES:
+            status, headers, body, auth = self._call(text, client, "GET", ref, path)
+            self._check_status(text, client, ref, tag, status, auth)
+            if len(body) > MAX_MANIFEST_BYTES:
+                self._fail(text, "manifest larger than %d bytes" % MAX_MANIFEST_BYTES)
+            computed = "sha256:" + hashlib.sha256(body).hexdigest()
+            header = headers.get("docker-content-digest")
+            if header and header != computed:
+                self._fail(text, "Docker-Content-Digest %s does not match the manifest bytes (%s)" % (header, computed))
+            if digest and digest != computed:
+                self._fail(text, "HEAD digest %s differs from GET digest %s (tag moved?)" % (digest, computed))
+            digest = computed
+            try:
+                document = json.loads(body.decode("utf-8"))
+            except ValueError:
+                self._fail(text, "manifest is not JSON")
+            if not isinstance(document, dict):
+                self._fail(text, "manifest is not a JSON object")
+            media_type = document.get("mediaType") or (headers.get("content-type") or "").split(";")[0].strip()
+            if media_type in INDEX_TYPES or "manifests" in document:
+                platforms = platform_strings(document)
+        ref.tag = tag
+        return {"reference": text, "image": ref.with_digest(digest).render(), "digest": digest,
+                "mediaType": media_type or None, "platforms": platforms, "resolved": True}
+
+    def resolve_all(self, images):
+        """``{reference: resolution}`` for every distinct reference, in sorted order."""
+        return {image: self.resolve(image) for image in sorted(set(images))}

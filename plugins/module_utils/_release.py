@@ -28,7 +28,7 @@ TARGET_TYPES = ("DockerHost", "ComposeHost")
 HOOK_PHASES = ("pre-deploy", "post-deploy")
 FAILURE_POLICIES = ("fail", "ignore", "continue", "warn")
 REDACTION_POLICIES = ("redact", "none")
-REACHABILITY_MODES = ("manifest", "tcp", "skip")
+REACHABILITY_MODES = ("http", "tcp", "skip")
 
 _TEXT = r"^[^\u0000-\u001f\u007f]{1,128}$"
 _ID = r"^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,127}$"

@@ -1,0 +1,160 @@
+# Copyright (c) Stella Ops contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Action plugin for ``stellaops.runtime.stella_plan``: plan a release on the controller.
+
+Validates the release input, resolves tags to digests against the registries (the only I/O besides
+the optional ``dest`` write), calls the pure :func:`plan_release`, and returns the plan. Secret values
+(``secretEnv``, registry passwords) never appear in the result.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.stellaops.runtime.plugins.module_utils._artifacts import (
+    APPLY_MANIFEST_FILE, ENV_FILE, ENV_FILE_MODE, LOCK_FILE, STICKER_FILE,
+)
+from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError, redact_text, redact_url
+from ansible_collections.stellaops.runtime.plugins.module_utils._fsutil import atomic_write, read_bytes
+from ansible_collections.stellaops.runtime.plugins.module_utils._plan import FILES_KEY, plan_release, unresolved_references
+from ansible_collections.stellaops.runtime.plugins.module_utils._registry import DigestResolver
+from ansible_collections.stellaops.runtime.plugins.module_utils._release import validate_release
+
+ARGUMENT_SPEC = dict(
+    release=dict(type="dict", required=True),
+    registry_credentials=dict(type="dict", no_log=True, default={}),
+    insecure_registries=dict(type="list", elements="str", default=[]),
+    resolved=dict(type="dict", default={}),
+    resolve=dict(type="bool", default=True),
+    dest=dict(type="path"),
+    timeout=dict(type="float", default=15.0),
+)
+WRITE_ORDER = (ENV_FILE, LOCK_FILE, STICKER_FILE, APPLY_MANIFEST_FILE)
+
+
+def plain(value):
+    """Plain JSON types (drops Ansible's tagged/unsafe wrappers)."""
+    return json.loads(json.dumps(value))
+
+
+def load_credentials(raw):
+    """``{registry: {username, password}}``; ``password_file`` is read on the controller."""
+    creds = {}
+    for registry, entry in (raw or {}).items():
+        if not isinstance(entry, dict) or not entry.get("username"):
+            raise StellaError("invalid_request", "registry_credentials[%s] needs username and password or password_file"
+                              % registry)
+        password = entry.get("password")
+        if password is None and entry.get("password_file"):
+            try:
+                with open(os.path.expanduser(entry["password_file"]), "r", encoding="utf-8") as handle:
+                    password = handle.read().rstrip("\r\n")
+            except OSError as exc:
+                raise StellaError("invalid_request", "registry_credentials[%s].password_file cannot be read (%s)"
+                                  % (registry, exc.strerror))
+        creds[registry] = {"username": entry["username"], "password": password or ""}
+    return creds
+
+
+def resolve_digests(release, credentials, insecure, pre_resolved, resolve, timeout, transport=None):
+    """``(resolved map, resolution evidence)``; raises ``StellaError(image_unresolved)``."""
+    resolved = dict(pre_resolved)
+    evidence = {}
+    pending = [ref for ref in unresolved_references(release) if ref not in resolved]
+    if pending and not resolve:
+        raise StellaError("image_unresolved", "image %s has no digest and resolve=false" % pending[0], phase="resolve",
+                          evidence={"image": pending[0]})
+    resolver = DigestResolver(credentials, insecure, transport=transport, timeout=timeout)
+    for ref in pending:
+        info = resolver.resolve(ref)
+        resolved[ref] = info["digest"]
+        evidence[ref] = info
+    for ref in sorted(pre_resolved):
+        evidence.setdefault(ref, {"reference": ref, "digest": pre_resolved[ref], "resolved": False, "source": "input"})
+    return resolved, evidence
+
+
+def write_artifacts(dest, files, check_mode):
+    """Write the artifact set atomically (each file temp+fsync+rename; apply manifest last).
+
+    Returns ``(changed, written, before_lock)``. A stale ``.env.stella`` is removed when the plan has none.
+    """
+    before_lock = read_bytes(os.path.join(dest, LOCK_FILE)) if os.path.isdir(dest) else None
+    changed, written = False, []
+    for name in WRITE_ORDER:
+        path = os.path.join(dest, name)
+        data = files.get(name)
+        current = read_bytes(path) if os.path.isdir(dest) else None
+        mode = ENV_FILE_MODE if name == ENV_FILE else 0o644
+        if data is None:
+            if current is not None:
+                changed = True
+                written.append(name)
+                if not check_mode:
+                    os.unlink(path)
+            continue
+        if current == data and (name != ENV_FILE or (os.stat(path).st_mode & 0o777) == ENV_FILE_MODE):
+            continue
+        changed = True
+        written.append(name)
+        if not check_mode:
+            os.makedirs(dest, exist_ok=True)
+            atomic_write(path, data, mode=mode)
+    return changed, written, before_lock
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _requires_connection = False
+    _supports_check_mode = True
+    _supports_diff = True
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        del tmp
+        _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        secrets = []
+        try:
+            release = plain(args["release"])
+            for value in (release.get("secretEnv") or {}).values():
+                secrets.append(str(value))
+            credentials = load_credentials(plain(args["registry_credentials"]))
+            for cred in credentials.values():
+                secrets.append(cred["password"])
+            validate_release(release)
+            resolved, resolution = resolve_digests(
+                release, credentials, args["insecure_registries"], plain(args["resolved"]), args["resolve"],
+                args["timeout"])
+            plan = plan_release(release, resolved)
+        except StellaError as exc:
+            result.update(failed=True, msg=redact_text(redact_url(exc.reason), secrets), code=exc.code)
+            if exc.phase:
+                result["failurePhase"] = exc.phase
+            for key, value in exc.evidence.items():
+                result.setdefault(key, redact_text(redact_url(value), secrets) if isinstance(value, str) else value)
+            return result
+        files = plan.pop(FILES_KEY)
+        result.update(plan)
+        result["resolution"] = resolution
+        result["changed"] = False
+        if args["dest"]:
+            dest = args["dest"]
+            try:
+                changed, written, before = write_artifacts(dest, files, self._task.check_mode)
+            except OSError as exc:
+                raise AnsibleActionFail("cannot write artifacts to %s: %s" % (dest, exc.strerror or exc))
+            result.update(changed=changed, dest=dest, written=written)
+            if self._task.diff and changed:
+                result["diff"] = {
+                    "before": (before or b"").decode("utf-8", "replace"),
+                    "after": files[LOCK_FILE].decode("utf-8"),
+                    "before_header": os.path.join(dest, LOCK_FILE) + (" (absent)" if before is None else ""),
+                    "after_header": os.path.join(dest, LOCK_FILE),
+                }
+        return result
