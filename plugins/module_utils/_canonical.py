@@ -47,8 +47,8 @@ def _number(value):
     # Shortest round-trip digits (Python repr == ECMAScript Number::toString digits), re-laid out
     # following ECMAScript's exponent rules.
     sign = "-" if value < 0 else ""
-    mantissa, _, exp = ("%r" % abs(value)).partition("e")
-    int_part, _, frac_part = mantissa.partition(".")
+    mantissa, dummy, exp = ("%r" % abs(value)).partition("e")
+    int_part, dummy, frac_part = mantissa.partition(".")
     all_digits = int_part + frac_part
     digits = all_digits.lstrip("0")
     # decimal point position relative to the first significant digit

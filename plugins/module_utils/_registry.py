@@ -60,7 +60,7 @@ def parse_challenge(header):
     """``Bearer realm="...",service="..."`` -> ``("bearer", {"realm": ..., ...})``."""
     if not header:
         return None, {}
-    scheme, _, rest = header.strip().partition(" ")
+    scheme, dummy, rest = header.strip().partition(" ")
     return scheme.lower(), dict(_CHALLENGE_PARAM.findall(rest))
 
 
@@ -96,7 +96,7 @@ class RegistryClient:
         if key in self._tokens:
             return self._tokens[key]
         headers = {"Authorization": self._basic()} if self._username else {}
-        status, _, body = self.transport("GET", url, headers, self.timeout)
+        status, dummy, body = self.transport("GET", url, headers, self.timeout)
         if status != 200:
             raise StellaError("registry_auth_failed", "token service %s answered HTTP %d" % (redact_url(realm), status))
         try:
@@ -150,7 +150,7 @@ class RegistryClient:
             except OSError as exc:
                 return {"url": url, "reachable": False, "reason": "TCP connect to %s:%d failed: %s" % (host, port, exc.strerror or exc)}
         try:
-            status, _, _, auth = self.request("GET", registry, "/v2/")
+            status, dummy, body, auth = self.request("GET", registry, "/v2/")
         except StellaError as exc:
             return {"url": url, "reachable": False, "reason": exc.reason}
         result = {"url": url, "httpStatus": status, "authRequired": auth is not None}

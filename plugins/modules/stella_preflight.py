@@ -16,21 +16,24 @@ description:
     daemon status, Compose plugin version, registry reachability, requested image platform compatibility,
     work directory write access and available disk space.
   - Every check runs even when an earlier one fails. The result always carries the full evidence in
-    RV(preflight) and the list of failures in RV(failures), each a stable O(ignore) code with a one-line
+    RV(preflight) and the list of failures in RV(failures), each a stable code with a one-line
     reason. The task fails when that list is not empty.
   - Read-only apart from the work directory write probe (a temporary file created, synced and deleted).
     It never installs anything.
   - Options are the contract's C(compose.preflight) payload keys in snake_case. The payload can also be
     given verbatim, with the contract's exact key names, in O(payload).
 author:
-  - Stella Ops runtime team
+  - Stella Ops runtime team (@stellaops)
 attributes:
   check_mode:
+    description: Can run in check mode and return changed status prediction without modifying target.
     support: full
     details: Preflight is read-only, so it runs unchanged in check mode.
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
   idempotent:
+    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
     support: full
 options:
   payload:
@@ -118,8 +121,6 @@ notes:
   - Registry credentials in O(image_reference) or URLs are removed from everything the module returns.
 seealso:
   - module: stellaops.runtime.stella_compose_deploy
-  - role: stellaops.runtime.preflight
-    description: Runs this module on every target of a play.
 """
 
 EXAMPLES = r"""

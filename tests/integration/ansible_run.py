@@ -68,7 +68,7 @@ def ansible_module(module, args, host=None, env=None, verbosity=0, raw=False, ch
     if env:
         run_env.update(env)
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, env=run_env, timeout=timeout, cwd=ROOT)
+        proc = subprocess.run(argv, capture_output=True, text=True, env=run_env, timeout=timeout, cwd=ROOT, check=False)
     finally:
         os.unlink(inv.name)
     try:

@@ -154,7 +154,7 @@ def test_bad_requests_fail_clearly(change, code, fragment):
 
 def test_registry_credentials_and_url_userinfo_never_in_evidence():
     obs = with_obs(registry={"registry": "r", "url": "http://bob:hunter2@r/v2/", "reachable": True})
-    evidence, _ = evaluate(req(registry_username="bob", registry_password="hunter2"), obs)
+    evidence, dummy = evaluate(req(registry_username="bob", registry_password="hunter2"), obs)
     assert "hunter2" not in repr(evidence)
     assert evidence["registry"]["url"] == "http://r/v2/"
     assert evidence["registry"]["credentialsSupplied"] is True
