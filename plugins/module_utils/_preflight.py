@@ -21,6 +21,7 @@ import os
 import platform
 import socket
 import tempfile
+import urllib.parse
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError, redact_url
 from ansible_collections.stellaops.runtime.plugins.module_utils._imageref import parse_image_ref
@@ -127,11 +128,27 @@ def build_request(params):
         req[option] = req.get(option) or default
         if parse_version(req[option]) is None:
             raise StellaError("invalid_request", "%s %r is not a version" % (option, req[option]))
+    req["registry"] = None
+    if req.get("registry_url"):
+        req["registry"], url_user, url_password = split_registry_url(req["registry_url"])
+        if url_user and not req.get("registry_username"):
+            req["registry_username"], req["registry_password"] = url_user, url_password
     if req.get("image_reference"):
         req["image"] = parse_image_ref(req["image_reference"])
     else:
         req["image"] = None
     return req
+
+
+def split_registry_url(url):
+    """``https://user:pw@host:5000/`` -> ``("host:5000", "user", "pw")``; plain HTTP URLs mark the registry insecure."""
+    parsed = urllib.parse.urlsplit(url)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise StellaError("invalid_request", "registry_url %s is not an http(s) URL" % redact_url(url))
+    host = parsed.hostname + (":%d" % parsed.port if parsed.port else "")
+    user = urllib.parse.unquote(parsed.username) if parsed.username else None
+    password = urllib.parse.unquote(parsed.password) if parsed.password else None
+    return host, user, password
 
 
 # --------------------------------------------------------------------------------------------
@@ -257,11 +274,14 @@ class HostObserver:
     def _registry(self, req):
         image = req["image"]
         mode = req["registry_reachability_mode"]
-        if image is None:
-            return {"skipped": "no image_reference"}
+        registry = req["registry"] or (image.registry if image else None)
+        if registry is None:
+            return {"skipped": "no image_reference or registry_url"}
         if mode == "skip":
-            return {"registry": image.registry, "skipped": "registry_reachability_mode=skip"}
-        return dict(self.registry.ping(image.registry, mode), registry=image.registry)
+            return {"registry": registry, "skipped": "registry_reachability_mode=skip"}
+        if req["registry"] and req["registry_url"].startswith("http://"):
+            self.registry.insecure_registries = tuple(self.registry.insecure_registries) + (registry,)
+        return dict(self.registry.ping(registry, mode), registry=registry)
 
     def _use_daemon_insecure_registries(self, obs):
         """Registries the daemon reaches over plain HTTP are reached the same way here."""

@@ -89,6 +89,13 @@ options:
       - Oldest acceptable Docker Compose plugin version.
     type: str
     default: 2.20.0
+  registry_url:
+    description:
+      - URL of the registry to check instead of the registry of O(image_reference), for example a
+        mirror. C(http://) URLs are reached over plain HTTP.
+      - Credentials in the URL (C(https://user:password@host/)) are used for authentication when
+        O(registry_username) is not set, and are removed from everything the module records.
+    type: str
   registry_username:
     description:
       - User name for registries that require authentication.
@@ -212,6 +219,7 @@ ARGUMENT_SPEC = dict(
     require_compose=dict(type="bool"),
     min_engine_version=dict(type="str", default="24.0.0"),
     min_compose_version=dict(type="str", default="2.20.0"),
+    registry_url=dict(type="str", no_log=True),
     registry_username=dict(type="str"),
     registry_password=dict(type="str", no_log=True),
     insecure_registries=dict(type="list", elements="str", default=[]),

@@ -51,8 +51,19 @@ def test_default_gates_reject_engine_20_10(lab, tmp_path):
     assert "older than the required 24.0.0" in result["failures"][0]["reason"]
 
 
+def _path_without_docker(bin_dir):
+    """A PATH with every tool of /usr/bin and /bin except the Docker CLIs."""
+    bin_dir.mkdir()
+    for base in ("/usr/bin", "/bin"):
+        for name in os.listdir(base):
+            link = bin_dir / name
+            if not name.startswith("docker") and not link.exists():
+                link.symlink_to(os.path.join(base, name))
+    return "%s:%s" % (os.path.join(ROOT, ".venv", "bin"), bin_dir)
+
+
 def test_runtime_missing_without_docker_on_path(lab, tmp_path):
-    env = {"PATH": os.path.join(ROOT, ".venv", "bin")}
+    env = {"PATH": _path_without_docker(tmp_path / "bin")}
     result = preflight(dict(GATES, work_directory=str(tmp_path)), env=env)
     assert codes(result) == ["runtime_missing", "compose_missing"]
     assert result["preflight"]["docker"]["daemonStatus"] == "missing"
@@ -120,7 +131,8 @@ def test_read_only_work_directory(lab, tmp_path):
     mount.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(mount)], check=True)
     try:
-        result = preflight(dict(GATES, work_directory=str(mount / "projects"), registry_reachability_mode="skip"))
+        result = preflight(dict(GATES, work_directory=str(mount / "projects"), registry_reachability_mode="skip",
+                                minimum_free_disk_bytes=0))
     finally:
         subprocess.run(["umount", str(mount)], check=True)
     assert codes(result) == ["workdir_not_writable"]
@@ -161,12 +173,15 @@ def test_auth_registry_with_and_without_credentials_and_no_leak(lab, tmp_path):
     assert raw.count("VALUE_SPECIFIED_IN_NO_LOG_PARAMETER") >= 1
 
 
-def test_url_credentials_are_not_recorded(lab, tmp_path):
+def test_registry_url_credentials_are_used_and_not_recorded(lab, tmp_path):
+    auth = lab["registries"]["auth"]
     password = lab_password(lab)
-    result, raw = preflight(dict(GATES, work_directory=str(tmp_path), registry_reachability_mode="skip",
-                                 docker_host="tcp://stella:%s@127.0.0.1:1" % password, timeout=2), raw=True)
+    url = "http://%s:%s@%s/" % (auth["username"], password, auth["address"])
+    result, raw = preflight(dict(GATES, work_directory=str(tmp_path), registry_url=url), verbosity=3, raw=True)
+    assert result["failed"] is False, result.get("msg")
+    assert result["preflight"]["registry"]["authenticated"] is True
+    assert result["preflight"]["registry"]["url"] == "http://%s/v2/" % auth["address"]
     assert password not in raw
-    assert result["preflight"]["docker"]["host"] == "tcp://127.0.0.1:1"
 
 
 def test_preflight_on_a_dind_target_over_ssh(lab, target_factory):
