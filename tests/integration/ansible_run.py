@@ -81,3 +81,79 @@ def ansible_module(module, args, host=None, env=None, verbosity=0, raw=False, ch
     if raw:
         return result, proc.stdout + proc.stderr
     return result
+
+
+# --------------------------------------------------------------------------- deploy/rollback test support
+
+LAB_JSON = os.path.join(ROOT, ".lab", "lab.json")
+DEPLOY_MODULE = "stellaops.runtime.stella_compose_deploy"
+ROLLBACK_MODULE = "stellaops.runtime.stella_rollback"
+
+
+def load_lab_json():
+    """The lab description written by ``lab/lab.sh up``; fails (never skips) when the lab is absent."""
+    if not os.path.isfile(LAB_JSON):
+        raise AssertionError("the Docker lab is not running (%s missing): run `make lab` (lab/lab.sh up) first" % LAB_JSON)
+    with open(LAB_JSON, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def release_input(project, images, work_directory, target=None, hooks=None, version="1.0.0", config=None,
+                  pull_images=None, secret_env=None):
+    """A release input for the real planner: one component per ``images`` entry (name -> ref)."""
+    components = []
+    for name in sorted(images):
+        component = {"name": name, "image": images[name]}
+        if config and config.get(name):
+            component["config"] = dict(config[name])
+        components.append(component)
+    release = {
+        "release": {"id": "rel-" + version.replace(".", "-"), "name": "app", "version": version},
+        "tenant": "lab",
+        "environment": "test",
+        "application": "app",
+        "strategy": "rolling",
+        "projectName": project,
+        "target": target or {"id": "tgt-local", "name": "controller", "type": "ComposeHost", "endpoint": "local",
+                             "executionMode": "ssh"},
+        "workDirectory": work_directory,
+        "components": components,
+    }
+    if hooks:
+        release["hooks"] = list(hooks)
+    if pull_images is not None:
+        release["pullImages"] = pull_images
+    if secret_env:
+        release["secretEnv"] = dict(secret_env)
+    return release
+
+
+def plan(release, resolved):
+    """The real planner's output (``_plan.plan_release``) for ``release``."""
+    from ansible_collections.stellaops.runtime.plugins.module_utils import _plan
+    return _plan.plan_release(release, resolved)
+
+
+def docker(*argv, check=True):
+    proc = subprocess.run(["docker"] + list(argv), capture_output=True, text=True, check=False)
+    if check and proc.returncode != 0:
+        raise AssertionError("docker %s failed: %s" % (" ".join(argv), proc.stderr))
+    return proc.stdout
+
+
+def project_containers(project, docker_argv=("docker",)):
+    """``{service: (container id, StartedAt)}`` of a Compose project, read with the docker CLI."""
+    out = subprocess.run(list(docker_argv) + ["ps", "-aq", "--no-trunc", "--filter",
+                                              "label=com.docker.compose.project=%s" % project],
+                         capture_output=True, text=True, check=True).stdout.split()
+    if not out:
+        return {}
+    data = json.loads(subprocess.run(list(docker_argv) + ["inspect"] + out, capture_output=True, text=True,
+                                     check=True).stdout)
+    return {c["Config"]["Labels"]["com.docker.compose.service"]: (c["Id"], c["State"]["StartedAt"]) for c in data}
+
+
+def compose_down(project, docker_argv=("docker",)):
+    """``docker compose -p PROJECT down`` (containers and networks), for cleanup in ``finally`` blocks."""
+    subprocess.run(list(docker_argv) + ["compose", "-p", project, "down", "-t", "1", "--remove-orphans"],
+                   capture_output=True, check=False)

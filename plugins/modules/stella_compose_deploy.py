@@ -1,0 +1,332 @@
+#!/usr/bin/python
+# Copyright (c) Stella Ops contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: stella_compose_deploy
+short_description: Apply a Stella release on the target host with Docker Compose v2 or Docker
+version_added: 0.1.0
+description:
+  - Target-side apply of a planned release (the C(compose.up) or C(docker.run) agent task). It runs on
+    the target host and refuses to report success anywhere else; the target identity's endpoint must
+    name the host the module runs on, otherwise it fails with code V(wrong_host).
+  - For V(compose.up), under the per-project lock (held for the whole apply, post-deploy hooks
+    included) it removes stale temporary files, retains the current revision when one exists and
+    differs, stages C(compose.stella.lock.yml), runs pre-deploy hooks, pulls missing images, verifies
+    every image's RepoDigests contains the pinned digest, runs C(docker compose up -d --wait
+    --remove-orphans), inspects every service (state, health, image, Stella labels, target identity) and
+    only then writes C(stella.version.json) and C(apply-manifest.json), then runs post-deploy hooks.
+  - For V(docker.run), it pulls and verifies the digest-pinned image before listing, stopping or
+    creating containers, then replaces the named container with Stella labels and environment.
+  - A failure leaves the committed sticker and apply manifest untouched, names the failing phase in
+    RV(failurePhase) and returns the evidence of what was done.
+  - Docker and Compose are called with argument lists only. A missing Docker CLI, daemon or Compose v2
+    plugin is a failure (V(runtime_missing), V(runtime_daemon_unavailable), V(compose_missing)), never a
+    fallback.
+author:
+  - Stella Ops runtime team (@stellaops)
+attributes:
+  check_mode:
+    description: Can run in check mode and return changed status prediction without modifying target.
+    support: full
+    details: Nothing is written, pulled, started or run (hooks included); the result says whether files
+      would change and whether a revision would be retained.
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
+    support: full
+    details: The diff is the compose lock before and after.
+  idempotent:
+    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
+    support: full
+    details: The same artifacts on a converged project run no hook, recreate no container and report
+      RV(changed=false). V(changed) is decided from container ids, start times and file contents.
+options:
+  task:
+    description:
+      - Which agent task to run.
+    type: str
+    choices: [compose.up, docker.run]
+    default: compose.up
+  payload:
+    description:
+      - The task payload verbatim, with the contract's exact key names.
+      - V(compose.up) keys are C(ProjectName), C(ComposeLock), C(VersionSticker), C(PullImages),
+        C(BackupExisting) and C(Target) (required) and C(ApplyManifest), C(Hooks), C(WorkDirectory),
+        C(ManifestHash), C(Variables).
+      - V(docker.run) keys are C(Image), C(Name), C(PullImage) and C(Target) (required) and C(Hooks),
+        C(Labels), C(Environment), C(Ports), C(Config), C(WorkDirectory), C(ManifestHash), C(Variables),
+        C(EnvFile).
+      - An unknown or missing key is an error before any change. Mutually exclusive with the snake_case
+        task options.
+    type: dict
+  project_name:
+    description: Compose project name (C(ProjectName)).
+    type: str
+  compose_lock:
+    description: Content of C(compose.stella.lock.yml) (C(ComposeLock)).
+    type: str
+  version_sticker:
+    description: Content of C(stella.version.json) (C(VersionSticker)).
+    type: str
+  apply_manifest:
+    description:
+      - Content of C(apply-manifest.json) (C(ApplyManifest)). Built from the lock and sticker when omitted;
+        verified against them when given.
+    type: str
+  manifest_hash:
+    description: Expected manifest hash (C(ManifestHash)); must match the sticker's.
+    type: str
+  pull_images:
+    description: Pull images that are not present (C(PullImages)). Defaults to V(true).
+    type: bool
+  backup_existing:
+    description: Retain the current revision before applying a different one (C(BackupExisting)). Defaults to V(true).
+    type: bool
+  hooks:
+    description:
+      - Hook entries with the contract's key names C(Name), C(Phase) (V(pre-deploy) or V(post-deploy)),
+        C(Interpreter), C(Command), C(WorkingDirectory), C(TimeoutSeconds), C(FailurePolicy)
+        (V(fail), V(ignore), V(continue), V(warn)) and C(RedactionPolicy) (V(redact), V(none)).
+      - Hook output is replaced by its length and SHA-256 unless C(RedactionPolicy=none).
+    type: list
+    elements: dict
+  target:
+    description: Target identity with keys C(id), C(name), C(type), C(endpoint), C(executionMode).
+    type: dict
+  work_directory:
+    description:
+      - Stella-owned work directory; the project directory is C(<work_directory>/<project_name>).
+      - Defaults to the payload's C(WorkDirectory), else C(/var/lib/stella/projects).
+    type: path
+  env_artifact:
+    description:
+      - Content of the optional C(.env.stella) environment artifact (written with mode 0600). Its hash
+        must be the one the apply manifest lists. Never logged or returned.
+    type: str
+  secrets:
+    description:
+      - Secret values masked in hook output kept by C(RedactionPolicy=none). Never logged.
+    type: list
+    elements: str
+    default: []
+  wait_timeout:
+    description: Seconds C(docker compose up --wait) (or the container health wait) may take.
+    type: int
+    default: 120
+  keep_revisions:
+    description: How many retained revisions to keep (V(0) keeps all).
+    type: int
+    default: 10
+  docker_cli:
+    description: Name or path of the Docker CLI.
+    type: str
+    default: docker
+  docker_host:
+    description: Docker daemon address (C(DOCKER_HOST)). Defaults to the environment's, then the local socket.
+    type: str
+notes:
+  - Give secrets through O(env_artifact) and files on the target, never inside hook commands: module
+    arguments other than those marked no_log appear in verbose logs.
+seealso:
+  - module: stellaops.runtime.stella_plan
+  - module: stellaops.runtime.stella_rollback
+"""
+
+EXAMPLES = r"""
+- name: Plan on the controller
+  stellaops.runtime.stella_plan:
+    release: "{{ release }}"
+  register: plan
+
+- name: Apply the compose.up payload verbatim on the target
+  stellaops.runtime.stella_compose_deploy:
+    payload: "{{ plan.payloads['compose.up'] }}"
+  register: applied
+
+- name: Same with snake_case options
+  stellaops.runtime.stella_compose_deploy:
+    project_name: acme_prod_tgt-01_shop
+    compose_lock: "{{ plan.lock }}"
+    version_sticker: "{{ plan.sticker }}"
+    pull_images: true
+    target:
+      id: tgt-01
+      name: vm-01
+      type: ComposeHost
+      endpoint: ssh://deploy@10.0.0.5
+      executionMode: agent
+    work_directory: /var/lib/stella/projects
+    hooks:
+      - Name: migrate
+        Phase: pre-deploy
+        Interpreter: /bin/sh
+        Command: ./migrate.sh
+        TimeoutSeconds: 60
+        FailurePolicy: fail
+"""
+
+RETURN = r"""
+projectDirectory:
+  description: Project directory on the target.
+  returned: compose.up
+  type: str
+composePath:
+  description: Path of C(compose.stella.lock.yml).
+  returned: compose.up
+  type: str
+applyManifestPath:
+  description: Path of C(apply-manifest.json).
+  returned: compose.up
+  type: str
+artifactHashes:
+  description: SHA-256 of each artifact file, the apply manifest included.
+  returned: compose.up
+  type: dict
+serviceCount:
+  description: Number of Compose services verified.
+  returned: compose.up
+  type: int
+services:
+  description: Per container of the project, service, container id and name, state, health, image,
+    imageDigest (set only when the container runs the pinned image), ipAddress and Stella labels.
+  returned: compose.up
+  type: list
+  elements: dict
+completedPhases:
+  description: Implementation phases that completed, in order (V(write_artifacts), V(pre_deploy_hooks),
+    V(compose_pull), V(compose_up), V(inspect_services), V(write_sticker), V(post_deploy_hooks); for
+    docker.run V(pull_image), V(pre_deploy_hooks), V(prepare_container), V(inspect_container), V(post_deploy_hooks)).
+  returned: always
+  type: list
+  elements: str
+phaseDurationsMs:
+  description: Duration of each implementation phase that ran.
+  returned: always
+  type: dict
+deploymentPhases:
+  description: High-level phases (V(prepare), V(pre-deploy), V(deploy), V(verify), V(promote),
+    V(post-deploy)) with status and durationMs.
+  returned: always
+  type: list
+  elements: dict
+hookResults:
+  description: One entry per hook run, with name, phase, exitCode, timedOut, durationMs, failurePolicy,
+    outcome (V(succeeded), V(failed), V(ignored), V(warned), V(continued)) and stdout/stderr
+    (redacted to length and sha256 unless RedactionPolicy=none).
+  returned: always
+  type: list
+  elements: dict
+failurePhase:
+  description: The phase that failed, V(null) on success.
+  returned: always
+  type: str
+code:
+  description: Stable failure code.
+  returned: failure
+  type: str
+targetId:
+  description: Target identity used for the run (also RV(targetName), RV(targetType), RV(targetEndpoint), RV(targetExecutionMode)).
+  returned: always
+  type: str
+previousRevisionPath:
+  description: Retained revision that is the rollback baseline.
+  returned: when a baseline exists
+  type: str
+versionStickerPath:
+  description: Path of C(stella.version.json) (RV(versionStickerHash) is its SHA-256).
+  returned: compose.up
+  type: str
+composeLockPath:
+  description: Path of the compose lock (RV(composeLockHash) is its SHA-256).
+  returned: compose.up
+  type: str
+runtime:
+  description: Docker client/server and Compose versions, OS and architecture.
+  returned: compose.up
+  type: dict
+containerId:
+  description: Container id (docker.run; also RV(containerName), RV(containerState), RV(ipAddress)).
+  returned: docker.run
+  type: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
+from ansible_collections.stellaops.runtime.plugins.module_utils._deploy import (
+    ComposeHost, DockerHost, compose_request_from_options, compose_request_from_payload, docker_request_from_payload)
+
+TASK_OPTIONS = ("project_name", "compose_lock", "version_sticker", "apply_manifest", "manifest_hash", "pull_images",
+                "backup_existing", "hooks", "target")
+
+ARGUMENT_SPEC = dict(
+    task=dict(type="str", choices=["compose.up", "docker.run"], default="compose.up"),
+    payload=dict(type="dict"),
+    project_name=dict(type="str"),
+    compose_lock=dict(type="str"),
+    version_sticker=dict(type="str"),
+    apply_manifest=dict(type="str"),
+    manifest_hash=dict(type="str"),
+    pull_images=dict(type="bool"),
+    backup_existing=dict(type="bool"),
+    hooks=dict(type="list", elements="dict"),
+    target=dict(type="dict"),
+    work_directory=dict(type="path"),
+    env_artifact=dict(type="str", no_log=True),
+    secrets=dict(type="list", elements="str", no_log=True, default=[]),
+    wait_timeout=dict(type="int", default=120),
+    keep_revisions=dict(type="int", default=10),
+    docker_cli=dict(type="str", default="docker"),
+    docker_host=dict(type="str"),
+)
+
+
+def main():
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True,
+                           mutually_exclusive=[("payload",) + TASK_OPTIONS])
+    params = module.params
+    environ = {"LC_ALL": "C"}
+    if params["docker_host"]:
+        environ["DOCKER_HOST"] = params["docker_host"]
+
+    def run_command(argv):
+        return module.run_command(argv, environ_update=environ)
+
+    env_bytes = params["env_artifact"].encode("utf-8") if params["env_artifact"] is not None else None
+    secrets = list(params["secrets"]) + ([params["env_artifact"]] if params["env_artifact"] else [])
+    try:
+        if params["task"] == "docker.run":
+            if params["payload"] is None:
+                raise StellaError("invalid_payload", "task docker.run needs payload", phase="validate_payload")
+            request = docker_request_from_payload(params["payload"], params)
+            engine = DockerHost(run_command, docker=params["docker_cli"], warn=module.warn,
+                                health_timeout=params["wait_timeout"], secrets=secrets)
+            result = engine.apply(request, check_mode=module.check_mode)
+        else:
+            if params["payload"] is not None:
+                request = compose_request_from_payload(params["payload"], params)
+                if params["work_directory"]:
+                    request["work_directory"] = params["work_directory"]
+            else:
+                request = compose_request_from_options(params)
+            engine = ComposeHost(run_command, docker=params["docker_cli"], warn=module.warn,
+                                 wait_timeout=params["wait_timeout"], keep_revisions=params["keep_revisions"],
+                                 secrets=secrets)
+            result = engine.apply(request, check_mode=module.check_mode, diff=module._diff, env_bytes=env_bytes)
+    except StellaError as exc:
+        evidence = dict(exc.evidence or {})
+        evidence.pop("failurePhase", None)
+        changed = evidence.pop("changed", False)
+        module.fail_json(msg=exc.reason, code=exc.code, failurePhase=exc.phase, changed=changed, **evidence)
+    for warning in result["warnings"]:
+        module.warn(warning)
+    extra = {"diff": result["diff"]} if "diff" in result else {}
+    module.exit_json(changed=result["changed"], **dict(result["evidence"], **extra))
+
+
+if __name__ == "__main__":
+    main()
