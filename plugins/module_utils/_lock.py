@@ -25,7 +25,7 @@ LOCK_FILE = "compose.stella.lock.yml"
 ENV_FILE = ".env.stella"
 COMPOSE_VERSION = "3.8"
 _SHORT_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
-_PLAIN_KEY = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 _YAML_RESERVED_KEYS = {"y", "n", "yes", "no", "on", "off", "true", "false", "null", "~"}
 
 
@@ -65,7 +65,7 @@ def quote(text):
 def _key(key):
     if not isinstance(key, str):
         raise TypeError("mapping keys must be strings, got %r" % (key,))
-    if _PLAIN_KEY.match(key) and key.lower() not in _YAML_RESERVED_KEYS and not re.match(r"^[0-9._-]", key):
+    if _PLAIN_KEY.fullmatch(key) and key.lower() not in _YAML_RESERVED_KEYS and not re.match(r"^[0-9._-]", key):
         return key
     return quote(key)
 

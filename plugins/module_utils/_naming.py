@@ -23,9 +23,9 @@ from ansible_collections.stellaops.runtime.plugins.module_utils._canonical impor
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
 
 MAX_PROJECT_LENGTH = 63
-PROJECT_RE = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
+PROJECT_RE = re.compile(r"^[a-z0-9][a-z0-9_-]*\Z")
 NAMED_SLOTS = ("active", "canary", "blue", "green")
-_SLOT_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,31}$")
+_SLOT_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,31}\Z")
 _HASH_LEN = 12
 
 DEFAULT_SLOTS = {

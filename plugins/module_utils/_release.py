@@ -276,6 +276,7 @@ def validate_release(release):
     if errors:
         parts, message = errors[0]
         _fail(parts, message)
+    _no_trailing_newline(release, RELEASE_SCHEMA, ())
     seen = {}
     for index, component in enumerate(release["components"]):
         name = component["name"]
@@ -291,7 +292,7 @@ def validate_release(release):
             here = ("components", index, "config", key)
             if key.startswith("env."):
                 env = key[4:]
-                if not re.match(_ENV_NAME, env):
+                if not re.fullmatch(_ENV_NAME[1:-1], env):
                     _fail(here, "must name an environment variable (env.NAME)")
                 if env.upper().startswith("STELLA_"):
                     _fail(here, "uses the reserved STELLA_ prefix")
@@ -315,7 +316,26 @@ def validate_release(release):
     return release
 
 
-_DURATION = re.compile(r"^(?:[0-9]+(?:\.[0-9]+)?(?:ns|us|ms|s|m|h))+$")
+def _no_trailing_newline(instance, schema, path):
+    """Python's ``$`` (used by ``re.search`` here and in ``jsonschema``) also matches before a final
+    newline; a patterned string must not end with one."""
+    if isinstance(instance, str):
+        if "pattern" in schema and instance.endswith("\n"):
+            _fail(path, "must not end with a newline")
+    elif isinstance(instance, dict):
+        properties = schema.get("properties", {})
+        extra = schema.get("additionalProperties")
+        for key, value in instance.items():
+            if "propertyNames" in schema and key.endswith("\n"):
+                _fail(path + (key,), "property name must not end with a newline")
+            sub = properties.get(key, extra if isinstance(extra, dict) else {})
+            _no_trailing_newline(value, sub, path + (key,))
+    elif isinstance(instance, list) and isinstance(schema.get("items"), dict):
+        for index, item in enumerate(instance):
+            _no_trailing_newline(item, schema["items"], path + (index,))
+
+
+_DURATION = re.compile(r"^(?:[0-9]+(?:\.[0-9]+)?(?:ns|us|ms|s|m|h))+\Z")
 HEALTHCHECK_KEYS = ("test", "interval", "timeout", "retries", "start_period", "start_interval", "disable")
 
 

@@ -1,0 +1,190 @@
+"""Release input schema: one copy (generated docs file), jsonschema agreement, errors that name the field."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import sys
+
+import jsonschema
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "fixtures"))
+
+from planning_support import ROOT, load_release, minimal_release  # noqa: E402
+
+from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.module_utils._release import (  # noqa: E402
+    DEFAULT_WORK_DIRECTORY, RELEASE_SCHEMA, field_path, normalize_release, schema_document, schema_errors,
+    validate_release,
+)
+
+VALIDATOR = jsonschema.Draft202012Validator(RELEASE_SCHEMA)
+
+
+def test_docs_schema_file_is_generated_from_the_module():
+    with open(os.path.join(ROOT, "docs", "schemas", "release-input.schema.json"), "rb") as handle:
+        on_disk = handle.read()
+    assert on_disk == schema_document(), "run: .venv/bin/python docs/schemas/generate.py"
+    assert json.loads(on_disk) == RELEASE_SCHEMA
+
+
+def test_schema_is_a_valid_draft_2020_12_schema():
+    jsonschema.Draft202012Validator.check_schema(RELEASE_SCHEMA)
+
+
+def _mutate(path, value):
+    release = minimal_release(hooks=[{"name": "h", "phase": "pre-deploy", "command": "true"}],
+                              secretEnv={"DB_PASSWORD": "x"}, preflight={"minimumFreeDiskBytes": 1})
+    node = release
+    for part in path[:-1]:
+        node = node[part]
+    if value is _DELETE:
+        del node[path[-1]]
+    else:
+        node[path[-1]] = value
+    return release
+
+
+_DELETE = object()
+
+CASES = [
+    ("valid-minimal", (), None, None),
+    ("missing-release", ("release",), _DELETE, "release"),
+    ("missing-release-id", ("release", "id"), _DELETE, "release.id"),
+    ("bad-release-id", ("release", "id"), " spaced", "release.id"),
+    ("extra-top-level", ("unexpected",), 1, "unexpected"),
+    ("target-type", ("target", "type"), "Kubernetes", "target.type"),
+    ("target-endpoint-space", ("target", "endpoint"), "ssh://a b", "target.endpoint"),
+    ("strategy", ("strategy",), "yolo", "strategy"),
+    ("components-empty", ("components",), [], "components"),
+    ("component-name-upper", ("components", 0, "name"), "Web", "components[0].name"),
+    ("component-image-type", ("components", 0, "image"), 5, "components[0].image"),
+    ("component-extra", ("components", 0, "cpu"), 1, "components[0].cpu"),
+    ("config-key", ("components", 0, "config"), {"bad key": "x"}, 'components[0].config["bad key"]'),
+    ("config-value-float", ("components", 0, "config"), {"env.A": 1.5}, 'components[0].config["env.A"]'),
+    ("config-list-items", ("components", 0, "config"), {"healthcheck.test": [1]}, 'components[0].config["healthcheck.test"][0]'),
+    ("port-pattern", ("components", 0, "ports"), ["80:80:80:80"], "components[0].ports[0]"),
+    ("port-int-range", ("components", 0, "ports"), [70000], "components[0].ports[0]"),
+    ("port-int-ok", ("components", 0, "ports"), [8080, "127.0.0.1:80:8080/udp"], None),
+    ("slot-pattern", ("slot",), "Blue", "slot"),
+    ("project-pattern", ("projectName",), "-x", "projectName"),
+    ("workdir-relative", ("workDirectory",), "var/lib", "workDirectory"),
+    ("secret-name", ("secretEnv",), {"1BAD": "x"}, "secretEnv[\"1BAD\"]"),
+    ("secret-value-type", ("secretEnv",), {"OK": 1}, "secretEnv.OK"),
+    ("hook-phase", ("hooks", 0, "phase"), "during", "hooks[0].phase"),
+    ("hook-timeout", ("hooks", 0, "timeoutSeconds"), 0, "hooks[0].timeoutSeconds"),
+    ("hook-missing-command", ("hooks", 0, "command"), _DELETE, "hooks[0].command"),
+    ("bool-type", ("pullImages",), "false", "pullImages"),
+    ("preflight-mode", ("preflight", "registryReachabilityMode"), "ping", "preflight.registryReachabilityMode"),
+    ("preflight-bool-as-int", ("preflight", "minimumFreeDiskBytes"), True, "preflight.minimumFreeDiskBytes"),
+    ("strategy-config-extra-ok", ("strategyConfig",), {"waitForHealthCheck": False}, None),
+    ("tenant-control-char", ("tenant",), "a\nb", "tenant"),
+]
+
+
+@pytest.mark.parametrize("path,value,field", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_validator_agrees_with_jsonschema_and_names_the_field(path, value, field):
+    release = minimal_release() if not path else _mutate(path, value)
+    ours = schema_errors(release)
+    theirs = list(VALIDATOR.iter_errors(release))
+    assert bool(ours) == bool(theirs), (ours, [e.message for e in theirs])
+    if field is None:
+        assert not ours
+        validate_release(release)
+        return
+    fields = {field_path(p) for p, _ in ours}
+    theirs_paths = [tuple(e.absolute_path) for e in theirs]
+    assert field in fields, fields
+    with pytest.raises(StellaError) as info:
+        validate_release(release)
+    assert info.value.code == "release_invalid"
+    assert field in info.value.reason
+    # jsonschema reports the same location (required/additionalProperties errors point at the parent there)
+    assert any(not p or field.startswith(field_path(p)) for p in theirs_paths), theirs_paths
+
+
+_json_scalars = st.one_of(st.none(), st.booleans(), st.integers(-5, 70000), st.text(max_size=6),
+                          st.sampled_from(["rolling", "ComposeHost", "active", "8080:80", "env.A", "a-b"]))
+_json = st.recursive(_json_scalars, lambda inner: st.one_of(
+    st.lists(inner, max_size=3), st.dictionaries(st.sampled_from(
+        ["id", "name", "version", "type", "image", "config", "ports", "slot", "env.A", "x", "phase", "command"]),
+        inner, max_size=3)), max_leaves=8)
+_FIELDS = ["release", "components", "target", "tenant", "strategy", "slot", "secretEnv", "hooks", "preflight",
+           "strategyConfig", "projectName", "pullImages", "workDirectory"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(field=st.sampled_from(_FIELDS), value=_json)
+def test_validator_agrees_with_jsonschema_on_random_values(field, value):
+    release = minimal_release()
+    release[field] = value
+    assert bool(schema_errors(release)) == (not VALIDATOR.is_valid(release))
+
+
+@settings(max_examples=200, deadline=None)
+@given(index=st.integers(0, 0), key=st.sampled_from(["name", "image", "config", "ports", "extra"]), value=_json)
+def test_validator_agrees_with_jsonschema_inside_components(index, key, value):
+    release = minimal_release()
+    release["components"][index][key] = value
+    assert bool(schema_errors(release)) == (not VALIDATOR.is_valid(release))
+
+
+@pytest.mark.parametrize("components,field", [
+    ([{"name": "a", "image": "r.io/x:1"}, {"name": "a", "image": "r.io/y:1"}], "components[1].name"),
+    ([{"name": "a", "image": "r.io/X:1"}], "components[0].image"),
+    ([{"name": "a", "image": "r.io/x:1", "config": {"env.STELLA_SLOT": "x"}}], 'components[0].config["env.STELLA_SLOT"]'),
+    ([{"name": "a", "image": "r.io/x:1", "config": {"env.1A": "x"}}], 'components[0].config["env.1A"]'),
+    ([{"name": "a", "image": "r.io/x:1", "config": {"healthcheck.interval": "often"}}],
+     'components[0].config["healthcheck.interval"]'),
+    ([{"name": "a", "image": "r.io/x:1", "config": {"healthcheck.retries": "three"}}],
+     'components[0].config["healthcheck.retries"]'),
+    ([{"name": "a", "image": "r.io/x:1", "config": {"healthcheck.test": ["RUN", "x"]}}],
+     'components[0].config["healthcheck.test"]'),
+    ([{"name": "a", "image": "r.io/x:1", "config": {"healthcheck.bogus": "x"}}],
+     'components[0].config["healthcheck.bogus"]'),
+    ([{"name": "a", "image": "r.io/x:1", "config": {"other": ["x"]}}], "components[0].config.other"),
+], ids=["duplicate-name", "bad-image", "reserved-env", "env-name", "duration", "retries", "test-list", "hc-key",
+        "list-value"])
+def test_semantic_errors_name_the_field(components, field):
+    with pytest.raises(StellaError) as info:
+        validate_release(minimal_release(components=components))
+    assert info.value.code == "release_invalid" and field in info.value.reason, info.value.reason
+    assert info.value.evidence["field"] == field
+
+
+def test_secret_env_key_cannot_also_be_plain_env():
+    release = minimal_release(secretEnv={"TOKEN": "s"},
+                              components=[{"name": "a", "image": "r.io/x:1", "config": {"env.TOKEN": "x"}}])
+    with pytest.raises(StellaError, match=r'config\["env.TOKEN"\] is also a secretEnv key'):
+        validate_release(release)
+
+
+def test_workdirectory_without_dot_segments():
+    with pytest.raises(StellaError, match="workDirectory"):
+        validate_release(minimal_release(workDirectory="/var/../etc"))
+
+
+def test_normalize_fills_defaults_without_touching_the_input():
+    release = load_release()
+    before = copy.deepcopy(release)
+    data = normalize_release(release)
+    assert release == before
+    assert data["workDirectory"] == DEFAULT_WORK_DIRECTORY
+    assert data["secretEnv"] == {} and data["hooks"] == [] and data["backupExisting"] is True
+    assert data["components"][0]["ports"] == ["18080:8080", "9090"]
+    assert normalize_release(minimal_release(workDirectory="/srv/stella/"))["workDirectory"] == "/srv/stella"
+
+
+@pytest.mark.parametrize("path", [("release", "id"), ("tenant",), ("slot",), ("components", 0, "name")])
+def test_trailing_newline_is_refused_even_where_python_dollar_would_accept_it(path):
+    release = minimal_release(slot="active")
+    node = release
+    for part in path[:-1]:
+        node = node[part]
+    node[path[-1]] = node[path[-1]] + "\n"
+    with pytest.raises(StellaError, match="newline"):
+        validate_release(release)
