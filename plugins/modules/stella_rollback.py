@@ -1,0 +1,201 @@
+#!/usr/bin/python
+# Copyright (c) Stella Ops contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: stella_rollback
+short_description: Restore a retained Compose revision on the target host (compose.rollback)
+version_added: 0.1.0
+description:
+  - Target-side C(compose.rollback). Resolves the explicit O(revision_path) (which must resolve inside
+    the project's C(revisions/) directory) or the latest retained revision, validates the SHA-256 of
+    every file against its C(revision.json) and the artifact set's hash chain, then, under the project
+    lock, restores C(compose.stella.lock.yml), pulls missing images, verifies digests, runs
+    C(docker compose up -d --wait), inspects every service and only then restores
+    C(stella.version.json) and C(apply-manifest.json).
+  - With no retained revision the task fails with RV(failurePhase=resolve_revision) before any pull or
+    runtime change; a tampered revision fails in V(validate_revision), also before any change.
+  - Records RV(rollbackRestored), RV(restoredRevisionPath), the restored digests, the phases
+    V(rollback-pre), V(rollback-deploy), V(rollback-verify), V(rollback-post) with timings, and the
+    target identity. The module refuses to run for a target whose endpoint does not name this host.
+author:
+  - Stella Ops runtime team (@stellaops)
+attributes:
+  check_mode:
+    description: Can run in check mode and return changed status prediction without modifying target.
+    support: full
+    details: Resolves and validates the revision, then reports whether restoring it would change anything.
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
+    support: none
+  idempotent:
+    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
+    support: full
+    details: Restoring the revision that already runs and is verified reports RV(changed=false).
+options:
+  payload:
+    description:
+      - The C(compose.rollback) payload verbatim, keys C(ProjectName) and C(Target) (required),
+        C(RevisionPath), C(WorkDirectory), C(Reason) and C(Variables). Unknown or missing keys are an
+        error before any change. Mutually exclusive with O(project_name), O(revision_path), O(target).
+    type: dict
+  project_name:
+    description: Compose project name.
+    type: str
+  revision_path:
+    description:
+      - Retained revision to restore, absolute or relative to C(<project>/revisions/). Paths whose real
+        path is outside C(revisions/) are rejected. Defaults to the latest retained revision.
+    type: str
+  target:
+    description: Target identity with keys C(id), C(name), C(type), C(endpoint), C(executionMode).
+    type: dict
+  work_directory:
+    description: Stella-owned work directory. Defaults to the payload's, else C(/var/lib/stella/projects).
+    type: path
+  reason:
+    description: Why the rollback runs; recorded in RV(rollbackReason).
+    type: str
+  pull_images:
+    description: Pull images of the revision that are not present.
+    type: bool
+    default: true
+  wait_timeout:
+    description: Seconds C(docker compose up --wait) may take.
+    type: int
+    default: 120
+  docker_cli:
+    description: Name or path of the Docker CLI.
+    type: str
+    default: docker
+  docker_host:
+    description: Docker daemon address (C(DOCKER_HOST)).
+    type: str
+seealso:
+  - module: stellaops.runtime.stella_compose_deploy
+"""
+
+EXAMPLES = r"""
+- name: Roll back to the latest retained revision
+  stellaops.runtime.stella_rollback:
+    payload: "{{ plan.payloads['compose.rollback'] }}"
+
+- name: Roll back to a chosen revision
+  stellaops.runtime.stella_rollback:
+    project_name: acme_prod_tgt-01_shop
+    revision_path: 000001-bf0792cc9036
+    work_directory: /var/lib/stella/projects
+    target:
+      id: tgt-01
+      name: vm-01
+      type: ComposeHost
+      endpoint: ssh://deploy@10.0.0.5
+      executionMode: agent
+"""
+
+RETURN = r"""
+rollbackRestored:
+  description: V(true) once the revision runs, is verified, and its sticker is restored.
+  returned: always
+  type: bool
+restoredRevisionPath:
+  description: Real path of the revision that was restored.
+  returned: when resolved
+  type: str
+restoredDigests:
+  description: Component name to image digest recorded by the restored sticker.
+  returned: when resolved
+  type: dict
+restoredManifestHash:
+  description: Manifest hash of the restored revision.
+  returned: when resolved
+  type: str
+services:
+  description: Per container, service, id, name, state, health, image, imageDigest, Stella labels.
+  returned: always
+  type: list
+  elements: dict
+completedPhases:
+  description: Implementation phases that completed (V(resolve_revision), V(validate_revision),
+    V(restore_lock), V(compose_pull), V(compose_up), V(inspect_services), V(restore_sticker)).
+  returned: always
+  type: list
+  elements: str
+phaseDurationsMs:
+  description: Duration of each implementation phase.
+  returned: always
+  type: dict
+deploymentPhases:
+  description: V(rollback-pre), V(rollback-deploy), V(rollback-verify), V(rollback-post) with status and durationMs.
+  returned: always
+  type: list
+  elements: dict
+failurePhase:
+  description: The phase that failed, V(null) on success.
+  returned: always
+  type: str
+code:
+  description: Stable failure code (V(no_revision), V(revision_path_rejected), V(revision_tampered), ...).
+  returned: failure
+  type: str
+targetId:
+  description: Target identity used (also RV(targetName), RV(targetType), RV(targetEndpoint), RV(targetExecutionMode)).
+  returned: always
+  type: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
+from ansible_collections.stellaops.runtime.plugins.module_utils._rollback import (
+    ComposeRollback, rollback_request_from_options, rollback_request_from_payload)
+
+ARGUMENT_SPEC = dict(
+    payload=dict(type="dict"),
+    project_name=dict(type="str"),
+    revision_path=dict(type="str"),
+    target=dict(type="dict"),
+    work_directory=dict(type="path"),
+    reason=dict(type="str"),
+    pull_images=dict(type="bool", default=True),
+    wait_timeout=dict(type="int", default=120),
+    docker_cli=dict(type="str", default="docker"),
+    docker_host=dict(type="str"),
+)
+
+
+def main():
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True,
+                           mutually_exclusive=[("payload", "project_name"), ("payload", "revision_path"),
+                                               ("payload", "target")])
+    params = module.params
+    environ = {"LC_ALL": "C"}
+    if params["docker_host"]:
+        environ["DOCKER_HOST"] = params["docker_host"]
+
+    def run_command(argv):
+        return module.run_command(argv, environ_update=environ)
+
+    try:
+        if params["payload"] is not None:
+            request = rollback_request_from_payload(params["payload"], params)
+            request["pull_images"] = params["pull_images"]
+        else:
+            request = rollback_request_from_options(params)
+        engine = ComposeRollback(run_command, docker=params["docker_cli"], warn=module.warn,
+                                 wait_timeout=params["wait_timeout"])
+        result = engine.rollback(request, check_mode=module.check_mode)
+    except StellaError as exc:
+        evidence = dict(exc.evidence or {})
+        evidence.pop("failurePhase", None)
+        changed = evidence.pop("changed", False)
+        module.fail_json(msg=exc.reason, code=exc.code, failurePhase=exc.phase, changed=changed, **evidence)
+    module.exit_json(changed=result["changed"], **result["evidence"])
+
+
+if __name__ == "__main__":
+    main()
