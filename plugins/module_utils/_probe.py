@@ -23,6 +23,7 @@ Stdlib only. Probes are read-only.
 
 from __future__ import annotations
 
+import math
 import socket
 import time
 import urllib.error
@@ -208,7 +209,7 @@ def _seconds(config, key, where, default, low_exclusive, high):
             number = float(value.strip())
         except ValueError:
             number = None
-    ok = number is not None and number == number and number <= high
+    ok = number is not None and not math.isnan(number) and number <= high
     ok = ok and (number > 0 if low_exclusive else number >= 0)
     if not ok:
         bound = "greater than 0" if low_exclusive else "from 0"

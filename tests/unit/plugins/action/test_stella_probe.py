@@ -225,4 +225,3 @@ def test_playbook_check_mode_still_probes(tmp_path, http_server):
     assert probe["evidence"]["healthProbe.api.observed"] == "200"
     assert http_server.seen == ["/ok"]
     assert report["stats"]["localhost"]["failures"] == 0
-

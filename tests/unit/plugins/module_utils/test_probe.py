@@ -160,7 +160,8 @@ def test_target_host(endpoint, host):
 TARGET = {"targetId": "t-1", "endpoint": "ssh://root@10.0.0.5:22"}
 
 
-def one(config, target=TARGET, host_override=None):
+def one(config, target=None, host_override=None):
+    target = TARGET if target is None else target
     specs = parse_probe_specs([{"name": "api", "config": config}], target=target, host_override=host_override)
     assert len(specs) == 1
     return specs[0].as_dict()
@@ -256,6 +257,8 @@ def test_parse_valid(config, target, override, expected):
          "component 'api': healthProbe.attempts must be an integer from 1 to 100, got True"),
         ({"healthProbe.timeoutSeconds": 0}, TARGET,
          "component 'api': healthProbe.timeoutSeconds must be a number of seconds greater than 0 up to 300, got 0"),
+        ({"healthProbe.timeoutSeconds": "nan"}, TARGET,
+         "component 'api': healthProbe.timeoutSeconds must be a number of seconds greater than 0 up to 300, got 'nan'"),
         ({"healthProbe.intervalSeconds": "-1"}, TARGET,
          "component 'api': healthProbe.intervalSeconds must be a number of seconds from 0 up to 300, got '-1'"),
         ({"healthProbe.host": ""}, TARGET,
@@ -264,7 +267,7 @@ def test_parse_valid(config, target, override, expected):
     ids=["unsupported-type", "tcp-no-port", "tcp-with-http-port", "http-with-tcp-port", "unix-endpoint",
          "no-endpoint", "endpoint-no-host-redacted", "unknown-key", "url-and-port", "url-ftp", "url-relative",
          "url-credentials", "bad-scheme", "port-text", "tcp-port-range", "status-range", "attempts-zero",
-         "attempts-bool", "timeout-zero", "interval-negative", "empty-host"],
+         "attempts-bool", "timeout-zero", "timeout-nan", "interval-negative", "empty-host"],
 )
 def test_parse_invalid_exact_reason(config, target, reason):
     with pytest.raises(StellaError) as err:

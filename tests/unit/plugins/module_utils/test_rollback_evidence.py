@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import random
 
 import pytest
 import rfc8785
