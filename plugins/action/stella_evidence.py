@@ -1,0 +1,82 @@
+# Copyright (c) Stella Ops contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Controller-side evidence records (documentation: plugins/modules/stella_evidence.py)."""
+
+from __future__ import annotations
+
+import datetime
+import os
+
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.stellaops.runtime.plugins.module_utils._canonical import pretty_json, sha256_bytes
+from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
+from ansible_collections.stellaops.runtime.plugins.module_utils._evidence import deployment_record, rollback_records
+from ansible_collections.stellaops.runtime.plugins.module_utils._fsutil import atomic_write
+
+ARGUMENT_SPEC = {
+    "dest": {"type": "path", "required": True},
+    "kind": {"type": "str", "choices": ["deployment", "rollback"], "default": "deployment"},
+    "plan": {"type": "dict", "required": True},
+    "preflight": {"type": "dict"},
+    "apply": {"type": "dict"},
+    "probe": {"type": "dict"},
+    "rollback": {"type": "dict"},
+    "created_at": {"type": "str"},
+}
+
+# Keys of registered results that are Ansible plumbing, not evidence.
+_PLUMBING = ("invocation", "diff", "_ansible_no_log", "_ansible_verbose_always", "ansible_facts", "warnings",
+             "deprecations")
+
+
+def _clean(result):
+    if not result:
+        return result
+    return {k: v for k, v in result.items() if k not in _PLUMBING and not k.startswith("_ansible")}
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _requires_connection = False
+    _supports_check_mode = True
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        del tmp
+        _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        created_at = args["created_at"] or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        plan = _clean(args["plan"])
+        records = {}
+        try:
+            if args["kind"] == "deployment":
+                records["deployment.json"] = deployment_record(
+                    plan, _clean(args["apply"]), created_at, preflight=_clean(args["preflight"]), probe=_clean(args["probe"]))
+            else:
+                evidence, recovery = rollback_records(plan, _clean(args["apply"]), _clean(args["rollback"]), created_at,
+                                                      failed_probe=_clean(args["probe"]))
+                if evidence is not None:
+                    records["rollback-evidence.json"] = evidence
+                records["recovery.json"] = recovery
+        except StellaError as exc:
+            result.update(failed=True, msg=exc.reason, code=exc.code)
+            return result
+
+        directory = os.path.join(args["dest"], plan.get("projectName") or "unknown-project", plan.get("jobId") or "unknown-job")
+        written = {}
+        for name, record in records.items():
+            path = os.path.join(directory, name)
+            data = pretty_json(record)
+            if not self._task.check_mode:
+                os.makedirs(directory, mode=0o750, exist_ok=True)
+                atomic_write(path, data, mode=0o640)
+            written[name] = {"path": path, "sha256": sha256_bytes(data)}
+        result.update(
+            changed=False,
+            evidenceDirectory=directory,
+            files=written,
+            records=records,
+        )
+        return result
