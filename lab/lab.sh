@@ -134,7 +134,7 @@ ensure_engine() {
     fi
     if ! [[ -f /var/run/docker.pid ]]; then
       log "starting dockerd (log $DOCKERD_LOG)"
-      setsid nohup dockerd >>"$DOCKERD_LOG" 2>&1 </dev/null &
+      setsid nohup dockerd >>"$DOCKERD_LOG" 2>&1 </dev/null 9>&- &
       echo $! >"$DOCKERD_PIDFILE"
     fi
     local i
@@ -242,7 +242,7 @@ start_registry() {
     local st
     st=$(labtool status "http://$addr/v2/")
     [[ "$st" == 000 ]] || die "registry $name: $addr already answers (HTTP $st) but not from a process this lab started; stop it first"
-    setsid nohup docker-registry serve "$cfg" >>"$logf" 2>&1 </dev/null &
+    setsid nohup docker-registry serve "$cfg" >>"$logf" 2>&1 </dev/null 9>&- &
     echo $! >"$pidfile"
     log "registry $name: started on $addr (pid $(<"$pidfile"), log $logf)"
   fi
@@ -452,8 +452,10 @@ EOF
 cmd_up() {
   local t0=$SECONDS
   mkdir -p "$STATE"
-  exec 8>"$STATE/.up.lock"
-  flock -w 600 8 || die "another 'lab.sh up' holds $STATE/.up.lock"
+  # fd 9 holds the lock; every background process the lab starts closes it (9>&-), so a registry or
+  # dockerd started here never keeps the lock after 'up' ends.
+  exec 9>"$STATE/up.lock"
+  flock -w 600 9 || die "another 'lab.sh up' has held $STATE/up.lock for 600 s"
   ensure_packages
   ensure_engine
   ensure_compose
