@@ -50,7 +50,7 @@ def main():
     release, resolved = build_release(args.components)
     timings = []
     plan = None
-    for _ in range(args.repeat):
+    for _run in range(args.repeat):
         start = time.perf_counter()
         plan = plan_release(release, resolved)
         timings.append(time.perf_counter() - start)

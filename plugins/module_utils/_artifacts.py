@@ -182,8 +182,8 @@ def verify_artifact_set(apply_manifest, artifacts, project_name=None, expected_m
             if lock is not None and sticker.get("composeHash") != sha256_bytes(lock):
                 problems.append("%s composeHash %s != %s" % (STICKER_FILE, sticker.get("composeHash"), sha256_bytes(lock)))
             if sticker.get("projectName") != apply_manifest.get("projectName"):
-                problems.append("%s projectName %r != %r" % (STICKER_FILE, sticker.get("projectName"),
-                                                            apply_manifest.get("projectName")))
+                problems.append("%s projectName %r != %r"
+                                % (STICKER_FILE, sticker.get("projectName"), apply_manifest.get("projectName")))
     return problems
 
 

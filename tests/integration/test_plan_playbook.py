@@ -15,7 +15,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "unit", "fixtures"))
 
 from planning_support import minimal_release  # noqa: E402
-from test_plan_registry import auth_credentials, lab  # noqa: E402,F401 - lab is a fixture
+from test_plan_registry import auth_credentials, lab  # noqa: E402,F401 pylint: disable=unused-import
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._artifacts import verify_artifact_set  # noqa: E402
 
@@ -79,6 +79,6 @@ def test_password_file_option_and_wrong_password(lab, tmp_path):
 def test_unknown_tag_fails_planning_and_writes_nothing(lab, tmp_path):
     release = minimal_release(components=[{"name": "web", "image": lab["registries"]["plain"]["address"] +
                                            "/stella/app:does-not-exist"}])
-    plan, _ = run_playbook(tmp_path, {"release": release, "dest": str(tmp_path / "out")})
+    plan, _output = run_playbook(tmp_path, {"release": release, "dest": str(tmp_path / "out")})
     assert plan["failed"] is True and plan["code"] == "image_unresolved" and "not found" in plan["msg"]
     assert not (tmp_path / "out").exists()

@@ -86,22 +86,22 @@ def _http(method, url, data=None, headers=None):
 
 def _push_blob(base, repository, data):
     digest = "sha256:" + hashlib.sha256(data).hexdigest()
-    status, headers, _ = _http("POST", "%s/v2/%s/blobs/uploads/" % (base, repository), b"")
+    status, headers, _body = _http("POST", "%s/v2/%s/blobs/uploads/" % (base, repository), b"")
     assert status == 202
     location = headers["Location"]
     if location.startswith("/"):
         location = base + location
     sep = "&" if "?" in location else "?"
-    status, _, _ = _http("PUT", location + sep + "digest=" + digest, data,
-                         {"Content-Type": "application/octet-stream", "Content-Length": str(len(data))})
+    upload_headers = {"Content-Type": "application/octet-stream", "Content-Length": str(len(data))}
+    status, _headers, _body = _http("PUT", location + sep + "digest=" + digest, data, upload_headers)
     assert status == 201
     return {"digest": digest, "size": len(data)}
 
 
 def _push_manifest(base, repository, reference, document, media_type):
     body = json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
-    status, headers, _ = _http("PUT", "%s/v2/%s/manifests/%s" % (base, repository, reference), body,
-                               {"Content-Type": media_type})
+    url = "%s/v2/%s/manifests/%s" % (base, repository, reference)
+    status, headers, _body = _http("PUT", url, body, {"Content-Type": media_type})
     assert status == 201
     digest = "sha256:" + hashlib.sha256(body).hexdigest()
     assert headers.get("Docker-Content-Digest") == digest

@@ -47,7 +47,7 @@ def test_stale_env_artifact_is_removed_and_check_mode_writes_nothing(tmp_path):
     dest = str(tmp_path)
     write_artifacts(dest, _files(secretEnv={"A": SECRET}), check_mode=False)
     snapshot = {n: open(os.path.join(dest, n), "rb").read() for n in os.listdir(dest)}
-    changed, written, _ = write_artifacts(dest, _files(), check_mode=True)
+    changed, written, _before = write_artifacts(dest, _files(), check_mode=True)
     assert changed and ".env.stella" in written
     assert {n: open(os.path.join(dest, n), "rb").read() for n in os.listdir(dest)} == snapshot
     write_artifacts(dest, _files(), check_mode=False)
@@ -112,18 +112,18 @@ def test_playbook_plan_check_mode_diff_and_write(tmp_path):
     assert SECRET not in output and SECRET not in json.dumps(result)
     assert result["payloads"]["compose.up"]["ProjectName"] == result["projectName"] == "acme_prod_tgt-1_shop"
     assert "_files" not in result
-    result, _ = _playbook(tmp_path, args)
+    result, _output = _playbook(tmp_path, args)
     assert result["changed"] is True and sorted(os.listdir(dest)) == sorted(
         [".env.stella", "apply-manifest.json", "compose.stella.lock.yml", "stella.version.json"])
     assert (dest / "compose.stella.lock.yml").read_text() == result["lock"]
-    result, _ = _playbook(tmp_path, args)
+    result, _output = _playbook(tmp_path, args)
     assert result["changed"] is False
 
 
 def test_playbook_failures_name_the_field_and_code(tmp_path):
     bad = minimal_release()
     bad["components"][0]["image"] = "Not An Image"
-    result, _ = _playbook(tmp_path, {"release": bad})
+    result, _output = _playbook(tmp_path, {"release": bad})
     assert result["failed"] is True and result["code"] == "release_invalid" and "components[0].image" in result["msg"]
-    result, _ = _playbook(tmp_path, {"release": minimal_release(), "resolve": False, "dest": str(tmp_path / "d")})
+    result, _output = _playbook(tmp_path, {"release": minimal_release(), "resolve": False, "dest": str(tmp_path / "d")})
     assert result["code"] == "image_unresolved" and not (tmp_path / "d").exists()

@@ -78,7 +78,7 @@ def test_lock_bytes_shape():
     lock = plan_release(release, resolved_for(release))["_files"]["compose.stella.lock.yml"]
     assert lock.endswith(b"\n") and b"\r" not in lock and not lock.endswith(b"\n\n")
     assert lock.startswith(b'name: "acme_prod_tgt-01_shop"\n')
-    assert b"version" not in lock.split(b"services:")[0]
+    assert b"version" not in lock.split(b"services:", maxsplit=1)[0]
 
 
 def test_golden_lock_accepted_by_compose_with_tricky_values_unchanged():

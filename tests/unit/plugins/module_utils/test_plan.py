@@ -145,10 +145,10 @@ def test_digest_change_changes_everything_downstream():
 
 
 def test_images_pinned_with_full_identity():
-    plan = plan_release(minimal_release(components=[
-        {"name": "a", "image": "nginx:1.25"}, {"name": "b", "image": "ghcr.io/org/team/api"},
-        {"name": "c", "image": "registry.example.com:5000/x/y:2@" + DIGEST_B}]), {"nginx:1.25": DIGEST_A,
-                                                                                 "ghcr.io/org/team/api": DIGEST_A})
+    components = [{"name": "a", "image": "nginx:1.25"}, {"name": "b", "image": "ghcr.io/org/team/api"},
+                  {"name": "c", "image": "registry.example.com:5000/x/y:2@" + DIGEST_B}]
+    plan = plan_release(minimal_release(components=components),
+                        {"nginx:1.25": DIGEST_A, "ghcr.io/org/team/api": DIGEST_A})
     images = {c["name"]: c["image"] for c in plan["components"]}
     assert images == {"a": "docker.io/library/nginx:1.25@" + DIGEST_A, "b": "ghcr.io/org/team/api:latest@" + DIGEST_A,
                       "c": "registry.example.com:5000/x/y:2@" + DIGEST_B}

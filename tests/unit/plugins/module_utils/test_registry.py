@@ -46,7 +46,7 @@ def test_get_fallback_when_head_is_not_supported_and_body_is_hashed():
 
 
 def test_get_body_must_match_docker_content_digest():
-    registry, _ = _registry(head_supported=False)
+    registry, _digest = _registry(head_supported=False)
     body, media, _digest = registry.manifests[("shop/web", "1.0")]
     registry.manifests[("shop/web", "1.0")] = (body, media, "sha256:" + "0" * 64)
     with pytest.raises(StellaError, match="does not match the manifest bytes") as info:
@@ -68,7 +68,7 @@ def test_index_digest_is_pinned_and_platforms_reported():
 
 
 def test_reference_with_digest_is_kept_without_requests():
-    registry, _ = _registry()
+    registry, _digest = _registry()
     ref = HOST + "/shop/web:1.0@sha256:" + "9" * 64
     result = DigestResolver(transport=registry).resolve(ref)
     assert result["image"] == ref and result["resolved"] is False and registry.calls == []
@@ -95,7 +95,7 @@ def test_bearer_token_flow_with_credentials():
     ({}, "bearer"), ({HOST: {"username": "stella", "password": "wrong-" + PASSWORD}}, "bearer"),
 ], ids=["basic-none", "basic-wrong", "bearer-none", "bearer-wrong"])
 def test_auth_failures_are_image_unresolved_without_secrets(creds, kind):
-    registry, _ = _registry(auth=(kind, "stella", PASSWORD))
+    registry, _digest = _registry(auth=(kind, "stella", PASSWORD))
     with pytest.raises(StellaError) as info:
         DigestResolver(creds, transport=registry).resolve(HOST + "/shop/web:1.0")
     assert info.value.code == "image_unresolved" and "authentication" in info.value.reason
@@ -105,7 +105,7 @@ def test_auth_failures_are_image_unresolved_without_secrets(creds, kind):
 
 
 def test_unknown_tag():
-    registry, _ = _registry()
+    registry, _digest = _registry()
     with pytest.raises(StellaError, match="tag nope not found") as info:
         DigestResolver(transport=registry).resolve(HOST + "/shop/web:nope")
     assert info.value.code == "image_unresolved" and info.value.evidence["status"] == 404

@@ -96,7 +96,7 @@ def test_validator_agrees_with_jsonschema_and_names_the_field(path, value, field
         assert not ours
         validate_release(release)
         return
-    fields = {field_path(p) for p, _ in ours}
+    fields = {field_path(p) for p, _message in ours}
     theirs_paths = [tuple(e.absolute_path) for e in theirs]
     assert field in fields, fields
     with pytest.raises(StellaError) as info:
