@@ -20,6 +20,7 @@ import ipaddress
 import json
 import os
 import re
+import shutil
 import socket
 import time
 
@@ -258,11 +259,15 @@ def host_facts(run_command):
     """This host's addresses and names (``ip -j addr`` + ``socket``), for the identity check."""
     addresses = []
     try:
+        if not shutil.which("ip"):
+            raise OSError("ip not found")
         rc, out, _err = run_command(["ip", "-j", "addr"])
         if rc == 0:
             addresses = parse_ip_addresses(out)
     except OSError:
         addresses = []
+    if not addresses:
+        addresses = _resolve(socket.gethostname())
     names = [socket.gethostname()]
     with contextlib.suppress(OSError):
         names.append(socket.getfqdn())

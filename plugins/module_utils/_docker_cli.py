@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
@@ -240,6 +241,8 @@ class DockerCli:
         self.commands = []
 
     def run(self, argv, code="docker_command_failed", phase=None, check=True):
+        if shutil.which(self.docker) is None:
+            raise StellaError("runtime_missing", "Docker CLI %r not found on this host" % self.docker, phase=phase)
         argv = [self.docker] + list(argv)
         self.commands.append(argv)
         try:
