@@ -1,0 +1,65 @@
+"""Session fixtures for the Docker lab (``make lab``): ``lab``, ``target`` and ``target_factory``.
+
+Targets are named per pytest process (``it<pid>-...``) so parallel sessions never share or stop each
+other's targets; every target a session starts is removed when the session ends.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import labkit
+
+
+@pytest.fixture(scope="session")
+def lab():
+    """The lab description (.lab/lab.json); the test fails with 'run make lab' when it is absent."""
+    try:
+        return labkit.load_lab()
+    except labkit.LabNotRunning as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+class TargetFactory:
+    """Starts DinD targets for the session and removes them all at the end."""
+
+    def __init__(self) -> None:
+        self.prefix = "it%d" % os.getpid()
+        self.started: dict[str, dict] = {}
+
+    def __call__(self, suffix: str, compose: bool = True) -> dict:
+        name = "%s-%s" % (self.prefix, suffix)
+        target = labkit.start_target(name, compose=compose)
+        self.started[name] = target
+        return target
+
+    def stop(self, target: dict) -> None:
+        labkit.stop_target(target["name"])
+        self.started.pop(target["name"], None)
+
+    def close(self) -> None:
+        errors = []
+        for name in list(self.started):
+            try:
+                labkit.stop_target(name)
+            except AssertionError as exc:  # keep removing the others
+                errors.append(str(exc))
+            self.started.pop(name, None)
+        if errors:
+            raise AssertionError("could not remove lab targets:\n" + "\n".join(errors))
+
+
+@pytest.fixture(scope="session")
+def target_factory(lab):  # pylint: disable=redefined-outer-name,unused-argument
+    """``target_factory(suffix, compose=True)`` starts target ``it<pid>-<suffix>``; all removed at the end."""
+    factory = TargetFactory()
+    yield factory
+    factory.close()
+
+
+@pytest.fixture(scope="session")
+def target(target_factory):  # pylint: disable=redefined-outer-name
+    """One DinD target host with Compose v2, shared by the session."""
+    return target_factory("main")
