@@ -92,10 +92,8 @@ ROLLBACK_MODULE = "stellaops.runtime.stella_rollback"
 
 def load_lab_json():
     """The lab description written by ``lab/lab.sh up``; fails (never skips) when the lab is absent."""
-    if not os.path.isfile(LAB_JSON):
-        raise AssertionError("the Docker lab is not running (%s missing): run `make lab` (lab/lab.sh up) first" % LAB_JSON)
-    with open(LAB_JSON, encoding="utf-8") as handle:
-        return json.load(handle)
+    import labkit
+    return labkit.load_lab()
 
 
 def release_input(project, images, work_directory, target=None, hooks=None, version="1.0.0", config=None,
@@ -157,3 +155,101 @@ def compose_down(project, docker_argv=("docker",)):
     """``docker compose -p PROJECT down`` (containers and networks), for cleanup in ``finally`` blocks."""
     subprocess.run(list(docker_argv) + ["compose", "-p", project, "down", "-t", "1", "--remove-orphans"],
                    capture_output=True, check=False)
+
+
+class DeployCtx:
+    """One test's Compose project on localhost (``host=None``) or on a lab target reached over SSH.
+
+    ``planned(image_key, ...)`` plans a one-service (``web``) release with the real planner;
+    ``deploy(planned)`` / ``rollback(...)`` run the modules through ``ansible``; ``containers()`` and
+    ``files()`` read the target's state; ``cleanup()`` runs ``docker compose down`` and removes files.
+    """
+
+    def __init__(self, lab, host=None, prefix="it"):
+        import uuid
+        self.lab, self.host = lab, host
+        self.project = "%s-%s" % (prefix, uuid.uuid4().hex[:10])
+        self.images = lab["images"]
+        if host is None:
+            self.work = tempfile.mkdtemp(prefix="stella-it-")
+            self.resolved = {v["loopback_ref"]: v["digest"] for v in self.images.values() if "loopback_ref" in v}
+            self.refs = {k: v["loopback_ref"] for k, v in self.images.items() if "loopback_ref" in v}
+            self.target = None
+            self.docker_argv = ("docker",)
+        else:
+            import labkit
+            self.work = "/var/lib/stella-it"
+            self.resolved = {v["ref"]: v["digest"] for v in self.images.values()}
+            self.refs = {k: v["ref"] for k, v in self.images.items()}
+            self.target = {"id": "tgt-" + host["name"], "name": host["name"], "type": "ComposeHost",
+                           "endpoint": "ssh://root@%s" % host["address"], "executionMode": "ssh"}
+            self.docker_argv = tuple(labkit.ssh_argv(host)) + ("docker",)
+        self.project_dir = os.path.join(self.work, self.project)
+
+    def planned(self, image_key="app_v1", version="1.0.0", hooks=None, extra=None, **kw):
+        comps = {"web": self.refs[image_key]}
+        comps.update(extra or {})
+        release = release_input(self.project, comps, self.work, target=self.target, hooks=hooks, version=version,
+                                **kw)
+        return plan(release, self.resolved)
+
+    def deploy(self, planned_release, args=None, **kw):
+        call = {"payload": planned_release["payloads"]["compose.up"]}
+        call.update(args or {})
+        return ansible_module(DEPLOY_MODULE, call, host=self.host, **kw)
+
+    def rollback(self, args=None, payload=None, **kw):
+        call = dict(args or {})
+        if "project_name" not in call:
+            call["payload"] = payload or {"ProjectName": self.project, "WorkDirectory": self.work,
+                                          "Target": self.target_context()}
+        return ansible_module(ROLLBACK_MODULE, call, host=self.host, **kw)
+
+    def target_context(self):
+        target = self.target or {"id": "tgt-local", "name": "controller", "type": "ComposeHost",
+                                 "endpoint": "local", "executionMode": "ssh"}
+        return {"Id": target["id"], "Name": target["name"], "Type": target["type"],
+                "Endpoint": target["endpoint"].replace("root@", ""), "ExecutionMode": target["executionMode"]}
+
+    def sh(self, command):
+        """Run a shell command line on the host under test; return stdout."""
+        if self.host is None:
+            argv = ["sh", "-c", command]
+        else:
+            import labkit
+            argv = labkit.ssh_argv(self.host, command)
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=120)
+        if proc.returncode != 0:
+            raise AssertionError("%s failed: %s" % (command, proc.stderr))
+        return proc.stdout
+
+    def containers(self):
+        return project_containers(self.project, self.docker_argv)
+
+    def inspect(self):
+        ids = [cid for cid, _ in self.containers().values()]
+        if not ids:
+            return []
+        return json.loads(subprocess.run(list(self.docker_argv) + ["inspect"] + ids, capture_output=True, text=True,
+                                         check=True).stdout)
+
+    def files(self):
+        """The three committed files (bytes or None) of the project directory."""
+        script = ("import json,os,sys\nd=sys.argv[1]\nout={}\nfor n in ('compose.stella.lock.yml',"
+                  "'stella.version.json','apply-manifest.json'):\n p=os.path.join(d,n)\n"
+                  " out[n]=open(p).read() if os.path.exists(p) else None\nprint(json.dumps(out))")
+        if self.host is None:
+            argv = [os.path.join(VENV_BIN, "python"), "-c", script, self.project_dir]
+        else:
+            import labkit, shlex
+            argv = labkit.ssh_argv(self.host, "python3 -c %s %s" % (shlex.quote(script), self.project_dir))
+        out = json.loads(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
+        return {k: (v.encode() if v is not None else None) for k, v in out.items()}
+
+    def cleanup(self):
+        compose_down(self.project, self.docker_argv)
+        if self.host is None:
+            import shutil
+            shutil.rmtree(self.work, ignore_errors=True)
+        else:
+            self.sh("rm -rf %s" % self.project_dir)
