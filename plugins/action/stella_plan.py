@@ -38,9 +38,12 @@ ARGUMENT_SPEC = dict(
 WRITE_ORDER = (ENV_FILE, LOCK_FILE, STICKER_FILE, APPLY_MANIFEST_FILE)
 
 
-def plain(value):
-    """Plain JSON types (drops Ansible's tagged/unsafe wrappers)."""
-    return json.loads(json.dumps(value))
+def plain(value, field="release"):
+    """Plain JSON types (drops Ansible's tagged/unsafe wrappers); non-JSON values are an error."""
+    try:
+        return json.loads(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise StellaError("release_invalid", "%s is not plain JSON data (%s)" % (field, exc), phase="plan")
 
 
 def load_credentials(raw):
@@ -124,12 +127,12 @@ class ActionModule(ActionBase):
             release = plain(args["release"])
             for value in (release.get("secretEnv") or {}).values():
                 secrets.append(str(value))
-            credentials = load_credentials(plain(args["registry_credentials"]))
+            credentials = load_credentials(plain(args["registry_credentials"], "registry_credentials"))
             for cred in credentials.values():
                 secrets.append(cred["password"])
             validate_release(release)
             resolved, resolution = resolve_digests(
-                release, credentials, args["insecure_registries"], plain(args["resolved"]), args["resolve"],
+                release, credentials, args["insecure_registries"], plain(args["resolved"], "resolved"), args["resolve"],
                 args["timeout"])
             plan = plan_release(release, resolved)
         except StellaError as exc:

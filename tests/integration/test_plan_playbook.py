@@ -14,7 +14,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "unit", "fixtures"))
 
-from planning_support import minimal_release  # noqa: E402
+from planning_support import compose_config, minimal_release  # noqa: E402
 from test_plan_registry import auth_credentials, lab  # noqa: E402,F401 pylint: disable=unused-import
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._artifacts import verify_artifact_set  # noqa: E402
@@ -60,6 +60,9 @@ def test_password_never_printed_with_vvv_and_artifacts_written(lab, tmp_path):
         assert password.encode() not in data
         assert (SECRET_ENV.encode() in data) == (name == ".env.stella")
     assert oct((dest / ".env.stella").stat().st_mode & 0o777) == "0o600"
+    config = compose_config({name: (dest / name).read_bytes() for name in os.listdir(dest)})
+    assert config["services"]["web"]["image"] == lab["images"]["auth_app_v1"]["ref"] + "@" + lab["images"]["auth_app_v1"]["digest"]
+    assert config["services"]["web"]["environment"]["DB_PASSWORD"] == SECRET_ENV
 
 
 def test_password_file_option_and_wrong_password(lab, tmp_path):

@@ -12,7 +12,9 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "fixtures"))
 
-from planning_support import DIGEST_A, ROOT, FakeRegistry, image_manifest, minimal_release  # noqa: E402
+from planning_support import (  # noqa: E402
+    DIGEST_A, ROOT, FakeRegistry, compose_accepts_every_lock, compose_config, image_manifest, minimal_release,
+)
 
 from ansible_collections.stellaops.runtime.plugins.action.stella_plan import (  # noqa: E402
     load_credentials, resolve_digests, write_artifacts,
@@ -22,6 +24,11 @@ from ansible_collections.stellaops.runtime.plugins.module_utils._plan import pla
 
 IMAGE = "registry.example.com/shop/web:1.0"
 SECRET = "s3cr3t-Planted-7781"
+
+
+@pytest.fixture(autouse=True)
+def every_lock_is_accepted_by_compose(monkeypatch):
+    yield from compose_accepts_every_lock(monkeypatch)
 
 
 def _files(**overrides):
@@ -116,6 +123,8 @@ def test_playbook_plan_check_mode_diff_and_write(tmp_path):
     assert result["changed"] is True and sorted(os.listdir(dest)) == sorted(
         [".env.stella", "apply-manifest.json", "compose.stella.lock.yml", "stella.version.json"])
     assert (dest / "compose.stella.lock.yml").read_text() == result["lock"]
+    config = compose_config({name: (dest / name).read_bytes() for name in os.listdir(dest)})
+    assert config["services"]["web"]["environment"]["DB_PASSWORD"] == SECRET
     result, _output = _playbook(tmp_path, args)
     assert result["changed"] is False
 

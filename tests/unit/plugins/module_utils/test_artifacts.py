@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "fixtures"))
 
-from planning_support import DIGEST_A, ROOT, TRICKY, compose_config, compose_value, minimal_release  # noqa: E402
+from planning_support import compose_accepts_every_lock, DIGEST_A, ROOT, TRICKY, compose_config, compose_value, minimal_release  # noqa: E402
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._artifacts import (  # noqa: E402
     build_apply_manifest, check_artifact_set, render_env_artifact, verify_artifact_set,
@@ -21,6 +21,11 @@ from ansible_collections.stellaops.runtime.plugins.module_utils._common import S
 from ansible_collections.stellaops.runtime.plugins.module_utils._plan import plan_release  # noqa: E402
 
 SECRETS = {"DB_PASSWORD": "hunter2-$ecret\"'\\\n\tx", "API_TOKEN": "tok-${HOME}-#1", "EMPTY": ""}
+
+
+@pytest.fixture(autouse=True)
+def every_lock_is_accepted_by_compose(monkeypatch):
+    yield from compose_accepts_every_lock(monkeypatch)
 
 
 def _plan(**overrides):

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "fixtures"))
 
 from planning_support import (  # noqa: E402
+    compose_accepts_every_lock,
     DIGEST_A, FIXTURES, TRICKY, compose_config, compose_value, load_release, minimal_release, resolved_for,
 )
 
@@ -23,6 +24,11 @@ from ansible_collections.stellaops.runtime.plugins.module_utils._lock import (  
 from ansible_collections.stellaops.runtime.plugins.module_utils._plan import plan_release  # noqa: E402
 
 _TEXT = st.text(st.characters(exclude_categories=("Cs",)))
+
+
+@pytest.fixture(autouse=True)
+def every_lock_is_accepted_by_compose(monkeypatch):
+    yield from compose_accepts_every_lock(monkeypatch)
 
 
 @pytest.mark.parametrize("text", TRICKY, ids=[repr(t) for t in TRICKY])

@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "fixtures"))
 
-from planning_support import DIGEST_A, minimal_release  # noqa: E402
+from planning_support import compose_accepts_every_lock, DIGEST_A, minimal_release  # noqa: E402
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._payloads import component_skips_pull  # noqa: E402
 from ansible_collections.stellaops.runtime.plugins.module_utils._plan import plan_release  # noqa: E402
@@ -25,6 +25,11 @@ VARIABLE_KEYS = {"projectName", "slot", "trafficRole", "targetId", "targetName",
 HOOKS = [{"name": "migrate", "phase": "pre-deploy", "command": "echo hi"},
          {"name": "notify", "phase": "post-deploy", "command": "exit 1", "interpreter": "/bin/bash",
           "workingDirectory": "/tmp", "timeoutSeconds": 5, "failurePolicy": "warn", "redactionPolicy": "none"}]
+
+
+@pytest.fixture(autouse=True)
+def every_lock_is_accepted_by_compose(monkeypatch):
+    yield from compose_accepts_every_lock(monkeypatch)
 
 
 def _plan(target_type="ComposeHost", **overrides):

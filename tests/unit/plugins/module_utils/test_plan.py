@@ -15,11 +15,17 @@ from hypothesis import strategies as st
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "fixtures"))
 
 from planning_support import (  # noqa: E402
+    compose_accepts_every_lock,
     DIGEST_A, DIGEST_B, ROOT, compose_config, load_release, minimal_release, resolved_for,
 )
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError  # noqa: E402
 from ansible_collections.stellaops.runtime.plugins.module_utils._plan import plan_release  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def every_lock_is_accepted_by_compose(monkeypatch):
+    yield from compose_accepts_every_lock(monkeypatch)
 
 
 def _big_release(count=8):
