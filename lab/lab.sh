@@ -16,7 +16,7 @@ set -euo pipefail
 
 LAB_SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(dirname "$LAB_SRC")"
-STATE="$ROOT/.lab"
+STATE="${STELLA_LAB_STATE:-$ROOT/.lab}"
 LAB_JSON="$STATE/lab.json"
 CACHE="${STELLA_LAB_CACHE:-/var/cache/stella-lab}"
 ROOTFS="$CACHE/rootfs"
@@ -29,15 +29,18 @@ DAEMON_JSON=/etc/docker/daemon.json
 BRIDGE_IP=172.17.0.1
 BRIDGE_CIDR=172.17.0.1/16
 SHARED_HOST=registry.lab
-PLAIN_ADDR=127.0.0.1:5000
-SHARED_ADDR="$BRIDGE_IP:5001"
-SHARED_REF_HOST="$SHARED_HOST:5001"
-AUTH_ADDR=127.0.0.1:5002
+# STELLA_LAB_STATE / _PORT_BASE / _TARGET_IMAGE / _TARGET_LABEL / _TARGET_PREFIX exist only to run a
+# second, isolated copy of the lab (e.g. to try 'down' without disturbing the shared one).
+PORT_BASE="${STELLA_LAB_PORT_BASE:-5000}"
+PLAIN_ADDR="127.0.0.1:$PORT_BASE"
+SHARED_ADDR="$BRIDGE_IP:$((PORT_BASE + 1))"
+SHARED_REF_HOST="$SHARED_HOST:$((PORT_BASE + 1))"
+AUTH_ADDR="127.0.0.1:$((PORT_BASE + 2))"
 AUTH_USER=stella
 AUTH_SECRET="$STATE/secrets/registry-auth.json"
-TARGET_IMAGE=stella-target:bookworm
-TARGET_PREFIX=stella-target-
-TARGET_LABEL=stella.lab=target
+TARGET_IMAGE="${STELLA_LAB_TARGET_IMAGE:-stella-target:bookworm}"
+TARGET_PREFIX="${STELLA_LAB_TARGET_PREFIX:-stella-target-}"
+TARGET_LABEL="${STELLA_LAB_TARGET_LABEL:-stella.lab=target}"
 SSH_KEY="$STATE/ssh/id_ed25519"
 SSH_OPTS=(-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes -o LogLevel=ERROR)
 PACKAGES=(docker.io busybox-static docker-registry debootstrap apache2-utils openssh-client)
@@ -303,9 +306,11 @@ build_image() {
     for a in "$@"; do args+=(--build-arg "$a"); done
     log "building $tag"
     # Legacy builder (the engine is 20.10, no buildx plugin); drop only its deprecation banner.
-    DOCKER_BUILDKIT=0 docker build -q --label "stella.lab.fingerprint=$fp" "${args[@]}" -t "$tag" "$ctx" 2>&1 >/dev/null \
+    if ! DOCKER_BUILDKIT=0 docker build -q --label "stella.lab.fingerprint=$fp" "${args[@]}" -t "$tag" "$ctx" 2>&1 >/dev/null \
       | { grep -vE '^(DEPRECATED: The legacy builder|[[:space:]]+(BuildKit is currently disabled|environment-variable)|$)' || true; } >&2
-    docker image inspect "$tag" >/dev/null 2>&1 || die "build of $tag failed"
+    then
+      die "docker build of $tag failed (context $ctx)"
+    fi
   fi
 }
 
@@ -380,7 +385,7 @@ ensure_rootfs() {
     tail -n 20 "$CACHE/debootstrap.log" >&2
     die "debootstrap failed (see $CACHE/debootstrap.log)"
   fi
-  echo "bookworm minbase $DEBOOTSTRAP_INCLUDE" >"$ROOTFS_DONE"
+  echo "bookworm minbase $DEBOOTSTRAP_INCLUDE $(date -u +%Y-%m-%dT%H:%M:%SZ)" >"$ROOTFS_DONE"
   log "debootstrap done in $((SECONDS - t0)) s"
 }
 
@@ -405,13 +410,17 @@ ensure_target_image() {
   fi
 }
 
+auth_secret_rel() {
+  case $AUTH_SECRET in "$ROOT"/*) echo "${AUTH_SECRET#"$ROOT"/}" ;; *) echo "$AUTH_SECRET" ;; esac
+}
+
 write_lab_json() {
   mkdir -p "$STATE"
   LJ_DOCKER_HOST="${DOCKER_HOST:-unix:///var/run/docker.sock}" \
   LJ_ENGINE="$(docker version -f '{{.Server.Version}}')" \
   LJ_COMPOSE="$COMPOSE_VERSION" LJ_COMPOSE_BIN="$(compose_binary)" \
   LJ_PLAIN="$PLAIN_ADDR" LJ_SHARED="$SHARED_REF_HOST" LJ_AUTH="$AUTH_ADDR" LJ_AUTH_USER="$AUTH_USER" \
-  LJ_AUTH_FILE=".lab/secrets/registry-auth.json" \
+  LJ_AUTH_FILE="$(auth_secret_rel)" \
   LJ_APP_V1="${DIGEST[app_v1]}" LJ_APP_V2="${DIGEST[app_v2]}" LJ_APP_BROKEN="${DIGEST[app_broken]}" \
   LJ_TOOL="${DIGEST[tool]}" LJ_AUTH_APP_V1="${DIGEST[auth_app_v1]}" \
   LJ_TARGET_IMAGE="$TARGET_IMAGE" LJ_SSH_KEY="$SSH_KEY" LJ_ROOT="$ROOT" \
@@ -513,7 +522,7 @@ cmd_target_up() {
       --cap-add ALL --cap-drop SYS_RESOURCE \
       --security-opt seccomp=unconfined --security-opt apparmor=unconfined --security-opt label=disable \
       -v /sys/fs/cgroup:/sys/fs/cgroup:rw --tmpfs /var/lib/docker:exec \
-      --add-host "$SHARED_HOST:$BRIDGE_IP" \
+      --add-host "$SHARED_HOST:$BRIDGE_IP" -e "STELLA_LAB_REGISTRY=$SHARED_REF_HOST" \
       "$TARGET_IMAGE" >/dev/null
   fi
   if [[ "$compose" == true ]]; then

@@ -7,6 +7,8 @@ other's targets; every target a session starts is removed when the session ends.
 from __future__ import annotations
 
 import os
+import re
+import subprocess
 
 import pytest
 
@@ -51,9 +53,29 @@ class TargetFactory:
             raise AssertionError("could not remove lab targets:\n" + "\n".join(errors))
 
 
+def _remove_orphans() -> None:
+    """Remove targets left by pytest sessions that died (``it<pid>-*`` whose pid is gone)."""
+    proc = subprocess.run(
+        ["docker", "ps", "-a", "--filter", "label=stella.lab=target", "--format", '{{.Label "stella.lab.name"}}'],
+        capture_output=True, text=True, check=False,
+    )
+    for name in proc.stdout.split():
+        match = re.match(r"^it(\d+)-", name)
+        if match and not os.path.exists("/proc/%s" % match.group(1)):
+            labkit.stop_target(name)
+
+
 @pytest.fixture(scope="session")
-def target_factory(lab):  # pylint: disable=redefined-outer-name,unused-argument
-    """``target_factory(suffix, compose=True)`` starts target ``it<pid>-<suffix>``; all removed at the end."""
+def target_factory():
+    """``target_factory(suffix, compose=True)`` starts target ``it<pid>-<suffix>``; all removed at the end.
+
+    Needs no other fixture (test modules may override ``lab`` with a narrower scope).
+    """
+    try:
+        labkit.load_lab()
+    except labkit.LabNotRunning as exc:
+        pytest.fail(str(exc), pytrace=False)
+    _remove_orphans()
     factory = TargetFactory()
     yield factory
     factory.close()
