@@ -128,10 +128,10 @@ ensure_engine() {
     if [[ -f /var/run/docker.pid ]]; then
       local old
       old=$(cat /var/run/docker.pid 2>/dev/null || true)
-      if [[ -n "$old" ]] && kill -0 "$old" 2>/dev/null; then
+      if [[ "$old" =~ ^[0-9]+$ ]] && kill -0 "$old" 2>/dev/null && [[ "$(cat "/proc/$old/comm" 2>/dev/null)" == dockerd ]]; then
         log "dockerd pid $old is alive but does not answer yet; waiting for it"
       else
-        log "removing stale /var/run/docker.pid (pid ${old:-?} is dead)"
+        log "removing stale /var/run/docker.pid (pid ${old:-?} is not a live dockerd)"
         rm -f /var/run/docker.pid
       fi
     fi
