@@ -184,6 +184,8 @@ def main():
         if params["payload"] is not None:
             request = rollback_request_from_payload(params["payload"], params)
             request["pull_images"] = params["pull_images"]
+            if params["reason"]:
+                request["reason"] = params["reason"]
         else:
             request = rollback_request_from_options(params)
         engine = ComposeRollback(run_command, docker=params["docker_cli"], warn=module.warn,
