@@ -29,7 +29,8 @@ lab-down:
 	lab/lab.sh down
 
 demo: lab
-	$(BIN)/ansible-playbook -i playbooks/inventory/demo.yml stellaops.runtime.demo
+	$(BIN)/ansible-playbook -i localhost, -c local -e ansible_python_interpreter=$(BIN)/python \
+	  -e stella_evidence_dir=$(CURDIR)/.build/demo/evidence stellaops.runtime.demo
 
 unit: venv collection
 	$(BIN)/pytest -q tests/unit
