@@ -1,0 +1,76 @@
+"""stella_compose_deploy on a DinD target host reached over SSH (python3 without PyYAML, Engine 20.10,
+Compose v2 plugin copied in), with images pulled from the shared lab registry ``registry.lab:5001``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import ansible_run as ar
+import labkit
+
+
+@pytest.fixture(scope="module")
+def target():
+    host = labkit.start_target("deploy-it")
+    try:
+        yield host
+    finally:
+        labkit.stop_target("deploy-it")
+
+
+@pytest.fixture
+def ctx(target):
+    c = ar.DeployCtx(ar.load_lab_json(), host=target, prefix="tgt")
+    try:
+        yield c
+    finally:
+        c.cleanup()
+
+
+def test_v1_v2_and_idempotence_on_a_target_over_ssh(ctx, target):
+    v1 = ctx.planned()
+    result = ctx.deploy(v1)
+    assert not result["failed"], result.get("msg")
+    assert result["changed"] is True
+    assert result["targetEndpoint"] == "ssh://%s" % target["address"]
+    assert result["targetId"] == "tgt-deploy-it"
+    assert result["projectDirectory"] == "/var/lib/stella-it/" + ctx.project
+    assert result["services"][0]["imageDigest"] == ctx.images["app_v1"]["digest"]
+    assert result["services"][0]["image"].startswith("registry.lab:5001/stella/app:v1@")
+    assert ctx.files()["stella.version.json"] == v1["_files"]["stella.version.json"]
+    # the container runs on the target's engine, not on the controller's
+    assert ar.project_containers(ctx.project) == {}
+    before = ctx.containers()
+    assert set(before) == {"web"}
+
+    again = ctx.deploy(v1)
+    assert not again["failed"] and again["changed"] is False
+    assert ctx.containers() == before
+
+    v2 = ctx.planned("app_v2", version="2.0.0")
+    upgraded = ctx.deploy(v2)
+    assert not upgraded["failed"], upgraded.get("msg")
+    rev = upgraded["previousRevisionPath"]
+    assert rev == "/var/lib/stella-it/%s/revisions/000001-%s" % (ctx.project, v1["manifestHash"].split(":")[1][:12])
+    record = json.loads(ctx.sh("cat %s/revision.json" % rev))
+    sums = ctx.sh("cd %s && sha256sum compose.stella.lock.yml stella.version.json apply-manifest.json" % rev)
+    for line in sums.splitlines():
+        digest, name = line.split()
+        assert record["files"][name] == "sha256:" + digest
+    labels = ctx.inspect()[0]["Config"]["Labels"]
+    assert labels["stella.manifest.hash"] == v2["manifestHash"]
+    assert labels["stella.target.endpoint"] == "ssh://%s" % target["address"]
+
+
+def test_payload_for_another_host_is_refused_on_this_target(ctx, target):
+    """The controller's payload (endpoint ``local``) must not report success when run on the target."""
+    planned = ar.plan(ar.release_input(ctx.project, {"web": ctx.refs["app_v1"]}, ctx.work,
+                                       target={"id": "tgt-other", "name": "other", "type": "ComposeHost",
+                                               "endpoint": "ssh://root@172.17.0.250", "executionMode": "ssh"}),
+                      ctx.resolved)
+    result = ctx.deploy(planned)
+    assert result["failed"] and result["code"] == "wrong_host" and result["failurePhase"] == "verify_target"
+    assert ctx.containers() == {}
+    assert ctx.sh("test -e %s && echo present || echo absent" % ctx.project_dir).strip() == "absent"

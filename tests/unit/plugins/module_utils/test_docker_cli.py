@@ -1,0 +1,190 @@
+"""_docker_cli: pure parsers over output captured from Docker 20.10 / Compose v2.40.3, and argv building."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from ansible_collections.stellaops.runtime.plugins.module_utils import _docker_cli as cli
+from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
+
+FIX = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "docker")
+V1 = "sha256:b9a6e9632066c93f491df171b17ea45ae2caeba315e7305441a9822cf67e9c79"
+
+
+def fixture(name):
+    with open(os.path.join(FIX, name), encoding="utf-8") as handle:
+        return handle.read()
+
+
+@pytest.mark.parametrize("text,count", [
+    ("", 0),
+    ('[{"a": 1}, {"b": 2}]', 2),
+    ('{"a": 1}\n{"b": 2}\n', 2),
+    ('{"a": 1}', 1),
+    ('[{"a": 1}]\n[{"b": 2}]', 2),
+    ("42", 0),
+], ids=["empty", "array", "json-lines", "one-object", "arrays-per-line", "scalar"])
+def test_parse_json_documents(text, count):
+    assert len(cli.parse_json_documents(text)) == count
+
+
+def test_parse_json_documents_warns_on_garbage_lines():
+    warnings = []
+    docs = cli.parse_json_documents('{"a": 1}\nWARN something odd\n{"b": 2}', warnings.append)
+    assert docs == [{"a": 1}, {"b": 2}]
+    assert warnings and "WARN something odd" in warnings[0]
+
+
+def test_compose_ps_jsonl_captured():
+    docs = cli.parse_json_documents(fixture("compose_ps_v2.40.3.jsonl"))
+    assert sorted(d["Service"] for d in docs) == ["bad", "web"]
+    assert {d["Service"]: d["Health"] for d in docs} == {"bad": "unhealthy", "web": "healthy"}
+
+
+def test_docker_version_captured():
+    data = cli.parse_docker_version(fixture("docker_version_20.10.json"))
+    assert data["client"] == "28.2.2"
+    assert data["server"] == "20.10.24+dfsg1"
+    assert data["serverApiVersion"] == "1.41"
+    assert data["components"]["containerd"] == "1.6.20~ds1"
+    assert (data["os"], data["arch"]) == ("linux", "amd64")
+
+
+def test_docker_version_daemon_down_has_no_server():
+    assert cli.parse_docker_version(fixture("docker_version_daemon_down.json"))["server"] is None
+    assert cli.classify_failure(fixture("docker_version_daemon_down.stderr"), "x") == "runtime_daemon_unavailable"
+
+
+@pytest.mark.parametrize("text,version", [
+    ('{"version":"v2.40.3"}', "2.40.3"),
+    ("Docker Compose version v2.20.2", "2.20.2"),
+    ("docker-compose version 1.29.2, build unknown", "1.29.2"),
+], ids=["json", "plain", "v1"])
+def test_parse_compose_version(text, version):
+    assert cli.parse_compose_version(text) == version
+
+
+def test_parse_compose_version_captured_and_garbage():
+    assert cli.parse_compose_version(fixture("compose_version.json")) == "2.40.3"
+    with pytest.raises(StellaError) as err:
+        cli.parse_compose_version("docker: 'compose' is not a docker command.")
+    assert err.value.code == "compose_missing"
+
+
+def test_parse_ip_addresses_captured():
+    addresses = cli.parse_ip_addresses(fixture("ip_addr.json"))
+    assert "127.0.0.1" in addresses
+    assert addresses == sorted(addresses)
+
+
+def test_container_summary_healthy_and_unhealthy():
+    data = json.loads(fixture("inspect_containers_healthy_unhealthy.json"))
+    summaries = {s["service"]: s for s in map(cli.container_summary, data)}
+    assert summaries["web"]["health"] == "healthy" and summaries["web"]["running"]
+    assert summaries["bad"]["health"] == "unhealthy"
+    assert summaries["web"]["labels"]["stella.target.id"] == "t-1"
+    assert summaries["web"]["ipAddress"] and summaries["web"]["startedAt"]
+    assert summaries["web"]["imageId"].startswith("sha256:")
+    assert not summaries["web"]["name"].startswith("/")
+
+
+def test_container_summary_exited():
+    summary = cli.container_summary(json.loads(fixture("inspect_container_exited.json"))[0])
+    assert summary["state"] == "exited" and summary["exitCode"] == 3 and not summary["running"]
+    assert summary["health"] == "unhealthy"  # the image HEALTHCHECK keeps its last verdict after exit
+    assert summary["ipAddress"] is None
+
+
+def test_image_summary_and_repo_digests_captured():
+    image = cli.image_summary(json.loads(fixture("image_inspect_app_v1.json"))[0])
+    assert cli.repo_digests_contain(image["repoDigests"], "127.0.0.1:5000/stella/app:v1@" + V1)
+    assert cli.repo_digests_contain(image["repoDigests"], "127.0.0.1:5000/stella/app@" + V1)
+    assert not cli.repo_digests_contain(image["repoDigests"], "127.0.0.1:5000/stella/app:v1@sha256:" + "0" * 64)
+    assert not cli.repo_digests_contain(image["repoDigests"], "127.0.0.1:5000/stella/other:v1@" + V1)
+    assert not cli.repo_digests_contain(image["repoDigests"], "127.0.0.1:5000/stella/app:v1")
+    assert cli.digest_for_image(image["repoDigests"], "127.0.0.1:5000/stella/app:v1") == V1
+
+
+@pytest.mark.parametrize("repo_digests,ref,expected", [
+    (["busybox@" + V1], "docker.io/library/busybox:1@" + V1, True),
+    (["docker.io/library/busybox@" + V1], "busybox@" + V1, True),
+    (["garbage", "x@y"], "busybox@" + V1, False),
+    ([], "busybox@" + V1, False),
+], ids=["hub-short", "hub-long", "garbage", "none"])
+def test_repo_digests_contain_normalizes_docker_hub(repo_digests, ref, expected):
+    assert cli.repo_digests_contain(repo_digests, ref) is expected
+
+
+@pytest.mark.parametrize("name,code", [
+    ("compose_pull_unknown_digest.stderr", "image_pull_failed"),
+    ("compose_up_unhealthy.stderr", "image_pull_failed"),
+    ("docker_version_daemon_down.stderr", "runtime_daemon_unavailable"),
+], ids=["pull", "up", "daemon"])
+def test_classify_failure(name, code):
+    assert cli.classify_failure(fixture(name), "image_pull_failed") == code
+
+
+@pytest.mark.parametrize("name,needle", [
+    ("compose_pull_unknown_digest.stderr", "manifest unknown"),
+    ("compose_up_unhealthy.stderr", "is unhealthy"),
+    ("compose_up_exited.stderr", "exited (3)"),
+    ("pull_unknown_digest.stderr", "not found"),
+])
+def test_one_line_picks_the_telling_line(name, needle):
+    line = cli.one_line(fixture(name))
+    assert needle in line and "\n" not in line
+
+
+class FakeRun:
+    def __init__(self, answers):
+        self.answers = answers
+        self.calls = []
+
+    def __call__(self, argv):
+        self.calls.append(argv)
+        for prefix, answer in self.answers:
+            if argv[1:1 + len(prefix)] == prefix:
+                return answer
+        return 0, "", ""
+
+
+def test_docker_cli_uses_argv_lists_and_parses(monkeypatch):
+    monkeypatch.setattr(cli.shutil, "which", lambda name: "/usr/bin/" + name)
+    run = FakeRun([(["version"], (0, fixture("docker_version_20.10.json"), "")),
+                   (["compose", "version"], (0, fixture("compose_version.json"), "")),
+                   (["image", "inspect"], (1, "", "Error: No such image: x"))])
+    docker = cli.DockerCli(run)
+    assert docker.version()["server"] == "20.10.24+dfsg1"
+    assert docker.compose_version() == "2.40.3"
+    assert docker.image_inspect("x@" + V1) is None
+    docker.compose_up("p", "/w/p/compose.stella.lock.yml", "/w/p", wait_timeout=30)
+    up = run.calls[-1]
+    assert up == ["docker", "compose", "--project-name", "p", "--project-directory", "/w/p", "-f",
+                  "/w/p/compose.stella.lock.yml", "up", "-d", "--wait", "--wait-timeout", "30", "--remove-orphans",
+                  "--pull", "never"]
+    assert all(isinstance(call, list) for call in run.calls)
+
+
+def test_docker_cli_failures_have_codes(monkeypatch):
+    monkeypatch.setattr(cli.shutil, "which", lambda name: "/usr/bin/" + name)
+    run = FakeRun([(["version"], (1, fixture("docker_version_daemon_down.json"),
+                                  fixture("docker_version_daemon_down.stderr"))),
+                   (["compose", "version"], (1, "", "docker: unknown command: docker compose")),
+                   (["compose", "--project-name"], (1, "", fixture("compose_up_exited.stderr")))])
+    docker = cli.DockerCli(run)
+    with pytest.raises(StellaError) as err:
+        docker.version(phase="preflight")
+    assert err.value.code == "runtime_daemon_unavailable" and err.value.phase == "preflight"
+    with pytest.raises(StellaError) as err:
+        docker.compose_version()
+    assert err.value.code == "compose_missing"
+    with pytest.raises(StellaError) as err:
+        docker.compose_up("p", "/f", "/d")
+    assert err.value.code == "compose_up_failed" and "exited (3)" in err.value.reason
+    monkeypatch.setattr(cli.shutil, "which", lambda name: None)
+    with pytest.raises(StellaError) as err:
+        cli.DockerCli(run).version()
+    assert err.value.code == "runtime_missing"
