@@ -28,6 +28,7 @@ DEPLOYMENT_EVIDENCE_VERSION = "stella.deployment.evidence.v1"
 TARGET_KEYS = ("targetId", "targetName", "targetType", "targetEndpoint", "targetExecutionMode")
 ARTIFACT_KEYS = ("projectDirectory", "composePath", "composeLockPath", "composeLockHash", "versionStickerPath",
                  "versionStickerHash", "applyManifestPath", "applyManifestHash", "manifestHash", "artifactHashes")
+CONTAINER_KEYS = ("service", "containerId", "containerName", "state", "health", "image", "imageDigest", "labels")
 PHASE_KEYS = ("deploymentPhases", "completedPhases", "phaseDurationsMs", "failurePhase", "hookResults")
 
 
@@ -100,11 +101,7 @@ def deployment_record(plan, apply, created_at, preflight=None, probe=None, deplo
         "trafficRole": apply.get("trafficRole") or plan.get("trafficRole"),
         "runtime": apply.get("runtime") or ((preflight or {}).get("preflight") or {}).get("docker"),
         "services": sorted({s.get("service") for s in services if s.get("service")}),
-        "containers": [
-            {key: s.get(key) for key in ("service", "containerId", "containerName", "state", "health", "image",
-                                          "imageDigest", "labels")}
-            for s in services
-        ],
+        "containers": [{key: s.get(key) for key in CONTAINER_KEYS} for s in services],
         "images": plan.get("components"),
         "artifacts": _pick(apply, ARTIFACT_KEYS),
         "phases": _pick(apply, PHASE_KEYS),
