@@ -28,7 +28,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils import _hooks, _
 from ansible_collections.stellaops.runtime.plugins.module_utils._artifacts import (
     build_apply_manifest, lock_manifest_hashes, verify_artifact_set)
 from ansible_collections.stellaops.runtime.plugins.module_utils._canonical import pretty_json, sha256_bytes
-from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
+from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError, redact_url
 from ansible_collections.stellaops.runtime.plugins.module_utils._docker_cli import (
     DockerCli, digest_for_image, one_line, parse_ip_addresses, repo_digests_contain)
 from ansible_collections.stellaops.runtime.plugins.module_utils._fsutil import (
@@ -126,8 +126,10 @@ def compose_request_from_payload(payload, overrides=None):
         "work_directory": _text(work, "WorkDirectory"),
         "manifest_hash": payload.get("ManifestHash"),
         "target": normalize_target(payload["Target"]),
-        "variables": payload.get("Variables") or {},
+        "variables": payload.get("Variables", {}),
     }
+    if request["variables"] is None:
+        request["variables"] = {}
     if not isinstance(request["variables"], dict):
         raise _bad("Variables must be an object")
     if request["apply_manifest"] is not None:
@@ -179,6 +181,11 @@ def check_artifacts(request, env_bytes=None):
         problems.append("lock stella.manifest.hash labels %s != sticker manifestHash %s" % (labels, mhash))
     if request.get("manifest_hash") and request["manifest_hash"] != mhash:
         problems.append("ManifestHash %s != sticker manifestHash %s" % (request["manifest_hash"], mhash))
+    recorded_target = sticker.get("target")
+    wanted_target = dict(request["target"], endpoint=redact_url(request["target"]["endpoint"]))
+    if isinstance(recorded_target, dict) and recorded_target != wanted_target:
+        problems.append("Target %s differs from the sticker's target %s" % (
+            json.dumps(request["target"], sort_keys=True), json.dumps(recorded_target, sort_keys=True)))
     if sticker.get("projectName") != request["project_name"]:
         problems.append("sticker projectName %r != ProjectName %r" % (sticker.get("projectName"),
                                                                        request["project_name"]))
