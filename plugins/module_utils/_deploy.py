@@ -850,7 +850,18 @@ def docker_request_from_payload(payload, overrides=None):
         "manifest_hash": payload.get("ManifestHash") or labels.get("stella.manifest.hash"),
         "target": normalize_target(payload["Target"]),
         "env_file": payload.get("EnvFile"),
+        "project_directory": _docker_project_dir(payload, overrides),
     }
+
+
+def _docker_project_dir(payload, overrides):
+    """The Stella-owned directory of a docker.run task (hooks' default cwd, the per-project lock)."""
+    variables = payload.get("Variables") or {}
+    work = payload.get("WorkDirectory") or (overrides or {}).get("work_directory") or DEFAULT_WORK_DIRECTORY
+    directory = variables.get("projectDirectory") or os.path.join(work, variables.get("projectName") or payload["Name"])
+    if not isinstance(directory, str) or not os.path.isabs(directory):
+        raise _bad("project directory %r must be an absolute path" % (directory,))
+    return directory
 
 
 def container_run_argv(request, temp_name=None):
@@ -924,7 +935,7 @@ class DockerHost:
         for key in REQUIRED_STELLA_LABELS:
             if key not in labels:
                 raise StellaError("label_missing", "docker.run Labels lack %s" % key, phase="validate_payload")
-        hook_dir = os.path.join(request["work_directory"], request["name"])
+        hook_dir = request["project_directory"]
         if check_mode:
             image_id = self._image_id(request, "pull_image")
             existing = self.cli.inspect_containers(self.cli.containers_by_name(request["name"]))
