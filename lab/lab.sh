@@ -3,7 +3,9 @@
 # busybox images built FROM scratch, and Docker-in-Docker "target hosts" reachable over SSH.
 #
 #   lab/lab.sh up                          prepare everything, write .lab/lab.json (idempotent)
-#   lab/lab.sh target up NAME [--no-compose]   start (or reuse) target stella-target-NAME; prints one JSON line
+#   lab/lab.sh target up NAME [--no-compose] [--hostname H]
+#                                          start (or reuse) target stella-target-NAME (hostname NAME or H);
+#                                          prints one JSON line
 #   lab/lab.sh target down NAME            remove that target
 #   lab/lab.sh targets down                remove every target (label stella.lab=target)
 #   lab/lab.sh status                      what runs
@@ -495,13 +497,17 @@ target_ssh() {
 }
 
 cmd_target_up() {
-  local name=${1:-} compose=true
-  [[ -n "$name" ]] || die "usage: lab.sh target up NAME [--no-compose]"
+  local name=${1:-} compose=true hostname=""
+  [[ -n "$name" ]] || die "usage: lab.sh target up NAME [--no-compose] [--hostname H]"
   shift
   valid_name "$name"
   while (($#)); do
     case $1 in
       --no-compose) compose=false ;;
+      --hostname)
+        hostname=${2:-}
+        valid_name "$hostname"
+        shift ;;
       *) die "unknown option $1" ;;
     esac
     shift
@@ -512,12 +518,17 @@ cmd_target_up() {
   local c="$TARGET_PREFIX$name" running
   running=$(docker container inspect -f '{{.State.Running}}' "$c" 2>/dev/null | tr -d '[:space:]' || true)
   [[ -n "$running" ]] || running=missing
+  hostname=${hostname:-$name}
+  if [[ "$running" == true && "$(docker container inspect -f '{{.Config.Hostname}}' "$c")" != "$hostname" ]]; then
+    log "target $name: running with another hostname, recreating"
+    running=stale
+  fi
   if [[ "$running" == true ]]; then
     log "target $name: reusing running container $c"
   else
     [[ "$running" == missing ]] || docker rm -f -v "$c" >/dev/null
     log "target $name: starting $c"
-    docker run -d --name "$c" --hostname "$name" \
+    docker run -d --name "$c" --hostname "$hostname" \
       --label "$TARGET_LABEL" --label "stella.lab.name=$name" \
       --cap-add ALL --cap-drop SYS_RESOURCE \
       --security-opt seccomp=unconfined --security-opt apparmor=unconfined --security-opt label=disable \
@@ -546,8 +557,8 @@ cmd_target_up() {
     die "target $name ($ip): 'ssh root@$ip docker info' did not answer"
   fi
   log "target $name ready at $ip"
-  printf '{"name": "%s", "container": "%s", "address": "%s", "ssh_user": "root", "ssh_key": "%s", "compose": %s}\n' \
-    "$name" "$c" "$ip" "$SSH_KEY" "$compose"
+  printf '{"name": "%s", "container": "%s", "hostname": "%s", "address": "%s", "ssh_user": "root", "ssh_key": "%s", "compose": %s}\n' \
+    "$name" "$c" "$hostname" "$ip" "$SSH_KEY" "$compose"
 }
 
 cmd_target_down() {
@@ -639,7 +650,7 @@ cmd_down() {
   fi
 }
 
-usage() { sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 main() {
   local cmd=${1:-}

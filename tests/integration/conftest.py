@@ -1,7 +1,7 @@
 """Session fixtures for the Docker lab (``make lab``): ``lab``, ``target`` and ``target_factory``.
 
-Targets are named per pytest process (``it<pid>-...``) so parallel sessions never share or stop each
-other's targets; every target a session starts is removed when the session ends.
+Targets are named per pytest process (``it<pid>-<suffix>``, hostname ``<suffix>``) so parallel sessions
+never share or stop each other's targets; every target a session starts is removed when the session ends.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ class TargetFactory:
 
     def __call__(self, suffix: str, compose: bool = True) -> dict:
         name = "%s-%s" % (self.prefix, suffix)
-        target = labkit.start_target(name, compose=compose)
+        target = labkit.start_target(name, compose=compose, hostname=suffix)
         self.started[name] = target
         return target
 
@@ -67,7 +67,9 @@ def _remove_orphans() -> None:
 
 @pytest.fixture(scope="session")
 def target_factory():
-    """``target_factory(suffix, compose=True)`` starts target ``it<pid>-<suffix>``; all removed at the end.
+    """``target_factory(suffix, compose=True)`` starts target ``it<pid>-<suffix>`` with hostname ``suffix``.
+
+    Every target it started is removed at the end of the session.
 
     Needs no other fixture (test modules may override ``lab`` with a narrower scope).
     """

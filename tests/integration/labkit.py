@@ -6,7 +6,7 @@
 - ``ansible_inventory(targets)``: an Ansible YAML inventory (group ``targets``) for those targets.
 
 A target is the dict printed by ``lab.sh target up``: ``name``, ``container``, ``address``,
-``ssh_user``, ``ssh_key``, ``compose``.
+``hostname``, ``ssh_user``, ``ssh_key``, ``compose``.
 """
 
 from __future__ import annotations
@@ -67,10 +67,15 @@ def run_lab(*args: str, timeout: float = 300) -> str:
     return proc.stdout
 
 
-def start_target(name: str, compose: bool = True, timeout: float = 300) -> dict:
-    """Start (or reuse) the DinD target ``stella-target-NAME``; wait until it answers over SSH."""
+def start_target(name: str, compose: bool = True, hostname: str | None = None, timeout: float = 300) -> dict:
+    """Start (or reuse) the DinD target ``stella-target-NAME``; wait until it answers over SSH.
+
+    The target's hostname is ``hostname`` (default: ``name``).
+    """
     load_lab()
     args = ["target", "up", name] + ([] if compose else ["--no-compose"])
+    if hostname:
+        args += ["--hostname", hostname]
     stdout = run_lab(*args, timeout=timeout)
     lines = [line for line in stdout.splitlines() if line.startswith("{")]
     if not lines:

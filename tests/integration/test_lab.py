@@ -148,7 +148,7 @@ def test_target_answers_docker_info_over_ssh_with_its_own_engine(target):
     remote = labkit.ssh(target, "docker", "info", "--format", "'{{.ID}} {{.ServerVersion}}'").stdout.split()
     local = run("docker", "info", "--format", "{{.ID}}").stdout.strip()
     assert remote[0] and local and remote[0] != local
-    assert labkit.ssh(target, "hostname").stdout.strip() == target["name"]
+    assert labkit.ssh(target, "hostname").stdout.strip() == target["hostname"] == "main"
     assert labkit.ssh(target, "/usr/bin/python3", "--version").stdout.startswith("Python 3.")
     assert target["compose"] is True
     assert labkit.ssh(target, "docker", "compose", "version", "--short").stdout.strip().lstrip("v").startswith("2.")
@@ -175,7 +175,7 @@ def test_target_pulls_by_digest_from_the_shared_registry_and_runs_v1(target, lab
 
 def test_target_up_is_idempotent(target):
     cid = run("docker", "inspect", "-f", "{{.Id}}", target["container"]).stdout.strip()
-    again = labkit.start_target(target["name"])
+    again = labkit.start_target(target["name"], hostname=target["hostname"])
     assert again == target
     assert run("docker", "inspect", "-f", "{{.Id}}", target["container"]).stdout.strip() == cid
 
