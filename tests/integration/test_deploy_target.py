@@ -1,4 +1,4 @@
-"""stella_compose_deploy on a DinD target host reached over SSH (python3 without PyYAML, Engine 20.10,
+"""stella_compose_deploy on the session's DinD target host (conftest ``target``) reached over SSH (python3 without PyYAML, Engine 20.10,
 Compose v2 plugin copied in), with images pulled from the shared lab registry ``registry.lab:5001``."""
 
 from __future__ import annotations
@@ -8,16 +8,6 @@ import json
 import pytest
 
 import ansible_run as ar
-import labkit
-
-
-@pytest.fixture(scope="module")
-def target():
-    host = labkit.start_target("deploy-it")
-    try:
-        yield host
-    finally:
-        labkit.stop_target("deploy-it")
 
 
 @pytest.fixture
@@ -35,7 +25,7 @@ def test_v1_v2_and_idempotence_on_a_target_over_ssh(ctx, target):
     assert not result["failed"], result.get("msg")
     assert result["changed"] is True
     assert result["targetEndpoint"] == "ssh://%s" % target["address"]
-    assert result["targetId"] == "tgt-deploy-it"
+    assert result["targetId"] == "tgt-" + target["name"]
     assert result["projectDirectory"] == "/var/lib/stella-it/" + ctx.project
     assert result["services"][0]["imageDigest"] == ctx.images["app_v1"]["digest"]
     assert result["services"][0]["image"].startswith("registry.lab:5001/stella/app:v1@")

@@ -5,16 +5,6 @@ from __future__ import annotations
 import pytest
 
 import ansible_run as ar
-import labkit
-
-
-@pytest.fixture(scope="module")
-def target():
-    host = labkit.start_target("rollback-it")
-    try:
-        yield host
-    finally:
-        labkit.stop_target("rollback-it")
 
 
 @pytest.fixture
