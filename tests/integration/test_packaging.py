@@ -11,7 +11,7 @@ MODULES = ("stella_preflight", "stella_plan", "stella_compose_deploy", "stella_r
 
 
 def run(argv, **kwargs):
-    return subprocess.run(argv, capture_output=True, text=True, check=True, cwd=ROOT, **kwargs)
+    return subprocess.run(argv, capture_output=True, text=True, check=True, stdin=subprocess.DEVNULL, **kwargs)
 
 
 def test_build_install_and_ansible_doc_from_the_tarball(tmp_path):
@@ -20,11 +20,14 @@ def test_build_install_and_ansible_doc_from_the_tarball(tmp_path):
     tarballs = list(dist.glob("stellaops-runtime-*.tar.gz"))
     assert len(tarballs) == 1
     installed = tmp_path / "collections"
-    run([os.path.join(VENV_BIN, "ansible-galaxy"), "collection", "install", "--offline", "-p", str(installed), str(tarballs[0])])
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(installed))
+    run([os.path.join(VENV_BIN, "ansible-galaxy"), "collection", "install", "--offline", "--force", "-p", str(installed),
+         str(tarballs[0])], env=env)
+    assert (installed / "ansible_collections" / "stellaops" / "runtime" / "galaxy.yml").exists() is False
+    assert (installed / "ansible_collections" / "stellaops" / "runtime" / "MANIFEST.json").exists()
     for name in MODULES:
         out = run([os.path.join(VENV_BIN, "ansible-doc"), "stellaops.runtime." + name], env=env).stdout
-        assert "stellaops.runtime.%s" % name in out and "EXAMPLES" in out, name
+        assert "stellaops.runtime.%s" % name in out and "EXAMPLES" in out, (name, out[-500:])
     roles = run([os.path.join(VENV_BIN, "ansible-doc"), "-t", "role", "stellaops.runtime.preflight"], env=env).stdout
     assert "preflight_image_reference" in roles
     # nothing from the developer tree leaks into the artifact
