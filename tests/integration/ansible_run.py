@@ -186,12 +186,13 @@ class DeployCtx:
             self.docker_argv = tuple(labkit.ssh_argv(host)) + ("docker",)
         self.project_dir = os.path.join(self.work, self.project)
 
-    def planned(self, image_key="app_v1", version="1.0.0", hooks=None, extra=None, **kw):
+    def release(self, image_key="app_v1", version="1.0.0", hooks=None, extra=None, **kw):
         comps = {"web": self.refs[image_key]}
         comps.update(extra or {})
-        release = release_input(self.project, comps, self.work, target=self.target, hooks=hooks, version=version,
-                                **kw)
-        return plan(release, self.resolved)
+        return release_input(self.project, comps, self.work, target=self.target, hooks=hooks, version=version, **kw)
+
+    def planned(self, image_key="app_v1", version="1.0.0", hooks=None, extra=None, **kw):
+        return plan(self.release(image_key, version, hooks, extra, **kw), self.resolved)
 
     def deploy(self, planned_release, args=None, **kw):
         call = {"payload": planned_release["payloads"]["compose.up"]}
@@ -253,3 +254,35 @@ class DeployCtx:
             shutil.rmtree(self.work, ignore_errors=True)
         else:
             self.sh("rm -rf %s" % self.project_dir)
+
+
+def run_playbook(playbook_text, extra_vars, host=None, timeout=600):
+    """Run a playbook (hosts: ``targets``) on localhost or a lab target; return ``(rc, json callback doc)``."""
+    with tempfile.TemporaryDirectory(prefix="stella-pb-") as tmp:
+        book = os.path.join(tmp, "playbook.yml")
+        with open(book, "w", encoding="utf-8") as handle:
+            handle.write(playbook_text)
+        inv = os.path.join(tmp, "inventory.ini")
+        with open(inv, "w", encoding="utf-8") as handle:
+            handle.write("[targets]\n" + inventory_text(host))
+        varfile = os.path.join(tmp, "vars.json")
+        with open(varfile, "w", encoding="utf-8") as handle:
+            json.dump(extra_vars, handle)
+        proc = subprocess.run([os.path.join(VENV_BIN, "ansible-playbook"), "-i", inv, book, "-e", "@" + varfile],
+                              capture_output=True, text=True, env=ansible_env(), timeout=timeout, cwd=ROOT,
+                              check=False)
+    try:
+        doc = _parse_json_callback(proc.stdout)
+    except ValueError:
+        raise AssertionError("ansible-playbook printed no JSON (rc=%d):\n%s\n%s" % (
+            proc.returncode, proc.stdout[-3000:], proc.stderr[-3000:]))
+    return proc.returncode, doc
+
+
+def task_results(doc):
+    """``{task name: result of the single host}`` from a json-callback document."""
+    out = {}
+    for play in doc["plays"]:
+        for task in play["tasks"]:
+            out[task["task"]["name"]] = next(iter(task["hosts"].values()))
+    return out
