@@ -43,7 +43,7 @@ attributes:
     description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
     support: full
     details: The same artifacts on a converged project run no hook, recreate no container and report
-      RV(changed=false). V(changed) is decided from container ids, start times and file contents.
+      C(changed=false). V(changed) is decided from container ids, start times and file contents.
 options:
   task:
     description:
@@ -129,8 +129,8 @@ options:
     description: Docker daemon address (C(DOCKER_HOST)). Defaults to the environment's, then the local socket.
     type: str
 notes:
-  - Give secrets through O(env_artifact) and files on the target, never inside hook commands: module
-    arguments other than those marked no_log appear in verbose logs.
+  - Give secrets through O(env_artifact) and files on the target, never inside hook commands, because
+    module arguments other than those marked no_log appear in verbose logs.
 seealso:
   - module: stellaops.runtime.stella_plan
   - module: stellaops.runtime.stella_rollback
@@ -250,6 +250,42 @@ runtime:
   type: dict
 containerId:
   description: Container id (docker.run; also RV(containerName), RV(containerState), RV(ipAddress)).
+  returned: docker.run
+  type: str
+targetName:
+  description: Target name used for the run.
+  returned: always
+  type: str
+targetType:
+  description: Target type (V(ComposeHost) or V(DockerHost)).
+  returned: always
+  type: str
+targetEndpoint:
+  description: Target endpoint the run verified as this host.
+  returned: always
+  type: str
+targetExecutionMode:
+  description: Target execution mode.
+  returned: always
+  type: str
+versionStickerHash:
+  description: SHA-256 of C(stella.version.json).
+  returned: compose.up
+  type: str
+composeLockHash:
+  description: SHA-256 of C(compose.stella.lock.yml).
+  returned: compose.up
+  type: str
+containerName:
+  description: Container name (docker.run).
+  returned: docker.run
+  type: str
+containerState:
+  description: Container state after the apply (docker.run).
+  returned: docker.run
+  type: str
+ipAddress:
+  description: Container IP address (docker.run).
   returned: docker.run
   type: str
 """

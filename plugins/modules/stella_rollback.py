@@ -35,7 +35,7 @@ attributes:
   idempotent:
     description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
     support: full
-    details: Restoring the revision that already runs and is verified reports RV(changed=false).
+    details: Restoring the revision that already runs and is verified reports C(changed=false).
 options:
   payload:
     description:
@@ -145,6 +145,26 @@ code:
 targetId:
   description: Target identity used (also RV(targetName), RV(targetType), RV(targetEndpoint), RV(targetExecutionMode)).
   returned: always
+  type: str
+targetName:
+  description: Target name used for the run.
+  returned: always
+  type: str
+targetType:
+  description: Target type (V(ComposeHost) or V(DockerHost)).
+  returned: always
+  type: str
+targetEndpoint:
+  description: Target endpoint the run verified as this host.
+  returned: always
+  type: str
+targetExecutionMode:
+  description: Target execution mode.
+  returned: always
+  type: str
+rollbackReason:
+  description: Why the rollback ran (O(reason) or the payload's C(Reason)).
+  returned: when given
   type: str
 """
 
