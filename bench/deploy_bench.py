@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Deploy benchmark: stella_compose_deploy vs bare ``docker compose up -d --wait`` on the same 5-service lock.
 
 Plans a 5-service release with the real planner (digests from the lab registry), then per round:
@@ -25,7 +24,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 sys.path.insert(0, ROOT)
 
-import tests.conftest  # noqa: E402,F401  (makes ansible_collections.stellaops.runtime importable)
+# tests.conftest makes ansible_collections.stellaops.runtime importable from the checkout
+import tests.conftest  # noqa: E402,F401  pylint: disable=unused-import
 import ansible_run as ar  # noqa: E402
 from ansible_collections.stellaops.runtime.plugins.module_utils._deploy import (  # noqa: E402
     ComposeHost, compose_request_from_payload)
@@ -113,7 +113,7 @@ def main():
     options = parser.parse_args()
     lab = ar.load_lab_json()
     rows = {"bare": [], "module": [], "engine": []}
-    for _ in range(options.rounds):
+    for _round in range(options.rounds):
         rows["bare"].append(bare_round(lab))
         rows["module"].append(module_round(lab))
         rows["engine"].append(engine_round(lab))

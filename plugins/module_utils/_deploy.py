@@ -174,8 +174,8 @@ def check_artifacts(request, env_bytes=None):
     mhash = sticker.get("manifestHash")
     problems = []
     if sticker.get("composeHash") != sha256_bytes(lock):
-        problems.append("sticker composeHash %s != sha256 of the lock %s" % (sticker.get("composeHash"),
-                                                                              sha256_bytes(lock)))
+        problems.append("sticker composeHash %s != sha256 of the lock %s" % (
+            sticker.get("composeHash"), sha256_bytes(lock)))
     labels = lock_manifest_hashes(lock)
     if labels != [mhash]:
         problems.append("lock stella.manifest.hash labels %s != sticker manifestHash %s" % (labels, mhash))
@@ -187,8 +187,8 @@ def check_artifacts(request, env_bytes=None):
         problems.append("Target %s differs from the sticker's target %s" % (
             json.dumps(request["target"], sort_keys=True), json.dumps(recorded_target, sort_keys=True)))
     if sticker.get("projectName") != request["project_name"]:
-        problems.append("sticker projectName %r != ProjectName %r" % (sticker.get("projectName"),
-                                                                       request["project_name"]))
+        problems.append("sticker projectName %r != ProjectName %r" % (
+            sticker.get("projectName"), request["project_name"]))
     if problems:
         raise StellaError("artifact_hash_mismatch", "; ".join(problems), phase="validate_payload",
                           evidence={"problems": problems})

@@ -228,7 +228,7 @@ class DeployCtx:
         return project_containers(self.project, self.docker_argv)
 
     def inspect(self):
-        ids = [cid for cid, _ in self.containers().values()]
+        ids = [pair[0] for pair in self.containers().values()]
         if not ids:
             return []
         return json.loads(subprocess.run(list(self.docker_argv) + ["inspect"] + ids, capture_output=True, text=True,
@@ -242,7 +242,8 @@ class DeployCtx:
         if self.host is None:
             argv = [os.path.join(VENV_BIN, "python"), "-c", script, self.project_dir]
         else:
-            import labkit, shlex
+            import shlex
+            import labkit
             argv = labkit.ssh_argv(self.host, "python3 -c %s %s" % (shlex.quote(script), self.project_dir))
         out = json.loads(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
         return {k: (v.encode() if v is not None else None) for k, v in out.items()}

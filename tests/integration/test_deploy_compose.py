@@ -76,14 +76,14 @@ def temps_under(path):
 
 
 def assert_ok(result):
-    assert not result["failed"], "deploy failed: %s (%s, phase %s)" % (result.get("msg"), result.get("code"),
-                                                                     result.get("failurePhase"))
+    assert not result["failed"], "deploy failed: %s (%s, phase %s)" % (
+        result.get("msg"), result.get("code"), result.get("failurePhase"))
 
 
 def assert_runs(project, digest, manifest_hash):
     containers = ar.project_containers(project)
     assert containers, "no container for %s" % project
-    data = json.loads(ar.docker("inspect", *[cid for cid, _ in containers.values()]))
+    data = json.loads(ar.docker("inspect", *[pair[0] for pair in containers.values()]))
     for item in data:
         assert item["State"]["Running"] and item["State"]["Health"]["Status"] == "healthy"
         labels = item["Config"]["Labels"]
