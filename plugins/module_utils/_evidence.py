@@ -54,11 +54,22 @@ def _target(plan, apply):
     return target
 
 
+def _probe_verified(probe):
+    """``True`` only when probes ran and passed; ``None`` when nothing was probed (no probe task, the
+    ``waitForHealthCheck=false`` kill switch, no ``healthProbe.*`` keys), so evidence never implies
+    that the service was verified."""
+    if probe is None:
+        return None
+    status = (probe.get("evidence") or {}).get("healthProbe.status")
+    if _failed(probe) or status == "failed":
+        return False
+    return True if status == "passed" else None
+
+
 def success_boundary(preflight, plan, apply, probe):
     """The contract's five success conditions, each as a boolean (``None``: not known)."""
     services = (apply or {}).get("services") or []
     completed = set((apply or {}).get("completedPhases") or [])
-    probe_status = (probe or {}).get("evidence", {}).get("healthProbe.status")
     return {
         "preflightPassed": None if preflight is None else not _failed(preflight),
         "imagesPinnedAndPulled": bool(apply) and not _failed(apply) and bool(services)
@@ -66,7 +77,7 @@ def success_boundary(preflight, plan, apply, probe):
         "workloadRunning": bool(services) and all(s.get("state") == "running" for s in services),
         "runtimeVerified": bool(apply) and not _failed(apply) and ("inspect_services" in completed),
         "stickerRecorded": bool(apply) and not _failed(apply) and bool(apply.get("versionStickerHash")),
-        "serviceHealthVerified": None if probe is None else (not _failed(probe) and probe_status != "failed"),
+        "serviceHealthVerified": _probe_verified(probe),
     }
 
 
