@@ -108,13 +108,13 @@ class Scenario:
             release["hooks"] = hooks
         return release
 
-    def play(self, release, keep_results=True, wait_timeout=60):
+    def play(self, release, keep_results=True, wait_timeout=60, rollback_on_failure=True):
         """Run the test playbook; return (rc, recap {host: (ok, changed, unreachable, failed)}, results, output)."""
         self.runs += 1
         run = self.tmp / ("run%d" % self.runs)
         run.mkdir()
         variables = {"release": release, "evidence_dir": self.evidence_dir, "insecure_registries": self.insecure,
-                     "wait_timeout": wait_timeout}
+                     "wait_timeout": wait_timeout, "rollback_on_failure": rollback_on_failure}
         if keep_results:
             variables["results_file"] = str(run / "results.json")
         (run / "vars.json").write_text(json.dumps(variables))
@@ -359,6 +359,28 @@ def test_g_failed_rollback_is_recorded_as_rollback_failed(lab, tmp_path):
         assert "; auto-rollback failed: " in recovery["reason"]
         assert files["rollback-evidence.json"]["proofStatus"] == "incomplete"
         assert "rolled back to" not in output
+        [container] = sc.inspect()
+        assert container["Config"]["Image"].endswith("@" + sc.digests["app_v2"])
+    finally:
+        sc.cleanup()
+
+
+def test_h_rollback_disabled_leaves_v2_and_says_why(lab, tmp_path):
+    """deploy_rollback_on_failure=false: a revision is retained but no rollback runs; the recovery
+    record gives the opt-out as the skip reason, not a missing revision."""
+    sc = Scenario(lab, tmp_path, "h")
+    try:
+        deploy_v1(sc)
+        rc, recap, results, output = sc.play(sc.release("app_v2", "2.0.0", probe_path="/no-such-page", attempts=1),
+                                             rollback_on_failure=False)
+        assert rc != 0 and recap["localhost"][3] == 1, output[-4000:]
+        assert results["apply"]["previousRevisionPath"]
+        assert results["rollback"]["skipped"] is True
+        files = sc.evidence(results)
+        assert set(files) == {"deployment.json", "recovery.json"}
+        recovery = files["recovery.json"]
+        assert recovery["recoveryStatus"] == "rollback_skipped"
+        assert recovery["reason"].endswith("(auto-rollback skipped: autoRollbackOnFailure=false)"), recovery["reason"]
         [container] = sc.inspect()
         assert container["Config"]["Image"].endswith("@" + sc.digests["app_v2"])
     finally:
