@@ -134,7 +134,7 @@ def repetition(lab, method):
 def ansible_overhead(runs=5):
     """Median seconds of a no-op module call through the same ``ansible -c local`` CLI."""
     times = []
-    for _ in range(runs):
+    for _run in range(runs):
         start = time.monotonic()
         must(ar.ansible_module("ansible.builtin.ping", {"data": "pong"}), "ansible ping")
         times.append(time.monotonic() - start)

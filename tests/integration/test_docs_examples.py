@@ -70,6 +70,6 @@ def test_yaml_example(name, line, text, tmp_path):
     proc = subprocess.run([os.path.join(ROOT, ".venv", "bin", "ansible-playbook"), "--syntax-check", "-i", "localhost,",
                            str(path)], capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=300,
                           check=False)
-    assert proc.returncode == 0, "docs/%s:%d (%s) fails --syntax-check:\n%s%s" % (name, line, example, proc.stdout,
-                                                                               proc.stderr)
+    assert proc.returncode == 0, "docs/%s:%d (%s) fails --syntax-check:\n%s%s" % (
+        name, line, example, proc.stdout, proc.stderr)
     assert "[ERROR]" not in proc.stderr, proc.stderr

@@ -320,8 +320,8 @@ def test_created_at_is_not_digested(runs):
     first, second = dep(run, "2026-01-01T00:00:00Z"), dep(run, "2027-12-31T23:59:59.999999Z")
     assert first["evidenceDigest"] == second["evidenceDigest"]
     assert first["createdAt"] != second["createdAt"]
-    ev1, _ = rollback_records(run["plan"], run["apply"], run["rollback"], "2026-01-01T00:00:00Z", failed_probe=run["probe"])
-    ev2, _ = rollback_records(run["plan"], run["apply"], run["rollback"], "2027-01-01T00:00:00Z", failed_probe=run["probe"])
+    ev1, _rec1 = rollback_records(run["plan"], run["apply"], run["rollback"], "2026-01-01T00:00:00Z", failed_probe=run["probe"])
+    ev2, _rec2 = rollback_records(run["plan"], run["apply"], run["rollback"], "2027-01-01T00:00:00Z", failed_probe=run["probe"])
     assert (ev1["proofDigest"], ev1["orderProofDigest"]) == (ev2["proofDigest"], ev2["orderProofDigest"])
 
 
