@@ -323,7 +323,7 @@ ARGUMENT_SPEC = dict(
 
 def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True,
-                           mutually_exclusive=[("payload",) + TASK_OPTIONS])
+                           mutually_exclusive=[("payload", option) for option in TASK_OPTIONS])
     params = module.params
     environ = {"LC_ALL": "C"}
     if params["docker_host"]:
