@@ -25,6 +25,7 @@ ARGUMENT_SPEC = {
     "probe": {"type": "dict"},
     "rollback": {"type": "dict"},
     "created_at": {"type": "str"},
+    "timestamps": {"type": "dict", "default": {}},
 }
 
 # Keys of registered results that are Ansible plumbing, not evidence.
@@ -56,7 +57,9 @@ class ActionModule(ActionBase):
                     plan, _clean(args["apply"]), created_at, preflight=_clean(args["preflight"]), probe=_clean(args["probe"]))
             else:
                 evidence, recovery = rollback_records(plan, _clean(args["apply"]), _clean(args["rollback"]), created_at,
-                                                      failed_probe=_clean(args["probe"]))
+                                                      failed_probe=_clean(args["probe"]),
+                                                      preflight=_clean(args["preflight"]),
+                                                      timestamps=args["timestamps"])
                 if evidence is not None:
                     records["rollback-evidence.json"] = evidence
                 records["recovery.json"] = recovery

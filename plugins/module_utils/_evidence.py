@@ -155,7 +155,7 @@ def project_digest(services):
     return digest_json(digests)
 
 
-def _order(plan, target, result, batch_index=0):
+def _order(plan, target, result, started_at=None, completed_at=None, batch_index=0):
     failed = _failed(result)
     reason = (result or {}).get("msg") if failed else None
     return [{
@@ -163,23 +163,28 @@ def _order(plan, target, result, batch_index=0):
         "target": {"targetId": target.get("targetId"), "targetName": target.get("targetName"),
                    "targetType": target.get("targetType")},
         "batchIndex": batch_index,
+        "startedAt": started_at,
+        "completedAt": completed_at,
         "status": "failed" if failed else "succeeded",
         "failureReason": reason.splitlines()[0] if reason else None,
     }]
 
 
-def rollback_records(plan, failed_apply, rollback, created_at, failed_probe=None):
+def rollback_records(plan, failed_apply, rollback, created_at, failed_probe=None, preflight=None, timestamps=None):
     """Rollback evidence (``release.rollback.evidence.v1``) and the recovery record for one target.
 
     ``failed_apply`` is the target agent's result of the failed deployment (or of the deployment a
     failed probe condemned), ``rollback`` the ``stella_rollback`` result, or ``None`` when no rollback
-    ran (no retained revision, or rollback disabled).
+    ran (no retained revision, or rollback disabled). ``timestamps`` may carry ``deployStartedAt``,
+    ``deployCompletedAt``, ``rollbackStartedAt`` and ``rollbackCompletedAt`` (ISO 8601 UTC) for the
+    order proof entries.
     """
+    times = timestamps or {}
     plan = plan or {}
     failed_apply = failed_apply or {}
     target = _target(plan, failed_apply)
     deployment_id = plan.get("jobId")
-    failure = _failure(None, failed_apply, failed_probe) or {"reason": "deployment failed"}
+    failure = _failure(preflight, failed_apply, failed_probe) or {"reason": "deployment failed"}
     if rollback is None or rollback.get("skipped"):
         why = (rollback or {}).get("skip_reason") or "no target retained a previous revision to restore"
         return None, build_recovery_record(deployment_id, failure["reason"], RECOVERY_ROLLBACK_SKIPPED, detail=why)
@@ -187,8 +192,9 @@ def rollback_records(plan, failed_apply, rollback, created_at, failed_probe=None
         [dict(target, currentDigest=project_digest(failed_apply.get("services")),
               rollbackDigest=project_digest(rollback.get("services")) if not _failed(rollback) else None)],
         created_at,
-        deployment_order=_order(plan, target, failed_probe if _failed(failed_probe) else failed_apply),
-        rollback_order=_order(plan, target, rollback),
+        deployment_order=_order(plan, target, failed_probe if _failed(failed_probe) else failed_apply,
+                                times.get("deployStartedAt"), times.get("deployCompletedAt")),
+        rollback_order=_order(plan, target, rollback, times.get("rollbackStartedAt"), times.get("rollbackCompletedAt")),
         deployment_id=deployment_id,
         rollback_job_id=deployment_id and deployment_id + "-rollback",
     )

@@ -77,6 +77,12 @@ options:
   created_at:
     description: Record creation time (ISO 8601 UTC). Defaults to now. Not covered by any digest.
     type: str
+  timestamps:
+    description:
+      - For O(kind=rollback), the times of the order proof entries (ISO 8601 UTC) under the keys
+        C(deployStartedAt), C(deployCompletedAt), C(rollbackStartedAt) and C(rollbackCompletedAt).
+    type: dict
+    default: {}
 seealso:
   - module: stellaops.runtime.stella_rollback
 """

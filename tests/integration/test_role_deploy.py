@@ -396,7 +396,7 @@ inputs = json.load(open(sys.argv[1]))
 dep = deployment_record(inputs["plan"], inputs["apply"], inputs["createdAt"], preflight=inputs["preflight"],
                         probe=inputs["probe"])
 ev, rec = rollback_records(inputs["plan"], inputs["apply"], inputs["rollback"], inputs["rollbackCreatedAt"],
-                           failed_probe=inputs["probe"])
+                           failed_probe=inputs["probe"], preflight=inputs["preflight"], timestamps=inputs["times"])
 print(json.dumps({"evidenceDigest": dep["evidenceDigest"], "proofDigest": ev["proofDigest"],
                   "orderProofDigest": ev["orderProofDigest"], "hash": rec["strategyEvidence"]["rollback.evidence.hash"]}))
 """
@@ -405,6 +405,8 @@ print(json.dumps({"evidenceDigest": dep["evidenceDigest"], "proofDigest": ev["pr
 def test_f_evidence_digests_are_stable(probe_failure_run, tmp_path):
     results, files = probe_failure_run["results"], probe_failure_run["files"]
     inputs = {name: clean(results[name]) for name in ("plan", "preflight", "apply", "probe", "rollback")}
+    inputs["times"] = results["times"]
+    assert set(inputs["times"]) == {"deployStartedAt", "deployCompletedAt", "rollbackStartedAt", "rollbackCompletedAt"}
     stored_dep, stored_ev = files["deployment.json"], files["rollback-evidence.json"]
 
     # built twice in this process from the registered results: equal, and equal to what the role wrote
@@ -415,9 +417,10 @@ def test_f_evidence_digests_are_stable(probe_failure_run, tmp_path):
     assert first == stored_dep
     assert second["evidenceDigest"] == first["evidenceDigest"] == stored_dep["evidenceDigest"]
     ev1, rec1 = rollback_records(inputs["plan"], inputs["apply"], inputs["rollback"], stored_ev["createdAt"],
-                                 failed_probe=inputs["probe"])
+                                 failed_probe=inputs["probe"], preflight=inputs["preflight"], timestamps=inputs["times"])
     ev2, _rec2 = rollback_records(inputs["plan"], inputs["apply"], inputs["rollback"], "2000-01-01T00:00:00Z",
-                                  failed_probe=inputs["probe"])
+                                  failed_probe=inputs["probe"], preflight=inputs["preflight"], timestamps=inputs["times"])
+    assert ev1["rollbackOrder"][0]["completedAt"] == inputs["times"]["rollbackCompletedAt"]
     assert ev1 == stored_ev and rec1 == files["recovery.json"]
     assert (ev2["proofDigest"], ev2["orderProofDigest"]) == (stored_ev["proofDigest"], stored_ev["orderProofDigest"])
 

@@ -358,3 +358,26 @@ def test_deployment_record_is_independent_of_input_key_order(runs):
     reordered = {name: (dict(reversed(list(value.items()))) if isinstance(value, dict) else value)
                  for name, value in run.items()}
     assert dep(reordered)["evidenceDigest"] == dep(run)["evidenceDigest"]
+
+
+def test_failed_preflight_is_the_recovery_reason():
+    preflight = {"failed": True, "msg": "preflight failed: compose_missing: Docker Compose v2 plugin is not available",
+                 "failures": [{"code": "compose_missing", "reason": "Docker Compose v2 plugin is not available"}]}
+    evidence, recovery = rollback_records({"jobId": "job-2"}, None, None, CREATED, preflight=preflight)
+    assert evidence is None
+    assert recovery["originalFailureReason"] == preflight["msg"]
+    assert recovery["recoveryStatus"] == "rollback_skipped"
+
+
+def test_order_entries_carry_the_timestamps(runs):
+    run = runs["probe_failed_rolled_back"]
+    times = {"deployStartedAt": "2026-11-30T04:00:00.000000Z", "deployCompletedAt": "2026-11-30T04:00:05.000000Z",
+             "rollbackStartedAt": "2026-11-30T04:00:05.100000Z", "rollbackCompletedAt": "2026-11-30T04:00:09.000000Z"}
+    evidence, dummy = rollback_records(run["plan"], run["apply"], run["rollback"], CREATED,
+                                       failed_probe=run["probe"], timestamps=times)
+    deployed, rolled = evidence["deploymentOrder"][0], evidence["rollbackOrder"][0]
+    assert (deployed["startedAt"], deployed["completedAt"]) == (times["deployStartedAt"], times["deployCompletedAt"])
+    assert (rolled["startedAt"], rolled["completedAt"]) == (times["rollbackStartedAt"], times["rollbackCompletedAt"])
+    without, dummy = rollback_records(run["plan"], run["apply"], run["rollback"], CREATED, failed_probe=run["probe"])
+    assert without["orderProofDigest"] != evidence["orderProofDigest"]
+    assert without["proofDigest"] == evidence["proofDigest"]
