@@ -30,7 +30,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils._artifacts impor
 from ansible_collections.stellaops.runtime.plugins.module_utils._canonical import pretty_json, sha256_bytes
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError, redact_url
 from ansible_collections.stellaops.runtime.plugins.module_utils._docker_cli import (
-    DockerCli, digest_for_image, one_line, parse_ip_addresses, repo_digests_contain)
+    DockerCli, parse_ip_addresses, repo_digests_contain)
 from ansible_collections.stellaops.runtime.plugins.module_utils._fsutil import (
     atomic_write, project_lock, read_bytes, remove_stale_temps)
 from ansible_collections.stellaops.runtime.plugins.module_utils._imageref import parse_image_ref
@@ -1025,12 +1025,3 @@ class DockerHost:
         if blocking:
             raise StellaError("hook_failed", "%s hook %s failed (exit code %s%s, FailurePolicy=fail)" % (
                 phase, blocking["name"], blocking["exitCode"], ", timed out" if blocking["timedOut"] else ""))
-
-
-def failure_summary(exc):
-    """``(code, one-line reason)`` of a StellaError for fail_json."""
-    return exc.code, one_line(exc.reason, 600) if "\n" in (exc.reason or "") else exc.reason
-
-
-__all__ = ["ComposeHost", "DockerHost", "compose_request_from_payload", "compose_request_from_options",
-           "docker_request_from_payload", "digest_for_image"]
