@@ -14,6 +14,7 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 VENV_BIN = os.path.join(ROOT, ".venv", "bin")
 COLLECTIONS = os.path.join(ROOT, ".build", "collections")
+CALLBACKS = os.path.join(ROOT, "tests", "callback_plugins")
 
 
 def inventory_text(host=None):
@@ -32,7 +33,8 @@ def ansible_env(extra=None):
     env = dict(os.environ)
     env.update(
         ANSIBLE_COLLECTIONS_PATH=COLLECTIONS,
-        ANSIBLE_STDOUT_CALLBACK="json",
+        ANSIBLE_STDOUT_CALLBACK="json_results",
+        ANSIBLE_CALLBACK_PLUGINS=CALLBACKS,
         ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
         ANSIBLE_HOST_KEY_CHECKING="False",
         ANSIBLE_NOCOLOR="1",

@@ -62,7 +62,8 @@ def _env(tmp_path):
     env = dict(os.environ)
     env.update({
         "ANSIBLE_COLLECTIONS_PATH": COLLECTIONS,
-        "ANSIBLE_STDOUT_CALLBACK": "json",
+        "ANSIBLE_STDOUT_CALLBACK": "json_results",
+        "ANSIBLE_CALLBACK_PLUGINS": os.path.join(ROOT, "tests", "callback_plugins"),
         "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1",
         "ANSIBLE_LOCALHOST_WARNING": "0",
         "ANSIBLE_INVENTORY_UNPARSED_WARNING": "0",
