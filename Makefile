@@ -54,7 +54,9 @@ build: venv
 	$(BIN)/ansible-galaxy collection build --force --output-path .build/dist .
 
 bench: lab
-	$(BIN)/python bench/run.py
+	$(BIN)/python bench/plan_bench.py
+	$(BIN)/python bench/deploy_bench.py
+	$(BIN)/python bench/rollback_bench.py
 
 clean:
 	rm -rf .build
