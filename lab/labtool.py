@@ -54,7 +54,7 @@ def _auth_from(argv: list[str]) -> tuple[str, str] | None:
 def cmd_status(argv: list[str]) -> int:
     """status URL [SECRETS_JSON]: print the HTTP status (000 when unreachable)."""
     try:
-        status, _ = _request(argv[0], auth=_auth_from(argv[1:]))
+        status, dummy = _request(argv[0], auth=_auth_from(argv[1:]))
     except (OSError, ValueError):
         print("000")
         return 0

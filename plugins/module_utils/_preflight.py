@@ -192,7 +192,7 @@ def _ping_unix_socket(path, timeout):
 class HostObserver:
     """Gathers raw observations of the host it runs on.
 
-    ``run_command(argv, environ_update=None)`` returns ``(rc, stdout, stderr)``;
+    ``run_command(argv)`` returns ``(rc, stdout, stderr)`` and already carries ``DOCKER_HOST``;
     ``get_bin_path(name)`` returns a path or ``None``; ``registry`` has
     ``ping(registry)`` and ``platforms(image_ref)`` (see ``_registry``).
     """
@@ -227,9 +227,6 @@ class HostObserver:
             "hostname": socket.gethostname(),
         }
 
-    def _docker_env(self, req):
-        return {"DOCKER_HOST": req["docker_host"]} if req.get("docker_host") else None
-
     def _docker(self, req):
         binary = self.get_bin_path(req.get("docker_cli") or "docker")
         result = {"binary": binary, "host": redact_url(req.get("docker_host") or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock")}
@@ -240,18 +237,18 @@ class HostObserver:
             ok, detail = _ping_unix_socket(host[len("unix://"):], self.ping_timeout)
             result["ping"] = detail
             if not ok:
-                rc, out, err = self.run_command([binary, "version", "--format", "{{json .Client}}"], environ_update=self._docker_env(req))
+                rc, out, err = self.run_command([binary, "version", "--format", "{{json .Client}}"])
                 result["client"] = _json_or_none(out)
                 result["error"] = detail
                 return result
-        rc, out, err = self.run_command([binary, "version", "--format", "{{json .}}"], environ_update=self._docker_env(req))
+        rc, out, err = self.run_command([binary, "version", "--format", "{{json .}}"])
         data = _json_or_none(out) or {}
         result["client"] = data.get("Client")
         result["server"] = data.get("Server")
         if rc != 0 or not data.get("Server"):
             result["error"] = _first_line(err) or "docker version exited %d" % rc
             return result
-        rc, out, err = self.run_command([binary, "info", "--format", "{{json .RegistryConfig}}"], environ_update=self._docker_env(req))
+        rc, out, err = self.run_command([binary, "info", "--format", "{{json .RegistryConfig}}"])
         result["insecureRegistries"] = insecure_registries_from_info(_json_or_none(out) if rc == 0 else None)
         return result
 
@@ -259,7 +256,7 @@ class HostObserver:
         result = {}
         binary = docker.get("binary")
         if binary:
-            rc, out, err = self.run_command([binary, "compose", "version", "--format", "json"], environ_update=self._docker_env(req))
+            rc, out, err = self.run_command([binary, "compose", "version", "--format", "json"])
             data = _json_or_none(out)
             if rc == 0 and isinstance(data, dict) and data.get("version"):
                 result["plugin"] = data["version"]

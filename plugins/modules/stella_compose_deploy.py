@@ -29,18 +29,18 @@ description:
     fallback.
 author:
   - Stella Ops runtime team (@stellaops)
+extends_documentation_fragment:
+  - stellaops.runtime.attributes
+  - stellaops.runtime.docker
 attributes:
   check_mode:
-    description: Can run in check mode and return changed status prediction without modifying target.
     support: full
     details: Nothing is written, pulled, started or run (hooks included); the result says whether files
       would change and whether a revision would be retained.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: full
     details: The diff is the compose lock before and after.
   idempotent:
-    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
     support: full
     details: The same artifacts on a converged project run no hook, recreate no container and report
       C(changed=false). V(changed) is decided from container ids, start times and file contents.
@@ -121,13 +121,6 @@ options:
     description: How many retained revisions to keep (V(0) keeps all).
     type: int
     default: 10
-  docker_cli:
-    description: Name or path of the Docker CLI.
-    type: str
-    default: docker
-  docker_host:
-    description: Docker daemon address (C(DOCKER_HOST)). Defaults to the environment's, then the local socket.
-    type: str
 notes:
   - Give secrets through O(env_artifact) and files on the target, never inside hook commands, because
     module arguments other than those marked no_log appear in verbose logs.
@@ -293,13 +286,14 @@ ipAddress:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
+from ansible_collections.stellaops.runtime.plugins.module_utils._module import argument_spec, command_runner, fail_with
 from ansible_collections.stellaops.runtime.plugins.module_utils._deploy import (
     ComposeHost, DockerHost, compose_request_from_options, compose_request_from_payload, docker_request_from_payload)
 
 TASK_OPTIONS = ("project_name", "compose_lock", "version_sticker", "apply_manifest", "manifest_hash", "pull_images",
                 "backup_existing", "hooks", "target")
 
-ARGUMENT_SPEC = dict(
+ARGUMENT_SPEC = argument_spec(dict(
     task=dict(type="str", choices=["compose.up", "docker.run"], default="compose.up"),
     payload=dict(type="dict"),
     project_name=dict(type="str"),
@@ -316,22 +310,14 @@ ARGUMENT_SPEC = dict(
     secrets=dict(type="list", elements="str", no_log=True, default=[]),
     wait_timeout=dict(type="int", default=120),
     keep_revisions=dict(type="int", default=10),
-    docker_cli=dict(type="str", default="docker"),
-    docker_host=dict(type="str"),
-)
+))
 
 
 def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True,
                            mutually_exclusive=[("payload", option) for option in TASK_OPTIONS])
     params = module.params
-    environ = {"LC_ALL": "C"}
-    if params["docker_host"]:
-        environ["DOCKER_HOST"] = params["docker_host"]
-
-    def run_command(argv):
-        return module.run_command(argv, environ_update=environ)
-
+    run_command = command_runner(module)
     env_bytes = params["env_artifact"].encode("utf-8") if params["env_artifact"] is not None else None
     secrets = list(params["secrets"]) + ([params["env_artifact"]] if params["env_artifact"] else [])
     try:
@@ -354,10 +340,7 @@ def main():
                                  secrets=secrets)
             result = engine.apply(request, check_mode=module.check_mode, diff=module._diff, env_bytes=env_bytes)
     except StellaError as exc:
-        evidence = dict(exc.evidence or {})
-        evidence.pop("failurePhase", None)
-        changed = evidence.pop("changed", False)
-        module.fail_json(msg=exc.reason, code=exc.code, failurePhase=exc.phase, changed=changed, **evidence)
+        fail_with(module, exc)
     for warning in result["warnings"]:
         module.warn(warning)
     extra = {"diff": result["diff"]} if "diff" in result else {}

@@ -29,21 +29,18 @@ description:
     same inputs gives the same digests.
 author:
   - Stella Ops runtime team (@stellaops)
+extends_documentation_fragment:
+  - stellaops.runtime.attributes
+  - stellaops.runtime.attributes.action
 attributes:
   check_mode:
-    description: Can run in check mode and return changed status prediction without modifying target.
     support: full
     details: In check mode the records are built and returned but not written.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
   idempotent:
-    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
     support: full
     details: Evidence files are records of runs, not managed state, so writing them never reports a change.
-  action:
-    description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
-    support: full
 options:
   dest:
     description: Evidence root directory on the controller.

@@ -26,20 +26,17 @@ description:
     values only reach C(.env.stella) (mode 0600) when O(dest) is set, and are bound by digest elsewhere.
 author:
   - Stella Ops runtime team (@stellaops)
+extends_documentation_fragment:
+  - stellaops.runtime.attributes
+  - stellaops.runtime.attributes.action
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: With O(dest), nothing is written in check mode; C(changed) tells whether files would change.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: full
     details: With O(dest), the diff shows the compose lock before and after.
   idempotent:
-    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
-    support: full
-  action:
-    description: Indicates this has a corresponding action plugin so some parts of the options can be set on the controller.
     support: full
 options:
   release:

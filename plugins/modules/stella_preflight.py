@@ -24,16 +24,16 @@ description:
     given verbatim, with the contract's exact key names, in O(payload).
 author:
   - Stella Ops runtime team (@stellaops)
+extends_documentation_fragment:
+  - stellaops.runtime.attributes
+  - stellaops.runtime.docker
 attributes:
   check_mode:
-    description: Can run in check mode and return changed status prediction without modifying target.
     support: full
     details: Preflight is read-only, so it runs unchanged in check mode.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
   idempotent:
-    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
     support: full
 options:
   payload:
@@ -110,15 +110,6 @@ options:
     type: list
     elements: str
     default: []
-  docker_cli:
-    description:
-      - Name or path of the Docker CLI.
-    type: str
-    default: docker
-  docker_host:
-    description:
-      - Docker daemon address (C(DOCKER_HOST)). Defaults to the environment's, then the local socket.
-    type: str
   timeout:
     description:
       - Seconds to wait for the daemon and the registry to answer.
@@ -206,10 +197,11 @@ failures:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
+from ansible_collections.stellaops.runtime.plugins.module_utils._module import argument_spec, command_runner
 from ansible_collections.stellaops.runtime.plugins.module_utils._preflight import HostObserver, build_request, run_preflight
 from ansible_collections.stellaops.runtime.plugins.module_utils._registry import RegistryClient
 
-ARGUMENT_SPEC = dict(
+ARGUMENT_SPEC = argument_spec(dict(
     payload=dict(type="dict"),
     target_type=dict(type="str", choices=["DockerHost", "ComposeHost"], default="ComposeHost"),
     work_directory=dict(type="path"),
@@ -223,10 +215,8 @@ ARGUMENT_SPEC = dict(
     registry_username=dict(type="str"),
     registry_password=dict(type="str", no_log=True),
     insecure_registries=dict(type="list", elements="str", default=[]),
-    docker_cli=dict(type="str", default="docker"),
-    docker_host=dict(type="str"),
     timeout=dict(type="float", default=10),
-)
+))
 
 
 def main():
@@ -240,7 +230,7 @@ def main():
             timeout=req["timeout"],
         )
         observer = HostObserver(
-            run_command=lambda argv, environ_update=None: module.run_command(argv, environ_update=environ_update or {}),
+            run_command=command_runner(module),
             get_bin_path=module.get_bin_path,
             registry=registry,
             ping_timeout=req["timeout"],

@@ -29,25 +29,16 @@ description:
   - Components without C(healthProbe.*) keys are not probed and produce no evidence keys.
 author:
   - Stella Ops runtime team (@stellaops)
+extends_documentation_fragment:
+  - stellaops.runtime.attributes
+  - stellaops.runtime.attributes.action
 attributes:
-  action:
-    description: Indicates this has a corresponding action plugin so some parts of the work are done on the controller.
-    support: full
-    details: All of the work is done on the controller; nothing runs on the target.
-  action_group:
-    description: Use C(group/stellaops.runtime.stella) in C(module_defaults) to set defaults for this module.
-    support: full
-    membership:
-      - stellaops.runtime.stella
   check_mode:
-    description: Can run in check mode and return changed status prediction without modifying target.
     support: full
     details: Probes are read-only, so they run unchanged in check mode.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
   idempotent:
-    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
     support: full
 options:
   components:

@@ -24,16 +24,16 @@ description:
     target identity. The module refuses to run for a target whose endpoint does not name this host.
 author:
   - Stella Ops runtime team (@stellaops)
+extends_documentation_fragment:
+  - stellaops.runtime.attributes
+  - stellaops.runtime.docker
 attributes:
   check_mode:
-    description: Can run in check mode and return changed status prediction without modifying target.
     support: full
     details: Resolves and validates the revision, then reports whether restoring it would change anything.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
   idempotent:
-    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
     support: full
     details: Restoring the revision that already runs and is verified reports C(changed=false).
 options:
@@ -68,13 +68,6 @@ options:
     description: Seconds C(docker compose up --wait) may take.
     type: int
     default: 120
-  docker_cli:
-    description: Name or path of the Docker CLI.
-    type: str
-    default: docker
-  docker_host:
-    description: Docker daemon address (C(DOCKER_HOST)).
-    type: str
 seealso:
   - module: stellaops.runtime.stella_compose_deploy
 """
@@ -171,10 +164,11 @@ rollbackReason:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
+from ansible_collections.stellaops.runtime.plugins.module_utils._module import argument_spec, command_runner, fail_with
 from ansible_collections.stellaops.runtime.plugins.module_utils._rollback import (
     ComposeRollback, rollback_request_from_options, rollback_request_from_payload)
 
-ARGUMENT_SPEC = dict(
+ARGUMENT_SPEC = argument_spec(dict(
     payload=dict(type="dict"),
     project_name=dict(type="str"),
     revision_path=dict(type="str"),
@@ -183,9 +177,7 @@ ARGUMENT_SPEC = dict(
     reason=dict(type="str"),
     pull_images=dict(type="bool", default=True),
     wait_timeout=dict(type="int", default=120),
-    docker_cli=dict(type="str", default="docker"),
-    docker_host=dict(type="str"),
-)
+))
 
 
 def main():
@@ -193,13 +185,7 @@ def main():
                            mutually_exclusive=[("payload", "project_name"), ("payload", "revision_path"),
                                                ("payload", "target")])
     params = module.params
-    environ = {"LC_ALL": "C"}
-    if params["docker_host"]:
-        environ["DOCKER_HOST"] = params["docker_host"]
-
-    def run_command(argv):
-        return module.run_command(argv, environ_update=environ)
-
+    run_command = command_runner(module)
     try:
         if params["payload"] is not None:
             request = rollback_request_from_payload(params["payload"], params)
@@ -212,10 +198,7 @@ def main():
                                  wait_timeout=params["wait_timeout"])
         result = engine.rollback(request, check_mode=module.check_mode)
     except StellaError as exc:
-        evidence = dict(exc.evidence or {})
-        evidence.pop("failurePhase", None)
-        changed = evidence.pop("changed", False)
-        module.fail_json(msg=exc.reason, code=exc.code, failurePhase=exc.phase, changed=changed, **evidence)
+        fail_with(module, exc)
     module.exit_json(changed=result["changed"], **result["evidence"])
 
 

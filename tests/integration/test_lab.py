@@ -70,14 +70,14 @@ def test_plain_registry_serves_each_image_by_digest(lab, key):
     assert status == 200
     assert headers["docker-content-digest"] == image["digest"]
     assert "sha256:" + hashlib.sha256(body).hexdigest() == image["digest"]
-    status, headers, _ = manifest(registry, repo, tag)
+    status, headers, dummy = manifest(registry, repo, tag)
     assert status == 200 and headers["docker-content-digest"] == image["digest"]
 
 
 def test_shared_registry_serves_the_same_storage(lab):
     image = lab["images"]["app_v1"]
     registry, repo, tag = repo_and_tag(image["ref"])
-    status, headers, _ = manifest(registry, repo, tag)
+    status, headers, dummy = manifest(registry, repo, tag)
     assert status == 200 and headers["docker-content-digest"] == image["digest"]
 
 
@@ -89,13 +89,13 @@ def test_images_are_distinct(lab):
 def test_auth_registry_refuses_anonymous_and_accepts_credentials(lab):
     address = lab["registries"]["auth"]["address"]
     image = lab["images"]["auth_app_v1"]
-    _, repo, tag = repo_and_tag(image["ref"])
-    status, headers, _ = labkit.http_get("http://%s/v2/" % address)
+    dummy, repo, tag = repo_and_tag(image["ref"])
+    status, headers, dummy = labkit.http_get("http://%s/v2/" % address)
     assert status == 401 and "basic" in headers.get("www-authenticate", "").lower()
     assert manifest(address, repo, tag)[0] == 401
     user, password = labkit.auth_credentials(lab)
     assert manifest(address, repo, tag, auth=(user, password + "-wrong"))[0] == 401
-    status, headers, _ = manifest(address, repo, tag, auth=(user, password))
+    status, headers, dummy = manifest(address, repo, tag, auth=(user, password))
     assert status == 200 and headers["docker-content-digest"] == image["digest"]
 
 

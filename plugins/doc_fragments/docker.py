@@ -1,0 +1,22 @@
+# Copyright (c) Stella Ops contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+
+class ModuleDocFragment:
+    """How target-side modules reach the Docker CLI (argument spec: ``_module.DOCKER_ARGUMENT_SPEC``)."""
+
+    DOCUMENTATION = r"""
+options:
+  docker_cli:
+    description:
+      - Name or path of the Docker CLI on the target.
+    type: str
+    default: docker
+  docker_host:
+    description:
+      - Docker daemon address (C(DOCKER_HOST)). Defaults to the environment's, then the local socket.
+    type: str
+"""
