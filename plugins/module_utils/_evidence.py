@@ -129,6 +129,8 @@ def deployment_record(plan, apply, created_at, preflight=None, probe=None, deplo
         "status": "succeeded" if succeeded else "failed",
         "failure": failure,
     }
+    if plan.get("scriptGraphProof"):
+        record["scriptGraphProofDigest"] = plan["scriptGraphProof"]["proofDigest"]
     record["evidenceDigest"] = digest_json(record)
     record["createdAt"] = created_at
     return record
@@ -167,6 +169,7 @@ def _order(plan, target, result, started_at=None, completed_at=None, batch_index
         "completedAt": completed_at,
         "status": "failed" if failed else "succeeded",
         "failureReason": reason.splitlines()[0] if reason else None,
+        "scriptProofDigest": (plan.get("scriptGraphProof") or {}).get("proofDigest"),
     }]
 
 

@@ -17,6 +17,7 @@ import posixpath
 from ansible_collections.stellaops.runtime.plugins.module_utils import _artifacts, _lock, _naming, _payloads
 from ansible_collections.stellaops.runtime.plugins.module_utils._canonical import digest_json, sha256_bytes
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError, redact_url
+from ansible_collections.stellaops.runtime.plugins.module_utils._graph_proof import build_graph_proof
 from ansible_collections.stellaops.runtime.plugins.module_utils._imageref import parse_image_ref
 from ansible_collections.stellaops.runtime.plugins.module_utils._release import normalize_release
 
@@ -75,6 +76,18 @@ def _short(value):
     return digest_json(value)[len("sha256:"):][:16]
 
 
+def script_graph_proof(scripts):
+    """The release script graph proof, or ``None`` without scripts; a failed proof blocks planning."""
+    if not scripts:
+        return None
+    proof = build_graph_proof(scripts)
+    if proof["status"] != "passed":
+        codes = sorted({issue["code"] for issue in proof["issues"]})
+        raise StellaError("graph_proof_failed", "release script graph proof failed (%s); proofDigest %s"
+                          % (", ".join(codes), proof["proofDigest"]), phase="plan", evidence={"scriptGraphProof": proof})
+    return proof
+
+
 def plan_release(release, resolved):
     """Plan one release on one target. Pure: same inputs, same bytes.
 
@@ -83,6 +96,7 @@ def plan_release(release, resolved):
     ``.env.stella``, are under ``_files`` only; callers must not echo that key.
     """
     data = normalize_release(release)
+    graph_proof = script_graph_proof(data["scripts"])
     target = dict(data["target"])
     target["endpoint"] = redact_url(target["endpoint"])
     slot, slot_source = _naming.select_slot(data)
@@ -207,5 +221,6 @@ def plan_release(release, resolved):
         "components": [{"name": c["name"], "reference": c["reference"], "image": c["image"], "digest": c["digest"]}
                        for c in components],
         "payloads": payloads,
+        "scriptGraphProof": graph_proof,
         FILES_KEY: files,
     }

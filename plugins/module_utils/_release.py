@@ -167,6 +167,35 @@ RELEASE_SCHEMA = {
                 },
             },
         },
+        "scripts": {
+            "type": "array",
+            "description": "Release script/module nodes for the release.script.graph-proof.v1 proof; a failed proof "
+                           "fails planning.",
+            "items": {
+                "type": "object",
+                "required": ["moduleName", "scriptId", "phase"],
+                "additionalProperties": False,
+                "properties": {
+                    "moduleName": _text("Module the script belongs to."),
+                    "scriptId": _text("Script id, unique within its module."),
+                    "scriptVersion": _text("Script version."),
+                    "phase": {"type": "string", "enum": ["start", "update"]},
+                    "dependencies": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "required": ["moduleName", "scriptId"],
+                            "additionalProperties": False,
+                            "properties": {
+                                "moduleName": _text("Depended-on module."),
+                                "scriptId": _text("Depended-on script id."),
+                                "scriptVersion": _text("Required version of the depended-on script (optional)."),
+                            },
+                        },
+                    },
+                },
+            },
+        },
         "pullImages": {"type": "boolean", "description": "false marks preloaded/offline images."},
         "backupExisting": {"type": "boolean", "description": "Retain the previous revision (default true)."},
         "emitComposeVersion": {"type": "boolean",
@@ -368,6 +397,7 @@ def normalize_release(release):
     data.setdefault("strategyConfig", {})
     data.setdefault("secretEnv", {})
     data.setdefault("hooks", [])
+    data.setdefault("scripts", [])
     data.setdefault("backupExisting", True)
     data.setdefault("emitComposeVersion", False)
     data.setdefault("preflight", {})

@@ -203,3 +203,36 @@ def test_slots_labels_and_compose_acceptance(overrides, slot, role, suffix):
     assert labels["stella.slot"] == slot and labels["stella.traffic.role"] == role
     assert labels["stella.project"] == plan["projectName"] == config["name"]
     assert json.loads(plan["sticker"])["trafficRole"] == role
+
+
+SCRIPTS = [
+    {"moduleName": "db", "scriptId": "schema", "scriptVersion": "1", "phase": "start"},
+    {"moduleName": "api", "scriptId": "seed", "scriptVersion": "2", "phase": "update",
+     "dependencies": [{"moduleName": "db", "scriptId": "schema", "scriptVersion": "1"}]},
+]
+
+
+def test_scripts_give_a_passed_graph_proof_in_the_plan():
+    release = copy.deepcopy(BASE)
+    release["scripts"] = SCRIPTS
+    plan = plan_release(release, BASE_RESOLVED)
+    proof = plan["scriptGraphProof"]
+    assert proof["schema"] == "release.script.graph-proof.v1" and proof["status"] == "passed"
+    assert [n["scriptId"] for n in proof["startOrder"]] == ["schema"]
+    assert [n["scriptId"] for n in proof["updateOrder"]] == ["seed"]
+    # the proof is evidence, not desired state: the lock and manifest hash are unchanged
+    assert plan["lock"] == BASE_PLAN["lock"] and plan["manifestHash"] == BASE_PLAN["manifestHash"]
+    assert BASE_PLAN["scriptGraphProof"] is None
+
+
+def test_a_failed_graph_proof_blocks_planning():
+    release = copy.deepcopy(BASE)
+    release["scripts"] = [dict(SCRIPTS[0], phase="start", dependencies=[{"moduleName": "api", "scriptId": "seed"}]),
+                          SCRIPTS[1]]
+    with pytest.raises(StellaError) as info:
+        plan_release(release, BASE_RESOLVED)
+    assert info.value.code == "graph_proof_failed"
+    proof = info.value.evidence["scriptGraphProof"]
+    assert proof["status"] == "failed"
+    assert "start_depends_on_update" in {issue["code"] for issue in proof["issues"]}
+    assert proof["proofDigest"] in info.value.reason
