@@ -4,7 +4,7 @@
 
 """Test-only stdout callback: prints every task's per-host results as one JSON document at the end.
 
-Shape: ``{"plays": [{"tasks": [{"task": NAME, "hosts": {HOST: RESULT}}]}], "stats": {HOST: SUMMARY}}`` (like ansible.posix.json,
+Shape: ``{"plays": [{"tasks": [{"task": {"name": NAME}, "hosts": {HOST: RESULT}}]}], "stats": {HOST: SUMMARY}}`` (like ansible.posix.json,
 which is not part of ansible-core, so the tests do not depend on it).
 """
 
@@ -33,12 +33,12 @@ class CallbackModule(CallbackBase):
         self.tasks = []
 
     def _task(self, name):
-        if not self.tasks or self.tasks[-1]["task"] != name:
-            self.tasks.append({"task": name, "hosts": {}})
+        if not self.tasks or self.tasks[-1]["task"]["name"] != name:
+            self.tasks.append({"task": {"name": name}, "hosts": {}})
         return self.tasks[-1]
 
     def v2_playbook_on_task_start(self, task, is_conditional):
-        self.tasks.append({"task": task.get_name(), "hosts": {}})
+        self.tasks.append({"task": {"name": task.get_name()}, "hosts": {}})
 
     def _record(self, result, **extra):
         data = dict(result._result)
