@@ -45,7 +45,7 @@ TARGET_PREFIX="${STELLA_LAB_TARGET_PREFIX:-stella-target-}"
 TARGET_LABEL="${STELLA_LAB_TARGET_LABEL:-stella.lab=target}"
 SSH_KEY="$STATE/ssh/id_ed25519"
 SSH_OPTS=(-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes -o LogLevel=ERROR)
-PACKAGES=(docker.io busybox-static docker-registry debootstrap apache2-utils openssh-client)
+PACKAGES=(docker.io busybox-static docker-registry debootstrap apache2-utils openssh-client shellcheck)
 DEBOOTSTRAP_INCLUDE=python3,docker.io,iproute2,ca-certificates,procps,openssh-server
 PLUGIN_DIRS=(/usr/libexec/docker/cli-plugins "$HOME/.docker/cli-plugins")
 TARGET_PLUGIN=/usr/libexec/docker/cli-plugins/docker-compose
@@ -96,7 +96,7 @@ stop_pid() {
       kill -0 "$pid" 2>/dev/null || break
       sleep 0.1
     done
-    kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null || true
+    if kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid" 2>/dev/null || true; fi
     log "stopped $(basename "$pidfile" .pid) (pid $pid)"
   fi
   rm -f "$pidfile"
