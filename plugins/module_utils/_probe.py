@@ -402,7 +402,12 @@ class ProbeRunner:
         self._sleep = sleep
 
     def attempt(self, spec):
-        raise NotImplementedError
+        """One probe attempt for ``spec``; returns a ``ProbeAttempt`` (observed text, healthy flag).
+
+        A runner must define this or override :meth:`run`; the base class probes nothing.
+        """
+        raise StellaError("probe_runner_invalid", "probe runner %s defines neither attempt() nor run()"
+                          % type(self).__name__)
 
     def run(self, spec):
         started = self._clock()

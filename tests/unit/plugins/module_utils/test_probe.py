@@ -398,7 +398,7 @@ def test_runner_interface_can_be_replaced():
 
 
 def test_base_runner_attempt_is_abstract():
-    with pytest.raises(NotImplementedError):
+    with pytest.raises(StellaError, match="defines neither attempt"):
         ProbeRunner().run(tcp_spec(1))
 
 
