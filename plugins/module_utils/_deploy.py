@@ -302,6 +302,16 @@ def ensure_this_host(target, run_command):
 
 # --------------------------------------------------------------------------- evidence (pure)
 
+def project_evidence(target, layout):
+    """Evidence every ComposeHost run starts with: target identity and the project's logical paths."""
+    evidence = dict(target_evidence(target))
+    evidence.update({"projectName": layout.project_name, "projectDirectory": layout.project_dir,
+                     "composePath": layout.lock_path, "composeLockPath": layout.lock_path,
+                     "applyManifestPath": layout.manifest_path, "versionStickerPath": layout.sticker_path,
+                     "services": [], "serviceCount": 0})
+    return evidence
+
+
 def target_evidence(target):
     return {"targetId": target["id"], "targetName": target["name"], "targetType": target["type"],
             "targetEndpoint": target["endpoint"], "targetExecutionMode": target["executionMode"]}
@@ -556,11 +566,8 @@ class ComposeHost:
         rec = PhaseRecorder()
         target = request["target"]
         layout = _revisions.Layout(request["work_directory"], request["project_name"])
-        evidence = dict(target_evidence(target))
-        evidence.update({"projectName": layout.project_name, "projectDirectory": layout.project_dir,
-                         "composePath": layout.lock_path, "applyManifestPath": layout.manifest_path,
-                         "versionStickerPath": layout.sticker_path, "composeLockPath": layout.lock_path,
-                         "hookResults": [], "services": [], "serviceCount": 0})
+        evidence = project_evidence(target, layout)
+        evidence["hookResults"] = []
         result = {"changed": False, "evidence": evidence, "warnings": []}
         try:
             self._apply(request, layout, rec, result, check_mode, diff, env_bytes)
@@ -689,7 +696,8 @@ class ComposeHost:
                 images = service_images(config)
                 check_pinned(images)
             with rec.phase("pre_deploy_hooks"):
-                self._run_hooks(request["hooks"], "pre-deploy", layout, hook_env, evidence, result)
+                _hooks.run_phase(request["hooks"], "pre-deploy", layout.project_dir, hook_env, self.secrets,
+                                 evidence["hookResults"], result["warnings"])
             with rec.phase("compose_pull"):
                 image_ids, pulled = self.ensure_images(layout, images, request["pull_images"], "compose_pull")
                 evidence["pulledServices"] = pulled
@@ -733,7 +741,8 @@ class ComposeHost:
         if after_files != before_files or read_bytes(layout.env_path) != before_env:
             result["changed"] = True
         with rec.phase("post_deploy_hooks"):
-            self._run_hooks(request["hooks"], "post-deploy", layout, hook_env, evidence, result)
+            _hooks.run_phase(request["hooks"], "post-deploy", layout.project_dir, hook_env, self.secrets,
+                             evidence["hookResults"], result["warnings"])
 
     @staticmethod
     def _up_failure_code(reason, code):
@@ -782,15 +791,6 @@ class ComposeHost:
                "STELLA_MANIFEST_HASH": mhash, "STELLA_TARGET_ID": request["target"]["id"],
                "STELLA_COMPOSE_PATH": layout.lock_path}
         return env
-
-    def _run_hooks(self, hooks, phase, layout, env, evidence, result):
-        results, blocking = _hooks.run_phase_hooks(hooks, phase, layout.project_dir, dict(env, STELLA_PHASE=phase),
-                                                   self.secrets)
-        evidence["hookResults"].extend(results)
-        result["warnings"].extend(_hooks.warnings_for(results))
-        if blocking:
-            raise StellaError("hook_failed", "%s hook %s failed (exit code %s%s, FailurePolicy=fail)" % (
-                phase, blocking["name"], blocking["exitCode"], ", timed out" if blocking["timedOut"] else ""))
 
     def _check_mode(self, request, layout, rec, result, new_files, diff):
         evidence = result["evidence"]
@@ -969,7 +969,8 @@ class DockerHost:
             env = {"STELLA_CONTAINER_NAME": request["name"], "STELLA_MANIFEST_HASH": request["manifest_hash"] or "",
                    "STELLA_TARGET_ID": request["target"]["id"]}
             with rec.phase("pre_deploy_hooks"):
-                self._hooks(request, "pre-deploy", hook_dir, env, evidence, result)
+                _hooks.run_phase(request["hooks"], "pre-deploy", hook_dir, env, self.secrets, evidence["hookResults"],
+                                 result["warnings"])
             with rec.phase("prepare_container"):
                 if current:
                     evidence["replacedContainerId"] = current["id"]
@@ -995,7 +996,8 @@ class DockerHost:
                             key, container["labels"].get(key), value)))
                 raise_problems(problems, "inspect_container")
             with rec.phase("post_deploy_hooks"):
-                self._hooks(request, "post-deploy", hook_dir, env, evidence, result)
+                _hooks.run_phase(request["hooks"], "post-deploy", hook_dir, env, self.secrets, evidence["hookResults"],
+                                 result["warnings"])
 
     def _wait(self, name):
         deadline = time.monotonic() + self.health_timeout
@@ -1017,11 +1019,3 @@ class DockerHost:
                          "ipAddress": container.get("ipAddress"), "startedAt": container.get("startedAt"),
                          "labels": _stella_labels(container.get("labels"))})
 
-    def _hooks(self, request, phase, cwd, env, evidence, result):
-        results, blocking = _hooks.run_phase_hooks(request["hooks"], phase, cwd, dict(env, STELLA_PHASE=phase),
-                                                   self.secrets)
-        evidence["hookResults"].extend(results)
-        result["warnings"].extend(_hooks.warnings_for(results))
-        if blocking:
-            raise StellaError("hook_failed", "%s hook %s failed (exit code %s%s, FailurePolicy=fail)" % (
-                phase, blocking["name"], blocking["exitCode"], ", timed out" if blocking["timedOut"] else ""))

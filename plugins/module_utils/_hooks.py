@@ -217,6 +217,17 @@ def run_phase_hooks(hooks, phase, cwd, env=None, secrets=(), runner=run_hook):
     return results, None
 
 
+def run_phase(hooks, phase, cwd, env, secrets, hook_results, warnings):
+    """Run ``phase``'s hooks with ``STELLA_PHASE`` set, append their results and warnings, and raise
+    ``StellaError(hook_failed)`` when one fails under ``FailurePolicy=fail``."""
+    results, blocking = run_phase_hooks(hooks, phase, cwd, dict(env, STELLA_PHASE=phase), secrets)
+    hook_results.extend(results)
+    warnings.extend(warnings_for(results))
+    if blocking:
+        raise StellaError("hook_failed", "%s hook %s failed (exit code %s%s, FailurePolicy=fail)" % (
+            phase, blocking["name"], blocking["exitCode"], ", timed out" if blocking["timedOut"] else ""))
+
+
 def warnings_for(results):
     """Human warnings for hooks that failed under a non-blocking policy."""
     out = []

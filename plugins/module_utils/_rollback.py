@@ -27,7 +27,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils._canonical impor
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils._deploy import (
     ComposeHost, PhaseRecorder, _bad, _check_keys, container_fingerprint, ensure_this_host, normalize_target,
-    raise_problems, service_images, target_evidence, DEFAULT_WORK_DIRECTORY)
+    raise_problems, service_images, project_evidence, DEFAULT_WORK_DIRECTORY)
 from ansible_collections.stellaops.runtime.plugins.module_utils._fsutil import (
     atomic_write, project_lock, read_bytes, remove_stale_temps)
 from ansible_collections.stellaops.runtime.plugins.module_utils._imageref import parse_image_ref
@@ -110,11 +110,8 @@ class ComposeRollback:
         rec = PhaseRecorder()
         target = request["target"]
         layout = _revisions.Layout(request["work_directory"], request["project_name"])
-        evidence = dict(target_evidence(target))
-        evidence.update({"projectName": layout.project_name, "projectDirectory": layout.project_dir,
-                         "composePath": layout.lock_path, "versionStickerPath": layout.sticker_path,
-                         "applyManifestPath": layout.manifest_path, "rollbackRestored": False,
-                         "services": [], "serviceCount": 0})
+        evidence = project_evidence(target, layout)
+        evidence["rollbackRestored"] = False
         if request.get("reason"):
             evidence["rollbackReason"] = request["reason"]
         result = {"changed": False, "evidence": evidence, "warnings": []}
