@@ -1018,4 +1018,3 @@ class DockerHost:
                          "containerState": container["state"], "health": container["health"],
                          "ipAddress": container.get("ipAddress"), "startedAt": container.get("startedAt"),
                          "labels": _stella_labels(container.get("labels"))})
-
