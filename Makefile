@@ -12,6 +12,8 @@ export PATH := $(BIN):$(PATH)
 
 $(BIN)/.stamp: requirements/dev.txt
 	@command -v $(PY) >/dev/null || { echo "error: $(PY) not found (Python 3.11 is required)"; exit 1; }
+	@$(PY) -c 'import ensurepip, venv' 2>/dev/null || { echo "installing python3-venv (Debian's $(PY) lacks ensurepip)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv; }
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check -r requirements/dev.txt
 	touch $@
