@@ -526,12 +526,12 @@ class ComposeHost:
         """Pull what is missing (or fail when pulls are disabled); verify RepoDigests; return image ids."""
         ids = {}
         missing = []
+        found = self.cli.image_inspect_many(images.values(), phase=phase)
         for service, image in sorted(images.items()):
-            info = self.cli.image_inspect(image, phase=phase)
-            if info is None:
+            if found[image] is None:
                 missing.append(service)
             else:
-                ids[service] = info
+                ids[service] = found[image]
         pulled = []
         if missing:
             if not pull:
@@ -647,8 +647,9 @@ class ComposeHost:
             config = self.read_config(layout, "inspect_services")
             images = service_images(config)
             ids = {}
+            found = self.cli.image_inspect_many(images.values(), phase="inspect_services")
             for service, image in images.items():
-                info = self.cli.image_inspect(image, phase="inspect_services")
+                info = found[image]
                 if info is None or not repo_digests_contain(info["repoDigests"], image):
                     return None
                 ids[service] = info["id"]

@@ -328,6 +328,19 @@ class DockerCli:
         docs = parse_json_documents(out, self.warn)
         return image_summary(docs[0]) if docs else None
 
+    def image_inspect_many(self, refs, phase=None):
+        """``{ref: summary or None}`` for several references, in one ``docker image inspect`` call when
+        every image is present (the CLI answers in argument order); otherwise one call per reference."""
+        unique = sorted(set(refs))
+        if not unique:
+            return {}
+        rc, out, _err = self.run(["image", "inspect"] + unique, check=False, phase=phase)
+        if rc == 0:
+            docs = parse_json_documents(out, self.warn)
+            if len(docs) == len(unique):
+                return {ref: image_summary(doc) for ref, doc in zip(unique, docs)}
+        return {ref: self.image_inspect(ref, phase=phase) for ref in unique}
+
     def pull(self, ref, phase="pull_image"):
         return self.run(["pull", "--quiet", ref], code="image_pull_failed", phase=phase)
 

@@ -188,3 +188,30 @@ def test_docker_cli_failures_have_codes(monkeypatch):
     with pytest.raises(StellaError) as err:
         cli.DockerCli(run).version()
     assert err.value.code == "runtime_missing"
+
+
+def test_image_inspect_many_is_one_call_when_every_image_is_present(monkeypatch):
+    monkeypatch.setattr(cli.shutil, "which", lambda name: "/usr/bin/" + name)
+    doc = json.loads(fixture("image_inspect_app_v1.json"))[0]
+    other = dict(doc, Id="sha256:" + "b" * 64)
+    refs = ["r/a:1@" + V1, "r/b:1@" + V1, "r/a:1@" + V1]
+    run = FakeRun([(["image", "inspect"], (0, json.dumps([doc, other]), ""))])
+    found = cli.DockerCli(run).image_inspect_many(refs)
+    assert len(run.calls) == 1 and run.calls[0][-2:] == sorted(set(refs))
+    assert found["r/a:1@" + V1]["id"] == doc["Id"] and found["r/b:1@" + V1]["id"] == other["Id"]
+
+
+def test_image_inspect_many_falls_back_per_reference_when_one_is_missing(monkeypatch):
+    monkeypatch.setattr(cli.shutil, "which", lambda name: "/usr/bin/" + name)
+    doc = fixture("image_inspect_app_v1.json")
+    answers = {"r/a:1@" + V1: (0, doc, ""), "r/b:1@" + V1: (1, "", "Error: No such image: r/b:1@" + V1)}
+
+    def run(argv):
+        run.calls.append(argv)
+        if len(argv) > 4:
+            return 1, "[" + doc.strip()[1:-1] + "]", "Error: No such image: r/b:1@" + V1
+        return answers[argv[-1]]
+    run.calls = []
+    found = cli.DockerCli(run).image_inspect_many(answers)
+    assert len(run.calls) == 3
+    assert found["r/b:1@" + V1] is None and found["r/a:1@" + V1]["id"].startswith("sha256:")
