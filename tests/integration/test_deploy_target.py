@@ -4,10 +4,13 @@ Compose v2 plugin copied in), with images pulled from the shared lab registry ``
 from __future__ import annotations
 
 import json
+import subprocess
+import uuid
 
 import pytest
 
 import ansible_run as ar
+import labkit
 
 
 @pytest.fixture
@@ -64,3 +67,31 @@ def test_payload_for_another_host_is_refused_on_this_target(ctx, target):
     assert result["failed"] and result["code"] == "wrong_host" and result["failurePhase"] == "verify_target"
     assert ctx.containers() == {}
     assert ctx.sh("test -e %s && echo present || echo absent" % ctx.project_dir).strip() == "absent"
+
+
+def test_docker_run_on_a_target_over_ssh(target):
+    """DockerHost (docker.run) on the DinD target: pulled from the shared registry, labelled, idempotent."""
+    lab = ar.load_lab_json()
+    project = "dh-%s" % uuid.uuid4().hex[:8]
+    host_target = {"id": "tgt-dh-" + target["name"], "name": target["name"], "type": "DockerHost",
+                   "endpoint": "ssh://root@%s" % target["address"], "executionMode": "ssh"}
+    resolved = {v["ref"]: v["digest"] for v in lab["images"].values()}
+    release = ar.release_input(project, {"web": lab["images"]["app_v1"]["ref"]}, "/var/lib/stella-it",
+                               target=host_target, config={"web": {"env.GREETING": "hello"}})
+    payload = ar.plan(release, resolved)["payloads"]["docker.run"][0]
+    name = project + "-web"
+    remote_docker = list(labkit.ssh_argv(target)) + ["docker"]
+    try:
+        first = ar.ansible_module(ar.DEPLOY_MODULE, {"task": "docker.run", "payload": payload}, host=target)
+        assert not first["failed"], first.get("msg")
+        assert first["changed"] is True and first["containerState"] == "running" and first["health"] == "healthy"
+        assert first["targetEndpoint"] == "ssh://%s" % target["address"] and first["targetType"] == "DockerHost"
+        container = json.loads(subprocess.run(remote_docker + ["inspect", name], capture_output=True, text=True,
+                                                 check=True).stdout)[0]
+        assert container["Config"]["Image"].endswith("@" + lab["images"]["app_v1"]["digest"])
+        assert container["Config"]["Labels"]["stella.target.id"] == host_target["id"]
+        assert "GREETING=hello" in container["Config"]["Env"]
+        again = ar.ansible_module(ar.DEPLOY_MODULE, {"task": "docker.run", "payload": payload}, host=target)
+        assert not again["failed"] and again["changed"] is False and again["containerId"] == first["containerId"]
+    finally:
+        subprocess.run(remote_docker + ["rm", "-f", name], capture_output=True, check=False)
