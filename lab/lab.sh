@@ -39,6 +39,11 @@ SHARED_ADDR="$BRIDGE_IP:$((PORT_BASE + 1))"
 SHARED_REF_HOST="$SHARED_HOST:$((PORT_BASE + 1))"
 AUTH_ADDR="127.0.0.1:$((PORT_BASE + 2))"
 AUTH_USER=stella
+# A registry with the Bearer token flow: distribution's `auth: token` and the lab's token service.
+TOKEN_ADDR="127.0.0.1:$((PORT_BASE + 3))"
+TOKEN_SERVICE_ADDR="127.0.0.1:$((PORT_BASE + 4))"
+TOKEN_SERVICE=stella-lab
+TOKEN_ISSUER=stella-lab-token
 AUTH_SECRET="$STATE/secrets/registry-auth.json"
 TARGET_IMAGE="${STELLA_LAB_TARGET_IMAGE:-stella-target:bookworm}"
 TARGET_PREFIX="${STELLA_LAB_TARGET_PREFIX:-stella-target-}"
@@ -225,7 +230,16 @@ http:
   headers:
     X-Content-Type-Options: [nosniff]
 EOF
-  if [[ -n "$auth" ]]; then
+  if [[ "$auth" == token:* ]]; then
+    cat <<EOF
+auth:
+  token:
+    realm: http://$TOKEN_SERVICE_ADDR/token
+    service: $TOKEN_SERVICE
+    issuer: $TOKEN_ISSUER
+    rootcertbundle: ${auth#token:}
+EOF
+  elif [[ -n "$auth" ]]; then
     cat <<EOF
 auth:
   htpasswd:
@@ -233,6 +247,26 @@ auth:
     path: $auth
 EOF
   fi
+}
+
+# The token service signs registry tokens (ES256, x5c) with a key made once under .lab/token.
+ensure_token_service() {
+  local dir="$STATE/token" pidfile="$STATE/token-service.pid" logf="$STATE/token-service.log"
+  "$VENV/bin/python" "$LAB_SRC/tokenserver.py" init "$dir"
+  if ! pid_running "$pidfile" tokenserver.py; then
+    [[ "$(labtool status "http://$TOKEN_SERVICE_ADDR/token")" == 000 ]] \
+      || die "token service: $TOKEN_SERVICE_ADDR already answers but not from a process this lab started; stop it first"
+    setsid nohup "$VENV/bin/python" "$LAB_SRC/tokenserver.py" serve "$TOKEN_SERVICE_ADDR" "$dir" "$AUTH_SECRET" \
+      "$TOKEN_SERVICE" "$TOKEN_ISSUER" >>"$logf" 2>&1 </dev/null 9>&- &
+    echo $! >"$pidfile"
+    log "token service: started on $TOKEN_SERVICE_ADDR (pid $(<"$pidfile"))"
+  fi
+  local i
+  for ((i = 0; i < 50; i++)); do
+    [[ "$(labtool status "http://$TOKEN_SERVICE_ADDR/token")" == 200 ]] && return 0
+    sleep 0.1
+  done
+  die "token service on $TOKEN_SERVICE_ADDR does not answer (log $logf)"
 }
 
 # start_registry NAME ADDR CONFIG_CHANGED(0/1) WANT_STATUS_REGEX
@@ -265,7 +299,8 @@ start_registry() {
 }
 
 ensure_registries() {
-  mkdir -p "$STATE/secrets" "$STATE/registry-data" "$STATE/registry-auth-data" "$STATE/registry-auth"
+  mkdir -p "$STATE/secrets" "$STATE/registry-data" "$STATE/registry-auth-data" "$STATE/registry-auth" \
+    "$STATE/registry-token-data"
   chmod 0700 "$STATE/secrets"
   if [[ ! -s "$STATE/secrets/registry-http-secret" ]]; then
     (umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$STATE/secrets/registry-http-secret")
@@ -283,14 +318,18 @@ ensure_registries() {
     (umask 077; htpasswd -Bbn "$AUTH_USER" "$pw" >"$htp.tmp" 2>/dev/null && mv -f "$htp.tmp" "$htp")
     htp_changed=1
   fi
-  local c_plain=0 c_shared=0 c_auth=0
+  local c_plain=0 c_shared=0 c_auth=0 c_token=0
   write_if_changed "$STATE/registry-plain.yml" "$(registry_config "$PLAIN_ADDR" "$STATE/registry-data")" && c_plain=1
   write_if_changed "$STATE/registry-shared.yml" "$(registry_config "$SHARED_ADDR" "$STATE/registry-data")" && c_shared=1
   write_if_changed "$STATE/registry-auth.yml" "$(registry_config "$AUTH_ADDR" "$STATE/registry-auth-data" "$htp")" && c_auth=1
   ((htp_changed)) && c_auth=1
+  ensure_token_service
+  write_if_changed "$STATE/registry-token.yml" \
+    "$(registry_config "$TOKEN_ADDR" "$STATE/registry-token-data" "token:$STATE/token/token.crt")" && c_token=1
   start_registry plain "$PLAIN_ADDR" "$c_plain" '^200$'
   start_registry shared "$SHARED_ADDR" "$c_shared" '^200$'
   start_registry auth "$AUTH_ADDR" "$c_auth" '^401$'
+  start_registry token "$TOKEN_ADDR" "$c_token" '^401$'
 }
 
 # build_image TAG DOCKERFILE_DIR [BUILD_ARG...]: build when the fingerprint label differs.
@@ -355,6 +394,7 @@ ensure_images() {
   DIGEST[app_broken]=$(push_image stella/app:broken "$PLAIN_ADDR")
   DIGEST[tool]=$(push_image stella/tool:v1 "$PLAIN_ADDR")
   DIGEST[auth_app_v1]=$(push_image stella/app:v1 "$AUTH_ADDR" "$AUTH_SECRET")
+  DIGEST[token_app_v1]=$(push_image stella/app:v1 "$TOKEN_ADDR" "$AUTH_SECRET")
   local k shared
   for k in app_v1 app_v2 app_broken tool; do
     log "image $k: ${DIGEST[$k]}"
@@ -425,6 +465,7 @@ write_lab_json() {
   LJ_AUTH_FILE="$(auth_secret_rel)" \
   LJ_APP_V1="${DIGEST[app_v1]}" LJ_APP_V2="${DIGEST[app_v2]}" LJ_APP_BROKEN="${DIGEST[app_broken]}" \
   LJ_TOOL="${DIGEST[tool]}" LJ_AUTH_APP_V1="${DIGEST[auth_app_v1]}" \
+  LJ_TOKEN="$TOKEN_ADDR" LJ_TOKEN_SERVICE="$TOKEN_SERVICE_ADDR" LJ_TOKEN_APP_V1="${DIGEST[token_app_v1]}" \
   LJ_TARGET_IMAGE="$TARGET_IMAGE" LJ_SSH_KEY="$SSH_KEY" LJ_ROOT="$ROOT" \
   "$PY" - <<'EOF' | labtool write-json "$LAB_JSON" 644
 import json, os
@@ -446,6 +487,8 @@ print(json.dumps({
         "plain": {"address": e["LJ_PLAIN"]},
         "shared": {"address": e["LJ_SHARED"]},
         "auth": {"address": e["LJ_AUTH"], "username": e["LJ_AUTH_USER"], "password_file": e["LJ_AUTH_FILE"]},
+        "token": {"address": e["LJ_TOKEN"], "token_service": e["LJ_TOKEN_SERVICE"], "username": e["LJ_AUTH_USER"],
+                  "password_file": e["LJ_AUTH_FILE"]},
     },
     "images": {
         "app_v1": img("stella/app", "v1", e["LJ_APP_V1"]),
@@ -453,6 +496,7 @@ print(json.dumps({
         "app_broken": img("stella/app", "broken", e["LJ_APP_BROKEN"]),
         "tool": img("stella/tool", "v1", e["LJ_TOOL"]),
         "auth_app_v1": {"ref": f"{e['LJ_AUTH']}/stella/app:v1", "digest": e["LJ_AUTH_APP_V1"]},
+        "token_app_v1": {"ref": f"{e['LJ_TOKEN']}/stella/app:v1", "digest": e["LJ_TOKEN_APP_V1"]},
     },
     "target_image": e["LJ_TARGET_IMAGE"],
     "ssh_key": e["LJ_SSH_KEY"],
@@ -478,7 +522,7 @@ cmd_up() {
 stella lab up in $((SECONDS - t0)) s ($LAB_JSON)
   engine      $(docker version -f '{{.Server.Version}}') at ${DOCKER_HOST:-unix:///var/run/docker.sock}
   compose     $COMPOSE_VERSION
-  registries  plain $PLAIN_ADDR, shared $SHARED_REF_HOST ($SHARED_ADDR), auth $AUTH_ADDR (user $AUTH_USER)
+  registries  plain $PLAIN_ADDR, shared $SHARED_REF_HOST ($SHARED_ADDR), auth $AUTH_ADDR (user $AUTH_USER), token $TOKEN_ADDR (Bearer, token service $TOKEN_SERVICE_ADDR)
   images      $SHARED_REF_HOST/stella/app:{v1,v2,broken} stella/tool:v1 (digests in lab.json)
   targets     lab/lab.sh target up NAME   (image $TARGET_IMAGE, key $SSH_KEY)
 EOF
@@ -616,8 +660,8 @@ cmd_status() {
   fi
   echo "compose     $(docker compose version --short 2>/dev/null || echo missing)"
   local n addr
-  for n in plain shared auth; do
-    case $n in plain) addr=$PLAIN_ADDR ;; shared) addr=$SHARED_ADDR ;; auth) addr=$AUTH_ADDR ;; esac
+  for n in plain shared auth token; do
+    case $n in plain) addr=$PLAIN_ADDR ;; shared) addr=$SHARED_ADDR ;; auth) addr=$AUTH_ADDR ;; token) addr=$TOKEN_ADDR ;; esac
     if pid_running "$STATE/registry-$n.pid" "$STATE/registry-$n.yml"; then
       echo "registry    $n $addr: running (pid $(<"$STATE/registry-$n.pid"), GET /v2/ -> $(labtool status "http://$addr/v2/"))"
     else
@@ -638,9 +682,10 @@ cmd_down() {
   [[ "${1:-}" == --all ]] && all=true
   cmd_targets_down
   local n
-  for n in plain shared auth; do
+  for n in plain shared auth token; do
     stop_pid "$STATE/registry-$n.pid" "$STATE/registry-$n.yml"
   done
+  stop_pid "$STATE/token-service.pid" tokenserver.py
   if [[ "$all" == true ]]; then
     if pid_running "$DOCKERD_PIDFILE" dockerd; then
       stop_pid "$DOCKERD_PIDFILE" dockerd 30

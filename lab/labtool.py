@@ -9,9 +9,11 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import sys
 import tempfile
 import urllib.error
+import urllib.parse
 import urllib.request
 
 MANIFEST_ACCEPT = ", ".join(
@@ -29,18 +31,43 @@ def _no_proxy_opener() -> urllib.request.OpenerDirector:
     return urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
-def _request(url: str, method: str = "GET", auth: tuple[str, str] | None = None, accept: str | None = None):
+def _once(url: str, method: str, authorization: str | None, accept: str | None):
     req = urllib.request.Request(url, method=method)
     if accept:
         req.add_header("Accept", accept)
-    if auth:
-        token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
-        req.add_header("Authorization", f"Basic {token}")
+    if authorization:
+        req.add_header("Authorization", authorization)
     try:
         with _no_proxy_opener().open(req, timeout=5) as resp:
             return resp.status, dict(resp.headers)
     except urllib.error.HTTPError as exc:
         return exc.code, dict(exc.headers or {})
+
+
+def _bearer(challenge: str, basic: str, scope: str | None) -> str | None:
+    """Fetch a token for a ``Bearer realm=...,service=...`` challenge with Basic credentials."""
+    params = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
+    query = {k: v for k, v in (("service", params.get("service")), ("scope", scope)) if v}
+    url = params.get("realm", "") + ("?" + urllib.parse.urlencode(query) if query else "")
+    req = urllib.request.Request(url, headers={"Authorization": basic})
+    try:
+        with _no_proxy_opener().open(req, timeout=5) as resp:
+            data = json.load(resp)
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+    return data.get("token") or data.get("access_token")
+
+
+def _request(url: str, method: str = "GET", auth: tuple[str, str] | None = None, accept: str | None = None,
+             scope: str | None = None):
+    basic = "Basic " + base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode() if auth else None
+    status, headers = _once(url, method, basic, accept)
+    challenge = {k.lower(): v for k, v in headers.items()}.get("www-authenticate", "")
+    if status == 401 and basic and challenge.lower().startswith("bearer "):
+        token = _bearer(challenge[len("bearer "):], basic, scope)
+        if token:
+            status, headers = _once(url, method, "Bearer " + token, accept)
+    return status, headers
 
 
 def _auth_from(argv: list[str]) -> tuple[str, str] | None:
@@ -71,6 +98,7 @@ def cmd_digest(argv: list[str]) -> int:
             method="HEAD",
             auth=_auth_from(argv[3:]),
             accept=MANIFEST_ACCEPT,
+            scope=f"repository:{repo}:pull",
         )
     except OSError:
         return 0

@@ -86,8 +86,8 @@ def test_docker_run_on_a_target_over_ssh(target):
         assert not first["failed"], first.get("msg")
         assert first["changed"] is True and first["containerState"] == "running" and first["health"] == "healthy"
         assert first["targetEndpoint"] == "ssh://%s" % target["address"] and first["targetType"] == "DockerHost"
-        container = json.loads(subprocess.run(remote_docker + ["inspect", name], capture_output=True, text=True,
-                                                 check=True).stdout)[0]
+        inspected = subprocess.run(remote_docker + ["inspect", name], capture_output=True, text=True, check=True)
+        container = json.loads(inspected.stdout)[0]
         assert container["Config"]["Image"].endswith("@" + lab["images"]["app_v1"]["digest"])
         assert container["Config"]["Labels"]["stella.target.id"] == host_target["id"]
         assert "GREETING=hello" in container["Config"]["Env"]

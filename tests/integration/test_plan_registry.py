@@ -22,7 +22,7 @@ from planning_support import compose_config, minimal_release  # noqa: E402
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError  # noqa: E402
 from ansible_collections.stellaops.runtime.plugins.module_utils._plan import plan_release  # noqa: E402
-from ansible_collections.stellaops.runtime.plugins.module_utils._registry import DigestResolver  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.module_utils._registry import DigestResolver, urllib_transport  # noqa: E402
 
 LAB_JSON = os.path.join(ROOT, ".lab", "lab.json")
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -178,3 +178,39 @@ def test_plan_with_real_digests_is_accepted_by_compose(lab):
         assert service["environment"] == {"MODE": "yes", "RATIO": "3.8", "CODE": "010"}
         assert service["labels"]["stella.image.digest"] == images[key]["digest"]
         assert service["labels"]["stella.slot"] == "green" and service["labels"]["stella.traffic.role"] == "standby"
+
+
+# --------------------------------------------------------------------- Bearer token flow (real token service)
+
+
+def test_token_registry_resolves_through_the_bearer_flow(lab):
+    dummy, username, password = auth_credentials(lab)
+    token_registry = lab["registries"]["token"]["address"]
+    image = lab["images"]["token_app_v1"]
+    seen = []
+
+    def recording_transport(method, url, headers, timeout):
+        seen.append((method, url.split("?")[0], (headers.get("Authorization") or "").split(" ")[0]))
+        return urllib_transport(method, url, headers, timeout)
+
+    resolver = DigestResolver({token_registry: {"username": username, "password": password}},
+                              transport=recording_transport)
+    result = resolver.resolve(image["ref"])
+    assert result["digest"] == image["digest"] and result["image"] == image["ref"] + "@" + image["digest"]
+    token_url = "http://%s/token" % lab["registries"]["token"]["token_service"]
+    assert ("GET", token_url, "Basic") in seen  # the token came from the token service with Basic credentials
+    assert any(auth == "Bearer" and "/manifests/" in url for dummy_method, url, auth in seen)
+
+
+def test_token_registry_without_or_with_wrong_credentials(lab):
+    dummy, username, password = auth_credentials(lab)
+    token_registry = lab["registries"]["token"]["address"]
+    ref = lab["images"]["token_app_v1"]["ref"]
+    with pytest.raises(StellaError) as anonymous:
+        DigestResolver().resolve(ref)
+    assert "requires authentication (bearer)" in anonymous.value.reason and "no credentials" in anonymous.value.reason
+    wrong = password + "-wrong"
+    with pytest.raises(StellaError) as refused:
+        DigestResolver({token_registry: {"username": username, "password": wrong}}).resolve(ref)
+    assert refused.value.code == "image_unresolved" and "credentials were refused" in refused.value.reason
+    assert wrong not in refused.value.reason + repr(refused.value.evidence)

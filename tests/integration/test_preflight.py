@@ -195,3 +195,18 @@ def test_preflight_on_a_dind_target_over_ssh(lab, target_factory):
     assert codes(missing) == ["compose_missing"]
     docker_host = ansible_module("stellaops.runtime.stella_preflight", dict(args, target_type="DockerHost"), host=without)
     assert docker_host["failed"] is False
+
+
+def test_token_registry_bearer_flow_with_and_without_credentials(lab, tmp_path):
+    registry = lab["registries"]["token"]
+    password = lab_password(lab)
+    image = lab["images"]["token_app_v1"]["ref"]
+    anonymous = preflight(dict(GATES, work_directory=str(tmp_path), image_reference=image))
+    assert codes(anonymous) == ["registry_unreachable", "platform_unsupported"]
+    assert "auth required and no credentials" in anonymous["failures"][0]["reason"]
+    result, raw = preflight(dict(GATES, work_directory=str(tmp_path), image_reference=image,
+                                 registry_username=registry["username"], registry_password=password), verbosity=3, raw=True)
+    assert result["failed"] is False, result.get("msg")
+    assert result["preflight"]["registry"]["authenticated"] is True
+    assert result["preflight"]["platform"]["available"] == ["linux/amd64"]
+    assert password not in raw
