@@ -165,17 +165,17 @@ class RegistryClient:
 
     # -- manifests ----------------------------------------------------------------------------
 
-    def manifest(self, image, method="GET"):
+    def manifest(self, image):
         """Fetch ``image``'s manifest by digest (if pinned) or tag.
 
-        Returns ``{"digest", "mediaType", "body"}`` (``body`` is parsed JSON, ``None`` for HEAD).
-        Raises ``StellaError`` with code ``image_unresolved`` (unknown tag/digest) or
+        Returns ``{"digest", "mediaType", "body"}`` (``body`` is the parsed JSON object).
+        Raises ``StellaError`` with code ``image_unresolved`` (unknown tag/digest, bad manifest) or
         ``registry_unreachable`` / ``registry_auth_failed``.
         """
         reference = image.digest or image.tag or "latest"
         path = "/v2/%s/manifests/%s" % (image.repository, reference)
         scope = "repository:%s:pull" % image.repository
-        status, headers, body, auth = self.request(method, image.registry, path, {"Accept": MANIFEST_ACCEPT}, scope=scope)
+        status, headers, body, auth = self.request("GET", image.registry, path, {"Accept": MANIFEST_ACCEPT}, scope=scope)
         if status == 401:
             raise StellaError("registry_auth_failed", "registry %s refused access to %s (auth required%s)" % (
                 image.registry, image.repository, ", credentials refused" if self._username else ", no credentials given"))
@@ -183,19 +183,11 @@ class RegistryClient:
             raise StellaError("image_unresolved", "%s not found in registry %s (HTTP 404)" % (image.render(), image.registry))
         if status != 200:
             raise StellaError("image_unresolved", "registry %s answered HTTP %d for %s" % (image.registry, status, image.render()))
-        media_type = (headers.get("content-type") or "").split(";")[0].strip()
-        parsed = None
-        if method == "GET":
-            try:
-                parsed = json.loads(body.decode("utf-8"))
-            except ValueError:
-                raise StellaError("image_unresolved", "registry %s returned a manifest that is not JSON for %s" % (image.registry, image.render()))
-            media_type = parsed.get("mediaType") or media_type
-        digest = headers.get("docker-content-digest")
-        if not digest and method == "GET":
-            import hashlib
-            digest = "sha256:" + hashlib.sha256(body).hexdigest()
-        return {"digest": digest, "mediaType": media_type, "body": parsed}
+        try:
+            document, digest, media_type = read_manifest(body, headers)
+        except ValueError as exc:
+            raise StellaError("image_unresolved", "registry %s: %s for %s" % (image.registry, exc, image.render()))
+        return {"digest": digest, "mediaType": media_type, "body": document}
 
     def blob_json(self, image, digest):
         path = "/v2/%s/blobs/%s" % (image.repository, digest)
@@ -211,11 +203,7 @@ class RegistryClient:
         found = self.manifest(image)
         body = found["body"] or {}
         if found["mediaType"] in INDEX_TYPES or "manifests" in body:
-            return [
-                {k: v for k, v in (m.get("platform") or {}).items() if k in ("os", "architecture", "variant")}
-                for m in body.get("manifests", [])
-                if (m.get("platform") or {}).get("architecture") not in (None, "unknown")
-            ]
+            return index_platforms(body)
         config = (body.get("config") or {}).get("digest")
         if not config:
             raise StellaError("image_unresolved", "manifest of %s has no config" % image.render())
@@ -237,18 +225,44 @@ _DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024
 
 
-def platform_strings(index):
-    """``["linux/amd64", "linux/arm64/v8"]`` from an index / manifest list (sorted, unique)."""
-    found = set()
+def read_manifest(body, headers):
+    """``(document, digest, media type)`` of a manifest GET answer.
+
+    The digest is computed from the bytes; ``ValueError`` (with the reason) when the body is too
+    large, is not a JSON object, or disagrees with ``Docker-Content-Digest``.
+    """
+    if len(body) > MAX_MANIFEST_BYTES:
+        raise ValueError("manifest larger than %d bytes" % MAX_MANIFEST_BYTES)
+    computed = "sha256:" + hashlib.sha256(body).hexdigest()
+    header = headers.get("docker-content-digest")
+    if header and header != computed:
+        raise ValueError("Docker-Content-Digest %s does not match the manifest bytes (%s)" % (header, computed))
+    try:
+        document = json.loads(body.decode("utf-8"))
+    except ValueError:
+        raise ValueError("manifest is not JSON")
+    if not isinstance(document, dict):
+        raise ValueError("manifest is not a JSON object")
+    media_type = document.get("mediaType") or (headers.get("content-type") or "").split(";")[0].strip()
+    return document, computed, media_type
+
+
+def index_platforms(index):
+    """Platform dicts (``os``, ``architecture``, ``variant``) an index offers; attestation entries
+    (architecture ``unknown``) are left out."""
+    found = []
     for entry in (index or {}).get("manifests") or []:
         platform = entry.get("platform") or {}
-        if not platform.get("os") or platform.get("architecture") in (None, "unknown"):
+        if platform.get("architecture") in (None, "unknown"):
             continue
-        text = "%s/%s" % (platform["os"], platform["architecture"])
-        if platform.get("variant"):
-            text += "/" + platform["variant"]
-        found.add(text)
-    return sorted(found)
+        found.append({k: v for k, v in platform.items() if k in ("os", "architecture", "variant")})
+    return found
+
+
+def platform_strings(index):
+    """``["linux/amd64", "linux/arm64/v8"]`` from an index / manifest list (sorted, unique)."""
+    return sorted({"/".join(p[k] for k in ("os", "architecture", "variant") if p.get(k))
+                   for p in index_platforms(index) if p.get("os")})
 
 
 class DigestResolver:
@@ -339,22 +353,13 @@ class DigestResolver:
         if not (digest and _DIGEST_RE.match(digest)) or not media_type or media_type in INDEX_TYPES:
             status, headers, body, auth = self._call(text, client, "GET", ref, path)
             self._check_status(text, client, ref, tag, status, auth)
-            if len(body) > MAX_MANIFEST_BYTES:
-                self._fail(text, "manifest larger than %d bytes" % MAX_MANIFEST_BYTES)
-            computed = "sha256:" + hashlib.sha256(body).hexdigest()
-            header = headers.get("docker-content-digest")
-            if header and header != computed:
-                self._fail(text, "Docker-Content-Digest %s does not match the manifest bytes (%s)" % (header, computed))
+            try:
+                document, computed, media_type = read_manifest(body, headers)
+            except ValueError as exc:
+                self._fail(text, str(exc))
             if digest and digest != computed:
                 self._fail(text, "HEAD digest %s differs from GET digest %s (tag moved?)" % (digest, computed))
             digest = computed
-            try:
-                document = json.loads(body.decode("utf-8"))
-            except ValueError:
-                self._fail(text, "manifest is not JSON")
-            if not isinstance(document, dict):
-                self._fail(text, "manifest is not a JSON object")
-            media_type = document.get("mediaType") or (headers.get("content-type") or "").split(";")[0].strip()
             if media_type in INDEX_TYPES or "manifests" in document:
                 platforms = platform_strings(document)
         ref.tag = tag

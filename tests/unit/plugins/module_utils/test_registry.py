@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import hashlib
+import json
 import os
 import sys
 
@@ -14,7 +16,7 @@ from planning_support import FakeRegistry, image_index, image_manifest  # noqa: 
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError  # noqa: E402
 from ansible_collections.stellaops.runtime.plugins.module_utils._registry import (  # noqa: E402
-    MANIFEST_ACCEPT, DigestResolver, platform_strings,
+    MANIFEST_ACCEPT, DigestResolver, index_platforms, platform_strings, read_manifest,
 )
 
 HOST = "registry.example.com"
@@ -144,3 +146,28 @@ def test_resolve_all_resolves_each_reference_once():
 def test_platform_strings_ignores_attestations():
     assert platform_strings({"manifests": [{"platform": {"os": "unknown", "architecture": "unknown"}},
                                            {"platform": {"os": "linux", "architecture": "amd64"}}, {}]}) == ["linux/amd64"]
+
+
+def test_read_manifest_computes_the_digest_and_checks_the_header():
+    body = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json"}).encode()
+    digest = "sha256:" + hashlib.sha256(body).hexdigest()
+    document, computed, media_type = read_manifest(body, {"docker-content-digest": digest})
+    assert (computed, media_type, document["schemaVersion"]) == (digest, "application/vnd.oci.image.manifest.v1+json", 2)
+    with pytest.raises(ValueError, match="does not match the manifest bytes"):
+        read_manifest(body, {"docker-content-digest": "sha256:" + "0" * 64})
+    with pytest.raises(ValueError, match="not a JSON object"):
+        read_manifest(b"[1]", {})
+    with pytest.raises(ValueError, match="not JSON"):
+        read_manifest(b"<html>", {})
+
+
+def test_index_platforms_skip_attestations_and_strings_need_an_os():
+    index = {"manifests": [
+        {"platform": {"os": "linux", "architecture": "arm64", "variant": "v8"}},
+        {"platform": {"os": "unknown", "architecture": "unknown"}},
+        {"platform": {"architecture": "amd64"}},
+        {"platform": {"os": "linux", "architecture": "amd64", "os.version": "x"}},
+    ]}
+    assert index_platforms(index) == [{"os": "linux", "architecture": "arm64", "variant": "v8"},
+                                      {"architecture": "amd64"}, {"os": "linux", "architecture": "amd64"}]
+    assert platform_strings(index) == ["linux/amd64", "linux/arm64/v8"]
