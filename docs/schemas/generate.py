@@ -16,7 +16,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, ".build", "collections"))
 
-from ansible_collections.stellaops.runtime.plugins.module_utils._release import schema_document  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._release import schema_document  # noqa: E402
 
 if __name__ == "__main__":
     with open(os.path.join(ROOT, "docs", "schemas", "release-input.schema.json"), "wb") as handle:

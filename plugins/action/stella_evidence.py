@@ -13,7 +13,7 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._canonical import pretty_json, sha256_bytes
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
-from ansible_collections.stellaops.runtime.plugins.module_utils._evidence import deployment_record, rollback_records
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._evidence import deployment_record, rollback_records
 from ansible_collections.stellaops.runtime.plugins.module_utils._fsutil import atomic_write
 
 ARGUMENT_SPEC = {

@@ -22,9 +22,9 @@ from ansible_collections.stellaops.runtime.plugins.module_utils._artifacts impor
 )
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError, redact_text, redact_url
 from ansible_collections.stellaops.runtime.plugins.module_utils._fsutil import atomic_write, read_bytes
-from ansible_collections.stellaops.runtime.plugins.module_utils._plan import FILES_KEY, plan_release, unresolved_references
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._plan import FILES_KEY, plan_release, unresolved_references
 from ansible_collections.stellaops.runtime.plugins.module_utils._registry import DigestResolver
-from ansible_collections.stellaops.runtime.plugins.module_utils._release import validate_release
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._release import validate_release
 
 ARGUMENT_SPEC = dict(
     release=dict(type="dict", required=True),

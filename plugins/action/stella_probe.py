@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.stellaops.runtime.plugins.module_utils._probe import verify
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._probe import verify
 
 ARGUMENT_SPEC = {
     "components": {

@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "unit", "fixtures"))
 from planning_support import compose_config, minimal_release  # noqa: E402
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError  # noqa: E402
-from ansible_collections.stellaops.runtime.plugins.module_utils._plan import plan_release  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._plan import plan_release  # noqa: E402
 from ansible_collections.stellaops.runtime.plugins.module_utils._registry import DigestResolver, urllib_transport  # noqa: E402
 
 LAB_JSON = os.path.join(ROOT, ".lab", "lab.json")

@@ -25,12 +25,12 @@ import ansible_run as ar
 import labkit
 
 from ansible_collections.stellaops.runtime.plugins.action.stella_evidence import _clean as clean
-from ansible_collections.stellaops.runtime.plugins.module_utils._evidence import (
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._evidence import (
     deployment_record,
     rollback_records,
     verify_record,
 )
-from ansible_collections.stellaops.runtime.plugins.module_utils._rollback_evidence import verify_rollback_evidence
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._rollback_evidence import verify_rollback_evidence
 
 ROOT = ar.ROOT
 PLAYBOOK = os.path.join(ROOT, "tests", "integration", "playbooks", "deploy_role.yml")
@@ -391,7 +391,7 @@ def test_h_rollback_disabled_leaves_v2_and_says_why(lab, tmp_path):
 
 DIGEST_SCRIPT = r"""
 import json, sys
-from ansible_collections.stellaops.runtime.plugins.module_utils._evidence import deployment_record, rollback_records
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._evidence import deployment_record, rollback_records
 inputs = json.load(open(sys.argv[1]))
 dep = deployment_record(inputs["plan"], inputs["apply"], inputs["createdAt"], preflight=inputs["preflight"],
                         probe=inputs["probe"])

@@ -20,7 +20,7 @@ from ansible_collections.stellaops.runtime.plugins.action.stella_plan import (  
     load_credentials, resolve_digests, write_artifacts,
 )
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError  # noqa: E402
-from ansible_collections.stellaops.runtime.plugins.module_utils._plan import plan_release  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._plan import plan_release  # noqa: E402
 
 IMAGE = "registry.example.com/shop/web:1.0"
 SECRET = "s3cr3t-Planted-7781"

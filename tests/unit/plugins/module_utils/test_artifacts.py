@@ -18,7 +18,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils._artifacts impor
 )
 from ansible_collections.stellaops.runtime.plugins.module_utils._canonical import sha256_bytes  # noqa: E402
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError  # noqa: E402
-from ansible_collections.stellaops.runtime.plugins.module_utils._plan import plan_release  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._plan import plan_release  # noqa: E402
 
 SECRETS = {"DB_PASSWORD": "hunter2-$ecret\"'\\\n\tx", "API_TOKEN": "tok-${HOME}-#1", "EMPTY": ""}
 

@@ -9,7 +9,7 @@ import os
 import pytest
 
 from ansible_collections.stellaops.runtime.plugins.module_utils import _deploy as dp
-from ansible_collections.stellaops.runtime.plugins.module_utils import _plan
+from ansible_collections.stellaops.runtime.plugins.plugin_utils import _plan
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
 
 FIX = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures")

@@ -7,7 +7,8 @@ import os
 
 import pytest
 
-from ansible_collections.stellaops.runtime.plugins.module_utils import _plan, _revisions
+from ansible_collections.stellaops.runtime.plugins.module_utils import _revisions
+from ansible_collections.stellaops.runtime.plugins.plugin_utils import _plan
 from ansible_collections.stellaops.runtime.plugins.module_utils import _rollback as rb
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
 

@@ -20,7 +20,7 @@ from planning_support import (  # noqa: E402
 )
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError  # noqa: E402
-from ansible_collections.stellaops.runtime.plugins.module_utils._plan import plan_release  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._plan import plan_release  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -96,7 +96,7 @@ _SCRIPT = r"""
 import json, sys
 sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[2])
 from planning_support import load_release, resolved_for
-from ansible_collections.stellaops.runtime.plugins.module_utils._plan import plan_release
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._plan import plan_release
 release = load_release()
 release["secretEnv"] = {"B": "2", "A": "1", "C": "3"}
 release["components"].extend({"name": "c%d" % i, "image": "r.example.com/x/c%d:1" % i,

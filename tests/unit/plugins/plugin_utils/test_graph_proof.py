@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
-from ansible_collections.stellaops.runtime.plugins.module_utils._graph_proof import (
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._graph_proof import (
     SCHEMA,
     build_graph_proof,
     proof_digest,

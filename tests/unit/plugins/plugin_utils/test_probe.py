@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
-from ansible_collections.stellaops.runtime.plugins.module_utils._probe import (
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._probe import (
     HttpTcpProbeRunner,
     ProbeResult,
     ProbeRunner,

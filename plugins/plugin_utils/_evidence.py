@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._canonical import digest_json
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import redact_url
-from ansible_collections.stellaops.runtime.plugins.module_utils._rollback_evidence import (
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._rollback_evidence import (
     RECOVERY_ROLLBACK_FAILED,
     RECOVERY_ROLLBACK_SKIPPED,
     RECOVERY_ROLLED_BACK,

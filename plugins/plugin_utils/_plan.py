@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import posixpath
 
-from ansible_collections.stellaops.runtime.plugins.module_utils import _artifacts, _lock, _naming, _payloads
+from ansible_collections.stellaops.runtime.plugins.module_utils import _artifacts
+from ansible_collections.stellaops.runtime.plugins.plugin_utils import _lock, _naming, _payloads
 from ansible_collections.stellaops.runtime.plugins.module_utils._canonical import digest_json, sha256_bytes
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError, redact_url
-from ansible_collections.stellaops.runtime.plugins.module_utils._graph_proof import build_graph_proof
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._graph_proof import build_graph_proof
 from ansible_collections.stellaops.runtime.plugins.module_utils._imageref import parse_image_ref
-from ansible_collections.stellaops.runtime.plugins.module_utils._release import normalize_release
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._release import normalize_release
 
 FILES_KEY = "_files"
 

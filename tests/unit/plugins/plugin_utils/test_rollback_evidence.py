@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
-from ansible_collections.stellaops.runtime.plugins.module_utils._rollback_evidence import (
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._rollback_evidence import (
     EVIDENCE_VERSION,
     build_recovery_record,
     build_rollback_evidence,

@@ -18,10 +18,10 @@ from planning_support import (  # noqa: E402
 )
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError  # noqa: E402
-from ansible_collections.stellaops.runtime.plugins.module_utils._lock import (  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._lock import (  # noqa: E402
     emit_yaml, healthcheck, quote, render_lock,
 )
-from ansible_collections.stellaops.runtime.plugins.module_utils._plan import plan_release  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._plan import plan_release  # noqa: E402
 
 _TEXT = st.text(st.characters(exclude_categories=("Cs",)))
 
