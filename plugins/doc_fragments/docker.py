@@ -19,4 +19,11 @@ options:
     description:
       - Docker daemon address (C(DOCKER_HOST)). Defaults to the environment's, then the local socket.
     type: str
+  command_timeout:
+    description:
+      - Seconds any single Docker or Compose command may take (pulls and C(up --wait) get their own,
+        longer bounds). A daemon that does not answer in time fails with V(runtime_daemon_unavailable)
+        instead of hanging the task.
+    type: int
+    default: 60
 """

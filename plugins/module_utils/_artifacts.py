@@ -21,15 +21,10 @@ import re
 from ansible_collections.stellaops.runtime.plugins.module_utils._canonical import digest_json, pretty_json, sha256_bytes
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
 
-LOCK_FILE = "compose.stella.lock.yml"
-STICKER_FILE = "stella.version.json"
-APPLY_MANIFEST_FILE = "apply-manifest.json"
-ENV_FILE = ".env.stella"
-ENV_FILE_MODE = 0o600
-APPLY_MANIFEST_SCHEMA = "stella.apply-manifest.v1"
-STICKER_SCHEMA = "stella.version.v1"
-DESIRED_STATE_SCHEMA = "stella.desired-state.v1"
-ARTIFACT_FILES = (LOCK_FILE, STICKER_FILE, ENV_FILE)
+from ansible_collections.stellaops.runtime.plugins.module_utils._contract import (  # noqa: F401 (re-exported names)
+    APPLY_MANIFEST_SCHEMA, ARTIFACT_FILES, DESIRED_STATE_SCHEMA, ENV_FILE, ENV_FILE_MODE, LOCK_FILE,
+    MANIFEST_FILE as APPLY_MANIFEST_FILE, STICKER_FILE, STICKER_SCHEMA)
+
 _MANIFEST_LABEL_RE = re.compile(r'^\s+stella\.manifest\.hash: "(sha256:[0-9a-f]{64})"$', re.M)
 
 
@@ -187,9 +182,29 @@ def verify_artifact_set(apply_manifest, artifacts, project_name=None, expected_m
     return problems
 
 
-def check_artifact_set(apply_manifest, artifacts, project_name=None, expected_manifest_hash=None):
-    """Like :func:`verify_artifact_set` but raise ``StellaError(artifact_hash_mismatch)``."""
-    problems = verify_artifact_set(apply_manifest, artifacts, project_name, expected_manifest_hash)
-    if problems:
-        raise StellaError("artifact_hash_mismatch", "; ".join(problems), phase="verify_artifacts",
-                          evidence={"problems": problems})
+_UNQUOTE = {"\\": "\\", '"': '"', "$": "$", "n": "\n", "r": "\r", "t": "\t"}
+
+
+def env_artifact_values(env_bytes):
+    """The values of a ``.env.stella`` artifact rendered by :func:`render_env_artifact` (the secrets to mask)."""
+    values = []
+    for line in (env_bytes or b"").decode("utf-8", "replace").splitlines():
+        _name, sep, quoted = line.partition("=")
+        if not sep:
+            continue
+        if len(quoted) >= 2 and quoted[0] == quoted[-1] == '"':
+            out, chars = [], iter(quoted[1:-1])
+            for ch in chars:
+                out.append(_UNQUOTE.get(next(chars, ""), "") if ch == "\\" else ch)
+            quoted = "".join(out)
+        if quoted:
+            values.append(quoted)
+    return values
+
+
+def listed_env_hash(manifest_bytes):
+    """The ``.env.stella`` hash an apply manifest lists (``None`` when it lists none or is not JSON)."""
+    try:
+        return (json.loads(manifest_bytes).get("artifacts") or {}).get(ENV_FILE)
+    except (ValueError, AttributeError):
+        return None

@@ -140,6 +140,7 @@ def container_summary(inspect):
         "running": bool(state.get("Running")),
         "exitCode": state.get("ExitCode"),
         "restarting": bool(state.get("Restarting")),
+        "restartCount": inspect.get("RestartCount") or 0,
         "health": health.get("Status") or "none",
         "startedAt": state.get("StartedAt"),
         "imageId": inspect.get("Image"),
@@ -186,24 +187,6 @@ def repo_digests_contain(repo_digests, image_ref):
     return False
 
 
-def digest_for_image(repo_digests, image_ref):
-    """The digest RepoDigests records for ``image_ref``'s repository (``None`` when absent)."""
-    ref = parse_image_ref(image_ref)
-    found = []
-    for entry in repo_digests or []:
-        name, sep, digest = entry.partition("@")
-        if not sep:
-            continue
-        try:
-            if _normalized_name(name) == ref.name:
-                found.append(digest)
-        except StellaError:
-            continue
-    if ref.digest in found:
-        return ref.digest
-    return found[0] if found else None
-
-
 def classify_failure(stderr, default_code):
     """Map a Docker CLI error text to a stable code."""
     text = stderr or ""
@@ -231,78 +214,111 @@ def subprocess_runner(argv, timeout=None):
     return proc.returncode, proc.stdout.decode("utf-8", "replace"), proc.stderr.decode("utf-8", "replace")
 
 
-class DockerCli:
-    """Thin argv builder around ``run_command``; every reader returns parsed data."""
+TIMEOUT_RC = 124  # coreutils timeout(1): the command did not finish in time
 
-    def __init__(self, run_command, docker="docker", warn=_ignore):
+
+def runtime_summary(docker, compose):
+    """The runtime facts every result records (pure)."""
+    return {"dockerClientVersion": docker["client"], "dockerServerVersion": docker["server"],
+            "dockerApiVersion": docker["serverApiVersion"], "composeVersion": compose,
+            "os": docker["os"], "arch": docker["arch"]}
+
+
+class DockerCli:
+    """The target's one engine client: Docker and Compose v2 through their CLI, argv in, JSON out.
+
+    Every call is bounded: ``timeout`` seconds (``timeout(1)`` wraps the argv, so a daemon that does
+    not answer ends as ``runtime_daemon_unavailable`` instead of hanging the task). Each question
+    about the runtime itself (versions) is asked once per task and remembered.
+    """
+
+    def __init__(self, run_command, docker="docker", warn=_ignore, timeout=60, which=shutil.which):
         self._run = run_command
         self.docker = docker
         self.warn = warn
+        self.timeout = timeout
         self.commands = []
+        self._which = which
+        self._binary = None
+        self._timeout_bin = None
+        self._cache = {}
 
-    def run(self, argv, code="docker_command_failed", phase=None, check=True):
-        if shutil.which(self.docker) is None:
-            raise StellaError("runtime_missing", "Docker CLI %r not found on this host" % self.docker, phase=phase)
-        argv = [self.docker] + list(argv)
-        self.commands.append(argv)
+    def binary(self, phase=None):
+        if self._binary is None:
+            found = self._which(self.docker)
+            if found is None:
+                raise StellaError("runtime_missing", "Docker CLI %r not found on this host" % self.docker, phase=phase)
+            self._binary = found
+            self._timeout_bin = self._which("timeout") or ""
+        return self._binary
+
+    def run(self, argv, code="docker_command_failed", phase=None, check=True, timeout=None):
+        self.binary(phase)
+        limit = int(timeout or self.timeout)
+        full = [self.docker] + list(argv)
+        self.commands.append(full)
+        wrapped = ([self._timeout_bin, "--kill-after", "5", str(limit)] + full) if self._timeout_bin and limit else full
         try:
-            rc, out, err = self._run(argv)
+            rc, out, err = self._run(wrapped)
         except (OSError, ValueError) as exc:
             raise StellaError("runtime_missing", "cannot execute %s: %s" % (self.docker, exc), phase=phase)
+        if self._timeout_bin and rc in (TIMEOUT_RC, 128 + 9, -9):
+            raise StellaError("runtime_daemon_unavailable", "%s did not finish within %ds (the Docker daemon does "
+                              "not answer)" % (" ".join(full[:4]), limit), phase=phase)
         if check and rc != 0:
             if rc == 127 or "No such file or directory" in (err or "") and not out:
                 raise StellaError("runtime_missing", "docker CLI not found (%s)" % one_line(err), phase=phase)
             raise StellaError(classify_failure(err, code), "%s failed (rc=%d): %s" % (
-                " ".join(argv[:4]), rc, one_line(err or out)), phase=phase)
+                " ".join(full[:4]), rc, one_line(err or out)), phase=phase)
         return rc, out, err
 
-    # ---- versions / host
+    # ---- the runtime (asked once per task)
     def version(self, phase=None):
-        try:
+        if "version" not in self._cache:
             rc, out, err = self.run(["version", "--format", "{{json .}}"], check=False, phase=phase)
-        except StellaError:
-            raise
-        if rc == 127 or (not out.strip() and rc != 0):
-            raise StellaError(classify_failure(err, "runtime_missing"), "docker version failed: %s" % one_line(err),
-                              phase=phase)
-        data = parse_docker_version(out)
+            if rc == 127 or (not out.strip() and rc != 0):
+                raise StellaError(classify_failure(err, "runtime_missing"), "docker version failed: %s" % one_line(err),
+                                  phase=phase)
+            data = parse_docker_version(out)
+            data["error"] = one_line(err) if not data["server"] else None
+            self._cache["version"] = data
+        data = self._cache["version"]
         if not data["server"]:
-            raise StellaError("runtime_daemon_unavailable", "Docker daemon unavailable: %s" % one_line(err),
-                              phase=phase)
+            raise StellaError("runtime_daemon_unavailable", "Docker daemon unavailable: %s" % data["error"], phase=phase)
         return data
 
+    def cached_version(self):
+        """What ``docker version`` said, if it was asked (the client part survives a daemon failure)."""
+        return self._cache.get("version")
+
     def compose_version(self, phase=None):
-        rc, out, err = self.run(["compose", "version", "--format", "json"], check=False, phase=phase)
-        if rc != 0:
-            raise StellaError("compose_missing", "Docker Compose v2 plugin unavailable: %s" % one_line(err or out),
-                              phase=phase)
-        return parse_compose_version(out)
+        if "compose" not in self._cache:
+            rc, out, err = self.run(["compose", "version", "--format", "json"], check=False, phase=phase)
+            if rc != 0:
+                raise StellaError("compose_missing", "Docker Compose v2 plugin unavailable: %s" % one_line(err or out),
+                                  phase=phase)
+            self._cache["compose"] = parse_compose_version(out)
+        return self._cache["compose"]
+
+    def runtime(self, phase="preflight"):
+        """Docker client/server, API and Compose versions, OS and architecture."""
+        return runtime_summary(self.version(phase=phase), self.compose_version(phase=phase))
+
+    def registry_config(self, phase=None):
+        """``docker info``'s ``RegistryConfig`` (``None`` when the daemon does not say)."""
+        rc, out, _err = self.run(["info", "--format", "{{json .RegistryConfig}}"], check=False, phase=phase)
+        docs = parse_json_documents(out) if rc == 0 else []
+        return docs[0] if docs else None
 
     # ---- compose
     @staticmethod
     def compose_base(project, compose_file, project_dir):
         return ["compose", "--project-name", project, "--project-directory", project_dir, "-f", compose_file]
 
-    def compose_pull(self, project, compose_file, project_dir, phase="compose_pull"):
-        return self.run(self.compose_base(project, compose_file, project_dir) + ["pull", "--quiet"],
-                        code="image_pull_failed", phase=phase)
-
     def compose_up(self, project, compose_file, project_dir, wait_timeout=120, phase="compose_up"):
         argv = self.compose_base(project, compose_file, project_dir) + [
             "up", "-d", "--wait", "--wait-timeout", str(int(wait_timeout)), "--remove-orphans", "--pull", "never"]
-        return self.run(argv, code="compose_up_failed", phase=phase)
-
-    def compose_ps(self, project, compose_file, project_dir, phase="inspect_services"):
-        _rc, out, _err = self.run(self.compose_base(project, compose_file, project_dir) + [
-            "ps", "--all", "--format", "json"], phase=phase, code="compose_ps_failed")
-        return parse_json_documents(out, self.warn)
-
-    def compose_config_images(self, project, compose_file, project_dir, phase=None):
-        _rc, out, _err = self.run(self.compose_base(project, compose_file, project_dir) + [
-            "config", "--format", "json"], phase=phase, code="compose_config_invalid")
-        docs = parse_json_documents(out, self.warn)
-        services = (docs[0].get("services") if docs else None) or {}
-        return {name: (svc or {}).get("image") for name, svc in sorted(services.items())}
+        return self.run(argv, code="compose_up_failed", phase=phase, timeout=int(wait_timeout) + self.timeout)
 
     def project_container_ids(self, project, phase=None):
         _rc, out, _err = self.run(["ps", "--all", "--quiet", "--no-trunc", "--filter",
@@ -342,12 +358,17 @@ class DockerCli:
         return {ref: self.image_inspect(ref, phase=phase) for ref in unique}
 
     def pull(self, ref, phase="pull_image"):
-        return self.run(["pull", "--quiet", ref], code="image_pull_failed", phase=phase)
+        return self.run(["pull", "--quiet", ref], code="image_pull_failed", phase=phase, timeout=max(self.timeout, 600))
 
     def containers_by_name(self, name, phase=None):
         _rc, out, _err = self.run(["ps", "--all", "--quiet", "--no-trunc", "--filter", "name=^/%s$" % name],
                                   phase=phase)
         return sorted(line.strip() for line in out.splitlines() if line.strip())
+
+    def container(self, name, phase=None):
+        """The summary of the container named ``name``, or ``None``."""
+        found = self.inspect_containers(self.containers_by_name(name, phase=phase), phase=phase)
+        return found[0] if found else None
 
     def remove_container(self, ident, phase=None):
         return self.run(["rm", "--force", ident], phase=phase, code="container_remove_failed")
@@ -356,7 +377,11 @@ class DockerCli:
         return self.run(["rename", ident, new_name], phase=phase, code="container_rename_failed")
 
     def stop_container(self, ident, timeout=10, phase=None):
-        return self.run(["stop", "--time", str(int(timeout)), ident], phase=phase, code="container_stop_failed")
+        return self.run(["stop", "--time", str(int(timeout)), ident], phase=phase, code="container_stop_failed",
+                        timeout=int(timeout) + self.timeout)
+
+    def start_container(self, ident, phase=None):
+        return self.run(["start", ident], phase=phase, code="container_start_failed")
 
     def run_container(self, argv_tail, phase="prepare_container"):
         _rc, out, _err = self.run(["run", "--detach"] + list(argv_tail), phase=phase, code="container_start_failed")

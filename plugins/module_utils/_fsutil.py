@@ -80,3 +80,50 @@ def project_lock(directory):
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
+
+
+class StagedFiles:
+    """Files of one directory replaced as a unit: every replaced file is first hard-linked aside
+    (``.stella-tmp-prev-<name>``, which needs no data blocks, so a full disk cannot stop a restore);
+    :meth:`restore` puts every file back exactly as it was, :meth:`commit` drops the copies aside."""
+
+    def __init__(self, directory):
+        self.directory = directory
+        self.aside = {}
+
+    def write(self, name, data, mode=0o644):
+        path = os.path.join(self.directory, name)
+        if name not in self.aside:
+            backup = os.path.join(self.directory, ".stella-tmp-prev-" + name.lstrip("."))
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(backup)
+            try:
+                os.link(path, backup)
+            except FileNotFoundError:
+                backup = None
+            self.aside[name] = backup
+        atomic_write(path, data, mode=mode)
+
+    def names(self):
+        return sorted(self.aside)
+
+    def restore(self):
+        for name, backup in sorted(self.aside.items()):
+            path = os.path.join(self.directory, name)
+            if backup is None:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+            else:
+                os.replace(backup, path)
+        if self.aside:
+            fsync_dir(self.directory)
+        restored = self.names()
+        self.aside = {}
+        return restored
+
+    def commit(self):
+        for backup in self.aside.values():
+            if backup:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(backup)
+        self.aside = {}

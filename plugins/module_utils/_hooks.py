@@ -15,6 +15,9 @@ length and SHA-256 are kept unless ``RedactionPolicy=none``. Standard library on
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import json
 import os
 import shlex
 import signal
@@ -23,14 +26,15 @@ import time
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._canonical import sha256_bytes
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError, redact_text
+from ansible_collections.stellaops.runtime.plugins.module_utils._contract import (
+    DEFAULT_HOOK_INTERPRETER as DEFAULT_INTERPRETER, DEFAULT_HOOK_TIMEOUT as DEFAULT_TIMEOUT, HOOK_MARKER)
+from ansible_collections.stellaops.runtime.plugins.module_utils._fsutil import atomic_write, read_bytes
 
 PHASES = ("pre-deploy", "post-deploy")
 FAILURE_POLICIES = ("fail", "ignore", "continue", "warn")
 REDACTION_POLICIES = ("redact", "none")
 HOOK_KEYS = ("Name", "Phase", "Interpreter", "Command", "WorkingDirectory", "TimeoutSeconds", "FailurePolicy",
              "RedactionPolicy")
-DEFAULT_INTERPRETER = "/bin/sh"
-DEFAULT_TIMEOUT = 300
 MAX_OUTPUT_CHARS = 65536
 _POLICY_OUTCOME = {"fail": "failed", "ignore": "ignored", "continue": "continued", "warn": "warned"}
 # Interpreters that take an inline program after ``-c``.
@@ -55,7 +59,13 @@ def normalize_hook(entry, index=0):
     if phase not in PHASES:
         raise _invalid(index, "Phase %r is not one of %s" % (phase, ", ".join(PHASES)))
     interpreter = entry.get("Interpreter") or DEFAULT_INTERPRETER
-    if not isinstance(interpreter, str) or not shlex.split(interpreter):
+    if not isinstance(interpreter, str):
+        raise _invalid(index, "Interpreter must be a non-empty string")
+    try:
+        words = shlex.split(interpreter)
+    except ValueError as exc:
+        raise _invalid(index, "Interpreter %r cannot be split into words: %s" % (interpreter, exc))
+    if not words:
         raise _invalid(index, "Interpreter must be a non-empty string")
     timeout = entry.get("TimeoutSeconds")
     if timeout is None:
@@ -157,37 +167,137 @@ def build_result(hook, exit_code, timed_out, duration_ms, stdout, stderr, secret
     return result
 
 
-def _kill_group(proc):
+# --------------------------------------------------------------------------- process lifetime
+# A hook never outlives the task that started it: the module makes itself a child subreaper (orphaned
+# descendants, even those that called setsid, are re-parented to it and can be found and killed), each
+# hook gets a parent-death signal, and a marker file names the running hook so that a later run of a
+# task that was killed outright (SIGKILL) kills what survived before it starts anything.
+
+_PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def _prctl(option, value):
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
+
+
+def _child_setup():
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _proc_stat(pid):
+    """``(ppid, pgid, sid, starttime)`` of a process from ``/proc/<pid>/stat`` (``None`` when gone)."""
     try:
+        with open("/proc/%d/stat" % pid, "rb") as handle:
+            data = handle.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    fields = data[data.rfind(")") + 2:].split()
+    try:
+        return int(fields[1]), int(fields[2]), int(fields[3]), int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def _all_stats():
+    stats = {}
+    with contextlib.suppress(OSError):
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                stat = _proc_stat(int(name))
+                if stat:
+                    stats[int(name)] = stat
+    return stats
+
+
+def descendants(root, stats=None):
+    """Pids whose parent chain leads to ``root`` (pure over ``{pid: (ppid, ...)}``)."""
+    stats = _all_stats() if stats is None else stats
+    children = {}
+    for pid, stat in stats.items():
+        children.setdefault(stat[0], []).append(pid)
+    out, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def _kill(pids):
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _kill_tree(proc):
+    """Kill the hook's process group and every descendant of this process (the hook's escapees)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    others = [pid for pid in descendants(os.getpid()) if pid != proc.pid]
+    _kill(others + [proc.pid])
+    for pid in others:  # orphans re-parented to this subreaper: reap them (never the hook, Popen owns it)
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(pid, 0)
 
 
-def run_hook(hook, cwd, env=None, secrets=()):
+def reap_stale_hooks(directory):
+    """Kill what a hook of a killed earlier task left running (its session and group); return the pids."""
+    path = os.path.join(directory, HOOK_MARKER)
+    data = read_bytes(path)
+    if data is None:
+        return []
+    try:
+        marker = json.loads(data.decode("utf-8"))
+        leader, started = int(marker["pid"]), int(marker["startTime"])
+    except (ValueError, KeyError, TypeError):
+        leader, started = None, None
+    killed = []
+    if leader:
+        stats = _all_stats()
+        stat = stats.get(leader)
+        alive_leader = stat is not None and stat[3] == started
+        killed = sorted(pid for pid, st in stats.items()
+                        if pid != os.getpid() and (st[2] == leader or st[1] == leader) and (alive_leader or st[2] == leader))
+        if alive_leader and leader not in killed:
+            killed.append(leader)
+        _kill(killed)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    return killed
+
+
+def run_hook(hook, cwd, env=None, secrets=(), marker_dir=None):
     """Run one normalized hook; return its result entry (never raises for hook failures)."""
     argv = hook_argv(hook)
     workdir = hook["WorkingDirectory"] or cwd
     environ = dict(os.environ)
     environ.update(env or {})
+    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
     start = time.monotonic()
     try:
         proc = subprocess.Popen(argv, cwd=workdir, env=environ, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, start_new_session=True, close_fds=True)
+                                stderr=subprocess.PIPE, start_new_session=True, close_fds=True,
+                                preexec_fn=_child_setup)  # pylint: disable=subprocess-popen-preexec-fn
     except OSError as exc:
         duration = (time.monotonic() - start) * 1000
         return build_result(hook, 127, False, duration, b"", b"", secrets,
                             error="cannot start %s: %s" % (argv[0], exc.strerror or exc))
+    marker = os.path.join(marker_dir, HOOK_MARKER) if marker_dir else None
+    if marker:
+        stat = _proc_stat(proc.pid)
+        atomic_write(marker, json.dumps({"pid": proc.pid, "startTime": stat[3] if stat else 0,
+                                         "hook": hook["Name"]}).encode("utf-8"), mode=0o600)
     timed_out = False
     try:
         stdout, stderr = proc.communicate(timeout=hook["TimeoutSeconds"])
     except subprocess.TimeoutExpired:
         timed_out = True
-        _kill_group(proc)
+        _kill_tree(proc)
         try:
             stdout, stderr = proc.communicate(timeout=5)
         except subprocess.TimeoutExpired:
-            # a descendant escaped the group and still holds the pipes: stop reading
             proc.kill()
             for stream in (proc.stdout, proc.stderr):
                 stream.close()
@@ -195,14 +305,17 @@ def run_hook(hook, cwd, env=None, secrets=()):
             stdout, stderr = b"", b""
     finally:
         if proc.poll() is None:
-            _kill_group(proc)
+            _kill_tree(proc)
             proc.wait()
-    _kill_group(proc)  # no member of the hook's group outlives it
+        if marker:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(marker)
+    _kill_tree(proc)  # nothing the hook started outlives it
     duration = (time.monotonic() - start) * 1000
     return build_result(hook, proc.returncode, timed_out, duration, stdout, stderr, secrets)
 
 
-def run_phase_hooks(hooks, phase, cwd, env=None, secrets=(), runner=run_hook):
+def run_phase_hooks(hooks, phase, cwd, env=None, secrets=(), runner=run_hook, marker_dir=None):
     """Run every hook of ``phase`` in order; stop at the first blocking failure.
 
     Returns ``(results, blocking)`` where ``blocking`` is the failed result with
@@ -210,7 +323,7 @@ def run_phase_hooks(hooks, phase, cwd, env=None, secrets=(), runner=run_hook):
     """
     results = []
     for hook in hooks_for_phase(hooks, phase):
-        result = runner(hook, cwd, env, secrets)
+        result = runner(hook, cwd, env, secrets, marker_dir) if marker_dir else runner(hook, cwd, env, secrets)
         results.append(result)
         if result["outcome"] == "failed":
             return results, result
@@ -219,8 +332,9 @@ def run_phase_hooks(hooks, phase, cwd, env=None, secrets=(), runner=run_hook):
 
 def run_phase(hooks, phase, cwd, env, secrets, hook_results, warnings):
     """Run ``phase``'s hooks with ``STELLA_PHASE`` set, append their results and warnings, and raise
-    ``StellaError(hook_failed)`` when one fails under ``FailurePolicy=fail``."""
-    results, blocking = run_phase_hooks(hooks, phase, cwd, dict(env, STELLA_PHASE=phase), secrets)
+    ``StellaError(hook_failed)`` when one fails under ``FailurePolicy=fail``. ``cwd`` is the
+    Stella-owned project directory: it also holds the running hook's marker."""
+    results, blocking = run_phase_hooks(hooks, phase, cwd, dict(env, STELLA_PHASE=phase), secrets, marker_dir=cwd)
     hook_results.extend(results)
     warnings.extend(warnings_for(results))
     if blocking:

@@ -4,22 +4,38 @@
 
 # This module_utils is PRIVATE to stellaops.runtime. It may change without notice.
 
-"""What every target-side module shares: the Docker options, the command runner, failure shaping.
+"""What every target-side module shares: option sets, the engine client, running a manager, failures.
 
-The options are documented once in the ``stellaops.runtime.docker`` doc fragment.
+The options are documented once in the ``stellaops.runtime.docker`` and ``stellaops.runtime.task``
+doc fragments.
 """
 
 from __future__ import annotations
 
+import traceback
+
+from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
+from ansible_collections.stellaops.runtime.plugins.module_utils._docker_cli import DockerCli
+
 DOCKER_ARGUMENT_SPEC = dict(
     docker_cli=dict(type="str", default="docker"),
     docker_host=dict(type="str"),
+    command_timeout=dict(type="int", default=60),
+)
+
+TASK_ARGUMENT_SPEC = dict(
+    payload=dict(type="dict"),
+    target=dict(type="dict"),
+    work_directory=dict(type="path"),
+    wait_timeout=dict(type="int", default=120),
 )
 
 
-def argument_spec(own):
-    """A module's own options merged with the shared Docker options."""
+def argument_spec(own, task=False):
+    """A module's own options merged with the shared Docker (and agent task) options."""
     spec = dict(DOCKER_ARGUMENT_SPEC)
+    if task:
+        spec.update(TASK_ARGUMENT_SPEC)
     spec.update(own)
     return spec
 
@@ -41,9 +57,31 @@ def command_runner(module):
     return run_command
 
 
+def engine_client(module, run_command=None):
+    """The target's one engine client for this task."""
+    return DockerCli(run_command or command_runner(module), docker=module.params["docker_cli"], warn=module.warn,
+                     timeout=module.params["command_timeout"])
+
+
 def fail_with(module, exc):
-    """Turn a ``StellaError`` into ``fail_json``: stable code, one-line reason, failure phase, evidence."""
+    """A ``StellaError`` as ``fail_json``: stable code, one-line reason, failure phase, evidence, warnings."""
+    for warning in getattr(exc, "warnings", None) or ():
+        module.warn(warning)
     evidence = dict(exc.evidence or {})
     evidence.pop("failurePhase", None)
     changed = evidence.pop("changed", False)
     module.fail_json(msg=exc.reason, code=exc.code, failurePhase=exc.phase, changed=changed, **evidence)
+
+
+def run_task(module, task):
+    """Run ``task()`` (it returns ``{"changed", "evidence", "warnings"[, "diff"]}``) and exit the module."""
+    try:
+        result = task()
+    except StellaError as exc:
+        fail_with(module, exc)
+    except Exception as exc:  # pylint: disable=broad-exception-caught
+        module.fail_json(msg="unexpected error: %s" % exc, code="internal_error", exception=traceback.format_exc())
+    for warning in result["warnings"]:
+        module.warn(warning)
+    extra = {"diff": result["diff"]} if "diff" in result else {}
+    module.exit_json(changed=result["changed"], **dict(result["evidence"], **extra))

@@ -16,7 +16,6 @@ Two halves:
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import socket
@@ -24,6 +23,9 @@ import tempfile
 import urllib.parse
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError, redact_url
+from ansible_collections.stellaops.runtime.plugins.module_utils._contract import (
+    COMPOSE_PREFLIGHT, PREFLIGHT_CODES, REACHABILITY_MODES, TARGET_TYPES)
+from ansible_collections.stellaops.runtime.plugins.module_utils._docker_cli import runtime_summary
 from ansible_collections.stellaops.runtime.plugins.module_utils._imageref import parse_image_ref
 from ansible_collections.stellaops.runtime.plugins.module_utils._versions import (
     DEFAULT_MIN_COMPOSE,
@@ -33,32 +35,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils._versions import
     version_at_least,
 )
 
-CODES = (
-    "runtime_missing",
-    "runtime_daemon_unavailable",
-    "runtime_version_too_old",
-    "compose_missing",
-    "registry_unreachable",
-    "platform_unsupported",
-    "workdir_not_writable",
-    "disk_space_low",
-)
-
-REACHABILITY_MODES = ("http", "tcp", "skip")
-TARGET_TYPES = ("DockerHost", "ComposeHost")
-
-# compose.preflight payload keys (exact contract names) -> module option names.
-PAYLOAD_KEYS = {
-    "WorkDirectory": "work_directory",
-    "ImageReference": "image_reference",
-    "MinimumFreeDiskBytes": "minimum_free_disk_bytes",
-    "RegistryReachabilityMode": "registry_reachability_mode",
-    "RequireCompose": "require_compose",
-}
-
-DEFAULT_WORK_DIRECTORY = "/var/lib/stella/projects"
-DEFAULT_MINIMUM_FREE_DISK_BYTES = 1024 ** 3
-DEFAULT_REACHABILITY_MODE = "http"
+CODES = PREFLIGHT_CODES
 
 _ARCH_ALIASES = {
     "x86_64": "amd64",
@@ -85,45 +62,24 @@ def oci_architecture(machine):
 # --------------------------------------------------------------------------------------------
 
 def build_request(params):
-    """Merge the verbatim ``payload`` (contract key names) with snake_case options.
+    """The preflight request from the ``compose.preflight`` payload and the snake_case options.
 
-    Options that mirror payload keys have no Ansible default, so a key given both ways with different
-    values is an error, as is an unknown payload key; defaults are applied here afterwards. Raises ``StellaError("invalid_request", ...)``.
+    Payload keys and their options follow the contract's one rule (a key given both ways must be
+    equal); defaults are applied afterwards. Raises ``StellaError("invalid_request", ...)``.
     """
     req = dict(params)
-    payload = req.pop("payload", None) or {}
-    if not isinstance(payload, dict):
-        raise StellaError("invalid_request", "payload must be an object with compose.preflight keys")
-    unknown = sorted(set(payload) - set(PAYLOAD_KEYS))
-    if unknown:
-        raise StellaError(
-            "invalid_request",
-            "payload has unknown key(s) %s; allowed: %s" % (", ".join(unknown), ", ".join(sorted(PAYLOAD_KEYS))),
-        )
-    for key, option in PAYLOAD_KEYS.items():
-        if key in payload:
-            if req.get(option) is not None and req[option] != payload[key]:
-                raise StellaError("invalid_request", "payload.%s conflicts with option %s" % (key, option))
-            req[option] = payload[key]
-
+    try:
+        req.update(COMPOSE_PREFLIGHT.parse(req.pop("payload", None), params))
+    except StellaError as exc:
+        raise StellaError("invalid_request", exc.reason)
     if req.get("target_type") not in TARGET_TYPES:
         raise StellaError("invalid_request", "target_type must be one of %s" % ", ".join(TARGET_TYPES))
     if req.get("require_compose") is None:
         req["require_compose"] = req["target_type"] == "ComposeHost"
-    if not isinstance(req["require_compose"], bool):
-        raise StellaError("invalid_request", "RequireCompose/require_compose must be a boolean")
-    req["work_directory"] = req.get("work_directory") or DEFAULT_WORK_DIRECTORY
-    if not os.path.isabs(req["work_directory"]):
-        raise StellaError("invalid_request", "work_directory must be an absolute path")
-    mode = (req.get("registry_reachability_mode") or DEFAULT_REACHABILITY_MODE).lower()
+    mode = req["registry_reachability_mode"].lower()
     if mode not in REACHABILITY_MODES:
         raise StellaError("invalid_request", "registry_reachability_mode must be one of %s" % ", ".join(REACHABILITY_MODES))
     req["registry_reachability_mode"] = mode
-    free = req.get("minimum_free_disk_bytes")
-    free = DEFAULT_MINIMUM_FREE_DISK_BYTES if free is None else free
-    if isinstance(free, bool) or not isinstance(free, int) or free < 0:
-        raise StellaError("invalid_request", "minimum_free_disk_bytes must be a non-negative integer")
-    req["minimum_free_disk_bytes"] = free
     for option, default in (("min_engine_version", DEFAULT_MIN_ENGINE), ("min_compose_version", DEFAULT_MIN_COMPOSE)):
         req[option] = req.get(option) or default
         if parse_version(req[option]) is None:
@@ -133,10 +89,7 @@ def build_request(params):
         req["registry"], url_user, url_password = split_registry_url(req["registry_url"])
         if url_user and not req.get("registry_username"):
             req["registry_username"], req["registry_password"] = url_user, url_password
-    if req.get("image_reference"):
-        req["image"] = parse_image_ref(req["image_reference"])
-    else:
-        req["image"] = None
+    req["image"] = parse_image_ref(req["image_reference"]) if req.get("image_reference") else None
     return req
 
 
@@ -192,20 +145,21 @@ def _ping_unix_socket(path, timeout):
 class HostObserver:
     """Gathers raw observations of the host it runs on.
 
-    ``run_command(argv)`` returns ``(rc, stdout, stderr)`` and already carries ``DOCKER_HOST``;
-    ``get_bin_path(name)`` returns a path or ``None``; ``registry`` has
-    ``ping(registry)`` and ``platforms(image_ref)`` (see ``_registry``).
+    ``cli`` is the task's engine client (:class:`_docker_cli.DockerCli`, every call bounded);
+    ``get_bin_path(name)`` returns a path or ``None``; ``registry`` has ``ping(registry)`` and
+    ``platforms(image_ref)`` (see ``_registry``).
     """
 
-    def __init__(self, run_command, get_bin_path, registry, ping_timeout=5.0):
-        self.run_command = run_command
+    def __init__(self, cli, get_bin_path, registry, ping_timeout=5.0, docker_host=None):
+        self.cli = cli
         self.get_bin_path = get_bin_path
         self.registry = registry
         self.ping_timeout = ping_timeout
+        self.docker_host = docker_host
 
     def observe(self, req):
         obs = {"host": self._host()}
-        obs["docker"] = self._docker(req)
+        obs["docker"] = self._docker()
         obs["compose"] = self._compose(req, obs["docker"])
         self._use_daemon_insecure_registries(obs)
         obs["registry"] = self._registry(req)
@@ -227,45 +181,42 @@ class HostObserver:
             "hostname": socket.gethostname(),
         }
 
-    def _docker(self, req):
-        binary = self.get_bin_path(req.get("docker_cli") or "docker")
-        result = {"binary": binary, "host": redact_url(req.get("docker_host") or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock")}
+    def _docker(self):
+        binary = self.get_bin_path(self.cli.docker)
+        host = redact_url(self.docker_host or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock")
+        result = {"binary": binary, "host": host}
         if not binary:
             return result
-        host = result["host"]
         if host.startswith("unix://"):
             ok, detail = _ping_unix_socket(host[len("unix://"):], self.ping_timeout)
             result["ping"] = detail
             if not ok:
-                rc, out, err = self.run_command([binary, "version", "--format", "{{json .Client}}"])
-                result["client"] = _json_or_none(out)
                 result["error"] = detail
                 return result
-        rc, out, err = self.run_command([binary, "version", "--format", "{{json .}}"])
-        data = _json_or_none(out) or {}
-        result["client"] = data.get("Client")
-        result["server"] = data.get("Server")
-        if rc != 0 or not data.get("Server"):
-            result["error"] = _first_line(err) or "docker version exited %d" % rc
+        try:
+            version = self.cli.version(phase="preflight")
+        except StellaError as exc:
+            result["error"] = exc.reason
+            cached = self.cli.cached_version()
+            result["client"] = {"Version": cached["client"], "ApiVersion": cached["clientApiVersion"]} if cached else None
             return result
-        rc, out, err = self.run_command([binary, "info", "--format", "{{json .RegistryConfig}}"])
-        result["insecureRegistries"] = insecure_registries_from_info(_json_or_none(out) if rc == 0 else None)
+        result["runtime"] = version
+        result["client"] = {"Version": version["client"], "ApiVersion": version["clientApiVersion"]}
+        result["server"] = {"Version": version["server"], "ApiVersion": version["serverApiVersion"],
+                            "Os": version["os"], "Arch": version["arch"]}
+        result["insecureRegistries"] = insecure_registries_from_info(self.cli.registry_config(phase="preflight"))
         return result
 
     def _compose(self, req, docker):
         result = {}
-        binary = docker.get("binary")
-        if binary:
-            rc, out, err = self.run_command([binary, "compose", "version", "--format", "json"])
-            data = _json_or_none(out)
-            if rc == 0 and isinstance(data, dict) and data.get("version"):
-                result["plugin"] = data["version"]
-            else:
-                result["pluginError"] = _first_line(err) or _first_line(out) or "docker compose exited %d" % rc
+        if docker.get("binary"):
+            try:
+                result["plugin"] = self.cli.compose_version(phase="preflight")
+            except StellaError as exc:
+                result["pluginError"] = exc.reason
         legacy = self.get_bin_path("docker-compose")
         if legacy:
-            rc, out, err = self.run_command([legacy, "version", "--short"])
-            result["standalone"] = {"path": legacy, "version": (out or "").strip() or None}
+            result["standalone"] = {"path": legacy}
         return result
 
     def _registry(self, req):
@@ -334,20 +285,6 @@ def _nearest_existing(path):
             break
         path = parent
     return path
-
-
-def _json_or_none(text):
-    try:
-        return json.loads(text) if text and text.strip() else None
-    except ValueError:
-        return None
-
-
-def _first_line(text):
-    for line in (text or "").splitlines():
-        if line.strip():
-            return line.strip()
-    return None
 
 
 # --------------------------------------------------------------------------------------------

@@ -34,32 +34,19 @@ from ansible_collections.stellaops.runtime.plugins.module_utils._canonical impor
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils._fsutil import atomic_write, fsync_dir, read_bytes
 
-LOCK_FILE = "compose.stella.lock.yml"
-STICKER_FILE = "stella.version.json"
-MANIFEST_FILE = "apply-manifest.json"
-ENV_FILE = ".env.stella"
-LOCK_MARKER = ".stella.lock"
-REVISIONS_DIR = "revisions"
-REVISION_RECORD = "revision.json"
-REVISION_SCHEMA = "stella.revision.v1"
-REVISION_FILES = (LOCK_FILE, STICKER_FILE, MANIFEST_FILE)
-TEMP_PREFIX = ".stella-tmp-"
+from ansible_collections.stellaops.runtime.plugins.module_utils._contract import (  # noqa: F401 (re-exported names)
+    ENV_FILE, LOCK_FILE, LOCK_MARKER, MANIFEST_FILE, REVISION_FILES, REVISION_RECORD, REVISION_SCHEMA, REVISIONS_DIR,
+    STICKER_FILE, TEMP_PREFIX, check_project_name, check_work_directory)
+from ansible_collections.stellaops.runtime.plugins.module_utils._artifacts import listed_env_hash, verify_artifact_set
 _REVISION_RE = re.compile(r"^(?P<seq>\d{6})-(?P<hash>[0-9a-f]{12})$")
-_PROJECT_RE = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 
 
 class Layout:
     """Paths of one project on a target."""
 
     def __init__(self, work_directory, project_name):
-        if not isinstance(project_name, str) or not _PROJECT_RE.match(project_name):
-            raise StellaError("invalid_project_name", "project name %r must match %s (Compose project rules)" % (
-                project_name, _PROJECT_RE.pattern), phase="validate_payload")
-        if not isinstance(work_directory, str) or not os.path.isabs(work_directory):
-            raise StellaError("invalid_work_directory", "work directory %r must be an absolute path" % (
-                work_directory,), phase="validate_payload")
-        self.work_directory = os.path.normpath(work_directory)
-        self.project_name = project_name
+        self.work_directory = check_work_directory(work_directory)
+        self.project_name = check_project_name(project_name)
         self.project_dir = os.path.join(self.work_directory, project_name)
         self.lock_path = os.path.join(self.project_dir, LOCK_FILE)
         self.sticker_path = os.path.join(self.project_dir, STICKER_FILE)
@@ -163,8 +150,10 @@ def list_revisions(layout):
     """Absolute paths of retained revisions, oldest first."""
     if not os.path.isdir(layout.revisions_dir):
         return []
+    # A symlink is never a retained revision: it could point anywhere.
     return [os.path.join(layout.revisions_dir, name) for name in sort_revision_names(os.listdir(layout.revisions_dir))
-            if os.path.isdir(os.path.join(layout.revisions_dir, name))]
+            if os.path.isdir(os.path.join(layout.revisions_dir, name))
+            and not os.path.islink(os.path.join(layout.revisions_dir, name))]
 
 
 def remove_stale_revision_temps(layout):
@@ -285,3 +274,44 @@ def resolve_revision(layout, explicit=None):
         raise StellaError("no_revision", "project %s has no retained revision under %s" % (
             layout.project_name, layout.revisions_dir), phase="resolve_revision")
     return os.path.realpath(revisions[-1])
+
+
+def latest_other(layout, sticker_bytes):
+    """The newest retained revision whose sticker differs from ``sticker_bytes`` (or ``None``)."""
+    for path in reversed(list_revisions(layout)):
+        if read_bytes(os.path.join(path, STICKER_FILE)) != sticker_bytes:
+            return path
+    return None
+
+
+def retain_baseline(layout, current, current_env, new_files, keep=10):
+    """Retain the committed revision when it exists and differs from ``new_files``; return its path.
+
+    ``current``: the three revision files on disk now. An identical retained revision is reused
+    (revisions are deduplicated), so the path returned is the deployment's own rollback baseline.
+    """
+    if current[STICKER_FILE] is None or current[MANIFEST_FILE] is None:
+        return None
+    if all(current[name] == new_files[name] for name in (LOCK_FILE, STICKER_FILE)):
+        return latest_other(layout, new_files[STICKER_FILE])
+    env_listed = listed_env_hash(current[MANIFEST_FILE])
+    consistent = not verify_artifact_set(current[MANIFEST_FILE], {
+        LOCK_FILE: current[LOCK_FILE], STICKER_FILE: current[STICKER_FILE],
+        ENV_FILE: current_env if env_listed else None}, layout.project_name)
+    if not consistent:
+        # A killed apply left its lock staged: the committed revision was retained before it.
+        for path in reversed(list_revisions(layout)):
+            if read_bytes(os.path.join(path, STICKER_FILE)) == current[STICKER_FILE]:
+                return path
+        return None
+    existing = find_identical(layout, current)
+    if existing:
+        return existing
+    try:
+        mhash = json.loads(current[STICKER_FILE]).get("manifestHash")
+    except ValueError:
+        return None
+    files = dict(current)
+    if current_env is not None and env_listed:
+        files[ENV_FILE] = current_env
+    return retain_revision(layout, files, mhash, keep=keep)

@@ -32,6 +32,7 @@ author:
 extends_documentation_fragment:
   - stellaops.runtime.attributes
   - stellaops.runtime.docker
+  - stellaops.runtime.task
 attributes:
   check_mode:
     support: full
@@ -48,21 +49,15 @@ options:
   task:
     description:
       - Which agent task to run.
+      - V(compose.up) payload keys are C(ProjectName), C(ComposeLock), C(VersionSticker) and C(Target)
+        (required) and C(ApplyManifest), C(PullImages), C(BackupExisting), C(Hooks), C(WorkDirectory),
+        C(ManifestHash), C(Variables).
+      - V(docker.run) needs O(payload), with keys C(Image), C(Name) and C(Target) (required) and
+        C(PullImage), C(Hooks), C(Labels), C(Environment), C(Ports), C(Config), C(WorkDirectory),
+        C(ManifestHash), C(Variables), C(EnvFile).
     type: str
     choices: [compose.up, docker.run]
     default: compose.up
-  payload:
-    description:
-      - The task payload verbatim, with the contract's exact key names.
-      - V(compose.up) keys are C(ProjectName), C(ComposeLock), C(VersionSticker), C(PullImages),
-        C(BackupExisting) and C(Target) (required) and C(ApplyManifest), C(Hooks), C(WorkDirectory),
-        C(ManifestHash), C(Variables).
-      - V(docker.run) keys are C(Image), C(Name), C(PullImage) and C(Target) (required) and C(Hooks),
-        C(Labels), C(Environment), C(Ports), C(Config), C(WorkDirectory), C(ManifestHash), C(Variables),
-        C(EnvFile).
-      - An unknown or missing key is an error before any change. Mutually exclusive with the snake_case
-        task options.
-    type: dict
   project_name:
     description: Compose project name (C(ProjectName)).
     type: str
@@ -94,14 +89,13 @@ options:
       - Hook output is replaced by its length and SHA-256 unless C(RedactionPolicy=none).
     type: list
     elements: dict
-  target:
-    description: Target identity with keys C(id), C(name), C(type), C(endpoint), C(executionMode).
-    type: dict
-  work_directory:
+  secret_env:
     description:
-      - Stella-owned work directory; the project directory is C(<work_directory>/<project_name>).
-      - Defaults to the payload's C(WorkDirectory), else C(/var/lib/stella/projects).
-    type: path
+      - The release's C(secretEnv) (name to value). The C(.env.stella) artifact is rendered from it on the
+        target exactly as planning rendered it, so its hash must be the one the apply manifest lists.
+        Its values are masked in every hook output, whatever the hook's C(RedactionPolicy). Never logged
+        or returned. Mutually exclusive with O(env_artifact).
+    type: dict
   env_artifact:
     description:
       - Content of the optional C(.env.stella) environment artifact (written with mode 0600). Its hash
@@ -113,10 +107,6 @@ options:
     type: list
     elements: str
     default: []
-  wait_timeout:
-    description: Seconds C(docker compose up --wait) (or the container health wait) may take.
-    type: int
-    default: 120
   keep_revisions:
     description: How many retained revisions to keep (V(0) keeps all).
     type: int
@@ -285,17 +275,13 @@ ipAddress:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
-from ansible_collections.stellaops.runtime.plugins.module_utils._module import argument_spec, command_runner, fail_with
-from ansible_collections.stellaops.runtime.plugins.module_utils._deploy import (
-    ComposeHost, DockerHost, compose_request_from_options, compose_request_from_payload, docker_request_from_payload)
-
-TASK_OPTIONS = ("project_name", "compose_lock", "version_sticker", "apply_manifest", "manifest_hash", "pull_images",
-                "backup_existing", "hooks", "target")
+from ansible_collections.stellaops.runtime.plugins.module_utils import _compose_apply, _docker_run
+from ansible_collections.stellaops.runtime.plugins.module_utils._artifacts import env_artifact_values, render_env_artifact
+from ansible_collections.stellaops.runtime.plugins.module_utils._module import (
+    argument_spec, command_runner, engine_client, run_task)
 
 ARGUMENT_SPEC = argument_spec(dict(
     task=dict(type="str", choices=["compose.up", "docker.run"], default="compose.up"),
-    payload=dict(type="dict"),
     project_name=dict(type="str"),
     compose_lock=dict(type="str"),
     version_sticker=dict(type="str"),
@@ -304,47 +290,36 @@ ARGUMENT_SPEC = argument_spec(dict(
     pull_images=dict(type="bool"),
     backup_existing=dict(type="bool"),
     hooks=dict(type="list", elements="dict"),
-    target=dict(type="dict"),
-    work_directory=dict(type="path"),
+    secret_env=dict(type="dict", no_log=True),
     env_artifact=dict(type="str", no_log=True),
     secrets=dict(type="list", elements="str", no_log=True, default=[]),
-    wait_timeout=dict(type="int", default=120),
     keep_revisions=dict(type="int", default=10),
-))
+), task=True)
 
 
 def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True,
-                           mutually_exclusive=[("payload", option) for option in TASK_OPTIONS])
+                           mutually_exclusive=[("secret_env", "env_artifact")])
     params = module.params
+    if params["secret_env"] is not None:
+        env_bytes = render_env_artifact({str(k): str(v) for k, v in params["secret_env"].items()})
+    else:
+        env_bytes = params["env_artifact"].encode("utf-8") if params["env_artifact"] is not None else None
+    secrets = list(params["secrets"]) + env_artifact_values(env_bytes)
     run_command = command_runner(module)
-    env_bytes = params["env_artifact"].encode("utf-8") if params["env_artifact"] is not None else None
-    secrets = list(params["secrets"]) + ([params["env_artifact"]] if params["env_artifact"] else [])
-    try:
+    cli = engine_client(module, run_command)
+
+    def task():
         if params["task"] == "docker.run":
-            if params["payload"] is None:
-                raise StellaError("invalid_payload", "task docker.run needs payload", phase="validate_payload")
-            request = docker_request_from_payload(params["payload"], params)
-            engine = DockerHost(run_command, docker=params["docker_cli"], warn=module.warn,
-                                health_timeout=params["wait_timeout"], secrets=secrets)
-            result = engine.apply(request, check_mode=module.check_mode)
+            request = _docker_run.parse_request(params["payload"], params)
+            manager = _docker_run.DockerRun(cli, run_command, module.warn, secrets, health_timeout=params["wait_timeout"])
         else:
-            if params["payload"] is not None:
-                request = compose_request_from_payload(params["payload"], params)
-                if params["work_directory"]:
-                    request["work_directory"] = params["work_directory"]
-            else:
-                request = compose_request_from_options(params)
-            engine = ComposeHost(run_command, docker=params["docker_cli"], warn=module.warn,
-                                 wait_timeout=params["wait_timeout"], keep_revisions=params["keep_revisions"],
-                                 secrets=secrets)
-            result = engine.apply(request, check_mode=module.check_mode, diff=module._diff, env_bytes=env_bytes)
-    except StellaError as exc:
-        fail_with(module, exc)
-    for warning in result["warnings"]:
-        module.warn(warning)
-    extra = {"diff": result["diff"]} if "diff" in result else {}
-    module.exit_json(changed=result["changed"], **dict(result["evidence"], **extra))
+            request = _compose_apply.parse_request(params["payload"], params)
+            manager = _compose_apply.ComposeApply(cli, run_command, module.warn, secrets, params["wait_timeout"],
+                                                  params["keep_revisions"], env_bytes)
+        return manager.run(request, check_mode=module.check_mode, diff=module._diff)
+
+    run_task(module, task)
 
 
 if __name__ == "__main__":

@@ -194,10 +194,12 @@ failures:
       reason: Docker Engine 20.10.24 is older than the required 24.0.0
 """
 
+import traceback
+
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
-from ansible_collections.stellaops.runtime.plugins.module_utils._module import argument_spec, command_runner
+from ansible_collections.stellaops.runtime.plugins.module_utils._module import argument_spec, engine_client
 from ansible_collections.stellaops.runtime.plugins.module_utils._preflight import HostObserver, build_request, run_preflight
 from ansible_collections.stellaops.runtime.plugins.module_utils._registry import RegistryClient
 
@@ -221,30 +223,25 @@ ARGUMENT_SPEC = argument_spec(dict(
 
 def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    params = module.params
     try:
-        req = build_request(module.params)
-        registry = RegistryClient(
-            username=req.get("registry_username"),
-            password=req.get("registry_password"),
-            insecure_registries=req.get("insecure_registries"),
-            timeout=req["timeout"],
-        )
-        observer = HostObserver(
-            run_command=command_runner(module),
-            get_bin_path=module.get_bin_path,
-            registry=registry,
-            ping_timeout=req["timeout"],
-        )
+        req = build_request(params)
+        registry = RegistryClient(username=req.get("registry_username"), password=req.get("registry_password"),
+                                  insecure_registries=req.get("insecure_registries"), timeout=req["timeout"])
+        cli = engine_client(module)
+        cli.timeout = max(1, int(min(req["timeout"], params["command_timeout"])))
+        observer = HostObserver(cli, module.get_bin_path, registry, ping_timeout=req["timeout"],
+                                docker_host=params.get("docker_host"))
         evidence, failures = run_preflight(req, observer)
     except StellaError as exc:
-        module.fail_json(msg=exc.reason, code=exc.code, failures=[exc.as_dict()])
+        module.fail_json(msg=exc.reason, code=exc.code, failurePhase="preflight", failures=[exc.as_dict()])
+    except Exception as exc:  # pylint: disable=broad-exception-caught
+        module.fail_json(msg="unexpected error: %s" % exc, code="internal_error", failurePhase="preflight",
+                         exception=traceback.format_exc())
     if failures:
         module.fail_json(
             msg="preflight failed: %s" % "; ".join("%s: %s" % (f["code"], f["reason"]) for f in failures),
-            changed=False,
-            preflight=evidence,
-            failures=failures,
-        )
+            code=failures[0]["code"], failurePhase="preflight", changed=False, preflight=evidence, failures=failures)
     module.exit_json(changed=False, preflight=evidence, failures=[])
 
 

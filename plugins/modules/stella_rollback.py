@@ -27,6 +27,7 @@ author:
 extends_documentation_fragment:
   - stellaops.runtime.attributes
   - stellaops.runtime.docker
+  - stellaops.runtime.task
 attributes:
   check_mode:
     support: full
@@ -37,37 +38,27 @@ attributes:
     support: full
     details: Restoring the revision that already runs and is verified reports C(changed=false).
 options:
-  payload:
-    description:
-      - The C(compose.rollback) payload verbatim, keys C(ProjectName) and C(Target) (required),
-        C(RevisionPath), C(WorkDirectory), C(Reason) and C(Variables). Unknown or missing keys are an
-        error before any change. Mutually exclusive with O(project_name), O(revision_path), O(target).
-    type: dict
   project_name:
-    description: Compose project name.
+    description: Compose project name (payload key C(ProjectName)).
     type: str
   revision_path:
     description:
-      - Retained revision to restore, absolute or relative to C(<project>/revisions/). Paths whose real
-        path is outside C(revisions/) are rejected. Defaults to the latest retained revision.
+      - Retained revision to restore (payload key C(RevisionPath)), absolute or relative to
+        C(<project>/revisions/). Paths whose real path is outside C(revisions/), symlinks included, are
+        rejected. Defaults to the latest retained revision; a deployment's rollback passes the
+        C(previousRevisionPath) its apply retained, because identical revisions are deduplicated and the
+        newest one is not always the deployment's baseline.
     type: str
-  target:
-    description: Target identity with keys C(id), C(name), C(type), C(endpoint), C(executionMode).
-    type: dict
-  work_directory:
-    description: Stella-owned work directory. Defaults to the payload's, else C(/var/lib/stella/projects).
-    type: path
+  manifest_hash:
+    description:
+      - The manifest hash of the release the deployment being rolled back applied (payload key
+        C(ManifestHash)). When given, the rollback restores only while the project still runs that
+        release (or already runs the revision being restored); otherwise it is refused with
+        V(rollback_superseded), the newer release is left running and RV(rollbackRefusedReason) says why.
+    type: str
   reason:
-    description: Why the rollback runs; recorded in RV(rollbackReason).
+    description: Why the rollback runs (payload key C(Reason)); recorded in RV(rollbackReason).
     type: str
-  pull_images:
-    description: Pull images of the revision that are not present.
-    type: bool
-    default: true
-  wait_timeout:
-    description: Seconds C(docker compose up --wait) may take.
-    type: int
-    default: 120
 seealso:
   - module: stellaops.runtime.stella_compose_deploy
 """
@@ -163,43 +154,29 @@ rollbackReason:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
-from ansible_collections.stellaops.runtime.plugins.module_utils._module import argument_spec, command_runner, fail_with
-from ansible_collections.stellaops.runtime.plugins.module_utils._rollback import (
-    ComposeRollback, rollback_request_from_options, rollback_request_from_payload)
+from ansible_collections.stellaops.runtime.plugins.module_utils import _compose_rollback
+from ansible_collections.stellaops.runtime.plugins.module_utils._module import (
+    argument_spec, command_runner, engine_client, run_task)
 
 ARGUMENT_SPEC = argument_spec(dict(
-    payload=dict(type="dict"),
     project_name=dict(type="str"),
     revision_path=dict(type="str"),
-    target=dict(type="dict"),
-    work_directory=dict(type="path"),
+    manifest_hash=dict(type="str"),
     reason=dict(type="str"),
-    pull_images=dict(type="bool", default=True),
-    wait_timeout=dict(type="int", default=120),
-))
+), task=True)
 
 
 def main():
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True,
-                           mutually_exclusive=[("payload", "project_name"), ("payload", "revision_path"),
-                                               ("payload", "target")])
-    params = module.params
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     run_command = command_runner(module)
-    try:
-        if params["payload"] is not None:
-            request = rollback_request_from_payload(params["payload"], params)
-            request["pull_images"] = params["pull_images"]
-            if params["reason"]:
-                request["reason"] = params["reason"]
-        else:
-            request = rollback_request_from_options(params)
-        engine = ComposeRollback(run_command, docker=params["docker_cli"], warn=module.warn,
-                                 wait_timeout=params["wait_timeout"])
-        result = engine.rollback(request, check_mode=module.check_mode)
-    except StellaError as exc:
-        fail_with(module, exc)
-    module.exit_json(changed=result["changed"], **result["evidence"])
+
+    def task():
+        request = _compose_rollback.parse_request(module.params["payload"], module.params)
+        manager = _compose_rollback.ComposeRollback(engine_client(module, run_command), run_command, module.warn,
+                                                    wait_timeout=module.params["wait_timeout"])
+        return manager.run(request, check_mode=module.check_mode)
+
+    run_task(module, task)
 
 
 if __name__ == "__main__":

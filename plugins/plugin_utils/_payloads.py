@@ -16,10 +16,10 @@ carry a ``Target`` context object and ``Variables``; ``compose.preflight`` carri
 
 from __future__ import annotations
 
-DEFAULT_MINIMUM_FREE_DISK_BYTES = 1024 ** 3
-DEFAULT_REACHABILITY_MODE = "http"
-DEFAULT_HOOK_INTERPRETER = "/bin/sh"
-DEFAULT_HOOK_TIMEOUT = 300
+from ansible_collections.stellaops.runtime.plugins.module_utils._contract import (  # noqa: F401 (re-exported)
+    COMPOSE_PREFLIGHT, COMPOSE_ROLLBACK, COMPOSE_UP, DEFAULT_HOOK_INTERPRETER, DEFAULT_HOOK_TIMEOUT,
+    DEFAULT_MINIMUM_FREE_DISK_BYTES, DEFAULT_REACHABILITY_MODE, DOCKER_RUN, target_context)
+
 _SKIP_PULL_KEYS = (("runtime.skipPull", True), ("compose.skipPull", True),
                    ("compose.pullImages", False), ("pullImages", False))
 
@@ -37,16 +37,6 @@ def component_skips_pull(config):
         if key in config and _truthy(config[key]) == skip_when:
             return True
     return False
-
-
-def target_context(target):
-    return {
-        "Id": target["id"],
-        "Name": target["name"],
-        "Type": target["type"],
-        "Endpoint": target["endpoint"],
-        "ExecutionMode": target["executionMode"],
-    }
 
 
 def hook_entries(hooks, project_directory):
@@ -118,19 +108,11 @@ def deployment_environment(plan, component):
 
 
 def compose_up(plan, lock_text, sticker_text, apply_manifest_text, pull_images, backup_existing, hooks):
-    return {
-        "ProjectName": plan["projectName"],
-        "ComposeLock": lock_text,
-        "VersionSticker": sticker_text,
-        "ApplyManifest": apply_manifest_text,
-        "PullImages": pull_images,
-        "BackupExisting": backup_existing,
-        "Hooks": hooks,
-        "WorkDirectory": plan["workDirectory"],
-        "ManifestHash": plan["manifestHash"],
-        "Target": target_context(plan["target"]),
-        "Variables": variables(plan),
-    }
+    return COMPOSE_UP.payload(
+        ProjectName=plan["projectName"], ComposeLock=lock_text, VersionSticker=sticker_text,
+        ApplyManifest=apply_manifest_text, PullImages=pull_images, BackupExisting=backup_existing, Hooks=hooks,
+        WorkDirectory=plan["workDirectory"], ManifestHash=plan["manifestHash"], Target=target_context(plan["target"]),
+        Variables=variables(plan))
 
 
 def docker_run(plan, service, hooks):
@@ -140,44 +122,30 @@ def docker_run(plan, service, hooks):
         if key.startswith("env."):
             value = service["config"][key]
             env[key[4:]] = ("true" if value else "false") if isinstance(value, bool) else str(value)
-    payload = {
-        "Image": service["image"],
-        "Name": "%s-%s" % (plan["projectName"], service["name"]),
-        "PullImage": not (plan["pullImagesDisabled"] or component_skips_pull(service["config"])),
-        "Hooks": hooks,
-        "Labels": dict(sorted(service["labels"].items())),
-        "Environment": {name: env[name] for name in sorted(env)},
-        "Ports": list(service["ports"]),
-        "Config": {key: service["config"][key] for key in sorted(service["config"])},
-        "WorkDirectory": plan["workDirectory"],
-        "ManifestHash": plan["manifestHash"],
-        "Target": target_context(plan["target"]),
-        "Variables": dict(variables(plan), componentName=service["name"]),
-    }
-    if plan.get("envArtifactHash"):
-        payload["EnvFile"] = plan["paths"]["envArtifactPath"]
-    return payload
+    return DOCKER_RUN.payload(
+        Image=service["image"], Name="%s-%s" % (plan["projectName"], service["name"]),
+        PullImage=not (plan["pullImagesDisabled"] or component_skips_pull(service["config"])), Hooks=hooks,
+        Labels=dict(sorted(service["labels"].items())), Environment={name: env[name] for name in sorted(env)},
+        Ports=list(service["ports"]), Config={key: service["config"][key] for key in sorted(service["config"])},
+        WorkDirectory=plan["workDirectory"], ManifestHash=plan["manifestHash"], Target=target_context(plan["target"]),
+        Variables=dict(variables(plan), componentName=service["name"]),
+        EnvFile=plan["paths"]["envArtifactPath"] if plan.get("envArtifactHash") else None)
 
 
 def compose_rollback(plan, revision_path=None):
-    payload = {
-        "ProjectName": plan["projectName"],
-        "Target": target_context(plan["target"]),
-        "Variables": variables(plan, rollback=True),
-    }
-    if revision_path:
-        payload["RevisionPath"] = revision_path
-    return payload
+    """``ManifestHash`` is the release this deployment applies: its rollback restores only while the
+    project still runs it (a newer deployment's release is never replaced)."""
+    return COMPOSE_ROLLBACK.payload(
+        ProjectName=plan["projectName"], RevisionPath=revision_path, ManifestHash=plan["manifestHash"],
+        Target=target_context(plan["target"]), Variables=variables(plan, rollback=True))
 
 
 def compose_preflight(plan, images, preflight):
     """Exactly the contract's five keys, so ``stellaops.runtime.stella_preflight`` (which rejects
     unknown payload keys) and Agent.Core consume it unchanged. ``ImageReference`` is the first
     component's pinned image (components sorted by name)."""
-    return {
-        "WorkDirectory": plan["workDirectory"],
-        "ImageReference": images[0],
-        "MinimumFreeDiskBytes": preflight.get("minimumFreeDiskBytes", DEFAULT_MINIMUM_FREE_DISK_BYTES),
-        "RegistryReachabilityMode": preflight.get("registryReachabilityMode", DEFAULT_REACHABILITY_MODE),
-        "RequireCompose": plan["target"]["type"] == "ComposeHost",
-    }
+    return COMPOSE_PREFLIGHT.payload(
+        WorkDirectory=plan["workDirectory"], ImageReference=images[0],
+        MinimumFreeDiskBytes=preflight.get("minimumFreeDiskBytes", DEFAULT_MINIMUM_FREE_DISK_BYTES),
+        RegistryReachabilityMode=preflight.get("registryReachabilityMode", DEFAULT_REACHABILITY_MODE),
+        RequireCompose=plan["target"]["type"] == "ComposeHost")

@@ -63,8 +63,10 @@ def test_hook_entries_exact_names_and_defaults():
 
 
 def test_rollback_payload():
-    rollback = _plan()["payloads"]["compose.rollback"]
-    assert set(rollback) == {"ProjectName", "Target", "Variables"}
+    plan = _plan()
+    rollback = plan["payloads"]["compose.rollback"]
+    assert set(rollback) == {"ProjectName", "ManifestHash", "Target", "Variables"}
+    assert rollback["ManifestHash"] == plan["manifestHash"]
     assert rollback["Variables"]["rollback"] == "true"
 
 

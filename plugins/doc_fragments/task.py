@@ -1,0 +1,39 @@
+# Copyright (c) Stella Ops contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+
+class ModuleDocFragment:
+    """Options every target-side agent task shares (argument spec: ``_module.TASK_ARGUMENT_SPEC``)."""
+
+    DOCUMENTATION = r"""
+options:
+  payload:
+    description:
+      - The agent task payload verbatim, with the contract's exact, case-sensitive key names.
+      - An unknown key, a missing required key or a wrongly typed value is refused before anything on
+        the host changes (code V(invalid_payload)).
+      - A value given both as a payload key and as the matching snake_case option must be equal;
+        otherwise the task is refused. Either form alone is enough.
+    type: dict
+  target:
+    description:
+      - Target identity with keys C(id), C(name), C(type), C(endpoint), C(executionMode) (payload key
+        C(Target) with C(Id), C(Name), C(Type), C(Endpoint), C(ExecutionMode)).
+      - The endpoint must name the host the task runs on, otherwise the task fails with V(wrong_host).
+    type: dict
+  work_directory:
+    description:
+      - Stella-owned work directory (payload key C(WorkDirectory)); the project directory is
+        C(<work_directory>/<project>). An absolute path without C(..) segments.
+      - Defaults to C(/var/lib/stella/projects).
+    type: path
+  wait_timeout:
+    description:
+      - Seconds the services may take to become running and healthy (C(docker compose up --wait) or
+        the container health wait).
+    type: int
+    default: 120
+"""

@@ -1,0 +1,284 @@
+# Copyright (c) Stella Ops contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+# This module_utils is PRIVATE to stellaops.runtime. It may change without notice.
+
+"""Target-side ``compose.up``: apply a planned release to a Compose project on this host.
+
+Steps (each recorded with its duration): ``write_artifacts`` (retain the committed revision, stage
+the lock and env artifact), ``pre_deploy_hooks``, ``compose_pull`` (pull missing images, verify
+RepoDigests), ``compose_up``, ``inspect_services`` (state, health, digest, labels, identity),
+``write_sticker`` (commit sticker and apply manifest only now), ``post_deploy_hooks``. A failure at
+any step puts every file of the project back exactly as it was; the retained revision stays as the
+rollback baseline. Standard library only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import time
+
+from ansible_collections.stellaops.runtime.plugins.module_utils import _hooks, _revisions
+from ansible_collections.stellaops.runtime.plugins.module_utils._artifacts import (
+    build_apply_manifest, listed_env_hash, lock_manifest_hashes, verify_artifact_set)
+from ansible_collections.stellaops.runtime.plugins.module_utils._canonical import pretty_json, sha256_bytes
+from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError, redact_url
+from ansible_collections.stellaops.runtime.plugins.module_utils._compose_project import (
+    ComposeProject, check_pinned, container_fingerprint, raise_problems, service_images, services_evidence)
+from ansible_collections.stellaops.runtime.plugins.module_utils._contract import (
+    COMPOSE_STEPS, COMPOSE_UP, ENV_FILE, ENV_FILE_MODE, LOCK_FILE, MANIFEST_FILE, REVISION_FILES, STICKER_FILE)
+from ansible_collections.stellaops.runtime.plugins.module_utils._fsutil import (
+    StagedFiles, project_lock, read_bytes, remove_stale_temps)
+from ansible_collections.stellaops.runtime.plugins.module_utils._identity import ensure_this_host
+from ansible_collections.stellaops.runtime.plugins.module_utils._manager import Manager
+
+
+def parse_request(payload=None, options=None):
+    """A ``compose.up`` request from the verbatim payload and/or the snake_case options."""
+    request = COMPOSE_UP.parse(payload, options)
+    request["hooks"] = _hooks.normalize_hooks(request["hooks"])
+    return request
+
+
+def _mismatch(problems):
+    return StellaError("artifact_hash_mismatch", "; ".join(problems), phase="validate_payload",
+                       evidence={"problems": problems})
+
+
+def check_artifacts(request, env_bytes=None):
+    """Pure consistency checks of the artifact set before any change.
+
+    Returns ``(files, sticker)``: ``files`` maps the three revision files to their bytes (the apply
+    manifest is built when the request carries none, else verified byte for byte).
+    """
+    lock = request["compose_lock"].encode("utf-8")
+    sticker_bytes = request["version_sticker"].encode("utf-8")
+    try:
+        sticker = json.loads(sticker_bytes)
+    except ValueError as exc:
+        raise StellaError("artifact_invalid", "VersionSticker is not JSON: %s" % exc, phase="validate_payload")
+    if not isinstance(sticker, dict):
+        raise StellaError("artifact_invalid", "VersionSticker must be a JSON object", phase="validate_payload")
+    mhash = sticker.get("manifestHash")
+    problems = []
+    if sticker.get("composeHash") != sha256_bytes(lock):
+        problems.append("sticker composeHash %s != sha256 of the lock %s" % (sticker.get("composeHash"),
+                                                                              sha256_bytes(lock)))
+    if lock_manifest_hashes(lock) != [mhash]:
+        problems.append("lock stella.manifest.hash labels %s != sticker manifestHash %s" % (
+            lock_manifest_hashes(lock), mhash))
+    if request.get("manifest_hash") and request["manifest_hash"] != mhash:
+        problems.append("ManifestHash %s != sticker manifestHash %s" % (request["manifest_hash"], mhash))
+    recorded = sticker.get("target")
+    wanted = dict(request["target"], endpoint=redact_url(request["target"]["endpoint"]))
+    if isinstance(recorded, dict) and recorded != wanted:
+        problems.append("Target %s differs from the sticker's target %s" % (
+            json.dumps(request["target"], sort_keys=True), json.dumps(recorded, sort_keys=True)))
+    if sticker.get("projectName") != request["project_name"]:
+        problems.append("sticker projectName %r != ProjectName %r" % (sticker.get("projectName"),
+                                                                      request["project_name"]))
+    if sticker.get("workDirectory") not in (None, request["work_directory"]):
+        problems.append("sticker workDirectory %r != WorkDirectory %r" % (sticker.get("workDirectory"),
+                                                                          request["work_directory"]))
+    if problems:
+        raise _mismatch(problems)
+    artifacts = {LOCK_FILE: lock, STICKER_FILE: sticker_bytes, ENV_FILE: env_bytes}
+    if request.get("apply_manifest"):
+        manifest = request["apply_manifest"].encode("utf-8")
+    else:
+        manifest = pretty_json(build_apply_manifest(request["project_name"], mhash, artifacts))
+    problems = verify_artifact_set(manifest, artifacts, request["project_name"], mhash)
+    # An env artifact the manifest lists but the task does not carry may already be on the target.
+    problems = [p for p in problems if not (env_bytes is None and p.startswith(ENV_FILE + " is listed"))]
+    if problems:
+        raise _mismatch(problems)
+    return {LOCK_FILE: lock, STICKER_FILE: sticker_bytes, MANIFEST_FILE: manifest}, sticker
+
+
+def project_evidence(target_evidence, layout):
+    """What every Compose task result starts with: identity and the project's logical paths."""
+    evidence = dict(target_evidence)
+    evidence.update({"projectName": layout.project_name, "projectDirectory": layout.project_dir,
+                     "composePath": layout.lock_path, "composeLockPath": layout.lock_path,
+                     "applyManifestPath": layout.manifest_path, "versionStickerPath": layout.sticker_path,
+                     "services": [], "serviceCount": 0})
+    return evidence
+
+
+def lock_diff(before, after, path):
+    return {"before": before or "", "after": after or "", "before_header": path, "after_header": path}
+
+
+class ComposeApply(Manager):
+    """``compose.up`` on this host."""
+
+    def __init__(self, cli, run_command, warn=None, secrets=(), wait_timeout=120, keep_revisions=10, env_bytes=None):
+        super().__init__(cli, run_command, warn, secrets)
+        self.wait_timeout = wait_timeout
+        self.keep_revisions = keep_revisions
+        self.env_bytes = env_bytes
+
+    def initial_evidence(self, request):
+        self.layout = _revisions.Layout(request["work_directory"], request["project_name"])
+        self.project = ComposeProject(self.cli, self.layout, self.wait_timeout)
+        return dict(project_evidence(super().initial_evidence(request), self.layout), hookResults=[])
+
+    def execute(self, request, rec, result, check_mode, diff):
+        evidence = result["evidence"]
+        files, sticker = check_artifacts(request, self.env_bytes)
+        mhash = sticker["manifestHash"]
+        evidence.update({"manifestHash": mhash, "composeLockHash": sha256_bytes(files[LOCK_FILE]),
+                         "versionStickerHash": sha256_bytes(files[STICKER_FILE]),
+                         "applyManifestHash": sha256_bytes(files[MANIFEST_FILE]),
+                         "artifactHashes": dict(json.loads(files[MANIFEST_FILE])["artifacts"],
+                                                **{MANIFEST_FILE: sha256_bytes(files[MANIFEST_FILE])}),
+                         "slot": sticker.get("slot"), "trafficRole": sticker.get("trafficRole")})
+        with rec.phase("verify_target", record=False):
+            ensure_this_host(request["target"], self.run_command)
+            runtime = evidence["runtime"] = self.cli.runtime(phase="verify_target")
+            evidence.update({"dockerVersion": runtime["dockerServerVersion"],
+                             "composeVersion": runtime["composeVersion"]})
+        if diff:
+            before = read_bytes(self.layout.lock_path) or b""
+            result["diff"] = lock_diff(before.decode("utf-8", "replace"), files[LOCK_FILE].decode("utf-8"),
+                                       self.layout.lock_path)
+        if check_mode:
+            return self._check_mode(request, rec, result, files, mhash)
+        wait_start = time.monotonic()
+        with project_lock(self.layout.project_dir):
+            evidence["lockWaitMs"] = int((time.monotonic() - wait_start) * 1000)
+            killed = _hooks.reap_stale_hooks(self.layout.project_dir)
+            if killed:
+                evidence["staleHookPidsKilled"] = killed
+            before = _revisions.read_current(self.layout)
+            before_env = read_bytes(self.layout.env_path)
+            containers = self.project.containers(phase="verify_target")
+            converged = self._converged(files, before, before_env, containers, request["target"], mhash)
+            if converged is not None:
+                # Same artifacts, every service verified: no hook runs, no container is touched.
+                evidence.update(services_evidence(converged))
+                rec.skip(*[name for name in COMPOSE_STEPS if name != "inspect_services"])
+                with rec.phase("inspect_services"):
+                    baseline = _revisions.latest_other(self.layout, files[STICKER_FILE])
+                if baseline:
+                    evidence["previousRevisionPath"] = baseline
+                return
+            staged = StagedFiles(self.layout.project_dir)
+            try:
+                self._apply(request, rec, result, files, before, before_env, containers, mhash, staged)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    restored = staged.restore()
+                    if restored:
+                        evidence["filesRestored"] = restored
+                        evidence["lockRestored"] = LOCK_FILE in restored
+                raise
+            staged.commit()
+
+    def _converged(self, files, before, before_env, containers, target, mhash):
+        if any(before[name] != files[name] for name in REVISION_FILES):
+            return None
+        env_hash = listed_env_hash(files[MANIFEST_FILE])
+        if env_hash and sha256_bytes(before_env or b"") != env_hash:
+            return None
+        if self.env_bytes is not None and before_env != self.env_bytes:
+            return None
+        return self.project.converged(containers, target, mhash)
+
+    def _hook_env(self, request, mhash):
+        return {"STELLA_PROJECT_NAME": self.layout.project_name, "STELLA_PROJECT_DIRECTORY": self.layout.project_dir,
+                "STELLA_MANIFEST_HASH": mhash, "STELLA_TARGET_ID": request["target"]["id"],
+                "STELLA_COMPOSE_PATH": self.layout.lock_path}
+
+    def _apply(self, request, rec, result, files, before, before_env, before_containers, mhash, staged):
+        evidence = result["evidence"]
+        layout = self.layout
+        env_hash = listed_env_hash(files[MANIFEST_FILE])
+        hook_env = self._hook_env(request, mhash)
+        with rec.phase("write_artifacts"):
+            removed = remove_stale_temps(layout.project_dir) + _revisions.remove_stale_revision_temps(layout)
+            if removed:
+                evidence["removedStaleTemps"] = removed
+            if env_hash and self.env_bytes is None and sha256_bytes(before_env or b"") != env_hash:
+                raise StellaError("artifact_missing", "apply manifest lists %s but it was not supplied and the file "
+                                  "on the target does not match" % ENV_FILE)
+            if request["backup_existing"]:
+                baseline = _revisions.retain_baseline(layout, before, before_env, files, self.keep_revisions)
+                if baseline:
+                    evidence["previousRevisionPath"] = baseline
+            staged.write(LOCK_FILE, files[LOCK_FILE])
+            if self.env_bytes is not None and before_env != self.env_bytes:
+                staged.write(ENV_FILE, self.env_bytes, mode=ENV_FILE_MODE)
+            config = self.project.config("write_artifacts")
+            images = service_images(config)
+            check_pinned(images, "write_artifacts")
+        with rec.phase("pre_deploy_hooks"):
+            _hooks.run_phase(request["hooks"], "pre-deploy", layout.project_dir, hook_env, self.secrets,
+                             evidence["hookResults"], result["warnings"])
+        with rec.phase("compose_pull"):
+            image_ids, pulled = self.project.ensure_images(images, request["pull_images"], "compose_pull")
+            evidence.update(pulledServices=pulled, imageIds=image_ids)
+        try:
+            with rec.phase("compose_up"):
+                result["changed"] = True
+                self.project.up()
+        except StellaError as exc:
+            with contextlib.suppress(StellaError):
+                evidence.update(services_evidence(self.project.verify(config, image_ids, request["target"], mhash,
+                                                                      "compose_up")[1]))
+            exc.code = up_failure_code(exc.reason, exc.code)
+            raise
+        with rec.phase("inspect_services"):
+            after, services, problems = self.project.verify(config, image_ids, request["target"], mhash,
+                                                            "inspect_services")
+            evidence.update(services_evidence(services))
+            result["changed"] = container_fingerprint(after) != container_fingerprint(before_containers)
+            raise_problems(problems, "inspect_services")
+        with rec.phase("write_sticker"):
+            artifacts = {LOCK_FILE: read_bytes(layout.lock_path), STICKER_FILE: files[STICKER_FILE],
+                         ENV_FILE: read_bytes(layout.env_path) if env_hash else None}
+            problems = verify_artifact_set(files[MANIFEST_FILE], artifacts, layout.project_name, mhash)
+            if problems:
+                raise StellaError("artifact_hash_mismatch", "; ".join(problems), phase="write_sticker")
+            for name in (STICKER_FILE, MANIFEST_FILE):
+                if before[name] != files[name]:
+                    staged.write(name, files[name])
+        if staged.names():
+            result["changed"] = True
+        with rec.phase("post_deploy_hooks"):
+            _hooks.run_phase(request["hooks"], "post-deploy", layout.project_dir, hook_env, self.secrets,
+                             evidence["hookResults"], result["warnings"])
+
+    def _check_mode(self, request, rec, result, files, mhash):
+        evidence = result["evidence"]
+        layout = self.layout
+        exists = os.path.isdir(layout.project_dir)
+        before = _revisions.read_current(layout) if exists else dict.fromkeys(REVISION_FILES)
+        containers = self.project.containers(phase="write_artifacts")
+        changed_files = sorted(name for name in REVISION_FILES if before[name] != files[name])
+        converged = None
+        if not changed_files and exists:
+            converged = self._converged(files, before, read_bytes(layout.env_path), containers, request["target"], mhash)
+        result["changed"] = converged is None
+        evidence["wouldChangeFiles"] = changed_files
+        evidence["wouldRetainRevision"] = bool(request["backup_existing"] and before[STICKER_FILE] and changed_files)
+        if converged:
+            evidence.update(services_evidence(converged))
+        rec.skip(*COMPOSE_STEPS)
+        evidence["checkMode"] = True
+
+
+def up_failure_code(reason, code):
+    """A stable code from ``docker compose up``'s error text."""
+    text = reason or ""
+    if re.search(r"is unhealthy", text):
+        return "service_unhealthy"
+    if re.search(r"exited \(\d+\)|has exited|is not running|restarting", text):
+        return "service_not_running"
+    if re.search(r"manifest unknown|not found|pull access denied", text):
+        return "image_pull_failed"
+    return code

@@ -1,0 +1,218 @@
+# Copyright (c) Stella Ops contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+# This module_utils is PRIVATE to stellaops.runtime. It may change without notice.
+
+"""One Compose project on this host: its config, containers, images, ``up`` and verification.
+
+:class:`ComposeProject` is what apply and rollback share; the checks of what runs against the lock
+(:func:`verify_services`) are pure and driven by unit tests with captured ``docker inspect`` output.
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
+from ansible_collections.stellaops.runtime.plugins.module_utils._contract import (
+    LABEL_MANIFEST_HASH, REQUIRED_STELLA_LABELS, target_labels)
+from ansible_collections.stellaops.runtime.plugins.module_utils._docker_cli import repo_digests_contain
+from ansible_collections.stellaops.runtime.plugins.module_utils._imageref import parse_image_ref
+
+PULL_TIMEOUT = 900
+
+
+def service_images(config):
+    """``{service: image}`` from ``docker compose config --format json`` output."""
+    services = (config or {}).get("services") or {}
+    return {name: (services[name] or {}).get("image") for name in sorted(services)}
+
+
+def service_labels(config):
+    services = (config or {}).get("services") or {}
+    out = {}
+    for name in sorted(services):
+        labels = (services[name] or {}).get("labels") or {}
+        if isinstance(labels, list):
+            labels = dict(item.split("=", 1) if "=" in item else (item, "") for item in labels)
+        out[name] = dict(labels)
+    return out
+
+
+def check_pinned(images, phase):
+    """Every service image must be ``registry/repository[:tag]@sha256:...``."""
+    for service, image in sorted(images.items()):
+        if not image or not parse_image_ref(image).digest:
+            raise StellaError("image_not_pinned", "service %s image %r is not pinned by digest" % (service, image),
+                              phase=phase)
+
+
+def stella_labels(labels):
+    return {k: v for k, v in sorted((labels or {}).items())
+            if k.startswith("stella.") or k in ("com.docker.compose.project", "com.docker.compose.service")}
+
+
+def container_problems(container, what):
+    """``(code, reason)`` problems of one container's runtime state: running, not restarting, healthy."""
+    name = container.get("name")
+    if not container.get("running") or container.get("restarting"):
+        return [("service_not_running", "%s %s is %s (exit code %s)" % (
+            what, name, container.get("state"), container.get("exitCode")))]
+    if container.get("health") not in ("healthy", "none"):
+        return [("service_unhealthy", "%s %s health is %s" % (what, name, container.get("health")))]
+    return []
+
+
+def verify_services(expected_images, expected_labels, containers, image_ids, target, manifest_hash):
+    """Check inspected containers against the lock; return ``(services evidence, problems)`` (pure).
+
+    ``containers``: container summaries of the project; ``image_ids``: ``{service: image id of the
+    pinned digest}``.
+    """
+    services = []
+    problems = []
+    by_service = {}
+    for container in containers:
+        by_service.setdefault(container.get("service"), []).append(container)
+    want_target = dict(target_labels(target), **{LABEL_MANIFEST_HASH: manifest_hash})
+    for service in sorted(expected_images):
+        found = sorted(by_service.get(service, []), key=lambda c: c.get("name") or "")
+        if not found:
+            problems.append(("service_not_running", "service %s has no container" % service))
+            continue
+        image = expected_images[service]
+        digest = parse_image_ref(image).digest
+        for container in found:
+            services.append({
+                "service": service, "containerId": container["id"], "containerName": container["name"],
+                "state": container["state"], "health": container["health"], "exitCode": container.get("exitCode"),
+                "startedAt": container.get("startedAt"), "image": image,
+                "imageDigest": digest if container.get("imageId") == image_ids.get(service) else None,
+                "imageId": container.get("imageId"), "ipAddress": container.get("ipAddress"),
+                "labels": stella_labels(container.get("labels")),
+            })
+            name = container["name"]
+            problems.extend(container_problems(container, "container of service %s:" % service))
+            if container.get("imageId") != image_ids.get(service):
+                problems.append(("digest_mismatch", "container %s runs image %s, not the pinned %s (%s)" % (
+                    name, container.get("imageId"), image, image_ids.get(service))))
+            labels = container.get("labels") or {}
+            wanted = dict(expected_labels.get(service) or {})
+            for key in REQUIRED_STELLA_LABELS:
+                if key not in wanted:
+                    problems.append(("label_mismatch", "service %s lock lacks required label %s" % (service, key)))
+            wanted.update(want_target)
+            for key in sorted(wanted):
+                if labels.get(key) != wanted[key]:
+                    problems.append(("label_mismatch", "container %s label %s is %r, expected %r" % (
+                        name, key, labels.get(key), wanted[key])))
+    for service in sorted(set(by_service) - set(expected_images), key=str):
+        problems.append(("service_unexpected", "project has containers of service %s not in the lock" % service))
+    return services, problems
+
+
+def raise_problems(problems, phase, evidence=None):
+    if problems:
+        code, reason = problems[0]
+        if len(problems) > 1:
+            reason += " (and %d more problem(s))" % (len(problems) - 1)
+        raise StellaError(code, reason, phase=phase, evidence=dict(evidence or {}, problems=[p[1] for p in problems]))
+
+
+def container_fingerprint(containers):
+    """What ``changed`` compares: container ids with their start times."""
+    return sorted((c.get("id"), c.get("startedAt")) for c in containers)
+
+
+def services_evidence(services):
+    return {"services": services, "serviceCount": len({s["service"] for s in services})}
+
+
+class ComposeProject:
+    """A Compose project of this host, named and laid out by ``layout`` (see ``_revisions.Layout``)."""
+
+    def __init__(self, cli, layout, wait_timeout=120):
+        self.cli = cli
+        self.layout = layout
+        self.wait_timeout = wait_timeout
+
+    def _base(self):
+        return self.cli.compose_base(self.layout.project_name, self.layout.lock_path, self.layout.project_dir)
+
+    def config(self, phase):
+        """``docker compose config`` of the staged lock, as JSON."""
+        _rc, out, _err = self.cli.run(self._base() + ["config", "--format", "json"], code="lock_invalid", phase=phase)
+        try:
+            return json.loads(out)
+        except ValueError:
+            raise StellaError("lock_invalid", "docker compose config printed no JSON", phase=phase)
+
+    def containers(self, phase=None):
+        return self.cli.inspect_containers(self.cli.project_container_ids(self.layout.project_name, phase=phase),
+                                           phase=phase)
+
+    def image_ids(self, images, phase):
+        """``{service: image id}`` when every pinned image is present with its digest, else ``None``."""
+        found = self.cli.image_inspect_many(images.values(), phase=phase)
+        ids = {}
+        for service, image in images.items():
+            info = found[image]
+            if info is None or not repo_digests_contain(info["repoDigests"], image):
+                return None
+            ids[service] = info["id"]
+        return ids
+
+    def ensure_images(self, images, pull, phase):
+        """Pull what is missing (or fail when pulls are disabled); verify RepoDigests; return
+        ``({service: image id}, [pulled services])``."""
+        found = self.cli.image_inspect_many(images.values(), phase=phase)
+        infos = {service: found[image] for service, image in images.items() if found[image] is not None}
+        missing = sorted(service for service in images if service not in infos)
+        if missing:
+            if not pull:
+                raise StellaError("image_missing", "PullImages is false and image(s) are not present: %s" % ", ".join(
+                    images[s] for s in missing), phase=phase)
+            self.cli.run(self._base() + ["pull", "--quiet"] + missing, code="image_pull_failed", phase=phase,
+                         timeout=PULL_TIMEOUT)
+            for service in missing:
+                info = self.cli.image_inspect(images[service], phase=phase)
+                if info is None:
+                    raise StellaError("image_pull_failed", "image %s is still absent after pull" % images[service],
+                                      phase=phase)
+                infos[service] = info
+        raise_problems([("digest_mismatch", "image %s of service %s has RepoDigests %s, none is the pinned digest" % (
+            images[service], service, infos[service]["repoDigests"]))
+            for service in sorted(images) if not repo_digests_contain(infos[service]["repoDigests"], images[service])],
+            phase)
+        return {service: infos[service]["id"] for service in infos}, missing
+
+    def up(self, phase="compose_up"):
+        return self.cli.compose_up(self.layout.project_name, self.layout.lock_path, self.layout.project_dir,
+                                   wait_timeout=self.wait_timeout, phase=phase)
+
+    def verify(self, config, image_ids, target, manifest_hash, phase):
+        """``(containers, services evidence, problems)`` of what runs now against ``config``."""
+        containers = self.containers(phase=phase)
+        services, problems = verify_services(service_images(config), service_labels(config), containers, image_ids,
+                                             target, manifest_hash)
+        return containers, services, problems
+
+    def converged(self, containers, target, manifest_hash, phase="inspect_services"):
+        """Services evidence when the staged lock already runs exactly (images, labels, health), else ``None``.
+
+        Any engine error counts as "not converged": the caller then applies and reports that error.
+        """
+        if not containers:
+            return None
+        try:
+            config = self.config(phase)
+            images = service_images(config)
+            ids = self.image_ids(images, phase)
+        except StellaError:
+            return None
+        if ids is None:
+            return None
+        services, problems = verify_services(images, service_labels(config), containers, ids, target, manifest_hash)
+        return None if problems else services
