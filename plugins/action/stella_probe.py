@@ -5,7 +5,9 @@
 """Controller-side post-deploy health probes (documentation: plugins/modules/stella_probe.py).
 
 Probes run where the control plane runs (the contract's orchestrator-side placement), so this is
-an action plugin that never transfers or executes anything on the play's host.
+an action plugin that never transfers or executes anything on the play's host. In check mode it
+opens no connection: it reports what it would probe and passes no verdict
+(``healthProbe.status=not_run``, ``healthProbe.reason=check_mode``).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ class ActionModule(ActionBase):
             target=args["target"],
             wait_for_health_check=args["wait_for_health_check"],
             host_override=args["host_override"],
+            check_mode=bool(self._task.check_mode),
         )
         result.update(outcome)
         # Probes only observe; nothing on the controller or the target changes.

@@ -18,8 +18,13 @@ description:
     C(healthProbe.type=tcp) opens a TCP connection to C(healthProbe.tcp.port). See C(docs/probes.md)
     for every key.
   - This is an action plugin. Probes always run on the controller, where the control plane runs, whatever
-    the play's hosts are. Nothing is copied to or executed on the target. HTTP probes ignore proxy
-    environment variables and never follow redirects.
+    the play's hosts are. Nothing is copied to or executed on the target. HTTP probes go through one
+    C(requests) session per task (connections are reused across attempts), ignore proxy environment
+    variables and never follow redirects. TCP probes use plain sockets.
+  - The same parser validates every C(healthProbe.*) key when the release is planned
+    (M(stellaops.runtime.stella_plan)), so a bad probe configuration fails planning with
+    C(health_probe_config_invalid) before anything touches the target. Only the probe host is left to
+    this task, because O(host_override) may supply it.
   - >-
     Fail-closed. A probe configuration that is not valid (unsupported type, C(tcp) without
     C(healthProbe.tcp.port), no resolvable host, unknown C(healthProbe.*) key) fails the task with
@@ -27,6 +32,8 @@ description:
     unhealthy after all its attempts fails the task with
     C(Post-deploy health probe failed for component '<name>': <detail>).
   - Components without C(healthProbe.*) keys are not probed and produce no evidence keys.
+requirements:
+  - requests (on the controller, for HTTP probes; TCP probes and check mode do not need it)
 author:
   - Stella Ops runtime team (@stellaops)
 extends_documentation_fragment:
@@ -35,7 +42,14 @@ extends_documentation_fragment:
 attributes:
   check_mode:
     support: full
-    details: Probes are read-only, so they run unchanged in check mode.
+    details:
+      - In check mode nothing is probed and no connection is opened. The task parses the configuration
+        (an invalid one still fails) and reports what it would probe, per component, without a verdict
+        on a release that was not applied.
+      - The result has C(failed=false), C(changed=false), C(healthProbe.status=not_run),
+        C(healthProbe.reason=check_mode), C(healthProbe.count) and C(healthProbe.<name>.endpoint) in
+        RV(evidence), and one entry per component in RV(probes) with the endpoint, type, expected
+        answer and attempt settings.
   diff_mode:
     support: none
   idempotent:
@@ -128,8 +142,10 @@ RETURN = r"""
 evidence:
   description:
     - Flat probe evidence for the task result. Empty when no component has C(healthProbe.*) keys.
-    - C(healthProbe.status) is V(passed), V(failed) or V(skipped); C(healthProbe.count) is the number of
-      components that opt in; C(healthProbe.reason) is set for V(skipped) and for an invalid configuration.
+    - C(healthProbe.status) is V(passed), V(failed), V(skipped), or V(not_run) in check mode;
+      C(healthProbe.count) is the number of components that opt in; C(healthProbe.reason) is set for
+      V(skipped) (V(waitForHealthCheck=false)), V(not_run) (V(check_mode)) and for an invalid configuration.
+    - In check mode only C(healthProbe.<name>.endpoint) is set per component (nothing was observed).
     - >-
       Per probed component C(healthProbe.<name>.endpoint), C(healthProbe.<name>.healthy),
       C(healthProbe.<name>.attempts) and C(healthProbe.<name>.observed) (the HTTP status as text,
@@ -148,6 +164,9 @@ probes:
     - One entry per probed component, in component order, with C(component), C(type), C(endpoint),
       C(expected), C(healthy), C(attempts), C(observed), C(history) (observed value per attempt),
       C(durationMs), and C(reason) when unhealthy.
+    - In check mode, one entry per component that would be probed, with C(component), C(type),
+      C(endpoint), C(expected), C(host), C(port), C(timeoutSeconds), C(attempts), C(intervalSeconds) and
+      C(expectedStatus) (http).
   returned: always
   type: list
   elements: dict
@@ -159,7 +178,8 @@ msg:
   type: str
 code:
   description:
-    - Stable failure code, V(health_probe_config_invalid) or V(health_probe_failed).
+    - Stable failure code, V(health_probe_config_invalid), V(health_probe_failed), or V(requests_missing)
+      when an HTTP probe is configured and the controller's Python has no C(requests).
   returned: failure
   type: str
 changed:

@@ -10,27 +10,35 @@ Three layers, each replaceable:
 
 * pure parsing: :func:`parse_probe_specs` turns component config (flat ``healthProbe.*`` keys)
   and the target identity into :class:`ProbeSpec` objects, failing closed with
-  ``Post-deploy health probe configuration invalid: <detail>``;
+  ``Post-deploy health probe configuration invalid: <detail>``. The same parser validates the
+  release at planning time (:func:`validate_probe_config`), before anything touches a target;
 * the :class:`ProbeRunner` interface (``run(spec) -> ProbeResult``) with the default
-  :class:`HttpTcpProbeRunner` (HTTP GET / TCP connect from where it runs; clock and sleep are
-  injectable). An agent-side runner can replace it without changing :func:`verify`;
+  :class:`HttpTcpProbeRunner` (``_probe_runner``: HTTP GET through ``requests`` / TCP connect from
+  where it runs; clock and sleep are injectable). An agent-side runner can replace it without
+  changing :func:`verify`;
 * :func:`verify`: the whole step (skip switch, parsing, probing) producing the flat evidence
   dict ``healthProbe.status``, ``healthProbe.count`` and ``healthProbe.<name>.{endpoint,
-  healthy, attempts, observed}``.
+  healthy, attempts, observed}``. In check mode it only describes what it would probe
+  (``healthProbe.status=not_run``, ``healthProbe.reason=check_mode``) and opens no connection.
 
-Stdlib only. Probes are read-only.
+Parsing is stdlib only. Probes are read-only.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import math
-import socket
-import time
-import urllib.error
-import urllib.request
+import re
 from urllib.parse import urlsplit
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError, redact_url
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._probe_runner import (
+    FAILED_TEMPLATE, OBSERVED_CONNECTED, UNSAFE_URL_CHARS, HttpTcpProbeRunner, ProbeAttempt, ProbeResult, ProbeRunner,
+    unsendable_reason,
+)
+
+# The runner API stays importable from here (``from ..._probe import HttpTcpProbeRunner``).
+RUNNER_API = (HttpTcpProbeRunner, ProbeAttempt, ProbeResult, ProbeRunner, OBSERVED_CONNECTED)
 
 PREFIX = "healthProbe."
 KEY_TYPE = "healthProbe.type"
@@ -67,18 +75,21 @@ LOOPBACK = "127.0.0.1"
 CONFIG_INVALID = "health_probe_config_invalid"
 PROBE_FAILED = "health_probe_failed"
 CONFIG_INVALID_PREFIX = "Post-deploy health probe configuration invalid: "
-FAILED_TEMPLATE = "Post-deploy health probe failed for component '%s': %s"
 
 STATUS_PASSED = "passed"
 STATUS_FAILED = "failed"
 STATUS_SKIPPED = "skipped"
+STATUS_NOT_RUN = "not_run"
 SKIP_REASON = "waitForHealthCheck=false"
+CHECK_MODE_REASON = "check_mode"
+# Planning does not know the host a probe will use (stella_probe's host_override may supply it), so
+# host resolution is checked when the probe runs; every healthProbe.* key is checked at planning.
+PLANNING_HOST = "probe-host.invalid"
 
-OBSERVED_CONNECTED = "connected"
 
-
-def _invalid(detail):
-    return StellaError(CONFIG_INVALID, CONFIG_INVALID_PREFIX + detail, phase="verify")
+def _invalid(detail, key=None):
+    evidence = {"key": key} if key else None
+    return StellaError(CONFIG_INVALID, CONFIG_INVALID_PREFIX + detail, phase="verify", evidence=evidence)
 
 
 class ProbeSpec:
@@ -179,7 +190,7 @@ def _text(config, key, where):
     if value is None:
         return None
     if not isinstance(value, str) or not value.strip():
-        raise _invalid("%s: %s must be a non-empty string" % (where, key))
+        raise _invalid("%s: %s must be a non-empty string" % (where, key), key)
     return value.strip()
 
 
@@ -190,10 +201,10 @@ def _integer(config, key, where, default, low, high):
     number = None
     if isinstance(value, int) and not isinstance(value, bool):
         number = value
-    elif isinstance(value, str) and value.strip().isdigit():
+    elif isinstance(value, str) and _DIGITS.fullmatch(value.strip()):
         number = int(value.strip())
     if number is None or not low <= number <= high:
-        raise _invalid("%s: %s must be an integer from %d to %d, got %r" % (where, key, low, high, value))
+        raise _invalid("%s: %s must be an integer from %d to %d, got %r" % (where, key, low, high, value), key)
     return number
 
 
@@ -202,19 +213,44 @@ def _seconds(config, key, where, default, low_exclusive, high):
     if value is None:
         return default
     number = None
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        number = float(value)
-    elif isinstance(value, str):
-        try:
+    try:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            number = float(value)
+        elif isinstance(value, str) and value.strip().isascii():
             number = float(value.strip())
-        except ValueError:
-            number = None
+    except (ValueError, OverflowError):
+        number = None
     ok = number is not None and not math.isnan(number) and number <= high
     ok = ok and (number > 0 if low_exclusive else number >= 0)
     if not ok:
         bound = "greater than 0" if low_exclusive else "from 0"
-        raise _invalid("%s: %s must be a number of seconds %s up to %g, got %r" % (where, key, bound, high, value))
+        raise _invalid("%s: %s must be a number of seconds %s up to %g, got %r" % (where, key, bound, high, value),
+                       key)
     return number
+
+
+_DIGITS = re.compile(r"[0-9]{1,18}")
+_LABEL = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")
+
+
+def valid_host(host):
+    """``True`` for an IP address (IPv6 with or without brackets) or a DNS name of valid labels."""
+    if not isinstance(host, str) or not host:
+        return False
+    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    try:
+        ipaddress.ip_address(bare)
+        return True
+    except ValueError:
+        pass
+    if ":" in bare or re.fullmatch(r"[0-9.]+", bare):
+        return False  # not an IP address, and not a name either (1.2.3.999, ::zz)
+    try:
+        ascii_name = bare.encode("idna").decode("ascii")
+    except (UnicodeError, ValueError):
+        return False
+    labels = ascii_name[:-1].split(".") if ascii_name.endswith(".") else ascii_name.split(".")
+    return len(ascii_name) <= 253 and all(_LABEL.fullmatch(label) for label in labels)
 
 
 def parse_probe_spec(name, config, default_host=None, endpoint=None):
@@ -229,16 +265,18 @@ def parse_probe_spec(name, config, default_host=None, endpoint=None):
     where = "component '%s'" % name
     unknown = [key for key in keys if key not in KNOWN_KEYS]
     if unknown:
-        raise _invalid("%s: unknown key %s (supported: %s)" % (where, ", ".join(unknown), ", ".join(KNOWN_KEYS)))
+        raise _invalid("%s: unknown key %s (supported: %s)" % (where, ", ".join(unknown), ", ".join(KNOWN_KEYS)),
+                       unknown[0])
 
     raw_type = config.get(KEY_TYPE, DEFAULT_TYPE)
     probe_type = raw_type.strip().lower() if isinstance(raw_type, str) else raw_type
     if probe_type not in TYPES:
-        raise _invalid("%s: unsupported healthProbe.type %r (supported: http, tcp)" % (where, raw_type))
+        raise _invalid("%s: unsupported healthProbe.type %r (supported: http, tcp)" % (where, raw_type), KEY_TYPE)
     foreign = [key for key in (TCP_ONLY_KEYS if probe_type == "http" else HTTP_ONLY_KEYS) if key in config]
     if foreign:
         hint = " (use healthProbe.tcp.port)" if KEY_PORT in foreign else ""
-        raise _invalid("%s: %s does not apply to %s probes%s" % (where, ", ".join(foreign), probe_type, hint))
+        raise _invalid("%s: %s does not apply to %s probes%s" % (where, ", ".join(foreign), probe_type, hint),
+                       foreign[0])
 
     timeout = _seconds(config, KEY_TIMEOUT, where, DEFAULT_TIMEOUT_SECONDS, True, MAX_TIMEOUT_SECONDS)
     attempts = _integer(config, KEY_ATTEMPTS, where, DEFAULT_ATTEMPTS, 1, MAX_ATTEMPTS)
@@ -249,7 +287,7 @@ def parse_probe_spec(name, config, default_host=None, endpoint=None):
     if url is not None:
         combined = [key for key in (KEY_HOST, KEY_PORT, KEY_PATH, KEY_SCHEME) if key in config]
         if combined:
-            raise _invalid("%s: healthProbe.url cannot be combined with %s" % (where, ", ".join(combined)))
+            raise _invalid("%s: healthProbe.url cannot be combined with %s" % (where, ", ".join(combined)), KEY_URL)
         try:
             parts = urlsplit(url)
             host, port = parts.hostname, parts.port
@@ -258,40 +296,54 @@ def parse_probe_spec(name, config, default_host=None, endpoint=None):
             parts = None
         if parts is None or parts.scheme.lower() not in SCHEMES or not host:
             raise _invalid("%s: healthProbe.url %r must be an absolute http:// or https:// URL with a host"
-                           % (where, redact_url(url)))
+                           % (where, redact_url(url)), KEY_URL)
         if parts.username is not None or parts.password is not None:
-            raise _invalid("%s: healthProbe.url must not carry credentials" % where)
+            raise _invalid("%s: healthProbe.url must not carry credentials" % where, KEY_URL)
+        why = None if valid_host(host) else "has an invalid host"
+        why = why or ("has port 0" if port == 0 else None) or unsendable_reason(url)
+        if why:
+            raise _invalid("%s: healthProbe.url %r %s" % (where, redact_url(url), why), KEY_URL)
         expected = _integer(config, KEY_EXPECTED_STATUS, where, DEFAULT_EXPECTED_STATUS, 100, 599)
         return ProbeSpec(name, "http", host, port=port or (443 if parts.scheme.lower() == "https" else 80),
                          url=url, expected_status=expected, **common)
 
-    host = _text(config, KEY_HOST, where) or default_host
+    host = _text(config, KEY_HOST, where)
+    if host is not None and not valid_host(host):
+        raise _invalid("%s: healthProbe.host %r is not a host name or IP address" % (where, host), KEY_HOST)
+    host = host or default_host
     if not host:
         if isinstance(endpoint, str) and endpoint.strip():
             why = "target endpoint %r has no host" % redact_url(endpoint.strip())
         else:
             why = "the target has no endpoint"
-        raise _invalid("%s: no resolvable host (%s; set healthProbe.host or healthProbe.url)" % (where, why))
+        raise _invalid("%s: no resolvable host (%s; set healthProbe.host or healthProbe.url)" % (where, why), KEY_HOST)
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
 
     if probe_type == "tcp":
         if KEY_TCP_PORT not in config:
-            raise _invalid("%s: healthProbe.tcp.port is required for tcp probes" % where)
+            raise _invalid("%s: healthProbe.tcp.port is required for tcp probes" % where, KEY_TCP_PORT)
         port = _integer(config, KEY_TCP_PORT, where, None, 1, 65535)
         return ProbeSpec(name, "tcp", host, port=port, **common)
 
     scheme = (_text(config, KEY_SCHEME, where) or "http").lower()
     if scheme not in SCHEMES:
-        raise _invalid("%s: unsupported healthProbe.scheme %r (supported: http, https)" % (where, config[KEY_SCHEME]))
+        raise _invalid("%s: unsupported healthProbe.scheme %r (supported: http, https)" % (where, config[KEY_SCHEME]),
+                       KEY_SCHEME)
     port = _integer(config, KEY_PORT, where, None, 1, 65535)
     path = _text(config, KEY_PATH, where) or "/"
+    if UNSAFE_URL_CHARS.search(path):
+        raise _invalid("%s: healthProbe.path %r contains whitespace or control characters" % (where, path), KEY_PATH)
     if not path.startswith("/"):
         path = "/" + path
     netloc = _host_for_url(host) + (":%d" % port if port is not None else "")
+    url = "%s://%s%s" % (scheme, netloc, path)
+    why = unsendable_reason(url)
+    if why:
+        raise _invalid("%s: probe URL %r built from the probe host %s" % (where, redact_url(url), why), KEY_HOST)
     expected = _integer(config, KEY_EXPECTED_STATUS, where, DEFAULT_EXPECTED_STATUS, 100, 599)
     return ProbeSpec(name, "http", host, port=port or (443 if scheme == "https" else 80),
-                     url="%s://%s%s" % (scheme, netloc, path), expected_status=expected, **common)
+                     url=url, expected_status=expected, **common)
 
 
 def _components(components):
@@ -342,141 +394,26 @@ def parse_probe_specs(components, target=None, host_override=None):
     return specs
 
 
-class ProbeAttempt:
-    """One observation: ``observed`` is the HTTP status (as text), ``connected``, or
-    ``refused: ...`` / ``timeout: ...`` / ``error: ...``."""
-
-    __slots__ = ("observed", "healthy")
-
-    def __init__(self, observed, healthy):
-        self.observed = observed
-        self.healthy = healthy
+def _config_field(index, key):
+    field = "components[%d].config" % index
+    return field + ('["%s"]' % key if key else "")
 
 
-class ProbeResult:
-    """The outcome of probing one spec (all attempts)."""
+def validate_probe_config(components):
+    """Planning-time validation of every component's ``healthProbe.*`` keys with the probe parser.
 
-    __slots__ = ("spec", "healthy", "attempts", "observed", "history", "duration_ms")
-
-    def __init__(self, spec, healthy, attempts, observed, history=None, duration_ms=None):
-        self.spec = spec
-        self.healthy = healthy
-        self.attempts = attempts
-        self.observed = observed
-        self.history = list(history or [observed])
-        self.duration_ms = duration_ms
-
-    @property
-    def detail(self):
-        return "expected %s at %s, observed %s after %d attempt(s)" % (
-            self.spec.expectation, self.spec.endpoint, self.observed, self.attempts)
-
-    def as_dict(self):
-        data = {
-            "component": self.spec.component,
-            "type": self.spec.type,
-            "endpoint": self.spec.endpoint,
-            "expected": self.spec.expectation,
-            "healthy": self.healthy,
-            "attempts": self.attempts,
-            "observed": self.observed,
-            "history": list(self.history),
-        }
-        if self.duration_ms is not None:
-            data["durationMs"] = self.duration_ms
-        if not self.healthy:
-            data["reason"] = FAILED_TEMPLATE % (self.spec.component, self.detail)
-        return data
-
-
-class ProbeRunner:
-    """Transport-agnostic probe runner: ``run(spec) -> ProbeResult``.
-
-    The default implementation retries :meth:`attempt` up to ``spec.attempts`` times with
-    ``spec.interval_seconds`` between attempts (sleeping only between attempts). A runner that
-    delegates to a target-side agent overrides :meth:`run` (or :meth:`attempt`).
+    The probe host may only be known when the probe runs (``host_override``), so a placeholder host
+    stands in for it; everything else (type, URL, ports, path, scheme, numbers, unknown keys) is
+    checked. Raises :class:`StellaError` ``health_probe_config_invalid`` in phase ``plan`` with
+    ``field`` (``components[0].config["healthProbe.type"]``), ``component`` and ``key`` in evidence.
     """
-
-    def __init__(self, clock=time.monotonic, sleep=time.sleep):
-        self._clock = clock
-        self._sleep = sleep
-
-    def attempt(self, spec):
-        """One probe attempt for ``spec``; returns a ``ProbeAttempt`` (observed text, healthy flag).
-
-        A runner must define this or override :meth:`run`; the base class probes nothing.
-        """
-        raise StellaError("probe_runner_invalid", "probe runner %s defines neither attempt() nor run()"
-                          % type(self).__name__)
-
-    def run(self, spec):
-        started = self._clock()
-        history = []
-        result = None
-        for number in range(1, spec.attempts + 1):
-            result = self.attempt(spec)
-            history.append(result.observed)
-            if result.healthy:
-                break
-            if number < spec.attempts:
-                self._sleep(spec.interval_seconds)
-        duration_ms = int(round((self._clock() - started) * 1000))
-        return ProbeResult(spec, result.healthy, len(history), result.observed, history, duration_ms)
-
-
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    """Observe the configured endpoint's own status; never follow a redirect elsewhere."""
-
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
-        return None
-
-
-def _describe(exc):
-    reason = getattr(exc, "reason", exc)
-    if isinstance(reason, ConnectionRefusedError):
-        return "refused: %s" % reason
-    if isinstance(reason, (socket.timeout, TimeoutError)):
-        return "timeout: %s" % (str(reason) or "timed out")
-    return "error: %s" % (reason,)
-
-
-class HttpTcpProbeRunner(ProbeRunner):
-    """Direct prober: HTTP GET (no proxy, no redirects) or TCP connect from this process."""
-
-    USER_AGENT = "stellaops.runtime-probe/1"
-
-    def __init__(self, clock=time.monotonic, sleep=time.sleep, opener=None, connect=socket.create_connection):
-        super().__init__(clock=clock, sleep=sleep)
-        # An empty ProxyHandler: probes go straight to the service, never through *_proxy env.
-        self._opener = opener or urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
-        self._connect = connect
-
-    def attempt(self, spec):
-        if spec.type == "tcp":
-            return self._tcp(spec)
-        return self._http(spec)
-
-    def _tcp(self, spec):
+    for index, (name, config) in enumerate(_components(components)):
         try:
-            sock = self._connect((spec.host, spec.port), timeout=spec.timeout_seconds)
-        except OSError as exc:
-            return ProbeAttempt(_describe(exc), False)
-        sock.close()
-        return ProbeAttempt(OBSERVED_CONNECTED, True)
-
-    def _http(self, spec):
-        request = urllib.request.Request(spec.url, method="GET", headers={"User-Agent": self.USER_AGENT})
-        try:
-            with self._opener.open(request, timeout=spec.timeout_seconds) as response:
-                status = response.status
-        except urllib.error.HTTPError as exc:
-            status = exc.code
-            exc.close()
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            return ProbeAttempt(_describe(exc), False)
-        except Exception as exc:  # http.client protocol errors (BadStatusLine, ...) are observations
-            return ProbeAttempt("error: %s: %s" % (type(exc).__name__, exc), False)
-        return ProbeAttempt(str(status), status == spec.expected_status)
+            parse_probe_spec(name, config, default_host=PLANNING_HOST)
+        except StellaError as err:
+            key = err.evidence.get("key")
+            raise StellaError(CONFIG_INVALID, err.reason, phase="plan",
+                              evidence={"field": _config_field(index, key), "component": name, "key": key})
 
 
 def _result(failed, msg, evidence, probes=(), code=None):
@@ -486,12 +423,29 @@ def _result(failed, msg, evidence, probes=(), code=None):
     return data
 
 
-def verify(components, target=None, wait_for_health_check=True, host_override=None, runner=None):
+def _check_mode_result(specs):
+    """What the step would probe, with no verdict: ``healthProbe.status=not_run``."""
+    evidence = {"healthProbe.status": STATUS_NOT_RUN, "healthProbe.reason": CHECK_MODE_REASON,
+                "healthProbe.count": len(specs)}
+    probes = []
+    for spec in specs:
+        evidence[PREFIX + spec.component + ".endpoint"] = spec.endpoint
+        probes.append(dict(spec.as_dict(), expected=spec.expectation))
+    planned = ", ".join("%s (%s at %s)" % (s.component, s.expectation, s.endpoint) for s in specs)
+    return _result(False, "Check mode: nothing probed, no verdict; would probe %d component(s): %s"
+                   % (len(specs), planned), evidence, probes)
+
+
+def verify(components, target=None, wait_for_health_check=True, host_override=None, runner=None, check_mode=False):
     """Run the post-deploy verification step; returns ``{failed, msg, evidence, probes[, code]}``.
 
     * no component has ``healthProbe.*`` keys: nothing runs, ``evidence == {}``;
     * ``wait_for_health_check`` false: nothing runs, the skip is recorded;
     * invalid configuration: nothing runs, ``failed`` with the configuration-invalid reason;
+    * ``check_mode``: nothing runs and no connection is opened; the result lists what would be
+      probed (``healthProbe.status=not_run``, ``healthProbe.reason=check_mode``, per component
+      ``healthProbe.<name>.endpoint``) and passes no verdict (``failed`` false);
+    * the runner cannot probe (``requests`` missing for HTTP probes): nothing runs, ``failed``;
     * otherwise every probe runs (all of them, even after one fails) and any unhealthy
       component fails the step with ``Post-deploy health probe failed for component ...``.
     """
@@ -504,6 +458,11 @@ def verify(components, target=None, wait_for_health_check=True, host_override=No
                         "healthProbe.count": len(opted_in)}
             return _result(False, "Post-deploy health probes skipped (%s)" % SKIP_REASON, evidence)
         specs = parse_probe_specs(components, target=target, host_override=host_override)
+        if check_mode:
+            return _check_mode_result(specs)
+        own_runner = runner is None
+        runner = runner or HttpTcpProbeRunner()
+        runner.check(specs)
     except StellaError as err:
         count = 0
         if isinstance(components, (list, tuple)):
@@ -512,8 +471,11 @@ def verify(components, target=None, wait_for_health_check=True, host_override=No
                     "healthProbe.count": count}
         return _result(True, err.reason, evidence, code=err.code)
 
-    runner = runner or HttpTcpProbeRunner()
-    results = [runner.run(spec) for spec in specs]
+    try:
+        results = [runner.run(spec) for spec in specs]
+    finally:
+        if own_runner:
+            runner.close()
     evidence = {"healthProbe.count": len(results)}
     for result in results:
         prefix = PREFIX + result.spec.component

@@ -20,6 +20,10 @@ import re
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils._imageref import parse_image_ref
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._probe import PREFIX as PROBE_PREFIX, validate_probe_config
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._release_checks import (
+    check_hook, check_port, check_values, fail as _fail, field_path,
+)
 
 SCHEMA_ID = "urn:stellaops:runtime:release-input:v1"
 DEFAULT_WORK_DIRECTORY = "/var/lib/stella/projects"
@@ -29,6 +33,8 @@ HOOK_PHASES = ("pre-deploy", "post-deploy")
 FAILURE_POLICIES = ("fail", "ignore", "continue", "warn")
 REDACTION_POLICIES = ("redact", "none")
 REACHABILITY_MODES = ("http", "tcp", "skip")
+
+FIELD_PATH = field_path  # rendering of error locations; importable from here as before
 
 _TEXT = r"^[^\u0000-\u001f\u007f]{1,128}$"
 _ID = r"^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,127}$"
@@ -222,19 +228,6 @@ _TYPES = {
 }
 
 
-def field_path(parts):
-    """Render a JSON path as ``components[1].config["env.A"]``."""
-    out = ""
-    for part in parts:
-        if isinstance(part, int):
-            out += "[%d]" % part
-        elif re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", part):
-            out += ("." if out else "") + part
-        else:
-            out += "[%s]" % json.dumps(part)
-    return out or "(root)"
-
-
 def schema_errors(instance, schema=None, path=()):
     """Every violation of the supported JSON Schema subset, as ``(path_tuple, message)``.
 
@@ -290,22 +283,19 @@ def schema_errors(instance, schema=None, path=()):
     return errors
 
 
-def _fail(parts, message):
-    field = field_path(parts)
-    raise StellaError("release_invalid", "release input field %s %s" % (field, message),
-                      phase="plan", evidence={"field": field})
-
-
 def validate_release(release):
     """Validate ``release`` against the schema and the semantic rules; raise ``StellaError(release_invalid)``.
 
     The message names the offending field (``components[0].image``) so a playbook author can fix it.
+    Probe configuration (every ``healthProbe.*`` key) is checked here too, with the probe parser, and
+    fails with ``health_probe_config_invalid`` naming the component and the key (``field`` in evidence).
     """
     errors = schema_errors(release)
     if errors:
         parts, message = errors[0]
         _fail(parts, message)
     _no_trailing_newline(release, RELEASE_SCHEMA, ())
+    check_values(release)
     seen = {}
     for index, component in enumerate(release["components"]):
         name = component["name"]
@@ -331,17 +321,20 @@ def validate_release(release):
                     _fail(here, "is also a secretEnv key")
             elif key.startswith("healthcheck."):
                 _check_healthcheck(here, key[12:], value)
+            elif key.startswith(PROBE_PREFIX):
+                continue  # the probe parser below owns every healthProbe.* value
             elif isinstance(value, list):
                 _fail(here, "must be a string, integer or boolean (lists only for healthcheck.test)")
         for port_index, port in enumerate(component.get("ports", [])):
-            if isinstance(port, int) and not 1 <= port <= 65535:
-                _fail(("components", index, "ports", port_index), "must be 1..65535")
+            check_port(port, ("components", index, "ports", port_index))
     for key in ("workDirectory",):
         if key in release and ("/../" in release[key] + "/" or "/./" in release[key] + "/"):
             _fail((key,), "must not contain . or .. segments")
     for index, hook in enumerate(release.get("hooks", [])):
         if "workingDirectory" in hook and "/../" in hook["workingDirectory"] + "/":
             _fail(("hooks", index, "workingDirectory"), "must not contain .. segments")
+        check_hook(hook, index)
+    validate_probe_config(release["components"])
     return release
 
 
@@ -378,7 +371,8 @@ def _check_healthcheck(here, name, value):
         elif not isinstance(value, str) or not value:
             _fail(here, "must be a non-empty string or a list")
     elif name == "retries":
-        if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, str) and value.isdigit())):
+        if isinstance(value, bool) or not ((isinstance(value, int) and value >= 0)
+                                           or (isinstance(value, str) and re.fullmatch(r"[0-9]{1,15}", value))):
             _fail(here, "must be a non-negative integer")
     elif name == "disable":
         if not isinstance(value, bool):

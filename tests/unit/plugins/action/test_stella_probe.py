@@ -193,7 +193,7 @@ def test_cli_argument_validation(tmp_path):
     assert "components" in res["msg"]
 
 
-def test_playbook_check_mode_still_probes(tmp_path, http_server):
+def test_playbook_check_mode_reports_without_probing(tmp_path, http_server, tcp_port):
     playbook = tmp_path / "probe.yml"
     playbook.write_text(
         "- hosts: localhost\n"
@@ -206,14 +206,19 @@ def test_playbook_check_mode_still_probes(tmp_path, http_server):
         "          - name: api\n"
         "            config:\n"
         "              healthProbe.port: %d\n"
-        "              healthProbe.path: /ok\n"
+        "              healthProbe.path: /fail\n"
+        "          - name: db\n"
+        "            config:\n"
+        "              healthProbe.type: tcp\n"
+        "              healthProbe.tcp.port: %d\n"
         "          - name: worker\n"
         "      register: probe\n"
         "    - name: Assert\n"
         "      ansible.builtin.assert:\n"
         "        that:\n"
-        "          - probe.evidence['healthProbe.status'] == 'passed'\n"
-        "          - probe is not changed\n" % http_server.server_port
+        "          - probe.evidence['healthProbe.status'] == 'not_run'\n"
+        "          - probe is not changed\n"
+        "          - probe is not failed\n" % (http_server.server_port, tcp_port)
     )
     proc = subprocess.run(
         [os.path.join(BIN, "ansible-playbook"), "--check", "-c", "local", "-e", "ansible_python_interpreter=" + PYTHON,
@@ -223,6 +228,22 @@ def test_playbook_check_mode_still_probes(tmp_path, http_server):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(proc.stdout)
     probe = report["plays"][0]["tasks"][0]["hosts"]["localhost"]
-    assert probe["evidence"]["healthProbe.api.observed"] == "200"
-    assert http_server.seen == ["/ok"]
+    assert probe["evidence"] == {
+        "healthProbe.status": "not_run",
+        "healthProbe.reason": "check_mode",
+        "healthProbe.count": 2,
+        "healthProbe.api.endpoint": "http://127.0.0.1:%d/fail" % http_server.server_port,
+        "healthProbe.db.endpoint": "tcp://127.0.0.1:%d" % tcp_port,
+    }
+    assert probe["changed"] is False and not probe.get("failed")
+    assert [p["component"] for p in probe["probes"]] == ["api", "db"]
+    assert http_server.seen == []  # the /fail endpoint was never asked: no verdict in check mode
     assert report["stats"]["localhost"]["failures"] == 0
+
+
+def test_check_mode_invalid_config_still_fails(tmp_path, http_server):
+    args = {"target": {"endpoint": "local"}, "components": [{"name": "api", "config": {"healthProbe.type": "udp"}}]}
+    proc, res = adhoc(tmp_path, args, "--check")
+    assert proc.returncode != 0
+    assert res["code"] == "health_probe_config_invalid"
+    assert res["msg"] == INVALID + "component 'api': unsupported healthProbe.type 'udp' (supported: http, tcp)"

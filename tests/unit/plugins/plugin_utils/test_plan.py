@@ -236,3 +236,27 @@ def test_a_failed_graph_proof_blocks_planning():
     assert proof["status"] == "failed"
     assert "start_depends_on_update" in {issue["code"] for issue in proof["issues"]}
     assert proof["proofDigest"] in info.value.reason
+
+
+@pytest.mark.parametrize("mutate, code, field", [
+    (lambda r: r["components"][0]["config"].update({"env.BIG": 2 ** 53 + 1}), "release_invalid",
+     'components[0].config["env.BIG"]'),
+    (lambda r: r["components"][0]["config"].update({"healthcheck.retries": 2 ** 64}), "release_invalid",
+     'components[0].config["healthcheck.retries"]'),
+    (lambda r: r["components"][0]["config"].update({"env.S": "a\ud800"}), "release_invalid",
+     'components[0].config["env.S"]'),
+    (lambda r: r["components"][0].update({"ports": ["99999:8080"]}), "release_invalid", "components[0].ports[0]"),
+    (lambda r: r.update({"hooks": [{"name": "h", "phase": "pre-deploy", "command": "x", "interpreter": '/bin/sh -c "x'}]}),
+     "release_invalid", "hooks[0].interpreter"),
+    (lambda r: r["components"][0]["config"].update({"healthProbe.type": "udp"}), "health_probe_config_invalid",
+     'components[0].config["healthProbe.type"]'),
+    (lambda r: r["components"][0]["config"].update({"healthProbe.url": "http://h:0/"}), "health_probe_config_invalid",
+     'components[0].config["healthProbe.url"]'),
+], ids=["int-beyond-2^53", "retries-2^64", "lone-surrogate", "port-99999", "interpreter-quote", "probe-udp", "probe-url"])
+def test_bad_values_fail_planning_with_a_code_and_the_field_never_a_crash(mutate, code, field):
+    release = load_release()
+    mutate(release)
+    with pytest.raises(StellaError) as info:
+        plan_release(release, resolved_for(release))
+    assert info.value.code == code and info.value.phase == "plan"
+    assert info.value.evidence["field"] == field

@@ -188,3 +188,82 @@ def test_trailing_newline_is_refused_even_where_python_dollar_would_accept_it(pa
     node[path[-1]] = node[path[-1]] + "\n"
     with pytest.raises(StellaError, match="newline"):
         validate_release(release)
+
+
+@pytest.mark.parametrize("port", ["8080", "18080:8080", "127.0.0.1:80:8080/udp", "[::1]:80:8080", "8000-8010:80",
+                                  "8000-8010:9000-9010/tcp", "80-90", 1, 65535, "65535:65535"])
+def test_valid_port_specs_still_plan(port):
+    validate_release(minimal_release(components=[{"name": "a", "image": "r.io/x:1", "ports": [port]}]))
+
+
+@pytest.mark.parametrize("port, message", [
+    ("99999:8080", "host port 99999 is out of range 1..65535"),
+    ("0:80", "host port 0 is out of range 1..65535"),
+    ("80:0", "container port 0 is out of range 1..65535"),
+    ("8080:99999/udp", "container port 99999 is out of range 1..65535"),
+    ("9000-8000:80", "host port range 9000-8000 is reversed"),
+    ("8000-8001:80-90", "host port range 8000-8001 does not match container port range 80-90"),
+    ("8000:80-90", "host port range 8000 does not match container port range 80-90"),
+    ("300.0.0.1:80:80", "has an invalid IP address '300.0.0.1'"),
+    ("[fe80::1::2]:80:80", "has an invalid IP address 'fe80::1::2'"),
+])
+def test_port_specs_are_checked_at_planning(port, message):
+    with pytest.raises(StellaError) as info:
+        validate_release(minimal_release(components=[{"name": "a", "image": "r.io/x:1", "ports": ["80", port]}]))
+    assert info.value.code == "release_invalid"
+    assert info.value.reason == "release input field components[0].ports[1] " + message
+    assert info.value.evidence["field"] == "components[0].ports[1]"
+
+
+@pytest.mark.parametrize("value, field", [
+    (2 ** 53, 'components[0].config["env.N"]'),
+    (-(2 ** 63), 'components[0].config["env.N"]'),
+    (10 ** 5000, 'components[0].config["env.N"]'),
+    ("a\ud800", 'components[0].config["env.N"]'),
+    ("a\x00b", 'components[0].config["env.N"]'),
+], ids=["2^53", "-2^63", "5000-digits", "lone-surrogate", "nul"])
+def test_values_that_cannot_be_hashed_or_passed_on_are_refused_with_the_field(value, field):
+    release = minimal_release(components=[{"name": "a", "image": "r.io/x:1", "config": {"env.N": value}}])
+    with pytest.raises(StellaError) as info:
+        validate_release(release)
+    assert info.value.code == "release_invalid" and field in info.value.reason
+    assert info.value.evidence["field"] == field
+
+
+def test_safe_integers_and_open_strategy_config_floats_are_kept():
+    release = minimal_release(components=[{"name": "a", "image": "r.io/x:1", "config": {"env.N": 2 ** 53 - 1}}],
+                              strategyConfig={"weight": 0.5})
+    validate_release(release)
+    with pytest.raises(StellaError, match=r"strategyConfig.weight must be a finite number"):
+        validate_release(dict(release, strategyConfig={"weight": float("inf")}))
+
+
+@pytest.mark.parametrize("hook, field, message", [
+    ({"interpreter": '/bin/sh -c "x'}, "hooks[0].interpreter", "cannot be split into words (No closing quotation)"),
+    ({"interpreter": "'"}, "hooks[0].interpreter", "cannot be split into words (No closing quotation)"),
+    ({"interpreter": "   "}, "hooks[0].interpreter", "must name a program"),
+    ({"name": "  "}, "hooks[0].name", "must not be blank"),
+    ({"command": " \t "}, "hooks[0].command", "must not be blank"),
+])
+def test_hooks_the_target_could_not_run_are_refused(hook, field, message):
+    entry = dict({"name": "h", "phase": "pre-deploy", "command": "true"}, **hook)
+    with pytest.raises(StellaError) as info:
+        validate_release(minimal_release(hooks=[entry]))
+    assert info.value.reason == "release input field %s %s" % (field, message)
+
+
+def test_healthcheck_retries_must_not_be_negative():
+    for value in (-1, "-1", "\u00b2", "9" * 20):
+        release = minimal_release(components=[{"name": "a", "image": "r.io/x:1", "config": {"healthcheck.retries": value}}])
+        with pytest.raises(StellaError, match=r'config\["healthcheck.retries"\] must be a non-negative integer'):
+            validate_release(release)
+
+
+def test_probe_configuration_is_validated_with_the_release():
+    release = minimal_release(components=[{"name": "a", "image": "r.io/x:1", "config": {"healthProbe.type": "udp"}}])
+    with pytest.raises(StellaError) as info:
+        validate_release(release)
+    assert info.value.code == "health_probe_config_invalid"
+    assert info.value.reason == ("Post-deploy health probe configuration invalid: component 'a': unsupported "
+                                 "healthProbe.type 'udp' (supported: http, tcp)")
+    assert info.value.evidence["field"] == 'components[0].config["healthProbe.type"]'
