@@ -23,7 +23,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils._artifacts impor
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError, redact_text, redact_url
 from ansible_collections.stellaops.runtime.plugins.module_utils._fsutil import atomic_write, read_bytes
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._plan import FILES_KEY, plan_release, unresolved_references
-from ansible_collections.stellaops.runtime.plugins.module_utils._registry import DigestResolver
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._registry import DigestResolver
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._release import validate_release
 
 ARGUMENT_SPEC = dict(
@@ -73,11 +73,11 @@ def resolve_digests(release, credentials, insecure, pre_resolved, resolve, timeo
     if pending and not resolve:
         raise StellaError("image_unresolved", "image %s has no digest and resolve=false" % pending[0], phase="resolve",
                           evidence={"image": pending[0]})
-    resolver = DigestResolver(credentials, insecure, transport=transport, timeout=timeout)
-    for ref in pending:
-        info = resolver.resolve(ref)
-        resolved[ref] = info["digest"]
-        evidence[ref] = info
+    with DigestResolver(credentials, insecure, transport=transport, timeout=timeout) as resolver:
+        for ref in pending:
+            info = resolver.resolve(ref)
+            resolved[ref] = info["digest"]
+            evidence[ref] = info
     for ref in sorted(pre_resolved):
         evidence.setdefault(ref, {"reference": ref, "digest": pre_resolved[ref], "resolved": False, "source": "input"})
     return resolved, evidence

@@ -1,4 +1,4 @@
-"""Digest resolution and planning against the lab's real registries (plain :5000, htpasswd :5002).
+"""Digest resolution and planning against the lab's real registries (plain :5000, htpasswd :5002, token :5003).
 
 The lab must be up (``make lab`` writes .lab/lab.json). Without it every test FAILS with a clear
 message; nothing here is skipped.
@@ -14,6 +14,7 @@ import urllib.request
 import uuid
 
 import pytest
+import requests
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests", "unit", "fixtures"))
@@ -22,7 +23,7 @@ from planning_support import compose_config, minimal_release  # noqa: E402
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError  # noqa: E402
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._plan import plan_release  # noqa: E402
-from ansible_collections.stellaops.runtime.plugins.module_utils._registry import DigestResolver, urllib_transport  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._registry import DigestResolver  # noqa: E402
 
 LAB_JSON = os.path.join(ROOT, ".lab", "lab.json")
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -189,12 +190,13 @@ def test_token_registry_resolves_through_the_bearer_flow(lab):
     image = lab["images"]["token_app_v1"]
     seen = []
 
-    def recording_transport(method, url, headers, timeout):
-        seen.append((method, url.split("?")[0], (headers.get("Authorization") or "").split(" ")[0]))
-        return urllib_transport(method, url, headers, timeout)
+    def record(response, *args, **kwargs):
+        request = response.request
+        seen.append((request.method, request.url.split("?")[0], (request.headers.get("Authorization") or "").split(" ")[0]))
 
-    resolver = DigestResolver({token_registry: {"username": username, "password": password}},
-                              transport=recording_transport)
+    session = requests.Session()
+    session.hooks["response"].append(record)
+    resolver = DigestResolver({token_registry: {"username": username, "password": password}}, session=session)
     result = resolver.resolve(image["ref"])
     assert result["digest"] == image["digest"] and result["image"] == image["ref"] + "@" + image["digest"]
     token_url = "http://%s/token" % lab["registries"]["token"]["token_service"]
@@ -214,3 +216,34 @@ def test_token_registry_without_or_with_wrong_credentials(lab):
         DigestResolver({token_registry: {"username": username, "password": wrong}}).resolve(ref)
     assert refused.value.code == "image_unresolved" and "credentials were refused" in refused.value.reason
     assert wrong not in refused.value.reason + repr(refused.value.evidence)
+
+
+# --------------------------------------------------------------------- one requests session, connections reused
+
+
+def test_one_plan_reuses_connections_across_images_and_registries(lab, monkeypatch):
+    """Every image of every registry (and the token service) goes through one session: one TCP
+    connection per host, however many images and requests."""
+    import urllib3.connection  # pylint: disable=import-outside-toplevel
+
+    dummy, username, password = auth_credentials(lab)
+    images = lab["images"]
+    refs = [images[key]["loopback_ref"] for key in ("app_v1", "app_v2", "tool")]
+    refs += [images["auth_app_v1"]["ref"], images["token_app_v1"]["ref"]]
+    credentials = {lab["registries"][kind]["address"]: {"username": username, "password": password}
+                   for kind in ("auth", "token")}
+    connects = []
+    real_connect = urllib3.connection.HTTPConnection.connect
+
+    def counting_connect(self):
+        connects.append("%s:%d" % (self.host, self.port))
+        return real_connect(self)
+
+    monkeypatch.setattr(urllib3.connection.HTTPConnection, "connect", counting_connect)
+    with DigestResolver(credentials) as resolver:
+        result = resolver.resolve_all(refs)
+    assert [result[ref]["digest"] for ref in refs] == [images[key]["digest"] for key in (
+        "app_v1", "app_v2", "tool", "auth_app_v1", "token_app_v1")]
+    assert sorted(connects) == sorted(set(connects)), connects
+    assert set(connects) >= {lab["registries"]["plain"]["address"], lab["registries"]["auth"]["address"],
+                             lab["registries"]["token"]["address"]}

@@ -1,7 +1,9 @@
-"""DigestResolver: HEAD/GET, indexes, Basic and Bearer auth, failures, redaction (fake transport)."""
+"""module_utils/_registry: the target-side client (reachability, manifests, platforms, Basic and
+Bearer auth) and the pure helpers planning on the controller shares (fake transports)."""
 
 from __future__ import annotations
 
+import ast
 import base64
 import hashlib
 import json
@@ -14,138 +16,16 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "fixtures
 
 from planning_support import FakeRegistry, image_index, image_manifest  # noqa: E402
 
+from ansible_collections.stellaops.runtime.plugins.module_utils import _registry  # noqa: E402
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.module_utils._imageref import parse_image_ref  # noqa: E402
 from ansible_collections.stellaops.runtime.plugins.module_utils._registry import (  # noqa: E402
-    MANIFEST_ACCEPT, DigestResolver, index_platforms, platform_strings, read_manifest,
+    MANIFEST_ACCEPT, RegistryApi, RegistryClient, basic_authorization, index_platforms, parse_challenge, read_manifest,
+    read_token, token_url,
 )
 
 HOST = "registry.example.com"
 PASSWORD = "pw-Zq9!x"
-
-
-def _registry(**kwargs):
-    registry = FakeRegistry(HOST, **kwargs)
-    digest = registry.push("shop/web", "1.0", image_manifest("1"), "application/vnd.oci.image.manifest.v1+json")
-    return registry, digest
-
-
-def test_head_resolves_tag_and_keeps_full_identity():
-    registry, digest = _registry()
-    result = DigestResolver(transport=registry).resolve(HOST + "/shop/web:1.0")
-    assert result["digest"] == digest and result["image"] == HOST + "/shop/web:1.0@" + digest
-    assert [c[0] for c in registry.calls] == ["HEAD"]
-    assert registry.calls[0][2]["Accept"] == MANIFEST_ACCEPT
-    for media in ("application/vnd.oci.image.index.v1+json", "application/vnd.oci.image.manifest.v1+json",
-                  "application/vnd.docker.distribution.manifest.list.v2+json",
-                  "application/vnd.docker.distribution.manifest.v2+json"):
-        assert media in MANIFEST_ACCEPT
-
-
-def test_get_fallback_when_head_is_not_supported_and_body_is_hashed():
-    registry, digest = _registry(head_supported=False)
-    result = DigestResolver(transport=registry).resolve(HOST + "/shop/web:1.0")
-    assert result["digest"] == digest and [c[0] for c in registry.calls] == ["HEAD", "GET"]
-
-
-def test_get_body_must_match_docker_content_digest():
-    registry, _digest = _registry(head_supported=False)
-    body, media, _digest = registry.manifests[("shop/web", "1.0")]
-    registry.manifests[("shop/web", "1.0")] = (body, media, "sha256:" + "0" * 64)
-    with pytest.raises(StellaError, match="does not match the manifest bytes") as info:
-        DigestResolver(transport=registry).resolve(HOST + "/shop/web:1.0")
-    assert info.value.code == "image_unresolved"
-
-
-def test_index_digest_is_pinned_and_platforms_reported():
-    registry = FakeRegistry(HOST)
-    amd = registry.push("shop/web", "amd", image_manifest("1"), "application/vnd.oci.image.manifest.v1+json")
-    arm = registry.push("shop/web", "arm", image_manifest("2"), "application/vnd.oci.image.manifest.v1+json")
-    index = registry.push("shop/web", "multi", image_index([
-        (amd, {"os": "linux", "architecture": "amd64"}), (arm, {"os": "linux", "architecture": "arm64", "variant": "v8"}),
-        ("sha256:" + "3" * 64, {"os": "unknown", "architecture": "unknown"})]), "application/vnd.oci.image.index.v1+json")
-    result = DigestResolver(transport=registry).resolve(HOST + "/shop/web:multi")
-    assert result["digest"] == index and result["digest"] not in (amd, arm)
-    assert result["platforms"] == ["linux/amd64", "linux/arm64/v8"]
-    assert result["mediaType"] == "application/vnd.oci.image.index.v1+json"
-
-
-def test_reference_with_digest_is_kept_without_requests():
-    registry, _digest = _registry()
-    ref = HOST + "/shop/web:1.0@sha256:" + "9" * 64
-    result = DigestResolver(transport=registry).resolve(ref)
-    assert result["image"] == ref and result["resolved"] is False and registry.calls == []
-
-
-def test_basic_auth():
-    registry, digest = _registry(auth=("basic", "stella", PASSWORD))
-    creds = {HOST: {"username": "stella", "password": PASSWORD}}
-    assert DigestResolver(creds, transport=registry).resolve(HOST + "/shop/web:1.0")["digest"] == digest
-
-
-def test_bearer_token_flow_with_credentials():
-    registry, digest = _registry(auth=("bearer", "stella", PASSWORD))
-    creds = {HOST: {"username": "stella", "password": PASSWORD}}
-    resolver = DigestResolver(creds, transport=registry)
-    assert resolver.resolve(HOST + "/shop/web:1.0")["digest"] == digest
-    token_calls = [c for c in registry.calls if c[1].startswith("https://auth.example.com/token")]
-    assert token_calls and "service=registry.example.com" in token_calls[0][1]
-    assert "scope=repository%3Ashop%2Fweb%3Apull" in token_calls[0][1]
-
-
-@pytest.mark.parametrize("creds,kind", [
-    ({}, "basic"), ({HOST: {"username": "stella", "password": "wrong-" + PASSWORD}}, "basic"),
-    ({}, "bearer"), ({HOST: {"username": "stella", "password": "wrong-" + PASSWORD}}, "bearer"),
-], ids=["basic-none", "basic-wrong", "bearer-none", "bearer-wrong"])
-def test_auth_failures_are_image_unresolved_without_secrets(creds, kind):
-    registry, _digest = _registry(auth=(kind, "stella", PASSWORD))
-    with pytest.raises(StellaError) as info:
-        DigestResolver(creds, transport=registry).resolve(HOST + "/shop/web:1.0")
-    assert info.value.code == "image_unresolved" and "authentication" in info.value.reason
-    assert ("no credentials" in info.value.reason) == (not creds)
-    text = info.value.reason + repr(info.value.evidence)
-    assert PASSWORD not in text and base64.b64encode(b"stella:wrong-" + PASSWORD.encode()).decode() not in text
-
-
-def test_unknown_tag():
-    registry, _digest = _registry()
-    with pytest.raises(StellaError, match="tag nope not found") as info:
-        DigestResolver(transport=registry).resolve(HOST + "/shop/web:nope")
-    assert info.value.code == "image_unresolved" and info.value.evidence["status"] == 404
-
-
-def test_unreachable_registry_and_userinfo_redaction():
-    def transport(method, url, headers, timeout):
-        raise OSError("connection refused to https://bob:%s@%s/" % (PASSWORD, HOST))
-
-    resolver = DigestResolver({HOST: {"username": "bob", "password": PASSWORD}}, transport=transport)
-    with pytest.raises(StellaError) as info:
-        resolver.resolve(HOST + "/shop/web:1.0")
-    assert info.value.code == "image_unresolved" and PASSWORD not in info.value.reason and "bob:" not in info.value.reason
-
-
-def test_plain_http_for_loopback_and_insecure_registries():
-    seen = []
-
-    def transport(method, url, headers, timeout):
-        seen.append(url)
-        return 404, {}, b""
-
-    for image, insecure in (("127.0.0.1:5000/x/y:1", ()), ("localhost:5000/x/y:1", ()),
-                            ("registry.lab:5001/x/y:1", ("registry.lab:5001",)), ("r.example.com/x/y:1", ())):
-        with pytest.raises(StellaError):
-            DigestResolver(insecure_registries=insecure, transport=transport).resolve(image)
-    assert [u.split("://")[0] for u in seen] == ["http", "http", "http", "https"]
-
-
-def test_resolve_all_resolves_each_reference_once():
-    registry, digest = _registry()
-    result = DigestResolver(transport=registry).resolve_all([HOST + "/shop/web:1.0"] * 3)
-    assert list(result) == [HOST + "/shop/web:1.0"] and len(registry.calls) == 1
-
-
-def test_platform_strings_ignores_attestations():
-    assert platform_strings({"manifests": [{"platform": {"os": "unknown", "architecture": "unknown"}},
-                                           {"platform": {"os": "linux", "architecture": "amd64"}}, {}]}) == ["linux/amd64"]
 
 
 def test_read_manifest_computes_the_digest_and_checks_the_header():
@@ -161,7 +41,12 @@ def test_read_manifest_computes_the_digest_and_checks_the_header():
         read_manifest(b"<html>", {})
 
 
-def test_index_platforms_skip_attestations_and_strings_need_an_os():
+def test_read_manifest_refuses_oversized_bodies():
+    with pytest.raises(ValueError, match="manifest larger than"):
+        read_manifest(b" " * (_registry.MAX_MANIFEST_BYTES + 1), {})
+
+
+def test_index_platforms_skip_attestations():
     index = {"manifests": [
         {"platform": {"os": "linux", "architecture": "arm64", "variant": "v8"}},
         {"platform": {"os": "unknown", "architecture": "unknown"}},
@@ -170,4 +55,112 @@ def test_index_platforms_skip_attestations_and_strings_need_an_os():
     ]}
     assert index_platforms(index) == [{"os": "linux", "architecture": "arm64", "variant": "v8"},
                                       {"architecture": "amd64"}, {"os": "linux", "architecture": "amd64"}]
-    assert platform_strings(index) == ["linux/amd64", "linux/arm64/v8"]
+
+
+def test_parse_challenge_and_token_url():
+    scheme, params = parse_challenge('Bearer realm="https://auth.example.com/token",service="reg",scope="x"')
+    assert scheme == "bearer" and params == {"realm": "https://auth.example.com/token", "service": "reg", "scope": "x"}
+    assert parse_challenge(None) == (None, {}) and parse_challenge('Basic realm="r"') == ("basic", {"realm": "r"})
+    assert token_url(params) == "https://auth.example.com/token?service=reg&scope=x"
+    assert token_url(params, "repository:a/b:pull") == \
+        "https://auth.example.com/token?service=reg&scope=repository%3Aa%2Fb%3Apull"
+    assert token_url({"realm": "https://t"}) == "https://t"
+    with pytest.raises(StellaError, match="without a realm") as info:
+        token_url({"service": "reg"})
+    assert info.value.code == "registry_auth_failed"
+
+
+def test_read_token_accepts_token_or_access_token_and_never_echoes_userinfo():
+    url = "https://bob:%s@auth.example.com/token?service=reg" % PASSWORD
+    assert read_token(200, b'{"token": "t1"}', url) == "t1"
+    assert read_token(200, b'{"access_token": "t2"}', url) == "t2"
+    for status, body, why in ((401, b"", "answered HTTP 401"), (200, b"<html>", "returned no JSON"),
+                              (200, b"{}", "returned no token"), (200, b"[1]", "returned no token")):
+        with pytest.raises(StellaError, match=why) as info:
+            read_token(status, body, url)
+        assert info.value.code == "registry_auth_failed"
+        assert PASSWORD not in info.value.reason and "bob" not in info.value.reason
+
+
+def test_basic_authorization_and_secrets():
+    assert basic_authorization("stella", PASSWORD) == "Basic " + base64.b64encode(b"stella:" + PASSWORD.encode()).decode()
+    api = RegistryApi("stella", PASSWORD)
+    assert PASSWORD in api.secrets() and base64.b64encode(b"stella:" + PASSWORD.encode()).decode() in api.secrets()
+    assert RegistryApi().secrets() == []
+
+
+@pytest.mark.parametrize("kind", ["basic", "bearer"])
+def test_request_negotiates_basic_and_bearer(kind):
+    registry = FakeRegistry(HOST, auth=(kind, "stella", PASSWORD))
+    digest = registry.push("shop/web", "1.0", image_manifest("1"), "application/vnd.oci.image.manifest.v1+json")
+    api = RegistryApi("stella", PASSWORD, transport=registry)
+    status, headers, _body, auth = api.request("HEAD", HOST, "/v2/shop/web/manifests/1.0", {"Accept": MANIFEST_ACCEPT},
+                                               scope="repository:shop/web:pull")
+    assert (status, headers["docker-content-digest"], auth) == (200, digest, kind)
+    api.request("HEAD", HOST, "/v2/shop/web/manifests/1.0", scope="repository:shop/web:pull")
+    token_calls = [c for c in registry.calls if c[1].startswith("https://auth.example.com/token")]
+    assert len(token_calls) == (1 if kind == "bearer" else 0)  # one token per scope, then cached
+    if kind == "bearer":
+        assert registry.token in api.secrets()
+
+
+def test_request_returns_401_without_or_with_refused_credentials():
+    for creds in ((None, None), ("stella", "wrong")):
+        for kind in ("basic", "bearer"):
+            registry = FakeRegistry(HOST, auth=(kind, "stella", PASSWORD))
+            status, _headers, _body, auth = RegistryApi(*creds, transport=registry).request(
+                "GET", HOST, "/v2/x/manifests/1", scope="repository:x:pull")
+            assert (status, auth) == (401, kind)
+
+
+def test_ping_reports_reachability_and_auth():
+    def transport(answers):
+        return lambda method, url, headers, timeout: answers.pop(0)
+
+    ok = RegistryClient(transport=transport([(200, {}, b"{}")])).ping("127.0.0.1:5000")
+    assert ok == {"url": "http://127.0.0.1:5000/v2/", "httpStatus": 200, "authRequired": False, "reachable": True,
+                  "authenticated": False}
+    refused = RegistryClient(transport=transport([(401, {"www-authenticate": 'Basic realm="r"'}, b"")])).ping(HOST)
+    assert refused["reachable"] is False and "no credentials were given" in refused["reason"]
+    odd = RegistryClient(transport=transport([(500, {}, b"")])).ping(HOST)
+    assert odd["reason"] == "unexpected HTTP 500 from /v2/"
+
+    def down(method, url, headers, timeout):
+        raise StellaError("registry_unreachable", "%s: connection refused" % url)
+
+    assert RegistryClient(transport=down).ping(HOST)["reachable"] is False
+
+
+def test_platforms_from_an_index_and_from_a_config_blob():
+    registry = FakeRegistry(HOST)
+    amd = registry.push("shop/web", "amd", image_manifest("1"), "application/vnd.oci.image.manifest.v1+json")
+    registry.push("shop/web", "multi", image_index([(amd, {"os": "linux", "architecture": "amd64"}),
+                                                    ("sha256:" + "3" * 64, {"os": "unknown", "architecture": "unknown"})]),
+                  "application/vnd.oci.image.index.v1+json")
+    client = RegistryClient(transport=registry)
+    assert client.platforms(parse_image_ref(HOST + "/shop/web:multi")) == [{"os": "linux", "architecture": "amd64"}]
+
+    def with_blob(method, url, headers, timeout):
+        if "/blobs/" in url:
+            return 200, {}, json.dumps({"os": "linux", "architecture": "arm64", "variant": "v8"}).encode()
+        return registry(method, url, headers, timeout)
+
+    single = RegistryClient(transport=with_blob).platforms(parse_image_ref(HOST + "/shop/web:amd"))
+    assert single == [{"os": "linux", "architecture": "arm64", "variant": "v8"}]
+    with pytest.raises(StellaError) as info:
+        client.manifest(parse_image_ref(HOST + "/shop/web:nope"))
+    assert info.value.code == "image_unresolved" and "HTTP 404" in info.value.reason
+
+
+def test_target_side_module_imports_only_the_standard_library_and_module_utils():
+    with open(_registry.__file__, encoding="utf-8") as handle:
+        tree = ast.parse(handle.read())
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            names.add(node.module)
+    outside = [n for n in names if n.split(".")[0] not in sys.stdlib_module_names
+               and not n.startswith("ansible_collections.stellaops.runtime.plugins.module_utils.")]
+    assert outside == []
