@@ -187,7 +187,7 @@ class ComposeApply(Manager):
             return None
         if self.env_bytes is not None and before_env != self.env_bytes:
             return None
-        return self.project.converged(containers, target, mhash)
+        return self.project.converged(containers, target, mhash, lock_bytes=files[LOCK_FILE])
 
     def _hook_env(self, request, mhash):
         return {"STELLA_PROJECT_NAME": self.layout.project_name, "STELLA_PROJECT_DIRECTORY": self.layout.project_dir,

@@ -14,6 +14,7 @@ Standard library only.
 from __future__ import annotations
 
 import json
+import re
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils._contract import (
@@ -22,6 +23,48 @@ from ansible_collections.stellaops.runtime.plugins.module_utils._docker_cli impo
 from ansible_collections.stellaops.runtime.plugins.module_utils._imageref import parse_image_ref
 
 PULL_TIMEOUT = 900
+_SERVICE_LINE = re.compile(r"^  ([A-Za-z0-9_][A-Za-z0-9_.-]*):$")
+_IMAGE_LINE = re.compile(r'^    image: "([^"\\$]*)"$')
+_LABEL_LINE = re.compile(r'^      ([A-Za-z0-9_][A-Za-z0-9_.-]*): "([^"\\$]*)"$')
+
+
+def read_lock_services(lock_bytes):
+    """``(images, labels)`` per service read straight from a lock the planner rendered, or ``None``.
+
+    Only for a lock whose bytes are the committed, hash-verified artifact: the planner's emitter
+    writes one service per two-space key with ``image`` and ``labels`` as plain double-quoted
+    scalars. Anything else (escapes, ``$`` that Compose would interpolate, unknown layout) returns
+    ``None`` and the caller asks ``docker compose config`` instead.
+    """
+    images, labels, service, in_services, in_labels = {}, {}, None, False, False
+    for line in lock_bytes.decode("utf-8", "replace").splitlines():
+        if not line.startswith(" "):
+            in_services, service, in_labels = line == "services:", None, False
+            continue
+        if not in_services:
+            continue
+        match = _SERVICE_LINE.match(line)
+        if match:
+            service, in_labels = match.group(1), False
+            labels[service] = {}
+            continue
+        if service is None:
+            return None
+        if line.startswith("      ") and in_labels:
+            match = _LABEL_LINE.match(line)
+            if not match:
+                return None
+            labels[service][match.group(1)] = match.group(2)
+            continue
+        in_labels = line == "    labels:"
+        match = _IMAGE_LINE.match(line)
+        if match:
+            images[service] = match.group(1)
+        elif line.startswith("    image:"):
+            return None
+    if not images or set(images) != set(labels):
+        return None
+    return images, labels
 
 
 def service_images(config):
@@ -199,20 +242,25 @@ class ComposeProject:
                                              target, manifest_hash)
         return containers, services, problems
 
-    def converged(self, containers, target, manifest_hash, phase="inspect_services"):
-        """Services evidence when the staged lock already runs exactly (images, labels, health), else ``None``.
+    def converged(self, containers, target, manifest_hash, lock_bytes=None, phase="inspect_services"):
+        """Services evidence when the committed lock already runs exactly (images, labels, health), else
+        ``None``. ``lock_bytes`` (the hash-verified committed lock) spares asking Compose to render it.
 
         Any engine error counts as "not converged": the caller then applies and reports that error.
         """
         if not containers:
             return None
         try:
-            config = self.config(phase)
-            images = service_images(config)
+            read = read_lock_services(lock_bytes) if lock_bytes else None
+            if read:
+                images, expected_labels = read
+            else:
+                config = self.config(phase)
+                images, expected_labels = service_images(config), service_labels(config)
             ids = self.image_ids(images, phase)
         except StellaError:
             return None
         if ids is None:
             return None
-        services, problems = verify_services(images, service_labels(config), containers, ids, target, manifest_hash)
+        services, problems = verify_services(images, expected_labels, containers, ids, target, manifest_hash)
         return None if problems else services

@@ -130,7 +130,8 @@ class ComposeRollback(Manager):
                                  "composeVersion": runtime["composeVersion"]})
                 before_containers = self.project.containers(phase="validate_revision")
             same_files = all(current[name] == files[name] for name in REVISION_FILES)
-            converged = self.project.converged(before_containers, request["target"], mhash) if same_files else None
+            converged = (self.project.converged(before_containers, request["target"], mhash, lock_bytes=files[LOCK_FILE])
+                         if same_files else None)
             if check_mode:
                 result["changed"] = converged is None
                 evidence["checkMode"] = True

@@ -287,6 +287,12 @@ class DockerCli:
             raise StellaError("runtime_daemon_unavailable", "Docker daemon unavailable: %s" % data["error"], phase=phase)
         return data
 
+    def client_version(self, phase=None):
+        """The CLI's own version (``docker --version``), which needs no daemon."""
+        rc, out, _err = self.run(["--version"], check=False, phase=phase)
+        match = re.search(r"version v?(\d+\.\d+\.\d+[^\s,]*)", out or "") if rc == 0 else None
+        return match.group(1) if match else None
+
     def cached_version(self):
         """What ``docker version`` said, if it was asked (the client part survives a daemon failure)."""
         return self._cache.get("version")

@@ -16,6 +16,7 @@ Two halves:
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import platform
 import socket
@@ -158,9 +159,13 @@ class HostObserver:
         self.docker_host = docker_host
 
     def observe(self, req):
+        """Every observation; the engine questions (versions, registry config, Compose) are asked at
+        the same time, each once, and each bounded by the engine client's timeout."""
         obs = {"host": self._host()}
-        obs["docker"] = self._docker()
-        obs["compose"] = self._compose(req, obs["docker"])
+        with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+            compose = pool.submit(self._compose)
+            obs["docker"] = self._docker(pool)
+            obs["compose"] = compose.result()
         self._use_daemon_insecure_registries(obs)
         obs["registry"] = self._registry(req)
         obs["platform"] = self._platform(req)
@@ -181,7 +186,7 @@ class HostObserver:
             "hostname": socket.gethostname(),
         }
 
-    def _docker(self):
+    def _docker(self, pool):
         binary = self.get_bin_path(self.cli.docker)
         host = redact_url(self.docker_host or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock")
         result = {"binary": binary, "host": host}
@@ -192,7 +197,9 @@ class HostObserver:
             result["ping"] = detail
             if not ok:
                 result["error"] = detail
+                result["client"] = {"Version": self.cli.client_version(phase="preflight")}
                 return result
+        registry_config = pool.submit(self.cli.registry_config, phase="preflight")
         try:
             version = self.cli.version(phase="preflight")
         except StellaError as exc:
@@ -204,12 +211,15 @@ class HostObserver:
         result["client"] = {"Version": version["client"], "ApiVersion": version["clientApiVersion"]}
         result["server"] = {"Version": version["server"], "ApiVersion": version["serverApiVersion"],
                             "Os": version["os"], "Arch": version["arch"]}
-        result["insecureRegistries"] = insecure_registries_from_info(self.cli.registry_config(phase="preflight"))
+        try:
+            result["insecureRegistries"] = insecure_registries_from_info(registry_config.result())
+        except StellaError:
+            result["insecureRegistries"] = []
         return result
 
-    def _compose(self, req, docker):
+    def _compose(self):
         result = {}
-        if docker.get("binary"):
+        if self.get_bin_path(self.cli.docker):
             try:
                 result["plugin"] = self.cli.compose_version(phase="preflight")
             except StellaError as exc:

@@ -24,6 +24,8 @@ description:
   - An image that cannot be resolved fails the task with code C(image_unresolved) and nothing is written.
   - Secret environment values (C(secretEnv)) and registry credentials never appear in the result; secret
     values only reach C(.env.stella) (mode 0600) when O(dest) is set, and are bound by digest elsewhere.
+requirements:
+  - requests (on the controller, for resolving tags to digests; images already pinned by digest need none)
 author:
   - Stella Ops runtime team (@stellaops)
 extends_documentation_fragment:

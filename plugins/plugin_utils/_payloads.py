@@ -137,6 +137,7 @@ def compose_rollback(plan, revision_path=None):
     project still runs it (a newer deployment's release is never replaced)."""
     return COMPOSE_ROLLBACK.payload(
         ProjectName=plan["projectName"], RevisionPath=revision_path, ManifestHash=plan["manifestHash"],
+        WorkDirectory=plan["workDirectory"],
         Target=target_context(plan["target"]), Variables=variables(plan, rollback=True))
 
 

@@ -101,7 +101,9 @@ def test_deploy_sigkilled_midway_then_rerun_converges(ctx):
     v2_plain = ctx.planned("app_v2", version="2.0.0")
     result = ctx.deploy(v2_plain)
     assert not result["failed"], result.get("msg")
-    assert sorted(result["removedStaleTemps"]) == [".stella-tmp-killed", "revisions/.stella-tmp-rev-killed"]
+    # the killed writer's half-written files, and the previous lock it had set aside before staging
+    assert sorted(result["removedStaleTemps"]) == [".stella-tmp-killed", ".stella-tmp-prev-compose.stella.lock.yml",
+                                                   "revisions/.stella-tmp-rev-killed"]
     for root, dirs, names in os.walk(ctx.project_dir):
         assert not [n for n in dirs + names if n.startswith(".stella-tmp-")], root
     files = ctx.files()

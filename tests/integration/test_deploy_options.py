@@ -35,9 +35,13 @@ def test_snake_case_options_equal_the_payload(ctx):
     assert ctx.files()["apply-manifest.json"] == planned["_files"]["apply-manifest.json"]
     again = ctx.deploy(planned)
     assert not again["failed"] and again["changed"] is False
-    both = ar.ansible_module(ar.DEPLOY_MODULE, {"payload": planned["payloads"]["compose.up"],
+    # one payload-versus-option rule: the same value both ways is fine, a different one is refused
+    same = ar.ansible_module(ar.DEPLOY_MODULE, {"payload": planned["payloads"]["compose.up"],
                                                 "project_name": ctx.project})
-    assert both["failed"] and "mutually exclusive" in both["msg"]
+    assert not same["failed"] and same["changed"] is False, same.get("msg")
+    both = ar.ansible_module(ar.DEPLOY_MODULE, {"payload": planned["payloads"]["compose.up"],
+                                                "project_name": ctx.project + "-other"})
+    assert both["failed"] and both["code"] == "invalid_payload" and "conflicts with option project_name" in both["msg"]
 
 
 def test_env_artifact_is_written_0600_and_never_logged(ctx):

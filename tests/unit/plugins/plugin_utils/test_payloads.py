@@ -65,7 +65,7 @@ def test_hook_entries_exact_names_and_defaults():
 def test_rollback_payload():
     plan = _plan()
     rollback = plan["payloads"]["compose.rollback"]
-    assert set(rollback) == {"ProjectName", "ManifestHash", "Target", "Variables"}
+    assert set(rollback) == {"ProjectName", "ManifestHash", "WorkDirectory", "Target", "Variables"}
     assert rollback["ManifestHash"] == plan["manifestHash"]
     assert rollback["Variables"]["rollback"] == "true"
 
