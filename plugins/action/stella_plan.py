@@ -34,6 +34,7 @@ ARGUMENT_SPEC = dict(
     resolve=dict(type="bool", default=True),
     dest=dict(type="path"),
     timeout=dict(type="float", default=15.0),
+    target_types=dict(type="list", elements="str", choices=["ComposeHost", "DockerHost"]),
 )
 WRITE_ORDER = (ENV_FILE, LOCK_FILE, STICKER_FILE, APPLY_MANIFEST_FILE)
 
@@ -131,6 +132,10 @@ class ActionModule(ActionBase):
             for cred in credentials.values():
                 secrets.append(cred["password"])
             validate_release(release)
+            if args["target_types"] and release["target"]["type"] not in args["target_types"]:
+                raise StellaError("target_type_unsupported", "release target %s is a %s; this step deploys %s" % (
+                    release["target"]["id"], release["target"]["type"], " or ".join(args["target_types"])),
+                    phase="plan")
             resolved, resolution = resolve_digests(
                 release, credentials, args["insecure_registries"], plain(args["resolved"], "resolved"), args["resolve"],
                 args["timeout"])

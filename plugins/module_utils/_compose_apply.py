@@ -28,13 +28,22 @@ from ansible_collections.stellaops.runtime.plugins.module_utils._artifacts impor
 from ansible_collections.stellaops.runtime.plugins.module_utils._canonical import pretty_json, sha256_bytes
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError, redact_url
 from ansible_collections.stellaops.runtime.plugins.module_utils._compose_project import (
-    ComposeProject, check_pinned, container_fingerprint, raise_problems, service_images, services_evidence)
+    ComposeProject, check_pinned, container_fingerprint, raise_problems, services_evidence)
 from ansible_collections.stellaops.runtime.plugins.module_utils._contract import (
     COMPOSE_STEPS, COMPOSE_UP, ENV_FILE, ENV_FILE_MODE, LOCK_FILE, MANIFEST_FILE, REVISION_FILES, STICKER_FILE)
 from ansible_collections.stellaops.runtime.plugins.module_utils._fsutil import (
     StagedFiles, project_lock, read_bytes, remove_stale_temps)
 from ansible_collections.stellaops.runtime.plugins.module_utils._identity import ensure_this_host
 from ansible_collections.stellaops.runtime.plugins.module_utils._manager import Manager
+from ansible_collections.stellaops.runtime.plugins.module_utils._preflight import (
+    ARGUMENT_SPEC as PREFLIGHT_OPTIONS, preflight_with, raise_failures)
+
+
+def preflight_params(given):
+    """The preflight options with their defaults, from the (partial) ``preflight`` option."""
+    params = {name: spec.get("default") for name, spec in PREFLIGHT_OPTIONS.items()}
+    params.update({k: v for k, v in (given or {}).items() if v is not None})
+    return params
 
 
 def parse_request(payload=None, options=None):
@@ -116,11 +125,13 @@ def lock_diff(before, after, path):
 class ComposeApply(Manager):
     """``compose.up`` on this host."""
 
-    def __init__(self, cli, run_command, warn=None, secrets=(), wait_timeout=120, keep_revisions=10, env_bytes=None):
+    def __init__(self, cli, run_command, warn=None, secrets=(), wait_timeout=120, keep_revisions=10, env_bytes=None,
+                 preflight=None):
         super().__init__(cli, run_command, warn, secrets)
         self.wait_timeout = wait_timeout
         self.keep_revisions = keep_revisions
         self.env_bytes = env_bytes
+        self.preflight = preflight
 
     def initial_evidence(self, request):
         self.layout = _revisions.Layout(request["work_directory"], request["project_name"])
@@ -139,6 +150,15 @@ class ComposeApply(Manager):
                          "slot": sticker.get("slot"), "trafficRole": sticker.get("trafficRole")})
         with rec.phase("verify_target", record=False):
             ensure_this_host(request["target"], self.run_command)
+        if self.preflight is not None:
+            # The runtime preflight in the same task: nothing was touched yet, and the engine client
+            # remembers the versions it learns here.
+            with rec.phase("preflight"):
+                checks, failures = preflight_with(self.cli, preflight_params(self.preflight))
+                evidence["preflight"] = checks
+                evidence["preflightFailures"] = failures
+                raise_failures(checks, failures)
+        with rec.phase("verify_target", record=False):
             runtime = evidence["runtime"] = self.cli.runtime(phase="verify_target")
             evidence.update({"dockerVersion": runtime["dockerServerVersion"],
                              "composeVersion": runtime["composeVersion"]})
@@ -213,8 +233,8 @@ class ComposeApply(Manager):
             staged.write(LOCK_FILE, files[LOCK_FILE])
             if self.env_bytes is not None and before_env != self.env_bytes:
                 staged.write(ENV_FILE, self.env_bytes, mode=ENV_FILE_MODE)
-            config = self.project.config("write_artifacts")
-            images = service_images(config)
+            expected = self.project.expected(files[LOCK_FILE], "write_artifacts")
+            images = expected[0]
             check_pinned(images, "write_artifacts")
         with rec.phase("pre_deploy_hooks"):
             _hooks.run_phase(request["hooks"], "pre-deploy", layout.project_dir, hook_env, self.secrets,
@@ -228,12 +248,12 @@ class ComposeApply(Manager):
                 self.project.up()
         except StellaError as exc:
             with contextlib.suppress(StellaError):
-                evidence.update(services_evidence(self.project.verify(config, image_ids, request["target"], mhash,
+                evidence.update(services_evidence(self.project.verify(expected, image_ids, request["target"], mhash,
                                                                       "compose_up")[1]))
             exc.code = up_failure_code(exc.reason, exc.code)
             raise
         with rec.phase("inspect_services"):
-            after, services, problems = self.project.verify(config, image_ids, request["target"], mhash,
+            after, services, problems = self.project.verify(expected, image_ids, request["target"], mhash,
                                                             "inspect_services")
             evidence.update(services_evidence(services))
             result["changed"] = container_fingerprint(after) != container_fingerprint(before_containers)

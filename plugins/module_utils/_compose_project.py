@@ -192,6 +192,15 @@ class ComposeProject:
         except ValueError:
             raise StellaError("lock_invalid", "docker compose config printed no JSON", phase=phase)
 
+    def expected(self, lock_bytes, phase):
+        """``(images, labels)`` per service of the lock: read directly from the hash-verified lock the
+        planner rendered, or from ``docker compose config`` when the reader declines."""
+        read = read_lock_services(lock_bytes) if lock_bytes else None
+        if read:
+            return read
+        config = self.config(phase)
+        return service_images(config), service_labels(config)
+
     def containers(self, phase=None):
         return self.cli.inspect_containers(self.cli.project_container_ids(self.layout.project_name, phase=phase),
                                            phase=phase)
@@ -235,11 +244,10 @@ class ComposeProject:
         return self.cli.compose_up(self.layout.project_name, self.layout.lock_path, self.layout.project_dir,
                                    wait_timeout=self.wait_timeout, phase=phase)
 
-    def verify(self, config, image_ids, target, manifest_hash, phase):
-        """``(containers, services evidence, problems)`` of what runs now against ``config``."""
+    def verify(self, expected, image_ids, target, manifest_hash, phase):
+        """``(containers, services evidence, problems)`` of what runs now against ``expected`` (images, labels)."""
         containers = self.containers(phase=phase)
-        services, problems = verify_services(service_images(config), service_labels(config), containers, image_ids,
-                                             target, manifest_hash)
+        services, problems = verify_services(expected[0], expected[1], containers, image_ids, target, manifest_hash)
         return containers, services, problems
 
     def converged(self, containers, target, manifest_hash, lock_bytes=None, phase="inspect_services"):
@@ -251,12 +259,7 @@ class ComposeProject:
         if not containers:
             return None
         try:
-            read = read_lock_services(lock_bytes) if lock_bytes else None
-            if read:
-                images, expected_labels = read
-            else:
-                config = self.config(phase)
-                images, expected_labels = service_images(config), service_labels(config)
+            images, expected_labels = self.expected(lock_bytes, phase)
             ids = self.image_ids(images, phase)
         except StellaError:
             return None

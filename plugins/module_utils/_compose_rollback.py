@@ -27,7 +27,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils._canonical impor
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils._compose_apply import project_evidence
 from ansible_collections.stellaops.runtime.plugins.module_utils._compose_project import (
-    ComposeProject, check_pinned, container_fingerprint, raise_problems, service_images, services_evidence)
+    ComposeProject, check_pinned, container_fingerprint, raise_problems, services_evidence)
 from ansible_collections.stellaops.runtime.plugins.module_utils._contract import (
     COMPOSE_ROLLBACK, ENV_FILE, ENV_FILE_MODE, LOCK_FILE, MANIFEST_FILE, REVISION_FILES, ROLLBACK_PHASES,
     STICKER_FILE)
@@ -169,8 +169,8 @@ class ComposeRollback(Manager):
                 staged.write(LOCK_FILE, files[LOCK_FILE])
             if files.get(ENV_FILE) is not None and read_bytes(layout.env_path) != files[ENV_FILE]:
                 staged.write(ENV_FILE, files[ENV_FILE], mode=ENV_FILE_MODE)
-            config = self.project.config("restore_lock")
-            images = service_images(config)
+            expected = self.project.expected(files[LOCK_FILE], "restore_lock")
+            images = expected[0]
             check_pinned(images, "restore_lock")
         with rec.phase("compose_pull"):
             image_ids, pulled = self.project.ensure_images(images, True, "compose_pull")
@@ -179,7 +179,7 @@ class ComposeRollback(Manager):
             result["changed"] = True
             self.project.up()
         with rec.phase("inspect_services"):
-            after, services, problems = self.project.verify(config, image_ids, request["target"], mhash,
+            after, services, problems = self.project.verify(expected, image_ids, request["target"], mhash,
                                                             "inspect_services")
             evidence.update(services_evidence(services))
             raise_problems(problems, "inspect_services")

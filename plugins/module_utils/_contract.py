@@ -17,6 +17,7 @@ Pure and standard library only.
 
 from __future__ import annotations
 
+import copy
 import posixpath
 import re
 
@@ -120,6 +121,8 @@ def parse_target(value, what="Target"):
         raise invalid("%s has unknown key(s) %s" % (what, ", ".join(extra)))
     out = {}
     for key in TARGET_KEYS:
+        if _payload_key(key) in value and key in value and value[key] != value[_payload_key(key)]:
+            raise invalid("%s has both %s and %s with different values" % (what, _payload_key(key), key))
         found = value.get(_payload_key(key), value.get(key))
         if not isinstance(found, str) or not found:
             raise invalid("%s.%s is required and must be a non-empty string" % (what, _payload_key(key)))
@@ -170,7 +173,7 @@ def check_work_directory(value, key="WorkDirectory"):
         raise invalid("%s %r must be an absolute path" % (key, value))
     if ".." in value.split("/"):
         raise invalid("%s %r must not contain '..' segments" % (key, value))
-    return posixpath.normpath(value)
+    return posixpath.normpath("/" + value.lstrip("/"))
 
 
 def check_project_name(value, key="ProjectName"):
@@ -267,7 +270,7 @@ class TaskSchema:
                 if f.required and (f.default is None or from_payload):
                     raise invalid("%s lacks required %s (payload key %s%s)" % (
                         self.name, f.key, f.key, ", option %s" % f.option if f.option else ""))
-                out[f.option or f.key] = f.default
+                out[f.option or f.key] = copy.deepcopy(f.default)
                 continue
             out[f.option or f.key] = _check(f.kind, value, f.key)
         return out
@@ -280,7 +283,7 @@ def _comparable(field, value):
         except StellaError:
             return value
     if field.kind == "workdir" and isinstance(value, str):
-        return posixpath.normpath(value)
+        return posixpath.normpath("/" + value.lstrip("/"))
     return value
 
 

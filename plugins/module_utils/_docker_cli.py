@@ -15,6 +15,7 @@ Standard library only: this runs on target hosts.
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import re
 import shutil
@@ -307,8 +308,12 @@ class DockerCli:
         return self._cache["compose"]
 
     def runtime(self, phase="preflight"):
-        """Docker client/server, API and Compose versions, OS and architecture."""
-        return runtime_summary(self.version(phase=phase), self.compose_version(phase=phase))
+        """Docker client/server, API and Compose versions, OS and architecture (both asked at once)."""
+        self.binary(phase)
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+            compose = pool.submit(self.compose_version, phase=phase)
+            docker = self.version(phase=phase)
+            return runtime_summary(docker, compose.result())
 
     def registry_config(self, phase=None):
         """``docker info``'s ``RegistryConfig`` (``None`` when the daemon does not say)."""

@@ -115,6 +115,9 @@ class StagedFiles:
                     os.unlink(path)
             else:
                 os.replace(backup, path)
+                # rename(2) does nothing when both names are links to one file (the write never landed)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(backup)
         if self.aside:
             fsync_dir(self.directory)
         restored = self.names()

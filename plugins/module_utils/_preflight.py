@@ -19,6 +19,7 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import platform
+import shutil
 import socket
 import tempfile
 import urllib.parse
@@ -28,6 +29,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils._contract import
     COMPOSE_PREFLIGHT, PREFLIGHT_CODES, REACHABILITY_MODES, TARGET_TYPES)
 from ansible_collections.stellaops.runtime.plugins.module_utils._docker_cli import runtime_summary
 from ansible_collections.stellaops.runtime.plugins.module_utils._imageref import parse_image_ref
+from ansible_collections.stellaops.runtime.plugins.module_utils._registry import RegistryClient
 from ansible_collections.stellaops.runtime.plugins.module_utils._versions import (
     DEFAULT_MIN_COMPOSE,
     DEFAULT_MIN_ENGINE,
@@ -37,6 +39,24 @@ from ansible_collections.stellaops.runtime.plugins.module_utils._versions import
 )
 
 CODES = PREFLIGHT_CODES
+
+# The preflight options (module stella_preflight; suboptions of stella_compose_deploy's preflight).
+ARGUMENT_SPEC = dict(
+    payload=dict(type="dict"),
+    target_type=dict(type="str", choices=["DockerHost", "ComposeHost"], default="ComposeHost"),
+    work_directory=dict(type="path"),
+    image_reference=dict(type="str"),
+    minimum_free_disk_bytes=dict(type="int"),
+    registry_reachability_mode=dict(type="str", choices=["http", "tcp", "skip"]),
+    require_compose=dict(type="bool"),
+    min_engine_version=dict(type="str", default="24.0.0"),
+    min_compose_version=dict(type="str", default="2.20.0"),
+    registry_url=dict(type="str", no_log=True),
+    registry_username=dict(type="str"),
+    registry_password=dict(type="str", no_log=True),
+    insecure_registries=dict(type="list", elements="str", default=[]),
+    timeout=dict(type="float", default=10),
+)
 
 _ARCH_ALIASES = {
     "x86_64": "amd64",
@@ -459,3 +479,22 @@ def _platform_str(plat):
 def run_preflight(req, observer):
     """Observe and evaluate; returns ``(evidence, failures)``."""
     return evaluate(req, observer.observe(req))
+
+
+def preflight_with(cli, params, get_bin_path=shutil.which, registry_factory=None):
+    """The preflight of ``params`` (the stella_preflight options) over an engine client that the task
+    goes on using, so the runtime is asked each question once. Returns ``(evidence, failures)``."""
+    req = build_request(params)
+    registry = (registry_factory or RegistryClient)(username=req.get("registry_username"), password=req.get("registry_password"),
+                                insecure_registries=req.get("insecure_registries"), timeout=req["timeout"])
+    observer = HostObserver(cli, get_bin_path, registry, ping_timeout=req["timeout"],
+                            docker_host=req.get("docker_host"))
+    return run_preflight(req, observer)
+
+
+def raise_failures(evidence, failures, phase="preflight"):
+    """A failed preflight as one ``StellaError``: the first failure's code, every failure in evidence."""
+    if failures:
+        raise StellaError(failures[0]["code"], "preflight failed: %s" % "; ".join(
+            "%s: %s" % (f["code"], f["reason"]) for f in failures), phase=phase,
+            evidence={"preflight": evidence, "failures": failures})

@@ -89,6 +89,41 @@ options:
       - Hook output is replaced by its length and SHA-256 unless C(RedactionPolicy=none).
     type: list
     elements: dict
+  preflight:
+    description:
+      - Run the runtime preflight in the same task, before anything on the host changes, with the
+        engine client the apply goes on using (the runtime is asked each question once). A failed check
+        fails the task with the check's stable code (for example V(runtime_version_too_old),
+        V(disk_space_low)) and RV(failurePhase=preflight); RV(preflight) holds the evidence either way.
+      - The same options as M(stellaops.runtime.stella_preflight); the most used are listed here.
+    type: dict
+    suboptions:
+      payload:
+        description: The C(compose.preflight) payload verbatim (C(WorkDirectory), C(ImageReference),
+          C(MinimumFreeDiskBytes), C(RegistryReachabilityMode), C(RequireCompose)).
+        type: dict
+      target_type:
+        description: V(ComposeHost) or V(DockerHost).
+        type: str
+        choices: [ComposeHost, DockerHost]
+        default: ComposeHost
+      min_engine_version:
+        description: Oldest Docker Engine accepted.
+        type: str
+        default: 24.0.0
+      min_compose_version:
+        description: Oldest Docker Compose plugin accepted.
+        type: str
+        default: 2.20.0
+      insecure_registries:
+        description: Registries reached over plain HTTP for the reachability and platform checks.
+        type: list
+        elements: str
+        default: []
+      timeout:
+        description: Seconds each preflight check may take.
+        type: float
+        default: 10
   secret_env:
     description:
       - The release's C(secretEnv) (name to value). The C(.env.stella) artifact is rendered from it on the
@@ -203,6 +238,16 @@ hookResults:
   returned: always
   type: list
   elements: dict
+preflight:
+  description: The preflight evidence (OS, architecture, Docker and Compose versions, daemon, registry,
+    platform, work directory, disk), when O(preflight) was given.
+  returned: when O(preflight) was given
+  type: dict
+preflightFailures:
+  description: The failed preflight checks (code and reason), empty when all passed.
+  returned: when O(preflight) was given
+  type: list
+  elements: dict
 failurePhase:
   description: The phase that failed, V(null) on success.
   returned: always
@@ -290,6 +335,14 @@ ARGUMENT_SPEC = argument_spec(dict(
     pull_images=dict(type="bool"),
     backup_existing=dict(type="bool"),
     hooks=dict(type="list", elements="dict"),
+    preflight=dict(type="dict", options=dict(
+        payload=dict(type="dict"),
+        target_type=dict(type="str", choices=["ComposeHost", "DockerHost"], default="ComposeHost"),
+        min_engine_version=dict(type="str", default="24.0.0"),
+        min_compose_version=dict(type="str", default="2.20.0"),
+        insecure_registries=dict(type="list", elements="str", default=[]),
+        timeout=dict(type="float", default=10),
+    )),
     secret_env=dict(type="dict", no_log=True),
     env_artifact=dict(type="str", no_log=True),
     secrets=dict(type="list", elements="str", no_log=True, default=[]),
@@ -316,7 +369,7 @@ def main():
         else:
             request = _compose_apply.parse_request(params["payload"], params)
             manager = _compose_apply.ComposeApply(cli, run_command, module.warn, secrets, params["wait_timeout"],
-                                                  params["keep_revisions"], env_bytes)
+                                                  params["keep_revisions"], env_bytes, preflight=params["preflight"])
         return manager.run(request, check_mode=module.check_mode, diff=module._diff)
 
     run_task(module, task)

@@ -83,6 +83,13 @@ options:
       - Timeout in seconds of each registry request.
     type: float
     default: 15.0
+  target_types:
+    description:
+      - The target types the caller deploys. A release whose C(target.type) is not listed fails with
+        V(target_type_unsupported) before any registry is asked.
+    type: list
+    elements: str
+    choices: [ComposeHost, DockerHost]
 notes:
   - Default slots are strategy-aware, rolling and all-at-once use V(active), canary uses V(canary),
     blue-green and a-b use V(green), unless C(slot), C(variantId), C(strategyConfig.slot),

@@ -200,39 +200,19 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils._module import argument_spec, engine_client
-from ansible_collections.stellaops.runtime.plugins.module_utils._preflight import HostObserver, build_request, run_preflight
-from ansible_collections.stellaops.runtime.plugins.module_utils._registry import RegistryClient
+from ansible_collections.stellaops.runtime.plugins.module_utils._preflight import ARGUMENT_SPEC as PREFLIGHT_OPTIONS
+from ansible_collections.stellaops.runtime.plugins.module_utils._preflight import preflight_with
 
-ARGUMENT_SPEC = argument_spec(dict(
-    payload=dict(type="dict"),
-    target_type=dict(type="str", choices=["DockerHost", "ComposeHost"], default="ComposeHost"),
-    work_directory=dict(type="path"),
-    image_reference=dict(type="str"),
-    minimum_free_disk_bytes=dict(type="int"),
-    registry_reachability_mode=dict(type="str", choices=["http", "tcp", "skip"]),
-    require_compose=dict(type="bool"),
-    min_engine_version=dict(type="str", default="24.0.0"),
-    min_compose_version=dict(type="str", default="2.20.0"),
-    registry_url=dict(type="str", no_log=True),
-    registry_username=dict(type="str"),
-    registry_password=dict(type="str", no_log=True),
-    insecure_registries=dict(type="list", elements="str", default=[]),
-    timeout=dict(type="float", default=10),
-))
+ARGUMENT_SPEC = argument_spec(PREFLIGHT_OPTIONS)
 
 
 def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     params = module.params
     try:
-        req = build_request(params)
-        registry = RegistryClient(username=req.get("registry_username"), password=req.get("registry_password"),
-                                  insecure_registries=req.get("insecure_registries"), timeout=req["timeout"])
         cli = engine_client(module)
-        cli.timeout = max(1, int(min(req["timeout"], params["command_timeout"])))
-        observer = HostObserver(cli, module.get_bin_path, registry, ping_timeout=req["timeout"],
-                                docker_host=params.get("docker_host"))
-        evidence, failures = run_preflight(req, observer)
+        cli.timeout = max(1, int(min(params["timeout"], params["command_timeout"])))
+        evidence, failures = preflight_with(cli, dict(params), get_bin_path=module.get_bin_path)
     except StellaError as exc:
         module.fail_json(msg=exc.reason, code=exc.code, failurePhase="preflight", failures=[exc.as_dict()])
     except Exception as exc:  # pylint: disable=broad-exception-caught

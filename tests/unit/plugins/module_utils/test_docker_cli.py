@@ -105,7 +105,7 @@ def test_image_summary_and_repo_digests_captured():
     assert not cli.repo_digests_contain(image["repoDigests"], "127.0.0.1:5000/stella/app:v1@sha256:" + "0" * 64)
     assert not cli.repo_digests_contain(image["repoDigests"], "127.0.0.1:5000/stella/other:v1@" + V1)
     assert not cli.repo_digests_contain(image["repoDigests"], "127.0.0.1:5000/stella/app:v1")
-    assert cli.digest_for_image(image["repoDigests"], "127.0.0.1:5000/stella/app:v1") == V1
+    assert cli.repo_digests_contain(image["repoDigests"], "127.0.0.1:5002/stella/app:v1@" + V1)
 
 
 @pytest.mark.parametrize("repo_digests,ref,expected", [
@@ -138,12 +138,23 @@ def test_one_line_picks_the_telling_line(name, needle):
     assert needle in line and "\n" not in line
 
 
+def which(name):
+    return "/usr/bin/" + name
+
+
+def unwrapped(argv):
+    """The docker argv inside the ``timeout --kill-after 5 N`` wrapper every call gets."""
+    assert argv[:3] == ["/usr/bin/timeout", "--kill-after", "5"] and argv[3].isdigit(), argv
+    return argv[4:]
+
+
 class FakeRun:
     def __init__(self, answers):
         self.answers = answers
         self.calls = []
 
     def __call__(self, argv):
+        argv = unwrapped(argv)
         self.calls.append(argv)
         for prefix, answer in self.answers:
             if argv[1:1 + len(prefix)] == prefix:
@@ -151,12 +162,11 @@ class FakeRun:
         return 0, "", ""
 
 
-def test_docker_cli_uses_argv_lists_and_parses(monkeypatch):
-    monkeypatch.setattr(cli.shutil, "which", lambda name: "/usr/bin/" + name)
+def test_docker_cli_uses_argv_lists_and_parses():
     run = FakeRun([(["version"], (0, fixture("docker_version_20.10.json"), "")),
                    (["compose", "version"], (0, fixture("compose_version.json"), "")),
                    (["image", "inspect"], (1, "", "Error: No such image: x"))])
-    docker = cli.DockerCli(run)
+    docker = cli.DockerCli(run, which=which)
     assert docker.version()["server"] == "20.10.24+dfsg1"
     assert docker.compose_version() == "2.40.3"
     assert docker.image_inspect("x@" + V1) is None
@@ -168,13 +178,12 @@ def test_docker_cli_uses_argv_lists_and_parses(monkeypatch):
     assert all(isinstance(call, list) for call in run.calls)
 
 
-def test_docker_cli_failures_have_codes(monkeypatch):
-    monkeypatch.setattr(cli.shutil, "which", lambda name: "/usr/bin/" + name)
+def test_docker_cli_failures_have_codes():
     run = FakeRun([(["version"], (1, fixture("docker_version_daemon_down.json"),
                                   fixture("docker_version_daemon_down.stderr"))),
                    (["compose", "version"], (1, "", "docker: unknown command: docker compose")),
                    (["compose", "--project-name"], (1, "", fixture("compose_up_exited.stderr")))])
-    docker = cli.DockerCli(run)
+    docker = cli.DockerCli(run, which=which)
     with pytest.raises(StellaError) as err:
         docker.version(phase="preflight")
     assert err.value.code == "runtime_daemon_unavailable" and err.value.phase == "preflight"
@@ -184,34 +193,32 @@ def test_docker_cli_failures_have_codes(monkeypatch):
     with pytest.raises(StellaError) as err:
         docker.compose_up("p", "/f", "/d")
     assert err.value.code == "compose_up_failed" and "exited (3)" in err.value.reason
-    monkeypatch.setattr(cli.shutil, "which", lambda name: None)
     with pytest.raises(StellaError) as err:
-        cli.DockerCli(run).version()
+        cli.DockerCli(run, which=lambda name: None).version()
     assert err.value.code == "runtime_missing"
 
 
-def test_image_inspect_many_is_one_call_when_every_image_is_present(monkeypatch):
-    monkeypatch.setattr(cli.shutil, "which", lambda name: "/usr/bin/" + name)
+def test_image_inspect_many_is_one_call_when_every_image_is_present():
     doc = json.loads(fixture("image_inspect_app_v1.json"))[0]
     other = dict(doc, Id="sha256:" + "b" * 64)
     refs = ["r/a:1@" + V1, "r/b:1@" + V1, "r/a:1@" + V1]
     run = FakeRun([(["image", "inspect"], (0, json.dumps([doc, other]), ""))])
-    found = cli.DockerCli(run).image_inspect_many(refs)
+    found = cli.DockerCli(run, which=which).image_inspect_many(refs)
     assert len(run.calls) == 1 and run.calls[0][-2:] == sorted(set(refs))
     assert found["r/a:1@" + V1]["id"] == doc["Id"] and found["r/b:1@" + V1]["id"] == other["Id"]
 
 
-def test_image_inspect_many_falls_back_per_reference_when_one_is_missing(monkeypatch):
-    monkeypatch.setattr(cli.shutil, "which", lambda name: "/usr/bin/" + name)
+def test_image_inspect_many_falls_back_per_reference_when_one_is_missing():
     doc = fixture("image_inspect_app_v1.json")
     answers = {"r/a:1@" + V1: (0, doc, ""), "r/b:1@" + V1: (1, "", "Error: No such image: r/b:1@" + V1)}
 
     def run(argv):
+        argv = unwrapped(argv)
         run.calls.append(argv)
         if len(argv) > 4:
             return 1, "[" + doc.strip()[1:-1] + "]", "Error: No such image: r/b:1@" + V1
         return answers[argv[-1]]
     run.calls = []
-    found = cli.DockerCli(run).image_inspect_many(answers)
+    found = cli.DockerCli(run, which=which).image_inspect_many(answers)
     assert len(run.calls) == 3
     assert found["r/b:1@" + V1] is None and found["r/a:1@" + V1]["id"].startswith("sha256:")

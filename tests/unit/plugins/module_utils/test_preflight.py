@@ -7,6 +7,7 @@ import copy
 import pytest
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
+from ansible_collections.stellaops.runtime.plugins.module_utils._docker_cli import DockerCli
 from ansible_collections.stellaops.runtime.plugins.module_utils._preflight import (
     CODES,
     HostObserver,
@@ -180,7 +181,7 @@ def test_observer_write_probe_and_disk(tmp_path):
         calls.append(argv)
         return 1, "", "not here"
 
-    observer = HostObserver(run_command, lambda name: None, _NoRegistry())
+    observer = HostObserver(DockerCli(run_command, which=lambda name: None), lambda name: None, _NoRegistry())
     target = tmp_path / "not" / "yet"
     obs = observer.observe(req(work_directory=str(target), image_reference=None))
     assert obs["workDirectory"]["writable"] is True

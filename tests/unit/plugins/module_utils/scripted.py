@@ -1,0 +1,375 @@
+"""Table-driven ``run_command`` scripts for the target-side managers, built from captured Docker output.
+
+:class:`ScriptedRunner` stands in for ``AnsibleModule.run_command``: it drops the ``timeout --kill-after 5
+N`` wrapper :class:`DockerCli` puts around every call (remembering ``N``), matches the argv against an
+ordered script (each step is consumed once, in order) and a keyed table (answered any number of times,
+in any order), and fails the test on any other command. The answers come from the real outputs captured
+in ``tests/unit/fixtures/docker`` (``docker version``, ``compose version``, ``docker inspect``, ``docker
+image inspect``, ``compose up`` errors), rewritten only where a test needs other ids, labels or states.
+
+:class:`Site` plans real releases (``_plan.plan_release``, no network) for one project under a
+temporary work directory, gives their ``docker compose config`` output (the real Compose binary of the
+venv, as the planning tests use it) and the container entries Docker would report for them.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import sys
+import threading
+
+import pytest
+
+FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "fixtures")
+DOCKER_FIXTURES = os.path.join(FIXTURES, "docker")
+if FIXTURES not in sys.path:
+    sys.path.insert(0, FIXTURES)
+
+from planning_support import compose_config  # noqa: E402  pylint: disable=wrong-import-position
+
+from ansible_collections.stellaops.runtime.plugins.module_utils._docker_cli import DockerCli  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.plugin_utils import _plan  # noqa: E402
+
+IMAGE = "127.0.0.1:5000/stella/app:v1"
+DIGEST = "sha256:b9a6e9632066c93f491df171b17ea45ae2caeba315e7305441a9822cf67e9c79"
+PINNED = IMAGE + "@" + DIGEST
+IMAGE_ID = "sha256:7218dc4fe39ef42fdfe814e36bafc820d390c9350bf427b54c016987041ee0e7"
+TARGET = {"id": "tgt-01", "name": "vm-01", "type": "ComposeHost", "endpoint": "local", "executionMode": "agent"}
+LOCK = "compose.stella.lock.yml"
+
+ANY = "<any one word>"
+REST = "<any remaining words>"
+
+
+def fixture(name):
+    with open(os.path.join(DOCKER_FIXTURES, name), encoding="utf-8") as handle:
+        return handle.read()
+
+
+def fixture_json(name):
+    return json.loads(fixture(name))
+
+
+def fake_which(name):
+    return "/usr/bin/" + name
+
+
+def engine(runner, timeout=60):
+    """The task's engine client over ``runner`` (``docker`` and ``timeout`` always found)."""
+    return DockerCli(runner, timeout=timeout, which=fake_which)
+
+
+def strip_timeout(argv):
+    """``(argv without the timeout(1) wrapper, its limit or None)``."""
+    if len(argv) > 4 and os.path.basename(argv[0]) == "timeout" and argv[1] == "--kill-after":
+        return list(argv[4:]), int(argv[3])
+    return list(argv), None
+
+
+def verb(argv):
+    """A short name of a command: ``version``, ``compose up``, ``image inspect``, ``ps``, ``rm``..."""
+    if not argv or argv[0] != "docker":
+        return argv[0] if argv else ""
+    words = argv[1:]
+    if words[0] == "compose":
+        index = 1
+        while index < len(words) and words[index] in ("--project-name", "--project-directory", "-f"):
+            index += 2
+        return "compose " + (words[index] if index < len(words) else "")
+    if words[0] in ("image", "container") and len(words) > 1:
+        return words[0] + " " + words[1]
+    return words[0]
+
+
+class Step:
+    """One expected command and Docker's answer. ``pattern`` words are literal, :data:`ANY` (one word)
+    or a final :data:`REST`; ``action(argv)`` runs when the step matches (to look at the disk at that
+    moment) and may return an answer of its own."""
+
+    def __init__(self, pattern, rc=0, out="", err="", action=None):
+        self.pattern = list(pattern)
+        self.answer = (rc, out, err)
+        self.action = action
+
+    def matches(self, argv):
+        for index, word in enumerate(self.pattern):
+            if word == REST:
+                return True
+            if index >= len(argv) or (word != ANY and word != argv[index]):
+                return False
+        return len(argv) == len(self.pattern)
+
+    def respond(self, argv):
+        if self.action is not None:
+            answer = self.action(argv)
+            if answer is not None:
+                return answer
+        return self.answer
+
+    def __repr__(self):
+        return "Step(%s)" % " ".join(self.pattern)
+
+
+class Unordered:
+    """Steps the code under test may ask in any order (it asks them concurrently), each once."""
+
+    def __init__(self, steps):
+        self.pending = list(steps)
+
+    def take(self, argv):
+        for step in self.pending:
+            if step.matches(argv):
+                self.pending.remove(step)
+                return step
+        return None
+
+    def __repr__(self):
+        return "Unordered(%r)" % (self.pending,)
+
+
+class ScriptedRunner:
+    """``run_command`` double: ordered steps first, then keyed answers, anything else fails the test.
+
+    An ordered step may be an :class:`Unordered` group. Calls may come from several threads."""
+
+    def __init__(self, steps=(), keyed=()):
+        self.steps = list(steps)
+        self.keyed = list(keyed)
+        self.position = 0
+        self.calls = []
+        self.limits = []
+        self.lock = threading.Lock()
+
+    def _ordered(self, inner):
+        if self.position >= len(self.steps):
+            return None
+        current = self.steps[self.position]
+        if isinstance(current, Unordered):
+            step = current.take(inner)
+            if step is not None and not current.pending:
+                self.position += 1
+            return step
+        if current.matches(inner):
+            self.position += 1
+            return current
+        return None
+
+    def __call__(self, argv, environ_update=None):  # pylint: disable=unused-argument
+        assert isinstance(argv, list), "commands must be argv lists, got %r" % (argv,)
+        inner, limit = strip_timeout(argv)
+        with self.lock:
+            self.calls.append(inner)
+            self.limits.append(limit)
+            step = self._ordered(inner)
+        if step is not None:
+            return step.respond(inner)
+        for step in self.keyed:
+            if step.matches(inner):
+                return step.respond(inner)
+        expected = self.steps[self.position] if self.position < len(self.steps) else "nothing more"
+        pytest.fail("unexpected command %s (expected %r); commands so far: %s" % (
+            " ".join(inner), expected, self.verbs()[:-1]), pytrace=False)
+        return None  # not reached
+
+    def verbs(self):
+        return [verb(argv) for argv in self.calls]
+
+    def docker_verbs(self):
+        return [verb(argv) for argv in self.calls if argv and argv[0] == "docker"]
+
+    def limit_of(self, name):
+        """The timeout(1) limit of the first command called ``name``."""
+        return next(limit for argv, limit in zip(self.calls, self.limits) if verb(argv) == name)
+
+    def assert_done(self):
+        assert self.position == len(self.steps), "script steps never called: %r" % (self.steps[self.position:],)
+
+
+# --------------------------------------------------------------------------- Docker answers
+
+def docker_version(rc=0):
+    return Step(["docker", "version", "--format", "{{json .}}"], rc, fixture("docker_version_20.10.json"))
+
+
+def compose_version():
+    return Step(["docker", "compose", "version", "--format", "json"], 0, fixture("compose_version.json"))
+
+
+def runtime():
+    """The two runtime questions every task asks once, concurrently."""
+    return [Unordered([docker_version(), compose_version()])]
+
+
+def compose_argv(project_dir, project, *tail):
+    return ["docker", "compose", "--project-name", project, "--project-directory", project_dir, "-f",
+            os.path.join(project_dir, LOCK)] + list(tail)
+
+
+def ps_project(project, entries):
+    return Step(["docker", "ps", "--all", "--quiet", "--no-trunc", "--filter",
+                 "label=com.docker.compose.project=%s" % project], 0, "".join(e["Id"] + "\n" for e in entries))
+
+
+def ps_name(name, entries):
+    return Step(["docker", "ps", "--all", "--quiet", "--no-trunc", "--filter", "name=^/%s$" % name], 0,
+                "".join(e["Id"] + "\n" for e in entries))
+
+
+def inspect(entries):
+    return Step(["docker", "inspect", "--type", "container"] + sorted(e["Id"] for e in entries), 0,
+                json.dumps(sorted(entries, key=lambda e: e["Id"]), indent=4))
+
+
+def containers(project, entries):
+    """What ``ComposeProject.containers`` asks: ``ps`` then, when there is any, ``inspect``."""
+    return [ps_project(project, entries)] + ([inspect(entries)] if entries else [])
+
+
+def image_present(ref=PINNED):
+    return Step(["docker", "image", "inspect", ref], 0, fixture("image_inspect_app_v1.json"))
+
+
+def image_absent(ref=PINNED):
+    return Step(["docker", "image", "inspect", ref], 1, "[]\n", "Error: No such image: %s\n" % ref)
+
+
+# --------------------------------------------------------------------------- container entries
+
+def container_entry(base="web", **state):
+    """A captured ``docker inspect`` entry (``web``: running healthy; ``bad``: running unhealthy;
+    ``exited``: exit code 3) with ``id``, ``name``, ``labels``, ``image_id``, ``started``, ``health``
+    (``None`` drops the healthcheck), ``restarting``, ``restart_count``, ``running``, ``status`` replaced."""
+    if base == "exited":
+        entry = copy.deepcopy(fixture_json("inspect_container_exited.json")[0])
+    else:
+        entries = fixture_json("inspect_containers_healthy_unhealthy.json")
+        entry = copy.deepcopy(next(e for e in entries if e["Config"]["Labels"]["com.docker.compose.service"] == base))
+    if "id" in state:
+        entry["Id"] = state["id"]
+    if "name" in state:
+        entry["Name"] = "/" + state["name"]
+    if "labels" in state:
+        entry["Config"]["Labels"] = dict(state["labels"])
+    if "image_id" in state:
+        entry["Image"] = state["image_id"]
+    if "started" in state:
+        entry["State"]["StartedAt"] = state["started"]
+    if "health" in state:
+        if state["health"] is None:
+            entry["State"].pop("Health", None)
+        else:
+            entry["State"]["Health"]["Status"] = state["health"]
+    if "restarting" in state:
+        entry["State"]["Restarting"] = state["restarting"]
+        if state["restarting"]:
+            entry["State"]["Status"] = "restarting"
+    if "restart_count" in state:
+        entry["RestartCount"] = state["restart_count"]
+    if "running" in state:
+        entry["State"]["Running"] = state["running"]
+    if "status" in state:
+        entry["State"]["Status"] = state["status"]
+    return entry
+
+
+def container_id(seed):
+    return hashlib.sha256(seed.encode("utf-8")).hexdigest()
+
+
+# --------------------------------------------------------------------------- a project on a test host
+
+def snapshot(directory, skip=()):
+    """``{relative path: (bytes, mode)}`` of every file under ``directory`` (``skip``: top-level names)."""
+    out = {}
+    for root, dirs, files in os.walk(directory):
+        rel_root = os.path.relpath(root, directory)
+        if rel_root == ".":
+            dirs[:] = [d for d in dirs if d not in skip]
+        for name in files:
+            if rel_root == "." and name in skip:
+                continue
+            path = os.path.join(root, name)
+            with open(path, "rb") as handle:
+                out[os.path.normpath(os.path.join(rel_root, name))] = (handle.read(), os.stat(path).st_mode & 0o777)
+    return out
+
+
+class Site:
+    """One project of a release on this (``local``) host, under ``work``."""
+
+    def __init__(self, work, target_type="ComposeHost"):
+        self.work = str(work)
+        self.target_type = target_type
+        self._configs = {}
+
+    def release(self, version="1.0.0", secret=None, hooks=None, mode="x"):
+        release = {
+            "release": {"id": "rel-" + version, "name": "shop", "version": version}, "tenant": "acme",
+            "environment": "prod", "application": "shop", "strategy": "rolling", "workDirectory": self.work,
+            "target": dict(TARGET, type=self.target_type),
+            "components": [{"name": "web", "image": IMAGE, "config": {"env.MODE": mode}, "ports": ["8080"]}],
+        }
+        if secret is not None:
+            release["secretEnv"] = {"DB_PASSWORD": secret}
+        if hooks:
+            release["hooks"] = hooks
+        return release
+
+    def plan(self, version="1.0.0", secret=None, hooks=None, mode="x"):
+        return _plan.plan_release(self.release(version, secret, hooks, mode), {IMAGE: DIGEST})
+
+    @staticmethod
+    def project(plan):
+        return plan["projectName"]
+
+    @staticmethod
+    def directory(plan):
+        return plan["projectDirectory"]
+
+    @staticmethod
+    def env(plan):
+        return plan["_files"].get(".env.stella")
+
+    def config(self, plan):
+        """``docker compose config --format json`` of the plan's lock, from the real Compose binary."""
+        lock = plan["_files"][LOCK]
+        if lock not in self._configs:
+            files = {LOCK: lock}
+            if self.env(plan) is not None:
+                files[".env.stella"] = self.env(plan)
+            self._configs[lock] = compose_config(files)
+        return self._configs[lock]
+
+    def config_step(self, plan, action=None):
+        return Step(compose_argv(self.directory(plan), self.project(plan), "config", "--format", "json"), 0,
+                    json.dumps(self.config(plan)), action=action)
+
+    def up_step(self, plan, rc=0, err="", wait_timeout=120, action=None):
+        return Step(compose_argv(self.directory(plan), self.project(plan), "up", "-d", "--wait", "--wait-timeout",
+                                 str(wait_timeout), "--remove-orphans", "--pull", "never"), rc, "", err, action=action)
+
+    def pull_step(self, plan, *services):
+        return Step(compose_argv(self.directory(plan), self.project(plan), "pull", "--quiet", *services), 0, "",
+                    "".join(" %s Pulled\n" % s for s in services))
+
+    def container(self, plan, seed, base="web", **state):
+        """The entry Docker reports for the plan's ``web`` container (labels as Compose sets them)."""
+        labels = {"com.docker.compose.project": self.project(plan), "com.docker.compose.service": "web",
+                  "com.docker.compose.container-number": "1", "com.docker.compose.oneoff": "False",
+                  "com.docker.compose.version": "2.40.3"}
+        labels.update(self.config(plan)["services"]["web"]["labels"])
+        state.setdefault("labels", labels)
+        state.setdefault("image_id", IMAGE_ID)
+        state.setdefault("started", "2026-11-30T04:08:%02d.0Z" % (int(container_id(seed)[:4], 16) % 60))
+        return container_entry(base, id=container_id(seed), name=self.project(plan) + "-web-1", **state)
+
+    def apply_steps(self, plan, before, after, up=None, image=None):
+        """The commands of an apply that changes the project: runtime, project containers, config,
+        images, ``up`` and the verification inspect."""
+        steps = runtime() + containers(self.project(plan), before) + [self.config_step(plan)]
+        steps += image if image is not None else [image_present()]
+        steps += [up or self.up_step(plan)] + containers(self.project(plan), after)
+        return steps

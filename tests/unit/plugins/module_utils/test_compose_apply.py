@@ -1,0 +1,451 @@
+"""_compose_apply: compose.up requests from the real planner, artifact checks, and ComposeApply driven by
+table-driven Docker scripts (converged no-op, fresh apply, restore after failure, baseline retention,
+hook and disk failures, a daemon that does not answer)."""
+
+from __future__ import annotations
+
+import copy
+import errno
+import json
+import os
+
+import pytest
+
+import scripted as sc
+
+from ansible_collections.stellaops.runtime.plugins.module_utils import _compose_apply as ca
+from ansible_collections.stellaops.runtime.plugins.module_utils import _fsutil
+from ansible_collections.stellaops.runtime.plugins.module_utils._artifacts import listed_env_hash
+from ansible_collections.stellaops.runtime.plugins.module_utils._canonical import sha256_bytes
+from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
+from ansible_collections.stellaops.runtime.plugins.module_utils._contract import DEFAULT_WORK_DIRECTORY
+from ansible_collections.stellaops.runtime.plugins.plugin_utils import _plan
+
+D1 = sc.DIGEST
+TARGET = sc.TARGET
+STICKER, MANIFEST, ENV = "stella.version.json", "apply-manifest.json", ".env.stella"
+
+
+def planned(secret_env=None, target_type="ComposeHost", endpoint="local", work="/srv/stella"):
+    release = {
+        "release": {"id": "rel-1", "name": "shop", "version": "1.0.0"}, "tenant": "acme", "environment": "prod",
+        "application": "shop", "strategy": "rolling",
+        "target": dict(TARGET, type=target_type, endpoint=endpoint),
+        "components": [{"name": "web", "image": "127.0.0.1:5000/stella/app:v1", "config": {"env.MODE": "x"},
+                        "ports": ["8080"]}],
+        "hooks": [{"name": "h", "phase": "pre-deploy", "command": "true"}],
+    }
+    if work is not None:
+        release["workDirectory"] = work
+    if secret_env:
+        release["secretEnv"] = secret_env
+    return _plan.plan_release(release, {"127.0.0.1:5000/stella/app:v1": D1})
+
+
+# --------------------------------------------------------------------------- requests and artifacts
+
+def test_compose_payload_from_the_real_planner_normalizes():
+    plan = planned()
+    request = ca.parse_request(plan["payloads"]["compose.up"])
+    assert request["project_name"] == plan["projectName"]
+    assert request["target"] == TARGET
+    assert request["pull_images"] is True and request["backup_existing"] is True
+    assert request["hooks"][0]["Name"] == "h" and request["work_directory"] == "/srv/stella"
+    files, sticker = ca.check_artifacts(request)
+    assert sticker["manifestHash"] == plan["manifestHash"]
+    assert files[MANIFEST].decode() == plan["applyManifest"]
+    assert files[sc.LOCK].decode() == plan["lock"]
+
+
+@pytest.mark.parametrize("mutate,needle", [
+    (lambda p: p.update(Extra=1), "unknown key(s) Extra"),
+    (lambda p: p.pop("PullImages"), "lacks required PullImages"),
+    (lambda p: p.pop("Target"), "lacks required Target"),
+    (lambda p: p.update(projectName="x"), "unknown key(s) projectName"),
+    (lambda p: p.update(PullImages="yes"), "PullImages must be a boolean"),
+    (lambda p: p["Target"].pop("Endpoint"), "Target.Endpoint"),
+    (lambda p: p["Target"].update(Region="eu"), "Region"),
+    (lambda p: p.update(Hooks=[{"Name": "x"}]), "Hooks[0]"),
+    (lambda p: p.update(Variables=[]), "Variables"),
+], ids=["unknown", "missing", "no-target", "wrong-case", "type", "target-field", "target-extra", "hook", "vars"])
+def test_compose_payload_rejections(mutate, needle):
+    payload = copy.deepcopy(planned()["payloads"]["compose.up"])
+    mutate(payload)
+    with pytest.raises(StellaError) as err:
+        ca.parse_request(payload)
+    assert needle in err.value.reason and err.value.phase == "validate_payload"
+
+
+def test_work_directory_required_somewhere():
+    """Without ``WorkDirectory`` the request falls back to the default, which the sticker's recorded work
+    directory refuses; the option supplies it."""
+    payload = copy.deepcopy(planned()["payloads"]["compose.up"])
+    del payload["WorkDirectory"]
+    request = ca.parse_request(payload)
+    assert request["work_directory"] == DEFAULT_WORK_DIRECTORY
+    with pytest.raises(StellaError) as err:
+        ca.check_artifacts(request)
+    assert err.value.code == "artifact_hash_mismatch" and "workDirectory" in err.value.reason
+    request = ca.parse_request(payload, {"work_directory": "/srv/stella"})
+    assert request["work_directory"] == "/srv/stella"
+    ca.check_artifacts(request)
+    assert ca.parse_request(payload, {"work_directory": "/x"})["work_directory"] == "/x"
+
+
+def test_options_request():
+    plan = planned(work=None)
+    request = ca.parse_request(None, {"project_name": plan["projectName"], "compose_lock": plan["lock"],
+                                      "version_sticker": plan["sticker"], "target": TARGET,
+                                      "pull_images": None, "backup_existing": False, "hooks": None})
+    assert request["pull_images"] is True and request["backup_existing"] is False
+    assert request["work_directory"] == DEFAULT_WORK_DIRECTORY
+    ca.check_artifacts(request)
+    with pytest.raises(StellaError) as err:
+        ca.parse_request(None, {"project_name": "p"})
+    assert err.value.code == "invalid_payload"
+
+
+@pytest.mark.parametrize("field,value,needle", [
+    ("compose_lock", lambda plan: plan["lock"].replace("x", "y"), "composeHash"),
+    ("version_sticker", lambda plan: plan["sticker"].replace(plan["manifestHash"], "sha256:" + "0" * 64),
+     "manifestHash"),
+    ("apply_manifest", lambda plan: plan["applyManifest"].replace('"sha256:', '"sha256:0', 1), "hash"),
+    ("manifest_hash", lambda plan: "sha256:" + "1" * 64, "ManifestHash"),
+    ("project_name", lambda plan: "other", "projectName"),
+    ("target", lambda plan: dict(TARGET, id="tgt-02"), "differs from the sticker"),
+    ("version_sticker", lambda plan: "not json", "not JSON"),
+], ids=["lock-edited", "sticker-hash", "manifest-edited", "manifest-hash", "project", "target", "sticker-json"])
+def test_check_artifacts_rejects_inconsistent_sets(field, value, needle):
+    plan = planned()
+    request = ca.parse_request(plan["payloads"]["compose.up"])
+    request[field] = value(plan)
+    with pytest.raises(StellaError) as err:
+        ca.check_artifacts(request)
+    assert needle in err.value.reason
+
+
+def test_check_artifacts_with_env_artifact():
+    plan = planned(secret_env={"DB_PASSWORD": "hunter2"})
+    request = ca.parse_request(plan["payloads"]["compose.up"])
+    env = plan["_files"][ENV]
+    files, _sticker = ca.check_artifacts(request, env)
+    assert listed_env_hash(files[MANIFEST]) == sha256_bytes(env)
+    ca.check_artifacts(request, None)  # may already be on the target: checked at apply time
+    with pytest.raises(StellaError):
+        ca.check_artifacts(request, b"DB_PASSWORD=other\n")
+
+
+def test_lock_diff():
+    assert ca.lock_diff(None, "x", "/p") == {"before": "", "after": "x", "before_header": "/p", "after_header": "/p"}
+
+
+@pytest.mark.parametrize("stderr,code", [
+    (sc.fixture("compose_up_unhealthy.stderr"), "service_unhealthy"),
+    (sc.fixture("compose_up_exited.stderr"), "service_not_running"),
+    (sc.fixture("compose_pull_unknown_digest.stderr"), "image_pull_failed"),
+    ("something else entirely", "compose_up_failed"),
+], ids=["unhealthy", "exited", "manifest-unknown", "other"])
+def test_up_failure_code_from_captured_compose_errors(stderr, code):
+    assert ca.up_failure_code(stderr, "compose_up_failed") == code
+
+
+def test_engine_refuses_wrong_host_before_touching_docker(tmp_path):
+    plan = planned(endpoint="ssh://192.0.2.9", work=str(tmp_path))
+    payload = copy.deepcopy(plan["payloads"]["compose.up"])
+    calls = []
+
+    def run(argv, environ_update=None):  # pylint: disable=unused-argument
+        calls.append(argv)
+        return (0, json.dumps([{"addr_info": [{"local": "127.0.0.1"}]}]), "") if argv[0] == "ip" else (1, "", "")
+
+    request = ca.parse_request(payload)
+    with pytest.raises(StellaError) as err:
+        ca.ComposeApply(sc.engine(run), run).run(request)
+    assert err.value.code == "wrong_host" and err.value.evidence["failurePhase"] == "verify_target"
+    assert not any("docker" in argv for argv in calls)
+    assert not os.listdir(str(tmp_path))
+
+
+# --------------------------------------------------------------------------- ComposeApply, scripted
+
+def apply(site, plan, runner, env=True, **kw):
+    """Run ComposeApply for ``plan``'s compose.up payload (with its env artifact unless ``env=False``)."""
+    request = ca.parse_request(plan["payloads"]["compose.up"])
+    manager = ca.ComposeApply(sc.engine(runner), runner, env_bytes=site.env(plan) if env else None, **kw)
+    return manager.run(request)
+
+
+def deploy(site, plan, before, after):
+    """A successful apply that changes the project; returns its result."""
+    runner = sc.ScriptedRunner(site.apply_steps(plan, before, after))
+    result = apply(site, plan, runner)
+    runner.assert_done()
+    return result
+
+
+APPLY_VERBS = ["version", "compose version", "ps", "inspect", "compose config", "image inspect", "compose up", "ps",
+               "inspect"]
+
+
+@pytest.fixture
+def site(tmp_path):
+    return sc.Site(tmp_path / "work")
+
+
+def test_converged_project_is_a_no_op(site):
+    """Same artifacts, every service verified: no compose up, no hook, no file written, changed=false."""
+    running = [site.container(site.plan(secret="s1"), "a1")]
+    deploy(site, site.plan(secret="s1"), [], running)
+    plan = site.plan(secret="s1", hooks=[{"name": "never", "phase": "pre-deploy", "command": "exit 3"}])
+    assert plan["_files"] == site.plan(secret="s1")["_files"]  # hooks are not part of the artifacts
+    directory = site.directory(plan)
+    before = {name: os.stat(os.path.join(directory, name)) for name in os.listdir(directory)}
+    content = sc.snapshot(directory)
+
+    # Ordered: the runtime and the project's containers; then only read-only questions, in any order
+    # (the lock may be read from disk or rendered by Compose), never up, pull, run or rm.
+    runner = sc.ScriptedRunner(sc.runtime() + sc.containers(site.project(plan), running),
+                               keyed=[site.config_step(plan), sc.image_present()])
+    result = apply(site, plan, runner)
+
+    runner.assert_done()
+    assert runner.docker_verbs()[:4] == ["version", "compose version", "ps", "inspect"]
+    assert set(runner.docker_verbs()[4:]) <= {"compose config", "image inspect"}
+    assert "compose up" not in runner.verbs() and "compose pull" not in runner.verbs()
+    assert result["changed"] is False and result["warnings"] == []
+    evidence = result["evidence"]
+    assert evidence["hookResults"] == [] and evidence["failurePhase"] is None
+    assert evidence["completedPhases"] == ["inspect_services"]
+    assert {p["phase"]: p["status"] for p in evidence["deploymentPhases"]} == {
+        "prepare": "skipped", "pre-deploy": "skipped", "deploy": "skipped", "verify": "succeeded",
+        "promote": "skipped", "post-deploy": "skipped"}
+    assert evidence["serviceCount"] == 1 and evidence["services"][0]["imageDigest"] == D1
+    assert sc.snapshot(directory) == content
+    after = {name: os.stat(os.path.join(directory, name)) for name in os.listdir(directory)}
+    assert {n: (s.st_ino, s.st_mtime_ns) for n, s in after.items()} == \
+        {n: (s.st_ino, s.st_mtime_ns) for n, s in before.items()}
+
+
+def test_fresh_apply_stages_the_lock_and_commits_the_sticker_only_after_inspection(site):
+    plan = site.plan(secret="s1")
+    directory = site.directory(plan)
+    seen = {}
+
+    def look(moment):
+        def action(_argv):
+            seen[moment] = {name: _fsutil.read_bytes(os.path.join(directory, name))
+                            for name in (sc.LOCK, STICKER, MANIFEST, ENV)}
+        return action
+
+    after = [site.container(plan, "a1")]
+    steps = site.apply_steps(plan, [], after, up=site.up_step(plan, action=look("up")))
+    next(step for step in steps if sc.verb(step.pattern) == "compose config").action = look("config")
+    steps[-1].action = look("inspect")  # the verification inspect
+    runner = sc.ScriptedRunner(steps)
+    result = apply(site, plan, runner)
+
+    runner.assert_done()
+    assert runner.docker_verbs() == ["version", "compose version", "ps", "compose config", "image inspect",
+                                     "compose up", "ps", "inspect"]
+    files = plan["_files"]
+    for moment in ("config", "up", "inspect"):
+        assert seen[moment][sc.LOCK] == files[sc.LOCK], moment
+        assert seen[moment][ENV] == files[ENV], moment
+        assert seen[moment][STICKER] is None and seen[moment][MANIFEST] is None, moment
+    assert sc.snapshot(directory, skip=(".stella.lock",)) == {
+        sc.LOCK: (files[sc.LOCK], 0o644), STICKER: (files[STICKER], 0o644), MANIFEST: (files[MANIFEST], 0o644),
+        ENV: (files[ENV], 0o600)}
+    evidence = result["evidence"]
+    assert result["changed"] is True and evidence["failurePhase"] is None
+    assert evidence["completedPhases"] == ["write_artifacts", "pre_deploy_hooks", "compose_pull", "compose_up",
+                                           "inspect_services", "write_sticker", "post_deploy_hooks"]
+    assert "previousRevisionPath" not in evidence and not os.path.exists(os.path.join(directory, "revisions"))
+    assert evidence["pulledServices"] == [] and evidence["imageIds"] == {"web": sc.IMAGE_ID}
+    assert evidence["dockerVersion"] == "20.10.24+dfsg1" and evidence["composeVersion"] == "2.40.3"
+    assert evidence["manifestHash"] == plan["manifestHash"]
+    assert runner.limit_of("version") == 60 and runner.limit_of("compose up") == 120 + 60
+
+
+def test_missing_image_is_pulled_before_compose_up(site):
+    plan = site.plan()
+    after = [site.container(plan, "a1")]
+    runner = sc.ScriptedRunner(site.apply_steps(plan, [], after, image=[
+        sc.image_absent(), sc.image_absent(), site.pull_step(plan, "web"), sc.image_present()]))
+    result = apply(site, plan, runner)
+    runner.assert_done()
+    assert runner.docker_verbs() == ["version", "compose version", "ps", "compose config", "image inspect",
+                                     "image inspect", "compose pull", "image inspect", "compose up", "ps", "inspect"]
+    assert result["evidence"]["pulledServices"] == ["web"]
+
+
+def test_pull_disabled_and_image_missing_fails_before_compose_up(site):
+    plan = site.plan()
+    payload = dict(plan["payloads"]["compose.up"], PullImages=False)
+    runner = sc.ScriptedRunner(sc.runtime() + sc.containers(site.project(plan), [])
+                               + [site.config_step(plan), sc.image_absent(), sc.image_absent()])
+    with pytest.raises(StellaError) as err:
+        ca.ComposeApply(sc.engine(runner), runner).run(ca.parse_request(payload))
+    runner.assert_done()
+    assert err.value.code == "image_missing" and err.value.phase == "compose_pull"
+    assert err.value.evidence["filesRestored"] == [sc.LOCK]
+    assert not os.path.exists(os.path.join(site.directory(plan), sc.LOCK))
+
+
+def test_failed_compose_up_restores_every_file(site):
+    """compose up reports an unhealthy service: lock, sticker, manifest and .env.stella are put back
+    byte for byte; the retained revision of the running release stays as the baseline."""
+    plan_a = site.plan("1.0.0", secret="s1")
+    running = [site.container(plan_a, "a1")]
+    deploy(site, plan_a, [], running)
+    directory = site.directory(plan_a)
+    before = sc.snapshot(directory, skip=("revisions",))
+
+    plan_b = site.plan("2.0.0", secret="s2")
+    assert site.env(plan_b) != site.env(plan_a)
+    broken = [site.container(plan_b, "b1", base="bad")]
+    up = site.up_step(plan_b, rc=1, err=sc.fixture("compose_up_unhealthy.stderr"))
+    runner = sc.ScriptedRunner(site.apply_steps(plan_b, running, broken, up=up))
+    with pytest.raises(StellaError) as err:
+        apply(site, plan_b, runner)
+
+    runner.assert_done()
+    assert runner.docker_verbs() == APPLY_VERBS
+    assert err.value.code == "service_unhealthy" and err.value.phase == "compose_up"
+    evidence = err.value.evidence
+    assert evidence["failurePhase"] == "compose_up" and evidence["changed"] is True
+    assert evidence["filesRestored"] == [ENV, sc.LOCK] and evidence["lockRestored"] is True
+    assert evidence["services"][0]["health"] == "unhealthy"
+    assert sc.snapshot(directory, skip=("revisions",)) == before
+    revisions = os.listdir(os.path.join(directory, "revisions"))
+    assert len(revisions) == 1 and evidence["previousRevisionPath"].endswith(revisions[0])
+    assert _fsutil.read_bytes(os.path.join(evidence["previousRevisionPath"], STICKER)) == plan_a["_files"][STICKER]
+    assert {p["phase"]: p["status"] for p in evidence["deploymentPhases"]}["deploy"] == "failed"
+
+
+def test_failed_verification_after_up_restores_every_file(site):
+    """compose up succeeds but the container runs another image: digest_mismatch in inspect_services."""
+    plan_a = site.plan("1.0.0", secret="s1")
+    running = [site.container(plan_a, "a1")]
+    deploy(site, plan_a, [], running)
+    directory = site.directory(plan_a)
+    before = sc.snapshot(directory, skip=("revisions",))
+    plan_b = site.plan("2.0.0", secret="s2")
+    wrong = [site.container(plan_b, "b1", image_id="sha256:" + "e" * 64)]
+    runner = sc.ScriptedRunner(site.apply_steps(plan_b, running, wrong))
+    with pytest.raises(StellaError) as err:
+        apply(site, plan_b, runner)
+    runner.assert_done()
+    assert err.value.code == "digest_mismatch" and err.value.phase == "inspect_services"
+    assert sc.snapshot(directory, skip=("revisions",)) == before
+
+
+def test_baseline_retention_is_deduplicated(site):
+    """A, B, A, then B again: B's baseline is A's revision (reused), not the newest revision (B's)."""
+    plan_a, plan_b = site.plan("1.0.0"), site.plan("2.0.0")
+    revisions = os.path.join(site.directory(plan_a), "revisions")
+    generations = [[]]
+    results = []
+    for index, plan in enumerate([plan_a, plan_b, plan_a, plan_b]):
+        generations.append([site.container(plan, "gen-%d" % index)])
+        results.append(deploy(site, plan, generations[-2], generations[-1]))
+    paths = [result["evidence"].get("previousRevisionPath") for result in results]
+    assert paths[0] is None
+    names = sorted(os.listdir(revisions))
+    assert len(names) == 2  # A's and B's, each retained once
+    rev_a, rev_b = (os.path.join(revisions, name) for name in names)
+    assert _fsutil.read_bytes(os.path.join(rev_a, STICKER)) == plan_a["_files"][STICKER]
+    assert _fsutil.read_bytes(os.path.join(rev_b, STICKER)) == plan_b["_files"][STICKER]
+    assert paths[1:] == [rev_a, rev_b, rev_a]
+    assert paths[3] != os.path.join(revisions, names[-1])
+
+
+def test_blocking_pre_deploy_hook_restores_env_file(site):
+    plan_a = site.plan("1.0.0", secret="s1")
+    running = [site.container(plan_a, "a1")]
+    deploy(site, plan_a, [], running)
+    directory = site.directory(plan_a)
+    before = sc.snapshot(directory, skip=("revisions",))
+    plan_b = site.plan("2.0.0", secret="s2", hooks=[{"name": "migrate", "phase": "pre-deploy", "command": "exit 3"}])
+    runner = sc.ScriptedRunner(sc.runtime() + sc.containers(site.project(plan_b), running)
+                               + [site.config_step(plan_b)])
+    with pytest.raises(StellaError) as err:
+        apply(site, plan_b, runner)
+    runner.assert_done()
+    assert "compose up" not in runner.verbs() and "image inspect" not in runner.verbs()
+    assert err.value.code == "hook_failed" and err.value.phase == "pre_deploy_hooks"
+    evidence = err.value.evidence
+    assert evidence["hookResults"][0]["exitCode"] == 3 and evidence["hookResults"][0]["outcome"] == "failed"
+    assert evidence["filesRestored"] == [ENV, sc.LOCK] and evidence["changed"] is False
+    assert sc.snapshot(directory, skip=("revisions",)) == before
+    assert before[ENV] == (plan_a["_files"][ENV], 0o600)
+
+
+@pytest.mark.parametrize("nth,restored", [(1, [sc.LOCK]), (2, [ENV, sc.LOCK])], ids=["lock-write", "env-write"])
+def test_disk_full_while_writing_artifacts(site, monkeypatch, nth, restored):
+    plan_a = site.plan("1.0.0", secret="s1")
+    running = [site.container(plan_a, "a1")]
+    deploy(site, plan_a, [], running)
+    directory = site.directory(plan_a)
+    before = sc.snapshot(directory, skip=("revisions",))
+    plan_b = site.plan("2.0.0", secret="s2")
+
+    real = _fsutil.atomic_write
+    calls = []
+
+    def atomic_write(path, data, mode=0o644):
+        calls.append(path)
+        if len(calls) == nth:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+        return real(path, data, mode=mode)
+
+    monkeypatch.setattr(_fsutil, "atomic_write", atomic_write)
+    runner = sc.ScriptedRunner(sc.runtime() + sc.containers(site.project(plan_b), running))
+    with pytest.raises(StellaError) as err:
+        apply(site, plan_b, runner)
+    runner.assert_done()
+    assert err.value.code == "disk_full" and err.value.phase == "write_artifacts"
+    assert err.value.evidence["failurePhase"] == "write_artifacts"
+    assert err.value.evidence["filesRestored"] == restored
+    assert "compose config" not in runner.verbs()
+    after = sc.snapshot(directory, skip=("revisions",))
+    assert {k: v for k, v in after.items() if not k.startswith(".stella-tmp-")} == before
+    assert sorted(k for k in after if k.startswith(".stella-tmp-")) == [], "restore left copies aside"
+
+
+def test_hung_daemon_fails_before_anything_changes(site):
+    plan = site.plan()
+    runner = sc.ScriptedRunner([sc.docker_version(rc=124)])
+    with pytest.raises(StellaError) as err:
+        apply(site, plan, runner)
+    runner.assert_done()
+    assert err.value.code == "runtime_daemon_unavailable" and err.value.phase == "verify_target"
+    assert runner.limit_of("version") == 60
+    assert not os.path.exists(site.work)
+
+
+def test_hung_compose_up_restores_files(site):
+    plan_a = site.plan("1.0.0")
+    running = [site.container(plan_a, "a1")]
+    deploy(site, plan_a, [], running)
+    directory = site.directory(plan_a)
+    before = sc.snapshot(directory, skip=("revisions",))
+    plan_b = site.plan("2.0.0")
+    runner = sc.ScriptedRunner(site.apply_steps(plan_b, running, running, up=site.up_step(plan_b, rc=124)))
+    with pytest.raises(StellaError) as err:
+        apply(site, plan_b, runner)
+    runner.assert_done()
+    assert err.value.code == "runtime_daemon_unavailable" and err.value.phase == "compose_up"
+    assert sc.snapshot(directory, skip=("revisions",)) == before
+
+
+def test_check_mode_runs_nothing_and_writes_nothing(site):
+    plan = site.plan(secret="s1")
+    runner = sc.ScriptedRunner(sc.runtime() + sc.containers(site.project(plan), []))
+    request = ca.parse_request(plan["payloads"]["compose.up"])
+    result = ca.ComposeApply(sc.engine(runner), runner, env_bytes=site.env(plan)).run(request, check_mode=True,
+                                                                                      diff=True)
+    runner.assert_done()
+    assert result["changed"] is True and result["evidence"]["checkMode"] is True
+    assert result["evidence"]["wouldChangeFiles"] == sorted([sc.LOCK, STICKER, MANIFEST])
+    assert result["diff"]["after"] == plan["lock"] and result["diff"]["before"] == ""
+    assert not os.path.exists(site.work)

@@ -1,0 +1,271 @@
+"""_docker_run: docker.run requests from the real planner, the pure container checks, and DockerRun driven
+by table-driven Docker scripts (pull first, crash loops put the previous container back)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import scripted as sc
+
+from ansible_collections.stellaops.runtime.plugins.module_utils import _docker_run as dr
+from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
+from ansible_collections.stellaops.runtime.plugins.module_utils._docker_cli import container_summary
+from ansible_collections.stellaops.runtime.plugins.plugin_utils import _plan
+
+D1 = sc.DIGEST
+
+
+def planned(work="/srv/stella"):
+    release = {
+        "release": {"id": "rel-1", "name": "shop", "version": "1.0.0"}, "tenant": "acme", "environment": "prod",
+        "application": "shop", "strategy": "rolling", "workDirectory": work,
+        "target": dict(sc.TARGET, type="DockerHost"),
+        "components": [{"name": "web", "image": "127.0.0.1:5000/stella/app:v1", "config": {"env.MODE": "x"},
+                        "ports": ["8080"]}],
+        "hooks": [{"name": "h", "phase": "pre-deploy", "command": "true"}],
+    }
+    return _plan.plan_release(release, {"127.0.0.1:5000/stella/app:v1": D1})
+
+
+def summary(**kw):
+    base = {"id": "c1", "name": "p-web-1", "state": "running", "running": True, "restarting": False,
+            "restartCount": 0, "health": "healthy", "imageId": "sha256:img", "labels": {}, "startedAt": "t0",
+            "exitCode": 0}
+    base.update(kw)
+    return base
+
+
+def test_docker_run_payload_from_the_real_planner():
+    plan = planned()
+    payload = plan["payloads"]["docker.run"][0]
+    request = dr.parse_request(payload)
+    assert request["image"].endswith("@" + D1) and request["pull_image"] is True
+    assert request["project_directory"] == plan["projectDirectory"]
+    assert request["manifest_hash"] == plan["manifestHash"] and request["hooks"][0]["Name"] == "h"
+    argv = dr.container_run_argv(request)
+    assert argv[:4] == ["--name", payload["Name"], "--restart", "unless-stopped"]
+    assert "--label" in argv and "stella.target.id=tgt-01" in argv and "MODE=x" in argv
+    assert "stella.container.name=%s" % payload["Name"] in argv
+    assert argv[-1] == request["image"]
+    labels = dict(request["labels"], **{"stella.container.name": request["name"]})
+    running = summary(imageId="sha256:img", labels=labels)
+    assert dr.container_matches(running, request, "sha256:img")
+    assert not dr.container_matches(running, request, "sha256:other")
+    assert not dr.container_matches(dict(running, running=False), request, "sha256:img")
+    assert not dr.container_matches(dict(running, restarting=True), request, "sha256:img")
+    bad = dict(payload, Image="127.0.0.1:5000/stella/app:v1")
+    with pytest.raises(StellaError) as err:
+        dr.parse_request(bad)
+    assert err.value.code == "invalid_payload" and "pinned by digest" in err.value.reason
+    with pytest.raises(StellaError) as err:
+        dr.parse_request(dict(payload, Labels={"a": 1}))
+    assert err.value.code == "invalid_payload" and "Labels" in err.value.reason
+
+
+@pytest.mark.parametrize("change,needle", [
+    ({"Name": "-bad name"}, "not a valid container name"),
+    ({"Variables": {"projectDirectory": "relative"}}, "absolute path"),
+    ({"Variables": {"projectDirectory": "/srv/../etc"}}, "absolute path"),
+    ({"Ports": "8080"}, "Ports must be a list"),
+    ({"Environment": {"A": 1}}, "Environment must be an object of strings"),
+], ids=["name", "relative-dir", "dotdot-dir", "ports", "environment"])
+def test_docker_run_payload_rejections(change, needle):
+    payload = dict(planned()["payloads"]["docker.run"][0], **change)
+    with pytest.raises(StellaError) as err:
+        dr.parse_request(payload)
+    assert needle in err.value.reason and err.value.phase == "validate_payload"
+
+
+def test_env_file_and_ports_in_argv():
+    request = dr.parse_request(dict(planned()["payloads"]["docker.run"][0], EnvFile="/srv/p/.env.stella",
+                                    Ports=[8080, "9090:90"]))
+    argv = dr.container_run_argv(request, name="other")
+    assert argv[:2] == ["--name", "other"]
+    assert argv[argv.index("--env-file") + 1] == "/srv/p/.env.stella"
+    assert [argv[i + 1] for i, word in enumerate(argv) if word == "--publish"] == ["8080", "9090:90"]
+
+
+@pytest.mark.parametrize("change,codes", [
+    ({}, []),
+    ({"running": False, "state": "exited", "exitCode": 3}, ["service_not_running"]),
+    ({"restarting": True}, ["service_not_running"]),
+    ({"restartCount": 2}, ["service_not_running"]),
+    ({"health": "unhealthy"}, ["service_unhealthy"]),
+    ({"imageId": "sha256:other"}, ["digest_mismatch"]),
+    ({"labels": {"stella.slot": "green"}}, ["label_mismatch"]),
+], ids=["ok", "exited", "restarting", "restart-count", "unhealthy", "digest", "label"])
+def test_verify_container(change, codes):
+    request = {"labels": {"stella.slot": "active"}}
+    container = summary(**dict({"labels": {"stella.slot": "active"}}, **change))
+    assert [code for code, _reason in dr.verify_container(container, request, "sha256:img")] == codes
+
+
+def test_verify_container_over_captured_inspect_output():
+    exited = container_summary(sc.fixture_json("inspect_container_exited.json")[0])
+    problems = dr.verify_container(exited, {"labels": {}}, exited["imageId"])
+    assert [p[0] for p in problems] == ["service_not_running"] and "exit code 3" in problems[0][1]
+
+
+# --------------------------------------------------------------------------- DockerRun, scripted
+
+class Clock:
+    """A monotonic clock that only moves when the manager sleeps."""
+
+    def __init__(self):
+        self.now = 0.0
+        self.sleeps = []
+
+    def __call__(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+class Host:
+    """One docker.run container of a DockerHost target under ``work``."""
+
+    def __init__(self, tmp_path):
+        self.site = sc.Site(tmp_path / "work", target_type="DockerHost")
+        self.old_plan = self.site.plan("1.0.0")
+        self.plan = self.site.plan("2.0.0")
+        self.payload = self.plan["payloads"]["docker.run"][0]
+        self.request = dr.parse_request(self.payload)
+        self.name = self.request["name"]
+        self.clock = Clock()
+
+    def container(self, seed, labels=None, base="web", **state):
+        if labels is None:
+            labels = dict(self.request["labels"], **{"stella.container.name": self.name})
+        return sc.container_entry(base, id=sc.container_id(seed), name=self.name, labels=labels,
+                                  image_id=sc.IMAGE_ID, **state)
+
+    def old(self):
+        labels = dict(self.old_plan["payloads"]["docker.run"][0]["Labels"], **{"stella.container.name": self.name})
+        return self.container("old", labels=labels)
+
+    def run(self, runner, request=None, **kw):
+        kw.setdefault("health_timeout", 0)
+        kw.setdefault("settle", 0.25)
+        manager = dr.DockerRun(sc.engine(runner), runner, sleep=self.clock.sleep, clock=self.clock, **kw)
+        return manager.run(request or self.request)
+
+    def ps(self, entries, name=None):
+        return sc.ps_name(name or self.name, entries)
+
+    def pull(self):
+        return [sc.image_absent(), sc.Step(["docker", "pull", "--quiet", sc.PINNED], 0, sc.PINNED + "\n"),
+                sc.image_present()]
+
+    def replace(self, old, new):
+        """Set the previous container aside and start the new one."""
+        aside = self.name + "-stella-previous"
+        return [self.ps([], aside), sc.Step(["docker", "stop", "--time", "10", old["Id"]], 0, old["Id"] + "\n"),
+                sc.Step(["docker", "rename", old["Id"], aside]),
+                sc.Step(["docker", "run", "--detach", sc.REST], 0, new["Id"] + "\n")]
+
+    def watch(self, new, times):
+        steps = []
+        for _ in range(times):
+            steps += [self.ps([new]), sc.inspect([new])]
+        return steps
+
+
+@pytest.fixture
+def host(tmp_path):
+    return Host(tmp_path)
+
+
+@pytest.mark.parametrize("state", [
+    {"restarting": True, "restart_count": 4, "health": None},
+    {"restart_count": 3, "health": None},
+], ids=["restarting", "restarted"])
+def test_crash_loop_puts_the_previous_container_back(host, state):
+    old = host.old()
+    new = host.container("new", **state)
+    steps = ([sc.docker_version()] + host.pull() + [host.ps([old]), sc.inspect([old])] + host.replace(old, new)
+             + host.watch(new, 2)
+             + [host.ps([new]), sc.inspect([new]), sc.Step(["docker", "rm", "--force", new["Id"]]),
+                sc.Step(["docker", "rename", old["Id"], host.name]), sc.Step(["docker", "start", old["Id"]])])
+    runner = sc.ScriptedRunner(steps)
+    with pytest.raises(StellaError) as err:
+        host.run(runner)
+    runner.assert_done()
+    verbs = runner.docker_verbs()
+    assert verbs.index("pull") < verbs.index("ps") and "rm" not in verbs[:verbs.index("pull")]
+    assert err.value.code == "service_not_running" and err.value.phase == "inspect_container"
+    evidence = err.value.evidence
+    assert evidence["failurePhase"] == "inspect_container" and evidence["changed"] is True
+    assert evidence["previousContainerRestored"] == old["Id"] and evidence["replacedContainerId"] == old["Id"]
+    assert evidence["containerId"] == new["Id"] and evidence["restartCount"] == state["restart_count"]
+    assert evidence["pulled"] is True and evidence["imageId"] == sc.IMAGE_ID
+    assert runner.calls[-2:] == [["docker", "rename", old["Id"], host.name], ["docker", "start", old["Id"]]]
+
+
+def test_verified_container_replaces_the_previous_one(host):
+    old = host.old()
+    new = host.container("new")
+    steps = ([sc.docker_version(), sc.image_present(), host.ps([old]), sc.inspect([old])] + host.replace(old, new)
+             + host.watch(new, 1) + [sc.Step(["docker", "rm", "--force", old["Id"]])])
+    runner = sc.ScriptedRunner(steps)
+    result = host.run(runner)
+    runner.assert_done()
+    assert result["changed"] is True and result["evidence"]["failurePhase"] is None
+    assert result["evidence"]["health"] == "healthy" and result["evidence"]["containerId"] == new["Id"]
+    assert result["evidence"]["completedPhases"] == ["pull_image", "pre_deploy_hooks", "prepare_container",
+                                                     "inspect_container", "post_deploy_hooks"]
+    assert "pulled" not in result["evidence"]
+    assert runner.limit_of("stop") == 10 + 60
+    run_argv = next(argv for argv in runner.calls if argv[1] == "run")
+    assert run_argv[2:] == ["--detach"] + dr.container_run_argv(host.request)
+
+
+def test_container_already_running_the_request_is_a_no_op(host):
+    current = host.container("current")
+    runner = sc.ScriptedRunner([sc.docker_version(), sc.image_present(), host.ps([current]), sc.inspect([current])])
+    result = host.run(runner)
+    runner.assert_done()
+    assert result["changed"] is False and result["evidence"]["hookResults"] == []
+    assert result["evidence"]["completedPhases"] == ["pull_image", "inspect_container"]
+
+
+def test_first_container_failing_verification_is_removed(host):
+    new = host.container("new", base="exited", running=False, status="exited")
+    steps = ([sc.docker_version(), sc.image_present(), host.ps([])]
+             + [sc.Step(["docker", "run", "--detach", sc.REST], 0, new["Id"] + "\n")] + host.watch(new, 1)
+             + [host.ps([new]), sc.inspect([new]), sc.Step(["docker", "rm", "--force", new["Id"]])])
+    runner = sc.ScriptedRunner(steps)
+    with pytest.raises(StellaError) as err:
+        host.run(runner)
+    runner.assert_done()
+    assert err.value.code == "service_not_running" and "previousContainerRestored" not in err.value.evidence
+
+
+def test_pull_disabled_and_image_missing_fails_before_any_container_call(host):
+    request = dr.parse_request(dict(host.payload, PullImage=False))
+    runner = sc.ScriptedRunner([sc.docker_version(), sc.image_absent()])
+    with pytest.raises(StellaError) as err:
+        host.run(runner, request)
+    runner.assert_done()
+    assert err.value.code == "image_missing" and err.value.phase == "pull_image"
+
+
+def test_hung_daemon(host):
+    runner = sc.ScriptedRunner([sc.docker_version(rc=124)])
+    with pytest.raises(StellaError) as err:
+        host.run(runner)
+    runner.assert_done()
+    assert err.value.code == "runtime_daemon_unavailable" and err.value.phase == "verify_target"
+    assert not os.path.exists(host.site.work)
+
+
+def test_missing_stella_labels_are_refused_before_docker(host):
+    request = dr.parse_request(dict(host.payload, Labels={"stella.slot": "active"}))
+    runner = sc.ScriptedRunner()
+    with pytest.raises(StellaError) as err:
+        host.run(runner, request)
+    assert err.value.code == "label_missing" and err.value.phase == "validate_payload"
+    assert runner.calls == []
