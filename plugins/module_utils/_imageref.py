@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.stellaops.runtime.plugins.module_utils._contract import DIGEST_RE
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
 
 DEFAULT_REGISTRY = "docker.io"
-_DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 _TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _PATH_RE = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$")
 
@@ -47,7 +47,7 @@ class ImageRef:
         return "%s/%s" % (self.registry, self.repository)
 
     def with_digest(self, digest):
-        if not _DIGEST_RE.match(digest or ""):
+        if not DIGEST_RE.match(digest or ""):
             raise StellaError("invalid_image_reference", "digest %r is not sha256:<64 hex>" % (digest,))
         return ImageRef(self.registry, self.repository, self.tag, digest)
 
@@ -71,7 +71,7 @@ def parse_image_ref(text):
     rest, digest = text, None
     if "@" in rest:
         rest, digest = rest.split("@", 1)
-        if not _DIGEST_RE.match(digest):
+        if not DIGEST_RE.match(digest):
             raise StellaError("invalid_image_reference", "image reference %r has an invalid digest %r" % (text, digest))
     registry = DEFAULT_REGISTRY
     first, sep, remainder = rest.partition("/")

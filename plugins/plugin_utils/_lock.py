@@ -19,10 +19,9 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.stellaops.runtime.plugins.module_utils._contract import ENV_FILE, LOCK_FILE  # noqa: F401 (re-exported)
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
 
-LOCK_FILE = "compose.stella.lock.yml"
-ENV_FILE = ".env.stella"
 COMPOSE_VERSION = "3.8"
 _SHORT_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")

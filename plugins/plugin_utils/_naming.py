@@ -20,10 +20,9 @@ from __future__ import annotations
 import re
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._canonical import digest_json
+from ansible_collections.stellaops.runtime.plugins.module_utils._contract import MAX_PROJECT_LENGTH, PROJECT_RE
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
 
-MAX_PROJECT_LENGTH = 63
-PROJECT_RE = re.compile(r"^[a-z0-9][a-z0-9_-]*\Z")
 NAMED_SLOTS = ("active", "canary", "blue", "green")
 _SLOT_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,31}\Z")
 _HASH_LEN = 12

@@ -32,6 +32,7 @@ import re
 from urllib.parse import urlsplit
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError, redact_url
+from ansible_collections.stellaops.runtime.plugins.module_utils._contract import LOCAL_ENDPOINTS, endpoint_host
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._probe_runner import (
     FAILED_TEMPLATE, OBSERVED_CONNECTED, UNSAFE_URL_CHARS, HttpTcpProbeRunner, ProbeAttempt, ProbeResult, ProbeRunner,
     unsendable_reason,
@@ -69,7 +70,6 @@ DEFAULT_INTERVAL_SECONDS = 2.0
 MAX_TIMEOUT_SECONDS = 300.0
 MAX_INTERVAL_SECONDS = 300.0
 MAX_ATTEMPTS = 100
-LOCAL_ENDPOINTS = ("local", "localhost")
 LOOPBACK = "127.0.0.1"
 
 CONFIG_INVALID = "health_probe_config_invalid"
@@ -160,15 +160,14 @@ def target_host(endpoint):
     if not isinstance(endpoint, str) or not endpoint.strip():
         return None
     text = endpoint.strip()
-    if text.lower() in LOCAL_ENDPOINTS:
-        return LOOPBACK
+    if text.startswith(("unix://", "npipe://")):
+        return None
     try:
-        host = urlsplit(text if "://" in text else "//" + text).hostname
+        urlsplit(text if "://" in text else "//" + text)
     except ValueError:
         return None
-    if not host:
-        return None
-    return LOOPBACK if host in LOCAL_ENDPOINTS else host
+    host = endpoint_host(text)
+    return LOOPBACK if host in LOCAL_ENDPOINTS or host == "localhost" else (host or None)
 
 
 def target_endpoint(target):

@@ -36,7 +36,8 @@ else:
     REQUESTS_IMPORT_ERROR = None
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError, redact_text, redact_url
-from ansible_collections.stellaops.runtime.plugins.module_utils._imageref import _DIGEST_RE, parse_image_ref
+from ansible_collections.stellaops.runtime.plugins.module_utils._contract import DIGEST_RE
+from ansible_collections.stellaops.runtime.plugins.module_utils._imageref import parse_image_ref
 from ansible_collections.stellaops.runtime.plugins.module_utils._registry import (
     INDEX_TYPES, MANIFEST_ACCEPT, MAX_MANIFEST_BYTES, RegistryApi, index_platforms, read_manifest,
 )
@@ -228,7 +229,7 @@ class DigestResolver:
             media_type = (headers.get("content-type") or "").split(";")[0].strip()
         elif status in (401, 403, 404):
             self._check_status(text, client, ref, tag, status, auth)
-        if not (digest and _DIGEST_RE.match(digest)) or not media_type or media_type in INDEX_TYPES:
+        if not (digest and DIGEST_RE.match(digest)) or not media_type or media_type in INDEX_TYPES:
             status, headers, body, auth = self._call(text, client, "GET", ref, path)
             self._check_status(text, client, ref, tag, status, auth)
             try:

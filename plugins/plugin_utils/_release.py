@@ -18,6 +18,7 @@ import copy
 import json
 import re
 
+from ansible_collections.stellaops.runtime.plugins.module_utils._contract import DEFAULT_WORK_DIRECTORY, PROJECT_RE
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils._imageref import parse_image_ref
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._probe import PREFIX as PROBE_PREFIX, validate_probe_config
@@ -26,7 +27,6 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils._release_checks 
 )
 
 SCHEMA_ID = "urn:stellaops:runtime:release-input:v1"
-DEFAULT_WORK_DIRECTORY = "/var/lib/stella/projects"
 STRATEGIES = ("rolling", "all-at-once", "canary", "blue-green", "a-b")
 TARGET_TYPES = ("DockerHost", "ComposeHost")
 HOOK_PHASES = ("pre-deploy", "post-deploy")
@@ -44,7 +44,7 @@ _CONFIG_KEY = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$"
 _ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
 _PORT = (r"^(?:(?:[0-9]{1,3}(?:\.[0-9]{1,3}){3}|\[[0-9A-Fa-f:]+\]):)?"
          r"(?:[0-9]{1,5}(?:-[0-9]{1,5})?:)?[0-9]{1,5}(?:-[0-9]{1,5})?(?:/(?:tcp|udp|sctp))?$")
-_PROJECT = r"^[a-z0-9][a-z0-9_-]{0,62}$"
+_PROJECT = PROJECT_RE.pattern.replace("\\Z", "$")  # the JSON Schema form of the one project-name rule
 _ABS_PATH = r"^/[^\u0000-\u001f\u007f]{0,4095}$"
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._canonical import digest_json
+from ansible_collections.stellaops.runtime.plugins.module_utils._contract import DIGEST_RE
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
 
 EVIDENCE_VERSION = "release.rollback.evidence.v1"
@@ -48,7 +49,6 @@ RECOVERY_STATUSES = (RECOVERY_ROLLED_BACK, RECOVERY_ROLLBACK_FAILED, RECOVERY_RO
 
 INPUT_INVALID = "rollback_evidence_input_invalid"
 
-_DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 _IDENTITY = ("targetId", "targetName", "targetType")
 
 
@@ -67,7 +67,7 @@ def _opt_text(value, what):
 def _digest_state(value):
     if value is None or (isinstance(value, str) and not value.strip()):
         return "missing", None
-    if isinstance(value, str) and _DIGEST_RE.match(value.strip()):
+    if isinstance(value, str) and DIGEST_RE.match(value.strip()):
         return "ok", value.strip()
     # Keep what was reported (as text) so the evidence shows why it is not proof.
     return "invalid", value.strip() if isinstance(value, str) else repr(value)
