@@ -17,8 +17,8 @@ import os
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.stellaops.runtime.plugins.module_utils._artifacts import (
-    APPLY_MANIFEST_FILE, ENV_FILE, ENV_FILE_MODE, LOCK_FILE, STICKER_FILE,
+from ansible_collections.stellaops.runtime.plugins.module_utils._contract import (
+    ENV_FILE, ENV_FILE_MODE, LOCK_FILE, MANIFEST_FILE as APPLY_MANIFEST_FILE, STICKER_FILE,
 )
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError, redact_text, redact_url
 from ansible_collections.stellaops.runtime.plugins.module_utils._fsutil import atomic_write, read_bytes

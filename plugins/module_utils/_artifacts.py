@@ -21,8 +21,8 @@ import re
 from ansible_collections.stellaops.runtime.plugins.module_utils._canonical import digest_json, pretty_json, sha256_bytes
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
 
-from ansible_collections.stellaops.runtime.plugins.module_utils._contract import (  # noqa: F401 (re-exported names)
-    APPLY_MANIFEST_SCHEMA, ARTIFACT_FILES, DESIRED_STATE_SCHEMA, ENV_FILE, ENV_FILE_MODE, LOCK_FILE,
+from ansible_collections.stellaops.runtime.plugins.module_utils._contract import (
+    APPLY_MANIFEST_SCHEMA, ARTIFACT_FILES, DESIRED_STATE_SCHEMA, ENV_FILE, LOCK_FILE,
     MANIFEST_FILE as APPLY_MANIFEST_FILE, STICKER_FILE, STICKER_SCHEMA)
 
 _MANIFEST_LABEL_RE = re.compile(r'^\s+stella\.manifest\.hash: "(sha256:[0-9a-f]{64})"$', re.M)

@@ -27,7 +27,6 @@ import urllib.parse
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError, redact_url
 from ansible_collections.stellaops.runtime.plugins.module_utils._contract import (
     COMPOSE_PREFLIGHT, PREFLIGHT_CODES, REACHABILITY_MODES, TARGET_TYPES)
-from ansible_collections.stellaops.runtime.plugins.module_utils._docker_cli import runtime_summary
 from ansible_collections.stellaops.runtime.plugins.module_utils._imageref import parse_image_ref
 from ansible_collections.stellaops.runtime.plugins.module_utils._registry import RegistryClient
 from ansible_collections.stellaops.runtime.plugins.module_utils._versions import (

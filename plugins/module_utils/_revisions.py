@@ -34,8 +34,8 @@ from ansible_collections.stellaops.runtime.plugins.module_utils._canonical impor
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils._fsutil import atomic_write, fsync_dir, read_bytes
 
-from ansible_collections.stellaops.runtime.plugins.module_utils._contract import (  # noqa: F401 (re-exported names)
-    ENV_FILE, LOCK_FILE, LOCK_MARKER, MANIFEST_FILE, REVISION_FILES, REVISION_RECORD, REVISION_SCHEMA, REVISIONS_DIR,
+from ansible_collections.stellaops.runtime.plugins.module_utils._contract import (
+    ENV_FILE, LOCK_FILE, MANIFEST_FILE, REVISION_FILES, REVISION_RECORD, REVISION_SCHEMA, REVISIONS_DIR,
     STICKER_FILE, TEMP_PREFIX, check_project_name, check_work_directory)
 from ansible_collections.stellaops.runtime.plugins.module_utils._artifacts import listed_env_hash, verify_artifact_set
 _REVISION_RE = re.compile(r"^(?P<seq>\d{6})-(?P<hash>[0-9a-f]{12})$")

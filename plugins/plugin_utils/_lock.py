@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.stellaops.runtime.plugins.module_utils._contract import ENV_FILE, LOCK_FILE  # noqa: F401 (re-exported)
+from ansible_collections.stellaops.runtime.plugins.module_utils._contract import ENV_FILE
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
 
 COMPOSE_VERSION = "3.8"

@@ -15,6 +15,7 @@ from __future__ import annotations
 import posixpath
 
 from ansible_collections.stellaops.runtime.plugins.module_utils import _artifacts
+from ansible_collections.stellaops.runtime.plugins.module_utils._contract import ENV_FILE, LOCK_FILE, MANIFEST_FILE, STICKER_FILE
 from ansible_collections.stellaops.runtime.plugins.plugin_utils import _lock, _naming, _payloads
 from ansible_collections.stellaops.runtime.plugins.module_utils._canonical import digest_json, sha256_bytes
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError, redact_url
@@ -126,10 +127,10 @@ def plan_release(release, resolved):
         "manifestHash": mhash,
     })
     plan["paths"] = {
-        "composePath": posixpath.join(project_directory, _artifacts.LOCK_FILE),
-        "versionStickerPath": posixpath.join(project_directory, _artifacts.STICKER_FILE),
-        "applyManifestPath": posixpath.join(project_directory, _artifacts.APPLY_MANIFEST_FILE),
-        "envArtifactPath": posixpath.join(project_directory, _artifacts.ENV_FILE),
+        "composePath": posixpath.join(project_directory, LOCK_FILE),
+        "versionStickerPath": posixpath.join(project_directory, STICKER_FILE),
+        "applyManifestPath": posixpath.join(project_directory, MANIFEST_FILE),
+        "envArtifactPath": posixpath.join(project_directory, ENV_FILE),
     }
     for component in components:
         component["labels"] = labels_for(plan, component["name"], component["digest"])
@@ -162,12 +163,12 @@ def plan_release(release, resolved):
     if env_bytes is not None:
         sticker["envArtifactHash"] = sha256_bytes(env_bytes)
     sticker_bytes = _artifacts.render_json(sticker)
-    files = {_artifacts.LOCK_FILE: lock_bytes, _artifacts.STICKER_FILE: sticker_bytes}
+    files = {LOCK_FILE: lock_bytes, STICKER_FILE: sticker_bytes}
     if env_bytes is not None:
-        files[_artifacts.ENV_FILE] = env_bytes
+        files[ENV_FILE] = env_bytes
     apply_manifest = _artifacts.build_apply_manifest(project, mhash, files)
     apply_bytes = _artifacts.render_json(apply_manifest)
-    files[_artifacts.APPLY_MANIFEST_FILE] = apply_bytes
+    files[MANIFEST_FILE] = apply_bytes
 
     plan.update({
         "jobId": job_id, "taskId": task_id, "composeHash": chash,
@@ -176,7 +177,7 @@ def plan_release(release, resolved):
         "pullImagesDisabled": data.get("pullImages") is False,
     })
     artifact_hashes = dict(apply_manifest["artifacts"])
-    artifact_hashes[_artifacts.APPLY_MANIFEST_FILE] = plan["applyManifestHash"]
+    artifact_hashes[MANIFEST_FILE] = plan["applyManifestHash"]
 
     hooks = _payloads.hook_entries(data["hooks"], project_directory)
     lock_text = lock_bytes.decode("utf-8")

@@ -22,7 +22,6 @@ Pure functions, stdlib only; the caller passes ``createdAt``.
 
 from __future__ import annotations
 
-import re
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._canonical import digest_json
 from ansible_collections.stellaops.runtime.plugins.module_utils._contract import DIGEST_RE
