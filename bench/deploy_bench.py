@@ -27,9 +27,9 @@ sys.path.insert(0, ROOT)
 # tests.conftest makes ansible_collections.stellaops.runtime importable from the checkout
 import tests.conftest  # noqa: E402,F401  pylint: disable=unused-import
 import ansible_run as ar  # noqa: E402
-from ansible_collections.stellaops.runtime.plugins.module_utils._deploy import (  # noqa: E402
-    ComposeHost, compose_request_from_payload)
-from ansible_collections.stellaops.runtime.plugins.module_utils._docker_cli import subprocess_runner  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.module_utils._compose_apply import (  # noqa: E402
+    ComposeApply, parse_request)
+from ansible_collections.stellaops.runtime.plugins.module_utils._docker_cli import DockerCli, subprocess_runner  # noqa: E402
 
 SERVICES = 5
 
@@ -96,11 +96,15 @@ def engine_round(lab):
     project = "bench-eng-%s" % uuid.uuid4().hex[:8]
     work = tempfile.mkdtemp(prefix="stella-bench-")
     planned = plan_five(project, work, lab)
-    request = compose_request_from_payload(planned["payloads"]["compose.up"])
-    engine = ComposeHost(subprocess_runner)
+    request = parse_request(planned["payloads"]["compose.up"])
+
+    def apply():
+        # a new engine client per task, as each module run has
+        return ComposeApply(DockerCli(subprocess_runner), subprocess_runner).run(request)
+
     try:
-        fresh = timed(lambda: engine.apply(request))
-        noop = timed(lambda: engine.apply(request))
+        fresh = timed(apply)
+        noop = timed(apply)
     finally:
         ar.compose_down(project)
         shutil.rmtree(work, ignore_errors=True)
