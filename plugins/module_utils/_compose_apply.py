@@ -75,8 +75,8 @@ def check_artifacts(request, env_bytes=None):
     mhash = sticker.get("manifestHash")
     problems = []
     if sticker.get("composeHash") != sha256_bytes(lock):
-        problems.append("sticker composeHash %s != sha256 of the lock %s" % (sticker.get("composeHash"),
-                                                                              sha256_bytes(lock)))
+        problems.append("sticker composeHash %s != sha256 of the lock %s" % (
+            sticker.get("composeHash"), sha256_bytes(lock)))
     if lock_manifest_hashes(lock) != [mhash]:
         problems.append("lock stella.manifest.hash labels %s != sticker manifestHash %s" % (
             lock_manifest_hashes(lock), mhash))

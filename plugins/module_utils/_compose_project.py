@@ -80,7 +80,9 @@ def service_labels(config):
         labels = (services[name] or {}).get("labels") or {}
         if isinstance(labels, list):
             labels = dict(item.split("=", 1) if "=" in item else (item, "") for item in labels)
-        out[name] = dict(labels)
+        # compose config prints a literal "$" as "$$"; the container carries the "$"
+        out[name] = {key: value.replace("$$", "$") if isinstance(value, str) else value
+                     for key, value in labels.items()}
     return out
 
 

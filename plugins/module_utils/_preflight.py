@@ -484,8 +484,9 @@ def preflight_with(cli, params, get_bin_path=shutil.which, registry_factory=None
     """The preflight of ``params`` (the stella_preflight options) over an engine client that the task
     goes on using, so the runtime is asked each question once. Returns ``(evidence, failures)``."""
     req = build_request(params)
-    registry = (registry_factory or RegistryClient)(username=req.get("registry_username"), password=req.get("registry_password"),
-                                insecure_registries=req.get("insecure_registries"), timeout=req["timeout"])
+    registry = (registry_factory or RegistryClient)(
+        username=req.get("registry_username"), password=req.get("registry_password"),
+        insecure_registries=req.get("insecure_registries"), timeout=req["timeout"])
     observer = HostObserver(cli, get_bin_path, registry, ping_timeout=req["timeout"],
                             docker_host=req.get("docker_host"))
     return run_preflight(req, observer)

@@ -361,6 +361,8 @@ def main():
     secrets = list(params["secrets"]) + env_artifact_values(env_bytes)
     run_command = command_runner(module)
     cli = engine_client(module, run_command)
+    # the preflight asks the daemon the task uses
+    preflight = dict(params["preflight"], docker_host=params["docker_host"]) if params["preflight"] else None
 
     def task():
         if params["task"] == "docker.run":
@@ -369,7 +371,7 @@ def main():
         else:
             request = _compose_apply.parse_request(params["payload"], params)
             manager = _compose_apply.ComposeApply(cli, run_command, module.warn, secrets, params["wait_timeout"],
-                                                  params["keep_revisions"], env_bytes, preflight=params["preflight"])
+                                                  params["keep_revisions"], env_bytes, preflight=preflight)
         return manager.run(request, check_mode=module.check_mode, diff=module._diff)
 
     run_task(module, task)

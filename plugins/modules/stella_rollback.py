@@ -86,6 +86,11 @@ rollbackRestored:
   description: V(true) once the revision runs, is verified, and its sticker is restored.
   returned: always
   type: bool
+rollbackRefusedReason:
+  description: Why a deployment's rollback was refused (code V(rollback_superseded)) because the project
+    no longer runs the release that deployment applied; the newer release was left running.
+  returned: when the rollback was refused as superseded
+  type: str
 restoredRevisionPath:
   description: Real path of the revision that was restored.
   returned: when resolved

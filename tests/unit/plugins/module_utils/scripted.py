@@ -4,8 +4,9 @@
 N`` wrapper :class:`DockerCli` puts around every call (remembering ``N``), matches the argv against an
 ordered script (each step is consumed once, in order) and a keyed table (answered any number of times,
 in any order), and fails the test on any other command. The answers come from the real outputs captured
-in ``tests/unit/fixtures/docker`` (``docker version``, ``compose version``, ``docker inspect``, ``docker
-image inspect``, ``compose up`` errors), rewritten only where a test needs other ids, labels or states.
+in ``tests/unit/fixtures/docker`` (``docker version``, ``compose version``, ``docker info``'s registry
+configuration, ``docker inspect``, ``docker image inspect``, ``compose up`` errors), rewritten only where a
+test needs other ids, labels or states.
 
 :class:`Site` plans real releases (``_plan.plan_release``, no network) for one project under a
 temporary work directory, gives their ``docker compose config`` output (the real Compose binary of the
@@ -15,6 +16,7 @@ venv, as the planning tests use it) and the container entries Docker would repor
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import json
 import os
@@ -30,6 +32,7 @@ if FIXTURES not in sys.path:
 
 from planning_support import compose_config  # noqa: E402  pylint: disable=wrong-import-position
 
+from ansible_collections.stellaops.runtime.plugins.module_utils import _compose_apply, _preflight  # noqa: E402
 from ansible_collections.stellaops.runtime.plugins.module_utils._docker_cli import DockerCli  # noqa: E402
 from ansible_collections.stellaops.runtime.plugins.plugin_utils import _plan  # noqa: E402
 
@@ -203,6 +206,30 @@ def runtime():
     return [Unordered([docker_version(), compose_version()])]
 
 
+def registry_config():
+    """``docker info --format '{{json .RegistryConfig}}'`` (captured; one insecure registry)."""
+    return Step(["docker", "info", "--format", "{{json .RegistryConfig}}"], 0,
+                fixture("docker_info_registry_config.json"))
+
+
+def preflight_runtime():
+    """What the preflight asks the engine, concurrently and each once: the runtime and its registry
+    configuration. The apply after it asks none of them again."""
+    return [Unordered([docker_version(), compose_version(), registry_config()])]
+
+
+RUNTIME_VERBS = ("version", "compose version")
+
+
+def runtime_once(verbs):
+    """``verbs`` with the two runtime questions, asked concurrently (so in either order), as the one entry
+    ``runtime``; fails unless each was asked exactly once and next to the other."""
+    where = [index for index, name in enumerate(verbs) if name in RUNTIME_VERBS]
+    assert sorted(verbs[index] for index in where) == sorted(RUNTIME_VERBS), verbs
+    assert where[1] == where[0] + 1, verbs
+    return verbs[:where[0]] + ["runtime"] + verbs[where[1] + 1:]
+
+
 def compose_argv(project_dir, project, *tail):
     return ["docker", "compose", "--project-name", project, "--project-directory", project_dir, "-f",
             os.path.join(project_dir, LOCK)] + list(tail)
@@ -234,6 +261,45 @@ def image_present(ref=PINNED):
 
 def image_absent(ref=PINNED):
     return Step(["docker", "image", "inspect", ref], 1, "[]\n", "Error: No such image: %s\n" % ref)
+
+
+# --------------------------------------------------------------------------- the preflight inside a task
+
+def preflight_which(name):
+    """The host's binaries as the preflight looks them up: the Docker CLI, no standalone docker-compose."""
+    return None if name == "docker-compose" else "/usr/bin/" + name
+
+
+class NoRegistry:
+    """Stands in for ``_registry.RegistryClient`` in the preflight: any registry question fails the test."""
+
+    def __init__(self, username=None, password=None, insecure_registries=(), timeout=None):
+        # pylint: disable=unused-argument
+        self.insecure_registries = tuple(insecure_registries or ())
+
+    def ping(self, registry, mode="http"):
+        pytest.fail("the preflight asked registry %s (%s) over the network" % (registry, mode), pytrace=False)
+
+    def platforms(self, image):
+        pytest.fail("the preflight asked the registry for the platforms of %s" % (image,), pytrace=False)
+
+
+def offline_preflight(monkeypatch):
+    """Keep the preflight that runs inside an apply on this test's script: ``docker`` is found (the engine
+    client's binary, not the test host's), the daemon's default socket answers its ping (no socket is
+    opened), and no registry is contacted. Returns the list of pinged socket paths."""
+    pings = []
+
+    def ping(path, timeout):  # pylint: disable=unused-argument
+        pings.append(path)
+        return True, "ok"
+
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
+    monkeypatch.setattr(_preflight, "_ping_unix_socket", ping)
+    monkeypatch.setattr(_preflight, "RegistryClient", NoRegistry)
+    monkeypatch.setattr(_compose_apply, "preflight_with",
+                        functools.partial(_preflight.preflight_with, get_bin_path=preflight_which))
+    return pings
 
 
 # --------------------------------------------------------------------------- container entries
@@ -366,10 +432,13 @@ class Site:
         state.setdefault("started", "2026-11-30T04:08:%02d.0Z" % (int(container_id(seed)[:4], 16) % 60))
         return container_entry(base, id=container_id(seed), name=self.project(plan) + "-web-1", **state)
 
-    def apply_steps(self, plan, before, after, up=None, image=None):
-        """The commands of an apply that changes the project: runtime, project containers, config,
-        images, ``up`` and the verification inspect."""
-        steps = runtime() + containers(self.project(plan), before) + [self.config_step(plan)]
+    def apply_steps(self, plan, before, after, up=None, image=None, config=False, first=None):
+        """The commands of an apply that changes the project: runtime (or ``first`` instead), project
+        containers, images, ``up`` and the verification inspect. A lock the planner rendered is read
+        directly, so ``docker compose config`` is asked only with ``config=True`` (a lock the reader
+        declines)."""
+        steps = (runtime() if first is None else list(first)) + containers(self.project(plan), before)
+        steps += [self.config_step(plan)] if config else []
         steps += image if image is not None else [image_present()]
         steps += [up or self.up_step(plan)] + containers(self.project(plan), after)
         return steps

@@ -183,8 +183,8 @@ def deploy(site, plan, before, after):
     return result
 
 
-APPLY_VERBS = ["version", "compose version", "ps", "inspect", "compose config", "image inspect", "compose up", "ps",
-               "inspect"]
+# The lock the planner rendered is read directly: no ``docker compose config`` in any of these.
+APPLY_VERBS = ["runtime", "ps", "inspect", "image inspect", "compose up", "ps", "inspect"]
 
 
 @pytest.fixture
@@ -202,15 +202,16 @@ def test_converged_project_is_a_no_op(site):
     before = {name: os.stat(os.path.join(directory, name)) for name in os.listdir(directory)}
     content = sc.snapshot(directory)
 
-    # Ordered: the runtime and the project's containers; then only read-only questions, in any order
-    # (the lock may be read from disk or rendered by Compose), never up, pull, run or rm.
+    # Ordered: the runtime and the project's containers; then only the image question. The committed
+    # lock is read from disk, so Compose is never asked to render it; never up, pull, run or rm.
     runner = sc.ScriptedRunner(sc.runtime() + sc.containers(site.project(plan), running),
-                               keyed=[site.config_step(plan), sc.image_present()])
+                               keyed=[sc.image_present()])
     result = apply(site, plan, runner)
 
     runner.assert_done()
-    assert runner.docker_verbs()[:4] == ["version", "compose version", "ps", "inspect"]
-    assert set(runner.docker_verbs()[4:]) <= {"compose config", "image inspect"}
+    verbs = sc.runtime_once(runner.docker_verbs())
+    assert verbs[:3] == ["runtime", "ps", "inspect"] and set(verbs[3:]) == {"image inspect"}
+    assert "compose config" not in runner.verbs()
     assert "compose up" not in runner.verbs() and "compose pull" not in runner.verbs()
     assert result["changed"] is False and result["warnings"] == []
     evidence = result["evidence"]
@@ -239,16 +240,18 @@ def test_fresh_apply_stages_the_lock_and_commits_the_sticker_only_after_inspecti
 
     after = [site.container(plan, "a1")]
     steps = site.apply_steps(plan, [], after, up=site.up_step(plan, action=look("up")))
-    next(step for step in steps if sc.verb(step.pattern) == "compose config").action = look("config")
+    next(step for step in steps if isinstance(step, sc.Step)
+         and sc.verb(step.pattern) == "image inspect").action = look("pull")
     steps[-1].action = look("inspect")  # the verification inspect
     runner = sc.ScriptedRunner(steps)
     result = apply(site, plan, runner)
 
     runner.assert_done()
-    assert runner.docker_verbs() == ["version", "compose version", "ps", "compose config", "image inspect",
-                                     "compose up", "ps", "inspect"]
+    assert sc.runtime_once(runner.docker_verbs()) == ["runtime", "ps", "image inspect", "compose up", "ps",
+                                                      "inspect"]
+    assert "compose config" not in runner.verbs()
     files = plan["_files"]
-    for moment in ("config", "up", "inspect"):
+    for moment in ("pull", "up", "inspect"):
         assert seen[moment][sc.LOCK] == files[sc.LOCK], moment
         assert seen[moment][ENV] == files[ENV], moment
         assert seen[moment][STICKER] is None and seen[moment][MANIFEST] is None, moment
@@ -273,8 +276,8 @@ def test_missing_image_is_pulled_before_compose_up(site):
         sc.image_absent(), sc.image_absent(), site.pull_step(plan, "web"), sc.image_present()]))
     result = apply(site, plan, runner)
     runner.assert_done()
-    assert runner.docker_verbs() == ["version", "compose version", "ps", "compose config", "image inspect",
-                                     "image inspect", "compose pull", "image inspect", "compose up", "ps", "inspect"]
+    assert sc.runtime_once(runner.docker_verbs()) == ["runtime", "ps", "image inspect", "image inspect",
+                                                      "compose pull", "image inspect", "compose up", "ps", "inspect"]
     assert result["evidence"]["pulledServices"] == ["web"]
 
 
@@ -282,10 +285,11 @@ def test_pull_disabled_and_image_missing_fails_before_compose_up(site):
     plan = site.plan()
     payload = dict(plan["payloads"]["compose.up"], PullImages=False)
     runner = sc.ScriptedRunner(sc.runtime() + sc.containers(site.project(plan), [])
-                               + [site.config_step(plan), sc.image_absent(), sc.image_absent()])
+                               + [sc.image_absent(), sc.image_absent()])
     with pytest.raises(StellaError) as err:
         ca.ComposeApply(sc.engine(runner), runner).run(ca.parse_request(payload))
     runner.assert_done()
+    assert "compose config" not in runner.verbs() and "compose up" not in runner.verbs()
     assert err.value.code == "image_missing" and err.value.phase == "compose_pull"
     assert err.value.evidence["filesRestored"] == [sc.LOCK]
     assert not os.path.exists(os.path.join(site.directory(plan), sc.LOCK))
@@ -309,7 +313,7 @@ def test_failed_compose_up_restores_every_file(site):
         apply(site, plan_b, runner)
 
     runner.assert_done()
-    assert runner.docker_verbs() == APPLY_VERBS
+    assert sc.runtime_once(runner.docker_verbs()) == APPLY_VERBS
     assert err.value.code == "service_unhealthy" and err.value.phase == "compose_up"
     evidence = err.value.evidence
     assert evidence["failurePhase"] == "compose_up" and evidence["changed"] is True
@@ -335,6 +339,7 @@ def test_failed_verification_after_up_restores_every_file(site):
     with pytest.raises(StellaError) as err:
         apply(site, plan_b, runner)
     runner.assert_done()
+    assert sc.runtime_once(runner.docker_verbs()) == APPLY_VERBS
     assert err.value.code == "digest_mismatch" and err.value.phase == "inspect_services"
     assert sc.snapshot(directory, skip=("revisions",)) == before
 
@@ -366,12 +371,11 @@ def test_blocking_pre_deploy_hook_restores_env_file(site):
     directory = site.directory(plan_a)
     before = sc.snapshot(directory, skip=("revisions",))
     plan_b = site.plan("2.0.0", secret="s2", hooks=[{"name": "migrate", "phase": "pre-deploy", "command": "exit 3"}])
-    runner = sc.ScriptedRunner(sc.runtime() + sc.containers(site.project(plan_b), running)
-                               + [site.config_step(plan_b)])
+    runner = sc.ScriptedRunner(sc.runtime() + sc.containers(site.project(plan_b), running))
     with pytest.raises(StellaError) as err:
         apply(site, plan_b, runner)
     runner.assert_done()
-    assert "compose up" not in runner.verbs() and "image inspect" not in runner.verbs()
+    assert sc.runtime_once(runner.docker_verbs()) == ["runtime", "ps", "inspect"]
     assert err.value.code == "hook_failed" and err.value.phase == "pre_deploy_hooks"
     evidence = err.value.evidence
     assert evidence["hookResults"][0]["exitCode"] == 3 and evidence["hookResults"][0]["outcome"] == "failed"
@@ -414,7 +418,7 @@ def test_disk_full_while_writing_artifacts(site, monkeypatch, nth, restored):
 
 def test_hung_daemon_fails_before_anything_changes(site):
     plan = site.plan()
-    runner = sc.ScriptedRunner([sc.docker_version(rc=124)])
+    runner = sc.ScriptedRunner([sc.Unordered([sc.docker_version(rc=124), sc.compose_version()])])
     with pytest.raises(StellaError) as err:
         apply(site, plan, runner)
     runner.assert_done()
@@ -449,3 +453,145 @@ def test_check_mode_runs_nothing_and_writes_nothing(site):
     assert result["evidence"]["wouldChangeFiles"] == sorted([sc.LOCK, STICKER, MANIFEST])
     assert result["diff"]["after"] == plan["lock"] and result["diff"]["before"] == ""
     assert not os.path.exists(site.work)
+
+
+# --------------------------------------------------------------------------- a lock the reader declines
+
+def dollar_plan(site, version="1.0.0"):
+    """A planned release whose lock carries a ``$`` (escaped ``$$`` for Compose) in a label value, which
+    ``read_lock_services`` declines to read."""
+    release = site.release(version, secret="s1")
+    release["release"]["name"] = "shop $HOME"
+    plan = _plan.plan_release(release, {sc.IMAGE: D1})
+    assert 'stella.release.name: "shop $$HOME"' in plan["lock"]
+    return plan
+
+
+def test_lock_the_reader_declines_is_rendered_by_compose_config_once(site):
+    """The one case Compose renders the lock: asked once, in write_artifacts, with the staged lock (and
+    env artifact) already in place and no sticker yet; its images drive the image questions and the
+    verification after a failed ``up`` reuses it."""
+    plan = dollar_plan(site)
+    directory = site.directory(plan)
+    seen = {}
+
+    def at_config(_argv):
+        seen.update({name: _fsutil.read_bytes(os.path.join(directory, name)) for name in (sc.LOCK, ENV, STICKER)})
+
+    broken = [site.container(plan, "b1", base="bad")]
+    up = site.up_step(plan, rc=1, err=sc.fixture("compose_up_unhealthy.stderr"))
+    steps = site.apply_steps(plan, [], broken, up=up, config=True)
+    next(step for step in steps if isinstance(step, sc.Step)
+         and sc.verb(step.pattern) == "compose config").action = at_config
+    runner = sc.ScriptedRunner(steps)
+    with pytest.raises(StellaError) as err:
+        apply(site, plan, runner)
+
+    runner.assert_done()
+    assert sc.runtime_once(runner.docker_verbs()) == ["runtime", "ps", "compose config", "image inspect",
+                                                      "compose up", "ps", "inspect"]
+    assert seen == {sc.LOCK: plan["_files"][sc.LOCK], ENV: plan["_files"][ENV], STICKER: None}
+    assert err.value.code == "service_unhealthy" and err.value.phase == "compose_up"
+    evidence = err.value.evidence
+    assert evidence["services"][0]["image"] == sc.PINNED and evidence["services"][0]["health"] == "unhealthy"
+    assert evidence["filesRestored"] == [ENV, sc.LOCK]
+    assert not [name for name in os.listdir(directory) if name != ".stella.lock"]
+
+
+class EscapedLabelExpected(Exception):
+    """The apply expected the ``$$``-escaped text ``docker compose config`` prints as the label value."""
+
+
+def test_lock_the_reader_declines_verifies_the_labels_docker_sets(site):
+    """Compose sets ``stella.release.name`` to ``shop $HOME`` (``$$`` interpolated) on the container, as a
+    real ``docker compose create`` of such a lock shows; the apply must accept exactly that."""
+    plan = dollar_plan(site)
+    labels = {key: value.replace("$$", "$")
+              for key, value in site.container(plan, "a1")["Config"]["Labels"].items()}
+    assert labels["stella.release.name"] == "shop $HOME"
+    running = [site.container(plan, "a1", labels=labels)]
+    runner = sc.ScriptedRunner(site.apply_steps(plan, [], running, config=True))
+    try:
+        result = apply(site, plan, runner)
+    except StellaError as exc:
+        if exc.code == "label_mismatch" and "expected 'shop $$HOME'" in exc.reason:
+            raise EscapedLabelExpected(exc.reason) from exc
+        raise
+    runner.assert_done()
+    assert result["evidence"]["services"][0]["labels"]["stella.release.name"] == "shop $HOME"
+
+
+# --------------------------------------------------------------------------- the preflight inside the apply
+
+def preflight_options(site, **payload):
+    """stella_preflight options for the apply: no registry or platform check over the network (no
+    ImageReference, reachability ``skip``), the captured 20.10 engine accepted, 1 byte of disk asked."""
+    body = {"WorkDirectory": site.work, "MinimumFreeDiskBytes": 1, "RegistryReachabilityMode": "skip"}
+    body.update(payload)
+    return {"payload": body, "min_engine_version": "20.10.0"}
+
+
+def test_preflight_passes_then_the_apply_asks_the_runtime_nothing_again(site, monkeypatch):
+    pings = sc.offline_preflight(monkeypatch)
+    plan = site.plan(secret="s1")
+    after = [site.container(plan, "a1")]
+    runner = sc.ScriptedRunner(site.apply_steps(plan, [], after, first=sc.preflight_runtime()))
+    result = apply(site, plan, runner, preflight=preflight_options(site))
+
+    runner.assert_done()
+    verbs = runner.docker_verbs()
+    assert verbs.count("version") == 1 and verbs.count("compose version") == 1 and verbs.count("info") == 1
+    assert set(verbs[:3]) == {"version", "compose version", "info"}
+    assert verbs[3:] == ["ps", "image inspect", "compose up", "ps", "inspect"]
+    assert "compose config" not in runner.verbs()
+    assert pings == ["/var/run/docker.sock"]
+    evidence = result["evidence"]
+    assert result["changed"] is True and evidence["failurePhase"] is None
+    assert evidence["preflightFailures"] == []
+    preflight = evidence["preflight"]
+    assert preflight["status"] == "passed"
+    assert preflight["docker"]["serverVersion"] == "20.10.24+dfsg1" and preflight["compose"]["version"] == "2.40.3"
+    checks = {check["name"]: check["status"] for check in preflight["checks"]}
+    assert checks["registry"] == "skipped" and checks["platform"] == "skipped"
+    assert {checks[name] for name in ("runtime", "daemon", "engine_version", "compose", "compose_version",
+                                      "workdir", "disk")} == {"passed"}
+    assert preflight["workDirectory"]["path"] == site.work
+    assert evidence["dockerVersion"] == "20.10.24+dfsg1" and evidence["composeVersion"] == "2.40.3"
+    assert evidence["completedPhases"][:2] == ["preflight", "write_artifacts"]
+    assert evidence["deploymentPhases"][0]["phase"] == "preflight"
+    assert evidence["deploymentPhases"][0]["status"] == "succeeded"
+
+
+@pytest.mark.parametrize("existing", [False, True], ids=["fresh", "existing"])
+@pytest.mark.parametrize("options,code", [
+    ({"min_engine_version": "99.0.0"}, "runtime_version_too_old"),
+    ({"payload": {"MinimumFreeDiskBytes": 2 ** 62}}, "disk_space_low"),
+], ids=["engine-too-old", "disk"])
+def test_failed_preflight_fails_before_anything_on_the_host_changes(site, monkeypatch, options, code, existing):
+    if existing:
+        plan_a = site.plan("1.0.0", secret="s1")
+        deploy(site, plan_a, [], [site.container(plan_a, "a1")])
+        before = sc.snapshot(site.work)
+    sc.offline_preflight(monkeypatch)
+    plan = site.plan("2.0.0", secret="s2")
+    preflight = preflight_options(site, **options.get("payload", {}))
+    preflight.update({k: v for k, v in options.items() if k != "payload"})
+    runner = sc.ScriptedRunner(sc.preflight_runtime())
+    with pytest.raises(StellaError) as err:
+        apply(site, plan, runner, preflight=preflight)
+
+    runner.assert_done()
+    assert sorted(runner.docker_verbs()) == ["compose version", "info", "version"]
+    assert "ps" not in runner.verbs() and "compose up" not in runner.verbs()
+    assert err.value.code == code and err.value.phase == "preflight"
+    evidence = err.value.evidence
+    assert evidence["failurePhase"] == "preflight" and evidence["changed"] is False
+    assert evidence["preflight"]["status"] == "failed"
+    assert [f["code"] for f in evidence["preflightFailures"]] == [code]
+    assert evidence["failures"] == evidence["preflightFailures"]
+    assert evidence["completedPhases"] == []
+    assert [(p["phase"], p["status"]) for p in evidence["deploymentPhases"]] == [("preflight", "failed")]
+    if existing:
+        assert sc.snapshot(site.work) == before
+    else:
+        assert not os.path.exists(site.work)

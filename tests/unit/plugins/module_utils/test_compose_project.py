@@ -14,6 +14,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils import _compose_
 from ansible_collections.stellaops.runtime.plugins.module_utils import _revisions
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils._docker_cli import container_summary
+from ansible_collections.stellaops.runtime.plugins.plugin_utils import _plan
 
 D1 = sc.DIGEST
 TARGET = sc.TARGET
@@ -165,6 +166,41 @@ def test_converged_needs_containers_and_treats_engine_errors_as_not_converged(pr
     runner = sc.ScriptedRunner(keyed=[site.config_step(plan), sc.image_present()])
     services = cp.ComposeProject(sc.engine(runner), layout).converged(running, TARGET, plan["manifestHash"])
     assert services and services[0]["imageDigest"] == D1
+    # With the committed lock's bytes the lock is read directly: only the image is asked about.
+    runner = sc.ScriptedRunner(keyed=[sc.image_present()])
+    services = cp.ComposeProject(sc.engine(runner), layout).converged(running, TARGET, plan["manifestHash"],
+                                                                      lock_bytes=plan["_files"][sc.LOCK])
+    assert services and services[0]["imageDigest"] == D1
+    assert runner.docker_verbs() == ["image inspect"]
+
+
+def test_expected_reads_a_planner_lock_without_compose(project):
+    site, plan, layout = project
+    runner = sc.ScriptedRunner()
+    images, labels = cp.ComposeProject(sc.engine(runner), layout).expected(plan["_files"][sc.LOCK], "write_artifacts")
+    assert runner.calls == []
+    config = site.config(plan)
+    assert (images, labels) == (cp.service_images(config), cp.service_labels(config))
+    assert images == {"web": sc.PINNED}
+
+
+def test_expected_asks_compose_when_the_reader_declines(project):
+    """A ``$`` in a label (``$$`` in the lock) or no lock bytes at all: ``docker compose config``, once."""
+    site, _planned, layout = project
+    release = site.release()
+    release["release"]["name"] = "shop $HOME"
+    plan = _plan.plan_release(release, {sc.IMAGE: D1})
+    assert cp.read_lock_services(plan["_files"][sc.LOCK]) is None
+    for lock_bytes in (plan["_files"][sc.LOCK], None):
+        runner = sc.ScriptedRunner([site.config_step(plan)])
+        images, labels = cp.ComposeProject(sc.engine(runner), layout).expected(lock_bytes, "restore_lock")
+        runner.assert_done()
+        assert runner.docker_verbs() == ["compose config"]
+        assert images == {"web": sc.PINNED} and labels == cp.service_labels(site.config(plan))
+    failing = sc.Step(sc.compose_argv(layout.project_dir, layout.project_name, sc.REST), 1, "", "yaml: bad")
+    with pytest.raises(StellaError) as err:
+        cp.ComposeProject(sc.engine(sc.ScriptedRunner([failing])), layout).expected(None, "restore_lock")
+    assert err.value.code == "lock_invalid" and err.value.phase == "restore_lock"
 
 
 def test_config_without_json_is_lock_invalid(project):

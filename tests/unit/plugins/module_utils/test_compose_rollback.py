@@ -242,7 +242,7 @@ def test_rollback_of_an_explicit_revision_path(history):
         seen["lock"] = read_bytes(os.path.join(history.directory, sc.LOCK))
         seen["sticker"] = read_bytes(os.path.join(history.directory, STICKER))
 
-    steps = (sc.runtime() + sc.containers(history.project, history.running["C"]) + [site.config_step(plan_a)]
+    steps = (sc.runtime() + sc.containers(history.project, history.running["C"])
              + [sc.image_present(), site.up_step(plan_a, action=at_up)]
              + sc.containers(history.project, restored))
     runner = sc.ScriptedRunner(steps)
@@ -250,8 +250,9 @@ def test_rollback_of_an_explicit_revision_path(history):
     result = rollback(runner, request)
 
     runner.assert_done()
-    assert runner.docker_verbs() == ["version", "compose version", "ps", "inspect", "compose config", "image inspect",
-                                     "compose up", "ps", "inspect"]
+    # The retained lock is hash-verified and planner-rendered: read directly, never rendered by Compose.
+    assert sc.runtime_once(runner.docker_verbs()) == ["runtime", "ps", "inspect", "image inspect", "compose up",
+                                                      "ps", "inspect"]
     assert seen == {"lock": plan_a["_files"][sc.LOCK], "sticker": history.plans["C"]["_files"][STICKER]}
     for name in (sc.LOCK, STICKER, MANIFEST, ENV):
         assert read_bytes(os.path.join(history.directory, name)) == plan_a["_files"][name], name
@@ -269,17 +270,18 @@ def test_rollback_of_an_explicit_revision_path(history):
 def test_rollback_to_the_release_already_running_is_a_no_op(history):
     """The latest retained revision is B's; with B's files and containers in place nothing is restarted."""
     first = sc.ScriptedRunner(sc.runtime() + sc.containers(history.project, history.running["C"])
-                              + [history.site.config_step(history.plans["B"]), sc.image_present(),
-                                 history.site.up_step(history.plans["B"])]
+                              + [sc.image_present(), history.site.up_step(history.plans["B"])]
                               + sc.containers(history.project, history.running["B"]))
     rollback(first, history.request("C"))
     first.assert_done()
+    assert "compose config" not in first.verbs()
     before = sc.snapshot(history.directory)
     runner = sc.ScriptedRunner(sc.runtime() + sc.containers(history.project, history.running["B"]),
-                               keyed=[history.site.config_step(history.plans["B"]), sc.image_present()])
+                               keyed=[sc.image_present()])
     result = rollback(runner, history.request("C"))
     runner.assert_done()
-    assert "compose up" not in runner.verbs()
+    assert sc.runtime_once(runner.docker_verbs()) == ["runtime", "ps", "inspect", "image inspect"]
+    assert "compose up" not in runner.verbs() and "compose config" not in runner.verbs()
     assert result["changed"] is False and result["evidence"]["rollbackRestored"] is True
     assert sc.snapshot(history.directory) == before
 
@@ -289,10 +291,11 @@ def test_failed_rollback_puts_every_file_back(history):
     plan_b, site = history.plans["B"], history.site
     up = site.up_step(plan_b, rc=1, err=sc.fixture("compose_up_exited.stderr"))
     runner = sc.ScriptedRunner(sc.runtime() + sc.containers(history.project, history.running["C"])
-                               + [site.config_step(plan_b), sc.image_present(), up])
+                               + [sc.image_present(), up])
     with pytest.raises(StellaError) as err:
         rollback(runner, history.request("C"))
     runner.assert_done()
+    assert sc.runtime_once(runner.docker_verbs()) == ["runtime", "ps", "inspect", "image inspect", "compose up"]
     assert err.value.code == "compose_up_failed" and err.value.phase == "compose_up"
     assert err.value.evidence["rollbackRestored"] is False
     assert err.value.evidence["filesRestored"] == [ENV, sc.LOCK]
@@ -301,9 +304,10 @@ def test_failed_rollback_puts_every_file_back(history):
 
 def test_hung_daemon_during_rollback(history):
     before = sc.snapshot(history.directory)
-    runner = sc.ScriptedRunner([sc.docker_version(rc=124)])
+    runner = sc.ScriptedRunner([sc.Unordered([sc.docker_version(rc=124), sc.compose_version()])])
     with pytest.raises(StellaError) as err:
         rollback(runner, history.request("C"))
+    runner.assert_done()
     assert err.value.code == "runtime_daemon_unavailable" and err.value.phase == "validate_revision"
     assert sc.snapshot(history.directory) == before
 

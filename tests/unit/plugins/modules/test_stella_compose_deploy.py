@@ -121,3 +121,53 @@ def test_check_mode_through_the_module(site, monkeypatch, capsys):
     assert rc == 0 and result["changed"] is True and result["checkMode"] is True
     assert result["diff"]["after"] == plan["lock"]
     assert not os.path.exists(site.work)
+
+
+def test_preflight_option_fails_the_task_before_anything_changes(site, monkeypatch, capsys):
+    """The preflight suboptions reach the apply with their defaults (min_engine_version 24.0.0 refuses the
+    captured 20.10 engine): the task fails in phase preflight with the evidence, and the project is never
+    asked about."""
+    plan = site.plan(secret=SECRET)
+    runner = sc.ScriptedRunner(sc.preflight_runtime())
+    script_engine(monkeypatch, module, runner)
+    sc.offline_preflight(monkeypatch)
+    preflight = {"payload": {"WorkDirectory": site.work, "MinimumFreeDiskBytes": 1, "RegistryReachabilityMode": "skip"}}
+    rc, result = run_module(module, {"payload": plan["payloads"]["compose.up"], "secret_env": {"DB_PASSWORD": SECRET},
+                                     "preflight": preflight}, capsys, monkeypatch)
+    runner.assert_done()
+    assert rc == 1 and result["code"] == "runtime_version_too_old" and result["failurePhase"] == "preflight"
+    assert result["changed"] is False and result["preflight"]["status"] == "failed"
+    assert result["preflight"]["gates"]["minEngineVersion"] == "24.0.0"
+    assert [f["code"] for f in result["preflightFailures"]] == ["runtime_version_too_old"]
+    assert "ps" not in runner.verbs() and not os.path.exists(site.work)
+    assert SECRET not in capsys.readouterr().out + repr(result)
+
+
+def test_preflight_option_passes_and_the_apply_reuses_the_runtime(site, monkeypatch, capsys):
+    plan = site.plan()
+    runner = sc.ScriptedRunner(site.apply_steps(plan, [], [site.container(plan, "a1")], first=sc.preflight_runtime()))
+    script_engine(monkeypatch, module, runner)
+    sc.offline_preflight(monkeypatch)
+    preflight = {"payload": {"WorkDirectory": site.work, "MinimumFreeDiskBytes": 1, "RegistryReachabilityMode": "skip"},
+                 "min_engine_version": "20.10.0"}
+    rc, result = run_module(module, {"payload": plan["payloads"]["compose.up"], "preflight": preflight},
+                            capsys, monkeypatch)
+    runner.assert_done()
+    assert rc == 0 and result["changed"] is True and result["failurePhase"] is None
+    assert result["preflight"]["status"] == "passed" and result["preflightFailures"] == []
+    verbs = runner.docker_verbs()
+    assert verbs.count("version") == 1 and verbs.count("compose version") == 1
+
+
+def test_preflight_option_asks_the_daemon_the_task_uses(site, monkeypatch, capsys):
+    plan = site.plan()
+    runner = sc.ScriptedRunner(site.apply_steps(plan, [], [site.container(plan, "a1")], first=sc.preflight_runtime()))
+    script_engine(monkeypatch, module, runner)
+    pings = sc.offline_preflight(monkeypatch)
+    preflight = {"payload": {"WorkDirectory": site.work, "MinimumFreeDiskBytes": 1, "RegistryReachabilityMode": "skip"},
+                 "min_engine_version": "20.10.0"}
+    rc, result = run_module(module, {"payload": plan["payloads"]["compose.up"], "preflight": preflight,
+                                     "docker_host": "unix:///run/user/1000/docker.sock"}, capsys, monkeypatch)
+    assert rc == 0, result
+    assert pings == ["/run/user/1000/docker.sock"], pings
+    assert result["preflight"]["docker"]["host"] == "unix:///run/user/1000/docker.sock"
