@@ -55,7 +55,9 @@ test: venv collection
 build: venv
 	$(BIN)/ansible-galaxy collection build --force --output-path .build/dist .
 
+# role_bench.py creates .build/bench-venv (the PyPI `ansible` bundle, for community.docker) on first use.
 bench: lab
+	$(BIN)/python bench/role_bench.py
 	$(BIN)/python bench/plan_bench.py
 	$(BIN)/python bench/deploy_bench.py
 	$(BIN)/python bench/rollback_bench.py
