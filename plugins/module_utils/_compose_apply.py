@@ -158,8 +158,8 @@ class ComposeApply(Manager):
                 evidence["preflight"] = checks
                 evidence["preflightFailures"] = failures
                 raise_failures(checks, failures)
-        with rec.phase("verify_target", record=False):
-            runtime = evidence["runtime"] = self.cli.runtime(phase="verify_target")
+        with rec.phase("preflight", record=False):
+            runtime = evidence["runtime"] = self.cli.runtime(phase="preflight")
             evidence.update({"dockerVersion": runtime["dockerServerVersion"],
                              "composeVersion": runtime["composeVersion"]})
         if diff:

@@ -125,7 +125,7 @@ class ComposeRollback(Manager):
                 evidence.update({"restoredManifestHash": mhash, "manifestHash": mhash,
                                  "restoredDigests": revision_digests(files[STICKER_FILE]),
                                  "artifactHashes": dict(record["files"])})
-                runtime = evidence["runtime"] = self.cli.runtime(phase="validate_revision")
+                runtime = evidence["runtime"] = self.cli.runtime(phase="preflight")
                 evidence.update({"dockerVersion": runtime["dockerServerVersion"],
                                  "composeVersion": runtime["composeVersion"]})
                 before_containers = self.project.containers(phase="validate_revision")

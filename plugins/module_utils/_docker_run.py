@@ -134,7 +134,8 @@ class DockerRun(Manager):
                               phase="validate_payload")
         with rec.phase("verify_target", record=False):
             ensure_this_host(request["target"], self.run_command)
-            docker = self.cli.version(phase="verify_target")
+        with rec.phase("preflight", record=False):
+            docker = self.cli.version(phase="preflight")
             evidence.update({"dockerVersion": docker["server"], "dockerClientVersion": docker["client"]})
         if check_mode:
             image_id = self._image_id(request, "pull_image")

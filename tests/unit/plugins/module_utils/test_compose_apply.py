@@ -422,7 +422,7 @@ def test_hung_daemon_fails_before_anything_changes(site):
     with pytest.raises(StellaError) as err:
         apply(site, plan, runner)
     runner.assert_done()
-    assert err.value.code == "runtime_daemon_unavailable" and err.value.phase == "verify_target"
+    assert err.value.code == "runtime_daemon_unavailable" and err.value.phase == "preflight"
     assert runner.limit_of("version") == 60
     assert not os.path.exists(site.work)
 

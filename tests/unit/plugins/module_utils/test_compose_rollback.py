@@ -308,7 +308,7 @@ def test_hung_daemon_during_rollback(history):
     with pytest.raises(StellaError) as err:
         rollback(runner, history.request("C"))
     runner.assert_done()
-    assert err.value.code == "runtime_daemon_unavailable" and err.value.phase == "validate_revision"
+    assert err.value.code == "runtime_daemon_unavailable" and err.value.phase == "preflight"
     assert sc.snapshot(history.directory) == before
 
 

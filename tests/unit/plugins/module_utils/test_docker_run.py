@@ -258,7 +258,7 @@ def test_hung_daemon(host):
     with pytest.raises(StellaError) as err:
         host.run(runner)
     runner.assert_done()
-    assert err.value.code == "runtime_daemon_unavailable" and err.value.phase == "verify_target"
+    assert err.value.code == "runtime_daemon_unavailable" and err.value.phase == "preflight"
     assert not os.path.exists(host.site.work)
 
 
