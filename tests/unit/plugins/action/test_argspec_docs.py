@@ -92,8 +92,8 @@ def compare(name, documented, spec, path=""):
         for key, fallback in (("type", "str"), ("default", None), ("choices", None), ("required", False),
                               ("elements", None)):
             if doc.get(key, fallback) != arg.get(key, fallback):
-                problems.append("%s %s: documented %r, spec %r" % (where, key, doc.get(key, fallback),
-                                                                     arg.get(key, fallback)))
+                problems.append("%s %s: documented %r, spec %r" % (
+                    where, key, doc.get(key, fallback), arg.get(key, fallback)))
         if arg.get("required") and "default" in arg:
             problems.append("%s is required and has a default" % where)
         if SECRET_WORDS.search(option) and not arg.get("no_log"):

@@ -78,8 +78,8 @@ def test_payload_rejections(payload, needle):
 
 
 def test_options_request():
-    request = rb.parse_request(None, {"project_name": "p", "target": {k[0].lower() + k[1:]: v
-                                                                       for k, v in TARGET.items()}})
+    snake_target = {k[0].lower() + k[1:]: v for k, v in TARGET.items()}
+    request = rb.parse_request(None, {"project_name": "p", "target": snake_target})
     assert request["work_directory"] == DEFAULT_WORK_DIRECTORY and request["target"]["id"] == "tgt-01"
     assert request["reason"] is None and request["manifest_hash"] is None
     with pytest.raises(StellaError):

@@ -169,7 +169,7 @@ class Host:
 
     def watch(self, new, times):
         steps = []
-        for _ in range(times):
+        for _round in range(times):
             steps += [self.ps([new]), sc.inspect([new])]
         return steps
 

@@ -77,8 +77,8 @@ def test_unexpected_exception_in_docker_run(tmp_path, runner, capsys, monkeypatc
 
 
 def test_warnings_of_a_non_blocking_hook_survive_a_later_failure(site, monkeypatch, capsys):
-    plan = site.plan(secret=SECRET, hooks=[{"name": "notify", "phase": "pre-deploy", "command": "exit 1",
-                                             "failurePolicy": "warn"}])
+    hook = {"name": "notify", "phase": "pre-deploy", "command": "exit 1", "failurePolicy": "warn"}
+    plan = site.plan(secret=SECRET, hooks=[hook])
     broken = [site.container(plan, "b1", base="bad")]
     up = site.up_step(plan, rc=1, err=sc.fixture("compose_up_unhealthy.stderr"))
     runner = sc.ScriptedRunner(site.apply_steps(plan, [], broken, up=up))
