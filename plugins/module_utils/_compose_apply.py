@@ -58,6 +58,14 @@ def _mismatch(problems):
                        evidence={"problems": problems})
 
 
+def variable_problems(request, actual):
+    """The payload's ``Variables`` must agree with what the task carries (pure): a variable that names
+    another project, release hash, artifact or target than the task itself is refused."""
+    variables = request.get("Variables") or {}
+    return ["Variables.%s is %r, the task carries %r" % (key, variables[key], actual[key])
+            for key in sorted(actual) if key in variables and variables[key] != actual[key]]
+
+
 def check_artifacts(request, env_bytes=None):
     """Pure consistency checks of the artifact set before any change.
 
@@ -93,6 +101,12 @@ def check_artifacts(request, env_bytes=None):
     if sticker.get("workDirectory") not in (None, request["work_directory"]):
         problems.append("sticker workDirectory %r != WorkDirectory %r" % (sticker.get("workDirectory"),
                                                                           request["work_directory"]))
+    problems.extend(variable_problems(request, {
+        "projectName": request["project_name"], "workDirectory": request["work_directory"], "manifestHash": mhash,
+        "composeHash": sha256_bytes(lock), "versionStickerHash": sha256_bytes(sticker_bytes),
+        "targetId": request["target"]["id"], "targetName": request["target"]["name"],
+        "targetType": request["target"]["type"], "targetEndpoint": request["target"]["endpoint"],
+        "targetExecutionMode": request["target"]["executionMode"]}))
     if problems:
         raise _mismatch(problems)
     artifacts = {LOCK_FILE: lock, STICKER_FILE: sticker_bytes, ENV_FILE: env_bytes}

@@ -115,10 +115,6 @@ def select_slot(release):
     return DEFAULT_SLOTS[release["strategy"]], "default:" + release["strategy"]
 
 
-def is_variant(slot):
-    return slot not in NAMED_SLOTS
-
-
 def traffic_role(slot, active_slot=None):
     """active->active, canary->canary, blue/green->standby (active when it is ``activeSlot``),
     variant id->variant."""
