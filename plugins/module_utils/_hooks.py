@@ -257,12 +257,12 @@ def reap_stale_hooks(directory):
     if leader:
         stats = _all_stats()
         stat = stats.get(leader)
-        alive_leader = stat is not None and stat[3] == started
-        killed = sorted(pid for pid, st in stats.items()
-                        if pid != os.getpid() and (st[2] == leader or st[1] == leader) and (alive_leader or st[2] == leader))
-        if alive_leader and leader not in killed:
-            killed.append(leader)
-        _kill(killed)
+        # A live process with the leader's pid but another start time took a recycled pid: the kernel
+        # reuses no pid while a session or group of that id exists, so nothing of the hook is left.
+        if stat is None or stat[3] == started:
+            killed = sorted(pid for pid, st in stats.items()
+                            if pid != os.getpid() and (st[2] == leader or st[1] == leader))
+            _kill(killed)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
     return killed

@@ -129,3 +129,57 @@ def test_run_phase_hooks_stops_at_first_blocking_failure(tmp_path):
     assert _hooks.warnings_for(results) and "FailurePolicy=continue" in _hooks.warnings_for(results)[0]
     results, blocking = _hooks.run_phase_hooks(hooks, "post-deploy", str(tmp_path))
     assert blocking is None and [r["outcome"] for r in results] == ["succeeded"]
+
+
+def _gone(pid):
+    if not os.path.exists("/proc/%d" % pid):
+        return True
+    with open("/proc/%d/stat" % pid) as handle:
+        return handle.read().rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def test_a_child_in_its_own_session_dies_at_the_timeout_and_the_output_is_kept(tmp_path):
+    """A hook child that calls setsid escapes the process group; it is killed all the same, and the
+    output the hook printed before the timeout is kept."""
+    pidfile = tmp_path / "escaped"
+    command = "echo before; setsid sh -c 'echo $$ > %s; exec sleep 120' & sleep 120" % pidfile
+    start = time.monotonic()
+    result = _hooks.run_hook(hook(Command=command, TimeoutSeconds=1, RedactionPolicy="none"), str(tmp_path))
+    assert time.monotonic() - start < 5, "the escaped child kept the pipes open"
+    assert result["timedOut"] is True and result["stdout"] == "before\n"
+    escaped = int(pidfile.read_text())
+    time.sleep(0.2)
+    assert _gone(escaped), "the setsid child of the hook survived the timeout"
+
+
+def test_a_hook_left_by_a_killed_task_is_killed_before_the_next_run(tmp_path):
+    """The marker names the running hook; a later run kills what a SIGKILLed task left running."""
+    import subprocess  # pylint: disable=import-outside-toplevel
+    survivor = subprocess.Popen(["sleep", "120"], start_new_session=True)
+    try:
+        stat = _hooks._proc_stat(survivor.pid)  # pylint: disable=protected-access
+        (tmp_path / ".stella-hook.json").write_text(
+            '{"pid": %d, "startTime": %d, "hook": "h"}' % (survivor.pid, stat[3]))
+        killed = _hooks.reap_stale_hooks(str(tmp_path))
+        assert survivor.pid in killed
+        assert survivor.wait(timeout=5) == -9
+        assert not (tmp_path / ".stella-hook.json").exists()
+        assert _hooks.reap_stale_hooks(str(tmp_path)) == []
+    finally:
+        if survivor.poll() is None:
+            survivor.kill()
+
+
+def test_a_recycled_pid_is_not_killed(tmp_path):
+    """A marker whose pid now belongs to another process (other start time) kills nothing."""
+    import subprocess  # pylint: disable=import-outside-toplevel
+    other = subprocess.Popen(["sleep", "120"], start_new_session=True)
+    try:
+        stat = _hooks._proc_stat(other.pid)  # pylint: disable=protected-access
+        (tmp_path / ".stella-hook.json").write_text(
+            '{"pid": %d, "startTime": %d, "hook": "h"}' % (other.pid, stat[3] + 1))
+        assert _hooks.reap_stale_hooks(str(tmp_path)) == []
+        assert other.poll() is None
+    finally:
+        other.kill()
+        other.wait()

@@ -137,3 +137,16 @@ def test_read_current(layout):
         handle.write(b"x")
     assert rv.read_current(layout)[rv.LOCK_FILE] == b"x"
     assert json.loads(json.dumps(rv.build_revision_record("p", 2, MH, FILES)))["sequence"] == 2
+
+
+def test_a_symlink_under_revisions_is_never_a_revision(layout, tmp_path):
+    """The implicit latest-revision lookup never follows a symlinked directory out of revisions/."""
+    first = rv.retain_revision(layout, FILES, MH)
+    outside = tmp_path / "outside" / "000009-abababababab"
+    outside.mkdir(parents=True)
+    os.symlink(str(outside), os.path.join(layout.revisions_dir, "000009-abababababab"))
+    assert rv.list_revisions(layout) == [first]
+    assert rv.resolve_revision(layout) == os.path.realpath(first)
+    with pytest.raises(StellaError) as err:
+        rv.resolve_revision(layout, "000009-abababababab")
+    assert err.value.code == "revision_path_rejected"
