@@ -439,3 +439,33 @@ def test_f_evidence_digests_are_stable(probe_failure_run, tmp_path):
     assert outputs[0]["proofDigest"] == stored_ev["proofDigest"]
     assert outputs[0]["orderProofDigest"] == stored_ev["orderProofDigest"]
     assert outputs[0]["hash"] == files["recovery.json"]["strategyEvidence"]["rollback.evidence.hash"]
+
+
+def test_i_release_with_secret_env_deploys_and_its_secret_stays_on_the_target(lab, tmp_path):
+    """A release with secretEnv: the role hands it to the target, which renders .env.stella (0600) exactly
+    as planned; the container gets the value; the value is in no output, result or evidence file."""
+    sc = Scenario(lab, tmp_path, "i")
+    secret = "s3cr3t-%s" % uuid.uuid4().hex
+    try:
+        release = sc.release()
+        release["secretEnv"] = {"APP_TOKEN": secret}
+        rc, recap, results, output = sc.play(release)
+        assert rc == 0 and recap["localhost"][3] == 0, output[-4000:]
+        assert results["apply"]["failed"] is False and results["apply"]["changed"] is True
+        env_path = os.path.join(sc.project_dir, ".env.stella")
+        assert oct(os.stat(env_path).st_mode & 0o777) == "0o600"
+        with open(env_path, encoding="utf-8") as handle:
+            assert handle.read() == 'APP_TOKEN="%s"\n' % secret
+        [container] = sc.inspect()
+        assert "APP_TOKEN=%s" % secret in container["Config"]["Env"]
+        assert sc.evidence(results)["deployment.json"]["status"] == "succeeded"
+        assert secret not in output and secret not in json.dumps(results)
+        for root, _dirs, names in os.walk(sc.evidence_dir):
+            for name in names:
+                with open(os.path.join(root, name), encoding="utf-8") as handle:
+                    assert secret not in handle.read(), name
+        # the same release again: nothing changes
+        rc, recap, results, output = sc.play(release)
+        assert rc == 0 and results["apply"]["changed"] is False, output[-2000:]
+    finally:
+        sc.cleanup()
