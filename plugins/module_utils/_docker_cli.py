@@ -289,8 +289,11 @@ class DockerCli:
         return data
 
     def client_version(self, phase=None):
-        """The CLI's own version (``docker --version``), which needs no daemon."""
-        rc, out, _err = self.run(["--version"], check=False, phase=phase)
+        """The CLI's own version (``docker --version``), which needs no daemon; ``None`` when even that fails."""
+        try:
+            rc, out, _err = self.run(["--version"], check=False, phase=phase)
+        except StellaError:
+            return None
         match = re.search(r"version v?(\d+\.\d+\.\d+[^\s,]*)", out or "") if rc == 0 else None
         return match.group(1) if match else None
 

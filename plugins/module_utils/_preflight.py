@@ -216,10 +216,7 @@ class HostObserver:
             result["ping"] = detail
             if not ok:
                 result["error"] = detail
-                try:  # the CLI's own version needs no daemon; a CLI that hangs anyway records none
-                    result["client"] = {"Version": self.cli.client_version(phase="preflight")}
-                except StellaError:
-                    result["client"] = None
+                result["client"] = {"Version": self.cli.client_version(phase="preflight")}
                 return result
         registry_config = pool.submit(self.cli.registry_config, phase="preflight")
         try:

@@ -12,7 +12,7 @@ offers, with Basic and Bearer token auth. Its network I/O goes through one injec
 ``transport(method, url, headers, timeout)`` returning ``(status, headers, body)`` with lower-cased
 header names (default :func:`urllib_transport`), so unit tests replay captured answers.
 
-Shared with the controller (``plugin_utils/_registry.py`` imports them, nothing is copied): the
+Shared with the controller's digest resolver (it imports them, nothing is copied): the
 ``Accept`` list and media types, :func:`parse_challenge`, :func:`basic_authorization`,
 :func:`token_url`, :func:`read_token`, :func:`read_manifest`, :func:`index_platforms`, and the
 transport-agnostic auth negotiation of :class:`RegistryApi`.
@@ -152,7 +152,7 @@ class RegistryApi:
     """Registry API calls with Basic / Bearer negotiation over any ``transport``.
 
     Targets use it through :class:`RegistryClient` with :func:`urllib_transport`; planning on the
-    controller gives it the ``requests`` transport of ``plugin_utils/_registry.py``.
+    controller gives it its ``requests`` transport.
     """
 
     def __init__(self, username=None, password=None, insecure_registries=(), timeout=10.0, transport=None):
