@@ -3,9 +3,9 @@
 # busybox images built FROM scratch, and Docker-in-Docker "target hosts" reachable over SSH.
 #
 #   lab/lab.sh up                          prepare everything, write .lab/lab.json (idempotent)
-#   lab/lab.sh target up NAME [--no-compose] [--hostname H]
-#                                          start (or reuse) target stella-target-NAME (hostname NAME or H);
-#                                          prints one JSON line
+#   lab/lab.sh target up NAME [--no-compose] [--hostname H] [--image bookworm|trixie]
+#                                          start (or reuse) target stella-target-NAME (hostname NAME or H)
+#                                          from that target image (default bookworm); prints one JSON line
 #   lab/lab.sh target down NAME            remove that target
 #   lab/lab.sh targets down                remove every target (label stella.lab=target)
 #   lab/lab.sh status                      what runs
@@ -21,8 +21,6 @@ ROOT="$(dirname "$LAB_SRC")"
 STATE="${STELLA_LAB_STATE:-$ROOT/.lab}"
 LAB_JSON="$STATE/lab.json"
 CACHE="${STELLA_LAB_CACHE:-/var/cache/stella-lab}"
-ROOTFS="$CACHE/rootfs"
-ROOTFS_DONE="$CACHE/rootfs.done"
 MIRROR="${STELLA_LAB_MIRROR:-http://deb.debian.org/debian}"
 VENV="$ROOT/.venv"
 DOCKERD_LOG=/var/log/stella-lab-dockerd.log
@@ -31,8 +29,8 @@ DAEMON_JSON=/etc/docker/daemon.json
 BRIDGE_IP=172.17.0.1
 BRIDGE_CIDR=172.17.0.1/16
 SHARED_HOST=registry.lab
-# STELLA_LAB_STATE / _PORT_BASE / _TARGET_IMAGE / _TARGET_LABEL / _TARGET_PREFIX exist only to run a
-# second, isolated copy of the lab (e.g. to try 'down' without disturbing the shared one).
+# STELLA_LAB_STATE / _PORT_BASE / _TARGET_IMAGE(_TRIXIE) / _TARGET_LABEL / _TARGET_PREFIX exist only to run
+# a second, isolated copy of the lab (e.g. to try 'down' without disturbing the shared one).
 PORT_BASE="${STELLA_LAB_PORT_BASE:-5000}"
 PLAIN_ADDR="127.0.0.1:$PORT_BASE"
 SHARED_ADDR="$BRIDGE_IP:$((PORT_BASE + 1))"
@@ -46,12 +44,23 @@ TOKEN_SERVICE=stella-lab
 TOKEN_ISSUER=stella-lab-token
 AUTH_SECRET="$STATE/secrets/registry-auth.json"
 TARGET_IMAGE="${STELLA_LAB_TARGET_IMAGE:-stella-target:bookworm}"
+TARGET_IMAGE_TRIXIE="${STELLA_LAB_TARGET_IMAGE_TRIXIE:-${TARGET_IMAGE%:*}:trixie}"
 TARGET_PREFIX="${STELLA_LAB_TARGET_PREFIX:-stella-target-}"
 TARGET_LABEL="${STELLA_LAB_TARGET_LABEL:-stella.lab=target}"
 SSH_KEY="$STATE/ssh/id_ed25519"
 SSH_OPTS=(-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes -o LogLevel=ERROR)
 PACKAGES=(docker.io busybox-static docker-registry debootstrap apache2-utils openssh-client shellcheck)
-DEBOOTSTRAP_INCLUDE=python3,docker.io,iproute2,ca-certificates,procps,openssh-server
+# Target images ("flavours"), each debootstrapped once into its own cached rootfs. bookworm (the default)
+# has Debian 12's Engine 20.10; trixie has Debian 13's Engine 26.1 (client in the separate docker-cli)
+# and passes the contract's default gates (Engine >= 24.0.0, Compose >= 2.20.0) with no override.
+TARGET_FLAVOURS=(bookworm trixie)
+DEFAULT_FLAVOUR=bookworm
+declare -A FLAVOUR_IMAGE=([bookworm]="$TARGET_IMAGE" [trixie]="$TARGET_IMAGE_TRIXIE")
+declare -A FLAVOUR_ROOTFS=([bookworm]="$CACHE/rootfs" [trixie]="$CACHE/rootfs-trixie")
+declare -A FLAVOUR_INCLUDE=(
+  [bookworm]="python3,docker.io,iproute2,ca-certificates,procps,openssh-server"
+  [trixie]="docker.io,docker-cli,python3,openssh-server,iproute2,iptables,ca-certificates,procps"
+)
 PLUGIN_DIRS=(/usr/libexec/docker/cli-plugins "$HOME/.docker/cli-plugins")
 TARGET_PLUGIN=/usr/libexec/docker/cli-plugins/docker-compose
 
@@ -415,41 +424,91 @@ ensure_ssh_key() {
   chmod 0600 "$SSH_KEY"
 }
 
-ensure_rootfs() {
-  if [[ -f "$ROOTFS_DONE" && -x "$ROOTFS/usr/sbin/sshd" && -x "$ROOTFS/usr/sbin/dockerd" ]]; then
-    return
-  fi
-  mkdir -p "$CACHE"
-  rm -rf "$ROOTFS" "$ROOTFS_DONE"
-  log "debootstrap bookworm into $ROOTFS (first run only, about a minute; log $CACHE/debootstrap.log)"
-  local t0=$SECONDS
-  if ! debootstrap --variant=minbase --include="$DEBOOTSTRAP_INCLUDE" bookworm "$ROOTFS" "$MIRROR" >"$CACHE/debootstrap.log" 2>&1; then
-    tail -n 20 "$CACHE/debootstrap.log" >&2
-    die "debootstrap failed (see $CACHE/debootstrap.log)"
-  fi
-  echo "bookworm minbase $DEBOOTSTRAP_INCLUDE $(date -u +%Y-%m-%dT%H:%M:%SZ)" >"$ROOTFS_DONE"
-  log "debootstrap done in $((SECONDS - t0)) s"
+valid_flavour() {
+  [[ -n "$1" && -n "${FLAVOUR_IMAGE[$1]+x}" ]] || die "unknown target image '$1' (one of: ${TARGET_FLAVOURS[*]})"
 }
 
-ensure_target_image() {
-  ensure_ssh_key
-  ensure_rootfs
-  # Per-container host keys (ssh-keygen -A at start), no package cache in the image.
-  rm -f "$ROOTFS"/etc/ssh/ssh_host_*
-  rm -f "$ROOTFS"/var/cache/apt/archives/*.deb "$ROOTFS"/var/cache/apt/*.bin
-  install -m 0755 "$LAB_SRC/target/entrypoint.sh" "$ROOTFS/usr/local/sbin/stella-target-entrypoint"
-  install -d -m 0700 -o root -g root "$ROOTFS/root/.ssh"
-  install -m 0600 -o root -g root "$SSH_KEY.pub" "$ROOTFS/root/.ssh/authorized_keys"
-  local fp have
-  fp=$(sha256_of "$ROOTFS_DONE" "$LAB_SRC/target/entrypoint.sh" "$SSH_KEY.pub")
-  have=$(docker image inspect -f '{{index .Config.Labels "stella.lab.fingerprint"}}' "$TARGET_IMAGE" 2>/dev/null || true)
-  if [[ "$have" != "$fp" ]]; then
-    log "importing $TARGET_IMAGE from $ROOTFS"
-    tar --numeric-owner -C "$ROOTFS" -c . | docker import \
-      -c "LABEL stella.lab.fingerprint=$fp" \
-      -c 'CMD ["/usr/local/sbin/stella-target-entrypoint"]' \
-      - "$TARGET_IMAGE" >/dev/null
+# The rootfs of a flavour is complete when its done-marker exists (debootstrap finished) and the
+# binaries a target needs are there; otherwise it is debootstrapped again from scratch.
+rootfs_complete() {
+  local rootfs=$1 b
+  [[ -f "$rootfs.done" ]] || return 1
+  for b in usr/sbin/sshd usr/sbin/dockerd usr/bin/docker usr/bin/python3; do
+    [[ -x "$rootfs/$b" ]] || return 1
+  done
+}
+
+# ensure_rootfs FLAVOUR: debootstrap Debian FLAVOUR into $CACHE/rootfs[-FLAVOUR] (first run only).
+ensure_rootfs() {
+  local suite=$1 rootfs=${FLAVOUR_ROOTFS[$1]} include=${FLAVOUR_INCLUDE[$1]} logf
+  logf="$CACHE/debootstrap${rootfs#"$CACHE/rootfs"}.log"
+  rootfs_complete "$rootfs" && return
+  mkdir -p "$CACHE"
+  rm -rf "$rootfs" "$rootfs.done"
+  log "debootstrap $suite into $rootfs (first run only, one to two minutes; log $logf)"
+  local t0=$SECONDS
+  if ! debootstrap --variant=minbase --include="$include" "$suite" "$rootfs" "$MIRROR" >"$logf" 2>&1; then
+    tail -n 20 "$logf" >&2
+    die "debootstrap $suite failed (see $logf)"
   fi
+  echo "$suite minbase $include $(date -u +%Y-%m-%dT%H:%M:%SZ)" >"$rootfs.done"
+  rootfs_complete "$rootfs" || die "debootstrap $suite: $rootfs lacks sshd, dockerd, docker or python3"
+  log "debootstrap $suite done in $((SECONDS - t0)) s"
+}
+
+# ensure_target_image FLAVOUR: import the flavour's rootfs as its image when the fingerprint differs.
+ensure_target_image() {
+  local flavour=$1 rootfs=${FLAVOUR_ROOTFS[$1]} image=${FLAVOUR_IMAGE[$1]}
+  ensure_rootfs "$flavour"
+  # Per-container host keys (ssh-keygen -A at start), no package cache in the image.
+  rm -f "$rootfs"/etc/ssh/ssh_host_*
+  rm -f "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/cache/apt/*.bin
+  install -m 0755 "$LAB_SRC/target/entrypoint.sh" "$rootfs/usr/local/sbin/stella-target-entrypoint"
+  install -d -m 0700 -o root -g root "$rootfs/root/.ssh"
+  install -m 0600 -o root -g root "$SSH_KEY.pub" "$rootfs/root/.ssh/authorized_keys"
+  local fp have
+  fp=$(sha256_of "$rootfs.done" "$LAB_SRC/target/entrypoint.sh" "$SSH_KEY.pub")
+  have=$(docker image inspect -f '{{index .Config.Labels "stella.lab.fingerprint"}}' "$image" 2>/dev/null || true)
+  if [[ "$have" != "$fp" ]]; then
+    log "importing $image from $rootfs"
+    local t0=$SECONDS
+    tar --numeric-owner -C "$rootfs" -c . | docker import \
+      -c "LABEL stella.lab.fingerprint=$fp" \
+      -c "LABEL stella.lab.flavour=$flavour" \
+      -c 'CMD ["/usr/local/sbin/stella-target-entrypoint"]' \
+      - "$image" >/dev/null
+    log "imported $image in $((SECONDS - t0)) s"
+  fi
+}
+
+ensure_target_images() {
+  ensure_ssh_key
+  local f
+  for f in "${TARGET_FLAVOURS[@]}"; do ensure_target_image "$f"; done
+}
+
+# deb_version ROOTFS PACKAGE: the package's upstream version in that rootfs (no epoch, no Debian revision),
+# e.g. docker.io 26.1.5+dfsg1-9+b9 -> 26.1.5+dfsg1, which is what that engine reports as its version.
+deb_version() {
+  local v
+  v=$(dpkg-query --admindir="$1/var/lib/dpkg" -W -f='${Version}' "$2" 2>/dev/null || true)
+  v=${v#*:}
+  echo "${v%-*}"
+}
+
+# target_images_json: {"bookworm": {"image", "suite", "engine_version", "compose_version", "python_version",
+# "default"}, ...}: what each target image runs (compose: the plugin 'target up' copies in).
+target_images_json() {
+  local f rootfs sep="" out="{"
+  for f in "${TARGET_FLAVOURS[@]}"; do
+    rootfs=${FLAVOUR_ROOTFS[$f]}
+    out+="$sep\"$f\": {\"image\": \"${FLAVOUR_IMAGE[$f]}\", \"suite\": \"$f\""
+    out+=", \"engine_version\": \"$(deb_version "$rootfs" docker.io)\", \"compose_version\": \"$COMPOSE_VERSION\""
+    out+=", \"python_version\": \"$(deb_version "$rootfs" python3)\""
+    if [[ "$f" == "$DEFAULT_FLAVOUR" ]]; then out+=", \"default\": true}"; else out+=", \"default\": false}"; fi
+    sep=", "
+  done
+  echo "$out}"
 }
 
 auth_secret_rel() {
@@ -466,7 +525,7 @@ write_lab_json() {
   LJ_APP_V1="${DIGEST[app_v1]}" LJ_APP_V2="${DIGEST[app_v2]}" LJ_APP_BROKEN="${DIGEST[app_broken]}" \
   LJ_TOOL="${DIGEST[tool]}" LJ_AUTH_APP_V1="${DIGEST[auth_app_v1]}" \
   LJ_TOKEN="$TOKEN_ADDR" LJ_TOKEN_SERVICE="$TOKEN_SERVICE_ADDR" LJ_TOKEN_APP_V1="${DIGEST[token_app_v1]}" \
-  LJ_TARGET_IMAGE="$TARGET_IMAGE" LJ_SSH_KEY="$SSH_KEY" LJ_ROOT="$ROOT" \
+  LJ_TARGET_IMAGE="$TARGET_IMAGE" LJ_TARGET_IMAGES="$(target_images_json)" LJ_SSH_KEY="$SSH_KEY" LJ_ROOT="$ROOT" \
   "$PY" - <<'EOF' | labtool write-json "$LAB_JSON" 644
 import json, os
 e = os.environ
@@ -499,6 +558,7 @@ print(json.dumps({
         "token_app_v1": {"ref": f"{e['LJ_TOKEN']}/stella/app:v1", "digest": e["LJ_TOKEN_APP_V1"]},
     },
     "target_image": e["LJ_TARGET_IMAGE"],
+    "target_images": json.loads(e["LJ_TARGET_IMAGES"]),
     "ssh_key": e["LJ_SSH_KEY"],
 }))
 EOF
@@ -516,7 +576,7 @@ cmd_up() {
   ensure_compose
   ensure_registries
   ensure_images
-  ensure_target_image
+  ensure_target_images
   write_lab_json
   cat <<EOF
 stella lab up in $((SECONDS - t0)) s ($LAB_JSON)
@@ -524,7 +584,7 @@ stella lab up in $((SECONDS - t0)) s ($LAB_JSON)
   compose     $COMPOSE_VERSION
   registries  plain $PLAIN_ADDR, shared $SHARED_REF_HOST ($SHARED_ADDR), auth $AUTH_ADDR (user $AUTH_USER), token $TOKEN_ADDR (Bearer, token service $TOKEN_SERVICE_ADDR)
   images      $SHARED_REF_HOST/stella/app:{v1,v2,broken} stella/tool:v1 (digests in lab.json)
-  targets     lab/lab.sh target up NAME   (image $TARGET_IMAGE, key $SSH_KEY)
+  targets     lab/lab.sh target up NAME [--image trixie]   (images $TARGET_IMAGE, $TARGET_IMAGE_TRIXIE; key $SSH_KEY)
 EOF
 }
 
@@ -534,6 +594,13 @@ valid_name() { [[ "$1" =~ ^[a-z0-9][a-z0-9-]{0,39}$ ]] || die "invalid target na
 
 target_ip() { docker inspect -f '{{.NetworkSettings.IPAddress}}' "$1" 2>/dev/null || true; }
 
+# target_flavour CONTAINER: the target image it runs (containers started before --image existed: bookworm).
+target_flavour() {
+  local f
+  f=$(docker inspect -f '{{index .Config.Labels "stella.lab.flavour"}}' "$1" 2>/dev/null || true)
+  echo "${f:-$DEFAULT_FLAVOUR}"
+}
+
 target_ssh() {
   local ip=$1
   shift
@@ -541,8 +608,8 @@ target_ssh() {
 }
 
 cmd_target_up() {
-  local name=${1:-} compose=true hostname=""
-  [[ -n "$name" ]] || die "usage: lab.sh target up NAME [--no-compose] [--hostname H]"
+  local name=${1:-} compose=true hostname="" flavour=$DEFAULT_FLAVOUR
+  [[ -n "$name" ]] || die "usage: lab.sh target up NAME [--no-compose] [--hostname H] [--image $(IFS='|'; echo "${TARGET_FLAVOURS[*]}")]"
   shift
   valid_name "$name"
   while (($#)); do
@@ -552,12 +619,17 @@ cmd_target_up() {
         hostname=${2:-}
         valid_name "$hostname"
         shift ;;
+      --image)
+        flavour=${2:-}
+        valid_flavour "$flavour"
+        shift ;;
       *) die "unknown option $1" ;;
     esac
     shift
   done
   engine_up || die "docker engine not running: run 'make lab' first"
-  docker image inspect "$TARGET_IMAGE" >/dev/null 2>&1 || die "image $TARGET_IMAGE missing: run 'make lab' first"
+  local image=${FLAVOUR_IMAGE[$flavour]}
+  docker image inspect "$image" >/dev/null 2>&1 || die "image $image missing: run 'make lab' first"
   [[ -s "$SSH_KEY" ]] || die "SSH key $SSH_KEY missing: run 'make lab' first"
   local c="$TARGET_PREFIX$name" running
   running=$(docker container inspect -f '{{.State.Running}}' "$c" 2>/dev/null | tr -d '[:space:]' || true)
@@ -567,18 +639,26 @@ cmd_target_up() {
     log "target $name: running with another hostname, recreating"
     running=stale
   fi
+  if [[ "$running" == true && "$(target_flavour "$c")" != "$flavour" ]]; then
+    log "target $name: running from another image, recreating from $image"
+    running=stale
+  fi
   if [[ "$running" == true ]]; then
     log "target $name: reusing running container $c"
   else
     [[ "$running" == missing ]] || docker rm -f -v "$c" >/dev/null
     log "target $name: starting $c"
+    # /proc/sys is read-only in the target (no --privileged here), so Engine >= 26 (trixie) fails every
+    # container start on "failed to disable IPv6 on container's interface eth0" unless told to leave IPv6
+    # on; the variable is unknown to (and ignored by) the bookworm image's Engine 20.10.
     docker run -d --name "$c" --hostname "$hostname" \
-      --label "$TARGET_LABEL" --label "stella.lab.name=$name" \
+      --label "$TARGET_LABEL" --label "stella.lab.name=$name" --label "stella.lab.flavour=$flavour" \
       --cap-add ALL --cap-drop SYS_RESOURCE \
       --security-opt seccomp=unconfined --security-opt apparmor=unconfined --security-opt label=disable \
       -v /sys/fs/cgroup:/sys/fs/cgroup:rw --tmpfs /var/lib/docker:exec \
       --add-host "$SHARED_HOST:$BRIDGE_IP" -e "STELLA_LAB_REGISTRY=$SHARED_REF_HOST" \
-      "$TARGET_IMAGE" >/dev/null
+      -e DOCKER_ALLOW_IPV6_ON_IPV4_INTERFACE=1 \
+      "$image" >/dev/null
   fi
   if [[ "$compose" == true ]]; then
     if ! docker exec "$c" test -x "$TARGET_PLUGIN"; then
@@ -588,11 +668,11 @@ cmd_target_up() {
   else
     docker exec "$c" rm -f "$TARGET_PLUGIN"
   fi
-  local ip i ok=0
+  local ip i ok=0 engine="" cver="" cjson=null
   ip=$(target_ip "$c")
   [[ -n "$ip" ]] || die "target $name has no address"
   for ((i = 0; i < 120; i++)); do
-    if target_ssh "$ip" docker info >/dev/null 2>&1; then ok=1; break; fi
+    if engine=$(target_ssh "$ip" docker info -f "'{{.ServerVersion}}'" 2>/dev/null) && [[ -n "$engine" ]]; then ok=1; break; fi
     [[ "$(docker inspect -f '{{.State.Running}}' "$c" 2>/dev/null)" == true ]] || break
     sleep 0.5
   done
@@ -600,9 +680,14 @@ cmd_target_up() {
     docker logs --tail 20 "$c" >&2 || true
     die "target $name ($ip): 'ssh root@$ip docker info' did not answer"
   fi
-  log "target $name ready at $ip"
-  printf '{"name": "%s", "container": "%s", "hostname": "%s", "address": "%s", "ssh_user": "root", "ssh_key": "%s", "compose": %s}\n' \
-    "$name" "$c" "$hostname" "$ip" "$SSH_KEY" "$compose"
+  if [[ "$compose" == true ]]; then
+    cver=$(target_ssh "$ip" docker compose version --short 2>/dev/null | tr -d '[:space:]' || true)
+    cver=${cver#v}
+    [[ -n "$cver" ]] && cjson="\"$cver\""
+  fi
+  log "target $name ready at $ip ($flavour, engine $engine${cver:+, compose $cver})"
+  printf '{"name": "%s", "container": "%s", "hostname": "%s", "address": "%s", "ssh_user": "root", "ssh_key": "%s", "compose": %s, "image": "%s", "flavour": "%s", "engine_version": "%s", "compose_version": %s}\n' \
+    "$name" "$c" "$hostname" "$ip" "$SSH_KEY" "$compose" "$image" "$flavour" "$engine" "$cjson"
 }
 
 cmd_target_down() {
@@ -669,9 +754,13 @@ cmd_status() {
     fi
   done
   if engine_up; then
-    echo "image       $TARGET_IMAGE: $(docker image inspect -f '{{.Id}}' "$TARGET_IMAGE" 2>/dev/null | cut -c1-19 || echo missing)"
+    local f id
+    for f in "${TARGET_FLAVOURS[@]}"; do
+      id=$(docker image inspect -f '{{.Id}}' "${FLAVOUR_IMAGE[$f]}" 2>/dev/null || echo missing)
+      echo "image       ${FLAVOUR_IMAGE[$f]}: ${id:0:19}"
+    done
     docker ps -a --filter "label=$TARGET_LABEL" --format 'target      {{.Names}} {{.Status}}' | while read -r _ cname rest; do
-      echo "target      $cname $(target_ip "$cname") $rest"
+      echo "target      $cname $(target_ip "$cname") $(target_flavour "$cname") $rest"
     done
   fi
   [[ -f "$LAB_JSON" ]] && echo "lab.json    $LAB_JSON" || echo "lab.json    missing (run 'make lab')"

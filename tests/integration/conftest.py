@@ -31,9 +31,9 @@ class TargetFactory:
         self.prefix = "it%d" % os.getpid()
         self.started: dict[str, dict] = {}
 
-    def __call__(self, suffix: str, compose: bool = True) -> dict:
+    def __call__(self, suffix: str, compose: bool = True, image: str | None = None) -> dict:
         name = "%s-%s" % (self.prefix, suffix)
-        target = labkit.start_target(name, compose=compose, hostname=suffix)
+        target = labkit.start_target(name, compose=compose, hostname=suffix, image=image)
         self.started[name] = target
         return target
 
@@ -67,7 +67,8 @@ def _remove_orphans() -> None:
 
 @pytest.fixture(scope="session")
 def target_factory():
-    """``target_factory(suffix, compose=True)`` starts target ``it<pid>-<suffix>`` with hostname ``suffix``.
+    """``target_factory(suffix, compose=True, image=None)`` starts target ``it<pid>-<suffix>`` with hostname
+    ``suffix`` from target image ``image`` (``None``/``"bookworm"``: Engine 20.10; ``"trixie"``: Engine 26.1).
 
     Every target it started is removed at the end of the session.
 

@@ -1,12 +1,15 @@
 """Helpers for integration tests that use the Docker lab built by ``lab/lab.sh`` (``make lab``).
 
 - ``load_lab()``: the lab description ``.lab/lab.json`` (fails with a clear message when absent).
-- ``start_target(name, compose=True)`` / ``stop_target(name)``: a DinD target host reached over SSH.
+- ``start_target(name, compose=True, image=None)`` / ``stop_target(name)``: a DinD target host reached over
+  SSH, from target image ``bookworm`` (default; Engine 20.10) or ``trixie`` (Engine 26.1).
 - ``ssh_argv(target, *command)``: argv to run a command on a target as root over SSH.
 - ``ansible_inventory(targets)``: an Ansible YAML inventory (group ``targets``) for those targets.
 
 A target is the dict printed by ``lab.sh target up``: ``name``, ``container``, ``address``,
-``hostname``, ``ssh_user``, ``ssh_key``, ``compose``.
+``hostname``, ``ssh_user``, ``ssh_key``, ``compose``, ``image`` (e.g. ``stella-target:trixie``),
+``flavour`` (``bookworm`` or ``trixie``), ``engine_version`` and ``compose_version`` (``None`` without
+Compose), both as the target reports them.
 """
 
 from __future__ import annotations
@@ -67,15 +70,21 @@ def run_lab(*args: str, timeout: float = 300) -> str:
     return proc.stdout
 
 
-def start_target(name: str, compose: bool = True, hostname: str | None = None, timeout: float = 300) -> dict:
+def start_target(
+    name: str, compose: bool = True, hostname: str | None = None, image: str | None = None, timeout: float = 300
+) -> dict:
     """Start (or reuse) the DinD target ``stella-target-NAME``; wait until it answers over SSH.
 
-    The target's hostname is ``hostname`` (default: ``name``).
+    The target's hostname is ``hostname`` (default: ``name``); ``image`` is the target image flavour,
+    ``"bookworm"`` (the default, Engine 20.10) or ``"trixie"`` (Engine 26.1, meets the contract's default
+    gates). A running target with another hostname or image is recreated.
     """
     load_lab()
     args = ["target", "up", name] + ([] if compose else ["--no-compose"])
     if hostname:
         args += ["--hostname", hostname]
+    if image:
+        args += ["--image", image]
     stdout = run_lab(*args, timeout=timeout)
     lines = [line for line in stdout.splitlines() if line.startswith("{")]
     if not lines:
