@@ -11,7 +11,6 @@ the optional ``dest`` write), calls the pure :func:`plan_release`, and returns t
 
 from __future__ import annotations
 
-import json
 import os
 
 from ansible.errors import AnsibleActionFail
@@ -22,8 +21,8 @@ from ansible_collections.stellaops.runtime.plugins.module_utils._contract import
 )
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError, redact_text, redact_url
 from ansible_collections.stellaops.runtime.plugins.module_utils._fsutil import atomic_write, read_bytes
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._plan import FILES_KEY, plan_release, unresolved_references
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._registry import DigestResolver
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._inputs import load_credentials, plain, resolve_digests
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._plan import FILES_KEY, plan_release
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._release import validate_release
 
 ARGUMENT_SPEC = dict(
@@ -37,51 +36,6 @@ ARGUMENT_SPEC = dict(
     target_types=dict(type="list", elements="str", choices=["ComposeHost", "DockerHost"]),
 )
 WRITE_ORDER = (ENV_FILE, LOCK_FILE, STICKER_FILE, APPLY_MANIFEST_FILE)
-
-
-def plain(value, field="release"):
-    """Plain JSON types (drops Ansible's tagged/unsafe wrappers); non-JSON values are an error."""
-    try:
-        return json.loads(json.dumps(value, allow_nan=False))
-    except (TypeError, ValueError) as exc:
-        raise StellaError("release_invalid", "%s is not plain JSON data (%s)" % (field, exc), phase="plan")
-
-
-def load_credentials(raw):
-    """``{registry: {username, password}}``; ``password_file`` is read on the controller."""
-    creds = {}
-    for registry, entry in (raw or {}).items():
-        if not isinstance(entry, dict) or not entry.get("username"):
-            raise StellaError("invalid_request", "registry_credentials[%s] needs username and password or password_file"
-                              % registry)
-        password = entry.get("password")
-        if password is None and entry.get("password_file"):
-            try:
-                with open(os.path.expanduser(entry["password_file"]), "r", encoding="utf-8") as handle:
-                    password = handle.read().rstrip("\r\n")
-            except OSError as exc:
-                raise StellaError("invalid_request", "registry_credentials[%s].password_file cannot be read (%s)"
-                                  % (registry, exc.strerror))
-        creds[registry] = {"username": entry["username"], "password": password or ""}
-    return creds
-
-
-def resolve_digests(release, credentials, insecure, pre_resolved, resolve, timeout, transport=None):
-    """``(resolved map, resolution evidence)``; raises ``StellaError(image_unresolved)``."""
-    resolved = dict(pre_resolved)
-    evidence = {}
-    pending = [ref for ref in unresolved_references(release) if ref not in resolved]
-    if pending and not resolve:
-        raise StellaError("image_unresolved", "image %s has no digest and resolve=false" % pending[0], phase="resolve",
-                          evidence={"image": pending[0]})
-    with DigestResolver(credentials, insecure, transport=transport, timeout=timeout) as resolver:
-        for ref in pending:
-            info = resolver.resolve(ref)
-            resolved[ref] = info["digest"]
-            evidence[ref] = info
-    for ref in sorted(pre_resolved):
-        evidence.setdefault(ref, {"reference": ref, "digest": pre_resolved[ref], "resolved": False, "source": "input"})
-    return resolved, evidence
 
 
 def write_artifacts(dest, files, check_mode):

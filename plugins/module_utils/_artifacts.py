@@ -23,7 +23,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils._common import S
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._contract import (
     APPLY_MANIFEST_SCHEMA, ARTIFACT_FILES, DESIRED_STATE_SCHEMA, ENV_FILE, LOCK_FILE,
-    MANIFEST_FILE as APPLY_MANIFEST_FILE, STICKER_FILE, STICKER_SCHEMA)
+    MANIFEST_FILE as APPLY_MANIFEST_FILE, STICKER_FILE, STICKER_JOB_KEYS, STICKER_SCHEMA)
 
 _MANIFEST_LABEL_RE = re.compile(r'^\s+stella\.manifest\.hash: "(sha256:[0-9a-f]{64})"$', re.M)
 
@@ -208,3 +208,20 @@ def listed_env_hash(manifest_bytes):
         return (json.loads(manifest_bytes).get("artifacts") or {}).get(ENV_FILE)
     except (ValueError, AttributeError):
         return None
+
+
+def applied_release(sticker_bytes):
+    """The sticker without the keys naming the job that applied it (``None`` when not a JSON object)."""
+    try:
+        sticker = json.loads(sticker_bytes)
+    except (TypeError, ValueError):
+        return None
+    if not isinstance(sticker, dict):
+        return None
+    return {key: value for key, value in sticker.items() if key not in STICKER_JOB_KEYS}
+
+
+def same_release(committed_sticker, planned_sticker):
+    """True when two stickers record the same release on the same target, whichever job applied it."""
+    committed = applied_release(committed_sticker)
+    return committed is not None and committed == applied_release(planned_sticker)

@@ -24,7 +24,7 @@ import time
 
 from ansible_collections.stellaops.runtime.plugins.module_utils import _hooks, _revisions
 from ansible_collections.stellaops.runtime.plugins.module_utils._artifacts import (
-    build_apply_manifest, listed_env_hash, lock_manifest_hashes, verify_artifact_set)
+    build_apply_manifest, listed_env_hash, lock_manifest_hashes, same_release, verify_artifact_set)
 from ansible_collections.stellaops.runtime.plugins.module_utils._canonical import pretty_json, sha256_bytes
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError, redact_url
 from ansible_collections.stellaops.runtime.plugins.module_utils._compose_project import (
@@ -193,11 +193,13 @@ class ComposeApply(Manager):
             containers = self.project.containers(phase="verify_target")
             converged = self._converged(files, before, before_env, containers, request["target"], mhash)
             if converged is not None:
-                # Same artifacts, every service verified: no hook runs, no container is touched.
+                # Same release, every service verified: no hook runs, no container is touched, and the
+                # committed artifact set (with the sticker of the job that applied it) stays.
                 evidence.update(services_evidence(converged))
+                self._keep_committed(before, evidence)
                 rec.skip(*[name for name in COMPOSE_STEPS if name != "inspect_services"])
                 with rec.phase("inspect_services"):
-                    baseline = _revisions.latest_other(self.layout, files[STICKER_FILE])
+                    baseline = _revisions.latest_other(self.layout, before[STICKER_FILE])
                 if baseline:
                     evidence["previousRevisionPath"] = baseline
                 return
@@ -214,14 +216,30 @@ class ComposeApply(Manager):
             staged.commit()
 
     def _converged(self, files, before, before_env, containers, target, mhash):
-        if any(before[name] != files[name] for name in REVISION_FILES):
+        if before[LOCK_FILE] != files[LOCK_FILE]:
             return None
-        env_hash = listed_env_hash(files[MANIFEST_FILE])
+        if before[STICKER_FILE] != files[STICKER_FILE] or before[MANIFEST_FILE] != files[MANIFEST_FILE]:
+            # Another job applied this same release: its committed set must still verify.
+            if not same_release(before[STICKER_FILE], files[STICKER_FILE]) or verify_artifact_set(
+                    before[MANIFEST_FILE] or b"", {LOCK_FILE: before[LOCK_FILE], STICKER_FILE: before[STICKER_FILE],
+                                                   ENV_FILE: before_env}, self.layout.project_name, mhash):
+                return None
+        env_hash = listed_env_hash(before[MANIFEST_FILE])
         if env_hash and sha256_bytes(before_env or b"") != env_hash:
             return None
         if self.env_bytes is not None and before_env != self.env_bytes:
             return None
         return self.project.converged(containers, target, mhash, lock_bytes=files[LOCK_FILE])
+
+    @staticmethod
+    def _keep_committed(before, evidence):
+        """Evidence of the committed set a converged run keeps (it may name an earlier job)."""
+        committed = json.loads(before[STICKER_FILE])
+        evidence.update({"versionStickerHash": sha256_bytes(before[STICKER_FILE]),
+                         "applyManifestHash": sha256_bytes(before[MANIFEST_FILE]),
+                         "artifactHashes": dict(json.loads(before[MANIFEST_FILE])["artifacts"],
+                                                **{MANIFEST_FILE: sha256_bytes(before[MANIFEST_FILE])}),
+                         "appliedByJobId": committed.get("jobId"), "appliedByTaskId": committed.get("taskId")})
 
     def _hook_env(self, request, mhash):
         return {"STELLA_PROJECT_NAME": self.layout.project_name, "STELLA_PROJECT_DIRECTORY": self.layout.project_dir,
@@ -293,15 +311,16 @@ class ComposeApply(Manager):
         exists = os.path.isdir(layout.project_dir)
         before = _revisions.read_current(layout) if exists else dict.fromkeys(REVISION_FILES)
         containers = self.project.containers(phase="write_artifacts")
-        changed_files = sorted(name for name in REVISION_FILES if before[name] != files[name])
         converged = None
-        if not changed_files and exists:
+        if exists:
             converged = self._converged(files, before, read_bytes(layout.env_path), containers, request["target"], mhash)
+        changed_files = [] if converged else sorted(name for name in REVISION_FILES if before[name] != files[name])
         result["changed"] = converged is None
         evidence["wouldChangeFiles"] = changed_files
         evidence["wouldRetainRevision"] = bool(request["backup_existing"] and before[STICKER_FILE] and changed_files)
         if converged:
             evidence.update(services_evidence(converged))
+            self._keep_committed(before, evidence)
         rec.skip(*COMPOSE_STEPS)
         evidence["checkMode"] = True
 

@@ -35,6 +35,9 @@ REVISIONS_DIR = "revisions"
 REVISION_RECORD = "revision.json"
 TEMP_PREFIX = ".stella-tmp-"
 REVISION_FILES = (LOCK_FILE, STICKER_FILE, MANIFEST_FILE)
+# Sticker keys that name the job which applied a release: a later job that finds the same release
+# running keeps the committed sticker (and these values) instead of rewriting it.
+STICKER_JOB_KEYS = ("jobId", "taskId")
 ARTIFACT_FILES = (LOCK_FILE, STICKER_FILE, ENV_FILE)
 
 APPLY_MANIFEST_SCHEMA = "stella.apply-manifest.v1"

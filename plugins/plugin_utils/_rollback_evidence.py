@@ -259,6 +259,12 @@ _SUFFIX = {
 }
 
 
+def suffixed_reason(failure_reason, recovery_status, detail=None):
+    """The original failure reason with the contract's automatic-rollback suffix for ``recovery_status``."""
+    suffix = _SUFFIX[recovery_status]
+    return failure_reason.strip() + (suffix % detail if "%s" in suffix else suffix)
+
+
 def build_recovery_record(deployment_id, failure_reason, recovery_status, evidence=None, detail=None,
                           evidence_id=None):
     """The recovery result recorded next to (never instead of) a failed deployment.
@@ -278,8 +284,7 @@ def build_recovery_record(deployment_id, failure_reason, recovery_status, eviden
         raise _invalid("%s needs a detail (the rollback error or skip reason)" % recovery_status)
     if recovery_status == RECOVERY_ROLLED_BACK and evidence is None:
         raise _invalid("rolled_back needs the rollback evidence (target-side restoration proof)")
-    suffix = _SUFFIX[recovery_status]
-    reason = failure_reason.strip() + (suffix % detail if "%s" in suffix else suffix)
+    reason = suffixed_reason(failure_reason, recovery_status, detail)
     record = {
         "deploymentId": deployment_id,
         "deploymentStatus": DEPLOYMENT_FAILED,

@@ -16,9 +16,9 @@ from planning_support import (  # noqa: E402
     DIGEST_A, ROOT, FakeRegistry, compose_accepts_every_lock, compose_config, image_manifest, minimal_release,
 )
 
-from ansible_collections.stellaops.runtime.plugins.action.stella_plan import (  # noqa: E402
-    load_credentials, resolve_digests, write_artifacts,
-)
+from ansible_collections.stellaops.runtime.plugins.action.stella_plan import write_artifacts  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._inputs import (  # noqa: E402
+    load_credentials, resolve_digests)
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError  # noqa: E402
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._plan import plan_release  # noqa: E402
 

@@ -371,7 +371,7 @@ class Site:
         self.target_type = target_type
         self._configs = {}
 
-    def release(self, version="1.0.0", secret=None, hooks=None, mode="x"):
+    def release(self, version="1.0.0", secret=None, hooks=None, mode="x", job_id=None):
         release = {
             "release": {"id": "rel-" + version, "name": "shop", "version": version}, "tenant": "acme",
             "environment": "prod", "application": "shop", "strategy": "rolling", "workDirectory": self.work,
@@ -382,10 +382,12 @@ class Site:
             release["secretEnv"] = {"DB_PASSWORD": secret}
         if hooks:
             release["hooks"] = hooks
+        if job_id:
+            release["jobId"] = job_id
         return release
 
-    def plan(self, version="1.0.0", secret=None, hooks=None, mode="x"):
-        return _plan.plan_release(self.release(version, secret, hooks, mode), {IMAGE: DIGEST})
+    def plan(self, version="1.0.0", secret=None, hooks=None, mode="x", job_id=None):
+        return _plan.plan_release(self.release(version, secret, hooks, mode, job_id), {IMAGE: DIGEST})
 
     @staticmethod
     def project(plan):

@@ -227,6 +227,38 @@ def test_converged_project_is_a_no_op(site):
         {n: (s.st_ino, s.st_mtime_ns) for n, s in before.items()}
 
 
+def test_a_later_job_finding_the_same_release_keeps_the_committed_sticker(site):
+    """Job B plans the release job A applied: only the job keys of the sticker differ. B verifies, changes
+    nothing, keeps A's sticker and apply manifest, and says which job applied it; check mode agrees."""
+    first = site.plan(secret="s1", job_id="job-a")
+    running = [site.container(first, "a1")]
+    deploy(site, first, [], running)
+    directory = site.directory(first)
+    content = sc.snapshot(directory)
+    later = site.plan(secret="s1", job_id="job-b")
+    assert later["_files"][sc.LOCK] == first["_files"][sc.LOCK] and later["manifestHash"] == first["manifestHash"]
+    assert later["_files"]["stella.version.json"] != first["_files"]["stella.version.json"]
+    for check_mode in (True, False):
+        runner = sc.ScriptedRunner(sc.runtime() + sc.containers(site.project(later), running),
+                                   keyed=[sc.image_present()])
+        request = ca.parse_request(later["payloads"]["compose.up"])
+        manager = ca.ComposeApply(sc.engine(runner), runner, env_bytes=site.env(later))
+        result = manager.run(request, check_mode=check_mode)
+        assert "compose up" not in runner.verbs()
+        assert result["changed"] is False, check_mode
+        evidence = result["evidence"]
+        assert (evidence["appliedByJobId"], evidence["versionStickerHash"]) == (
+            "job-a", first["versionStickerHash"]), check_mode
+        assert evidence["artifactHashes"]["apply-manifest.json"] == first["applyManifestHash"]
+        assert sc.snapshot(directory) == content
+    # A different release is still a change.
+    other = site.plan(version="2.0.0", secret="s1", job_id="job-b")
+    runner = sc.ScriptedRunner(sc.runtime() + sc.containers(site.project(other), running), keyed=[sc.image_present()])
+    request = ca.parse_request(other["payloads"]["compose.up"])
+    result = ca.ComposeApply(sc.engine(runner), runner, env_bytes=site.env(other)).run(request, check_mode=True)
+    assert result["changed"] is True
+
+
 def test_fresh_apply_stages_the_lock_and_commits_the_sticker_only_after_inspection(site):
     plan = site.plan(secret="s1")
     directory = site.directory(plan)

@@ -1,0 +1,321 @@
+# Copyright (c) Stella Ops contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The deployment job on the controller (documentation: plugins/modules/stella_job.py).
+
+Every step reads the job record from the job store, applies one pure change from ``_job`` and
+persists the result in the same transaction, so the record never shows progress that was not
+persisted. Nothing runs on the play's host.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import secrets
+import socket
+
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.stellaops.runtime.plugins.module_utils._canonical import pretty_json, sha256_bytes
+from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError, redact_text, redact_url
+from ansible_collections.stellaops.runtime.plugins.module_utils._fsutil import atomic_write
+from ansible_collections.stellaops.runtime.plugins.plugin_utils import _job, _job_store, _job_view, _strategy
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_plan import job_options, plan_job
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._evidence import project_digest
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._inputs import load_credentials, plain, resolve_digests
+
+ARGUMENT_SPEC = {
+    "step": {"type": "str", "required": True,
+             "choices": ["start", "target", "gate", "finish", "rollback_target", "close", "show"]},
+    "store": {"type": "str"},
+    "job_id": {"type": "str"},
+    "release": {"type": "dict"},
+    "targets": {"type": "list", "elements": "str", "default": []},
+    "readiness": {"type": "dict", "default": {}},
+    "registry_credentials": {"type": "dict", "no_log": True, "default": {}},
+    "insecure_registries": {"type": "list", "elements": "str", "default": []},
+    "timeout": {"type": "float", "default": 15.0},
+    "auto_rollback_on_failure": {"type": "bool"},
+    "wait_for_health_check": {"type": "bool"},
+    "target": {"type": "str"},
+    "phase": {"type": "str"},
+    "outcome": {"type": "str", "choices": ["running", "succeeded", "failed"], "default": "running"},
+    "result": {"type": "dict"},
+    "reason": {"type": "str"},
+    "code": {"type": "str"},
+    "evidence": {"type": "dict", "default": {}},
+    "batch": {"type": "int"},
+    "evidence_dir": {"type": "path"},
+}
+
+
+def utc_now():
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def process_start(pid):
+    """The start time (clock ticks since boot) of ``pid``, or ``None`` when it does not exist."""
+    try:
+        with open("/proc/%d/stat" % pid, "r", encoding="utf-8") as handle:
+            return int(handle.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def controller_owner():
+    """The ``ansible-playbook`` process this step belongs to (action plugins run in its forked workers)."""
+    pid = os.getppid()
+    return {"host": socket.gethostname(), "pid": pid, "startTicks": process_start(pid)}
+
+
+def owner_gone(owner):
+    """True when ``owner`` ran on this controller and that process is gone (pid reuse included)."""
+    if not owner or owner.get("host") != socket.gethostname():
+        return False
+    return process_start(owner["pid"]) != owner.get("startTicks")
+
+
+def first_line(text):
+    return (text or "").strip().splitlines()[0] if (text or "").strip() else None
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _requires_connection = False
+    _supports_check_mode = False
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        del tmp
+        _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        self.vars = task_vars or {}
+        self.secrets = []
+        store = None
+        try:
+            store = _job_store.open_store(args["store"] or self.vars.get("stella_job_store"))
+            outcome = getattr(self, "_" + args["step"])(store, args)
+        except StellaError as exc:
+            result.update(failed=True, msg=redact_text(redact_url(exc.reason), self.secrets), code=exc.code)
+            if exc.phase:
+                result["failurePhase"] = exc.phase
+            return result
+        finally:
+            if store is not None:
+                store.close()
+        result.update(outcome)
+        result["changed"] = False
+        return result
+
+    # ------------------------------------------------------------------ steps
+    def _need(self, args, *names):
+        for name in names:
+            if args.get(name) in (None, ""):
+                raise StellaError("job_invalid", "step %s needs %s" % (args["step"], name), phase="job")
+
+    def _start(self, store, args):
+        """Plan the whole job once and persist it; fail it closed when a target is unreachable."""
+        self._need(args, "release")
+        now = utc_now()
+        interrupted = []
+        for record in store.unfinished():
+            if owner_gone(record.get("owner")):
+                why = "interrupted: the controller run (pid %s) ended while the job was %s" % (
+                    record["owner"]["pid"], record["status"])
+                store.update(record["jobId"], lambda r, w=why: _job.interrupted(r, utc_now(), w))
+                interrupted.append(record["jobId"])
+        job_id, source = (args["job_id"], "job_id") if args["job_id"] else _job.job_id_from(self.vars)
+        if not job_id:
+            job_id, source = "job-%s-%s" % (now[:19].replace("-", "").replace(":", ""), secrets.token_hex(4)), "generated"
+        release = plain(args["release"])
+        self.secrets.extend(str(v) for v in (release.get("secretEnv") or {}).values())
+        credentials = load_credentials(plain(args["registry_credentials"], "registry_credentials"))
+        self.secrets.extend(c["password"] for c in credentials.values())
+        hostvars = self.vars.get("hostvars") or {}
+        hosts = [(name, dict(hostvars.get(name) or {})) for name in args["targets"]]
+        probe = dict(release, target=dict(release.get("target") or {}, id="probe", name="probe",
+                                          endpoint="local", executionMode="local"))
+        probe.setdefault("target", {}).setdefault("type", "ComposeHost")
+        resolved, resolution = resolve_digests(probe, credentials, args["insecure_registries"], {}, True,
+                                               args["timeout"])
+        planned = plan_job(release, hosts, resolved, job_id)
+        options = job_options(release, {"autoRollbackOnFailure": args["auto_rollback_on_failure"],
+                                        "waitForHealthCheck": args["wait_for_health_check"]})
+        summary = {"release": release["release"], "tenant": release["tenant"], "environment": release["environment"],
+                   "application": release["application"], "strategy": release["strategy"],
+                   "strategyConfig": release.get("strategyConfig") or {}, "resolution": resolution}
+        targets = {name: {"targetId": plan["target"]["id"], "targetName": plan["target"]["name"],
+                          "targetType": plan["target"]["type"], "endpoint": plan["target"]["endpoint"],
+                          "projectName": plan["projectName"], "slot": plan["slot"], "manifestHash": plan["manifestHash"]}
+                   for name, plan in planned["plans"].items()}
+        record = _job.new_job(job_id, source, summary, planned["batches"], targets, options, now,
+                              owner=controller_owner())
+        store.create(record)
+        unreachable = {name: first_line(str(ping.get("msg") or "")) or "unreachable"
+                       for name, ping in args["readiness"].items() if isinstance(ping, dict) and ping.get("unreachable")}
+        if unreachable:
+            reason = "target readiness failed before any target was changed: %s unreachable" % ", ".join(
+                sorted(unreachable))
+            record = store.update(job_id, lambda r: _job.fail_closed(r, "target_unreachable", reason, unreachable,
+                                                                     utc_now()))
+        else:
+            record = store.update(job_id, lambda r: _job.start(r, utc_now()))
+        env = {name: files.get(".env.stella") for name, files in planned["files"].items()}
+        return {"jobId": job_id, "jobIdSource": source, "proceed": record["status"] == "Running",
+                "status": record["status"], "reason": record["reason"], "code": record["code"],
+                "batches": planned["batches"], "serial": planned["serial"], "targetOrder": planned["targetOrder"],
+                "plans": planned["plans"], "options": options, "interruptedJobs": interrupted,
+                "hasEnvArtifact": {name: data is not None for name, data in env.items()}}
+
+    def _target(self, store, args):
+        """Persist a phase boundary of one target, and its outcome when it ended."""
+        self._need(args, "job_id", "target")
+        apply = args["result"] or {}
+        now = utc_now()
+
+        def change(record):
+            target = record["targets"].get(args["target"]) or {}
+            recorded = {p["name"]: p for p in target.get("phases", [])}
+            phases, agent_failed = [], False
+            for entry in apply.get("deploymentPhases") or []:
+                if entry.get("phase") != "preflight" and entry.get("phase") not in recorded:
+                    phases.append((entry["phase"], entry.get("status"), int(entry.get("durationMs") or 0)))
+                agent_failed = agent_failed or entry.get("status") == "failed"
+            if args["phase"] and not (args["outcome"] == "failed" and agent_failed):
+                last = max([p["completedAt"] for p in recorded.values()] or [_batch_start(record, target, now)])
+                status = "failed" if args["outcome"] == "failed" else "succeeded"
+                duration = _elapsed_ms(last, now)
+                if args["phase"] in recorded:  # e.g. verify: the agent's inspection, then the probes
+                    duration += recorded[args["phase"]].get("durationMs") or 0
+                    status = "failed" if "failed" in (status, recorded[args["phase"]]["status"]) else status
+                phases.append((args["phase"], status, duration))
+            for name, status, duration in phases:
+                record = _job.record_phase(record, args["target"], name, status, None, now, duration, now)
+            if args["outcome"] != "running":
+                facts = _target_facts(apply, args["evidence"])
+                record = _job.finish_target(record, args["target"], args["outcome"] == "succeeded", now,
+                                            reason=first_line(args["reason"]), code=args["code"], facts=facts)
+            return record
+        record = store.update(args["job_id"], change)
+        return {"jobId": args["job_id"], "target": record["targets"][args["target"]]}
+
+    def _gate(self, store, args):
+        self._need(args, "job_id")
+        found = {}
+
+        def change(record):
+            batch = args["batch"]
+            if batch is None:
+                indexes = {record["targets"][n]["batch"] for n in args["targets"] if n in record["targets"]}
+                if len(indexes) != 1:
+                    raise StellaError("job_invalid", "step gate needs the targets of one batch (got %s)" % (
+                        ", ".join(args["targets"]) or "none"), phase="job")
+                batch = indexes.pop()
+            found["batch"] = batch
+            outcomes = [(n, record["targets"][n]["status"], record["targets"][n]["reason"])
+                        for n in record["batches"][batch]]
+            return _job.record_gate(record, _strategy.gate(batch, outcomes), utc_now())
+        record = store.update(args["job_id"], change)
+        decision = [g for g in record["gates"] if g["batch"] == found["batch"]][0]
+        return {"jobId": args["job_id"], "proceed": decision["proceed"], "gate": decision}
+
+    def _finish(self, store, args):
+        """End the deployment; a failed job decides its one automatic rollback."""
+        self._need(args, "job_id")
+        record = store.get(args["job_id"])
+        if record is None:
+            raise StellaError("job_not_found", "no job %s" % args["job_id"], phase="job")
+        if record["status"] == "Running":
+            record = store.update(args["job_id"], lambda r: _job.finish(r, utc_now()))
+        if record["status"] == "Failed" and not record.get("isRollback") and record.get("rollback") is None:
+            record = store.update(args["job_id"], lambda r: _job.auto_rollback(r, utc_now()))
+        plan = (record.get("rollback") or {}).get("batches") or [] if record["status"] == "RollingBack" else []
+        return {"jobId": args["job_id"], "status": record["status"], "reason": record["reason"],
+                "rollbackBatches": plan, "rollbackSerial": [len(b) for b in plan],
+                "rollbackOrder": [n for b in plan for n in b],
+                "rollbackTargets": {n: {"revisionPath": record["targets"][n].get("previousRevisionPath")}
+                                    for b in plan for n in b}}
+
+    def _rollback_target(self, store, args):
+        self._need(args, "job_id", "target")
+        rollback = args["result"] or {}
+        now = utc_now()
+
+        def change(record):
+            for entry in rollback.get("deploymentPhases") or []:
+                record = _job.record_phase(record, args["target"], entry["phase"], entry.get("status"), None, now,
+                                           int(entry.get("durationMs") or 0), now)
+            facts = {"restoredRevisionPath": rollback.get("restoredRevisionPath"),
+                     "rollbackDigest": _digest(rollback), "completedAt": now}
+            return _job.finish_rollback_target(record, args["target"], args["outcome"] == "succeeded", now,
+                                               reason=first_line(args["reason"]), facts=facts)
+        record = store.update(args["job_id"], change)
+        return {"jobId": args["job_id"], "target": record["targets"][args["target"]]}
+
+    def _close(self, store, args):
+        """Finish a rollback in progress, write the job's evidence, and return the final record."""
+        self._need(args, "job_id")
+        record = store.get(args["job_id"])
+        if record is None:
+            raise StellaError("job_not_found", "no job %s" % args["job_id"], phase="job")
+        if record["status"] == "RollingBack":
+            record = store.update(args["job_id"], lambda r: _job.finish_rollback(r, utc_now()))
+        files = {}
+        if args["evidence_dir"]:
+            files = self._write_evidence(record, args["evidence_dir"])
+        return {"jobId": record["jobId"], "job": record, "status": record["status"], "reason": record["reason"],
+                "succeeded": record["status"] == "Succeeded", "evidenceFiles": files,
+                "text": _job_view.render_text(record)}
+
+    def _show(self, store, args):
+        self._need(args, "job_id")
+        record = store.get(args["job_id"])
+        if record is None:
+            raise StellaError("job_not_found", "no job %s in the job store" % args["job_id"], phase="job")
+        return {"jobId": record["jobId"], "job": record, "text": _job_view.render_text(record)}
+
+    def _write_evidence(self, record, root):
+        directory = os.path.join(root, "jobs", record["jobId"])
+        os.makedirs(directory, mode=0o750, exist_ok=True)
+        written = {}
+        documents = {"job.json": _job_view.job_evidence(record)}
+        rollback = _job_view.rollback_evidence(record)
+        if rollback is not None:
+            documents["rollback-evidence.json"] = rollback
+        for name, document in documents.items():
+            data = pretty_json(document)
+            path = os.path.join(directory, name)
+            atomic_write(path, data, mode=0o640)
+            written[name] = {"path": path, "sha256": sha256_bytes(data)}
+        return written
+
+
+def _batch_start(record, target, now):
+    """When the target's batch started: the previous batch's gate, or the job's start."""
+    gates = [g["at"] for g in record.get("gates") or [] if g["batch"] == target.get("batch", 0) - 1]
+    return gates[0] if gates else (record.get("startedAt") or now)
+
+
+def _elapsed_ms(start, end):
+    fmt = "%Y-%m-%dT%H:%M:%S.%fZ"
+    try:
+        delta = datetime.datetime.strptime(end, fmt) - datetime.datetime.strptime(start, fmt)
+    except (TypeError, ValueError):
+        return 0
+    return max(0, int(delta.total_seconds() * 1000))
+
+
+def _digest(result):
+    return project_digest(result.get("services") or (result.get("evidence") or {}).get("services"))
+
+
+def _target_facts(apply, evidence):
+    facts = {"evidence": dict(evidence)}
+    for key in ("previousRevisionPath", "projectName", "targetType", "appliedByJobId"):
+        if apply.get(key):
+            facts[key] = apply[key]
+    digest = _digest(apply)
+    if digest:
+        facts["currentDigest"] = digest
+    return facts

@@ -1,0 +1,195 @@
+#!/usr/bin/python
+# Copyright (c) Stella Ops contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+# This file only documents the stella_job action plugin (plugins/action/stella_job.py).
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: stella_job
+short_description: Plan, record and close a deployment job over a fleet of targets
+version_added: 0.2.0
+description:
+  - The controller side of a deployment job. A job is one release deployed to many targets in the
+    batches of its strategy, with one typed record in the job store that every step reads, changes and
+    persists in one transaction. The job playbook (C(stellaops.runtime.job)) calls it between phases;
+    operators read a job with O(step=show) (the C(stellaops.runtime.job_show) playbook).
+  - O(step=start) plans the whole job once before any target is touched. It validates the release,
+    resolves every image tag to one digest, plans every target's artifacts and payloads, and cuts the
+    targets into batches in inventory order. The batch sizes follow Ansible's C(serial), and the job
+    playbook runs with them. It also marks as failed every unfinished job whose C(ansible-playbook) process is gone.
+    A target whose connection failed the readiness check fails the job closed, with code
+    C(target_unreachable), before any target is changed.
+  - O(step=target) persists one phase boundary of one target, and the target's outcome when it ended.
+    O(step=gate) runs the strategy gate after a batch. O(step=finish) ends the deployment and decides
+    the one automatic rollback. O(step=rollback_target) records one target's rollback.
+    O(step=close) ends the rollback and writes the job's evidence. O(step=show) reads a job.
+  - This is an action plugin. It runs on the controller only; nothing is copied to or executed on a
+    target.
+author:
+  - Stella Ops runtime team (@stellaops)
+extends_documentation_fragment:
+  - stellaops.runtime.attributes
+  - stellaops.runtime.attributes.action
+attributes:
+  check_mode:
+    support: none
+  diff_mode:
+    support: none
+  idempotent:
+    support: none
+    details:
+      - Every call records a state change of a job.
+options:
+  step:
+    description: What to do.
+    type: str
+    required: true
+    choices: [start, target, gate, finish, rollback_target, close, show]
+  store:
+    description:
+      - The job store, a SQLite file path or C(sqlite:///relative) / C(sqlite:////absolute).
+      - Defaults to the C(stella_job_store) variable, else C(~/.local/state/stellaops/jobs.sqlite3).
+    type: str
+  job_id:
+    description:
+      - The job. Required for every step but O(step=start), where it sets the id of the new job; without
+        it the id is the caller's C(awx_job_id) or C(tower_job_id) (as C(awx-<id>) / C(tower-<id>)), else
+        the C(stella_job_id) variable, else a new unique one. A job id is never reused.
+    type: str
+  release:
+    description:
+      - O(step=start). The release input (C(docs/release-input.md)); its C(target) gives the target type
+        only, each target's identity comes from its inventory host.
+    type: dict
+  readiness:
+    description:
+      - O(step=start). Each host's result of the readiness check (an C(ansible.builtin.ping) with
+        C(ignore_unreachable)); a result with C(unreachable) fails the job closed before any target changes.
+    type: dict
+    default: {}
+  registry_credentials:
+    description: O(step=start). As M(stellaops.runtime.stella_plan).
+    type: dict
+    default: {}
+  insecure_registries:
+    description: O(step=start). As M(stellaops.runtime.stella_plan).
+    type: list
+    elements: str
+    default: []
+  timeout:
+    description: O(step=start). Seconds per registry request.
+    type: float
+    default: 15.0
+  auto_rollback_on_failure:
+    description:
+      - O(step=start). Overrides the release's C(strategyConfig.autoRollbackOnFailure) (alias
+        C(rollbackOnFailure); default on).
+    type: bool
+  wait_for_health_check:
+    description: O(step=start). Overrides the release's C(strategyConfig.waitForHealthCheck) (default on).
+    type: bool
+  target:
+    description: O(step=target) and O(step=rollback_target). The inventory host.
+    type: str
+  targets:
+    description:
+      - O(step=start). The inventory hosts of the job, in order.
+      - O(step=gate). The hosts of the batch that just ended (C(ansible_play_batch)), when O(batch) is not given.
+    type: list
+    elements: str
+    default: []
+  phase:
+    description: O(step=target). The phase that just ended; its duration runs from the target's previous record.
+    type: str
+  outcome:
+    description: O(step=target) and O(step=rollback_target). V(running) while phases go on.
+    type: str
+    choices: [running, succeeded, failed]
+    default: running
+  result:
+    description:
+      - The target agent's result (C(compose.up) or C(compose.rollback)); its C(deploymentPhases),
+        retained revision and service digests are recorded.
+    type: dict
+  reason:
+    description: The one-line failure reason.
+    type: str
+  code:
+    description: The stable failure code.
+    type: str
+  evidence:
+    description: The evidence files written for the target.
+    type: dict
+    default: {}
+  batch:
+    description: O(step=gate). The batch that just ended (0-based); default the batch of O(targets).
+    type: int
+  evidence_dir:
+    description: O(step=close). Where C(jobs/<job id>/job.json) (and C(rollback-evidence.json)) are written.
+    type: path
+notes:
+  - The record and its statuses are described in C(docs/jobs.md).
+"""
+
+EXAMPLES = r"""
+- name: Show a job
+  stellaops.runtime.stella_job:
+    step: show
+    job_id: job-20261201T050000-1a2b3c4d
+  register: job
+
+- name: Print it
+  ansible.builtin.debug:
+    msg: "{{ job.text }}"
+"""
+
+RETURN = r"""
+jobId:
+  description: The job.
+  returned: success
+  type: str
+job:
+  description: The persisted job record (O(step=close) and O(step=show)).
+  returned: success
+  type: dict
+text:
+  description: The job, human-readable (O(step=close) and O(step=show)).
+  returned: success
+  type: str
+proceed:
+  description: O(step=start) and O(step=gate). Whether the next batch may start.
+  returned: success
+  type: bool
+plans:
+  description: O(step=start). Each target's plan (as M(stellaops.runtime.stella_plan) returns it).
+  returned: success
+  type: dict
+serial:
+  description: O(step=start). The batch sizes, for the play's C(serial).
+  returned: success
+  type: list
+  elements: int
+targetOrder:
+  description: O(step=start). The targets in batch order.
+  returned: success
+  type: list
+  elements: str
+rollbackOrder:
+  description: O(step=finish). The targets to roll back, in reverse batch order (empty when none).
+  returned: success
+  type: list
+  elements: str
+rollbackSerial:
+  description: O(step=finish). The rollback batch sizes.
+  returned: success
+  type: list
+  elements: int
+code:
+  description: The stable failure code.
+  returned: failure
+  type: str
+"""

@@ -1,0 +1,94 @@
+# Copyright (c) Stella Ops contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Planning a whole deployment job once, on the controller. Pure, no I/O.
+
+One release, many targets: each inventory host becomes a release target (its identity from the
+host's ``stella_target`` variable, else from its connection variables), every target is planned
+with the same resolved digests and the same job id, and the targets are cut into the strategy's
+batches in inventory order.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
+from ansible_collections.stellaops.runtime.plugins.plugin_utils import _strategy
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._job import rollback_options
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._plan import FILES_KEY, plan_release
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._release import validate_release
+
+LOCAL_CONNECTIONS = ("local",)
+# What the job playbooks need of each target's plan (the rest stays in the job's own planning).
+PLAN_KEYS = ("projectName", "slot", "trafficRole", "strategy", "release", "target", "tenant", "environment",
+             "application", "jobId", "taskId", "workDirectory", "projectDirectory", "paths", "manifestHash",
+             "composeHash", "versionStickerHash", "applyManifestHash", "envArtifactHash", "artifactHashes",
+             "components", "payloads", "scriptGraphProof")
+
+
+def target_identity(name, host, target_type):
+    """The release target of inventory host ``name`` (``host``: its variables)."""
+    given = dict(host.get("stella_target") or {})
+    if host.get("ansible_connection") in LOCAL_CONNECTIONS:
+        endpoint, mode = "local", "local"
+    else:
+        address = host.get("ansible_host") or name
+        user = host.get("ansible_user") or host.get("ansible_ssh_user")
+        port = host.get("ansible_port") or host.get("ansible_ssh_port")
+        endpoint = "ssh://%s%s%s" % ("%s@" % user if user else "", address, ":%s" % port if port else "")
+        mode = "ssh"
+    identity = {"id": name, "name": name, "type": target_type, "endpoint": endpoint, "executionMode": mode}
+    identity.update(given)
+    return identity
+
+
+def job_options(release, overrides):
+    """``waitForHealthCheck`` and ``autoRollbackOnFailure`` of the job: the release's strategyConfig,
+    role variables only as overrides (``None`` = not set)."""
+    config = release.get("strategyConfig") or {}
+    auto, source = rollback_options(config, overrides.get("autoRollbackOnFailure"))
+    wait = overrides.get("waitForHealthCheck")
+    wait_source = "override"
+    if wait is None:
+        wait, wait_source = config.get("waitForHealthCheck", True), (
+            "strategyConfig.waitForHealthCheck" if "waitForHealthCheck" in config else "default")
+    return {"autoRollbackOnFailure": bool(auto), "autoRollbackSource": source,
+            "waitForHealthCheck": bool(wait), "waitForHealthCheckSource": wait_source}
+
+
+def release_for(release, identity, job_id):
+    per_target = copy.deepcopy(release)
+    per_target["target"] = identity
+    per_target["jobId"] = job_id
+    per_target.pop("taskId", None)
+    return per_target
+
+
+def plan_job(release, hosts, resolved, job_id):
+    """Plan every target of the job.
+
+    ``hosts``: ``[(name, host variables), ...]`` in inventory order. Returns ``{"batches", "serial",
+    "targetOrder", "plans": {name: plan}, "files": {name: artifact bytes}}``.
+    """
+    if not hosts:
+        raise StellaError("job_invalid", "the deployment job has no targets", phase="plan")
+    target_type = (release.get("target") or {}).get("type", "ComposeHost")
+    names = [name for name, _vars in hosts]
+    batches = _strategy.plan_batches(release.get("strategy"), release.get("strategyConfig"), names)
+    plans, files = {}, {}
+    for name, host in hosts:
+        per_target = release_for(release, target_identity(name, host, target_type), job_id)
+        validate_release(per_target)
+        plan = plan_release(per_target, resolved)
+        files[name] = plan.pop(FILES_KEY)
+        plans[name] = {key: plan[key] for key in PLAN_KEYS if key in plan}
+    ids = {}
+    for name, plan in plans.items():
+        other = ids.setdefault(plan["target"]["id"], name)
+        if other != name:
+            raise StellaError("job_invalid", "targets %s and %s have the same target id %r" % (
+                other, name, plan["target"]["id"]), phase="plan")
+    return {"batches": batches, "serial": [len(batch) for batch in batches],
+            "targetOrder": [n for batch in batches for n in batch], "plans": plans, "files": files}

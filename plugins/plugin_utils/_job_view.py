@@ -1,0 +1,105 @@
+# Copyright (c) Stella Ops contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Views of a persisted job record: the human-readable text of ``job show``, the job's evidence
+document, and its ``release.rollback.evidence.v1`` over every target. Pure, no I/O."""
+
+from __future__ import annotations
+
+from ansible_collections.stellaops.runtime.plugins.module_utils._canonical import digest_json
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._rollback_evidence import build_rollback_evidence
+
+JOB_EVIDENCE_VERSION = "stella.job.evidence.v1"
+_VOLATILE = ("owner", "revision", "updatedAt")
+
+
+def job_evidence(record):
+    """The job record as evidence, with an ``evidenceDigest`` over everything but volatile fields."""
+    body = {k: v for k, v in record.items() if k not in _VOLATILE}
+    body["evidenceVersion"] = JOB_EVIDENCE_VERSION
+    body["evidenceDigest"] = digest_json({k: v for k, v in body.items() if k not in ("createdAt",)})
+    return body
+
+
+def _identity(target):
+    return {"targetId": target.get("targetId"), "targetName": target.get("targetName"),
+            "targetType": target.get("targetType")}
+
+
+def _completed(target, key="phases"):
+    times = [p["completedAt"] for p in target.get(key) or [] if p.get("completedAt")]
+    return max(times) if times else None
+
+
+def rollback_evidence(record):
+    """``release.rollback.evidence.v1`` for a job whose rollback ran (``None`` otherwise)."""
+    rollback = record.get("rollback") or {}
+    if not rollback.get("attempted"):
+        return None
+    planned = [name for batch in rollback.get("batches") or [] for name in batch]
+    module = record.get("application") or "release"
+    proof = (record.get("scriptGraphProof") or {}).get("proofDigest")
+    deployment, failure = [], None
+    for name in record["targetOrder"]:
+        target = record["targets"][name]
+        if target.get("statusBeforeRollback", target["status"]) == "Skipped" or not target.get("phases"):
+            continue
+        status = (target.get("statusBeforeRollback") or target["status"]).lower()
+        deployment.append({"moduleName": module, "target": _identity(target), "batchIndex": target["batch"],
+                           "startedAt": record.get("startedAt"), "completedAt": _completed(target),
+                           "status": status, "failureReason": target.get("reason"), "scriptProofDigest": proof})
+        if status == "failed" and failure is None:
+            failure = {"moduleName": module, "target": _identity(target), "failureReason": target.get("reason")}
+    order = []
+    for name in planned:
+        target = record["targets"][name]
+        order.append({"moduleName": module, "target": _identity(target), "batchIndex": target["batch"],
+                      "startedAt": rollback.get("startedAt"),
+                      "completedAt": (target.get("rollback") or {}).get("completedAt"),
+                      "status": "succeeded" if target["status"] == "RolledBack" else "failed",
+                      "failureReason": target.get("rollbackError"), "scriptProofDigest": proof})
+    targets = [dict(_identity(record["targets"][n]), currentDigest=record["targets"][n].get("currentDigest"),
+                    rollbackDigest=(record["targets"][n].get("rollback") or {}).get("rollbackDigest"))
+               for n in planned]
+    evidence = build_rollback_evidence(targets, rollback.get("completedAt") or rollback.get("startedAt"),
+                                       deployment_order=deployment, rollback_order=order, failure=failure,
+                                       deployment_id=record["jobId"], rollback_job_id=record["jobId"] + "-rollback")
+    # build_rollback_evidence sorts order entries by batch then time; the job's rollback ran in reverse
+    # batch order, which the record keeps as the order of rollback.batches.
+    evidence["rollbackBatchOrder"] = [list(batch) for batch in rollback.get("batches") or []]
+    return evidence
+
+
+def _phase_text(target, key="phases"):
+    return ", ".join("%s %s %dms" % (p["name"], p["status"], p.get("durationMs") or 0) for p in target.get(key) or [])
+
+
+def render_text(record):
+    """``job show``: the job, its batches and gates, and every target, in batch order."""
+    lines = ["job %s  %s  (promotion %s)" % (record["jobId"], record["status"], record.get("promotion")),
+             "release %s %s %s  strategy %s  created %s" % (
+                 (record.get("release") or {}).get("id"), (record.get("release") or {}).get("name"),
+                 (record.get("release") or {}).get("version"), record.get("strategy"), record.get("createdAt"))]
+    if record.get("reason"):
+        lines.append("reason: %s" % record["reason"])
+    for index, batch in enumerate(record["batches"]):
+        gate = next((g for g in record.get("gates") or [] if g["batch"] == index), None)
+        verdict = ""
+        if gate is not None:
+            verdict = "  gate: %s (%s)" % ("proceed" if gate["proceed"] else "stop", gate["reason"])
+        lines.append("batch %d: %s%s" % (index + 1, ", ".join(batch), verdict))
+        for name in batch:
+            target = record["targets"][name]
+            lines.append("  %-20s %-10s %s" % (name, target["status"], target.get("projectName") or ""))
+            if target.get("phases"):
+                lines.append("    phases: " + _phase_text(target))
+            if target.get("rollbackPhases"):
+                lines.append("    rollback: " + _phase_text(target, "rollbackPhases"))
+            if target.get("reason"):
+                lines.append("    reason: %s" % target["reason"])
+            if target.get("rollbackError"):
+                lines.append("    rollback error: %s" % target["rollbackError"])
+    for event in record.get("events") or []:
+        lines.append("event %s at %s" % (event["kind"], event["at"]))
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,174 @@
+"""The job record's state machine (pure)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
+from ansible_collections.stellaops.runtime.plugins.plugin_utils import _job
+
+T0 = "2026-01-01T00:00:00Z"
+BATCHES = [["t1", "t2"], ["t3", "t4"], ["t5"]]
+
+
+def make(options=None):
+    targets = {n: {"targetId": "id-" + n} for batch in BATCHES for n in batch}
+    opts = {"autoRollbackOnFailure": True, "autoRollbackSource": "default"}
+    opts.update(options or {})
+    record = _job.new_job("job-1", None, {"release": {"id": "r1"}, "strategy": "rolling"}, BATCHES, targets, opts, T0)
+    return _job.start(record, T0)
+
+
+def run(record, name, ok, previous=True, reason="boom"):
+    record = _job.record_phase(record, name, "preflight", "passed", T0, T0, 5, T0)
+    facts = {"previousRevisionPath": "/p/%s/revisions/000001-x" % name} if previous else {}
+    return _job.finish_target(record, name, ok, T0, reason=reason, code="health_probe_failed", facts=facts)
+
+
+def test_new_job_is_pending_with_every_target_pending_in_order():
+    record = _job.new_job("job-1", "stella_job_id", {}, BATCHES, {n: {} for b in BATCHES for n in b}, {}, T0)
+    assert record["status"] == "Pending" and record["targetOrder"] == ["t1", "t2", "t3", "t4", "t5"]
+    assert [(n, t["batch"], t["order"], t["status"]) for n, t in record["targets"].items()] == [
+        ("t1", 0, 0, "Pending"), ("t2", 0, 1, "Pending"), ("t3", 1, 2, "Pending"), ("t4", 1, 3, "Pending"),
+        ("t5", 2, 4, "Pending")]
+    with pytest.raises(StellaError):
+        _job.new_job("j", None, {}, BATCHES, {"t1": {}}, {}, T0)
+
+
+def test_functions_never_change_their_input():
+    record = make()
+    before = copy.deepcopy(record)
+    run(record, "t1", True)
+    _job.record_gate(record, {"batch": 0, "proceed": False, "reason": "x", "failedTargets": []}, T0)
+    assert record == before
+
+
+def test_all_targets_succeed():
+    record = make()
+    for name in ("t1", "t2", "t3", "t4", "t5"):
+        record = run(record, name, True)
+    for batch in range(3):
+        record = _job.record_gate(record, {"batch": batch, "proceed": True, "reason": "ok", "failedTargets": []}, T0)
+    record = _job.finish(record, T0)
+    assert (record["status"], record["promotion"], record["reason"]) == ("Succeeded", "Succeeded", None)
+
+
+def test_closed_gate_skips_later_batches_and_rolls_back_in_reverse_batch_order():
+    record = make()
+    record = run(run(record, "t1", True), "t2", True)
+    record = _job.record_gate(record, {"batch": 0, "proceed": True, "reason": "ok", "failedTargets": []}, T0)
+    record = run(run(record, "t3", False, reason="probe failed"), "t4", True)
+    record = _job.record_gate(record, {"batch": 1, "proceed": False, "reason": "gate closed", "failedTargets": ["t3"]},
+                              T0)
+    assert record["targets"]["t5"]["status"] == "Skipped"
+    assert record["targets"]["t5"]["reason"] == "not started: gate closed"
+    record = _job.finish(record, T0)
+    assert (record["status"], record["promotion"], record["code"]) == ("Failed", "Failed", "health_probe_failed")
+    assert record["reason"] == "target t3: probe failed"
+    record = _job.auto_rollback(record, T0)
+    assert record["status"] == "RollingBack" and record["isRollback"] is True
+    assert record["rollback"]["batches"] == [["t3", "t4"], ["t1", "t2"]]
+    assert record["events"][-1]["kind"] == "RollbackStarted"
+    for name in ("t3", "t4", "t1", "t2"):
+        record = _job.finish_rollback_target(record, name, True, T0, facts={"restoredRevisionPath": "x"})
+    record = _job.finish_rollback(record, T0)
+    assert record["status"] == "RolledBack" and record["promotion"] == "Failed"
+    assert record["reason"] == "target t3: probe failed (auto-rollback restored the retained previous revision)"
+    assert [e["kind"] for e in record["events"]] == ["RollbackStarted", "RollbackCompleted"]
+    assert record["targets"]["t5"]["status"] == "Skipped"
+    with pytest.raises(StellaError) as info:
+        _job.auto_rollback(record, T0)
+    assert info.value.code == "job_state_invalid"
+
+
+def test_a_failed_rollback_is_never_retried():
+    record = _job.finish(run(make(), "t1", False), T0)
+    record = _job.auto_rollback(record, T0)
+    assert record["rollback"]["batches"] == [["t1"]]
+    record = _job.finish_rollback_target(record, "t1", False, T0, reason="compose_up_failed: x")
+    record = _job.finish_rollback(record, T0)
+    assert record["status"] == "Failed"
+    assert record["reason"] == "target t1: boom; auto-rollback failed: t1: compose_up_failed: x"
+    assert record["events"][-1] == {"kind": "RollbackFailed", "at": T0, "error": "t1: compose_up_failed: x"}
+    with pytest.raises(StellaError):
+        _job.auto_rollback(record, T0)
+
+
+def test_no_eligible_target_suffixes_the_reason_and_stays_failed():
+    record = _job.finish(run(make(), "t1", False, previous=False), T0)
+    record = _job.auto_rollback(record, T0)
+    assert record["status"] == "Failed"
+    assert record["reason"] == ("target t1: boom (auto-rollback skipped: no target retained a previous revision "
+                                "to restore)")
+    assert record["rollback"]["skipped"] == {"t1": _job.NO_REVISION}
+
+
+def test_disabled_auto_rollback_leaves_the_job_untouched():
+    record = _job.finish(run(make({"autoRollbackOnFailure": False,
+                                   "autoRollbackSource": "strategyConfig.autoRollbackOnFailure"}), "t1", False), T0)
+    after = _job.auto_rollback(record, T0)
+    assert (after["status"], after["reason"]) == ("Failed", "target t1: boom")
+    assert after["rollback"] == {"attempted": False, "skipReason": "autoRollbackOnFailure=false",
+                                 "source": "strategyConfig.autoRollbackOnFailure"}
+
+
+@pytest.mark.parametrize("config, override, expected", [
+    ({}, None, (True, "default")),
+    ({"autoRollbackOnFailure": False}, None, (False, "strategyConfig.autoRollbackOnFailure")),
+    ({"rollbackOnFailure": False}, None, (False, "strategyConfig.rollbackOnFailure")),
+    ({"autoRollbackOnFailure": True, "rollbackOnFailure": False}, None, (True, "strategyConfig.autoRollbackOnFailure")),
+    ({"autoRollbackOnFailure": True}, False, (False, "override")),
+])
+def test_rollback_options(config, override, expected):
+    assert _job.rollback_options(config, override) == expected
+
+
+@pytest.mark.parametrize("variables, expected", [
+    ({"awx_job_id": 42}, ("awx-42", "awx_job_id")),
+    ({"tower_job_id": "7", "stella_job_id": "x"}, ("tower-7", "tower_job_id")),
+    ({"stella_job_id": "job-abc"}, ("job-abc", "stella_job_id")),
+    ({"awx_job_id": ""}, (None, None)),
+    ({}, (None, None)),
+])
+def test_job_ids_from_the_caller(variables, expected):
+    assert _job.job_id_from(variables) == expected
+
+
+def test_illegal_transitions_are_refused():
+    record = make()
+    with pytest.raises(StellaError):
+        _job.start(record, T0)
+    done = _job.finish(run(record, "t1", True), T0)
+    with pytest.raises(StellaError):
+        _job.finish(done, T0)
+    with pytest.raises(StellaError):
+        _job.finish_target(done, "t1", True, T0)
+    with pytest.raises(StellaError):
+        _job.record_phase(record, "t1", "warmup", "passed", T0, T0, 1, T0)
+
+
+def test_fail_closed_names_the_unreachable_targets():
+    record = _job.fail_closed(make(), "target_unreachable", "target t4 is unreachable",
+                              {"t4": "ssh: connect to host t4 port 22: Connection refused"}, T0)
+    assert record["status"] == "Failed" and record["code"] == "target_unreachable"
+    assert record["targets"]["t4"]["status"] == "Failed"
+    assert {n for n, t in record["targets"].items() if t["status"] == "Skipped"} == {"t1", "t2", "t3", "t5"}
+
+
+def test_interrupted_job_is_failed_never_running():
+    record = _job.record_phase(make(), "t3", "preflight", "passed", T0, T0, 1, T0)
+    record = _job.interrupted(record, T0, "interrupted: the controller run ended (pid 9)")
+    assert record["status"] == "Failed" and record["code"] == "job_interrupted"
+    assert record["targets"]["t3"]["status"] == "Failed"
+    assert record["targets"]["t5"]["status"] == "Skipped"
+
+
+def test_phases_are_kept_in_contract_order():
+    record = make()
+    for phase in ("verify", "preflight", "deploy", "cleanup"):
+        record = _job.record_phase(record, "t1", phase, "passed", T0, T0, 1, T0)
+    record = _job.record_phase(record, "t1", "rollback-deploy", "passed", T0, T0, 1, T0)
+    assert [p["name"] for p in record["targets"]["t1"]["phases"]] == ["preflight", "deploy", "verify", "cleanup"]
+    assert [p["name"] for p in record["targets"]["t1"]["rollbackPhases"]] == ["rollback-deploy"]

@@ -1,0 +1,80 @@
+"""The SQLite job store: atomic updates from parallel writers, history, persisted state only."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import stat
+
+import pytest
+
+from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
+from ansible_collections.stellaops.runtime.plugins.plugin_utils import _job, _job_store
+
+T0 = "2026-01-01T00:00:00Z"
+NAMES = ["t%02d" % i for i in range(12)]
+
+
+def record(job_id="job-1"):
+    return _job.new_job(job_id, None, {"release": {"id": "r1"}}, [NAMES], {n: {} for n in NAMES}, {}, T0)
+
+
+def _phase(path, name):
+    store = _job_store.open_store(path)
+    for phase in ("preflight", "deploy", "verify"):
+        store.update("job-1", lambda r, p=phase: _job.record_phase(r, name, p, "passed", T0, T0, 1, T0))
+    store.close()
+
+
+def test_create_get_update_history(tmp_path):
+    path = str(tmp_path / "state" / "jobs.sqlite3")
+    store = _job_store.open_store(path)
+    stored = store.create(record())
+    assert stored["revision"] == 1 and store.get("job-1") == stored
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    with pytest.raises(StellaError) as info:
+        store.create(record())
+    assert info.value.code == "job_exists"
+    running = store.update("job-1", lambda r: _job.start(r, T0))
+    assert (running["status"], running["revision"]) == ("Running", 2)
+    assert [h["status"] for h in store.history("job-1")] == ["Pending", "Running"]
+    assert [r["jobId"] for r in store.unfinished()] == ["job-1"]
+    assert store.get("nope") is None
+    with pytest.raises(StellaError) as info:
+        store.update("nope", lambda r: r)
+    assert info.value.code == "job_not_found"
+
+
+def test_a_failing_change_persists_nothing(tmp_path):
+    store = _job_store.open_store(str(tmp_path / "j.db"))
+    store.create(record())
+
+    def bad(current):
+        raise _job.job_error("no")
+
+    with pytest.raises(StellaError):
+        store.update("job-1", bad)
+    assert store.get("job-1")["revision"] == 1
+
+
+def test_parallel_writers_lose_no_update(tmp_path):
+    path = str(tmp_path / "j.db")
+    _job_store.open_store(path).create(record())
+    context = multiprocessing.get_context("fork")
+    procs = [context.Process(target=_phase, args=(path, name)) for name in NAMES]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(60)
+        assert proc.exitcode == 0
+    final = _job_store.open_store(path).get("job-1")
+    assert final["revision"] == 1 + 3 * len(NAMES)
+    assert all([p["name"] for p in final["targets"][n]["phases"]] == ["preflight", "deploy", "verify"] for n in NAMES)
+
+
+def test_only_sqlite_is_available_today(tmp_path):
+    with pytest.raises(StellaError) as info:
+        _job_store.open_store("postgresql://db/stella")
+    assert info.value.code == "job_store_unsupported"
+    assert _job_store.open_store("sqlite:///" + str(tmp_path / "x.db")).list() == []
+    assert os.path.exists(str(tmp_path / "x.db"))
