@@ -28,7 +28,7 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils._inputs import l
 
 ARGUMENT_SPEC = {
     "step": {"type": "str", "required": True,
-             "choices": ["start", "target", "gate", "finish", "rollback_target", "close", "show"]},
+             "choices": ["start", "target", "gate", "finish", "rollback_start", "rollback_target", "close", "show"]},
     "store": {"type": "str"},
     "job_id": {"type": "str"},
     "release": {"type": "dict"},
@@ -48,6 +48,7 @@ ARGUMENT_SPEC = {
     "evidence": {"type": "dict", "default": {}},
     "batch": {"type": "int"},
     "evidence_dir": {"type": "path"},
+    "revision_paths": {"type": "dict", "default": {}},
 }
 
 
@@ -144,10 +145,14 @@ class ActionModule(ActionBase):
                                         "waitForHealthCheck": args["wait_for_health_check"]})
         summary = {"release": release["release"], "tenant": release["tenant"], "environment": release["environment"],
                    "application": release["application"], "strategy": release["strategy"],
-                   "strategyConfig": release.get("strategyConfig") or {}, "resolution": resolution}
+                   "strategyConfig": release.get("strategyConfig") or {}, "resolution": resolution,
+                   "probeComponents": [{"name": c["name"], "config": c.get("config") or {}}
+                                       for c in release["components"]]}
         targets = {name: {"targetId": plan["target"]["id"], "targetName": plan["target"]["name"],
                           "targetType": plan["target"]["type"], "endpoint": plan["target"]["endpoint"],
-                          "projectName": plan["projectName"], "slot": plan["slot"], "manifestHash": plan["manifestHash"]}
+                          "target": plan["target"], "projectName": plan["projectName"], "slot": plan["slot"],
+                          "manifestHash": plan["manifestHash"],
+                          "rollbackPayload": plan["payloads"].get("compose.rollback")}
                    for name, plan in planned["plans"].items()}
         record = _job.new_job(job_id, source, summary, planned["batches"], targets, options, now,
                               owner=controller_owner())
@@ -230,12 +235,35 @@ class ActionModule(ActionBase):
             record = store.update(args["job_id"], lambda r: _job.finish(r, utc_now()))
         if record["status"] == "Failed" and not record.get("isRollback") and record.get("rollback") is None:
             record = store.update(args["job_id"], lambda r: _job.auto_rollback(r, utc_now()))
-        plan = (record.get("rollback") or {}).get("batches") or [] if record["status"] == "RollingBack" else []
-        return {"jobId": args["job_id"], "status": record["status"], "reason": record["reason"],
+        return self._rollback_orders(record) if record["status"] == "RollingBack" else self._rollback_orders(
+            dict(record, rollback=None))
+
+    def _rollback_start(self, store, args):
+        """An operator rollback of job ``job_id``: a new job of kind ``rollback`` over the source job's
+        targets that retained a revision, in reverse batch order; fails closed when none did."""
+        self._need(args, "job_id")
+        source = store.get(args["job_id"])
+        if source is None:
+            raise StellaError("job_not_found", "no job %s in the job store" % args["job_id"], phase="job")
+        now = utc_now()
+        record = _job.operator_rollback(source, "%s-rollback-%s" % (source["jobId"], secrets.token_hex(3)), now,
+                                        args["revision_paths"], first_line(args["reason"]), controller_owner())
+        store.create(record)
+        if record["status"] == "Failed":
+            raise StellaError(record["code"], "job %s: %s" % (record["jobId"], record["reason"]), phase="job")
+        return self._rollback_orders(record, source=source)
+
+    def _rollback_orders(self, record, source=None):
+        targets = (source or record)["targets"]
+        plan = (record.get("rollback") or {}).get("batches") or [] if record["status"] in (
+            "RollingBack", "Running") else []
+        return {"jobId": record["jobId"], "status": record["status"], "reason": record["reason"],
                 "rollbackBatches": plan, "rollbackSerial": [len(b) for b in plan],
                 "rollbackOrder": [n for b in plan for n in b],
-                "rollbackTargets": {n: {"revisionPath": record["targets"][n].get("previousRevisionPath")}
-                                    for b in plan for n in b}}
+                "probeComponents": (source or record).get("probeComponents") or [],
+                "rollbackTargets": {n: {"revisionPath": record["targets"][n].get("previousRevisionPath"),
+                                        "payload": targets[n].get("rollbackPayload"),
+                                        "target": targets[n].get("target")} for b in plan for n in b}}
 
     def _rollback_target(self, store, args):
         self._need(args, "job_id", "target")
@@ -261,6 +289,8 @@ class ActionModule(ActionBase):
             raise StellaError("job_not_found", "no job %s" % args["job_id"], phase="job")
         if record["status"] == "RollingBack":
             record = store.update(args["job_id"], lambda r: _job.finish_rollback(r, utc_now()))
+        elif record["status"] == "Running":
+            record = store.update(args["job_id"], lambda r: _job.finish(r, utc_now()))
         files = {}
         if args["evidence_dir"]:
             files = self._write_evidence(record, args["evidence_dir"])

@@ -267,12 +267,50 @@ def begin_rollback(record, plan, now, automatic=False, reason=None):
     return new
 
 
+def operator_rollback(source, job_id, now, revision_paths=None, reason=None, owner=None):
+    """A ``rollback`` job for an operator: the source job's targets that retained a revision (or were
+    given one in ``revision_paths``), in reverse batch order; the others are ``Skipped`` with the
+    no-revision reason. ``Failed`` (code ``rollback_no_eligible_target``) when no target is eligible."""
+    paths = dict(revision_paths or {})
+    unknown = sorted(set(paths) - set(source["targets"]))
+    if unknown:
+        raise job_error("job %s has no target %s" % (source["jobId"], ", ".join(unknown)))
+    batches, skipped = [], {}
+    for batch in reversed(source["batches"]):
+        chosen = [n for n in batch if paths.get(n) or eligible(source["targets"][n])]
+        skipped.update({n: NO_REVISION for n in batch if n not in chosen})
+        if chosen:
+            batches.append(chosen)
+    targets = {}
+    for name, target in source["targets"].items():
+        entry = {k: v for k, v in target.items() if k in ("targetId", "targetName", "targetType", "endpoint",
+                                                          "projectName", "slot", "manifestHash")}
+        entry["previousRevisionPath"] = paths.get(name) or target.get("previousRevisionPath")
+        targets[name] = entry
+    summary = {k: source.get(k) for k in ("release", "tenant", "environment", "application", "strategy",
+                                          "probeComponents")}
+    summary.update(sourceJobId=source["jobId"], reason=reason)
+    record = new_job(job_id, "operator", summary, batches,
+                     {n: targets[n] for b in batches for n in b}, {"autoRollbackOnFailure": False}, now,
+                     owner=owner, kind="rollback")
+    record["reason"] = reason
+    record["rollback"] = {"attempted": bool(batches), "automatic": False, "batches": batches, "skipped": skipped,
+                          "reason": reason, "startedAt": now, "completedAt": None}
+    if not batches:
+        return fail_closed(record, "rollback_no_eligible_target",
+                           "no target of job %s retained a revision to restore" % source["jobId"], {}, now)
+    return start(record, now)
+
+
 def finish_rollback_target(record, name, succeeded, now, reason=None, facts=None):
     new = _copy(record, now)
     target = _target(new, name)
     if succeeded:
         target["statusBeforeRollback"] = target["status"]
         target["status"] = "RolledBack"
+    elif new["kind"] == "rollback":
+        target.update(status="Failed", reason=reason or "rollback failed", code="rollback_failed",
+                      rollbackError=reason or "rollback failed")
     else:
         target["rollbackError"] = reason or "rollback failed"
     target["rollback"] = dict(facts or {}, succeeded=bool(succeeded))

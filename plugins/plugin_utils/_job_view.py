@@ -77,7 +77,9 @@ def _phase_text(target, key="phases"):
 
 def render_text(record):
     """``job show``: the job, its batches and gates, and every target, in batch order."""
-    lines = ["job %s  %s  (promotion %s)" % (record["jobId"], record["status"], record.get("promotion")),
+    kind = ("rollback of job %s" % record.get("sourceJobId")) if record.get("kind") == "rollback" else (
+        "promotion %s" % record.get("promotion"))
+    lines = ["job %s  %s  (%s)" % (record["jobId"], record["status"], kind),
              "release %s %s %s  strategy %s  created %s" % (
                  (record.get("release") or {}).get("id"), (record.get("release") or {}).get("name"),
                  (record.get("release") or {}).get("version"), record.get("strategy"), record.get("createdAt"))]

@@ -172,3 +172,33 @@ def test_phases_are_kept_in_contract_order():
     record = _job.record_phase(record, "t1", "rollback-deploy", "passed", T0, T0, 1, T0)
     assert [p["name"] for p in record["targets"]["t1"]["phases"]] == ["preflight", "deploy", "verify", "cleanup"]
     assert [p["name"] for p in record["targets"]["t1"]["rollbackPhases"]] == ["rollback-deploy"]
+
+
+def test_operator_rollback_is_a_rollback_job_over_the_eligible_targets():
+    source = make()
+    source = run(run(source, "t1", True), "t2", True, previous=False)
+    source = run(run(source, "t3", True), "t4", True)
+    source = _job.finish(run(source, "t5", True), T0)
+    record = _job.operator_rollback(source, "job-1-rollback-a", T0, reason="operator: bad release")
+    assert (record["kind"], record["isRollback"], record["status"], record["sourceJobId"]) == (
+        "rollback", True, "Running", "job-1")
+    assert record["rollback"]["batches"] == [["t5"], ["t3", "t4"], ["t1"]]
+    assert record["rollback"]["skipped"] == {"t2": _job.NO_REVISION}
+    assert record["batches"] == [["t5"], ["t3", "t4"], ["t1"]]
+    record = _job.finish_rollback_target(record, "t5", True, T0)
+    record = _job.finish_rollback_target(record, "t3", False, T0, reason="rollback_superseded: newer release")
+    record = _job.finish_rollback_target(record, "t4", True, T0)
+    record = _job.finish_rollback_target(record, "t1", True, T0)
+    record = _job.finish(record, T0)
+    assert record["status"] == "Failed" and record["targets"]["t3"]["status"] == "Failed"
+    assert record["reason"] == "target t3: rollback_superseded: newer release"
+
+
+def test_operator_rollback_fails_closed_without_an_eligible_target():
+    source = _job.finish(run(make(), "t1", True, previous=False), T0)
+    record = _job.operator_rollback(source, "r", T0)
+    assert (record["status"], record["code"]) == ("Failed", "rollback_no_eligible_target")
+    with_path = _job.operator_rollback(source, "r2", T0, revision_paths={"t1": "/p/revisions/000003-x"})
+    assert with_path["status"] == "Running" and with_path["targets"]["t1"]["previousRevisionPath"].endswith("000003-x")
+    with pytest.raises(StellaError):
+        _job.operator_rollback(source, "r3", T0, revision_paths={"nope": "/x"})
