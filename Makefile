@@ -61,6 +61,7 @@ bench: lab
 	$(BIN)/python bench/plan_bench.py
 	$(BIN)/python bench/deploy_bench.py
 	$(BIN)/python bench/rollback_bench.py
+	$(BIN)/python bench/fleet_bench.py
 
 clean:
 	rm -rf .build

@@ -140,6 +140,9 @@ class ActionModule(ActionBase):
         probe.setdefault("target", {}).setdefault("type", "ComposeHost")
         resolved, resolution = resolve_digests(probe, credentials, args["insecure_registries"], {}, True,
                                                args["timeout"])
+        if (release.get("target") or {}).get("type", "ComposeHost") != "ComposeHost":
+            raise StellaError("target_type_unsupported", "the job playbook deploys ComposeHost targets; release "
+                              "target type is %s" % release["target"]["type"], phase="plan")
         planned = plan_job(release, hosts, resolved, job_id)
         options = job_options(release, {"autoRollbackOnFailure": args["auto_rollback_on_failure"],
                                         "waitForHealthCheck": args["wait_for_health_check"]})

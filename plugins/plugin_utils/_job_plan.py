@@ -34,10 +34,10 @@ def target_identity(name, host, target_type):
     if host.get("ansible_connection") in LOCAL_CONNECTIONS:
         endpoint, mode = "local", "local"
     else:
+        # No userinfo: endpoints are evidence, and the planner redacts userinfo anyway.
         address = host.get("ansible_host") or name
-        user = host.get("ansible_user") or host.get("ansible_ssh_user")
         port = host.get("ansible_port") or host.get("ansible_ssh_port")
-        endpoint = "ssh://%s%s%s" % ("%s@" % user if user else "", address, ":%s" % port if port else "")
+        endpoint = "ssh://%s%s" % (address, ":%s" % port if port else "")
         mode = "ssh"
     identity = {"id": name, "name": name, "type": target_type, "endpoint": endpoint, "executionMode": mode}
     identity.update(given)
