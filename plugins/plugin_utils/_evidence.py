@@ -99,7 +99,9 @@ def deployment_record(plan, apply, created_at, preflight=None, probe=None, deplo
     apply = apply or {}
     boundary = success_boundary(preflight, plan, apply, probe)
     failure = _failure(preflight, apply, probe)
-    succeeded = failure is None and all(value is not False for value in boundary.values())
+    # The success boundary starts with a passed preflight on the target: without one, no success.
+    succeeded = failure is None and boundary["preflightPassed"] is True and all(
+        value is not False for value in boundary.values())
     services = apply.get("services") or []
     record = {
         "evidenceVersion": DEPLOYMENT_EVIDENCE_VERSION,

@@ -168,7 +168,7 @@ def test_success_boundary_table(runs, changes, key, expected):
 
 
 @pytest.mark.parametrize("changes, status", [
-    (dict(preflight=None), "succeeded"),                      # unknown is not a failure
+    (dict(preflight=None), "failed"),                         # no preflight on the target, no success
     (dict(probe=None), "succeeded"),
     (dict(probe={"failed": False, "evidence": {"healthProbe.status": "skipped"}}), "succeeded"),
     (dict(service_patch={"state": "restarting"}), "failed"),  # a False condition fails without a failed stage
@@ -184,7 +184,7 @@ def test_status_follows_the_boundary(runs, changes, status):
         service.update(changes.get("service_patch", {}))
     record = dep(run)
     assert record["status"] == status
-    if status == "failed" and not any(changes.get(k) for k in ("preflight", "probe")):
+    if status == "failed" and not any(changes.get(k) for k in ("preflight", "probe")) and "preflight" not in changes:
         assert record["failure"] is None  # no stage failed: the boundary alone says why
 
 
