@@ -148,9 +148,7 @@ class ActionModule(ActionBase):
                                         "waitForHealthCheck": args["wait_for_health_check"]})
         summary = {"release": release["release"], "tenant": release["tenant"], "environment": release["environment"],
                    "application": release["application"], "strategy": release["strategy"],
-                   "strategyConfig": release.get("strategyConfig") or {}, "resolution": resolution,
-                   "probeComponents": [{"name": c["name"], "config": c.get("config") or {}}
-                                       for c in release["components"]]}
+                   "strategyConfig": release.get("strategyConfig") or {}, "resolution": resolution}
         targets = {name: {"targetId": plan["target"]["id"], "targetName": plan["target"]["name"],
                           "targetType": plan["target"]["type"], "endpoint": plan["target"]["endpoint"],
                           "target": plan["target"], "projectName": plan["projectName"], "slot": plan["slot"],
@@ -263,7 +261,6 @@ class ActionModule(ActionBase):
         return {"jobId": record["jobId"], "status": record["status"], "reason": record["reason"],
                 "rollbackBatches": plan, "rollbackSerial": [len(b) for b in plan],
                 "rollbackOrder": [n for b in plan for n in b],
-                "probeComponents": (source or record).get("probeComponents") or [],
                 "rollbackTargets": {n: {"revisionPath": record["targets"][n].get("previousRevisionPath"),
                                         "payload": targets[n].get("rollbackPayload"),
                                         "target": targets[n].get("target")} for b in plan for n in b}}

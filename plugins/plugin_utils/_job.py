@@ -179,7 +179,8 @@ def fail_closed(record, code, reason, failed_targets, now):
         elif target["status"] == "Pending":
             target.update(status="Skipped", reason="not started: %s" % reason)
     _move(new, "Failed")
-    new.update(promotion="Failed", reason=reason, code=code, completedAt=now)
+    new.update(promotion="Failed", reason=reason, code=code, completedAt=now,
+               rollback={"attempted": False, "skipReason": "no target was changed"})
     return new
 
 
@@ -287,8 +288,7 @@ def operator_rollback(source, job_id, now, revision_paths=None, reason=None, own
                                                           "projectName", "slot", "manifestHash")}
         entry["previousRevisionPath"] = paths.get(name) or target.get("previousRevisionPath")
         targets[name] = entry
-    summary = {k: source.get(k) for k in ("release", "tenant", "environment", "application", "strategy",
-                                          "probeComponents")}
+    summary = {k: source.get(k) for k in ("release", "tenant", "environment", "application", "strategy")}
     summary.update(sourceJobId=source["jobId"], reason=reason)
     record = new_job(job_id, "operator", summary, batches,
                      {n: targets[n] for b in batches for n in b}, {"autoRollbackOnFailure": False}, now,

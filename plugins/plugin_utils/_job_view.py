@@ -52,23 +52,25 @@ def rollback_evidence(record):
         if status == "failed" and failure is None:
             failure = {"moduleName": module, "target": _identity(target), "failureReason": target.get("reason")}
     order = []
-    for name in planned:
-        target = record["targets"][name]
-        order.append({"moduleName": module, "target": _identity(target), "batchIndex": target["batch"],
-                      "startedAt": rollback.get("startedAt"),
-                      "completedAt": (target.get("rollback") or {}).get("completedAt"),
-                      "status": "succeeded" if target["status"] == "RolledBack" else "failed",
-                      "failureReason": target.get("rollbackError"), "scriptProofDigest": proof})
+    for index, batch in enumerate(rollback.get("batches") or []):
+        for name in batch:
+            order.append(_rollback_entry(record, name, index, module, proof))
     targets = [dict(_identity(record["targets"][n]), currentDigest=record["targets"][n].get("currentDigest"),
                     rollbackDigest=(record["targets"][n].get("rollback") or {}).get("rollbackDigest"))
                for n in planned]
-    evidence = build_rollback_evidence(targets, rollback.get("completedAt") or rollback.get("startedAt"),
-                                       deployment_order=deployment, rollback_order=order, failure=failure,
-                                       deployment_id=record["jobId"], rollback_job_id=record["jobId"] + "-rollback")
-    # build_rollback_evidence sorts order entries by batch then time; the job's rollback ran in reverse
-    # batch order, which the record keeps as the order of rollback.batches.
-    evidence["rollbackBatchOrder"] = [list(batch) for batch in rollback.get("batches") or []]
-    return evidence
+    return build_rollback_evidence(targets, rollback.get("completedAt") or rollback.get("startedAt"),
+                                   deployment_order=deployment, rollback_order=order, failure=failure,
+                                   deployment_id=record["jobId"], rollback_job_id=record["jobId"] + "-rollback")
+
+
+def _rollback_entry(record, name, index, module, proof):
+    """One target of the rollback order; ``batchIndex`` is the rollback's own batch (reverse batch order)."""
+    rollback = record.get("rollback") or {}
+    target = record["targets"][name]
+    return {"moduleName": module, "target": _identity(target), "batchIndex": index,
+            "startedAt": rollback.get("startedAt"), "completedAt": (target.get("rollback") or {}).get("completedAt"),
+            "status": "succeeded" if target["status"] == "RolledBack" else "failed",
+            "failureReason": target.get("rollbackError"), "scriptProofDigest": proof}
 
 
 def _phase_text(target, key="phases"):

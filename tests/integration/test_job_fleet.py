@@ -1,0 +1,388 @@
+"""The deployment job (``stellaops.runtime.job``) over a fleet of four Debian 13 lab targets.
+
+One module-scoped fleet (``fleet1``..``fleet4``, Engine 26.1, so the contract's default preflight gates
+pass) is shared by every scenario; each scenario deploys its own application (so its own Compose project
+on every target), with its own job store and evidence directory under ``tmp_path``, through the real
+``ansible-playbook``, and removes its projects at the end. Every scenario asserts what the targets run
+(``docker inspect``: digest, ``stella.*`` labels, container ids; the sticker bytes) and what the job store
+persisted (contract sections "Strategy Evidence Boundary" and "Automatic rollback on failed deployment").
+
+Fails (never skips) when the lab is not running: run ``make lab`` first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+
+import pytest
+
+import fleetkit as fl
+from fleetkit import PHASES, ROLLBACK_PHASES, web
+
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._rollback_evidence import verify_rollback_evidence
+
+ROLLED_BACK_SUFFIX = " (auto-rollback restored the retained previous revision)"
+
+
+@pytest.fixture(scope="module")
+def fleet(target_factory):
+    """Four trixie targets, in batch order; removed when the module ends."""
+    targets = [target_factory("fleet%d" % i, image="trixie") for i in range(1, 5)]
+    yield targets
+    for target in targets:
+        with contextlib.suppress(AssertionError):
+            target_factory.stop(target)
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def sticker(state):
+    assert state["sticker"] is not None, "the project has no version sticker"
+    return json.loads(state["sticker"])
+
+
+def assert_runs(fj, state, image_key, record, name):
+    """The target's project runs ``image_key`` as planned by ``record`` for target ``name``."""
+    facts = web(state)
+    digest = fj.digests[image_key]
+    assert facts["running"], facts
+    assert facts["ref"] == "%s@%s" % (fj.refs[image_key], digest)
+    assert facts["stella"]["stella.image.digest"] == digest
+    assert facts["stella"]["stella.manifest.hash"] == record["targets"][name]["manifestHash"]
+    assert facts["stella"]["stella.project"] == record["targets"][name]["projectName"]
+    assert facts["stella"]["stella.target.name"] == name
+    assert sticker(state)["manifestHash"] == record["targets"][name]["manifestHash"]
+    return facts
+
+
+def untouched(facts):
+    """What must not change on a target a job did not touch: the container, its start, image and labels."""
+    return {k: facts[k] for k in ("id", "startedAt", "ref", "stella", "running")}
+
+
+def assert_phases(target, statuses=None):
+    """Phases recorded in the contract's order, each with its completion time and duration.
+
+    (Not in time order: the target agent's one compose.up transaction reports prepare..post-deploy at
+    once, and the controller's probes, recorded under verify, run after it.)"""
+    phases = target["phases"]
+    names = [p["name"] for p in phases]
+    assert names == PHASES[:len(names)], names
+    if statuses is not None:
+        assert [p["status"] for p in phases] == statuses, phases
+    assert all(p["completedAt"] and isinstance(p["durationMs"], int) for p in phases), phases
+
+
+def evidence_paths(fj, record):
+    """The job's evidence: ``jobs/<id>/`` and each target's deployment evidence directory."""
+    paths = [os.path.join(fj.evidence_dir, "jobs", record["jobId"])]
+    for target in record["targets"].values():
+        paths += [os.path.dirname(f["path"]) for f in (target.get("evidence") or {}).values()]
+    return paths
+
+
+# --------------------------------------------------------------------------------------------- scenarios
+
+def test_rolling_v1_rerun_then_failing_v2_rolls_back_in_reverse_batch_order(lab, fleet, tmp_path):
+    fj = fl.FleetJob(lab, fleet, tmp_path, "roll", free_port())
+    t1, t2, t3, t4 = fj.names
+    try:
+        # ---- v1: rolling, batches of two
+        v1 = fj.run(fj.release())
+        assert v1.rc == 0, v1.output[-4000:]
+        rec1 = fj.job(v1.job_id)
+        assert (rec1["status"], rec1["promotion"], rec1["reason"]) == ("Succeeded", "Succeeded", None)
+        assert (rec1["strategy"], rec1["strategyConfig"]) == ("rolling", {"batchSize": 2})
+        assert rec1["batches"] == [[t1, t2], [t3, t4]] and rec1["targetOrder"] == [t1, t2, t3, t4]
+        for index, name in enumerate(fj.names):
+            target = rec1["targets"][name]
+            assert (target["status"], target["batch"], target["order"]) == ("Succeeded", index // 2, index)
+            assert_phases(target, ["succeeded"] * len(PHASES))
+            assert len(target["phases"]) == 9
+        gates = sorted(rec1["gates"], key=lambda g: g["batch"])
+        assert [(g["batch"], g["proceed"], g["failedTargets"]) for g in gates] == [(0, True, []), (1, True, [])]
+        assert gates[0]["reason"] == "batch 1: 2 of 2 target(s) succeeded"
+        # the gate after batch 1 was decided after batch 1 ended and before batch 2 started
+        batch1_end = max(p["completedAt"] for n in (t1, t2) for p in rec1["targets"][n]["phases"])
+        batch2_start = min(p["completedAt"] for n in (t3, t4) for p in rec1["targets"][n]["phases"])
+        assert batch1_end <= gates[0]["at"] <= batch2_start
+        assert rec1["events"] == [] and rec1["rollback"] is None
+        assert fj.statuses(v1.job_id) == ["Pending", "Running", "Succeeded"]
+        state1 = fj.states(rec1)
+        for name in fj.names:
+            assert_runs(fj, state1[name], "app_v1", rec1, name)
+            assert sticker(state1[name])["jobId"] == v1.job_id
+        v1_evidence = fl.evidence_files(evidence_paths(fj, rec1))
+        assert len(v1_evidence) == 5, sorted(v1_evidence)  # job.json + four deployment.json
+
+        # ---- the same v1 again: a new job that changes nothing and keeps the first job's stickers
+        again = fj.run(fj.release())
+        assert again.rc == 0, again.output[-4000:]
+        assert set(again.recap) == set(fj.names) | {"localhost"}
+        assert {host: counts[1] for host, counts in again.recap.items()} == dict.fromkeys(again.recap, 0), again.recap
+        assert again.job_id != v1.job_id
+        rec_again = fj.job(again.job_id)
+        assert rec_again["status"] == "Succeeded"
+        assert all(rec_again["targets"][n]["appliedByJobId"] == v1.job_id for n in fj.names)
+        state_again = fj.states(rec_again)
+        for name in fj.names:
+            assert state_again[name]["sticker"] == state1[name]["sticker"], name
+            assert web(state_again[name])["id"] == web(state1[name])["id"]
+            assert web(state_again[name])["startedAt"] == web(state1[name])["startedAt"]
+
+        # ---- v2 whose post-deploy hook fails on the first target of batch 2
+        hook = {"name": "check-host", "phase": "post-deploy",
+                "command": 'test "$(hostname)" != %s' % fleet[2]["hostname"]}
+        v2 = fj.run(fj.release("app_v2", "2.0.0", hooks=[hook]))
+        assert v2.rc != 0, v2.output[-4000:]
+        rec2 = fj.job(v2.job_id)
+        failed = rec2["targets"][t3]
+        assert (rec2["status"], rec2["promotion"], rec2["isRollback"]) == ("RolledBack", "Failed", True)
+        original = "target %s: %s" % (t3, failed["reason"])
+        assert failed["reason"].startswith("post-deploy hook check-host failed"), failed["reason"]
+        assert rec2["reason"] == original + ROLLED_BACK_SUFFIX
+        assert rec2["code"] == failed["code"]
+        assert [e["kind"] for e in rec2["events"]] == ["RollbackStarted", "RollbackCompleted"]
+        assert fj.statuses(v2.job_id) == ["Pending", "Running", "Failed", "RollingBack", "RolledBack"]
+        rollback = rec2["rollback"]
+        assert rollback["batches"] == [[t3, t4], [t1, t2]]
+        assert (rollback["attempted"], rollback["automatic"], rollback["status"]) == (True, True, "succeeded")
+        # what each target did before the rollback: batch 1 and t4 finished all nine phases, t3 failed
+        assert failed["statusBeforeRollback"] == "Failed"
+        assert_phases(failed, ["succeeded"] * 6 + ["failed"])
+        for name in (t1, t2, t4):
+            assert rec2["targets"][name]["statusBeforeRollback"] == "Succeeded", name
+            assert_phases(rec2["targets"][name], ["succeeded"] * len(PHASES))
+        gates = sorted(rec2["gates"], key=lambda g: g["batch"])
+        assert [(g["batch"], g["proceed"], g["failedTargets"]) for g in gates] == [(0, True, []), (1, False, [t3])]
+        for name in fj.names:
+            target = rec2["targets"][name]
+            assert target["status"] == "RolledBack", name
+            assert [p["name"] for p in target["rollbackPhases"]] == ROLLBACK_PHASES
+            assert all(p["status"] == "succeeded" for p in target["rollbackPhases"]), target["rollbackPhases"]
+            assert target["rollback"]["rollbackDigest"] == fj.digests["app_v1"]
+            assert target["currentDigest"] == fj.digests["app_v2"]
+        # reverse batch order: batch 2 was restored before batch 1
+        done = {n: rec2["targets"][n]["rollback"]["completedAt"] for n in fj.names}
+        assert max(done[t3], done[t4]) < min(done[t1], done[t2]), done
+        # every target back on v1: digest, every stella label, the v1 sticker byte for byte
+        state2 = fj.states(rec2)
+        for name in fj.names:
+            facts = web(state2[name])
+            assert facts["running"]
+            assert facts["ref"] == "%s@%s" % (fj.refs["app_v1"], fj.digests["app_v1"])
+            assert facts["stella"] == web(state1[name])["stella"], name
+            assert facts["stella"]["stella.manifest.hash"] == rec1["targets"][name]["manifestHash"]
+            assert state2[name]["sticker"] == state1[name]["sticker"], name
+        # the job's evidence
+        job_dir = os.path.join(fj.evidence_dir, "jobs", v2.job_id)
+        assert sorted(os.listdir(job_dir)) == ["job.json", "rollback-evidence.json"]
+        with open(os.path.join(job_dir, "job.json"), encoding="utf-8") as handle:
+            job_doc = json.load(handle)
+        assert (job_doc["jobId"], job_doc["status"], job_doc["evidenceVersion"]) == (
+            v2.job_id, "RolledBack", "stella.job.evidence.v1")
+        with open(os.path.join(job_dir, "rollback-evidence.json"), encoding="utf-8") as handle:
+            evidence = json.load(handle)
+        assert evidence["evidenceVersion"] == "release.rollback.evidence.v1"
+        assert evidence["deploymentId"] == v2.job_id
+        assert verify_rollback_evidence(evidence) == []
+        assert (evidence["proofStatus"], evidence["orderProofStatus"]) == ("complete", "complete")
+        # deploymentOrder: the deployment's batches; rollbackOrder: the rollback's own batches, which
+        # ran in reverse batch order (batch 2's targets first).
+        # (within a batch, entries are ordered by their timestamps)
+        def batches(key):
+            return [{e["target"]["targetName"] for e in evidence[key] if e["batchIndex"] == index}
+                    for index in sorted({e["batchIndex"] for e in evidence[key]})]
+        assert batches("deploymentOrder") == [{t1, t2}, {t3, t4}]
+        assert batches("rollbackOrder") == [{t3, t4}, {t1, t2}]
+        assert [e["batchIndex"] for e in evidence["rollbackOrder"]] == [0, 0, 1, 1]
+        assert {e["target"]["targetName"]: e["status"] for e in evidence["deploymentOrder"]} == {
+            t1: "succeeded", t2: "succeeded", t3: "failed", t4: "succeeded"}
+        assert all(e["status"] == "succeeded" for e in evidence["rollbackOrder"])
+        assert evidence["failure"]["target"]["targetName"] == t3
+        assert {t["targetName"]: (t["currentDigest"], t["rollbackDigest"]) for t in evidence["targets"]} == \
+            dict.fromkeys(fj.names, (fj.digests["app_v2"], fj.digests["app_v1"]))
+        # the succeeded v1 job's evidence is untouched by the later jobs
+        assert fl.evidence_files(evidence_paths(fj, rec1)) == v1_evidence
+    finally:
+        fj.cleanup()
+
+
+def test_canary_failing_probe_on_the_first_target_restores_it_and_skips_the_rest(lab, fleet, tmp_path):
+    fj = fl.FleetJob(lab, fleet, tmp_path, "canary", free_port())
+    t1, t2, t3, t4 = fj.names
+    try:
+        v1 = fj.run(fj.release(strategy="canary", strategy_config={"batchSize": "100%"}))
+        assert v1.rc == 0, v1.output[-4000:]
+        rec1 = fj.job(v1.job_id)
+        assert rec1["status"] == "Succeeded" and rec1["batches"] == [[t1, t2, t3, t4]]
+        assert {t["slot"] for t in rec1["targets"].values()} == {"canary"}
+        state1 = fj.states(rec1)
+        for name in fj.names:
+            assert_runs(fj, state1[name], "app_v1", rec1, name)
+
+        bad_probe = {"healthProbe.path": "/no-such-page", "healthProbe.attempts": 2}
+        v2 = fj.run(fj.release("app_v2", "2.0.0", strategy="canary",
+                               strategy_config={"batchSize": [1, "50%", "100%"]}, probe=bad_probe))
+        assert v2.rc != 0, v2.output[-4000:]
+        rec2 = fj.job(v2.job_id)
+        assert rec2["batches"] == [[t1], [t2, t3], [t4]]
+        assert rec2["strategyConfig"] == {"batchSize": [1, "50%", "100%"]}
+        first = rec2["targets"][t1]
+        assert_phases(first)
+        assert {p["name"]: p["status"] for p in first["phases"]}["verify"] == "failed", first["phases"]
+        assert [(g["batch"], g["proceed"], g["failedTargets"]) for g in rec2["gates"]] == [(0, False, [t1])]
+        for name in (t2, t3, t4):
+            target = rec2["targets"][name]
+            assert target["status"] == "Skipped", (name, target["status"])
+            assert target["phases"] == [] and "rollback" not in target, name
+            assert target["reason"].startswith("not started: strategy gate closed after batch 1"), target["reason"]
+        assert rec2["rollback"]["batches"] == [[t1]]
+
+        # on the targets: only the first one was touched by v2, and it runs v1 again
+        state2 = fj.states(rec2)
+        restored = web(state2[t1])
+        assert restored["ref"] == "%s@%s" % (fj.refs["app_v1"], fj.digests["app_v1"])
+        assert restored["stella"] == web(state1[t1])["stella"]
+        assert restored["id"] != web(state1[t1])["id"]
+        assert state2[t1]["sticker"] == state1[t1]["sticker"]
+        for name in (t2, t3, t4):  # never touched by v2: same container, same start, same v1
+            assert untouched(web(state2[name])) == untouched(web(state1[name])), name
+            assert state2[name]["sticker"] == state1[name]["sticker"], name
+
+        # ... so the job rolled back: RolledBack, the deployment itself still Failed
+        assert (rec2["status"], rec2["promotion"], first.get("rollbackError")) == ("RolledBack", "Failed", None), \
+            rec2["reason"]
+        assert (first["status"], first["statusBeforeRollback"]) == ("RolledBack", "Failed")
+        assert rec2["reason"].startswith("target %s: Post-deploy health probe failed" % t1), rec2["reason"]
+        assert rec2["reason"].endswith(ROLLED_BACK_SUFFIX), rec2["reason"]
+        assert [e["kind"] for e in rec2["events"]] == ["RollbackStarted", "RollbackCompleted"]
+    finally:
+        fj.cleanup()
+
+
+def test_auto_rollback_disabled_leaves_the_failed_target_on_v2(lab, fleet, tmp_path):
+    fj = fl.FleetJob(lab, fleet[:2], tmp_path, "norb", free_port())
+    t1, t2 = fj.names
+    try:
+        # v1 without waiting for health: the probes are recorded as skipped
+        v1 = fj.run(fj.release(strategy_config={"batchSize": 2, "autoRollbackOnFailure": False,
+                                                "waitForHealthCheck": False}))
+        assert v1.rc == 0, v1.output[-4000:]
+        rec1 = fj.job(v1.job_id)
+        assert rec1["status"] == "Succeeded"
+        assert (rec1["options"]["waitForHealthCheck"], rec1["options"]["waitForHealthCheckSource"]) == (
+            False, "strategyConfig.waitForHealthCheck")
+        for name in fj.names:
+            path = rec1["targets"][name]["evidence"]["deployment.json"]["path"]
+            with open(path, encoding="utf-8") as handle:
+                probe = json.load(handle)["health"]["probe"]
+            assert probe["healthProbe.status"] == "skipped", probe
+            assert probe["healthProbe.reason"] == "waitForHealthCheck=false", probe
+        state1 = fj.states(rec1)
+
+        bad_probe = {"healthProbe.path": "/no-such-page", "healthProbe.attempts": 2}
+        v2 = fj.run(fj.release("app_v2", "2.0.0", strategy_config={"batchSize": 1, "autoRollbackOnFailure": False},
+                               probe=bad_probe))
+        assert v2.rc != 0, v2.output[-4000:]
+        rec2 = fj.job(v2.job_id)
+        assert (rec2["status"], rec2["promotion"], rec2["isRollback"]) == ("Failed", "Failed", False)
+        assert rec2["rollback"] == {"attempted": False, "skipReason": "autoRollbackOnFailure=false",
+                                    "source": "strategyConfig.autoRollbackOnFailure"}
+        assert rec2["events"] == []
+        assert fj.statuses(v2.job_id) == ["Pending", "Running", "Failed"]
+        assert rec2["reason"] == "target %s: %s" % (t1, rec2["targets"][t1]["reason"])
+        assert rec2["targets"][t1]["status"] == "Failed" and "rollbackPhases" not in rec2["targets"][t1]
+        assert rec2["targets"][t2]["status"] == "Skipped"
+        state2 = fj.states(rec2)
+        failed = assert_runs(fj, state2[t1], "app_v2", rec2, t1)  # still v2, as the failed job left it
+        assert sticker(state2[t1])["jobId"] == v2.job_id
+        assert failed["id"] != web(state1[t1])["id"]
+        assert state2[t2]["sticker"] == state1[t2]["sticker"]
+        assert web(state2[t2])["id"] == web(state1[t2])["id"]
+    finally:
+        fj.cleanup()
+
+
+def test_unreachable_target_fails_the_job_before_any_target_changes(lab, fleet, tmp_path):
+    fj = fl.FleetJob(lab, fleet, tmp_path, "unreach", free_port())
+    t1, t2, t3, t4 = fj.names
+    try:
+        # t3's connection goes to a loopback port nothing listens on
+        run = fj.run(fj.release(), overrides={t3: {"ansible_host": "127.0.0.1", "ansible_port": free_port()}})
+        assert run.rc != 0, run.output[-4000:]
+        record = fj.job(run.job_id)
+        assert (record["status"], record["promotion"], record["code"]) == ("Failed", "Failed", "target_unreachable")
+        assert t3 in record["reason"], record["reason"]
+        assert record["reason"].startswith("target readiness failed before any target was changed: %s unreachable"
+                                           % t3), record["reason"]
+        assert "auto-rollback" not in record["reason"], record["reason"]  # nothing changed, nothing to restore
+        assert record["rollback"] == {"attempted": False, "skipReason": "no target was changed"}
+        assert (record["targets"][t3]["status"], record["targets"][t3]["code"]) == ("Failed", "target_unreachable")
+        for name in (t1, t2, t4):
+            assert record["targets"][name]["status"] == "Skipped", name
+            assert record["targets"][name]["phases"] == [], name
+        assert record["gates"] == [] and record["events"] == []
+        for name in (t1, t2, t4):
+            project = fj.project(record, name)
+            assert not fj.project_dir_exists(name, project), (name, project)
+            assert fj.state(name, project)["containers"] == [], name
+    finally:
+        fj.cleanup()
+
+
+def test_killed_controller_run_is_failed_and_the_same_release_converges(lab, fleet, tmp_path):
+    fj = fl.FleetJob(lab, fleet[:3], tmp_path, "kill", free_port())
+    t1, t2, t3 = fj.names
+    release = fj.release(strategy_config={"batchSize": 1})
+    try:
+        proc = fj.start(release)
+        try:
+            def second_batch_running():
+                ids = fj.job_ids()
+                if not ids:
+                    return None
+                record = fj.job(ids[0])
+                return record if record["targets"][t2]["status"] == "Running" else None
+            killed = fl.wait_for(second_batch_running, 240, what="a target of batch 2 Running")
+            os.killpg(proc.pid, signal.SIGKILL)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+        job_id = killed["jobId"]
+        assert killed["targets"][t1]["status"] == "Succeeded"
+        assert fj.job(job_id)["status"] == "Running"  # nobody is left to finish it ...
+
+        run = fj.run(release)  # ... until the next run of the same release starts
+        assert run.rc == 0, run.output[-4000:]
+        interrupted = fj.job(job_id)
+        assert (interrupted["status"], interrupted["promotion"], interrupted["code"]) == (
+            "Failed", "Failed", "job_interrupted")
+        assert "interrupted" in interrupted["reason"]
+        assert interrupted["targets"][t1]["status"] == "Succeeded"
+        assert (interrupted["targets"][t2]["status"], interrupted["targets"][t2]["code"]) == (
+            "Failed", "job_interrupted")
+        assert interrupted["targets"][t3]["status"] == "Skipped"
+        assert "Running" not in [t["status"] for t in interrupted["targets"].values()]
+        assert "Pending" not in [t["status"] for t in interrupted["targets"].values()]
+        assert fj.statuses(job_id) == ["Pending", "Running", "Failed"]
+
+        record = fj.job(run.job_id)
+        assert run.job_id != job_id and record["status"] == "Succeeded"
+        assert record["batches"] == [[t1], [t2], [t3]]
+        state = fj.states(record)
+        for name in fj.names:
+            assert_runs(fj, state[name], "app_v1", record, name)
+        assert sticker(state[t1])["jobId"] == job_id  # the interrupted job had finished t1
+        assert sticker(state[t3])["jobId"] == run.job_id
+    finally:
+        fj.cleanup()
