@@ -27,6 +27,10 @@ description:
     O(step=gate) runs the strategy gate after a batch. O(step=finish) ends the deployment and decides
     the one automatic rollback. O(step=rollback_target) records one target's rollback.
     O(step=close) ends the rollback and writes the job's evidence. O(step=show) reads a job.
+  - O(step=rollback_start) starts an operator rollback of job O(job_id). This is a new job of kind
+    C(rollback) over the targets that retained a revision, in reverse batch order (the
+    C(stellaops.runtime.rollback) playbook). It fails closed with C(rollback_no_eligible_target) when
+    no target is eligible.
   - This is an action plugin. It runs on the controller only; nothing is copied to or executed on a
     target.
 author:
@@ -48,7 +52,7 @@ options:
     description: What to do.
     type: str
     required: true
-    choices: [start, target, gate, finish, rollback_target, close, show]
+    choices: [start, target, gate, finish, rollback_start, rollback_target, close, show]
   store:
     description:
       - The job store, a SQLite file path or C(sqlite:///relative) / C(sqlite:////absolute).
@@ -131,6 +135,12 @@ options:
   evidence_dir:
     description: O(step=close). Where C(jobs/<job id>/job.json) (and C(rollback-evidence.json)) are written.
     type: path
+  revision_paths:
+    description:
+      - O(step=rollback_start). C({host: revision path}) to restore another retained revision than the one
+        the job's deployment retained (also for a target that retained none).
+    type: dict
+    default: {}
 notes:
   - The record and its statuses are described in C(docs/jobs.md).
 """
