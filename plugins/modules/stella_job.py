@@ -137,7 +137,8 @@ options:
     type: path
   revision_paths:
     description:
-      - O(step=rollback_start). C({host: revision path}) to restore another retained revision than the one
+      - >-
+        O(step=rollback_start). C({host: revision path}) to restore another retained revision than the one
         the job's deployment retained (also for a target that retained none).
     type: dict
     default: {}
