@@ -95,8 +95,8 @@ def run_job(work, lab, strategy):
     seconds = time.monotonic() - start
     record = _job_store.open_store(store).list(limit=1)[0]
     if proc.returncode != 0 or record["status"] != "Succeeded" or record["release"]["id"] != "rel-bench":
-        sys.exit("fleet_bench: the %s job did not succeed (%s):\n%s" % (strategy, record["status"],
-                                                                       (proc.stdout + proc.stderr)[-3000:]))
+        output = (proc.stdout + proc.stderr)[-3000:]
+        sys.exit("fleet_bench: the %s job did not succeed (%s):\n%s" % (strategy, record["status"], output))
     return seconds, record, application
 
 

@@ -128,11 +128,11 @@ class FleetJob:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                                 cwd=ar.ROOT, start_new_session=True)
         try:
-            output, _ = proc.communicate(timeout=timeout)
+            output = proc.communicate(timeout=timeout)[0]
         except subprocess.TimeoutExpired:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
-            output, _ = proc.communicate()
+            output = proc.communicate()[0]
             raise AssertionError("ansible-playbook did not end within %d s:\n%s" % (timeout, output[-4000:]))
         seconds = time.monotonic() - start
         (run / "output.txt").write_text(output)
@@ -197,7 +197,7 @@ class FleetJob:
                   % (shlex.quote(project), shlex.quote(sticker), shlex.quote(sticker)))
         out = labkit.ssh(target, script, timeout=120).stdout
         containers, rest = out.split("@@STICKER@@\n", 1)
-        flag, _, data = rest.partition("\n")
+        flag, _sep, data = rest.partition("\n")
         return {"containers": json.loads(containers),
                 "sticker": base64.b64decode(data.strip()) if flag.strip() == "present" else None}
 

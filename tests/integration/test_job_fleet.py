@@ -198,6 +198,7 @@ def test_rolling_v1_rerun_then_failing_v2_rolls_back_in_reverse_batch_order(lab,
         # deploymentOrder: the deployment's batches; rollbackOrder: the rollback's own batches, which
         # ran in reverse batch order (batch 2's targets first).
         # (within a batch, entries are ordered by their timestamps)
+
         def batches(key):
             return [{e["target"]["targetName"] for e in evidence[key] if e["batchIndex"] == index}
                     for index in sorted({e["batchIndex"] for e in evidence[key]})]

@@ -15,7 +15,6 @@ from ansible_collections.stellaops.runtime.plugins.module_utils._common import S
 from ansible_collections.stellaops.runtime.plugins.plugin_utils import _job_plan  # noqa: E402
 
 
-
 @pytest.fixture(autouse=True)
 def every_lock_is_accepted_by_compose(monkeypatch):
     yield from compose_accepts_every_lock(monkeypatch)
