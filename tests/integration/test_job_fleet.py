@@ -387,3 +387,45 @@ def test_killed_controller_run_is_failed_and_the_same_release_converges(lab, fle
         assert sticker(state[t3])["jobId"] == run.job_id
     finally:
         fj.cleanup()
+
+
+def test_slots_all_at_once_active_then_blue_green_and_a_b_leave_the_active_project_untouched(lab, fleet, tmp_path):
+    """all-at-once deploys the active slot in one batch; blue-green deploys the green slot and a-b the
+    variant slot, each in its own Compose project, while the active project keeps running untouched."""
+    fj = fl.FleetJob(lab, fleet[:2], tmp_path, "slots", free_port())
+    t1, t2 = fj.names
+    try:
+        run = fj.run(fj.release(strategy="all-at-once", strategy_config={}))
+        assert run.rc == 0, run.output[-4000:]
+        active = fj.job(run.job_id)
+        assert active["batches"] == [[t1, t2]] and active["status"] == "Succeeded"
+        before = fj.states(active)
+        for name in fj.names:
+            facts = assert_runs(fj, before[name], "app_v1", active, name)
+            assert (facts["stella"]["stella.slot"], active["targets"][name]["slot"]) == ("active", "active")
+
+        for strategy, config, slot in (("blue-green", {}, "green"), ("a-b", {"variantId": "b"}, "b")):
+            port = free_port()
+            release = fj.release("app_v2", "2.0.0", strategy=strategy, strategy_config=config,
+                                 probe={"healthProbe.port": port})
+            release["components"][0]["ports"] = ["%d:8080" % port]
+            run = fj.run(release)
+            assert run.rc == 0, run.output[-4000:]
+            record = fj.job(run.job_id)
+            assert record["batches"] == [[t1, t2]] and record["status"] == "Succeeded", record["reason"]
+            for name in fj.names:
+                assert record["targets"][name]["slot"] == slot
+                assert record["targets"][name]["projectName"] != active["targets"][name]["projectName"]
+                assert record["targets"][name]["projectName"].endswith(slot)
+            after = fj.states(record)
+            for name in fj.names:
+                facts = assert_runs(fj, after[name], "app_v2", record, name)
+                assert facts["stella"]["stella.slot"] == slot
+                assert sticker(after[name])["slot"] == slot
+            # the active slot's project: same containers, same start, same sticker bytes
+            still = fj.states(active)
+            for name in fj.names:
+                assert web(still[name]) == web(before[name]), (strategy, name)
+                assert still[name]["sticker"] == before[name]["sticker"], (strategy, name)
+    finally:
+        fj.cleanup()
