@@ -122,9 +122,7 @@ class ActionModule(ActionBase):
         interrupted = []
         for record in store.unfinished():
             if owner_gone(record.get("owner")):
-                why = "interrupted: the controller run (pid %s) ended while the job was %s" % (
-                    record["owner"]["pid"], record["status"])
-                store.update(record["jobId"], lambda r, w=why: _job.interrupted(r, utc_now(), w))
+                store.update(record["jobId"], lambda r: _job.interrupted(r, utc_now(), _interrupted_why(r)))
                 interrupted.append(record["jobId"])
         job_id, source = (args["job_id"], "job_id") if args["job_id"] else _job.job_id_from(self.vars)
         if not job_id:
@@ -299,10 +297,14 @@ class ActionModule(ActionBase):
                 "text": _job_view.render_text(record)}
 
     def _show(self, store, args):
+        """Read a job. A job whose controller run is gone is first recorded as interrupted (``Failed``),
+        so no job is shown ``Running`` when nothing runs it."""
         self._need(args, "job_id")
         record = store.get(args["job_id"])
         if record is None:
             raise StellaError("job_not_found", "no job %s in the job store" % args["job_id"], phase="job")
+        if record["status"] not in _job.TERMINAL and owner_gone(record.get("owner")):
+            record = store.update(record["jobId"], lambda r: _job.interrupted(r, utc_now(), _interrupted_why(r)))
         return {"jobId": record["jobId"], "job": record, "text": _job_view.render_text(record)}
 
     def _write_evidence(self, record, root):
@@ -319,6 +321,11 @@ class ActionModule(ActionBase):
             atomic_write(path, data, mode=0o640)
             written[name] = {"path": path, "sha256": sha256_bytes(data)}
         return written
+
+
+def _interrupted_why(record):
+    return "interrupted: the controller run (pid %s) ended while the job was %s" % (
+        (record.get("owner") or {}).get("pid"), record["status"])
 
 
 def _batch_start(record, target, now):

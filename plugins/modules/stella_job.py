@@ -26,7 +26,8 @@ description:
   - O(step=target) persists one phase boundary of one target, and the target's outcome when it ended.
     O(step=gate) runs the strategy gate after a batch. O(step=finish) ends the deployment and decides
     the one automatic rollback. O(step=rollback_target) records one target's rollback.
-    O(step=close) ends the rollback and writes the job's evidence. O(step=show) reads a job.
+    O(step=close) ends the rollback and writes the job's evidence. O(step=show) reads a job; a job
+    whose C(ansible-playbook) process is gone is first recorded as interrupted (C(Failed), C(job_interrupted)).
   - O(step=rollback_start) starts an operator rollback of job O(job_id). This is a new job of kind
     C(rollback) over the targets that retained a revision, in reverse batch order (the
     C(stellaops.runtime.rollback) playbook). It fails closed with C(rollback_no_eligible_target) when

@@ -55,6 +55,11 @@ class Run:
         return self.job_ids[0]
 
 
+class Shown:
+    def __init__(self, rc, output):
+        self.rc, self.output = rc, output
+
+
 class FleetJob:
     """One application deployed by deployment jobs over ``fleet`` (lab target dicts, in batch order)."""
 
@@ -140,6 +145,16 @@ class FleetJob:
         assert recap, "ansible-playbook printed no PLAY RECAP (rc=%d):\n%s" % (proc.returncode, output[-4000:])
         new = [j for j in self.job_ids() if j not in before]
         return Run(proc.returncode, recap, output, new, seconds)
+
+    def show(self, job_id, timeout=120):
+        """``stellaops.runtime.job_show`` for ``job_id`` against this test's store: ``(rc, output)``."""
+        env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=ar.COLLECTIONS, ANSIBLE_STDOUT_CALLBACK="default",
+                   ANSIBLE_NOCOLOR="1", ANSIBLE_RETRY_FILES_ENABLED="0")
+        env.pop("ANSIBLE_CALLBACKS_ENABLED", None)
+        argv = [os.path.join(ar.VENV_BIN, "ansible-playbook"), "-i", "localhost,", "-c", "local",
+                "stellaops.runtime.job_show", "-e", "stella_job_id=" + job_id, "-e", "stella_job_store=" + self.store_path]
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ar.ROOT, timeout=timeout, check=False)
+        return Shown(proc.returncode, proc.stdout + proc.stderr)
 
     def start(self, release, overrides=None, extra=None):
         """Start the job playbook in its own session (process group) and return the Popen."""

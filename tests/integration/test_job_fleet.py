@@ -363,7 +363,12 @@ def test_killed_controller_run_is_failed_and_the_same_release_converges(lab, fle
         assert killed["targets"][t1]["status"] == "Succeeded"
         assert fj.job(job_id)["status"] == "Running"  # nobody is left to finish it ...
 
-        run = fj.run(release)  # ... until the next run of the same release starts
+        shown = fj.show(job_id)  # ... and reading it records the interruption
+        assert shown.rc == 0, shown.output[-4000:]
+        assert "job %s  Failed" % job_id in shown.output, shown.output[-4000:]
+        assert fj.job(job_id)["status"] == "Failed"
+
+        run = fj.run(release)  # the same release again converges
         assert run.rc == 0, run.output[-4000:]
         interrupted = fj.job(job_id)
         assert (interrupted["status"], interrupted["promotion"], interrupted["code"]) == (
