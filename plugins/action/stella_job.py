@@ -115,6 +115,14 @@ class ActionModule(ActionBase):
             if args.get(name) in (None, ""):
                 raise StellaError("job_invalid", "step %s needs %s" % (args["step"], name), phase="job")
 
+    def _job_of(self, store, args):
+        """The persisted record of ``job_id``; ``job_not_found`` when the store has none."""
+        self._need(args, "job_id")
+        record = store.get(args["job_id"])
+        if record is None:
+            raise StellaError("job_not_found", "no job %s in the job store" % args["job_id"], phase="job")
+        return record
+
     def _start(self, store, args):
         """Plan the whole job once and persist it; fail it closed when a target is unreachable."""
         self._need(args, "release")
@@ -226,24 +234,17 @@ class ActionModule(ActionBase):
 
     def _finish(self, store, args):
         """End the deployment; a failed job decides its one automatic rollback."""
-        self._need(args, "job_id")
-        record = store.get(args["job_id"])
-        if record is None:
-            raise StellaError("job_not_found", "no job %s" % args["job_id"], phase="job")
+        record = self._job_of(store, args)
         if record["status"] == "Running":
             record = store.update(args["job_id"], lambda r: _job.finish(r, utc_now()))
         if record["status"] == "Failed" and not record.get("isRollback") and record.get("rollback") is None:
             record = store.update(args["job_id"], lambda r: _job.auto_rollback(r, utc_now()))
-        return self._rollback_orders(record) if record["status"] == "RollingBack" else self._rollback_orders(
-            dict(record, rollback=None))
+        return self._rollback_orders(record)
 
     def _rollback_start(self, store, args):
         """An operator rollback of job ``job_id``: a new job of kind ``rollback`` over the source job's
         targets that retained a revision, in reverse batch order; fails closed when none did."""
-        self._need(args, "job_id")
-        source = store.get(args["job_id"])
-        if source is None:
-            raise StellaError("job_not_found", "no job %s in the job store" % args["job_id"], phase="job")
+        source = self._job_of(store, args)
         now = utc_now()
         record = _job.operator_rollback(source, "%s-rollback-%s" % (source["jobId"], secrets.token_hex(3)), now,
                                         args["revision_paths"], first_line(args["reason"]), controller_owner())
@@ -253,6 +254,7 @@ class ActionModule(ActionBase):
         return self._rollback_orders(record, source=source)
 
     def _rollback_orders(self, record, source=None):
+        """The rollback the playbook runs next (nothing unless the job is rolling back or a rollback job)."""
         targets = (source or record)["targets"]
         plan = (record.get("rollback") or {}).get("batches") or [] if record["status"] in (
             "RollingBack", "Running") else []
@@ -281,10 +283,7 @@ class ActionModule(ActionBase):
 
     def _close(self, store, args):
         """Finish a rollback in progress, write the job's evidence, and return the final record."""
-        self._need(args, "job_id")
-        record = store.get(args["job_id"])
-        if record is None:
-            raise StellaError("job_not_found", "no job %s" % args["job_id"], phase="job")
+        record = self._job_of(store, args)
         if record["status"] == "RollingBack":
             record = store.update(args["job_id"], lambda r: _job.finish_rollback(r, utc_now()))
         elif record["status"] == "Running":
@@ -299,10 +298,7 @@ class ActionModule(ActionBase):
     def _show(self, store, args):
         """Read a job. A job whose controller run is gone is first recorded as interrupted (``Failed``),
         so no job is shown ``Running`` when nothing runs it."""
-        self._need(args, "job_id")
-        record = store.get(args["job_id"])
-        if record is None:
-            raise StellaError("job_not_found", "no job %s in the job store" % args["job_id"], phase="job")
+        record = self._job_of(store, args)
         if record["status"] not in _job.TERMINAL and owner_gone(record.get("owner")):
             record = store.update(record["jobId"], lambda r: _job.interrupted(r, utc_now(), _interrupted_why(r)))
         return {"jobId": record["jobId"], "job": record, "text": _job_view.render_text(record)}

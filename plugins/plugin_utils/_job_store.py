@@ -13,6 +13,8 @@ one batch) never lose each other's updates, and readers only ever see persisted 
 
 from __future__ import annotations
 
+import abc
+import contextlib
 import json
 import os
 import sqlite3
@@ -34,25 +36,28 @@ def store_error(message, code="job_store_failed"):
     return StellaError(code, message, phase="job")
 
 
-class JobStore:
+class JobStore(abc.ABC):
     """What the job playbooks need of a store."""
 
+    @abc.abstractmethod
     def create(self, record):
-        raise NotImplementedError
+        """Persist a new job; ``job_exists`` when its id is taken."""
 
+    @abc.abstractmethod
     def get(self, job_id):
-        raise NotImplementedError
+        """The record, or ``None``."""
 
+    @abc.abstractmethod
     def update(self, job_id, change):
         """Apply ``change(record) -> record`` atomically; returns the stored result."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def list(self, limit=20):
-        raise NotImplementedError
+        """The newest records first."""
 
+    @abc.abstractmethod
     def unfinished(self):
         """Records whose status is not terminal (Pending, Running, RollingBack)."""
-        raise NotImplementedError
 
 
 class SqliteJobStore(JobStore):
@@ -89,22 +94,28 @@ class SqliteJobStore(JobStore):
         self._db.execute("INSERT INTO deployment_job_history (job_id, revision, status, at) VALUES (?, ?, ?, ?)",
                          (record["jobId"], revision, record["status"], record["updatedAt"]))
 
-    def create(self, record):
+    @contextlib.contextmanager
+    def _transaction(self, job_id):
+        """One ``BEGIN IMMEDIATE`` transaction: committed when the block ends, rolled back on any error."""
         try:
             self._db.execute("BEGIN IMMEDIATE")
             try:
-                exists = self._db.execute("SELECT 1 FROM deployment_jobs WHERE job_id=?", (record["jobId"],)).fetchone()
-                if exists:
-                    raise store_error("job %s already exists in %s" % (record["jobId"], self.path), code="job_exists")
-                stored = dict(record, revision=1)
-                self._write(stored, 1, insert=True)
+                yield
                 self._db.execute("COMMIT")
-                return stored
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
         except sqlite3.Error as exc:
-            raise store_error("cannot write job %s: %s" % (record["jobId"], exc)) from None
+            raise store_error("cannot write job %s: %s" % (job_id, exc)) from None
+
+    def create(self, record):
+        with self._transaction(record["jobId"]):
+            exists = self._db.execute("SELECT 1 FROM deployment_jobs WHERE job_id=?", (record["jobId"],)).fetchone()
+            if exists:
+                raise store_error("job %s already exists in %s" % (record["jobId"], self.path), code="job_exists")
+            stored = dict(record, revision=1)
+            self._write(stored, 1, insert=True)
+        return stored
 
     def get(self, job_id):
         try:
@@ -114,24 +125,14 @@ class SqliteJobStore(JobStore):
         return json.loads(row[0]) if row else None
 
     def update(self, job_id, change):
-        try:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                row = self._db.execute("SELECT record, revision FROM deployment_jobs WHERE job_id=?",
-                                       (job_id,)).fetchone()
-                if row is None:
-                    raise store_error("no job %s in %s" % (job_id, self.path), code="job_not_found")
-                record = change(json.loads(row[0]))
-                revision = row[1] + 1
-                record = dict(record, revision=revision)
-                self._write(record, revision, insert=False)
-                self._db.execute("COMMIT")
-                return record
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-        except sqlite3.Error as exc:
-            raise store_error("cannot update job %s: %s" % (job_id, exc)) from None
+        with self._transaction(job_id):
+            row = self._db.execute("SELECT record, revision FROM deployment_jobs WHERE job_id=?", (job_id,)).fetchone()
+            if row is None:
+                raise store_error("no job %s in %s" % (job_id, self.path), code="job_not_found")
+            revision = row[1] + 1
+            record = dict(change(json.loads(row[0])), revision=revision)
+            self._write(record, revision, insert=False)
+        return record
 
     def list(self, limit=20):
         rows = self._db.execute("SELECT record FROM deployment_jobs ORDER BY created_at DESC, job_id LIMIT ?",

@@ -38,7 +38,6 @@ import pytest
 
 import ansible_run as ar
 import faultkit as fk
-import labkit
 
 GATES = fk.GATES
 DISK_FULL_CODE = "disk_full"  # a full disk during the apply (docs/faults.md)
@@ -47,14 +46,6 @@ APPLY_PHASES = ("write_artifacts", "pre_deploy_hooks", "compose_pull", "compose_
 RUNTIME_CHECK_PHASES = ("preflight", "verify_target")  # the engine is asked before anything changes
 PREFLIGHT_LIMIT = 45   # seconds stella_preflight may take against a daemon that never answers
 DEPLOY_LIMIT = 60      # seconds stella_compose_deploy (command_timeout 10) may take against a daemon that never answers
-
-
-@pytest.fixture(scope="module")
-def lab():
-    try:
-        return labkit.load_lab()
-    except labkit.LabNotRunning as exc:
-        pytest.fail(str(exc), pytrace=False)
 
 
 @pytest.fixture

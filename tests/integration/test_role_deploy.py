@@ -41,14 +41,6 @@ SKIP_REASON = "no target retained a previous revision to restore"
 RECAP = re.compile(r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 
 
-@pytest.fixture(scope="module")
-def lab():
-    try:
-        return labkit.load_lab()
-    except labkit.LabNotRunning as exc:
-        pytest.fail(str(exc), pytrace=False)
-
-
 def free_loopback_port():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
