@@ -20,6 +20,7 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._canonical import pretty_json, sha256_bytes
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError, redact_text, redact_url
+from ansible_collections.stellaops.runtime.plugins.module_utils._contract import ROLLBACK_TASKS
 from ansible_collections.stellaops.runtime.plugins.module_utils._fsutil import atomic_write
 from ansible_collections.stellaops.runtime.plugins.plugin_utils import _job, _job_store, _job_view, _strategy
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_plan import job_options, plan_job
@@ -146,9 +147,6 @@ class ActionModule(ActionBase):
         probe.setdefault("target", {}).setdefault("type", "ComposeHost")
         resolved, resolution = resolve_digests(probe, credentials, args["insecure_registries"], {}, True,
                                                args["timeout"])
-        if (release.get("target") or {}).get("type", "ComposeHost") != "ComposeHost":
-            raise StellaError("target_type_unsupported", "the job playbook deploys ComposeHost targets; release "
-                              "target type is %s" % release["target"]["type"], phase="plan")
         planned = plan_job(release, hosts, resolved, job_id)
         options = job_options(release, {"autoRollbackOnFailure": args["auto_rollback_on_failure"],
                                         "waitForHealthCheck": args["wait_for_health_check"]})
@@ -159,7 +157,8 @@ class ActionModule(ActionBase):
                           "targetType": plan["target"]["type"], "endpoint": plan["target"]["endpoint"],
                           "target": plan["target"], "projectName": plan["projectName"], "slot": plan["slot"],
                           "manifestHash": plan["manifestHash"],
-                          "rollbackPayload": plan["payloads"].get("compose.rollback")}
+                          "rollbackTask": ROLLBACK_TASKS[plan["target"]["type"]],
+                          "rollbackPayload": plan["payloads"][ROLLBACK_TASKS[plan["target"]["type"]]]}
                    for name, plan in planned["plans"].items()}
         record = _job.new_job(job_id, source, summary, planned["batches"], targets, options, now,
                               owner=controller_owner())
@@ -263,6 +262,7 @@ class ActionModule(ActionBase):
                 "rollbackOrder": [n for b in plan for n in b],
                 "rollbackTargets": {n: {"revisionPath": record["targets"][n].get("previousRevisionPath"),
                                         "payload": targets[n].get("rollbackPayload"),
+                                        "task": targets[n].get("rollbackTask") or "compose.rollback",
                                         "target": targets[n].get("target")} for b in plan for n in b}}
 
     def _rollback_target(self, store, args):
@@ -348,6 +348,9 @@ def _target_facts(apply, evidence):
     for key in ("previousRevisionPath", "projectName", "targetType", "appliedByJobId"):
         if apply.get(key):
             facts[key] = apply[key]
+    if apply.get("previousContainersRestored"):
+        # docker.run failed and put the replaced containers back: nothing of this job runs there.
+        facts["restoredInPlace"] = True
     digest = _digest(apply)
     if digest:
         facts["currentDigest"] = digest

@@ -39,11 +39,18 @@ REVISION_FILES = (LOCK_FILE, STICKER_FILE, MANIFEST_FILE)
 # running keeps the committed sticker (and these values) instead of rewriting it.
 STICKER_JOB_KEYS = ("jobId", "taskId")
 ARTIFACT_FILES = (LOCK_FILE, STICKER_FILE, ENV_FILE)
+# DockerHost: the release before the running one is retained as stopped containers named
+# ``<name>-stella-previous`` plus a revision directory holding its sticker and their ids.
+DOCKER_REVISION_DIR = "previous"
+DOCKER_PREVIOUS_SUFFIX = "-stella-previous"
+DOCKER_REPLACED_SUFFIX = "-stella-replaced"
+DOCKER_ROLLED_BACK_SUFFIX = "-stella-rolled-back"
 
 APPLY_MANIFEST_SCHEMA = "stella.apply-manifest.v1"
 STICKER_SCHEMA = "stella.version.v1"
 DESIRED_STATE_SCHEMA = "stella.desired-state.v1"
 REVISION_SCHEMA = "stella.revision.v1"
+DOCKER_REVISION_SCHEMA = "stella.docker-revision.v1"
 
 # ---------------------------------------------------------------------------------------- defaults
 DEFAULT_WORK_DIRECTORY = "/var/lib/stella/projects"
@@ -67,9 +74,12 @@ PHASES = ("preflight", "prepare", "pre-deploy", "deploy", "verify", "promote", "
 ROLLBACK_PHASE_NAMES = ("rollback-pre", "rollback-deploy", "rollback-verify", "rollback-post")
 COMPOSE_STEPS = ("write_artifacts", "pre_deploy_hooks", "compose_pull", "compose_up", "inspect_services",
                  "write_sticker", "post_deploy_hooks")
-DOCKER_STEPS = ("pull_image", "pre_deploy_hooks", "prepare_container", "inspect_container", "post_deploy_hooks")
+DOCKER_STEPS = ("pull_image", "write_artifacts", "pre_deploy_hooks", "prepare_container", "inspect_container", "write_sticker",
+                "post_deploy_hooks")
 ROLLBACK_STEPS = ("resolve_revision", "validate_revision", "restore_lock", "compose_pull", "compose_up",
                   "inspect_services", "restore_sticker")
+DOCKER_ROLLBACK_STEPS = ("resolve_revision", "validate_revision", "restore_container", "inspect_container",
+                         "restore_sticker")
 # High-level product phases and the implementation phases (steps) that make them up.
 DEPLOYMENT_PHASES = (
     ("preflight", ("verify_target", "preflight")),
@@ -82,8 +92,8 @@ DEPLOYMENT_PHASES = (
 )
 ROLLBACK_PHASES = (
     ("rollback-pre", ("resolve_revision", "validate_revision")),
-    ("rollback-deploy", ("restore_lock", "compose_pull", "compose_up")),
-    ("rollback-verify", ("inspect_services",)),
+    ("rollback-deploy", ("restore_lock", "compose_pull", "compose_up", "restore_container")),
+    ("rollback-verify", ("inspect_services", "inspect_container")),
     ("rollback-post", ("restore_sticker",)),
 )
 
@@ -335,4 +345,14 @@ COMPOSE_PREFLIGHT = TaskSchema("compose.preflight", (
     Field("RequireCompose", "require_compose", "bool"),
 ))
 
-TASKS = {schema.name: schema for schema in (COMPOSE_UP, DOCKER_RUN, COMPOSE_ROLLBACK, COMPOSE_PREFLIGHT)}
+DOCKER_ROLLBACK = TaskSchema("docker.rollback", (
+    Field("ProjectName", "project_name", "project", required=True),
+    Field("Names", "names", "list", required=True),
+    Field("RevisionPath", "revision_path", "text"),
+    Field("Reason", "reason", "text"),
+    Field("ManifestHash", "manifest_hash", "digest"),
+) + _COMMON)
+
+TASKS = {schema.name: schema for schema in (COMPOSE_UP, DOCKER_RUN, COMPOSE_ROLLBACK, DOCKER_ROLLBACK,
+                                             COMPOSE_PREFLIGHT)}
+ROLLBACK_TASKS = {"ComposeHost": COMPOSE_ROLLBACK.name, "DockerHost": DOCKER_ROLLBACK.name}

@@ -4,38 +4,55 @@
 
 # This module_utils is PRIVATE to stellaops.runtime. It may change without notice.
 
-"""Target-side ``docker.run``: one digest-pinned container on this host.
+"""Target-side ``docker.run``: digest-pinned containers of one DockerHost release on this host.
 
-Steps: ``pull_image`` (pull and verify the digest BEFORE listing, stopping or creating containers),
-``pre_deploy_hooks``, ``prepare_container`` (the previous container is stopped and set aside, not
-removed), ``inspect_container`` (running, not restarting, healthy where a healthcheck exists, image,
-labels), ``post_deploy_hooks``. Only a verified container replaces the previous one: a failed
-verification removes the new container and starts the previous one again. Standard library only.
+One or more ``docker.run`` payloads (one per component, all of the same release, target and
+project) are applied as one transaction. Steps: ``pull_image`` (pull and verify every digest BEFORE
+listing, stopping or creating containers), ``pre_deploy_hooks``, ``prepare_container`` (each
+container that does not already run its request is stopped and set aside as
+``<name>-stella-replaced``, not removed), ``inspect_container`` (running, not restarting, healthy
+where a healthcheck exists, image, labels), ``write_sticker`` (with a version sticker: commit it
+only now), ``post_deploy_hooks``. A failure at any step removes the new containers, starts the
+set-aside ones again under their own names and puts the sticker back.
+
+After success, when the release replaced a different one (a committed sticker of another release),
+the set-aside containers become ``<name>-stella-previous`` (stopped) and the project's
+``previous/`` revision records their ids and the old sticker: the baseline ``docker.rollback``
+restores. Standard library only.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import shutil
+import tempfile
 import time
 
 from ansible_collections.stellaops.runtime.plugins.module_utils import _hooks
+from ansible_collections.stellaops.runtime.plugins.module_utils._artifacts import same_release
+from ansible_collections.stellaops.runtime.plugins.module_utils._canonical import pretty_json, sha256_bytes
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils._compose_project import (
     container_problems, raise_problems, stella_labels)
 from ansible_collections.stellaops.runtime.plugins.module_utils._contract import (
-    CONTAINER_NAME_RE, DOCKER_RUN, DOCKER_STEPS, REQUIRED_STELLA_LABELS, invalid)
+    CONTAINER_NAME_RE, DOCKER_PREVIOUS_SUFFIX, DOCKER_REPLACED_SUFFIX, DOCKER_REVISION_DIR, DOCKER_REVISION_SCHEMA,
+    DOCKER_RUN, DOCKER_STEPS, ENV_FILE, ENV_FILE_MODE, LABEL_MANIFEST_HASH, REQUIRED_STELLA_LABELS, STICKER_FILE, TEMP_PREFIX, invalid)
 from ansible_collections.stellaops.runtime.plugins.module_utils._docker_cli import repo_digests_contain
-from ansible_collections.stellaops.runtime.plugins.module_utils._fsutil import project_lock
+from ansible_collections.stellaops.runtime.plugins.module_utils._fsutil import (
+    StagedFiles, atomic_write, fsync_dir, project_lock, read_bytes, remove_stale_temps)
 from ansible_collections.stellaops.runtime.plugins.module_utils._identity import ensure_this_host
 from ansible_collections.stellaops.runtime.plugins.module_utils._imageref import parse_image_ref
 from ansible_collections.stellaops.runtime.plugins.module_utils._manager import Manager
 
 # A container without a healthcheck must stay up (same start, no restart) this long to count as running.
 SETTLE_SECONDS = 2.0
+REVISION_RECORD = "revision.json"
 
 
 def parse_request(payload=None, options=None):
-    """A ``docker.run`` request from the verbatim payload and/or options."""
+    """One container's ``docker.run`` request from the verbatim payload and/or options."""
     request = DOCKER_RUN.parse(payload, options)
     if not parse_image_ref(request["image"]).digest:
         raise invalid("Image %r must be pinned by digest (registry/repository:tag@sha256:...)" % request["image"])
@@ -43,16 +60,53 @@ def parse_request(payload=None, options=None):
         raise invalid("Name %r is not a valid container name" % request["name"])
     request["hooks"] = _hooks.normalize_hooks(request["hooks"])
     request["ports"] = [str(p) for p in request["ports"]]
-    request["manifest_hash"] = request["manifest_hash"] or request["labels"].get("stella.manifest.hash")
+    request["manifest_hash"] = request["manifest_hash"] or request["labels"].get(LABEL_MANIFEST_HASH)
     variables = request.pop("Variables") or {}
-    directory = variables.get("projectDirectory") or os.path.join(
-        request["work_directory"], variables.get("projectName") or request["name"])
+    request["project_name"] = variables.get("projectName") or request["name"]
+    request["service"] = variables.get("componentName") or request["name"]
+    directory = variables.get("projectDirectory") or os.path.join(request["work_directory"], request["project_name"])
     if not isinstance(directory, str) or not directory.startswith("/") or ".." in directory.split("/"):
         raise invalid("project directory %r must be an absolute path without '..'" % (directory,))
     request["project_directory"] = directory
     request["env_file"] = request.pop("EnvFile")
     request.pop("Config", None)
     return request
+
+
+def parse_deployment(payloads, options=None, version_sticker=None):
+    """The containers of one DockerHost release on this target (one ``docker.run`` payload each).
+
+    Every payload must name the same target, project directory, manifest hash and hooks (hooks run
+    once per deployment), with distinct container names. ``version_sticker``: the release's
+    ``stella.version.json``, committed after every container verified.
+    """
+    if not payloads:
+        raise invalid("docker.run needs at least one payload")
+    requests = [parse_request(payload, options) for payload in payloads]
+    first = requests[0]
+    for request in requests[1:]:
+        for key in ("target", "project_directory", "manifest_hash", "hooks", "project_name"):
+            if request[key] != first[key]:
+                raise invalid("docker.run payloads of one deployment differ in %s (%s and %s)" % (
+                    key, first["name"], request["name"]))
+    names = [r["name"] for r in requests]
+    if len(set(names)) != len(names):
+        raise invalid("docker.run payloads name the same container twice: %s" % ", ".join(sorted(names)))
+    sticker = None
+    if version_sticker is not None:
+        sticker = version_sticker.encode("utf-8")
+        try:
+            parsed = json.loads(sticker)
+        except ValueError:
+            parsed = None
+        if not isinstance(parsed, dict):
+            raise invalid("the version sticker is not a JSON object")
+        for key, want in (("manifestHash", first["manifest_hash"]), ("projectName", first["project_name"])):
+            if parsed.get(key) != want:
+                raise invalid("the version sticker's %s is %r, the payloads say %r" % (key, parsed.get(key), want))
+    return {"containers": requests, "target": first["target"], "project_name": first["project_name"],
+            "project_directory": first["project_directory"], "manifest_hash": first["manifest_hash"],
+            "hooks": first["hooks"], "sticker": sticker}
 
 
 def container_run_argv(request, name=None):
@@ -99,12 +153,53 @@ def verify_container(container, request, image_id):
     return problems
 
 
+def service_entry(request, container, image_id):
+    """One container in the ``services`` evidence shape Compose results use (pure)."""
+    return {"service": request["service"], "containerId": container["id"], "containerName": container["name"],
+            "state": container["state"], "health": container["health"], "exitCode": container.get("exitCode"),
+            "startedAt": container.get("startedAt"), "image": request["image"],
+            "imageDigest": parse_image_ref(request["image"]).digest if container.get("imageId") == image_id else None,
+            "imageId": container.get("imageId"), "ipAddress": container.get("ipAddress"),
+            "restartCount": container.get("restartCount"), "labels": stella_labels(container.get("labels"))}
+
+
+def build_revision_record(project_name, sticker_bytes, containers):
+    """``previous/revision.json``: the replaced release's sticker hash and its retained containers."""
+    sticker = json.loads(sticker_bytes)
+    return {"schema": DOCKER_REVISION_SCHEMA, "projectName": project_name, "manifestHash": sticker.get("manifestHash"),
+            "files": {STICKER_FILE: sha256_bytes(sticker_bytes)},
+            "containers": {name: containers[name] for name in sorted(containers)}}
+
+
+def revision_problems(record, sticker_bytes):
+    """Problems (strings) between a Docker revision record and the sticker beside it (pure)."""
+    if not isinstance(record, dict) or record.get("schema") != DOCKER_REVISION_SCHEMA:
+        return ["%s is missing or has an unknown schema" % REVISION_RECORD]
+    problems = []
+    if sticker_bytes is None:
+        problems.append("%s is missing" % STICKER_FILE)
+    elif sha256_bytes(sticker_bytes) != (record.get("files") or {}).get(STICKER_FILE):
+        problems.append("%s has hash %s, %s records %s" % (STICKER_FILE, sha256_bytes(sticker_bytes), REVISION_RECORD,
+                                                           (record.get("files") or {}).get(STICKER_FILE)))
+    if not isinstance(record.get("containers"), dict) or not record["containers"]:
+        problems.append("%s records no container" % REVISION_RECORD)
+    return problems
+
+
+def sticker_job(sticker_bytes):
+    try:
+        return json.loads(sticker_bytes).get("jobId")
+    except (TypeError, ValueError, AttributeError):
+        return None
+
+
 class DockerRun(Manager):
-    """``docker.run`` on this host."""
+    """``docker.run`` of one DockerHost release on this host."""
 
     def __init__(self, cli, run_command, warn=None, secrets=(), health_timeout=60, settle=SETTLE_SECONDS,
-                 sleep=time.sleep, clock=time.monotonic):
+                 sleep=time.sleep, clock=time.monotonic, env_bytes=None):
         super().__init__(cli, run_command, warn, secrets)
+        self.env_bytes = env_bytes
         self.health_timeout = health_timeout
         self.settle = settle
         self.sleep = sleep
@@ -112,9 +207,14 @@ class DockerRun(Manager):
 
     def initial_evidence(self, request):
         evidence = super().initial_evidence(request)
-        evidence.update({"containerName": request["name"], "image": request["image"],
-                         "imageDigest": parse_image_ref(request["image"]).digest,
-                         "manifestHash": request["manifest_hash"], "hookResults": []})
+        first = request["containers"][0]
+        evidence.update({"containerName": first["name"], "image": first["image"],
+                         "imageDigest": parse_image_ref(first["image"]).digest,
+                         "projectName": request["project_name"], "projectDirectory": request["project_directory"],
+                         "manifestHash": request["manifest_hash"], "hookResults": [], "services": [],
+                         "serviceCount": 0})
+        if request["sticker"] is not None:
+            evidence["versionStickerPath"] = os.path.join(request["project_directory"], STICKER_FILE)
         return evidence
 
     def _image_id(self, request, phase):
@@ -128,121 +228,278 @@ class DockerRun(Manager):
 
     def execute(self, request, rec, result, check_mode, diff):
         evidence = result["evidence"]
-        missing = [key for key in REQUIRED_STELLA_LABELS if key not in request["labels"]]
-        if missing:
-            raise StellaError("label_missing", "docker.run Labels lack %s" % ", ".join(missing),
-                              phase="validate_payload")
+        for container in request["containers"]:
+            missing = [key for key in REQUIRED_STELLA_LABELS if key not in container["labels"]]
+            if missing:
+                raise StellaError("label_missing", "docker.run Labels of %s lack %s" % (
+                    container["name"], ", ".join(missing)), phase="validate_payload")
         with rec.phase("verify_target", record=False):
             ensure_this_host(request["target"], self.run_command)
         with rec.phase("preflight", record=False):
             docker = self.cli.version(phase="preflight")
             evidence.update({"dockerVersion": docker["server"], "dockerClientVersion": docker["client"]})
+        directory = request["project_directory"]
+        sticker_path = os.path.join(directory, STICKER_FILE)
         if check_mode:
-            image_id = self._image_id(request, "pull_image")
-            current = self.cli.container(request["name"])
-            result["changed"] = not container_matches(current, request, image_id)
-            evidence["checkMode"] = True
+            image_ids = {c["name"]: self._image_id(c, "pull_image") for c in request["containers"]}
+            stale = [c["name"] for c in request["containers"]
+                     if not container_matches(self.cli.container(c["name"]), c, image_ids[c["name"]])]
+            committed = read_bytes(sticker_path)
+            result["changed"] = bool(stale) or (request["sticker"] is not None
+                                                and not same_release(committed, request["sticker"]))
+            evidence.update({"checkMode": True, "wouldReplaceContainers": stale})
             rec.skip(*DOCKER_STEPS)
             return
-        directory = request["project_directory"]
         with project_lock(directory):
             killed = _hooks.reap_stale_hooks(directory)
             if killed:
                 evidence["staleHookPidsKilled"] = killed
             with rec.phase("pull_image"):
-                image_id = self._image_id(request, "pull_image")
-                if request["pull_image"] and image_id is None:
-                    self.cli.pull(request["image"], phase="pull_image")
-                    evidence["pulled"] = True
-                    image_id = self._image_id(request, "pull_image")
-                if image_id is None:
-                    raise StellaError("image_missing", "image %s is not present and PullImage is false" %
-                                      request["image"])
-                evidence["imageId"] = image_id
-            current = self.cli.container(request["name"], phase="prepare_container")
-            if container_matches(current, request, image_id) and current.get("health") in ("healthy", "none"):
-                rec.skip("pre_deploy_hooks", "prepare_container", "post_deploy_hooks")
-                with rec.phase("inspect_container"):
-                    self._record(evidence, current)
+                image_ids = {c["name"]: self._pulled(c, evidence) for c in request["containers"]}
+                evidence["imageId"] = image_ids[request["containers"][0]["name"]]
+            currents = {c["name"]: self.cli.container(c["name"], phase="prepare_container")
+                        for c in request["containers"]}
+            stale = [c for c in request["containers"]
+                     if not (container_matches(currents[c["name"]], c, image_ids[c["name"]])
+                             and currents[c["name"]].get("health") in ("healthy", "none"))]
+            committed = read_bytes(sticker_path)
+            if not stale:
+                self._converged(request, rec, result, currents, image_ids, committed)
                 return
-            env = {"STELLA_CONTAINER_NAME": request["name"], "STELLA_MANIFEST_HASH": request["manifest_hash"] or "",
-                   "STELLA_TARGET_ID": request["target"]["id"]}
+            self._apply(request, rec, result, stale, currents, image_ids, committed)
+
+    def _pulled(self, container, evidence):
+        image_id = self._image_id(container, "pull_image")
+        if container["pull_image"] and image_id is None:
+            self.cli.pull(container["image"], phase="pull_image")
+            evidence.setdefault("pulledImages", []).append(container["image"])
+            evidence["pulled"] = True
+            image_id = self._image_id(container, "pull_image")
+        if image_id is None:
+            raise StellaError("image_missing", "image %s is not present and PullImage is false" % container["image"])
+        return image_id
+
+    def _converged(self, request, rec, result, currents, image_ids, committed):
+        """Every container already runs its request: no hook runs and no container is touched; a
+        committed sticker of the same release (maybe of an earlier job) stays."""
+        evidence = result["evidence"]
+        rec.skip("write_artifacts", "pre_deploy_hooks", "prepare_container", "post_deploy_hooks")
+        with rec.phase("inspect_container"):
+            self._record(evidence, [(c, currents[c["name"]], image_ids[c["name"]]) for c in request["containers"]])
+        sticker = request["sticker"]
+        if sticker is None:
+            return
+        with rec.phase("write_sticker"):
+            if same_release(committed, sticker):
+                evidence["appliedByJobId"] = sticker_job(committed)
+                sticker = committed
+            else:
+                atomic_write(os.path.join(request["project_directory"], STICKER_FILE), sticker)
+                result["changed"] = True
+            evidence["versionStickerHash"] = sha256_bytes(sticker)
+        baseline = self._baseline(request)
+        if baseline:
+            evidence["previousRevisionPath"] = baseline
+
+    def _apply(self, request, rec, result, stale, currents, image_ids, committed):
+        evidence = result["evidence"]
+        directory = request["project_directory"]
+        env = {"STELLA_PROJECT_NAME": request["project_name"], "STELLA_PROJECT_DIRECTORY": directory,
+               "STELLA_CONTAINER_NAME": request["containers"][0]["name"],
+               "STELLA_MANIFEST_HASH": request["manifest_hash"] or "", "STELLA_TARGET_ID": request["target"]["id"]}
+        aside = {}
+        staged = StagedFiles(directory)
+        try:
+            with rec.phase("write_artifacts"):
+                removed = remove_stale_revision_temps(directory) + remove_stale_temps(directory)
+                if removed:
+                    evidence["removedStaleTemps"] = removed
+                if self.env_bytes is not None and read_bytes(os.path.join(directory, ENV_FILE)) != self.env_bytes:
+                    staged.write(ENV_FILE, self.env_bytes, mode=ENV_FILE_MODE)
             with rec.phase("pre_deploy_hooks"):
-                _hooks.run_phase(request["hooks"], "pre-deploy", directory, env, self.secrets, evidence["hookResults"],
-                                 result["warnings"])
-            self._replace(request, rec, result, current, image_id)
+                _hooks.run_phase(request["hooks"], "pre-deploy", directory, env, self.secrets,
+                                 evidence["hookResults"], result["warnings"])
+            with rec.phase("prepare_container"):
+                result["changed"] = True
+                for container in stale:
+                    current = aside[container["name"]] = currents[container["name"]]
+                    if current:
+                        evidence.setdefault("replacedContainerIds", []).append(current["id"])
+                        evidence.setdefault("replacedContainerId", current["id"])
+                    self._set_aside(container, current)
+                    self.cli.run_container(container_run_argv(container), phase="prepare_container")
+            with rec.phase("inspect_container"):
+                stale_names = {c["name"] for c in stale}
+                seen = [(c, self._wait(c["name"]) if c["name"] in stale_names else currents[c["name"]],
+                         image_ids[c["name"]]) for c in request["containers"]]
+                self._record(evidence, seen)
+                raise_problems([p for c, found, image_id in seen for p in verify_container(found, c, image_id)],
+                               "inspect_container")
+            if request["sticker"] is not None:
+                with rec.phase("write_sticker"):
+                    staged.write(STICKER_FILE, request["sticker"])
+                    evidence["versionStickerHash"] = sha256_bytes(request["sticker"])
             with rec.phase("post_deploy_hooks"):
                 _hooks.run_phase(request["hooks"], "post-deploy", directory, env, self.secrets,
                                  evidence["hookResults"], result["warnings"])
-
-    def _replace(self, request, rec, result, current, image_id):
-        evidence = result["evidence"]
-        aside = None
-        with rec.phase("prepare_container"):
-            result["changed"] = True
-            if current:
-                evidence["replacedContainerId"] = current["id"]
-                aside = "%s-stella-previous" % request["name"]
-                stale = self.cli.container(aside, phase="prepare_container")
-                if stale:
-                    self.cli.remove_container(stale["id"], phase="prepare_container")
-                self.cli.stop_container(current["id"], phase="prepare_container")
-                self.cli.rename_container(current["id"], aside, phase="prepare_container")
-            try:
-                self.cli.run_container(container_run_argv(request), phase="prepare_container")
-            except StellaError:
-                self._put_back(request, current, evidence)
-                raise
-        try:
-            with rec.phase("inspect_container"):
-                container = self._wait(request["name"])
-                self._record(evidence, container)
-                raise_problems(verify_container(container, request, image_id), "inspect_container")
-        except StellaError:
-            self._put_back(request, current, evidence)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                restored = staged.restore()
+                if restored:
+                    evidence["filesRestored"] = restored
+                    evidence["stickerRestored"] = STICKER_FILE in restored
+            self._put_back(stale, aside, evidence)
             raise
-        if current:
-            self.cli.remove_container(current["id"], phase="inspect_container")
+        staged.commit()
+        self._retain(request, aside, committed, evidence)
 
-    def _put_back(self, request, previous, evidence):
-        """Remove the new container and start the previous one again under its own name."""
-        new = self.cli.container(request["name"])
-        if new:
-            self.cli.remove_container(new["id"])
-        if previous:
-            self.cli.rename_container(previous["id"], request["name"])
-            self.cli.start_container(previous["id"])
-            evidence["previousContainerRestored"] = previous["id"]
+    def _set_aside(self, container, current):
+        """Stop the running container and rename it ``<name>-stella-replaced``."""
+        if not current:
+            return
+        replaced = container["name"] + DOCKER_REPLACED_SUFFIX
+        leftover = self.cli.container(replaced, phase="prepare_container")
+        if leftover:
+            self.cli.remove_container(leftover["id"], phase="prepare_container")
+        self.cli.stop_container(current["id"], phase="prepare_container")
+        self.cli.rename_container(current["id"], replaced, phase="prepare_container")
+
+    def _put_back(self, stale, aside, evidence):
+        """Remove the new containers and start the set-aside ones again under their own names."""
+        for container in reversed(stale):
+            if container["name"] not in aside:
+                continue
+            previous = aside[container["name"]]
+            with contextlib.suppress(StellaError):
+                new = self.cli.container(container["name"])
+                if new and new["id"] != (previous or {}).get("id"):
+                    self.cli.remove_container(new["id"])
+                if previous:
+                    if not new or new["id"] != previous["id"]:
+                        self.cli.rename_container(previous["id"], container["name"])
+                    self.cli.start_container(previous["id"])
+                    evidence.setdefault("previousContainersRestored", []).append(previous["id"])
+                    evidence["previousContainerRestored"] = previous["id"]
+
+    def _retain(self, request, aside, committed, evidence):
+        """After success: keep the replaced release (another release's sticker was committed) as the
+        ``previous/`` revision with its containers stopped as ``<name>-stella-previous``; otherwise
+        remove the set-aside containers."""
+        replaced = {name: current for name, current in aside.items() if current}
+        retain = (request["sticker"] is not None and committed is not None
+                  and not same_release(committed, request["sticker"]) and bool(replaced))
+        if not retain:
+            for current in replaced.values():
+                self.cli.remove_container(current["id"], phase="cleanup")
+            return
+        kept = {}
+        for name, current in sorted(replaced.items()):
+            previous = name + DOCKER_PREVIOUS_SUFFIX
+            old = self.cli.container(previous, phase="cleanup")
+            if old:
+                self.cli.remove_container(old["id"], phase="cleanup")
+            self.cli.rename_container(current["id"], previous, phase="cleanup")
+            kept[name] = current["id"]
+        evidence["previousRevisionPath"] = write_revision(request["project_directory"], request["project_name"],
+                                                          committed, kept)
+        evidence["retainedContainerIds"] = sorted(kept.values())
+
+    def _baseline(self, request):
+        """The retained revision when it records another release than the running one."""
+        path = os.path.join(request["project_directory"], DOCKER_REVISION_DIR)
+        try:
+            with open(os.path.join(path, REVISION_RECORD), "rb") as handle:
+                record = json.loads(handle.read())
+        except (OSError, ValueError):
+            return None
+        return path if isinstance(record, dict) and record.get("manifestHash") != request["manifest_hash"] else None
 
     def _wait(self, name):
-        """Inspect until the container settles: healthy/unhealthy with a healthcheck, otherwise running
-        with the same start time and no restart for ``settle`` seconds (a crash loop never settles)."""
-        deadline = self.clock() + self.health_timeout
-        stable_since = None
-        seen = None
-        while True:
-            container = self.cli.container(name, phase="inspect_container")
-            if container is None:
-                raise StellaError("service_not_running", "container %s disappeared" % name, phase="inspect_container")
-            health = container.get("health")
-            if health in ("healthy", "unhealthy"):
-                return container
-            if health == "none":
-                key = (container.get("startedAt"), container.get("running"), container.get("restarting"))
-                if not container.get("running") and not container.get("restarting"):
-                    return container
-                if key != seen or container.get("restarting"):
-                    seen, stable_since = key, self.clock()
-                elif self.clock() - stable_since >= self.settle:
-                    return container
-            if self.clock() > deadline:
-                return container
-            self.sleep(0.25)
+        return wait_settled(self.cli, name, self.health_timeout, self.settle, self.sleep, self.clock)
 
     @staticmethod
-    def _record(evidence, container):
-        evidence.update({"containerId": container["id"], "containerName": container["name"],
-                         "containerState": container["state"], "health": container["health"],
-                         "restartCount": container.get("restartCount"),
-                         "ipAddress": container.get("ipAddress"), "startedAt": container.get("startedAt"),
-                         "labels": stella_labels(container.get("labels"))})
+    def _record(evidence, seen):
+        """``services`` for every container; the first one also as the top-level container fields."""
+        services = [service_entry(request, container, image_id) for request, container, image_id in seen]
+        evidence.update({"services": services, "serviceCount": len(services)})
+        first = seen[0][1]
+        evidence.update({"containerId": first["id"], "containerName": first["name"],
+                         "containerState": first["state"], "health": first["health"],
+                         "restartCount": first.get("restartCount"), "ipAddress": first.get("ipAddress"),
+                         "startedAt": first.get("startedAt"), "labels": stella_labels(first.get("labels"))})
+
+
+def wait_settled(cli, name, timeout, settle, sleep, clock):
+    """Inspect until the container settles: healthy/unhealthy with a healthcheck, otherwise running
+    with the same start time and no restart for ``settle`` seconds (a crash loop never settles)."""
+    deadline = clock() + timeout
+    stable_since = None
+    seen = None
+    while True:
+        container = cli.container(name, phase="inspect_container")
+        if container is None:
+            raise StellaError("service_not_running", "container %s disappeared" % name, phase="inspect_container")
+        health = container.get("health")
+        if health in ("healthy", "unhealthy"):
+            return container
+        if health == "none":
+            key = (container.get("startedAt"), container.get("running"), container.get("restarting"))
+            if not container.get("running") and not container.get("restarting"):
+                return container
+            if key != seen or container.get("restarting"):
+                seen, stable_since = key, clock()
+            elif clock() - stable_since >= settle:
+                return container
+        if clock() > deadline:
+            return container
+        sleep(0.25)
+
+
+def remove_stale_revision_temps(directory):
+    """Delete revision directories a killed writer left half-built (``.stella-tmp-*`` directories)."""
+    removed = []
+    for name in sorted(os.listdir(directory)) if os.path.isdir(directory) else ():
+        path = os.path.join(directory, name)
+        if name.startswith(TEMP_PREFIX) and os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(name)
+    return removed
+
+
+def write_revision(project_directory, project_name, sticker_bytes, containers):
+    """Replace ``previous/`` with the replaced release's sticker and container ids (temp dir, fsync,
+    rename); return its path."""
+    final = os.path.join(project_directory, DOCKER_REVISION_DIR)
+    tmp = tempfile.mkdtemp(prefix=TEMP_PREFIX + "rev-", dir=project_directory)
+    try:
+        atomic_write(os.path.join(tmp, STICKER_FILE), sticker_bytes)
+        atomic_write(os.path.join(tmp, REVISION_RECORD),
+                     pretty_json(build_revision_record(project_name, sticker_bytes, containers)))
+        os.chmod(tmp, 0o755)
+        if os.path.isdir(final):
+            old = tempfile.mkdtemp(prefix=TEMP_PREFIX + "old-", dir=project_directory)
+            os.rename(final, os.path.join(old, DOCKER_REVISION_DIR))
+            os.rename(tmp, final)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    fsync_dir(project_directory)
+    return final
+
+
+def load_revision(path, phase="validate_revision"):
+    """``(record, sticker bytes)`` of a Docker revision, or ``revision_tampered``."""
+    data = read_bytes(os.path.join(path, REVISION_RECORD))
+    try:
+        record = json.loads(data) if data is not None else None
+    except ValueError:
+        record = None
+    sticker = read_bytes(os.path.join(path, STICKER_FILE))
+    problems = revision_problems(record, sticker)
+    if problems:
+        raise StellaError("revision_tampered", "revision %s failed validation: %s" % (path, "; ".join(problems)),
+                          phase=phase, evidence={"revisionPath": path})
+    return record, sticker

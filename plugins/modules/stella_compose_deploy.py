@@ -20,8 +20,17 @@ description:
     every image's RepoDigests contains the pinned digest, runs C(docker compose up -d --wait
     --remove-orphans), inspects every service (state, health, image, Stella labels, target identity) and
     only then writes C(stella.version.json) and C(apply-manifest.json), then runs post-deploy hooks.
-  - For V(docker.run), it pulls and verifies the digest-pinned image before listing, stopping or
-    creating containers, then replaces the named container with Stella labels and environment.
+  - For V(docker.run), it takes one payload (O(payload)) or the payloads of every component of one
+    DockerHost release (O(payloads)) and applies them as one transaction under the project lock. It
+    pulls and verifies every digest-pinned image before listing, stopping or creating containers, runs
+    pre-deploy hooks once, sets each container that does not already run its request aside (stopped, as
+    C(<name>-stella-replaced)), starts the new one with Stella labels and environment, verifies all of
+    them, commits O(version_sticker) (when given) and runs post-deploy hooks. A failure removes the new
+    containers and starts the set-aside ones again.
+  - With O(version_sticker), when the release replaced another release, the replaced containers are
+    retained stopped as C(<name>-stella-previous) and the project's C(previous/) revision records their ids
+    and the old sticker; RV(previousRevisionPath) names it and M(stellaops.runtime.stella_rollback)
+    (C(docker.rollback)) restores it.
   - A failure leaves the committed sticker and apply manifest untouched, names the failing phase in
     RV(failurePhase) and returns the evidence of what was done.
   - Docker and Compose are called with argument lists only. A missing Docker CLI, daemon or Compose v2
@@ -52,9 +61,9 @@ options:
       - V(compose.up) payload keys are C(ProjectName), C(ComposeLock), C(VersionSticker) and C(Target)
         (required) and C(ApplyManifest), C(PullImages), C(BackupExisting), C(Hooks), C(WorkDirectory),
         C(ManifestHash), C(Variables).
-      - V(docker.run) needs O(payload), with keys C(Image), C(Name) and C(Target) (required) and
-        C(PullImage), C(Hooks), C(Labels), C(Environment), C(Ports), C(Config), C(WorkDirectory),
-        C(ManifestHash), C(Variables), C(EnvFile).
+      - V(docker.run) needs O(payload) or O(payloads), each with keys C(Image), C(Name) and C(Target)
+        (required) and C(PullImage), C(Hooks), C(Labels), C(Environment), C(Ports), C(Config),
+        C(WorkDirectory), C(ManifestHash), C(Variables), C(EnvFile).
     type: str
     choices: [compose.up, docker.run]
     default: compose.up
@@ -65,8 +74,17 @@ options:
     description: Content of C(compose.stella.lock.yml) (C(ComposeLock)).
     type: str
   version_sticker:
-    description: Content of C(stella.version.json) (C(VersionSticker)).
+    description:
+      - Content of C(stella.version.json) (C(VersionSticker) of V(compose.up)).
+      - For V(docker.run), the release's sticker, written to the project directory after every container
+        verified; its C(manifestHash) and C(projectName) must match the payloads.
     type: str
+  payloads:
+    description:
+      - V(docker.run) only. The C(docker.run) payloads of every component of one DockerHost release, applied
+        as one transaction. They must name the same target, project, manifest hash and hooks.
+    type: list
+    elements: dict
   apply_manifest:
     description:
       - Content of C(apply-manifest.json) (C(ApplyManifest)). Built from the lock and sticker when omitted;
@@ -347,12 +365,13 @@ ARGUMENT_SPEC = argument_spec(dict(
     env_artifact=dict(type="str", no_log=True),
     secrets=dict(type="list", elements="str", no_log=True, default=[]),
     keep_revisions=dict(type="int", default=10),
+    payloads=dict(type="list", elements="dict"),
 ), task=True)
 
 
 def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True,
-                           mutually_exclusive=[("secret_env", "env_artifact")])
+                           mutually_exclusive=[("secret_env", "env_artifact"), ("payload", "payloads")])
     params = module.params
     if params["secret_env"] is not None:
         env_bytes = render_env_artifact({str(k): str(v) for k, v in params["secret_env"].items()})
@@ -366,8 +385,10 @@ def main():
 
     def task():
         if params["task"] == "docker.run":
-            request = _docker_run.parse_request(params["payload"], params)
-            manager = _docker_run.DockerRun(cli, run_command, module.warn, secrets, health_timeout=params["wait_timeout"])
+            request = _docker_run.parse_deployment(params["payloads"] or [params["payload"]], params,
+                                                   params["version_sticker"])
+            manager = _docker_run.DockerRun(cli, run_command, module.warn, secrets, health_timeout=params["wait_timeout"],
+                                            env_bytes=env_bytes)
         else:
             request = _compose_apply.parse_request(params["payload"], params)
             manager = _compose_apply.ComposeApply(cli, run_command, module.warn, secrets, params["wait_timeout"],

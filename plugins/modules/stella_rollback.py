@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: stella_rollback
-short_description: Restore a retained Compose revision on the target host (compose.rollback)
+short_description: Restore a retained revision on the target host (compose.rollback, docker.rollback)
 version_added: 0.1.0
 description:
   - Target-side C(compose.rollback). Resolves the explicit O(revision_path) (which must resolve inside
@@ -17,6 +17,13 @@ description:
     lock, restores C(compose.stella.lock.yml), pulls missing images, verifies digests, runs
     C(docker compose up -d --wait), inspects every service and only then restores
     C(stella.version.json) and C(apply-manifest.json).
+  - V(docker.rollback) restores the DockerHost release a C(docker.run) deployment replaced, from the project's
+    C(previous/) revision (the old sticker and the ids of the stopped C(<name>-stella-previous)
+    containers). It validates the sticker hash and that every retained container is still the recorded
+    one with the revision's manifest hash, stops and sets aside each running container, starts the
+    retained one under its own name, verifies it (running, healthy, labels) and only then restores
+    C(stella.version.json). A failure puts every container and the sticker back. After success the
+    rolled-back containers and the consumed revision are removed.
   - With no retained revision the task fails with RV(failurePhase=resolve_revision) before any pull or
     runtime change; a tampered revision fails in V(validate_revision), also before any change.
   - Records RV(rollbackRestored), RV(restoredRevisionPath), the restored digests, the phases
@@ -38,13 +45,23 @@ attributes:
     support: full
     details: Restoring the revision that already runs and is verified reports C(changed=false).
 options:
-  project_name:
-    description: Compose project name (payload key C(ProjectName)).
+  task:
+    description: Which agent task to run.
     type: str
+    choices: [compose.rollback, docker.rollback]
+    default: compose.rollback
+  project_name:
+    description: Compose project name, or the DockerHost project name (payload key C(ProjectName)).
+    type: str
+  names:
+    description: V(docker.rollback) only. The container names of the deployment (payload key C(Names)).
+    type: list
+    elements: str
   revision_path:
     description:
       - Retained revision to restore (payload key C(RevisionPath)), absolute or relative to
-        C(<project>/revisions/). Paths whose real path is outside C(revisions/), symlinks included, are
+        C(<project>/revisions/) (V(compose.rollback)), or the project's C(previous/) directory
+        (V(docker.rollback), the only revision a DockerHost project retains). Paths whose real path is outside C(revisions/), symlinks included, are
         rejected. Defaults to the latest retained revision; a deployment's rollback passes the
         C(previousRevisionPath) its apply retained, because identical revisions are deduplicated and the
         newest one is not always the deployment's baseline.
@@ -67,6 +84,11 @@ EXAMPLES = r"""
 - name: Roll back to the latest retained revision
   stellaops.runtime.stella_rollback:
     payload: "{{ plan.payloads['compose.rollback'] }}"
+
+- name: Restore the DockerHost release a deployment replaced
+  stellaops.runtime.stella_rollback:
+    task: docker.rollback
+    payload: "{{ plan.payloads['docker.rollback'] }}"
 
 - name: Roll back to a chosen revision
   stellaops.runtime.stella_rollback:
@@ -110,7 +132,8 @@ services:
   elements: dict
 completedPhases:
   description: Implementation phases that completed (V(resolve_revision), V(validate_revision),
-    V(restore_lock), V(compose_pull), V(compose_up), V(inspect_services), V(restore_sticker)).
+    V(restore_lock), V(compose_pull), V(compose_up), V(inspect_services), V(restore_sticker); for V(docker.rollback)
+    V(restore_container) and V(inspect_container) in place of the Compose steps).
   returned: always
   type: list
   elements: str
@@ -159,11 +182,13 @@ rollbackReason:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.stellaops.runtime.plugins.module_utils import _compose_rollback
+from ansible_collections.stellaops.runtime.plugins.module_utils import _compose_rollback, _docker_rollback
 from ansible_collections.stellaops.runtime.plugins.module_utils._module import (
     argument_spec, command_runner, engine_client, run_task)
 
 ARGUMENT_SPEC = argument_spec(dict(
+    task=dict(type="str", choices=["compose.rollback", "docker.rollback"], default="compose.rollback"),
+    names=dict(type="list", elements="str"),
     project_name=dict(type="str"),
     revision_path=dict(type="str"),
     manifest_hash=dict(type="str"),
@@ -176,9 +201,15 @@ def main():
     run_command = command_runner(module)
 
     def task():
-        request = _compose_rollback.parse_request(module.params["payload"], module.params)
-        manager = _compose_rollback.ComposeRollback(engine_client(module, run_command), run_command, module.warn,
-                                                    wait_timeout=module.params["wait_timeout"])
+        cli = engine_client(module, run_command)
+        if module.params["task"] == "docker.rollback":
+            request = _docker_rollback.parse_request(module.params["payload"], module.params)
+            manager = _docker_rollback.DockerRollback(cli, run_command, module.warn,
+                                                      wait_timeout=module.params["wait_timeout"])
+        else:
+            request = _compose_rollback.parse_request(module.params["payload"], module.params)
+            manager = _compose_rollback.ComposeRollback(cli, run_command, module.warn,
+                                                        wait_timeout=module.params["wait_timeout"])
         return manager.run(request, check_mode=module.check_mode)
 
     run_task(module, task)

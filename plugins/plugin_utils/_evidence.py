@@ -75,7 +75,7 @@ def success_boundary(preflight, plan, apply, probe):
         "imagesPinnedAndPulled": bool(apply) and not _failed(apply) and bool(services)
         and all(s.get("imageDigest") for s in services),
         "workloadRunning": bool(services) and all(s.get("state") == "running" for s in services),
-        "runtimeVerified": bool(apply) and not _failed(apply) and ("inspect_services" in completed),
+        "runtimeVerified": bool(apply) and not _failed(apply) and bool(completed & {"inspect_services", "inspect_container"}),
         "stickerRecorded": bool(apply) and not _failed(apply) and bool(apply.get("versionStickerHash")),
         "serviceHealthVerified": _probe_verified(probe),
     }
@@ -123,6 +123,11 @@ def deployment_record(plan, apply, created_at, preflight=None, probe=None, deplo
             "probe": (probe or {}).get("evidence"),
         },
         "rollbackBaseline": apply.get("previousRevisionPath"),
+        # A run that found the release already running and verified it changes nothing; the sticker
+        # it kept names the job that applied the release.
+        "changed": bool(apply.get("changed")),
+        "appliedByJobId": apply.get("appliedByJobId") or (
+            plan.get("jobId") if apply.get("versionStickerHash") and not _failed(apply) else None),
         "preflight": None if preflight is None else {
             "status": "failed" if _failed(preflight) else "passed",
             "failures": preflight.get("failures") or [],

@@ -40,6 +40,7 @@ JOB_ID_SOURCES = ("awx_job_id", "tower_job_id", "stella_job_id")
 NONE_ELIGIBLE = "no target retained a previous revision to restore"
 AUTO_ROLLBACK_DISABLED = "autoRollbackOnFailure=false"
 NO_REVISION = "no retained revision: the deployment retained no previous revision on this target"
+RESTORED_IN_PLACE = "restored in place: the target agent's failed transaction put the previous release back"
 
 
 def job_error(message, code="job_invalid"):
@@ -226,7 +227,7 @@ def rollback_plan(record):
             if eligible(target):
                 chosen.append(name)
             elif target["status"] in ("Succeeded", "Failed"):
-                skipped[name] = NO_REVISION
+                skipped[name] = RESTORED_IN_PLACE if target.get("restoredInPlace") else NO_REVISION
         if chosen:
             batches.append(chosen)
     return {"batches": batches, "skipped": skipped}

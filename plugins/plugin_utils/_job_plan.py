@@ -25,7 +25,7 @@ LOCAL_CONNECTIONS = ("local",)
 PLAN_KEYS = ("projectName", "slot", "trafficRole", "strategy", "release", "target", "tenant", "environment",
              "application", "jobId", "taskId", "workDirectory", "projectDirectory", "paths", "manifestHash",
              "composeHash", "versionStickerHash", "applyManifestHash", "envArtifactHash", "artifactHashes",
-             "components", "payloads", "scriptGraphProof")
+             "components", "payloads", "scriptGraphProof", "sticker")
 
 
 def target_identity(name, host, target_type):

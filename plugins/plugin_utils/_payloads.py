@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._contract import (  # noqa: F401 (re-exported)
     COMPOSE_PREFLIGHT, COMPOSE_ROLLBACK, COMPOSE_UP, DEFAULT_HOOK_INTERPRETER, DEFAULT_HOOK_TIMEOUT,
-    DEFAULT_MINIMUM_FREE_DISK_BYTES, DEFAULT_REACHABILITY_MODE, DOCKER_RUN, target_context)
+    DEFAULT_MINIMUM_FREE_DISK_BYTES, DEFAULT_REACHABILITY_MODE, DOCKER_ROLLBACK, DOCKER_RUN, target_context)
 
 _SKIP_PULL_KEYS = (("runtime.skipPull", True), ("compose.skipPull", True),
                    ("compose.pullImages", False), ("pullImages", False))
@@ -138,6 +138,15 @@ def compose_rollback(plan, revision_path=None):
     return COMPOSE_ROLLBACK.payload(
         ProjectName=plan["projectName"], RevisionPath=revision_path, ManifestHash=plan["manifestHash"],
         WorkDirectory=plan["workDirectory"],
+        Target=target_context(plan["target"]), Variables=variables(plan, rollback=True))
+
+
+def docker_rollback(plan, names, revision_path=None):
+    """``docker.rollback`` of this deployment's containers, guarded like ``compose.rollback`` by the
+    manifest hash the deployment applies."""
+    return DOCKER_ROLLBACK.payload(
+        ProjectName=plan["projectName"], Names=list(names), RevisionPath=revision_path,
+        ManifestHash=plan["manifestHash"], WorkDirectory=plan["workDirectory"],
         Target=target_context(plan["target"]), Variables=variables(plan, rollback=True))
 
 

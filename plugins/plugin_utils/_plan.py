@@ -192,6 +192,7 @@ def plan_release(release, resolved):
         payloads["compose.rollback"] = _payloads.compose_rollback(plan)
     else:
         payloads["docker.run"] = [_payloads.docker_run(plan, c, hooks) for c in components]
+        payloads["docker.rollback"] = _payloads.docker_rollback(plan, [p["Name"] for p in payloads["docker.run"]])
 
     return {
         "projectName": project,

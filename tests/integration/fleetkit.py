@@ -78,7 +78,7 @@ class FleetJob:
 
     # ------------------------------------------------------------------ inputs
     def release(self, image_key="app_v1", version="1.0.0", strategy="rolling", strategy_config=None, hooks=None,
-                probe=None):
+                probe=None, target_type="ComposeHost"):
         """A one-service (``web``) release of this test's application for every target of the fleet."""
         config = {"healthcheck.test": "wget -q -O- http://127.0.0.1:8080/", "healthcheck.interval": "1s",
                   "healthcheck.retries": 15, "healthProbe.type": "http", "healthProbe.port": self.port,
@@ -88,7 +88,7 @@ class FleetJob:
             "release": {"id": "rel-" + version.replace(".", "-"), "name": "shop", "version": version},
             "tenant": "acme", "environment": "lab", "application": self.application, "strategy": strategy,
             "strategyConfig": dict(strategy_config if strategy_config is not None else {"batchSize": 2}),
-            "target": {"type": "ComposeHost"},
+            "target": {"type": target_type},
             "components": [{"name": "web", "image": self.refs[image_key], "ports": ["%d:8080" % self.port],
                             "config": config}],
         }
@@ -202,24 +202,25 @@ class FleetJob:
     def project(self, record, name):
         return record["targets"][name]["projectName"]
 
-    def state(self, name, project):
-        """``{"containers": [docker inspect of the project's containers], "sticker": bytes or None}``."""
+    def state(self, name, project, label="com.docker.compose.project"):
+        """``{"containers": [docker inspect of the project's containers], "sticker": bytes or None}``
+        (``label``: the label naming the project; ``stella.project`` for DockerHost containers)."""
         target = self.by_name[name]
         sticker = os.path.join(WORK_DIRECTORY, project, "stella.version.json")
-        script = ("ids=$(docker ps -aq --no-trunc --filter label=com.docker.compose.project=%s); "
+        script = ("ids=$(docker ps -aq --no-trunc --filter label=%s=%s); "
                   "if [ -n \"$ids\" ]; then docker inspect $ids; else echo '[]'; fi; echo '@@STICKER@@'; "
                   "if [ -f %s ]; then echo present; base64 -w0 %s; else echo absent; fi"
-                  % (shlex.quote(project), shlex.quote(sticker), shlex.quote(sticker)))
+                  % (label, shlex.quote(project), shlex.quote(sticker), shlex.quote(sticker)))
         out = labkit.ssh(target, script, timeout=120).stdout
         containers, rest = out.split("@@STICKER@@\n", 1)
         flag, _sep, data = rest.partition("\n")
         return {"containers": json.loads(containers),
                 "sticker": base64.b64decode(data.strip()) if flag.strip() == "present" else None}
 
-    def states(self, record):
+    def states(self, record, label="com.docker.compose.project"):
         """``{host: state(host, its project in record)}`` for every target, read concurrently."""
         names = list(record["targetOrder"])
-        return dict(zip(names, parallel(lambda n: self.state(n, self.project(record, n)), names)))
+        return dict(zip(names, parallel(lambda n: self.state(n, self.project(record, n), label), names)))
 
     def project_dir_exists(self, name, project):
         proc = labkit.ssh(self.by_name[name], "test -e %s" % shlex.quote(os.path.join(WORK_DIRECTORY, project)),
@@ -231,6 +232,8 @@ class FleetJob:
         def down(target):
             script = ("for p in $(docker ps -a --format '{{.Label \"com.docker.compose.project\"}}' | sort -u "
                       "| grep -F -- %(app)s); do docker compose -p \"$p\" down -v -t 1 --remove-orphans; done; "
+                      "ids=$(docker ps -aq --filter label=stella.application=%(app)s); "
+                      "if [ -n \"$ids\" ]; then docker rm -f $ids; fi; "
                       "rm -rf %(work)s/*%(app)s*" % {"app": shlex.quote(self.application), "work": WORK_DIRECTORY})
             subprocess.run(labkit.ssh_argv(target, script), capture_output=True, check=False, timeout=300)
         parallel(down, self.fleet)

@@ -48,8 +48,8 @@ def test_docker_run_deploy_idempotence_and_replace(env):
     result = run(v1)
     assert not result["failed"], result.get("msg")
     assert result["changed"] is True
-    assert result["completedPhases"] == ["pull_image", "pre_deploy_hooks", "prepare_container", "inspect_container",
-                                         "post_deploy_hooks"]
+    assert result["completedPhases"] == ["pull_image", "write_artifacts", "pre_deploy_hooks", "prepare_container",
+                                         "inspect_container", "post_deploy_hooks"]
     assert result["containerName"] == project + "-web" and result["containerState"] == "running"
     assert result["health"] == "healthy" and result["ipAddress"]
     assert result["targetType"] == "DockerHost" and result["targetId"] == "tgt-dh"

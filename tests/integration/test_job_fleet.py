@@ -434,3 +434,77 @@ def test_slots_all_at_once_active_then_blue_green_and_a_b_leave_the_active_proje
                 assert still[name]["sticker"] == before[name]["sticker"], (strategy, name)
     finally:
         fj.cleanup()
+
+
+def deployment_record(target):
+    """The target's ``deployment.json`` written by the job's evidence phase."""
+    with open(target["evidence"]["deployment.json"]["path"], encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def test_dockerhost_fleet_deploys_records_success_and_rolls_back_to_the_retained_containers(lab, fleet, tmp_path):
+    fj = fl.FleetJob(lab, fleet, tmp_path, "dock", free_port())
+    t1, t2, t3, t4 = fj.names
+    label = "stella.project"
+    try:
+        # ---- v1 as docker.run on every target, rolling in batches of two
+        v1 = fj.run(fj.release(target_type="DockerHost"))
+        assert v1.rc == 0, v1.output[-4000:]
+        rec1 = fj.job(v1.job_id)
+        assert (rec1["status"], rec1["promotion"]) == ("Succeeded", "Succeeded")
+        state1 = fj.states(rec1, label)
+        for name in fj.names:
+            target = rec1["targets"][name]
+            assert (target["targetType"], target["status"]) == ("DockerHost", "Succeeded")
+            assert_phases(target, ["succeeded"] * len(PHASES))
+            facts = assert_runs(fj, state1[name], "app_v1", rec1, name)
+            assert facts["stella"]["stella.target.type"] == "DockerHost"
+            assert state1[name]["containers"][0]["Name"] == "/%s-web" % target["projectName"]
+            assert sticker(state1[name])["jobId"] == v1.job_id
+            record = deployment_record(target)
+            assert (record["status"], record["changed"], record["appliedByJobId"]) == ("succeeded", True, v1.job_id)
+            assert all(record["successBoundary"].values()), record["successBoundary"]
+
+        # ---- the same release again: nothing recreated, the first job's stickers kept, and said so
+        again = fj.run(fj.release(target_type="DockerHost"))
+        assert again.rc == 0, again.output[-4000:]
+        assert {host: counts[1] for host, counts in again.recap.items()} == dict.fromkeys(again.recap, 0), again.recap
+        rec_again = fj.job(again.job_id)
+        state_again = fj.states(rec_again, label)
+        for name in fj.names:
+            assert state_again[name]["sticker"] == state1[name]["sticker"], name
+            assert untouched(web(state_again[name])) == untouched(web(state1[name]))
+            record = deployment_record(rec_again["targets"][name])
+            assert (record["status"], record["changed"], record["appliedByJobId"]) == ("succeeded", False, v1.job_id)
+
+        # ---- v2 whose post-deploy hook fails on the first target of batch 2
+        hook = {"name": "check-host", "phase": "post-deploy",
+                "command": 'test "$(hostname)" != %s' % fleet[2]["hostname"]}
+        v2 = fj.run(fj.release("app_v2", "2.0.0", hooks=[hook], target_type="DockerHost"))
+        assert v2.rc != 0, v2.output[-4000:]
+        rec2 = fj.job(v2.job_id)
+        assert (rec2["status"], rec2["promotion"], rec2["isRollback"]) == ("RolledBack", "Failed", True)
+        assert rec2["targets"][t3]["reason"].startswith("post-deploy hook check-host failed")
+        # t3's own transaction put v1 back; the three targets that ran v2 are rolled back, batch 2 first
+        assert rec2["rollback"]["batches"] == [[t4], [t1, t2]]
+        assert rec2["rollback"]["skipped"] == {t3: "restored in place: the target agent's failed transaction put "
+                                                   "the previous release back"}
+        assert rec2["targets"][t3]["status"] == "Failed" and rec2["targets"][t3]["restoredInPlace"] is True
+        for name in (t1, t2, t4):
+            target = rec2["targets"][name]
+            assert target["status"] == "RolledBack", name
+            assert [p["name"] for p in target["rollbackPhases"]] == ROLLBACK_PHASES
+            assert all(p["status"] == "succeeded" for p in target["rollbackPhases"]), target["rollbackPhases"]
+            assert target["rollback"]["rollbackDigest"] == fj.digests["app_v1"]
+        done = {n: rec2["targets"][n]["rollback"]["completedAt"] for n in (t1, t2, t4)}
+        assert done[t4] < min(done[t1], done[t2]), done
+        # every target runs v1's own container again (the retained one, same id), nothing else is left
+        # (no -stella-previous, -stella-replaced or -stella-rolled-back container), v1's sticker byte for byte
+        state2 = fj.states(rec2, label)
+        for name in fj.names:
+            facts = web(state2[name])
+            assert facts["running"] and facts["id"] == web(state1[name])["id"], name
+            assert facts["stella"] == web(state1[name])["stella"], name
+            assert state2[name]["sticker"] == state1[name]["sticker"], name
+    finally:
+        fj.cleanup()

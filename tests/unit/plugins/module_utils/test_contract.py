@@ -144,7 +144,10 @@ def test_schemas_are_consistent():
         assert all(option == option.lower() for option in schema.options), schema.name
     steps = {step for _name, parts in ct.DEPLOYMENT_PHASES for step in parts}
     assert set(ct.COMPOSE_STEPS) | set(ct.DOCKER_STEPS) <= steps
-    assert [step for _name, parts in ct.ROLLBACK_PHASES for step in parts] == list(ct.ROLLBACK_STEPS)
+    rollback_steps = [step for _name, parts in ct.ROLLBACK_PHASES for step in parts]
+    assert [step for step in rollback_steps if step in ct.ROLLBACK_STEPS] == list(ct.ROLLBACK_STEPS)
+    assert [step for step in rollback_steps if step in ct.DOCKER_ROLLBACK_STEPS] == list(ct.DOCKER_ROLLBACK_STEPS)
+    assert set(rollback_steps) == set(ct.ROLLBACK_STEPS) | set(ct.DOCKER_ROLLBACK_STEPS)
     assert len(ct.PHASES) == 9 and [name for name, _parts in ct.DEPLOYMENT_PHASES] == list(ct.PHASES[:7])
     assert [name for name, _parts in ct.ROLLBACK_PHASES] == list(ct.ROLLBACK_PHASE_NAMES)
 

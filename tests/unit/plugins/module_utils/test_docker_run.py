@@ -151,7 +151,7 @@ class Host:
         kw.setdefault("health_timeout", 0)
         kw.setdefault("settle", 0.25)
         manager = dr.DockerRun(sc.engine(runner), runner, sleep=self.clock.sleep, clock=self.clock, **kw)
-        return manager.run(request or self.request)
+        return manager.run(request or dr.parse_deployment([self.payload]))
 
     def ps(self, entries, name=None):
         return sc.ps_name(name or self.name, entries)
@@ -162,7 +162,7 @@ class Host:
 
     def replace(self, old, new):
         """Set the previous container aside and start the new one."""
-        aside = self.name + "-stella-previous"
+        aside = self.name + "-stella-replaced"
         return [self.ps([], aside), sc.Step(["docker", "stop", "--time", "10", old["Id"]], 0, old["Id"] + "\n"),
                 sc.Step(["docker", "rename", old["Id"], aside]),
                 sc.Step(["docker", "run", "--detach", sc.REST], 0, new["Id"] + "\n")]
@@ -215,8 +215,8 @@ def test_verified_container_replaces_the_previous_one(host):
     runner.assert_done()
     assert result["changed"] is True and result["evidence"]["failurePhase"] is None
     assert result["evidence"]["health"] == "healthy" and result["evidence"]["containerId"] == new["Id"]
-    assert result["evidence"]["completedPhases"] == ["pull_image", "pre_deploy_hooks", "prepare_container",
-                                                     "inspect_container", "post_deploy_hooks"]
+    assert result["evidence"]["completedPhases"] == ["pull_image", "write_artifacts", "pre_deploy_hooks",
+                                                     "prepare_container", "inspect_container", "post_deploy_hooks"]
     assert "pulled" not in result["evidence"]
     assert runner.limit_of("stop") == 10 + 60
     run_argv = next(argv for argv in runner.calls if argv[1] == "run")
@@ -245,7 +245,7 @@ def test_first_container_failing_verification_is_removed(host):
 
 
 def test_pull_disabled_and_image_missing_fails_before_any_container_call(host):
-    request = dr.parse_request(dict(host.payload, PullImage=False))
+    request = dr.parse_deployment([dict(host.payload, PullImage=False)])
     runner = sc.ScriptedRunner([sc.docker_version(), sc.image_absent()])
     with pytest.raises(StellaError) as err:
         host.run(runner, request)
@@ -263,9 +263,96 @@ def test_hung_daemon(host):
 
 
 def test_missing_stella_labels_are_refused_before_docker(host):
-    request = dr.parse_request(dict(host.payload, Labels={"stella.slot": "active"}))
+    request = dr.parse_deployment([dict(host.payload, Labels={"stella.slot": "active"})])
     runner = sc.ScriptedRunner()
     with pytest.raises(StellaError) as err:
         host.run(runner, request)
     assert err.value.code == "label_missing" and err.value.phase == "validate_payload"
     assert runner.calls == []
+
+
+# --------------------------------------------------------------------------- a release with its sticker
+
+def write_committed(host, plan):
+    """The sticker of ``plan`` committed in the project directory (an earlier deployment)."""
+    directory = host.request["project_directory"]
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, "stella.version.json"), "w", encoding="utf-8") as handle:
+        handle.write(plan["sticker"])
+    return directory
+
+
+def read(path):
+    with open(path, encoding="utf-8") as handle:
+        return handle.read()
+
+
+def test_a_replaced_release_is_retained_as_the_previous_revision(host):
+    directory = write_committed(host, host.old_plan)
+    old, new = host.old(), host.container("new")
+    previous = host.name + "-stella-previous"
+    steps = ([sc.docker_version(), sc.image_present(), host.ps([old]), sc.inspect([old])] + host.replace(old, new)
+             + host.watch(new, 1) + [host.ps([], previous), sc.Step(["docker", "rename", old["Id"], previous])])
+    runner = sc.ScriptedRunner(steps)
+    result = host.run(runner, dr.parse_deployment([host.payload], version_sticker=host.plan["sticker"]))
+    runner.assert_done()
+    evidence = result["evidence"]
+    assert result["changed"] is True and "rm" not in runner.docker_verbs()
+    assert read(os.path.join(directory, "stella.version.json")) == host.plan["sticker"]
+    assert evidence["previousRevisionPath"] == os.path.join(directory, "previous")
+    assert read(os.path.join(directory, "previous", "stella.version.json")) == host.old_plan["sticker"]
+    record, _sticker = dr.load_revision(evidence["previousRevisionPath"])
+    assert record["containers"] == {host.name: old["Id"]} and record["manifestHash"] == host.old_plan["manifestHash"]
+    assert evidence["retainedContainerIds"] == [old["Id"]]
+    assert evidence["services"][0]["service"] == "web" and evidence["services"][0]["imageDigest"] == D1
+    assert "write_sticker" in evidence["completedPhases"]
+
+
+def test_a_failing_post_deploy_hook_puts_the_containers_and_the_sticker_back(host):
+    hooks = [{"name": "check", "phase": "post-deploy", "command": "exit 3"}]
+    plan = host.site.plan("2.0.0", hooks=hooks)
+    payload = plan["payloads"]["docker.run"][0]
+    directory = write_committed(host, host.old_plan)
+    old, new = host.old(), host.container("new", labels=dict(payload["Labels"], **{"stella.container.name": host.name}))
+    steps = ([sc.docker_version(), sc.image_present(), host.ps([old]), sc.inspect([old])] + host.replace(old, new)
+             + host.watch(new, 1)
+             + [host.ps([new]), sc.inspect([new]), sc.Step(["docker", "rm", "--force", new["Id"]]),
+                sc.Step(["docker", "rename", old["Id"], host.name]), sc.Step(["docker", "start", old["Id"]])])
+    runner = sc.ScriptedRunner(steps)
+    with pytest.raises(StellaError) as err:
+        host.run(runner, dr.parse_deployment([payload], version_sticker=plan["sticker"]))
+    runner.assert_done()
+    assert err.value.phase == "post_deploy_hooks" and err.value.evidence["previousContainerRestored"] == old["Id"]
+    assert err.value.evidence["stickerRestored"] is True
+    assert read(os.path.join(directory, "stella.version.json")) == host.old_plan["sticker"]
+    assert not os.path.exists(os.path.join(directory, "previous"))
+
+
+def test_a_later_job_of_the_same_release_keeps_the_committed_sticker(host):
+    directory = write_committed(host, host.plan)
+    later = host.site.plan("2.0.0", job_id="job-later")
+    assert later["manifestHash"] == host.plan["manifestHash"] and later["sticker"] != host.plan["sticker"]
+    current = host.container("current")
+    runner = sc.ScriptedRunner([sc.docker_version(), sc.image_present(), host.ps([current]), sc.inspect([current])])
+    result = host.run(runner, dr.parse_deployment(later["payloads"]["docker.run"], version_sticker=later["sticker"]))
+    runner.assert_done()
+    assert result["changed"] is False
+    assert read(os.path.join(directory, "stella.version.json")) == host.plan["sticker"]
+    assert result["evidence"]["appliedByJobId"] == host.plan["jobId"] != later["jobId"]
+
+
+@pytest.mark.parametrize("change,needle", [
+    (lambda p: [p, p], "the same container twice"),
+    (lambda p: [p, dict(p, Name="other", ManifestHash="sha256:" + "9" * 64)], "differ in manifest_hash"),
+    (lambda p: [], "at least one payload"),
+])
+def test_deployment_rejections(host, change, needle):
+    with pytest.raises(StellaError) as err:
+        dr.parse_deployment(change(host.payload))
+    assert err.value.code == "invalid_payload" and needle in err.value.reason
+
+
+def test_a_sticker_of_another_release_is_refused(host):
+    with pytest.raises(StellaError) as err:
+        dr.parse_deployment([host.payload], version_sticker=host.old_plan["sticker"])
+    assert err.value.code == "invalid_payload" and "manifestHash" in err.value.reason

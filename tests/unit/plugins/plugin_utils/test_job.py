@@ -202,3 +202,13 @@ def test_operator_rollback_fails_closed_without_an_eligible_target():
     assert with_path["status"] == "Running" and with_path["targets"]["t1"]["previousRevisionPath"].endswith("000003-x")
     with pytest.raises(StellaError):
         _job.operator_rollback(source, "r3", T0, revision_paths={"nope": "/x"})
+
+
+def test_a_target_whose_agent_put_the_previous_release_back_is_skipped_as_restored_in_place():
+    record = _job.finish_target(make(), "t1", True, T0, facts={"previousRevisionPath": "/p/previous"})
+    record = _job.finish_target(record, "t2", False, T0, reason="boom", facts={"restoredInPlace": True})
+    record = _job.record_gate(record, {"batch": 0, "proceed": False, "reason": "batch 1 failed",
+                                       "failedTargets": ["t2"]}, T0)
+    record = _job.auto_rollback(_job.finish(record, T0), T0)
+    assert record["status"] == "RollingBack" and record["rollback"]["batches"] == [["t1"]]
+    assert record["rollback"]["skipped"] == {"t2": _job.RESTORED_IN_PLACE}
