@@ -353,6 +353,6 @@ DOCKER_ROLLBACK = TaskSchema("docker.rollback", (
     Field("ManifestHash", "manifest_hash", "digest"),
 ) + _COMMON)
 
-TASKS = {schema.name: schema for schema in (COMPOSE_UP, DOCKER_RUN, COMPOSE_ROLLBACK, DOCKER_ROLLBACK,
-                                             COMPOSE_PREFLIGHT)}
+TASKS = {schema.name: schema
+         for schema in (COMPOSE_UP, DOCKER_RUN, COMPOSE_ROLLBACK, DOCKER_ROLLBACK, COMPOSE_PREFLIGHT)}
 ROLLBACK_TASKS = {"ComposeHost": COMPOSE_ROLLBACK.name, "DockerHost": DOCKER_ROLLBACK.name}

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import shutil
 import tempfile
 import time
@@ -69,7 +70,7 @@ def parse_request(payload=None, options=None):
         raise invalid("project directory %r must be an absolute path without '..'" % (directory,))
     request["project_directory"] = directory
     request["env_file"] = request.pop("EnvFile")
-    request.pop("Config", None)
+    request["config"] = request.pop("Config", None) or {}
     return request
 
 
@@ -121,7 +122,31 @@ def container_run_argv(request, name=None):
         argv += ["--env-file", request["env_file"]]
     for port in request["ports"]:
         argv += ["--publish", port]
+    argv += health_argv(request.get("config") or {})
     argv.append(request["image"])
+    return argv
+
+
+def health_argv(config):
+    """``docker run`` healthcheck flags from the component's ``healthcheck.*`` config keys (pure), the
+    same keys the Compose lock renders: ``test`` (a shell string, or a ``CMD``/``CMD-SHELL`` list),
+    ``interval``, ``timeout``, ``start_period``, ``start_interval``, ``retries``, ``disable``."""
+    keys = {key[len("healthcheck."):]: value for key, value in config.items() if key.startswith("healthcheck.")}
+    if keys.get("disable") in (True, "true"):
+        return ["--no-healthcheck"]
+    argv = []
+    test = keys.get("test")
+    if isinstance(test, list) and test and test[0] in ("CMD", "CMD-SHELL"):
+        test = test[1] if test[0] == "CMD-SHELL" and len(test) == 2 else shlex.join(str(t) for t in test[1:])
+    elif isinstance(test, list):
+        test = shlex.join(str(t) for t in test)
+    if test:
+        argv += ["--health-cmd", str(test)]
+    for name in ("interval", "timeout", "start_period", "start_interval"):
+        if name in keys:
+            argv += ["--health-%s" % name.replace("_", "-"), str(keys[name])]
+    if "retries" in keys:
+        argv += ["--health-retries", str(int(keys["retries"]))]
     return argv
 
 

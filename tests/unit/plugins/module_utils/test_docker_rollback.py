@@ -135,4 +135,3 @@ def test_a_restored_container_that_fails_puts_everything_back(site):
     assert err.value.evidence["containersPutBack"] == [new]
     assert read(os.path.join(site.directory, "stella.version.json")) == site.plan["sticker"]
     assert os.path.isdir(site.revision)
-

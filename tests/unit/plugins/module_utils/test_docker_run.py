@@ -356,3 +356,24 @@ def test_a_sticker_of_another_release_is_refused(host):
     with pytest.raises(StellaError) as err:
         dr.parse_deployment([host.payload], version_sticker=host.old_plan["sticker"])
     assert err.value.code == "invalid_payload" and "manifestHash" in err.value.reason
+
+
+@pytest.mark.parametrize("config,argv", [
+    ({}, []),
+    ({"healthcheck.test": "wget -q -O- http://127.0.0.1:8080/", "healthcheck.interval": "1s",
+      "healthcheck.retries": 15, "healthcheck.start_period": "5s"},
+     ["--health-cmd", "wget -q -O- http://127.0.0.1:8080/", "--health-interval", "1s", "--health-start-period", "5s",
+      "--health-retries", "15"]),
+    ({"healthcheck.test": ["CMD", "curl", "-f", "http://x/a b"]}, ["--health-cmd", "curl -f 'http://x/a b'"]),
+    ({"healthcheck.test": ["CMD-SHELL", "exit 0"]}, ["--health-cmd", "exit 0"]),
+    ({"healthcheck.disable": True, "healthcheck.test": "x"}, ["--no-healthcheck"]),
+    ({"env.MODE": "x"}, []),
+], ids=["none", "shell", "cmd-list", "cmd-shell-list", "disable", "other-keys"])
+def test_health_flags_from_the_components_healthcheck_keys(config, argv):
+    assert dr.health_argv(config) == argv
+
+
+def test_the_planned_healthcheck_reaches_docker_run(host):
+    payload = dict(host.payload, Config={"healthcheck.test": "true", "healthcheck.interval": "2s"})
+    argv = dr.container_run_argv(dr.parse_request(payload))
+    assert argv[-5:] == ["--health-cmd", "true", "--health-interval", "2s", payload["Image"]]
