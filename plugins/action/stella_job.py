@@ -22,14 +22,16 @@ from ansible_collections.stellaops.runtime.plugins.module_utils._canonical impor
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError, redact_text, redact_url
 from ansible_collections.stellaops.runtime.plugins.module_utils._contract import ROLLBACK_TASKS
 from ansible_collections.stellaops.runtime.plugins.module_utils._fsutil import atomic_write
-from ansible_collections.stellaops.runtime.plugins.plugin_utils import _job, _job_store, _job_view, _strategy
+from ansible_collections.stellaops.runtime.plugins.plugin_utils import (
+    _job, _job_store, _job_traffic, _job_view, _strategy, _traffic)
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_plan import job_options, plan_job
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._evidence import project_digest
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._inputs import load_credentials, plain, resolve_digests
 
 ARGUMENT_SPEC = {
     "step": {"type": "str", "required": True,
-             "choices": ["start", "target", "gate", "finish", "rollback_start", "rollback_target", "close", "show"]},
+             "choices": ["start", "target", "traffic", "gate", "finish", "rollback_start", "rollback_target",
+                         "traffic_rollback", "close", "show"]},
     "store": {"type": "str"},
     "job_id": {"type": "str"},
     "release": {"type": "dict"},
@@ -50,6 +52,7 @@ ARGUMENT_SPEC = {
     "batch": {"type": "int"},
     "evidence_dir": {"type": "path"},
     "revision_paths": {"type": "dict", "default": {}},
+    "traffic_options": {"type": "dict", "no_log": True, "default": {}},
 }
 
 
@@ -211,22 +214,87 @@ class ActionModule(ActionBase):
         record = store.update(args["job_id"], change)
         return {"jobId": args["job_id"], "target": record["targets"][args["target"]]}
 
+    @staticmethod
+    def _batch_of(record, args):
+        """The batch ``args`` names: ``batch``, else the one batch of ``targets``."""
+        if args["batch"] is not None:
+            return args["batch"]
+        indexes = {record["targets"][n]["batch"] for n in args["targets"] if n in record["targets"]}
+        if len(indexes) != 1:
+            raise StellaError("job_invalid", "step %s needs the targets of one batch (got %s)" % (
+                args["step"], ", ".join(args["targets"]) or "none"), phase="job")
+        return indexes.pop()
+
+    def _traffic(self, store, args):
+        """After a batch, before its gate: the traffic adapter shifts to the batch's weights (only when
+        every target of the batch succeeded); without one, standby-only evidence."""
+        record = self._job_of(store, args)
+        batch = self._batch_of(record, args)
+        step = _job_traffic.shift_step(record, batch)
+        if step is None or any(record["targets"][n]["status"] != "Succeeded" for n in record["batches"][batch]):
+            return {"jobId": record["jobId"], "batch": batch, "skipped": True, "failure": None}
+        config, required = _job_traffic.traffic_config(record)
+        adapter, evidence, failure = self._adapter(config, args)
+        if adapter is None:
+            evidence = _traffic.standby_evidence(failure["code"], step["treatmentSlot"])
+            failure = failure if required else None
+        else:
+            try:
+                evidence = adapter.shift(_job_traffic.job_facts(record), step)
+            except _traffic.TrafficError as exc:
+                evidence = exc.evidence
+                failure = {"code": exc.code, "reason": redact_text(exc.reason, self.secrets)}
+        evidence = _traffic.evidence_json(evidence)
+        store.update(record["jobId"], lambda r: _job_traffic.record_shift(r, step, evidence, utc_now(), failure))
+        return {"jobId": record["jobId"], "batch": batch, "skipped": False, "traffic": evidence, "failure": failure}
+
+    def _traffic_rollback(self, store, args):
+        """After the targets were rolled back: every request back on the control slot, through the
+        same adapter. A required adapter that is missing or fails fails the rollback closed."""
+        record = self._job_of(store, args)
+        rollback = record.get("rollback") or {}
+        planned = [n for batch in rollback.get("batches") or [] for n in batch]
+        step = _job_traffic.rollback_step(record, record.get("reason"))
+        restored = bool(planned) and all(record["targets"][n]["status"] == "RolledBack" for n in planned)
+        if step is None or record["status"] not in ("RollingBack", "Running") or not restored:
+            return {"jobId": record["jobId"], "skipped": True}
+        config, required = _job_traffic.traffic_config(record)
+        adapter, _evidence, failure = self._adapter(config, args)
+        prefix = _traffic.ROLLBACK_PREFIX
+        if adapter is None:
+            evidence = {prefix + "mode": _traffic.MODE_ROLLBACK, prefix + "status": _traffic.STATUS_NOT_SHIFTED,
+                        prefix + "shifted": False, prefix + "reason": failure["code"],
+                        prefix + "slot": step["controlSlot"]}
+            failure = failure if required else None
+        else:
+            try:
+                evidence = adapter.shift(_job_traffic.job_facts(record), step)
+            except _traffic.TrafficError as exc:
+                evidence = exc.evidence
+                failure = {"code": exc.code, "reason": redact_text(exc.reason, self.secrets)}
+        evidence = _traffic.evidence_json(evidence)
+        store.update(record["jobId"], lambda r: _job_traffic.record_rollback(r, evidence, utc_now(), failure))
+        return {"jobId": record["jobId"], "skipped": False, "traffic": evidence, "failure": failure}
+
+    def _adapter(self, config, args):
+        """``(adapter or None, None, failure or None)`` with the options of ``traffic_options``."""
+        options = plain(args["traffic_options"], "traffic_options")
+        self.secrets.extend(str(v) for v in (options.get("headers") or {}).values())
+        adapter, why = _traffic.resolve(config, options)
+        if adapter is None:
+            return None, None, {"code": why, "reason": "no traffic adapter ran: %s" % why}
+        return adapter, None, None
+
     def _gate(self, store, args):
         self._need(args, "job_id")
         found = {}
 
         def change(record):
-            batch = args["batch"]
-            if batch is None:
-                indexes = {record["targets"][n]["batch"] for n in args["targets"] if n in record["targets"]}
-                if len(indexes) != 1:
-                    raise StellaError("job_invalid", "step gate needs the targets of one batch (got %s)" % (
-                        ", ".join(args["targets"]) or "none"), phase="job")
-                batch = indexes.pop()
-            found["batch"] = batch
+            batch = found["batch"] = self._batch_of(record, args)
             outcomes = [(n, record["targets"][n]["status"], record["targets"][n]["reason"])
                         for n in record["batches"][batch]]
-            return _job.record_gate(record, _strategy.gate(batch, outcomes), utc_now())
+            decision = _strategy.gate(batch, outcomes, _job_traffic.gate_failure(record, batch))
+            return _job.record_gate(record, decision, utc_now())
         record = store.update(args["job_id"], change)
         decision = [g for g in record["gates"] if g["batch"] == found["batch"]][0]
         return {"jobId": args["job_id"], "proceed": decision["proceed"], "gate": decision}

@@ -32,7 +32,8 @@ from ansible_collections.stellaops.runtime.plugins.module_utils._compose_project
 from ansible_collections.stellaops.runtime.plugins.module_utils._contract import (
     CONTAINER_NAME_RE, DOCKER_PREVIOUS_SUFFIX, DOCKER_REVISION_DIR, DOCKER_ROLLBACK, DOCKER_ROLLED_BACK_SUFFIX,
     LABEL_MANIFEST_HASH, ROLLBACK_PHASES, STICKER_FILE, invalid)
-from ansible_collections.stellaops.runtime.plugins.module_utils._docker_run import SETTLE_SECONDS, load_revision, wait_settled
+from ansible_collections.stellaops.runtime.plugins.module_utils._docker_revision import load_revision
+from ansible_collections.stellaops.runtime.plugins.module_utils._docker_run import SETTLE_SECONDS, wait_settled
 from ansible_collections.stellaops.runtime.plugins.module_utils._fsutil import StagedFiles, project_lock, read_bytes
 from ansible_collections.stellaops.runtime.plugins.module_utils._identity import ensure_this_host
 from ansible_collections.stellaops.runtime.plugins.module_utils._manager import Manager

@@ -27,29 +27,28 @@ import contextlib
 import json
 import os
 import shlex
-import shutil
-import tempfile
 import time
 
 from ansible_collections.stellaops.runtime.plugins.module_utils import _hooks
 from ansible_collections.stellaops.runtime.plugins.module_utils._artifacts import same_release
-from ansible_collections.stellaops.runtime.plugins.module_utils._canonical import pretty_json, sha256_bytes
+from ansible_collections.stellaops.runtime.plugins.module_utils._canonical import sha256_bytes
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils._compose_project import (
     container_problems, raise_problems, stella_labels)
 from ansible_collections.stellaops.runtime.plugins.module_utils._contract import (
-    CONTAINER_NAME_RE, DOCKER_PREVIOUS_SUFFIX, DOCKER_REPLACED_SUFFIX, DOCKER_REVISION_DIR, DOCKER_REVISION_SCHEMA,
-    DOCKER_RUN, DOCKER_STEPS, ENV_FILE, ENV_FILE_MODE, LABEL_MANIFEST_HASH, REQUIRED_STELLA_LABELS, STICKER_FILE, TEMP_PREFIX, invalid)
+    CONTAINER_NAME_RE, DOCKER_PREVIOUS_SUFFIX, DOCKER_REPLACED_SUFFIX, DOCKER_REVISION_DIR,
+    DOCKER_RUN, DOCKER_STEPS, ENV_FILE, ENV_FILE_MODE, LABEL_MANIFEST_HASH, REQUIRED_STELLA_LABELS, STICKER_FILE, invalid)
 from ansible_collections.stellaops.runtime.plugins.module_utils._docker_cli import repo_digests_contain
+from ansible_collections.stellaops.runtime.plugins.module_utils._docker_revision import (
+    REVISION_RECORD, remove_stale_revision_temps, write_revision)
 from ansible_collections.stellaops.runtime.plugins.module_utils._fsutil import (
-    StagedFiles, atomic_write, fsync_dir, project_lock, read_bytes, remove_stale_temps)
+    StagedFiles, atomic_write, project_lock, read_bytes, remove_stale_temps)
 from ansible_collections.stellaops.runtime.plugins.module_utils._identity import ensure_this_host
 from ansible_collections.stellaops.runtime.plugins.module_utils._imageref import parse_image_ref
 from ansible_collections.stellaops.runtime.plugins.module_utils._manager import Manager
 
 # A container without a healthcheck must stay up (same start, no restart) this long to count as running.
 SETTLE_SECONDS = 2.0
-REVISION_RECORD = "revision.json"
 
 
 def parse_request(payload=None, options=None):
@@ -186,29 +185,6 @@ def service_entry(request, container, image_id):
             "imageDigest": parse_image_ref(request["image"]).digest if container.get("imageId") == image_id else None,
             "imageId": container.get("imageId"), "ipAddress": container.get("ipAddress"),
             "restartCount": container.get("restartCount"), "labels": stella_labels(container.get("labels"))}
-
-
-def build_revision_record(project_name, sticker_bytes, containers):
-    """``previous/revision.json``: the replaced release's sticker hash and its retained containers."""
-    sticker = json.loads(sticker_bytes)
-    return {"schema": DOCKER_REVISION_SCHEMA, "projectName": project_name, "manifestHash": sticker.get("manifestHash"),
-            "files": {STICKER_FILE: sha256_bytes(sticker_bytes)},
-            "containers": {name: containers[name] for name in sorted(containers)}}
-
-
-def revision_problems(record, sticker_bytes):
-    """Problems (strings) between a Docker revision record and the sticker beside it (pure)."""
-    if not isinstance(record, dict) or record.get("schema") != DOCKER_REVISION_SCHEMA:
-        return ["%s is missing or has an unknown schema" % REVISION_RECORD]
-    problems = []
-    if sticker_bytes is None:
-        problems.append("%s is missing" % STICKER_FILE)
-    elif sha256_bytes(sticker_bytes) != (record.get("files") or {}).get(STICKER_FILE):
-        problems.append("%s has hash %s, %s records %s" % (STICKER_FILE, sha256_bytes(sticker_bytes), REVISION_RECORD,
-                                                           (record.get("files") or {}).get(STICKER_FILE)))
-    if not isinstance(record.get("containers"), dict) or not record["containers"]:
-        problems.append("%s records no container" % REVISION_RECORD)
-    return problems
 
 
 def sticker_job(sticker_bytes):
@@ -478,53 +454,3 @@ def wait_settled(cli, name, timeout, settle, sleep, clock):
         if clock() > deadline:
             return container
         sleep(0.25)
-
-
-def remove_stale_revision_temps(directory):
-    """Delete revision directories a killed writer left half-built (``.stella-tmp-*`` directories)."""
-    removed = []
-    for name in sorted(os.listdir(directory)) if os.path.isdir(directory) else ():
-        path = os.path.join(directory, name)
-        if name.startswith(TEMP_PREFIX) and os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(name)
-    return removed
-
-
-def write_revision(project_directory, project_name, sticker_bytes, containers):
-    """Replace ``previous/`` with the replaced release's sticker and container ids (temp dir, fsync,
-    rename); return its path."""
-    final = os.path.join(project_directory, DOCKER_REVISION_DIR)
-    tmp = tempfile.mkdtemp(prefix=TEMP_PREFIX + "rev-", dir=project_directory)
-    try:
-        atomic_write(os.path.join(tmp, STICKER_FILE), sticker_bytes)
-        atomic_write(os.path.join(tmp, REVISION_RECORD),
-                     pretty_json(build_revision_record(project_name, sticker_bytes, containers)))
-        os.chmod(tmp, 0o755)
-        if os.path.isdir(final):
-            old = tempfile.mkdtemp(prefix=TEMP_PREFIX + "old-", dir=project_directory)
-            os.rename(final, os.path.join(old, DOCKER_REVISION_DIR))
-            os.rename(tmp, final)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    fsync_dir(project_directory)
-    return final
-
-
-def load_revision(path, phase="validate_revision"):
-    """``(record, sticker bytes)`` of a Docker revision, or ``revision_tampered``."""
-    data = read_bytes(os.path.join(path, REVISION_RECORD))
-    try:
-        record = json.loads(data) if data is not None else None
-    except ValueError:
-        record = None
-    sticker = read_bytes(os.path.join(path, STICKER_FILE))
-    problems = revision_problems(record, sticker)
-    if problems:
-        raise StellaError("revision_tampered", "revision %s failed validation: %s" % (path, "; ".join(problems)),
-                          phase=phase, evidence={"revisionPath": path})
-    return record, sticker

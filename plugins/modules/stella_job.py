@@ -28,6 +28,14 @@ description:
     the one automatic rollback. O(step=rollback_target) records one target's rollback.
     O(step=close) ends the rollback and writes the job's evidence. O(step=show) reads a job; a job
     whose C(ansible-playbook) process is gone is first recorded as interrupted (C(Failed), C(job_interrupted)).
+  - O(step=traffic) runs after a batch of a blue-green, canary or A/B job and before its gate. When every
+    target of the batch succeeded it asks the job's traffic adapter (C(strategyConfig.trafficAdapter))
+    to shift to the batch's weights and records the C(strategy.traffic.*) evidence in the job record;
+    without an adapter it records standby-only evidence. A failed adapter, or a missing one with
+    C(strategyConfig.requireTrafficAdapter), closes the gate after that batch with the adapter's code.
+  - O(step=traffic_rollback) runs after the targets were rolled back and asks the same adapter to put
+    every request back on the control slot (C(strategy.traffic.rollback.*)); a required adapter that is
+    missing or fails fails the rollback closed.
   - O(step=rollback_start) starts an operator rollback of job O(job_id). This is a new job of kind
     C(rollback) over the targets that retained a revision, in reverse batch order (the
     C(stellaops.runtime.rollback) playbook). It fails closed with C(rollback_no_eligible_target) when
@@ -53,7 +61,7 @@ options:
     description: What to do.
     type: str
     required: true
-    choices: [start, target, gate, finish, rollback_start, rollback_target, close, show]
+    choices: [start, target, traffic, gate, finish, rollback_start, rollback_target, traffic_rollback, close, show]
   store:
     description:
       - The job store, a SQLite file path or C(sqlite:///relative) / C(sqlite:////absolute).
@@ -74,6 +82,15 @@ options:
     description:
       - O(step=start). Each host's result of the readiness check (an C(ansible.builtin.ping) with
         C(ignore_unreachable)); a result with C(unreachable) fails the job closed before any target changes.
+    type: dict
+    default: {}
+  traffic_options:
+    description:
+      - O(step=traffic) and O(step=traffic_rollback). Options of the traffic adapter, over
+        C(strategyConfig.trafficAdapterOptions). C(webhook) reads C(shiftUrl), C(rollbackUrl),
+        C(timeoutSeconds), C(headers) (for example an C(Authorization) header) and C(enabled);
+        C(local-file) reads C(path). Pass credentials here (from a vault or AWX credential), never in the
+        release. Never logged or recorded.
     type: dict
     default: {}
   registry_credentials:

@@ -200,11 +200,15 @@ def finish(record, now):
         if target["status"] == "Failed":
             failed.append(name)
     gate = next((g for g in new["gates"] if not g["proceed"]), None)
+    traffic = (new.get("trafficRollback") or {}).get("failure")
+    if traffic and not (failed or gate):
+        gate = {"reason": "traffic rollback failed: %s" % traffic["reason"], "code": traffic["code"]}
     if failed or gate:
         first = new["targets"][failed[0]] if failed else {}
         reason = ("target %s: %s" % (failed[0], first["reason"])) if failed else gate["reason"]
         _move(new, "Failed")
-        new.update(promotion="Failed", reason=reason, code=first.get("code") or "strategy_gate_closed")
+        new.update(promotion="Failed", reason=reason,
+                   code=first.get("code") or (gate or {}).get("code") or "strategy_gate_closed")
     else:
         _move(new, "Succeeded")
         new["promotion"] = "Succeeded"
@@ -289,7 +293,8 @@ def operator_rollback(source, job_id, now, revision_paths=None, reason=None, own
                                                           "projectName", "slot", "manifestHash")}
         entry["previousRevisionPath"] = paths.get(name) or target.get("previousRevisionPath")
         targets[name] = entry
-    summary = {k: source.get(k) for k in ("release", "tenant", "environment", "application", "strategy")}
+    summary = {k: source.get(k) for k in ("release", "tenant", "environment", "application", "strategy",
+                                          "strategyConfig")}
     summary.update(sourceJobId=source["jobId"], reason=reason)
     record = new_job(job_id, "operator", summary, batches,
                      {n: targets[n] for b in batches for n in b}, {"autoRollbackOnFailure": False}, now,
@@ -324,6 +329,9 @@ def finish_rollback(record, now):
     planned = [n for batch in new["rollback"]["batches"] for n in batch]
     errors = [(n, new["targets"][n].get("rollbackError") or "not rolled back") for n in planned
               if new["targets"][n]["status"] != "RolledBack"]
+    traffic = (new.get("trafficRollback") or {}).get("failure")
+    if traffic:
+        errors.append(("traffic", "%s: %s" % (traffic["code"], traffic["reason"])))
     new["rollback"]["completedAt"] = now
     base = new["reason"] or "deployment failed"
     if errors:

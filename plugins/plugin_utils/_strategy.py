@@ -92,11 +92,13 @@ def plan_batches(strategy, strategy_config, targets):
     return batches
 
 
-def gate(batch_index, outcomes):
+def gate(batch_index, outcomes, traffic_failure=None):
     """The strategy gate after batch ``batch_index`` (0-based).
 
-    ``outcomes`` is ``[(target, status, reason), ...]`` for the batch's targets. Returns
-    ``{"batch": i, "proceed": bool, "reason": str, "failedTargets": [...]}``.
+    ``outcomes`` is ``[(target, status, reason), ...]`` for the batch's targets; ``traffic_failure``
+    (``{"code", "reason"}``) a failed or required-but-missing traffic adapter after the batch. Returns
+    ``{"batch": i, "proceed": bool, "reason": str, "failedTargets": [...]}`` (plus ``code`` when the
+    traffic adapter closed it).
     """
     failed = [(name, reason) for name, status, reason in outcomes if status != "Succeeded"]
     if not outcomes:
@@ -109,6 +111,10 @@ def gate(batch_index, outcomes):
                 "reason": "strategy gate closed after batch %d: target %s failed: %s%s" % (
                     batch_index + 1, name, reason or "no result", more),
                 "failedTargets": [n for n, _r in failed]}
+    if traffic_failure:
+        return {"batch": batch_index, "proceed": False, "code": traffic_failure["code"], "failedTargets": [],
+                "reason": "strategy gate closed after batch %d: traffic: %s" % (batch_index + 1,
+                                                                                traffic_failure["reason"])}
     return {"batch": batch_index, "proceed": True,
             "reason": "batch %d: %d of %d target(s) succeeded" % (batch_index + 1, len(outcomes), len(outcomes)),
             "failedTargets": []}

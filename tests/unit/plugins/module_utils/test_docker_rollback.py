@@ -12,7 +12,7 @@ import scripted as sc
 from test_docker_run import Host, read, write_committed
 
 from ansible_collections.stellaops.runtime.plugins.module_utils import _docker_rollback as rb
-from ansible_collections.stellaops.runtime.plugins.module_utils import _docker_run as dr
+from ansible_collections.stellaops.runtime.plugins.module_utils import _docker_revision as drv
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
 
 
@@ -26,7 +26,7 @@ class Retained(Host):
         self.old_container = self.old()
         self.old_container["Name"] = "/" + self.previous
         self.new_container = self.container("new")
-        self.revision = dr.write_revision(self.directory, self.plan["projectName"], self.old_plan["sticker"].encode(),
+        self.revision = drv.write_revision(self.directory, self.plan["projectName"], self.old_plan["sticker"].encode(),
                                           {self.name: self.old_container["Id"]})
         self.payload = self.plan["payloads"]["docker.rollback"]
 

@@ -9,6 +9,7 @@ import pytest
 
 import scripted as sc
 
+from ansible_collections.stellaops.runtime.plugins.module_utils import _docker_revision as drv
 from ansible_collections.stellaops.runtime.plugins.module_utils import _docker_run as dr
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils._docker_cli import container_summary
@@ -301,7 +302,7 @@ def test_a_replaced_release_is_retained_as_the_previous_revision(host):
     assert read(os.path.join(directory, "stella.version.json")) == host.plan["sticker"]
     assert evidence["previousRevisionPath"] == os.path.join(directory, "previous")
     assert read(os.path.join(directory, "previous", "stella.version.json")) == host.old_plan["sticker"]
-    record, _sticker = dr.load_revision(evidence["previousRevisionPath"])
+    record, _sticker = drv.load_revision(evidence["previousRevisionPath"])
     assert record["containers"] == {host.name: old["Id"]} and record["manifestHash"] == host.old_plan["manifestHash"]
     assert evidence["retainedContainerIds"] == [old["Id"]]
     assert evidence["services"][0]["service"] == "web" and evidence["services"][0]["imageDigest"] == D1

@@ -1,0 +1,67 @@
+"""_job_traffic: what the adapter is asked after each batch, how traffic evidence lands in the job record,
+and how a traffic failure closes the gate and fails a rollback."""
+
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.stellaops.runtime.plugins.plugin_utils import _job, _job_traffic, _strategy
+
+T0 = "2026-01-01T00:00:00Z"
+
+
+def job(strategy, config=None, batches=(("t1",), ("t2", "t3"))):
+    targets = {n: {"targetId": n, "slot": {"canary": "canary", "a-b": "b"}.get(strategy, "green")}
+               for b in batches for n in b}
+    summary = {"release": {"id": "r1"}, "strategy": strategy, "strategyConfig": dict(config or {}),
+               "application": "shop", "environment": "lab"}
+    record = _job.new_job("job-1", None, summary, [list(b) for b in batches], targets,
+                          {"autoRollbackOnFailure": True}, T0)
+    return _job.start(record, T0)
+
+
+@pytest.mark.parametrize("strategy,config,expected", [
+    ("canary", {"trafficSteps": [10, 50, 100]}, [(90, 10, "canary"), (0, 100, "canary")]),
+    ("blue-green", {}, [None, (0, 100, "green")]),
+    ("a-b", {"trafficWeights": {"control": 80, "treatment": 20}}, [(80, 20, "b"), (80, 20, "b")]),
+    ("rolling", {}, [None, None]),
+])
+def test_shift_step_per_batch(strategy, config, expected):
+    record = job(strategy, config)
+    got = []
+    for batch in range(2):
+        step = _job_traffic.shift_step(record, batch)
+        got.append(None if step is None else (step["controlWeight"], step["treatmentWeight"], step["treatmentSlot"]))
+        if step:
+            assert step["controlSlot"] == "active" and step["batch"] == batch
+    assert got == expected
+
+
+def test_a_traffic_failure_closes_the_gate_of_its_batch_with_its_code():
+    record = job("canary")
+    for name in ("t1",):
+        record = _job.finish_target(record, name, True, T0)
+    step = _job_traffic.shift_step(record, 0)
+    failure = {"code": "traffic_adapter_missing", "reason": "no traffic adapter ran: traffic_adapter_missing"}
+    record = _job_traffic.record_shift(record, step, {"strategy.traffic.shifted": False}, T0, failure)
+    assert _job_traffic.gate_failure(record, 1) is None
+    decision = _strategy.gate(0, [("t1", "Succeeded", None)], _job_traffic.gate_failure(record, 0))
+    assert decision["proceed"] is False and decision["code"] == "traffic_adapter_missing"
+    record = _job.finish(_job.record_gate(record, decision, T0), T0)
+    assert (record["status"], record["code"]) == ("Failed", "traffic_adapter_missing")
+    assert record["targets"]["t2"]["status"] == "Skipped"
+    assert record["strategyEvidence"] == {"strategy.traffic.shifted": False}
+
+
+def test_a_failed_traffic_rollback_fails_the_rollback():
+    record = job("blue-green", batches=(("t1",),))
+    record = _job.finish_target(record, "t1", False, T0, reason="boom", facts={"previousRevisionPath": "/p"})
+    record = _job.auto_rollback(_job.finish(record, T0), T0)
+    record = _job.finish_rollback_target(record, "t1", True, T0)
+    step = _job_traffic.rollback_step(record, record["reason"])
+    assert (step["controlWeight"], step["treatmentWeight"], step["rollback"]) == (100, 0, True)
+    record = _job_traffic.record_rollback(record, {"strategy.traffic.rollback.shifted": False}, T0,
+                                          {"code": "traffic_adapter_rollback_failed", "reason": "HTTP 500"})
+    record = _job.finish_rollback(record, T0)
+    assert record["status"] == "Failed" and record["rollback"]["status"] == "failed"
+    assert record["reason"].endswith("auto-rollback failed: traffic: traffic_adapter_rollback_failed: HTTP 500")
