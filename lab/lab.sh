@@ -49,7 +49,7 @@ TARGET_PREFIX="${STELLA_LAB_TARGET_PREFIX:-stella-target-}"
 TARGET_LABEL="${STELLA_LAB_TARGET_LABEL:-stella.lab=target}"
 SSH_KEY="$STATE/ssh/id_ed25519"
 SSH_OPTS=(-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes -o LogLevel=ERROR)
-PACKAGES=(docker.io busybox-static docker-registry debootstrap apache2-utils openssh-client shellcheck)
+PACKAGES=(docker.io busybox-static docker-registry debootstrap apache2-utils openssh-client shellcheck nginx-light)
 # Target images ("flavours"), each debootstrapped once into its own cached rootfs. bookworm (the default)
 # has Debian 12's Engine 20.10; trixie has Debian 13's Engine 26.1 (client in the separate docker-cli)
 # and passes the contract's default gates (Engine >= 24.0.0, Compose >= 2.20.0) with no override.

@@ -85,6 +85,13 @@ def target_factory():
 
 
 @pytest.fixture(scope="session")
+def fleet(target_factory):  # pylint: disable=redefined-outer-name
+    """Four Debian 13 targets (Engine 26.1), in batch order, shared by the fleet and traffic tests
+    (each test deploys its own application)."""
+    return [target_factory("fleet%d" % i, image="trixie") for i in range(1, 5)]
+
+
+@pytest.fixture(scope="session")
 def target(target_factory):  # pylint: disable=redefined-outer-name
     """One DinD target host with Compose v2, shared by the session."""
     return target_factory("main")

@@ -78,10 +78,11 @@ class FleetJob:
 
     # ------------------------------------------------------------------ inputs
     def release(self, image_key="app_v1", version="1.0.0", strategy="rolling", strategy_config=None, hooks=None,
-                probe=None, target_type="ComposeHost"):
+                probe=None, target_type="ComposeHost", port=None):
         """A one-service (``web``) release of this test's application for every target of the fleet."""
+        port = port or self.port
         config = {"healthcheck.test": "wget -q -O- http://127.0.0.1:8080/", "healthcheck.interval": "1s",
-                  "healthcheck.retries": 15, "healthProbe.type": "http", "healthProbe.port": self.port,
+                  "healthcheck.retries": 15, "healthProbe.type": "http", "healthProbe.port": port,
                   "healthProbe.attempts": 5, "healthProbe.intervalSeconds": 1, "healthProbe.timeoutSeconds": 3}
         config.update(probe or {})
         release = {
@@ -89,7 +90,7 @@ class FleetJob:
             "tenant": "acme", "environment": "lab", "application": self.application, "strategy": strategy,
             "strategyConfig": dict(strategy_config if strategy_config is not None else {"batchSize": 2}),
             "target": {"type": target_type},
-            "components": [{"name": "web", "image": self.refs[image_key], "ports": ["%d:8080" % self.port],
+            "components": [{"name": "web", "image": self.refs[image_key], "ports": ["%d:8080" % port],
                             "config": config}],
         }
         if hooks:
@@ -109,7 +110,7 @@ class FleetJob:
             hosts[target["name"]].update((overrides or {}).get(target["name"]) or {})
         return {"all": {"children": {"stella_targets": {"hosts": hosts}}}}
 
-    def _argv(self, release, overrides, extra):
+    def _argv(self, release, overrides, extra, verbose=False):
         self.runs += 1
         run = self.tmp / ("run%d" % self.runs)
         run.mkdir()
@@ -119,16 +120,16 @@ class FleetJob:
         (run / "vars.json").write_text(json.dumps(variables, indent=1))
         (run / "inventory.json").write_text(json.dumps(self.inventory(overrides), indent=1))
         argv = [os.path.join(ar.VENV_BIN, "ansible-playbook"), "-i", str(run / "inventory.json"), PLAYBOOK,
-                "-e", "@" + str(run / "vars.json")]
+                "-e", "@" + str(run / "vars.json")] + (["-vvv"] if verbose else [])
         env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=ar.COLLECTIONS, ANSIBLE_STDOUT_CALLBACK="default",
                    ANSIBLE_NOCOLOR="1", ANSIBLE_RETRY_FILES_ENABLED="0", ANSIBLE_HOST_KEY_CHECKING="False")
         env.pop("ANSIBLE_CALLBACKS_ENABLED", None)
         return argv, env, run
 
-    def run(self, release, overrides=None, extra=None, timeout=420):
+    def run(self, release, overrides=None, extra=None, timeout=420, verbose=False):
         """Run the job playbook to its end; returns a :class:`Run`."""
         before = set(self.job_ids())
-        argv, env, run = self._argv(release, overrides, extra)
+        argv, env, run = self._argv(release, overrides, extra, verbose)
         start = time.monotonic()
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                                 cwd=ar.ROOT, start_new_session=True)

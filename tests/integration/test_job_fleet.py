@@ -28,16 +28,6 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils._rollback_eviden
 ROLLED_BACK_SUFFIX = " (auto-rollback restored the retained previous revision)"
 
 
-@pytest.fixture(scope="module")
-def fleet(target_factory):
-    """Four trixie targets, in batch order; removed when the module ends."""
-    targets = [target_factory("fleet%d" % i, image="trixie") for i in range(1, 5)]
-    yield targets
-    for target in targets:
-        with contextlib.suppress(AssertionError):
-            target_factory.stop(target)
-
-
 def free_port():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
