@@ -18,8 +18,6 @@ import os
 import signal
 import socket
 
-import pytest
-
 import fleetkit as fl
 from fleetkit import PHASES, ROLLBACK_PHASES, web
 

@@ -236,4 +236,3 @@ def test_local_file_adapter_state_after_shift_and_after_rollback(lab, fleet, tmp
         assert not [n for n in os.listdir(os.path.dirname(state_path)) if n.startswith(".stella-tmp-")]
     finally:
         fj.cleanup()
-

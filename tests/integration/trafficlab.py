@@ -68,7 +68,7 @@ class DataPlane:
     def sample(self, count=100):
         """``Counter`` of page bodies of ``count`` requests through nginx (the app's page is its version)."""
         seen = collections.Counter()
-        for _ in range(count):
+        for _request in range(count):
             with requests.get("http://127.0.0.1:%d/" % self.nginx_port, timeout=5) as response:
                 seen[response.text.strip() if response.ok else "HTTP %d" % response.status_code] += 1
         return seen
@@ -83,4 +83,3 @@ class DataPlane:
         subprocess.run([os.path.join(ar.VENV_BIN, "python"), ROUTER, "stop", "--prefix", self.prefix],
                        capture_output=True, check=False, timeout=30)
         self.log.close()
-

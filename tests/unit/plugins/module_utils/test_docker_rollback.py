@@ -26,8 +26,8 @@ class Retained(Host):
         self.old_container = self.old()
         self.old_container["Name"] = "/" + self.previous
         self.new_container = self.container("new")
-        self.revision = drv.write_revision(self.directory, self.plan["projectName"], self.old_plan["sticker"].encode(),
-                                          {self.name: self.old_container["Id"]})
+        self.revision = drv.write_revision(self.directory, self.plan["projectName"],
+                                           self.old_plan["sticker"].encode(), {self.name: self.old_container["Id"]})
         self.payload = self.plan["payloads"]["docker.rollback"]
 
     def rollback(self, runner, payload=None):

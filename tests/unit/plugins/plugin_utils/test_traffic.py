@@ -7,11 +7,13 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import re
 import socket
 import threading
 import time
 
 import pytest
+import yaml
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
 from ansible_collections.stellaops.runtime.plugins.plugin_utils import _traffic as tr
@@ -185,3 +187,30 @@ def test_webhook_unreachable_fails_closed():
         adapter.shift(JOB, dict(STEP, rollback=True))
     assert err.value.code == "traffic_adapter_rollback_failed" and "unreachable" in err.value.reason
     assert err.value.evidence["strategy.traffic.rollback.shifted"] is False
+
+
+# ------------------------------------------------------------------ docs/traffic.md says what the code does
+
+DOC = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "docs", "traffic.md")
+
+
+def doc_blocks(language):
+    with open(DOC, encoding="utf-8") as handle:
+        text = handle.read()
+    return re.findall(r"^```%s\n(.*?)^```" % language, text, re.M | re.S)
+
+
+def test_the_documented_release_options_resolve_to_the_webhook_adapter():
+    release = yaml.safe_load(doc_blocks("yaml")[0])
+    adapter, why = tr.resolve(release["strategyConfig"])
+    assert why is None and adapter.kind == "webhook"
+    assert release["strategy"] in tr.TRAFFIC_STRATEGIES
+
+
+def test_the_documented_request_body_and_route_state_have_the_keys_the_adapters_send(tmp_path):
+    body, state = [json.loads(b) for b in doc_blocks("json")]
+    assert set(body) == set(tr.shift_request(JOB, STEP))
+    path = str(tmp_path / "state.json")
+    tr.resolve({"trafficAdapter": "local-file"}, {"path": path})[0].shift(JOB, STEP)
+    with open(path, encoding="utf-8") as handle:
+        assert set(json.load(handle)) == set(state)
