@@ -93,6 +93,8 @@ def render_text(record):
         if gate is not None:
             verdict = "  gate: %s (%s)" % ("proceed" if gate["proceed"] else "stop", gate["reason"])
         lines.append("batch %d: %s%s" % (index + 1, ", ".join(batch), verdict))
+        for step in (t for t in record.get("traffic") or [] if t["batch"] == index):
+            lines.append("  traffic: " + _traffic_text(step["evidence"], "strategy.traffic."))
         for name in batch:
             target = record["targets"][name]
             lines.append("  %-20s %-10s %s" % (name, target["status"], target.get("projectName") or ""))
@@ -104,6 +106,24 @@ def render_text(record):
                 lines.append("    reason: %s" % target["reason"])
             if target.get("rollbackError"):
                 lines.append("    rollback error: %s" % target["rollbackError"])
+    if record.get("trafficRollback"):
+        lines.append("traffic rollback: " + _traffic_text(record["trafficRollback"]["evidence"],
+                                                          "strategy.traffic.rollback."))
     for event in record.get("events") or []:
         lines.append("event %s at %s" % (event["kind"], event["at"]))
     return "\n".join(lines) + "\n"
+
+
+def _traffic_text(evidence, prefix):
+    """``shifted control 0 / treatment 100 to green (webhook)`` and the like."""
+    status = evidence.get(prefix + "status")
+    text = "%s %s" % (evidence.get(prefix + "mode"), status)
+    if evidence.get(prefix + "controlWeight") is not None:
+        text += " control %s / treatment %s" % (evidence.get(prefix + "controlWeight"),
+                                                evidence.get(prefix + "treatmentWeight"))
+    text += " slot %s" % evidence.get(prefix + "slot")
+    if evidence.get(prefix + "adapter"):
+        text += " (%s)" % evidence[prefix + "adapter"]
+    if evidence.get(prefix + "reason") and status != "shifted":
+        text += ": %s" % evidence[prefix + "reason"]
+    return text

@@ -99,15 +99,15 @@ def test_blue_green_webhook_switches_to_green_and_a_later_failure_puts_traffic_b
         fj.cleanup()
 
 
-def test_canary_steps_are_the_split_through_nginx(lab, fleet, tmp_path):
+def test_canary_steps_and_a_b_weights_are_the_split_through_nginx(lab, fleet, tmp_path):
     t1 = fleet[0]
-    active, canary = free_port(), free_port()
+    active, canary, variant = free_port(), free_port(), free_port()
     fj = fl.FleetJob(lab, fleet[:3], tmp_path, "canary", active)
     plane = None
     try:
         base = fj.run(fj.release("app_v1", "1.0.0", "rolling", {"batchSize": 3}))
         assert base.rc == 0, base.output[-4000:]
-        plane = DataPlane(tmp_path, slots(t1, active=active, canary=canary))
+        plane = DataPlane(tmp_path, slots(t1, active=active, canary=canary, b=variant))
         plane.mode("hold")
         config = {"batchSize": 1, "trafficAdapter": "webhook", "trafficSteps": [10, 50]}
         proc = fj.start(fj.release("app_v2", "2.0.0", "canary", config, port=canary),
@@ -135,6 +135,18 @@ def test_canary_steps_are_the_split_through_nginx(lab, fleet, tmp_path):
         assert [(e["batch"], e["evidence"]["strategy.traffic.treatmentWeight"]) for e in record["traffic"]] == [
             (0, 10), (1, 50), (2, 100)]
         assert all(e["evidence"]["strategy.traffic.slot"] == "canary" for e in record["traffic"])
+
+        # ---- A/B: variant b beside the active slot, split 70 / 30 by the configured weights
+        plane.mode("ok")
+        config = {"variantId": "b", "trafficAdapter": "webhook", "trafficWeights": {"control": 70, "treatment": 30}}
+        split = fj.run(fj.release("app_v2", "2.0.0", "a-b", config, port=variant), extra=webhook_options(plane))
+        assert split.rc == 0, split.output[-4000:]
+        record = fj.job(split.job_id)
+        assert record["strategyEvidence"]["strategy.traffic.slot"] == "b"
+        assert (record["strategyEvidence"]["strategy.traffic.controlWeight"],
+                record["strategyEvidence"]["strategy.traffic.treatmentWeight"]) == (70, 30)
+        seen = plane.sample(100)
+        assert seen["v1"] + seen["v2"] == 100 and abs(seen["v2"] - 30) <= 5, seen
     finally:
         if plane:
             plane.stop()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.stellaops.runtime.plugins.plugin_utils import _job, _job_traffic, _strategy
+from ansible_collections.stellaops.runtime.plugins.plugin_utils import _job, _job_traffic, _job_view, _strategy
 
 T0 = "2026-01-01T00:00:00Z"
 
@@ -65,3 +65,19 @@ def test_a_failed_traffic_rollback_fails_the_rollback():
     record = _job.finish_rollback(record, T0)
     assert record["status"] == "Failed" and record["rollback"]["status"] == "failed"
     assert record["reason"].endswith("auto-rollback failed: traffic: traffic_adapter_rollback_failed: HTTP 500")
+
+
+def test_job_show_prints_each_traffic_step_and_the_traffic_rollback():
+    record = _job.finish_target(job("canary"), "t1", True, T0)
+    step = _job_traffic.shift_step(record, 0)
+    evidence = {"strategy.traffic.mode": "traffic_shift", "strategy.traffic.status": "shifted",
+                "strategy.traffic.controlWeight": 90, "strategy.traffic.treatmentWeight": 10,
+                "strategy.traffic.slot": "canary", "strategy.traffic.adapter": "webhook"}
+    record = _job_traffic.record_shift(record, step, evidence, T0)
+    record = _job_traffic.record_rollback(record, {"strategy.traffic.rollback.mode": "traffic_rollback",
+                                                   "strategy.traffic.rollback.status": "failed",
+                                                   "strategy.traffic.rollback.slot": "active",
+                                                   "strategy.traffic.rollback.reason": "HTTP 500"}, T0)
+    text = _job_view.render_text(record)
+    assert "  traffic: traffic_shift shifted control 90 / treatment 10 slot canary (webhook)\n" in text
+    assert "traffic rollback: traffic_rollback failed slot active: HTTP 500\n" in text

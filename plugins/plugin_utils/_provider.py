@@ -1,0 +1,284 @@
+# Copyright (c) Stella Ops contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The Compose provider protocol, as the ``stella`` command speaks it (no I/O of its own but the
+streams it is given).
+
+- :func:`parse_argv`: ``compose [--project-name=NAME | --project-name NAME] <command> --key=value ...
+  [SERVICE]`` in every form released Compose versions send (options in any order, repeated flags
+  for lists, unknown options kept aside, no service name from Compose 2.35).
+- :data:`METADATA`: every option of every command (Compose passes only declared options).
+- :class:`Channel`: JSON lines on stdout, gated by ``COMPOSE_PROVIDER_MESSAGES`` (absent: only
+  ``info``, ``error``, ``setenv``, ``debug``), requests answered on stdin (EOF: the running Compose
+  does not support provider requests).
+- :class:`ChunkedReader`: the chunked ``image-stream`` of ``get-image``, decoded incrementally; a
+  stream without its zero-length chunk is truncated and raises.
+- :func:`release_from`: the release input of the deployment from the options and, when Compose
+  answers ``get-service-config``, the service definition.
+- :func:`setenv_lines`: the facts dependents receive, identical on every ``up``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
+
+BASE_MESSAGES = ("info", "error", "setenv", "debug")
+COMMANDS = ("up", "down", "stop", "pull", "metadata")
+
+
+def _param(name, description, kind="string", required=False, default=None, enum=None):
+    entry = {"name": name, "description": description, "required": required, "type": kind}
+    if default is not None:
+        entry["default"] = default
+    if enum:
+        entry["enum"] = ",".join(enum)
+    return entry
+
+
+_DEPLOY = [
+    _param("image", "Image to deploy (registry/repository:tag, pinned to its digest at planning); required unless "
+           "Compose answers get-service-config and the service has an image"),
+    _param("ports", "Published port HOST:CONTAINER (repeat the option for several)", "list"),
+    _param("environment", "Container environment NAME=VALUE (repeat the option for several)", "list"),
+    _param("version", "Release version recorded in the evidence", default="0.0.0"),
+    _param("release_name", "Release name recorded in the evidence (default: the service name)"),
+    _param("tenant", "Tenant of the deployment", default="default"),
+    _param("environment_name", "Environment of the deployment", default="local"),
+    _param("strategy", "Deployment strategy", default="rolling",
+           enum=("rolling", "all-at-once", "blue-green", "canary", "a-b")),
+    _param("health_port", "Host port the post-deploy HTTP probe checks (default: the first published port)",
+           "integer"),
+    _param("health_path", "Path of the post-deploy HTTP probe", default="/"),
+    _param("insecure_registries", "Registries reached over plain HTTP (repeat for several)", "list"),
+    _param("work_directory", "Project directory root on the host", default="/var/lib/stella/projects"),
+    _param("state_directory", "Where the provider keeps its job store and evidence",
+           default="~/.local/state/stellaops/provider"),
+    _param("min_engine_version", "Oldest Docker Engine the preflight accepts", default="24.0.0"),
+    _param("min_compose_version", "Oldest Compose plugin the preflight accepts", default="2.20.0"),
+    _param("auto_rollback", "Roll back automatically when the deployment fails", "boolean", default="true"),
+]
+METADATA = {
+    "description": "Deploy the service with the stellaops.runtime Ansible collection under the Stella Ops "
+                   "runtime contract (digest-pinned, preflighted, verified, with evidence and rollback)",
+    "up": {"parameters": _DEPLOY},
+    "down": {"parameters": _DEPLOY},
+    "stop": {"parameters": _DEPLOY},
+}
+LIST_OPTIONS = frozenset(p["name"] for p in _DEPLOY if p["type"] == "list")
+KNOWN = frozenset(p["name"] for p in _DEPLOY)
+_OPTION = re.compile(r"^--([A-Za-z0-9][A-Za-z0-9_.-]*)(?:=(.*))?\Z", re.S)
+
+
+class ProviderError(StellaError):
+    """A failure reported to Compose as the one ``error`` line."""
+
+
+def parse_argv(argv):
+    """``{"command", "project", "service", "options": {name: value or [values]}, "unknown": {...}}``.
+
+    ``argv`` excludes the program name and may start with ``compose``. Every value is a string, as
+    Compose sends it; list options collect repeated flags; an option Compose sends that this
+    provider does not declare lands in ``unknown``.
+    """
+    args = list(argv)
+    if args and args[0] == "compose":
+        args.pop(0)
+    project, command, service, options, unknown = None, None, None, {}, {}
+    index = 0
+    while index < len(args):
+        arg = args[index]
+        match = _OPTION.match(arg)
+        if match:
+            name, value = match.group(1), match.group(2)
+            if value is None:
+                if index + 1 < len(args) and not args[index + 1].startswith("--"):
+                    value = args[index + 1]
+                    index += 1
+                else:
+                    value = "true"
+            if name == "project-name":
+                project = value
+            else:
+                target = options if name in KNOWN else unknown
+                if name in LIST_OPTIONS:
+                    target.setdefault(name, []).append(value)
+                elif name in target and target[name] != value:
+                    raise ProviderError("invalid_option", "option --%s given twice with different values" % name)
+                else:
+                    target[name] = value
+        elif command is None:
+            command = arg
+        elif service is None:
+            service = arg
+        else:
+            raise ProviderError("invalid_arguments", "unexpected argument %r after service %r" % (arg, service))
+        index += 1
+    if command not in COMMANDS:
+        raise ProviderError("invalid_arguments", "usage: stella compose [--project-name=NAME] %s [--option=value ...] "
+                            "[SERVICE] (got command %r)" % ("|".join(COMMANDS), command))
+    if command != "metadata" and not project:
+        raise ProviderError("invalid_arguments", "--project-name is required for %s" % command)
+    return {"command": command, "project": project, "service": service, "options": options, "unknown": unknown}
+
+
+def allowed_messages(environ):
+    """The message types this Compose accepts: ``COMPOSE_PROVIDER_MESSAGES``, else the base four."""
+    announced = environ.get("COMPOSE_PROVIDER_MESSAGES")
+    if announced is None:
+        return frozenset(BASE_MESSAGES)
+    return frozenset(item.strip() for item in announced.split(",") if item.strip())
+
+
+class Channel:
+    """JSON lines to Compose on ``out``; answers from Compose on ``inp`` (binary streams)."""
+
+    def __init__(self, out, inp, environ):
+        self.out = out
+        self.inp = inp
+        self.allowed = allowed_messages(environ)
+        self.sent = []
+
+    def can(self, kind):
+        return kind in self.allowed
+
+    def send(self, kind, message, **extra):
+        """Emit one message if this Compose accepts ``kind``; ``True`` when it was sent."""
+        if not self.can(kind):
+            return False
+        if kind in ("setenv", "rawsetenv") and "=" not in message:
+            raise ProviderError("internal_error", "%s message without '=' would abort Compose" % kind)
+        line = dict({"type": kind, "message": " ".join(str(message).split()) if kind == "error" else message},
+                    **extra)
+        self.out.write(json.dumps(line, sort_keys=True).encode("utf-8") + b"\n")
+        self.out.flush()
+        self.sent.append(line)
+        return True
+
+    def request(self, kind, message=None, **extra):
+        """Send a request and read its one-line JSON answer; EOF means this Compose cannot answer."""
+        if not self.can(kind):
+            raise ProviderError("compose_unsupported", "this Compose does not announce %s in "
+                                "COMPOSE_PROVIDER_MESSAGES" % kind)
+        line = {"type": kind}
+        if message is not None:
+            line["message"] = message
+        line.update(extra)
+        self.out.write(json.dumps(line, sort_keys=True).encode("utf-8") + b"\n")
+        self.out.flush()
+        answer = self.inp.readline()
+        if not answer:
+            raise ProviderError("compose_unsupported", "Compose did not answer %s (its stdin closed): this Compose "
+                                "version does not support provider requests" % kind)
+        try:
+            return json.loads(answer)
+        except ValueError:
+            raise ProviderError("compose_protocol", "Compose answered %s with a line that is not JSON" % kind) from None
+
+
+class TruncatedStream(ProviderError):
+    pass
+
+
+class ChunkedReader:
+    """HTTP/1.1 chunked data from ``stream`` (RFC 9112 7.1) without trailers or a final CRLF: the byte
+    after the zero-length chunk belongs to the next answer. :meth:`chunks` yields the data in pieces
+    of at most ``piece`` bytes, so memory stays constant."""
+
+    def __init__(self, stream, piece=1 << 16):
+        self.stream = stream
+        self.piece = piece
+        self.total = 0
+
+    def _line(self):
+        line = self.stream.readline(4096)
+        if not line.endswith(b"\n"):
+            raise TruncatedStream("image_stream_truncated", "the image stream ended before its last chunk "
+                                  "(after %d bytes); it was discarded" % self.total)
+        return line
+
+    def chunks(self):
+        while True:
+            header = self._line().strip().split(b";", 1)[0]
+            try:
+                size = int(header, 16)
+            except ValueError:
+                raise ProviderError("image_stream_invalid", "bad chunk size line %r" % header[:40]) from None
+            if size == 0:
+                return
+            left = size
+            while left:
+                data = self.stream.read(min(left, self.piece))
+                if not data:
+                    raise TruncatedStream("image_stream_truncated", "the image stream ended inside a chunk "
+                                          "(after %d bytes); it was discarded" % self.total)
+                left -= len(data)
+                self.total += len(data)
+                yield data
+            if self.stream.read(2) != b"\r\n":
+                raise TruncatedStream("image_stream_truncated", "a chunk of the image stream was not terminated "
+                                      "(after %d bytes); it was discarded" % self.total)
+
+
+def _pairs(values, what):
+    out = {}
+    for value in values or []:
+        name, sep, rest = value.partition("=")
+        if not sep or not name:
+            raise ProviderError("invalid_option", "%s %r is not NAME=VALUE" % (what, value))
+        out[name] = rest
+    return out
+
+
+def _service_ports(config):
+    ports = []
+    for entry in (config or {}).get("ports") or []:
+        if isinstance(entry, dict) and entry.get("target"):
+            published = entry.get("published")
+            ports.append("%s:%s" % (published, entry["target"]) if published else str(entry["target"]))
+        elif isinstance(entry, str):
+            ports.append(entry)
+    return ports
+
+
+def release_from(parsed, service_config=None):
+    """The release input (docs/release-input.md) of the provider service, from the options and, when
+    given, Compose's resolved service definition (the options win)."""
+    options = parsed["options"]
+    config = service_config or {}
+    image = options.get("image") or config.get("image")
+    if not image:
+        raise ProviderError("provider_option_missing", "the provider option 'image' is required (provider: "
+                            "{type: stella, options: {image: registry/repository:tag}}): this Compose did not send "
+                            "the service definition")
+    ports = options.get("ports") or _service_ports(config)
+    environment = dict(config.get("environment") or {})
+    environment.update(_pairs(options.get("environment"), "environment"))
+    component = {"name": parsed["service"] or "service", "image": image, "ports": list(ports),
+                 "config": {"env." + k: "" if v is None else str(v) for k, v in sorted(environment.items())}}
+    health = (config.get("healthcheck") or {}).get("test")
+    if health and not (config.get("healthcheck") or {}).get("disable"):
+        component["config"]["healthcheck.test"] = health
+    port = options.get("health_port") or (ports[0].split(":")[0] if ports and ":" in ports[0] else None)
+    if port:
+        component["config"].update({"healthProbe.type": "http", "healthProbe.port": int(port),
+                                    "healthProbe.path": options.get("health_path") or "/"})
+    service = parsed["service"] or "service"
+    return {
+        "release": {"id": "%s-%s" % (service, options.get("version") or "0.0.0"),
+                    "name": options.get("release_name") or service, "version": options.get("version") or "0.0.0"},
+        "tenant": options.get("tenant") or "default", "environment": options.get("environment_name") or "local",
+        "application": "%s-%s" % (parsed["project"], service), "strategy": options.get("strategy") or "rolling",
+        "strategyConfig": {"autoRollbackOnFailure": options.get("auto_rollback", "true") != "false"},
+        "workDirectory": options.get("work_directory") or "/var/lib/stella/projects",
+        "target": {"type": "ComposeHost"},
+        "components": [component],
+    }
+
+
+def setenv_lines(facts):
+    """``KEY=VALUE`` lines for dependents, sorted, from the deployment's facts (``None`` values left out)."""
+    return ["%s=%s" % (key, facts[key]) for key in sorted(facts) if facts[key] is not None]

@@ -1,0 +1,251 @@
+# Copyright (c) Stella Ops contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The ``stella`` command: the Compose provider of this collection (documentation: docs/provider.md).
+
+``stella compose metadata|up|down|stop ...`` as Compose invokes it. ``up`` runs the deployment job
+(``stellaops.runtime.job``) on this host, ``down`` the teardown playbook, ``stop`` the stop playbook,
+each through ansible-runner in a fresh private data directory that is removed afterwards. stdout
+carries only JSON lines; the one ``error`` line is the last, after cleanup, with exit status 1.
+``stella install [--bin-dir DIR]`` puts ``stella`` on PATH and ``docker-stella`` among the Docker CLI
+plugins.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import secrets
+import shutil
+import signal
+import stat
+import sys
+import tempfile
+
+from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
+from ansible_collections.stellaops.runtime.plugins.plugin_utils import _provider
+
+PLUGIN_METADATA = {"SchemaVersion": "0.1.0", "Vendor": "Stella Ops", "Version": "0.2.0",
+                   "ShortDescription": "Stella Ops runtime: Compose provider (stella compose ...)"}
+PLAYBOOKS = {"up": "stellaops.runtime.job", "down": "stellaops.runtime.teardown", "stop": "stellaops.runtime.teardown"}
+
+
+def collections_path():
+    """Where this collection is installed (``.../ansible_collections/stellaops/runtime/plugins/plugin_utils``)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(here)))))
+
+
+def state_dir(parsed):
+    base = os.path.expanduser(parsed["options"].get("state_directory") or "~/.local/state/stellaops/provider")
+    return os.path.join(base, parsed["project"], parsed["service"] or "service")
+
+
+class PhaseEvents:
+    """ansible-runner events as provider messages: one ``info`` per phase and target, ``debug`` per task."""
+
+    def __init__(self, channel):
+        self.channel = channel
+        self.seen = set()
+        self.failure = None
+
+    def __call__(self, event):
+        data = event.get("event_data") or {}
+        task = data.get("task") or ""
+        kind = event.get("event")
+        if kind == "playbook_on_task_start" and task:
+            self.channel.send("debug", "task: %s" % task)
+        elif kind in ("runner_on_failed", "runner_on_unreachable") and not data.get("ignore_errors"):
+            self.failure = " ".join(str((data.get("res") or {}).get("msg") or task).split())
+        if kind in ("runner_on_ok", "runner_on_failed", "runner_on_unreachable") and " | " in task:
+            phase = task.split(" | ", 1)[0]
+            host = data.get("host") or "localhost"
+            status = "ok" if kind == "runner_on_ok" else ("failed" if not data.get("ignore_errors") else "ok")
+            key = (phase, host, status)
+            if key not in self.seen:
+                self.seen.add(key)
+                self.channel.send("info", "%s %s on %s" % (phase, status, host))
+        return True
+
+
+def run_playbook(playbook, extravars, channel, cancelled):
+    """Run ``playbook`` on this host through ansible-runner; ``(rc, status, last failure message)``."""
+    import ansible_runner  # pylint: disable=import-outside-toplevel
+
+    private = tempfile.mkdtemp(prefix="stella-provider-")
+    try:
+        os.chmod(private, stat.S_IRWXU)
+        inventory = {"all": {"children": {"stella_targets": {"hosts": {"localhost": {
+            "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}}}
+        # ansible-playbook of this Python's environment (Compose runs providers with the user's PATH)
+        envvars = {"PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]),
+                   "ANSIBLE_COLLECTIONS_PATH": collections_path(), "ANSIBLE_NOCOLOR": "1",
+                   "ANSIBLE_RETRY_FILES_ENABLED": "0", "ANSIBLE_LOCALHOST_WARNING": "0"}
+        events = PhaseEvents(channel)
+        runner = ansible_runner.run(
+            private_data_dir=private, playbook=[{"name": "stella provider", "ansible.builtin.import_playbook": playbook}],
+            inventory=inventory, extravars=extravars, envvars=envvars, quiet=True, event_handler=events,
+            cancel_callback=lambda: cancelled["flag"])
+        return runner.rc, runner.status, events.failure
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+
+
+def _job(store_path, job_id):
+    from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_store import open_store  # pylint: disable=import-outside-toplevel
+    store = open_store(store_path)
+    try:
+        return store.get(job_id)
+    finally:
+        store.close()
+
+
+def deployment_facts(record, release):
+    """What dependents receive: identical on every ``up`` of the same release."""
+    target = (record.get("targets") or {}).get("localhost") or {}
+    port = None
+    for entry in release["components"][0]["ports"]:
+        host = str(entry).split(":", maxsplit=1)[0] if ":" in str(entry) else None
+        if host:
+            port = host
+            break
+    return {"URL": "http://localhost:%s/" % port if port else None, "HOST": "localhost", "PORT": port,
+            "DIGEST": target.get("currentDigest"), "SLOT": target.get("slot"), "PROJECT": target.get("projectName"),
+            "MANIFEST_HASH": target.get("manifestHash")}
+
+
+def up(parsed, channel, cancelled):
+    config = None
+    if channel.can("get-service-config"):
+        config = channel.request("get-service-config")
+    release = _provider.release_from(parsed, config)
+    directory = state_dir(parsed)
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    store = os.path.join(directory, "jobs.sqlite3")
+    job_id = "compose-%s-%s" % (datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S"),
+                                secrets.token_hex(3))
+    options = parsed["options"]
+    extravars = {"stella_release": release, "stella_job_id": job_id, "stella_job_store": store,
+                 "stella_evidence_dir": os.path.join(directory, "evidence"),
+                 "stella_insecure_registries": options.get("insecure_registries") or [],
+                 "stella_min_engine_version": options.get("min_engine_version") or "24.0.0",
+                 "stella_min_compose_version": options.get("min_compose_version") or "2.20.0"}
+    channel.send("info", "deploying %s (job %s)" % (release["components"][0]["image"], job_id))
+    rc, status, failure = run_playbook(PLAYBOOKS["up"], extravars, channel, cancelled)
+    record = _job(store, job_id) if os.path.exists(store) else None
+    if cancelled["flag"]:
+        raise StellaError("cancelled", "cancelled by Compose (job %s %s)" % (
+            job_id, (record or {}).get("status", "not started")))
+    if record is None:
+        raise StellaError("provider_run_failed", "the deployment job did not start: %s" % (
+            failure or "ansible-runner %s, rc %s" % (status, rc)))
+    if record["status"] != "Succeeded" or rc != 0:
+        raise StellaError(record.get("code") or "deploy_failed", "job %s %s: %s" % (
+            job_id, record["status"], record.get("reason") or "ansible-runner %s" % status))
+    for line in _provider.setenv_lines(deployment_facts(record, release)):
+        channel.send("setenv", line)
+    evidence = os.path.join(directory, "evidence", "jobs", job_id)
+    channel.send("info", "deployed: job %s, evidence %s" % (job_id, evidence))
+
+
+def project_of(release):
+    """The Compose project the job gives this release on this host (as ``_job_plan`` names it)."""
+    from ansible_collections.stellaops.runtime.plugins.plugin_utils import _naming  # pylint: disable=import-outside-toplevel
+    from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_plan import target_identity  # pylint: disable=import-outside-toplevel
+    named = dict(release, target=target_identity("localhost", {"ansible_connection": "local"}, "ComposeHost"))
+    return _naming.project_name(named, _naming.select_slot(named)[0])
+
+
+def down(parsed, channel, cancelled, stop=False):
+    """``down`` removes everything ``up`` created on this host (a no-op when nothing is there);
+    ``stop`` stops its containers and keeps them."""
+    release = _provider.release_from(parsed, {"image": parsed["options"].get("image") or "unused"})
+    extravars = {"stella_teardown_project": project_of(release),
+                 "stella_teardown_state": "stopped" if stop else "absent",
+                 "stella_work_directory": release["workDirectory"]}
+    rc, status, failure = run_playbook(PLAYBOOKS["down"], extravars, channel, cancelled)
+    if rc != 0:
+        raise StellaError("teardown_failed", "%s failed: %s" % (
+            "stop" if stop else "down", failure or "ansible-runner %s, rc %s" % (status, rc)))
+    channel.send("info", "stopped" if stop else "removed")
+
+
+def compose(argv, stdin, stdout, environ):
+    channel = _provider.Channel(stdout, stdin, environ)
+    cancelled = {"flag": False}
+
+    def cancel(_signum, _frame):
+        cancelled["flag"] = True
+    try:
+        parsed = _provider.parse_argv(argv)
+        if parsed["command"] == "metadata":
+            stdout.write(json.dumps(_provider.METADATA, indent=1).encode("utf-8") + b"\n")
+            stdout.flush()
+            return 0
+        for name, value in sorted(parsed["unknown"].items()):
+            channel.send("debug", "ignoring unknown option --%s=%s" % (name, value))
+        signal.signal(signal.SIGTERM, cancel)
+        signal.signal(signal.SIGINT, cancel)
+        if parsed["command"] == "up":
+            up(parsed, channel, cancelled)
+        elif parsed["command"] in ("down", "stop"):
+            down(parsed, channel, cancelled, stop=parsed["command"] == "stop")
+        else:
+            raise StellaError("unsupported", "stella compose %s is not implemented" % parsed["command"])
+        return 0
+    except StellaError as exc:
+        channel.send("error", "%s: %s" % (exc.code, exc.reason))
+        return 1
+    except Exception as exc:  # pylint: disable=broad-except
+        channel.send("error", "internal_error: %s: %s" % (type(exc).__name__, exc))
+        return 1
+
+
+def install(argv):
+    """``stella install [--bin-dir DIR] [--plugin-dir DIR]``: a ``stella`` launcher on PATH and the
+    ``docker-stella`` CLI plugin, both running this collection with this Python."""
+    bin_dir, plugin_dir = "/usr/local/bin", os.path.expanduser("~/.docker/cli-plugins")
+    args = list(argv)
+    while args:
+        flag = args.pop(0)
+        if flag == "--bin-dir" and args:
+            bin_dir = args.pop(0)
+        elif flag == "--plugin-dir" and args:
+            plugin_dir = args.pop(0)
+        else:
+            sys.stderr.write("usage: stella install [--bin-dir DIR] [--plugin-dir DIR]\n")
+            return 2
+    launcher = ("#!%s\n# stella: the stellaops.runtime Compose provider (written by `stella install`)\n"
+                "import sys\nsys.path.insert(0, %r)\n"
+                "from ansible_collections.stellaops.runtime.plugins.plugin_utils._provider_cli import main\n"
+                "sys.exit(main(sys.argv))\n" % (sys.executable, collections_path()))
+    written = []
+    for directory, name in ((bin_dir, "stella"), (plugin_dir, "docker-stella")):
+        os.makedirs(directory, exist_ok=True)
+        path = os.path.join(directory, name)
+        tmp = path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as handle:
+            handle.write(launcher)
+        os.chmod(tmp, 0o755)
+        os.replace(tmp, path)
+        written.append(path)
+    sys.stdout.write("installed %s\n" % ", ".join(written))
+    return 0
+
+
+def main(argv=None):
+    argv = list(sys.argv if argv is None else argv)
+    args = argv[1:]
+    if args[:1] == ["docker-cli-plugin-metadata"]:
+        sys.stdout.write(json.dumps(PLUGIN_METADATA) + "\n")
+        return 0
+    if os.path.basename(argv[0]).startswith("docker-") and args[:1] == ["stella"]:
+        args = args[1:]  # `docker stella compose ...` through the CLI plugin
+    if args[:1] == ["install"]:
+        return install(args[1:])
+    if args[:1] != ["compose"]:
+        sys.stderr.write("usage: stella compose metadata|up|down|stop ... | stella install [--bin-dir DIR]\n")
+        return 2
+    return compose(args, sys.stdin.buffer, sys.stdout.buffer, os.environ)

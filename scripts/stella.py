@@ -1,0 +1,18 @@
+# stella: the stellaops.runtime Compose provider, run from a checkout or an installed collection, with a
+# Python that has ansible-core and ansible-runner:
+#   python3 scripts/stella.py install --bin-dir /usr/local/bin
+# writes `stella` (on PATH) and `docker-stella` (a Docker CLI plugin) launchers that keep that Python and
+# this collection. See docs/provider.md.
+import os
+import sys
+
+HERE = os.path.dirname(os.path.realpath(__file__))
+ROOT = os.path.dirname(HERE)
+for candidate in (os.path.join(ROOT, ".build", "collections"),
+                  os.path.dirname(os.path.dirname(os.path.dirname(ROOT)))):
+    if os.path.isdir(os.path.join(candidate, "ansible_collections", "stellaops", "runtime")):
+        sys.path.insert(0, candidate)
+        break
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._provider_cli import main  # noqa: E402
+
+sys.exit(main(sys.argv))

@@ -1,0 +1,155 @@
+"""The ``stella`` Compose provider end to end with the real Docker Compose of the lab (v2.40.3): a compose
+file with a ``stella`` provider service and a dependent container. ``docker compose up`` deploys the service
+through the collection (the deployment job, its record and its evidence), the dependent receives the
+``setenv`` values, a second ``up`` recreates nothing, ``down`` removes everything, and an error ends with
+Compose showing the provider's one-line error.
+
+Fails (never skips) when the lab is not running: run ``make lab`` first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import uuid
+
+import pytest
+import yaml
+
+import ansible_run as ar
+
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_store import open_store
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def provider_bin(tmp_path_factory):
+    """``stella install`` into a temporary bin directory (and a plugin directory Docker never reads)."""
+    base = tmp_path_factory.mktemp("provider")
+    proc = subprocess.run([os.path.join(ar.VENV_BIN, "python"), os.path.join(ar.ROOT, "scripts", "stella.py"), "install",
+                           "--bin-dir", str(base / "bin"), "--plugin-dir", str(base / "plugins")],
+                          capture_output=True, text=True, check=False, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert os.access(base / "bin" / "stella", os.X_OK) and os.access(base / "plugins" / "docker-stella", os.X_OK)
+    return str(base / "bin")
+
+
+class ComposeProject:
+    def __init__(self, tmp_path, provider_bin, lab, image_key="app_v1", image=None):
+        self.dir = tmp_path / "project"
+        self.dir.mkdir()
+        self.name = "prov%s" % uuid.uuid4().hex[:8]
+        self.port = free_port()
+        self.state = tmp_path / "state"
+        self.work = tmp_path / "work"
+        self.env = dict(os.environ, PATH=provider_bin + os.pathsep + os.environ["PATH"])
+        options = {"image": image or lab["images"][image_key]["loopback_ref"], "ports": "%d:8080" % self.port,
+                   "version": "1.0.0", "insecure_registries": "127.0.0.1:5000", "min_engine_version": "20.10.0",
+                   "state_directory": str(self.state), "work_directory": str(self.work)}
+        document = {"services": {
+            "web": {"provider": {"type": "stella", "options": options}},
+            "app": {"image": lab["images"]["tool"]["loopback_ref"], "command": ["sleep", "3600"],
+                    "depends_on": ["web"], "environment": {"KEEP": "1"}, "init": True},
+        }}
+        (self.dir / "compose.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
+
+    def compose(self, *args, timeout=600):
+        # -f always: `docker compose -p NAME down` without -f never calls the provider (Compose 2.40.3)
+        return subprocess.run(["docker", "compose", "-f", "compose.yaml", "-p", self.name] + list(args), cwd=self.dir,
+                              env=self.env, capture_output=True, text=True, check=False, timeout=timeout)
+
+    def jobs(self):
+        path = self.state / self.name / "web" / "jobs.sqlite3"
+        if not path.exists():
+            return []
+        store = open_store(str(path))
+        try:
+            return list(reversed(store.list(limit=100)))
+        finally:
+            store.close()
+
+    def inspect(self, name):
+        proc = subprocess.run(["docker", "inspect", name], capture_output=True, text=True, check=False)
+        return json.loads(proc.stdout)[0] if proc.returncode == 0 else None
+
+    def deployed(self, record):
+        project = record["targets"]["localhost"]["projectName"]
+        out = subprocess.run(["docker", "ps", "-aq", "--no-trunc", "--filter", "label=com.docker.compose.project=%s"
+                              % project], capture_output=True, text=True, check=True).stdout.split()
+        return project, [self.inspect(i) for i in out]
+
+
+def test_compose_up_deploys_through_the_collection_and_down_removes_everything(lab, provider_bin, tmp_path):
+    cp = ComposeProject(tmp_path, provider_bin, lab)
+    try:
+        first = cp.compose("up", "-d")
+        assert first.returncode == 0, first.stdout + first.stderr
+        jobs = cp.jobs()
+        assert [j["status"] for j in jobs] == ["Succeeded"]
+        record = jobs[0]
+        project, containers = cp.deployed(record)
+        assert len(containers) == 1 and containers[0]["State"]["Running"]
+        assert containers[0]["Config"]["Image"].endswith(lab["images"]["app_v1"]["digest"])
+        evidence = cp.state / cp.name / "web" / "evidence" / "jobs" / record["jobId"] / "job.json"
+        assert json.loads(evidence.read_text())["status"] == "Succeeded"
+        app = cp.inspect("%s-app-1" % cp.name)
+        env = dict(item.split("=", 1) for item in app["Config"]["Env"])
+        assert env["WEB_URL"] == "http://localhost:%d/" % cp.port and env["WEB_PORT"] == str(cp.port)
+        assert env["WEB_DIGEST"] == lab["images"]["app_v1"]["digest"]
+        assert (env["WEB_PROJECT"], env["WEB_SLOT"], env["WEB_HOST"]) == (project, "active", "localhost")
+        assert env["KEEP"] == "1"
+
+        # ---- a second up: a new job that changes nothing; the dependent is not recreated
+        again = cp.compose("up", "-d")
+        assert again.returncode == 0, again.stdout + again.stderr
+        jobs = cp.jobs()
+        assert [j["status"] for j in jobs] == ["Succeeded", "Succeeded"]
+        assert jobs[1]["targets"]["localhost"]["appliedByJobId"] == record["jobId"]
+        _project, after = cp.deployed(jobs[1])
+        assert [(c["Id"], c["State"]["StartedAt"]) for c in after] == [
+            (c["Id"], c["State"]["StartedAt"]) for c in containers]
+        app_again = cp.inspect("%s-app-1" % cp.name)
+        assert (app_again["Id"], app_again["State"]["StartedAt"]) == (app["Id"], app["State"]["StartedAt"])
+
+        # ---- down: the deployed project, its directory and the dependent are gone
+        down = cp.compose("down")
+        assert down.returncode == 0, down.stdout + down.stderr
+        assert cp.deployed(record)[1] == []
+        assert not (cp.work / project).exists()
+        assert cp.inspect("%s-app-1" % cp.name) is None
+        # down again: nothing there, still fine
+        assert cp.compose("down").returncode == 0
+    finally:
+        cp.compose("down")
+
+
+def test_an_error_ends_with_the_providers_one_line_error(lab, provider_bin, tmp_path):
+    missing = lab["images"]["app_v1"]["loopback_ref"].rsplit(":", 1)[0] + ":no-such-tag"
+    cp = ComposeProject(tmp_path, provider_bin, lab, image=missing)
+    try:
+        failed = cp.compose("up", "-d")
+        assert failed.returncode != 0
+        output = failed.stdout + failed.stderr
+        assert "no-such-tag" in output, output
+        assert cp.inspect("%s-app-1" % cp.name) is None or not cp.inspect("%s-app-1" % cp.name)["State"]["Running"]
+    finally:
+        cp.compose("down")
+
+
+def test_the_provider_speaks_only_json_lines(provider_bin):
+    env = dict(os.environ, PATH=provider_bin + os.pathsep + os.environ["PATH"])
+    proc = subprocess.run(["stella", "compose", "--project-name=p", "up", "--colour=blue", "web"], env=env,
+                          capture_output=True, check=False, timeout=120, stdin=subprocess.DEVNULL)
+    lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert proc.returncode == 1
+    assert lines[-1]["type"] == "error" and "'image'" in lines[-1]["message"]
+    assert [line["type"] for line in lines] == ["debug", "error"]
+    metadata = subprocess.run(["stella", "compose", "metadata"], env=env, capture_output=True, check=True, timeout=60)
+    assert set(json.loads(metadata.stdout)) == {"description", "up", "down", "stop"}

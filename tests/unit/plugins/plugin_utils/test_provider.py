@@ -1,0 +1,196 @@
+"""_provider: the Compose provider protocol as released Compose versions speak it (argv forms, metadata,
+message gating, stdin requests, the chunked image stream), and the release built from a provider
+service."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from ansible_collections.stellaops.runtime.plugins.plugin_utils import _provider as pv
+from ansible_collections.stellaops.runtime.plugins.plugin_utils import _provider_cli as cli
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_plan import plan_job
+
+
+@pytest.mark.parametrize("argv", [
+    # v2.40+: one element; 2.35-2.39: two; options in any order; the service last
+    ["compose", "--project-name=shop", "up", "--image=reg/app:v1", "--ports=8080:80", "--ports=8443:443", "web"],
+    ["compose", "--project-name", "shop", "up", "--ports=8080:80", "--image=reg/app:v1", "--ports=8443:443", "web"],
+    ["--project-name=shop", "up", "--ports", "8080:80", "--ports=8443:443", "--image", "reg/app:v1", "web"],
+])
+def test_argv_forms(argv):
+    parsed = pv.parse_argv(argv)
+    assert (parsed["command"], parsed["project"], parsed["service"]) == ("up", "shop", "web")
+    assert parsed["options"] == {"image": "reg/app:v1", "ports": ["8080:80", "8443:443"]}
+    assert parsed["unknown"] == {}
+
+
+def test_missing_service_and_unknown_options_are_kept_aside():
+    parsed = pv.parse_argv(["compose", "--project-name=shop", "down", "--colour=blue", "--image=reg/app:v1"])
+    assert parsed["service"] is None and parsed["unknown"] == {"colour": "blue"}
+    assert parsed["options"] == {"image": "reg/app:v1"}
+
+
+@pytest.mark.parametrize("argv,code", [
+    (["compose", "up", "--image=x"], "invalid_arguments"),
+    (["compose", "--project-name=p", "explode"], "invalid_arguments"),
+    (["compose", "--project-name=p", "up", "--image=a", "--image=b", "web"], "invalid_option"),
+    (["compose", "--project-name=p", "up", "web", "extra"], "invalid_arguments"),
+])
+def test_bad_argv(argv, code):
+    with pytest.raises(pv.ProviderError) as err:
+        pv.parse_argv(argv)
+    assert err.value.code == code
+
+
+def test_metadata_declares_every_option_for_each_command():
+    doc = json.loads(json.dumps(pv.METADATA))
+    assert set(doc) == {"description", "up", "down", "stop"}
+    for command in ("up", "down", "stop"):
+        names = [p["name"] for p in doc[command]["parameters"]]
+        assert set(names) == pv.KNOWN and len(names) == len(set(names))
+        for param in doc[command]["parameters"]:
+            assert param["description"] and param["type"] in ("string", "integer", "boolean", "list")
+            assert param["required"] is False or "default" not in param
+
+
+def channel(environ, answers=b""):
+    out = io.BytesIO()
+    return pv.Channel(out, io.BytesIO(answers), environ), out
+
+
+def lines(out):
+    return [json.loads(line) for line in out.getvalue().splitlines()]
+
+
+def test_without_announcement_only_the_base_four_are_sent():
+    chan, out = channel({})
+    assert chan.send("info", "deploying") and chan.send("setenv", "URL=http://localhost:8080/")
+    assert not chan.send("rawsetenv", "TOKEN=x") and not chan.send("publish-endpoint", "80=localhost:8080")
+    chan.send("error", "preflight failed:\nruntime_version_too_old")
+    assert [(m["type"], m["message"]) for m in lines(out)] == [
+        ("info", "deploying"), ("setenv", "URL=http://localhost:8080/"), ("error", "preflight failed: runtime_version_too_old")]
+
+
+def test_an_announced_list_gates_every_type():
+    chan, out = channel({"COMPOSE_PROVIDER_MESSAGES": "error,info,rawsetenv"})
+    assert chan.send("rawsetenv", "TOKEN=x") and not chan.send("debug", "detail") and not chan.send("setenv", "A=b")
+    assert [m["type"] for m in lines(out)] == ["rawsetenv"]
+    with pytest.raises(pv.ProviderError):
+        chan.send("rawsetenv", "no-equals-sign")
+
+
+def test_a_request_answered_by_eof_is_an_actionable_error():
+    chan, out = channel({"COMPOSE_PROVIDER_MESSAGES": "error,info,get-service-config"})
+    with pytest.raises(pv.ProviderError) as err:
+        chan.request("get-service-config")
+    assert err.value.code == "compose_unsupported" and "does not support provider requests" in err.value.reason
+    assert lines(out) == [{"type": "get-service-config"}]
+    chan, _out = channel({})
+    with pytest.raises(pv.ProviderError) as err:
+        chan.request("get-service-config")
+    assert "COMPOSE_PROVIDER_MESSAGES" in err.value.reason
+
+
+def test_requests_read_one_line_each():
+    answers = b'{"image": "reg/app:v1"}\n{"networks": [{"name": "p_web_relay", "gateway": "172.20.0.1"}]}\n'
+    chan, _out = channel({"COMPOSE_PROVIDER_MESSAGES": "get-service-config,get-relay-info"}, answers)
+    assert chan.request("get-service-config") == {"image": "reg/app:v1"}
+    assert chan.request("get-relay-info")["networks"][0]["gateway"] == "172.20.0.1"
+
+
+def chunked(data, sizes):
+    out, pos = b"", 0
+    for size in sizes:
+        out += b"%x\r\n" % size + data[pos:pos + size] + b"\r\n"
+        pos += size
+    return out + b"0\r\n"
+
+
+def test_chunked_stream_decodes_incrementally_and_leaves_the_next_answer():
+    data = bytes(range(256)) * 1000
+    stream = io.BytesIO(chunked(data, [1, 4095, 100000, len(data) - 104096]) + b'{"next": 1}\n')
+    reader = pv.ChunkedReader(stream, piece=4096)
+    pieces = list(reader.chunks())
+    assert b"".join(pieces) == data and max(len(p) for p in pieces) <= 4096 and reader.total == len(data)
+    assert json.loads(stream.readline()) == {"next": 1}
+
+
+@pytest.mark.parametrize("cut", [10, 5000, -3, -1])
+def test_a_truncated_stream_raises(cut):
+    whole = chunked(b"x" * 8000, [4000, 4000])
+    reader = pv.ChunkedReader(io.BytesIO(whole[:cut]))
+    with pytest.raises(pv.TruncatedStream) as err:
+        list(reader.chunks())
+    assert err.value.code == "image_stream_truncated"
+
+
+def test_release_needs_an_image_from_the_options_or_the_service():
+    parsed = pv.parse_argv(["compose", "--project-name=shop", "up", "web"])
+    with pytest.raises(pv.ProviderError) as err:
+        pv.release_from(parsed)
+    assert err.value.code == "provider_option_missing" and "'image'" in err.value.reason
+    release = pv.release_from(parsed, {"image": "reg/app:v1", "environment": {"MODE": "x"},
+                                       "ports": [{"target": 80, "published": "8080"}],
+                                       "healthcheck": {"test": ["CMD", "true"]}})
+    component = release["components"][0]
+    assert (component["image"], component["ports"]) == ("reg/app:v1", ["8080:80"])
+    assert component["config"]["env.MODE"] == "x" and component["config"]["healthProbe.port"] == 8080
+    assert release["application"] == "shop-web" and release["target"] == {"type": "ComposeHost"}
+
+
+def test_options_win_over_the_service_definition():
+    parsed = pv.parse_argv(["compose", "--project-name=shop", "up", "--image=reg/app:v2", "--environment=MODE=y",
+                            "--auto_rollback=false", "web"])
+    release = pv.release_from(parsed, {"image": "reg/app:v1", "environment": {"MODE": "x"}})
+    assert release["components"][0]["image"] == "reg/app:v2"
+    assert release["components"][0]["config"]["env.MODE"] == "y"
+    assert release["strategyConfig"] == {"autoRollbackOnFailure": False}
+
+
+def test_setenv_lines_are_sorted_and_stable():
+    facts = {"URL": "http://localhost:8080/", "PORT": 8080, "SLOT": "active", "DIGEST": None}
+    assert pv.setenv_lines(facts) == ["PORT=8080", "SLOT=active", "URL=http://localhost:8080/"]
+
+
+# ------------------------------------------------------------------ the stella command's pure parts
+
+IMAGE = "127.0.0.1:5000/stella/app:v1"
+DIGEST = "sha256:" + "a" * 64
+
+
+def test_down_names_the_project_up_deployed():
+    parsed = pv.parse_argv(["compose", "--project-name=shop", "up", "--image=" + IMAGE, "--ports=8080:8080", "web"])
+    release = pv.release_from(parsed)
+    planned = plan_job(release, [("localhost", {"ansible_connection": "local"})], {IMAGE: DIGEST}, "job-1")
+    assert cli.project_of(release) == planned["plans"]["localhost"]["projectName"]
+
+
+def test_phase_events_become_one_info_per_phase_and_target():
+    chan, out = channel({})
+    events = cli.PhaseEvents(chan)
+    for event in [
+        {"event": "playbook_on_task_start", "event_data": {"task": "preflight | Check the runtime on the target"}},
+        {"event": "runner_on_ok", "event_data": {"task": "preflight | Check the runtime on the target",
+                                                 "host": "localhost"}},
+        {"event": "runner_on_ok", "event_data": {"task": "preflight | Record the phase", "host": "localhost"}},
+        {"event": "runner_on_failed", "event_data": {"task": "deploy | Check the services", "host": "localhost",
+                                                     "res": {"msg": "the target does not run\\nthe release"}}},
+    ]:
+        assert events(event) is True
+    assert [(m["type"], m["message"]) for m in lines(out)] == [
+        ("debug", "task: preflight | Check the runtime on the target"), ("info", "preflight ok on localhost"),
+        ("info", "deploy failed on localhost")]
+    assert events.failure == "the target does not run\\nthe release"
+
+
+def test_setenv_facts_of_a_job_do_not_change_between_jobs_of_the_same_release():
+    parsed = pv.parse_argv(["compose", "--project-name=shop", "up", "--image=" + IMAGE, "--ports=18080:8080", "web"])
+    release = pv.release_from(parsed)
+    target = {"currentDigest": DIGEST, "slot": "active", "projectName": "p", "manifestHash": "sha256:" + "b" * 64}
+    first = cli.deployment_facts({"jobId": "job-1", "targets": {"localhost": target}}, release)
+    again = cli.deployment_facts({"jobId": "job-2", "targets": {"localhost": dict(target, appliedByJobId="job-1")}},
+                                 release)
+    assert first == again and first["URL"] == "http://localhost:18080/" and first["PORT"] == "18080"
