@@ -61,15 +61,27 @@ _DEPLOY = [
     _param("min_compose_version", "Oldest Compose plugin the preflight accepts", default="2.20.0"),
     _param("auto_rollback", "Roll back automatically when the deployment fails", "boolean", default="true"),
 ]
+_PULL = [
+    _param("image", "The image reference as Compose resolved it", required=True),
+    _param("source", "Compose's verdict: local (the local daemon's image) or registry", required=True,
+           enum=("local", "registry")),
+    _param("policy", "missing (the up path) or always (docker compose pull)", required=True,
+           enum=("missing", "always")),
+    _param("digest", "Id of the image in the local daemon cache, when it is there"),
+    _param("created", "Creation time of the image in the local daemon cache, when it is there"),
+    _param("insecure_registries", "Registries reached over plain HTTP (repeat for several)", "list"),
+    _param("state_directory", "Where the provider keeps its bookkeeping", default="~/.local/state/stellaops/provider"),
+]
 METADATA = {
     "description": "Deploy the service with the stellaops.runtime Ansible collection under the Stella Ops "
                    "runtime contract (digest-pinned, preflighted, verified, with evidence and rollback)",
     "up": {"parameters": _DEPLOY},
     "down": {"parameters": _DEPLOY},
     "stop": {"parameters": _DEPLOY},
+    "pull": {"parameters": _PULL},
 }
-LIST_OPTIONS = frozenset(p["name"] for p in _DEPLOY if p["type"] == "list")
-KNOWN = frozenset(p["name"] for p in _DEPLOY)
+LIST_OPTIONS = frozenset(p["name"] for p in _DEPLOY + _PULL if p["type"] == "list")
+KNOWN = frozenset(p["name"] for p in _DEPLOY + _PULL)
 _OPTION = re.compile(r"^--([A-Za-z0-9][A-Za-z0-9_.-]*)(?:=(.*))?\Z", re.S)
 
 

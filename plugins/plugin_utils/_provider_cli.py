@@ -172,6 +172,74 @@ def down(parsed, channel, cancelled, stop=False):
     channel.send("info", "stopped" if stop else "removed")
 
 
+def _bookkeeping(parsed):
+    path = os.path.join(state_dir(parsed), "images.json")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return path, json.load(handle)
+    except (OSError, ValueError):
+        return path, {}
+
+
+def _remember(path, books, image, facts):
+    from ansible_collections.stellaops.runtime.plugins.module_utils._fsutil import atomic_write  # pylint: disable=import-outside-toplevel
+    books = dict(books, **{image: facts})
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    atomic_write(path, json.dumps(books, indent=1, sort_keys=True).encode("utf-8"), mode=0o600)
+
+
+def load_stream(channel, image, docker="docker"):
+    """``get-image``: the chunked ``docker save`` tar from Compose, piped into ``docker load`` in
+    pieces of 64 KiB. A truncated stream kills the load before it ends, so nothing is tagged."""
+    import subprocess  # pylint: disable=import-outside-toplevel
+
+    header = channel.request("get-image", image)
+    if header.get("error"):
+        raise StellaError("image_stream_refused", "Compose could not stream %s: %s" % (image, header["error"]))
+    if header.get("type") != "image-stream" or header.get("encoding") != "chunked":
+        raise StellaError("image_stream_invalid", "unexpected answer to get-image: %s" % json.dumps(header)[:200])
+    reader = _provider.ChunkedReader(channel.inp)
+    load = subprocess.Popen([docker, "load", "--quiet"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    try:
+        for piece in reader.chunks():
+            load.stdin.write(piece)
+    except BaseException:
+        load.kill()
+        load.communicate()
+        raise
+    out, err = load.communicate()
+    if load.returncode != 0:
+        raise StellaError("image_load_failed", "docker load failed: %s" % " ".join(err.decode(errors="replace").split())[:300])
+    return reader.total, out.decode(errors="replace").strip()
+
+
+def pull(parsed, channel):
+    """``pull``: ``source=local`` ingests the local daemon's image through ``get-image`` unless the
+    bookkeeping already holds that digest; ``source=registry`` resolves the reference upstream."""
+    options = parsed["options"]
+    image, source = options.get("image"), options.get("source")
+    if not image or source not in ("local", "registry"):
+        raise StellaError("provider_option_missing", "pull needs --image and --source=local|registry")
+    path, books = _bookkeeping(parsed)
+    known = books.get(image) or {}
+    if source == "local":
+        if options.get("digest") and known.get("digest") == options["digest"]:
+            channel.send("info", "%s is up to date (%s)" % (image, options["digest"]))
+            return
+        size, loaded = load_stream(channel, image)
+        _remember(path, books, image, {"digest": options.get("digest"), "created": options.get("created"),
+                                       "source": "local", "bytes": size})
+        channel.send("info", "loaded %s (%d bytes): %s" % (image, size, loaded))
+        return
+    from ansible_collections.stellaops.runtime.plugins.plugin_utils._inputs import resolve_digests  # pylint: disable=import-outside-toplevel
+    probe = {"components": [{"name": "image", "image": image}]}
+    resolved, _resolution = resolve_digests(probe, {}, options.get("insecure_registries") or [], {}, True, 15.0)
+    digest = resolved.get(image)
+    _remember(path, books, image, {"digest": digest, "source": "registry"})
+    channel.send("info", "resolved %s to %s" % (image, digest))
+
+
 def compose(argv, stdin, stdout, environ):
     channel = _provider.Channel(stdout, stdin, environ)
     cancelled = {"flag": False}
@@ -192,6 +260,8 @@ def compose(argv, stdin, stdout, environ):
             up(parsed, channel, cancelled)
         elif parsed["command"] in ("down", "stop"):
             down(parsed, channel, cancelled, stop=parsed["command"] == "stop")
+        elif parsed["command"] == "pull":
+            pull(parsed, channel)
         else:
             raise StellaError("unsupported", "stella compose %s is not implemented" % parsed["command"])
         return 0

@@ -47,10 +47,13 @@ def test_bad_argv(argv, code):
 
 def test_metadata_declares_every_option_for_each_command():
     doc = json.loads(json.dumps(pv.METADATA))
-    assert set(doc) == {"description", "up", "down", "stop"}
-    for command in ("up", "down", "stop"):
+    assert set(doc) == {"description", "up", "down", "stop", "pull"}
+    deploy = {p["name"] for p in doc["up"]["parameters"]}
+    assert {p["name"] for p in doc["pull"]["parameters"]} >= {"image", "source", "policy", "digest", "created"}
+    for command in ("up", "down", "stop", "pull"):
         names = [p["name"] for p in doc[command]["parameters"]]
-        assert set(names) == pv.KNOWN and len(names) == len(set(names))
+        assert len(names) == len(set(names)) and set(names) <= pv.KNOWN
+        assert command == "pull" or set(names) == deploy
         for param in doc[command]["parameters"]:
             assert param["description"] and param["type"] in ("string", "integer", "boolean", "list")
             assert param["required"] is False or "default" not in param

@@ -1,0 +1,170 @@
+"""The Compose side of the provider protocol that no released Compose speaks yet, played by this test against
+the real ``stella`` command: stdin requests (``get-service-config``, ``get-image`` with its chunked
+``image-stream``, also truncated), gating by ``COMPOSE_PROVIDER_MESSAGES``, and a request answered by EOF.
+The deployment and the image load are real (the lab's registry and this machine's engine).
+
+Fails (never skips) when the lab is not running: run ``make lab`` first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import uuid
+
+import pytest
+
+import ansible_run as ar
+
+BASE = "error,info,setenv,debug"
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def stella(tmp_path_factory):
+    base = tmp_path_factory.mktemp("protocol")
+    subprocess.run([os.path.join(ar.VENV_BIN, "python"), os.path.join(ar.ROOT, "scripts", "stella.py"), "install",
+                    "--bin-dir", str(base / "bin"), "--plugin-dir", str(base / "plugins")], check=True,
+                   capture_output=True, timeout=60)
+    return str(base / "bin" / "stella")
+
+
+class FakeCompose:
+    """Runs ``stella compose ...`` and answers its requests the way the newest Compose source does."""
+
+    def __init__(self, stella, messages, answers):
+        self.stella, self.messages, self.answers = stella, messages, answers
+
+    def run(self, *args, timeout=600):
+        env = dict(os.environ)
+        if self.messages is None:
+            env.pop("COMPOSE_PROVIDER_MESSAGES", None)
+        else:
+            env["COMPOSE_PROVIDER_MESSAGES"] = self.messages
+        proc = subprocess.Popen([self.stella, "compose"] + list(args), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, env=env)
+        seen = []
+        try:
+            for raw in proc.stdout:
+                line = json.loads(raw)  # anything but a JSON line would abort Compose
+                seen.append(line)
+                if line["type"] in self.answers:
+                    answer = self.answers[line["type"]]
+                    if answer is None:  # a Compose that never answers: the provider reads EOF
+                        proc.stdin.close()
+                    else:
+                        answer(proc.stdin, line)
+            rc = proc.wait(timeout=timeout)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        return rc, seen
+
+
+def write_config(config):
+    def answer(stdin, _line):
+        stdin.write(json.dumps(config).encode() + b"\n")
+        stdin.flush()
+    return answer
+
+
+def write_image(tar, truncate_at=None, piece=65536):
+    def answer(stdin, _line):
+        stdin.write(json.dumps({"type": "image-stream", "encoding": "chunked",
+                                "media-type": "application/x-tar"}).encode() + b"\n")
+        sent = 0
+        for start in range(0, len(tar), piece):
+            block = tar[start:start + piece]
+            if truncate_at is not None and sent + len(block) > truncate_at:
+                stdin.write(b"%x\r\n" % len(block) + block[:truncate_at - sent])
+                stdin.close()  # Compose closes the answer channel after an aborted transfer
+                return
+            stdin.write(b"%x\r\n" % len(block) + block + b"\r\n")
+            sent += len(block)
+        stdin.write(b"0\r\n")
+        stdin.flush()
+    return answer
+
+
+def types(seen):
+    return [line["type"] for line in seen]
+
+
+def test_get_service_config_builds_the_release_and_gating_holds(lab, stella, tmp_path):
+    project, port = "proto%s" % uuid.uuid4().hex[:8], free_port()
+    config = {"image": lab["images"]["app_v2"]["loopback_ref"], "environment": {"MODE": "from-compose"},
+              "ports": [{"target": 8080, "published": str(port), "protocol": "tcp"}]}
+    options = ["--insecure_registries=127.0.0.1:5000", "--min_engine_version=20.10.0", "--version=2.0.0",
+               "--state_directory=%s" % (tmp_path / "state"), "--work_directory=%s" % (tmp_path / "work")]
+    compose = FakeCompose(stella, "error,info,setenv,get-service-config", {"get-service-config": write_config(config)})
+    try:
+        rc, seen = compose.run("--project-name=%s" % project, "up", *options, "web")
+        assert rc == 0, seen
+        assert types(seen)[0] == "get-service-config"
+        assert "debug" not in types(seen)  # not announced, so never sent
+        setenv = dict(line["message"].split("=", 1) for line in seen if line["type"] == "setenv")
+        assert setenv["URL"] == "http://localhost:%d/" % port
+        assert setenv["DIGEST"] == lab["images"]["app_v2"]["digest"]
+        inspect = json.loads(subprocess.run(["docker", "inspect", "%s-web-1" % setenv["PROJECT"]], capture_output=True,
+                                            text=True, check=True).stdout)[0]
+        assert "MODE=from-compose" in inspect["Config"]["Env"]
+    finally:
+        rc, seen = FakeCompose(stella, None, {}).run("--project-name=%s" % project, "down", *options, "web")
+        assert rc == 0, seen
+        assert "setenv" not in types(seen)
+
+
+def test_a_request_answered_by_eof_is_an_actionable_error(stella):
+    compose = FakeCompose(stella, BASE + ",get-service-config", {"get-service-config": None})
+    rc, seen = compose.run("--project-name=p", "up", "web")
+    assert rc == 1 and types(seen) == ["get-service-config", "error"]
+    assert "does not support provider requests" in seen[-1]["message"]
+
+
+@pytest.fixture
+def saved_image(lab):
+    """A tag of the lab's app image saved as a tar, then removed from the engine."""
+    source = lab["images"]["app_v1"]["loopback_ref"]
+    subprocess.run(["docker", "pull", "--quiet", source], check=True, capture_output=True, timeout=300)
+    tag = "stella-pull-test/app:%s" % uuid.uuid4().hex[:8]
+    subprocess.run(["docker", "tag", source, tag], check=True, capture_output=True)
+    tar = subprocess.run(["docker", "save", tag], check=True, capture_output=True, timeout=300).stdout
+    image_id = json.loads(subprocess.run(["docker", "image", "inspect", tag], check=True, capture_output=True,
+                                         text=True).stdout)[0]["Id"]
+    subprocess.run(["docker", "rmi", tag], check=True, capture_output=True)
+    yield tag, tar, image_id
+    subprocess.run(["docker", "rmi", tag], capture_output=True, check=False)
+
+
+def present(tag):
+    return subprocess.run(["docker", "image", "inspect", tag], capture_output=True, check=False).returncode == 0
+
+
+def test_pull_streams_the_local_image_and_a_truncated_stream_tags_nothing(stella, saved_image, tmp_path):
+    tag, tar, image_id = saved_image
+    args = ["--project-name=p", "pull", "--image=%s" % tag, "--source=local", "--policy=missing",
+            "--digest=%s" % image_id, "--state_directory=%s" % (tmp_path / "state"), "web"]
+    announced = BASE + ",get-image"
+
+    rc, seen = FakeCompose(stella, announced, {"get-image": write_image(tar, truncate_at=len(tar) // 2)}).run(*args)
+    assert rc == 1 and types(seen) == ["get-image", "error"], seen
+    assert seen[0]["message"] == tag
+    assert seen[-1]["message"].startswith("image_stream_truncated:")
+    assert not present(tag)
+
+    rc, seen = FakeCompose(stella, announced, {"get-image": write_image(tar)}).run(*args)
+    assert rc == 0, seen
+    assert present(tag)
+    assert any(line["type"] == "info" and line["message"].startswith("loaded %s (%d bytes)" % (tag, len(tar)))
+               for line in seen), seen
+
+    # the same digest again: the bookkeeping says it is there, no bytes are asked for
+    rc, seen = FakeCompose(stella, announced, {}).run(*args)
+    assert rc == 0 and types(seen) == ["info"] and "up to date" in seen[0]["message"]
