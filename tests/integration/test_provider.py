@@ -152,4 +152,4 @@ def test_the_provider_speaks_only_json_lines(provider_bin):
     assert lines[-1]["type"] == "error" and "'image'" in lines[-1]["message"]
     assert [line["type"] for line in lines] == ["debug", "error"]
     metadata = subprocess.run(["stella", "compose", "metadata"], env=env, capture_output=True, check=True, timeout=60)
-    assert set(json.loads(metadata.stdout)) == {"description", "up", "down", "stop"}
+    assert set(json.loads(metadata.stdout)) == {"description", "up", "down", "stop", "pull"}
