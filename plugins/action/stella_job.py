@@ -160,7 +160,6 @@ class ActionModule(ActionBase):
                           "targetType": plan["target"]["type"], "endpoint": plan["target"]["endpoint"],
                           "target": plan["target"], "projectName": plan["projectName"], "slot": plan["slot"],
                           "manifestHash": plan["manifestHash"],
-                          "rollbackTask": ROLLBACK_TASKS[plan["target"]["type"]],
                           "rollbackPayload": plan["payloads"][ROLLBACK_TASKS[plan["target"]["type"]]]}
                    for name, plan in planned["plans"].items()}
         record = _job.new_job(job_id, source, summary, planned["batches"], targets, options, now,
@@ -233,18 +232,7 @@ class ActionModule(ActionBase):
         step = _job_traffic.shift_step(record, batch)
         if step is None or any(record["targets"][n]["status"] != "Succeeded" for n in record["batches"][batch]):
             return {"jobId": record["jobId"], "batch": batch, "skipped": True, "failure": None}
-        config, required = _job_traffic.traffic_config(record)
-        adapter, evidence, failure = self._adapter(config, args)
-        if adapter is None:
-            evidence = _traffic.standby_evidence(failure["code"], step["treatmentSlot"])
-            failure = failure if required else None
-        else:
-            try:
-                evidence = adapter.shift(_job_traffic.job_facts(record), step)
-            except _traffic.TrafficError as exc:
-                evidence = exc.evidence
-                failure = {"code": exc.code, "reason": redact_text(exc.reason, self.secrets)}
-        evidence = _traffic.evidence_json(evidence)
+        evidence, failure = self._run_adapter(record, step, args)
         store.update(record["jobId"], lambda r: _job_traffic.record_shift(r, step, evidence, utc_now(), failure))
         return {"jobId": record["jobId"], "batch": batch, "skipped": False, "traffic": evidence, "failure": failure}
 
@@ -258,32 +246,26 @@ class ActionModule(ActionBase):
         restored = bool(planned) and all(record["targets"][n]["status"] == "RolledBack" for n in planned)
         if step is None or record["status"] not in ("RollingBack", "Running") or not restored:
             return {"jobId": record["jobId"], "skipped": True}
-        config, required = _job_traffic.traffic_config(record)
-        adapter, _evidence, failure = self._adapter(config, args)
-        prefix = _traffic.ROLLBACK_PREFIX
-        if adapter is None:
-            evidence = {prefix + "mode": _traffic.MODE_ROLLBACK, prefix + "status": _traffic.STATUS_NOT_SHIFTED,
-                        prefix + "shifted": False, prefix + "reason": failure["code"],
-                        prefix + "slot": step["controlSlot"]}
-            failure = failure if required else None
-        else:
-            try:
-                evidence = adapter.shift(_job_traffic.job_facts(record), step)
-            except _traffic.TrafficError as exc:
-                evidence = exc.evidence
-                failure = {"code": exc.code, "reason": redact_text(exc.reason, self.secrets)}
-        evidence = _traffic.evidence_json(evidence)
+        evidence, failure = self._run_adapter(record, step, args)
         store.update(record["jobId"], lambda r: _job_traffic.record_rollback(r, evidence, utc_now(), failure))
         return {"jobId": record["jobId"], "skipped": False, "traffic": evidence, "failure": failure}
 
-    def _adapter(self, config, args):
-        """``(adapter or None, None, failure or None)`` with the options of ``traffic_options``."""
+    def _run_adapter(self, record, step, args):
+        """``(evidence, failure or None)`` of one traffic step through the job's adapter (options from
+        ``traffic_options``). Without a runnable adapter: the no-adapter evidence, and a failure only
+        when ``requireTrafficAdapter`` is set."""
+        config, required = _job_traffic.traffic_config(record)
         options = plain(args["traffic_options"], "traffic_options")
         self.secrets.extend(str(v) for v in (options.get("headers") or {}).values())
         adapter, why = _traffic.resolve(config, options)
         if adapter is None:
-            return None, None, {"code": why, "reason": "no traffic adapter ran: %s" % why}
-        return adapter, None, None
+            failure = {"code": why, "reason": "no traffic adapter ran: %s" % why} if required else None
+            return _traffic.no_adapter_evidence(why, step), failure
+        try:
+            return _traffic.evidence_json(adapter.shift(_job_traffic.job_facts(record), step)), None
+        except _traffic.TrafficError as exc:
+            failure = {"code": exc.code, "reason": redact_text(exc.reason, self.secrets)}
+            return _traffic.evidence_json(exc.evidence), failure
 
     def _gate(self, store, args):
         self._need(args, "job_id")
@@ -330,7 +312,7 @@ class ActionModule(ActionBase):
                 "rollbackOrder": [n for b in plan for n in b],
                 "rollbackTargets": {n: {"revisionPath": record["targets"][n].get("previousRevisionPath"),
                                         "payload": targets[n].get("rollbackPayload"),
-                                        "task": targets[n].get("rollbackTask") or "compose.rollback",
+                                        "task": ROLLBACK_TASKS[targets[n].get("targetType") or "ComposeHost"],
                                         "target": targets[n].get("target")} for b in plan for n in b}}
 
     def _rollback_target(self, store, args):

@@ -85,7 +85,6 @@ class Teardown(Manager):
             evidence["removedNetworks"] = networks
         if has_dir:
             with rec.phase("remove_directory"):
-                with project_lock(directory):
-                    pass  # no apply of this project is running
-                shutil.rmtree(directory)
+                with project_lock(directory):  # waits for an apply of this project to end
+                    shutil.rmtree(directory)
             evidence["directoryRemoved"] = True

@@ -256,6 +256,14 @@ def _service_ports(config):
     return ports
 
 
+def host_port(ports):
+    """The host side of the first ``HOST:CONTAINER`` port (``None`` when no port is published)."""
+    for entry in ports or []:
+        if ":" in str(entry):
+            return str(entry).split(":", maxsplit=1)[0]
+    return None
+
+
 def release_from(parsed, service_config=None):
     """The release input (docs/release-input.md) of the provider service, from the options and, when
     given, Compose's resolved service definition (the options win)."""
@@ -274,7 +282,7 @@ def release_from(parsed, service_config=None):
     health = (config.get("healthcheck") or {}).get("test")
     if health and not (config.get("healthcheck") or {}).get("disable"):
         component["config"]["healthcheck.test"] = health
-    port = options.get("health_port") or (ports[0].split(":")[0] if ports and ":" in ports[0] else None)
+    port = options.get("health_port") or host_port(ports)
     if port:
         component["config"].update({"healthProbe.type": "http", "healthProbe.port": int(port),
                                     "healthProbe.path": options.get("health_path") or "/"})

@@ -105,12 +105,7 @@ def _job(store_path, job_id):
 def deployment_facts(record, release):
     """What dependents receive: identical on every ``up`` of the same release."""
     target = (record.get("targets") or {}).get("localhost") or {}
-    port = None
-    for entry in release["components"][0]["ports"]:
-        host = str(entry).split(":", maxsplit=1)[0] if ":" in str(entry) else None
-        if host:
-            port = host
-            break
+    port = _provider.host_port(release["components"][0]["ports"])
     return {"URL": "http://localhost:%s/" % port if port else None, "HOST": "localhost", "PORT": port,
             "DIGEST": target.get("currentDigest"), "SLOT": target.get("slot"), "PROJECT": target.get("projectName"),
             "MANIFEST_HASH": target.get("manifestHash")}

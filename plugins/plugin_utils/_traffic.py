@@ -91,6 +91,16 @@ def standby_evidence(reason, slot):
             PREFIX + "reason": reason, PREFIX + "slot": slot}
 
 
+def no_adapter_evidence(reason, step):
+    """Evidence of a step no adapter ran (pure): standby-only for a shift, ``not_shifted`` for a
+    rollback; never a word that implies traffic moved."""
+    if not step.get("rollback"):
+        return standby_evidence(reason, step["treatmentSlot"])
+    return {ROLLBACK_PREFIX + "mode": MODE_ROLLBACK, ROLLBACK_PREFIX + "status": STATUS_NOT_SHIFTED,
+            ROLLBACK_PREFIX + "shifted": False, ROLLBACK_PREFIX + "reason": reason,
+            ROLLBACK_PREFIX + "slot": step["controlSlot"]}
+
+
 def failed_evidence(kind, reason, slot, control, treatment, extra=None, rollback=False):
     prefix = ROLLBACK_PREFIX if rollback else PREFIX
     evidence = {prefix + "mode": MODE_ROLLBACK if rollback else MODE_SHIFT, prefix + "status": STATUS_FAILED,

@@ -25,7 +25,6 @@ import os
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import threading
@@ -34,6 +33,7 @@ import uuid
 
 import ansible_run as ar
 import labkit
+from labkit import free_port
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._artifacts import verify_artifact_set
 
@@ -60,12 +60,6 @@ class AnsibleHung(AssertionError):
 def planted_secret(tag="secret"):
     """A unique random string that must never appear outside ``.env.stella`` and the container."""
     return "fx-%s-%s" % (tag, uuid.uuid4().hex)
-
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 # --------------------------------------------------------------------------------------------- ansible

@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import socket
 import subprocess
 import urllib.error
 import urllib.request
@@ -33,6 +34,13 @@ class LabNotRunning(AssertionError):
 
 class LabCommandFailed(AssertionError):
     """``lab/lab.sh`` exited non-zero."""
+
+
+def free_port():
+    """A TCP port nothing listens on now (loopback)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def load_lab(path: str = LAB_JSON) -> dict:

@@ -16,20 +16,14 @@ import contextlib
 import json
 import os
 import signal
-import socket
 
 import fleetkit as fl
+from labkit import free_port
 from fleetkit import PHASES, ROLLBACK_PHASES, web
 
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._rollback_evidence import verify_rollback_evidence
 
 ROLLED_BACK_SUFFIX = " (auto-rollback restored the retained previous revision)"
-
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def sticker(state):

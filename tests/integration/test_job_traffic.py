@@ -9,11 +9,13 @@ Fails (never skips) when the lab is not running: run ``make lab`` first.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 
 import fleetkit as fl
-from trafficlab import DataPlane, free_port
+from labkit import free_port
+from trafficlab import DataPlane
 
 SECRET = "planted-router-token-7f3a9c"
 SHIFT_KEYS = ("strategy.traffic.mode", "strategy.traffic.status", "strategy.traffic.shifted",
@@ -44,15 +46,29 @@ def store_bytes(fj):
     return data
 
 
-def test_blue_green_webhook_switches_to_green_and_a_later_failure_puts_traffic_back_on_blue(lab, fleet, tmp_path):
-    t1, t2 = fleet[:2]
-    active, green = free_port(), free_port()
-    fj = fl.FleetJob(lab, fleet[:2], tmp_path, "bg", active)
+@contextlib.contextmanager
+def active_behind_router(lab, targets, tmp_path, name, standby_slots, token=None):
+    """An application of its own whose v1 runs in the active slot of ``targets`` (one batch), and the
+    router's nginx in front of the first target's active slot and its ``standby_slots`` (a port each).
+    Yields ``(FleetJob, DataPlane, {slot: port})``; removes both at the end."""
+    ports = {slot: free_port() for slot in ("active",) + tuple(standby_slots)}
+    fj = fl.FleetJob(lab, targets, tmp_path, name, ports["active"])
     plane = None
     try:
-        base = fj.run(fj.release("app_v1", "1.0.0", "rolling", {"batchSize": 2}))
+        base = fj.run(fj.release("app_v1", "1.0.0", "rolling", {"batchSize": len(targets)}))
         assert base.rc == 0, base.output[-4000:]
-        plane = DataPlane(tmp_path, slots(t1, active=active, green=green), token=SECRET)
+        plane = DataPlane(tmp_path, slots(targets[0], **ports), token=token)
+        yield fj, plane, ports
+    finally:
+        if plane:
+            plane.stop()
+        fj.cleanup()
+
+
+def test_blue_green_webhook_switches_to_green_and_a_later_failure_puts_traffic_back_on_blue(lab, fleet, tmp_path):
+    t2 = fleet[1]
+    with active_behind_router(lab, fleet[:2], tmp_path, "bg", ("green",), token=SECRET) as (fj, plane, ports):
+        green = ports["green"]
         assert plane.sample(20) == {"v1": 20}
 
         # ---- v2 to green, then the switch: every request reaches green
@@ -93,21 +109,11 @@ def test_blue_green_webhook_switches_to_green_and_a_later_failure_puts_traffic_b
         assert plane.state()["applied"]["controlWeight"] == 100
         assert plane.sample(40) == {"v1": 40}
         assert [h["action"] for h in plane.state()["history"]] == ["shift", "rollback"]
-    finally:
-        if plane:
-            plane.stop()
-        fj.cleanup()
 
 
 def test_canary_steps_and_a_b_weights_are_the_split_through_nginx(lab, fleet, tmp_path):
-    t1 = fleet[0]
-    active, canary, variant = free_port(), free_port(), free_port()
-    fj = fl.FleetJob(lab, fleet[:3], tmp_path, "canary", active)
-    plane = None
-    try:
-        base = fj.run(fj.release("app_v1", "1.0.0", "rolling", {"batchSize": 3}))
-        assert base.rc == 0, base.output[-4000:]
-        plane = DataPlane(tmp_path, slots(t1, active=active, canary=canary, b=variant))
+    with active_behind_router(lab, fleet[:3], tmp_path, "canary", ("canary", "b")) as (fj, plane, ports):
+        canary, variant = ports["canary"], ports["b"]
         plane.mode("hold")
         config = {"batchSize": 1, "trafficAdapter": "webhook", "trafficSteps": [10, 50]}
         proc = fj.start(fj.release("app_v2", "2.0.0", "canary", config, port=canary),
@@ -147,21 +153,12 @@ def test_canary_steps_and_a_b_weights_are_the_split_through_nginx(lab, fleet, tm
                 record["strategyEvidence"]["strategy.traffic.treatmentWeight"]) == (70, 30)
         seen = plane.sample(100)
         assert seen["v1"] + seen["v2"] == 100 and abs(seen["v2"] - 30) <= 5, seen
-    finally:
-        if plane:
-            plane.stop()
-        fj.cleanup()
 
 
 def test_without_an_adapter_only_standby_evidence_and_required_adapter_fails_before_batch_2(lab, fleet, tmp_path):
     t1, t2 = fleet[:2]
-    active, green = free_port(), free_port()
-    fj = fl.FleetJob(lab, fleet[:2], tmp_path, "standby", active)
-    plane = None
-    try:
-        base = fj.run(fj.release("app_v1", "1.0.0", "rolling", {"batchSize": 2}))
-        assert base.rc == 0, base.output[-4000:]
-        plane = DataPlane(tmp_path, slots(t1, active=active, green=green))
+    with active_behind_router(lab, fleet[:2], tmp_path, "standby", ("green",)) as (fj, plane, ports):
+        green = ports["green"]
         standby = fj.run(fj.release("app_v2", "2.0.0", "blue-green", {}, port=green))
         assert standby.rc == 0, standby.output[-4000:]
         record = fj.job(standby.job_id)
@@ -183,21 +180,11 @@ def test_without_an_adapter_only_standby_evidence_and_required_adapter_fails_bef
         assert record["strategyEvidence"]["strategy.traffic.reason"] == "traffic_adapter_missing"
         assert record["strategyEvidence"]["strategy.traffic.shifted"] is False
         assert plane.sample(20) == {"v1": 20}
-    finally:
-        if plane:
-            plane.stop()
-        fj.cleanup()
 
 
 def test_webhook_faults_fail_closed_and_nothing_claims_traffic_moved(lab, fleet, tmp_path):
-    t1 = fleet[0]
-    active, green = free_port(), free_port()
-    fj = fl.FleetJob(lab, fleet[:1], tmp_path, "faults", active)
-    plane = None
-    try:
-        base = fj.run(fj.release("app_v1", "1.0.0", "rolling", {"batchSize": 1}))
-        assert base.rc == 0, base.output[-4000:]
-        plane = DataPlane(tmp_path, slots(t1, active=active, green=green), token=SECRET)
+    with active_behind_router(lab, fleet[:1], tmp_path, "faults", ("green",), token=SECRET) as (fj, plane, ports):
+        green = ports["green"]
         release = fj.release("app_v2", "2.0.0", "blue-green", {"trafficAdapter": "webhook"}, port=green)
         cases = [("down", "unreachable"), ("slow", "timed out"), ("500", "answered HTTP 500"),
                  ("garbage", "answer invalid")]
@@ -218,10 +205,6 @@ def test_webhook_faults_fail_closed_and_nothing_claims_traffic_moved(lab, fleet,
             assert SECRET not in json.dumps(record) and SECRET not in run.output
             assert plane.sample(10) == {"v1": 10}, mode
         assert plane.state()["applied"] is None
-    finally:
-        if plane:
-            plane.stop()
-        fj.cleanup()
 
 
 def test_local_file_adapter_state_after_shift_and_after_rollback(lab, fleet, tmp_path):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import uuid
 
@@ -19,14 +18,9 @@ import pytest
 import yaml
 
 import ansible_run as ar
+from labkit import free_port
 
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_store import open_store
-
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

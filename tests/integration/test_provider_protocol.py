@@ -10,21 +10,15 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import uuid
 
 import pytest
 
 import ansible_run as ar
+from labkit import free_port
 
 BASE = "error,info,setenv,debug"
-
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

@@ -7,21 +7,15 @@ import collections
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import time
 
 import requests
 
 import ansible_run as ar
+from labkit import free_port
 
 ROUTER = os.path.join(ar.ROOT, "lab", "router.py")
-
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class DataPlane:

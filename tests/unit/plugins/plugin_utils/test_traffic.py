@@ -214,3 +214,11 @@ def test_the_documented_request_body_and_route_state_have_the_keys_the_adapters_
     tr.resolve({"trafficAdapter": "local-file"}, {"path": path})[0].shift(JOB, STEP)
     with open(path, encoding="utf-8") as handle:
         assert set(json.load(handle)) == set(state)
+
+
+def test_no_adapter_evidence_never_says_traffic_moved():
+    assert tr.no_adapter_evidence(tr.REASON_MISSING, STEP) == tr.standby_evidence(tr.REASON_MISSING, "green")
+    assert tr.no_adapter_evidence(tr.REASON_DISABLED, dict(STEP, rollback=True)) == {
+        "strategy.traffic.rollback.mode": "traffic_rollback", "strategy.traffic.rollback.status": "not_shifted",
+        "strategy.traffic.rollback.shifted": False, "strategy.traffic.rollback.reason": "traffic_adapter_disabled",
+        "strategy.traffic.rollback.slot": "active"}
