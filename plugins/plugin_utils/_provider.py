@@ -25,8 +25,12 @@ import json
 import re
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._release_checks import split_port
 
 BASE_MESSAGES = ("info", "error", "setenv", "debug")
+FACTS = ("URL", "HOST", "PORT", "DIGEST", "SLOT", "PROJECT", "MANIFEST_HASH")
+RELAY_MODES = ("auto", "off")
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
 COMMANDS = ("up", "down", "stop", "pull", "metadata")
 
 
@@ -60,6 +64,10 @@ _DEPLOY = [
     _param("min_engine_version", "Oldest Docker Engine the preflight accepts", default="24.0.0"),
     _param("min_compose_version", "Oldest Compose plugin the preflight accepts", default="2.20.0"),
     _param("auto_rollback", "Roll back automatically when the deployment fails", "boolean", default="true"),
+    _param("relay", "When Compose announces publish-endpoint: auto publishes each TCP port through a relay endpoint "
+           "bound to the relay-link gateway only; off publishes nothing", default="auto", enum=RELAY_MODES),
+    _param("raw_environment", "NAME=FACT sent as rawsetenv NAME=<value> (FACT: %s); needs a Compose that announces "
+           "rawsetenv (repeat the option for several)" % ", ".join(FACTS), "list"),
 ]
 _PULL = [
     _param("image", "The image reference as Compose resolved it", required=True),
@@ -256,12 +264,68 @@ def _service_ports(config):
     return ports
 
 
-def host_port(ports):
-    """The host side of the first ``HOST:CONTAINER`` port (``None`` when no port is published)."""
+def published_ports(ports):
+    """``(host address or None, host port, container port)`` of each TCP port published on one host
+    port (ranges and unpublished ports left out) (pure)."""
+    out = []
     for entry in ports or []:
-        if ":" in str(entry):
-            return str(entry).split(":", maxsplit=1)[0]
-    return None
+        address, host, container, protocol = split_port(entry)
+        if protocol == "tcp" and host.isdigit() and container.isdigit():
+            out.append((address or None, host, container))
+    return out
+
+
+def host_port(ports):
+    """The host side of the first published TCP port (``None`` when no port is published) (pure)."""
+    published = published_ports(ports)
+    return published[0][1] if published else None
+
+
+def relay_forwards(ports):
+    """The ``stella_relay`` forwards of the published ports: the container port consumers know,
+    reached on this host at the published port (pure)."""
+    forwards = []
+    for address, host, container in published_ports(ports):
+        upstream = address if address and address not in ("0.0.0.0", "::") else "127.0.0.1"
+        forwards.append({"port": int(container), "upstream_host": upstream, "upstream_port": int(host),
+                         "listen_port": 0})
+    return forwards
+
+
+def relay_listen(answer):
+    """``(gateway or None, network name or None)`` from Compose's answer to ``get-relay-info``. The
+    name is for logs only (under Docker Desktop it names no network) (pure)."""
+    for network in (answer or {}).get("networks") or []:
+        if isinstance(network, dict) and network.get("gateway"):
+            return str(network["gateway"]), network.get("name")
+    networks = (answer or {}).get("networks") or [{}]
+    return None, networks[0].get("name") if isinstance(networks[0], dict) else None
+
+
+def publish_lines(endpoints):
+    """``publish-endpoint`` messages from the relay's endpoints: an address is published exactly as
+    bound, a loopback one as ``localhost`` (Compose translates it to ``host.docker.internal``) (pure)."""
+    lines = []
+    for endpoint in endpoints or []:
+        port, _sep, where = endpoint.partition("=")
+        address, _sep, listen = where.rpartition(":")
+        lines.append("%s=%s:%s" % (port, "localhost" if address in LOOPBACK else address, listen))
+    return lines
+
+
+def raw_environment(values):
+    """``{NAME: FACT}`` from the ``raw_environment`` option, checked before anything runs (pure)."""
+    out = _pairs(values, "raw_environment")
+    for name, fact in sorted(out.items()):
+        if fact not in FACTS:
+            raise ProviderError("invalid_option", "raw_environment %s=%s: the fact must be one of %s" % (
+                name, fact, ", ".join(FACTS)))
+    return out
+
+
+def rawsetenv_lines(raw, facts):
+    """``NAME=VALUE`` lines for ``rawsetenv``, sorted (facts without a value left out) (pure)."""
+    return ["%s=%s" % (name, facts[raw[name]]) for name in sorted(raw) if facts.get(raw[name]) is not None]
 
 
 def release_from(parsed, service_config=None):

@@ -29,7 +29,9 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils import _provider
 
 PLUGIN_METADATA = {"SchemaVersion": "0.1.0", "Vendor": "Stella Ops", "Version": "0.2.0",
                    "ShortDescription": "Stella Ops runtime: Compose provider (stella compose ...)"}
-PLAYBOOKS = {"up": "stellaops.runtime.job", "down": "stellaops.runtime.teardown", "stop": "stellaops.runtime.teardown"}
+PLAYBOOKS = {"up": "stellaops.runtime.job", "down": "stellaops.runtime.teardown", "stop": "stellaops.runtime.teardown",
+             "relay": "stellaops.runtime.relay"}
+RELAY_ACTION = "stellaops.runtime.stella_relay"
 
 
 def collections_path():
@@ -50,6 +52,7 @@ class PhaseEvents:
         self.channel = channel
         self.seen = set()
         self.failure = None
+        self.results = {}
 
     def __call__(self, event):
         data = event.get("event_data") or {}
@@ -59,6 +62,8 @@ class PhaseEvents:
             self.channel.send("debug", "task: %s" % task)
         elif kind in ("runner_on_failed", "runner_on_unreachable") and not data.get("ignore_errors"):
             self.failure = " ".join(str((data.get("res") or {}).get("msg") or task).split())
+        if kind == "runner_on_ok" and data.get("task_action") == RELAY_ACTION:
+            self.results[RELAY_ACTION] = data.get("res") or {}
         if kind in ("runner_on_ok", "runner_on_failed", "runner_on_unreachable") and " | " in task:
             phase = task.split(" | ", 1)[0]
             host = data.get("host") or "localhost"
@@ -70,8 +75,9 @@ class PhaseEvents:
         return True
 
 
-def run_playbook(playbook, extravars, channel, cancelled):
-    """Run ``playbook`` on this host through ansible-runner; ``(rc, status, last failure message)``."""
+def run_playbook(playbooks, extravars, channel, cancelled):
+    """Run ``playbooks`` (one run, in order) on this host through ansible-runner;
+    ``(rc, status, last failure message, results of the relay task)``."""
     import ansible_runner  # pylint: disable=import-outside-toplevel
 
     private = tempfile.mkdtemp(prefix="stella-provider-")
@@ -85,10 +91,11 @@ def run_playbook(playbook, extravars, channel, cancelled):
                    "ANSIBLE_RETRY_FILES_ENABLED": "0", "ANSIBLE_LOCALHOST_WARNING": "0"}
         events = PhaseEvents(channel)
         runner = ansible_runner.run(
-            private_data_dir=private, playbook=[{"name": "stella provider", "ansible.builtin.import_playbook": playbook}],
+            private_data_dir=private, playbook=[{"name": "stella provider: %s" % name,
+                                                 "ansible.builtin.import_playbook": name} for name in playbooks],
             inventory=inventory, extravars=extravars, envvars=envvars, quiet=True, event_handler=events,
             cancel_callback=lambda: cancelled["flag"])
-        return runner.rc, runner.status, events.failure
+        return runner.rc, runner.status, events.failure, events.results
     finally:
         shutil.rmtree(private, ignore_errors=True)
 
@@ -111,24 +118,61 @@ def deployment_facts(record, release):
             "MANIFEST_HASH": target.get("manifestHash")}
 
 
+def relay_name(parsed):
+    return "%s-%s" % (parsed["project"], parsed["service"] or "service")
+
+
+def relay_plan(parsed, channel, release):
+    """The ``stella_relay`` options when Compose announces ``publish-endpoint`` (``None`` otherwise).
+    With ``get-relay-info`` the endpoint binds the announced relay-link gateway, pinned to its
+    bridge; without a gateway it binds the default bridge's gateway, unpinned, and says so."""
+    if (parsed["options"].get("relay") or "auto") == "off" or not channel.can("publish-endpoint"):
+        return None
+    forwards = _provider.relay_forwards(release["components"][0]["ports"])
+    if not forwards:
+        channel.send("debug", "publish-endpoint announced, but no TCP port is published on the host: nothing to relay")
+        return None
+    address, network = (None, None)
+    if channel.can("get-relay-info"):
+        address, network = _provider.relay_listen(channel.request("get-relay-info"))
+    if address:
+        channel.send("debug", "relay-link network %s: the relay endpoint binds %s only" % (network, address))
+        listen, device = address, "auto"
+    else:
+        listen, device = "host-gateway", "none"
+        channel.send("info", "no relay-link gateway announced: the relay endpoint binds the default bridge gateway, "
+                     "not pinned to an interface (any local container can reach it)")
+    return {"name": relay_name(parsed), "state": "present", "listen_address": listen, "device": device,
+            "forwards": forwards, "state_directory": state_dir(parsed)}
+
+
 def up(parsed, channel, cancelled):
+    options = parsed["options"]
+    raw = _provider.raw_environment(options.get("raw_environment"))
+    if raw and not channel.can("rawsetenv"):
+        raise StellaError("compose_unsupported", "the option raw_environment needs rawsetenv, which this Compose "
+                          "does not announce in COMPOSE_PROVIDER_MESSAGES (Compose 2.40.3 aborts on it); use the "
+                          "prefixed variables (setenv) instead")
     config = None
     if channel.can("get-service-config"):
         config = channel.request("get-service-config")
     release = _provider.release_from(parsed, config)
     directory = state_dir(parsed)
     os.makedirs(directory, mode=0o700, exist_ok=True)
+    relay = relay_plan(parsed, channel, release)
     store = os.path.join(directory, "jobs.sqlite3")
     job_id = "compose-%s-%s" % (datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S"),
                                 secrets.token_hex(3))
-    options = parsed["options"]
     extravars = {"stella_release": release, "stella_job_id": job_id, "stella_job_store": store,
                  "stella_evidence_dir": os.path.join(directory, "evidence"),
                  "stella_insecure_registries": options.get("insecure_registries") or [],
                  "stella_min_engine_version": options.get("min_engine_version") or "24.0.0",
                  "stella_min_compose_version": options.get("min_compose_version") or "2.20.0"}
+    if relay:
+        extravars["stella_relay"] = relay
     channel.send("info", "deploying %s (job %s)" % (release["components"][0]["image"], job_id))
-    rc, status, failure = run_playbook(PLAYBOOKS["up"], extravars, channel, cancelled)
+    plays = [PLAYBOOKS["up"]] + ([PLAYBOOKS["relay"]] if relay else [])
+    rc, status, failure, results = run_playbook(plays, extravars, channel, cancelled)
     record = _job(store, job_id) if os.path.exists(store) else None
     if cancelled["flag"]:
         raise StellaError("cancelled", "cancelled by Compose (job %s %s)" % (
@@ -136,11 +180,19 @@ def up(parsed, channel, cancelled):
     if record is None:
         raise StellaError("provider_run_failed", "the deployment job did not start: %s" % (
             failure or "ansible-runner %s, rc %s" % (status, rc)))
-    if record["status"] != "Succeeded" or rc != 0:
+    if record["status"] != "Succeeded":
         raise StellaError(record.get("code") or "deploy_failed", "job %s %s: %s" % (
             job_id, record["status"], record.get("reason") or "ansible-runner %s" % status))
-    for line in _provider.setenv_lines(deployment_facts(record, release)):
+    if rc != 0 or (relay and RELAY_ACTION not in results):
+        raise StellaError("relay_failed" if relay else "provider_run_failed", "job %s succeeded, then: %s" % (
+            job_id, failure or "ansible-runner %s, rc %s" % (status, rc)))
+    facts = deployment_facts(record, release)
+    for line in _provider.setenv_lines(facts):
         channel.send("setenv", line)
+    for line in _provider.rawsetenv_lines(raw, facts):
+        channel.send("rawsetenv", line)
+    for line in _provider.publish_lines((results.get(RELAY_ACTION) or {}).get("endpoints")):
+        channel.send("publish-endpoint", line)
     evidence = os.path.join(directory, "evidence", "jobs", job_id)
     channel.send("info", "deployed: job %s, evidence %s" % (job_id, evidence))
 
@@ -160,7 +212,11 @@ def down(parsed, channel, cancelled, stop=False):
     extravars = {"stella_teardown_project": project_of(release),
                  "stella_teardown_state": "stopped" if stop else "absent",
                  "stella_work_directory": release["workDirectory"]}
-    rc, status, failure = run_playbook(PLAYBOOKS["down"], extravars, channel, cancelled)
+    plays = [PLAYBOOKS["down"]]
+    if not stop:  # stop keeps the relay endpoint, so the next up publishes the same one
+        plays.append(PLAYBOOKS["relay"])
+        extravars["stella_relay"] = {"name": relay_name(parsed), "state": "absent", "state_directory": state_dir(parsed)}
+    rc, status, failure, _results = run_playbook(plays, extravars, channel, cancelled)
     if rc != 0:
         raise StellaError("teardown_failed", "%s failed: %s" % (
             "stop" if stop else "down", failure or "ansible-runner %s, rc %s" % (status, rc)))

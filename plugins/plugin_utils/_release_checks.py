@@ -98,6 +98,19 @@ def _port_range(text, parts, what):
     return low, high
 
 
+def split_port(spec):
+    """A Compose short-syntax port ``[ip:][host[-end]:]container[-end][/proto]`` as
+    ``(address or None, host or "", container, protocol)``, all strings (pure, no range checks)."""
+    text, _sep, protocol = str(spec).partition("/")
+    address = None
+    if text.startswith("["):
+        address, _sep, text = text[1:].partition("]:")
+    elif text.count(":") == 2:
+        address, _sep, text = text.partition(":")
+    host, _sep, container = text.rpartition(":")
+    return address, host, container, protocol or "tcp"
+
+
 def check_port(spec, parts):
     """A Compose short-syntax port (``[ip:][host[-end]:]container[-end][/proto]``) already matching
     the schema pattern: every number in 1..65535, ranges ordered, a container range only mapped to
@@ -106,18 +119,12 @@ def check_port(spec, parts):
         if not PORT_MIN <= spec <= PORT_MAX:
             fail(parts, "must be %d..%d" % (PORT_MIN, PORT_MAX))
         return
-    text = spec.partition("/")[0]
-    address = None
-    if text.startswith("["):
-        address, _sep, text = text[1:].partition("]:")
-    elif text.count(":") == 2:
-        address, _sep, text = text.partition(":")
+    address, host, container, _protocol = split_port(spec)
     if address is not None:
         try:
             ipaddress.ip_address(address)
         except ValueError:
             fail(parts, "has an invalid IP address %r" % address)
-    host, _sep, container = text.rpartition(":")
     container_low, container_high = _port_range(container, parts, "container")
     if host:
         host_low, host_high = _port_range(host, parts, "host")

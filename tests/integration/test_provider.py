@@ -36,22 +36,25 @@ def provider_bin(tmp_path_factory):
 
 
 class ComposeProject:
-    def __init__(self, tmp_path, provider_bin, lab, image_key="app_v1", image=None):
+    def __init__(self, tmp_path, provider_bin, lab, image_key="app_v1", image=None, second=False):
         self.dir = tmp_path / "project"
         self.dir.mkdir()
         self.name = "prov%s" % uuid.uuid4().hex[:8]
-        self.port = free_port()
+        self.port, self.api_port = free_port(), free_port()
         self.state = tmp_path / "state"
         self.work = tmp_path / "work"
         self.env = dict(os.environ, PATH=provider_bin + os.pathsep + os.environ["PATH"])
         options = {"image": image or lab["images"][image_key]["loopback_ref"], "ports": "%d:8080" % self.port,
                    "version": "1.0.0", "insecure_registries": "127.0.0.1:5000", "min_engine_version": "20.10.0",
                    "state_directory": str(self.state), "work_directory": str(self.work)}
-        document = {"services": {
-            "web": {"provider": {"type": "stella", "options": options}},
-            "app": {"image": lab["images"]["tool"]["loopback_ref"], "command": ["sleep", "3600"],
-                    "depends_on": ["web"], "environment": {"KEEP": "1"}, "init": True},
-        }}
+        services = {"web": {"provider": {"type": "stella", "options": options}}}
+        if second:  # an unrelated provider service: Compose runs both providers at once
+            services["api"] = {"provider": {"type": "stella", "options": dict(
+                options, image=lab["images"]["app_v2"]["loopback_ref"], ports="%d:8080" % self.api_port,
+                version="2.0.0")}}
+        services["app"] = {"image": lab["images"]["tool"]["loopback_ref"], "command": ["sleep", "3600"],
+                           "depends_on": sorted(set(services)), "environment": {"KEEP": "1"}, "init": True}
+        document = {"services": services}
         (self.dir / "compose.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
 
     def compose(self, *args, timeout=600):
@@ -59,8 +62,8 @@ class ComposeProject:
         return subprocess.run(["docker", "compose", "-f", "compose.yaml", "-p", self.name] + list(args), cwd=self.dir,
                               env=self.env, capture_output=True, text=True, check=False, timeout=timeout)
 
-    def jobs(self):
-        path = self.state / self.name / "web" / "jobs.sqlite3"
+    def jobs(self, service="web"):
+        path = self.state / self.name / service / "jobs.sqlite3"
         if not path.exists():
             return []
         store = open_store(str(path))
@@ -80,17 +83,25 @@ class ComposeProject:
         return project, [self.inspect(i) for i in out]
 
 
+def overlap(a, b):
+    return a["startedAt"] < b["completedAt"] and b["startedAt"] < a["completedAt"]
+
+
 def test_compose_up_deploys_through_the_collection_and_down_removes_everything(lab, provider_bin, tmp_path):
-    cp = ComposeProject(tmp_path, provider_bin, lab)
+    cp = ComposeProject(tmp_path, provider_bin, lab, second=True)
     try:
         first = cp.compose("up", "-d")
         assert first.returncode == 0, first.stdout + first.stderr
-        jobs = cp.jobs()
-        assert [j["status"] for j in jobs] == ["Succeeded"]
+        jobs, api_jobs = cp.jobs(), cp.jobs("api")
+        assert [j["status"] for j in jobs] == ["Succeeded"] and [j["status"] for j in api_jobs] == ["Succeeded"]
+        assert overlap(jobs[0], api_jobs[0]), "Compose ran the two providers one after the other"
         record = jobs[0]
         project, containers = cp.deployed(record)
         assert len(containers) == 1 and containers[0]["State"]["Running"]
         assert containers[0]["Config"]["Image"].endswith(lab["images"]["app_v1"]["digest"])
+        api_project, api_containers = cp.deployed(api_jobs[0])
+        assert api_project != project and len(api_containers) == 1
+        assert api_containers[0]["Config"]["Image"].endswith(lab["images"]["app_v2"]["digest"])
         evidence = cp.state / cp.name / "web" / "evidence" / "jobs" / record["jobId"] / "job.json"
         assert json.loads(evidence.read_text())["status"] == "Succeeded"
         app = cp.inspect("%s-app-1" % cp.name)
@@ -99,6 +110,7 @@ def test_compose_up_deploys_through_the_collection_and_down_removes_everything(l
         assert env["WEB_DIGEST"] == lab["images"]["app_v1"]["digest"]
         assert (env["WEB_PROJECT"], env["WEB_SLOT"], env["WEB_HOST"]) == (project, "active", "localhost")
         assert env["KEEP"] == "1"
+        assert env["API_URL"] == "http://localhost:%d/" % cp.api_port and env["API_PROJECT"] == api_project
 
         # ---- a second up: a new job that changes nothing; the dependent is not recreated
         again = cp.compose("up", "-d")
@@ -111,11 +123,13 @@ def test_compose_up_deploys_through_the_collection_and_down_removes_everything(l
             (c["Id"], c["State"]["StartedAt"]) for c in containers]
         app_again = cp.inspect("%s-app-1" % cp.name)
         assert (app_again["Id"], app_again["State"]["StartedAt"]) == (app["Id"], app["State"]["StartedAt"])
+        assert [(c["Id"], c["State"]["StartedAt"]) for c in cp.deployed(cp.jobs("api")[1])[1]] == [
+            (c["Id"], c["State"]["StartedAt"]) for c in api_containers]
 
         # ---- down: the deployed project, its directory and the dependent are gone
         down = cp.compose("down")
         assert down.returncode == 0, down.stdout + down.stderr
-        assert cp.deployed(record)[1] == []
+        assert cp.deployed(record)[1] == [] and cp.deployed(api_jobs[0])[1] == []
         assert not (cp.work / project).exists()
         assert cp.inspect("%s-app-1" % cp.name) is None
         # down again: nothing there, still fine

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import uuid
 
@@ -162,3 +163,138 @@ def test_pull_streams_the_local_image_and_a_truncated_stream_tags_nothing(stella
     # the same digest again: the bookkeeping says it is there, no bytes are asked for
     rc, seen = FakeCompose(stella, announced, {}).run(*args)
     assert rc == 0 and types(seen) == ["info"] and "up to date" in seen[0]["message"]
+
+
+# ---- publish-endpoint and the relay endpoint, with the real networks Compose would create
+
+RELAY = BASE + ",publish-endpoint,get-relay-info,rawsetenv"
+
+
+def docker(*args, check=True):
+    return subprocess.run(["docker"] + list(args), capture_output=True, text=True, check=check, timeout=120)
+
+
+@pytest.fixture
+def networks():
+    """Bridge networks made for one test (``make(name, internal)``), removed afterwards."""
+    made = []
+
+    def make(name, internal=False):
+        docker("network", "create", *(["--internal"] if internal else []), name)
+        made.append(name)
+        return json.loads(docker("network", "inspect", name).stdout)[0]["IPAM"]["Config"][0]["Gateway"]
+    yield make
+    for name in made:
+        docker("network", "rm", name, check=False)
+
+
+def relay_info(network, gateway):
+    """Compose's side of get-relay-info: the relay-link network exists (made by the test), its gateway answered."""
+    def answer(stdin, _line):
+        stdin.write(json.dumps({"networks": [{"name": network, "gateway": gateway}]}).encode() + b"\n")
+        stdin.flush()
+    return answer
+
+
+def reach(lab, network, address, port):
+    """From a container on ``network``: an HTTP request to address:port through nc; the response, or None."""
+    proc = subprocess.run(["docker", "run", "--rm", "--network", network, lab["images"]["tool"]["loopback_ref"], "sh",
+                           "-c", "printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 5 %s %s" % (address, port)],
+                          capture_output=True, text=True, check=False, timeout=120)
+    return proc.stdout if proc.returncode == 0 and proc.stdout.startswith("HTTP/1") else None
+
+
+def host_connects(address, port):
+    try:
+        with socket.create_connection((address, port), timeout=3):
+            return True
+    except OSError:
+        return False
+
+
+def relay_pid(state, project):
+    path = state / project / "web" / ("%s-web" % project) / "relay.pid"
+    return int(path.read_text()) if path.exists() else None
+
+
+def test_publish_endpoint_relays_to_the_relay_link_network_only(lab, stella, tmp_path, networks):
+    project, port = "relay%s" % uuid.uuid4().hex[:8], free_port()
+    link, other = "%s_web_relay" % project, "%s_other" % project
+    gateway = networks(link, internal=True)
+    networks(other)
+    state = tmp_path / "state"
+    options = ["--image=%s" % lab["images"]["app_v1"]["loopback_ref"], "--ports=%d:8080" % port,
+               "--insecure_registries=127.0.0.1:5000", "--min_engine_version=20.10.0", "--state_directory=%s" % state,
+               "--work_directory=%s" % (tmp_path / "work"), "--raw_environment=WEB_ENDPOINT=URL"]
+    compose = FakeCompose(stella, RELAY, {"get-relay-info": relay_info(link, gateway)})
+    try:
+        rc, seen = compose.run("--project-name=%s" % project, "up", *options, "web")
+        assert rc == 0, seen
+        kinds = types(seen)
+        assert kinds.index("get-relay-info") < kinds.index("info")  # asked before anything is deployed
+        published = [line["message"] for line in seen if line["type"] == "publish-endpoint"]
+        assert len(published) == 1 and published[0].startswith("8080=%s:" % gateway), seen
+        listen = int(published[0].rsplit(":", 1)[1])
+        assert [line["message"] for line in seen if line["type"] == "rawsetenv"] == [
+            "WEB_ENDPOINT=http://localhost:%d/" % port]
+        pid = relay_pid(state, project)
+        assert pid and os.getsid(pid) == pid
+
+        # the relay's side: a container on the relay-link network reaches the deployed service ...
+        assert reach(lab, link, gateway, listen), "the relay-link network does not reach the relay endpoint"
+        # ... a container on another bridge and one on the default bridge do not, nor the host's other addresses
+        assert reach(lab, other, gateway, listen) is None
+        assert reach(lab, "bridge", gateway, listen) is None
+        for address in ["127.0.0.1"] + [a for a in host_addresses() if a != gateway]:
+            assert not host_connects(address, listen), "%s:%d accepts connections" % (address, listen)
+
+        # a second up: the same endpoint, the same forwarder
+        rc, again = compose.run("--project-name=%s" % project, "up", *options, "web")
+        assert rc == 0, again
+        assert [line["message"] for line in again if line["type"] == "publish-endpoint"] == published
+        assert relay_pid(state, project) == pid
+    finally:
+        rc, down = FakeCompose(stella, RELAY, {}).run("--project-name=%s" % project, "down", *options, "web")
+    assert rc == 0, down
+    assert not {"setenv", "rawsetenv", "publish-endpoint"} & set(types(down))
+    assert not os.path.exists("/proc/%d" % pid) or b"forwarder" not in open("/proc/%d/cmdline" % pid, "rb").read()
+    assert not (state / project / "web" / ("%s-web" % project)).exists()
+
+
+def host_addresses():
+    out = subprocess.run(["ip", "-j", "-4", "address", "show"], capture_output=True, text=True, check=True).stdout
+    return [info["local"] for link in json.loads(out) for info in link.get("addr_info", [])]
+
+
+def test_without_a_gateway_the_relay_binds_the_default_bridge_gateway_and_says_so(lab, stella, tmp_path):
+    project, port = "relay%s" % uuid.uuid4().hex[:8], free_port()
+    bridge = json.loads(docker("network", "inspect", "bridge").stdout)[0]["IPAM"]["Config"][0]["Gateway"]
+    options = ["--image=%s" % lab["images"]["app_v1"]["loopback_ref"], "--ports=%d:8080" % port,
+               "--insecure_registries=127.0.0.1:5000", "--min_engine_version=20.10.0",
+               "--state_directory=%s" % (tmp_path / "state"), "--work_directory=%s" % (tmp_path / "work")]
+    try:
+        compose = FakeCompose(stella, BASE + ",publish-endpoint", {})
+        rc, seen = compose.run("--project-name=%s" % project, "up", *options, "web")
+        assert rc == 0, seen
+        assert "get-relay-info" not in types(seen)
+        assert any("not pinned" in line["message"] for line in seen if line["type"] == "info"), seen
+        published = [line["message"] for line in seen if line["type"] == "publish-endpoint"]
+        assert len(published) == 1 and published[0].startswith("8080=%s:" % bridge), seen
+        listen = int(published[0].rsplit(":", 1)[1])
+        assert reach(lab, "bridge", bridge, listen)  # where host.docker.internal points
+        assert not host_connects("127.0.0.1", listen)  # never a wildcard bind
+    finally:
+        rc, down = FakeCompose(stella, BASE, {}).run("--project-name=%s" % project, "down", *options, "web")
+        assert rc == 0, down
+
+
+def test_raw_environment_needs_rawsetenv_and_fails_before_deploying(stella, tmp_path):
+    rc, seen = FakeCompose(stella, BASE, {}).run("--project-name=p", "up", "--image=example/app:1",
+                                                 "--raw_environment=DATABASE_URL=URL",
+                                                 "--state_directory=%s" % (tmp_path / "state"), "web")
+    assert rc == 1 and types(seen) == ["error"], seen
+    assert seen[0]["message"].startswith("compose_unsupported:") and "raw_environment" in seen[0]["message"]
+    assert not (tmp_path / "state").exists()
+    rc, seen = FakeCompose(stella, RELAY, {}).run("--project-name=p", "up", "--image=example/app:1",
+                                                  "--raw_environment=DATABASE_URL=PASSWORD", "web")
+    assert rc == 1 and seen[-1]["message"].startswith("invalid_option:") and "URL" in seen[-1]["message"]

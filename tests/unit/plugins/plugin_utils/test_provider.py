@@ -197,3 +197,77 @@ def test_setenv_facts_of_a_job_do_not_change_between_jobs_of_the_same_release():
     again = cli.deployment_facts({"jobId": "job-2", "targets": {"localhost": dict(target, appliedByJobId="job-1")}},
                                  release)
     assert first == again and first["URL"] == "http://localhost:18080/" and first["PORT"] == "18080"
+    assert set(first) == set(pv.FACTS)
+
+
+# ------------------------------------------------------------------ publish-endpoint, the relay, rawsetenv
+
+@pytest.mark.parametrize("ports,published", [
+    (["18080:8080"], [(None, "18080", "8080")]),
+    (["127.0.0.1:18080:8080/tcp", "53:53/udp", "9000"], [("127.0.0.1", "18080", "8080")]),
+    (["[::1]:18080:8080", "8000-8001:8000-8001"], [("::1", "18080", "8080")]),
+])
+def test_published_ports_keep_single_tcp_host_ports(ports, published):
+    assert pv.published_ports(ports) == published
+    assert pv.host_port(ports) == published[0][1]
+
+
+def test_relay_forwards_reach_the_published_port_on_this_host():
+    assert pv.relay_forwards(["18080:8080", "0.0.0.0:18081:81", "10.0.0.5:18082:82"]) == [
+        {"port": 8080, "upstream_host": "127.0.0.1", "upstream_port": 18080, "listen_port": 0},
+        {"port": 81, "upstream_host": "127.0.0.1", "upstream_port": 18081, "listen_port": 0},
+        {"port": 82, "upstream_host": "10.0.0.5", "upstream_port": 18082, "listen_port": 0}]
+
+
+@pytest.mark.parametrize("answer,expected", [
+    ({"networks": [{"name": "p_db_relay", "gateway": "172.20.0.1"}]}, ("172.20.0.1", "p_db_relay")),
+    ({"networks": [{"name": "desktop", "gateway": "127.0.0.1"}]}, ("127.0.0.1", "desktop")),
+    ({"networks": [{"name": "p_db_relay"}]}, (None, "p_db_relay")),
+    ({}, (None, None)),
+])
+def test_relay_listen_takes_the_announced_gateway(answer, expected):
+    assert pv.relay_listen(answer) == expected
+
+
+def test_publish_lines_keep_routable_addresses_and_name_loopback_localhost():
+    assert pv.publish_lines(["8080=172.20.0.1:41000", "81=127.0.0.1:41001"]) == [
+        "8080=172.20.0.1:41000", "81=localhost:41001"]
+
+
+def test_raw_environment_names_facts_only():
+    raw = pv.raw_environment(["DATABASE_URL=URL", "IMAGE_DIGEST=DIGEST"])
+    assert pv.rawsetenv_lines(raw, {"URL": "http://localhost:1/", "DIGEST": None}) == ["DATABASE_URL=http://localhost:1/"]
+    with pytest.raises(pv.ProviderError) as err:
+        pv.raw_environment(["X=PASSWORD"])
+    assert err.value.code == "invalid_option"
+
+
+def relay_channel(messages):
+    chan, _out = channel({"COMPOSE_PROVIDER_MESSAGES": messages})
+    chan.inp = io.BytesIO(b'{"networks": [{"name": "shop_web_relay", "gateway": "172.20.0.1"}]}\n')
+    return chan
+
+
+def test_relay_plan_follows_what_compose_announces():
+    parsed = pv.parse_argv(["compose", "--project-name=shop", "up", "--image=" + IMAGE, "--ports=18080:8080",
+                            "--state_directory=/state", "web"])
+    release = pv.release_from(parsed)
+    assert cli.relay_plan(parsed, relay_channel("info,error"), release) is None
+    linked = cli.relay_plan(parsed, relay_channel("info,publish-endpoint,get-relay-info"), release)
+    assert linked == {"name": "shop-web", "state": "present", "listen_address": "172.20.0.1", "device": "auto",
+                      "forwards": [{"port": 8080, "upstream_host": "127.0.0.1", "upstream_port": 18080,
+                                    "listen_port": 0}], "state_directory": "/state/shop/web"}
+    fallback = cli.relay_plan(parsed, relay_channel("info,publish-endpoint"), release)
+    assert (fallback["listen_address"], fallback["device"]) == ("host-gateway", "none")
+    off = pv.parse_argv(["compose", "--project-name=shop", "up", "--image=" + IMAGE, "--ports=18080:8080",
+                         "--relay=off", "web"])
+    assert cli.relay_plan(off, relay_channel("info,publish-endpoint,get-relay-info"), release) is None
+
+
+def test_the_relay_task_result_is_kept_from_the_events():
+    chan, _out = channel({})
+    events = cli.PhaseEvents(chan)
+    events({"event": "runner_on_ok", "event_data": {"task": "Relay | start or remove the relay endpoint",
+                                                    "task_action": cli.RELAY_ACTION, "host": "localhost",
+                                                    "res": {"endpoints": ["8080=172.20.0.1:41000"]}}})
+    assert events.results[cli.RELAY_ACTION]["endpoints"] == ["8080=172.20.0.1:41000"]
