@@ -28,7 +28,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils._artifacts impor
 from ansible_collections.stellaops.runtime.plugins.module_utils._canonical import pretty_json, sha256_bytes
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError, redact_url
 from ansible_collections.stellaops.runtime.plugins.module_utils._compose_project import (
-    ComposeProject, check_pinned, container_fingerprint, raise_problems, services_evidence)
+    ComposeProject, ServicesNotReady, check_pinned, container_fingerprint, raise_problems, services_evidence)
 from ansible_collections.stellaops.runtime.plugins.module_utils._contract import (
     COMPOSE_STEPS, COMPOSE_UP, ENV_FILE, ENV_FILE_MODE, LOCK_FILE, MANIFEST_FILE, REVISION_FILES, STICKER_FILE)
 from ansible_collections.stellaops.runtime.plugins.module_utils._fsutil import (
@@ -277,7 +277,11 @@ class ComposeApply(Manager):
         try:
             with rec.phase("compose_up"):
                 result["changed"] = True
-                self.project.up()
+                started = self.project.up()
+        except ServicesNotReady as exc:
+            evidence.update(services_evidence(self.project.verify(expected, image_ids, request["target"], mhash,
+                                                                  "compose_up", containers=exc.containers)[1]))
+            raise
         except StellaError as exc:
             with contextlib.suppress(StellaError):
                 evidence.update(services_evidence(self.project.verify(expected, image_ids, request["target"], mhash,
@@ -286,7 +290,7 @@ class ComposeApply(Manager):
             raise
         with rec.phase("inspect_services"):
             after, services, problems = self.project.verify(expected, image_ids, request["target"], mhash,
-                                                            "inspect_services")
+                                                            "inspect_services", containers=started)
             evidence.update(services_evidence(services))
             result["changed"] = container_fingerprint(after) != container_fingerprint(before_containers)
             raise_problems(problems, "inspect_services")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils._contract import (
@@ -23,6 +24,11 @@ from ansible_collections.stellaops.runtime.plugins.module_utils._docker_cli impo
 from ansible_collections.stellaops.runtime.plugins.module_utils._imageref import parse_image_ref
 
 PULL_TIMEOUT = 900
+# How often the containers are looked at while they start: every READY_POLL_SECONDS for the first
+# READY_FAST_SECONDS, then every READY_SLOW_SECONDS.
+READY_POLL_SECONDS = 0.1
+READY_FAST_SECONDS = 10.0
+READY_SLOW_SECONDS = 0.5
 _SERVICE_LINE = re.compile(r"^  ([A-Za-z0-9_][A-Za-z0-9_.-]*):$")
 _IMAGE_LINE = re.compile(r'^    image: "([^"\\$]*)"$')
 _LABEL_LINE = re.compile(r'^      ([A-Za-z0-9_][A-Za-z0-9_.-]*): "([^"\\$]*)"$')
@@ -171,6 +177,54 @@ def container_fingerprint(containers):
     return sorted((c.get("id"), c.get("startedAt")) for c in containers)
 
 
+def readiness(containers):
+    """Whether the containers ``up -d`` started are ready, by the rule of ``docker compose up --wait``
+    (pure): ``("ready" | "waiting" | "failed", problems)``.
+
+    A container that exited (or is dead) fails the wait; one with a healthcheck is ready when healthy
+    and fails when unhealthy; one without a healthcheck is ready when it runs (not while restarting).
+    A project without containers is waiting: Compose may not have listed them yet.
+    """
+    if not containers:
+        return "waiting", []
+    waiting = False
+    for container in sorted(containers, key=lambda c: c.get("name") or ""):
+        name, state, health = container.get("name"), container.get("state"), container.get("health")
+        if state in ("exited", "dead"):
+            return "failed", [("service_not_running", "container %s exited (%s)" % (name, container.get("exitCode")))]
+        if health == "unhealthy":
+            return "failed", [("service_unhealthy", "container %s is unhealthy" % name)]
+        if health in (None, "none"):
+            waiting = waiting or state != "running" or bool(container.get("restarting"))
+        elif health != "healthy":
+            waiting = True
+    return ("waiting" if waiting else "ready"), []
+
+
+def not_ready_problems(containers, waited):
+    """Why the containers were still not ready after ``waited`` seconds (pure)."""
+    problems = []
+    for container in sorted(containers, key=lambda c: c.get("name") or ""):
+        name, health = container.get("name"), container.get("health")
+        if health not in (None, "none", "healthy"):
+            problems.append(("service_unhealthy", "container %s is still %s after %ss" % (name, health, waited)))
+        elif container.get("state") != "running" or container.get("restarting"):
+            problems.append(("service_not_running", "container %s is still %s after %ss" % (
+                name, container.get("state"), waited)))
+    return problems or [("service_not_running", "the project has no container after %ss" % waited)]
+
+
+class ServicesNotReady(StellaError):
+    """The started containers did not become ready; ``containers`` is what the last look saw."""
+
+    def __init__(self, problems, phase, containers):
+        code, reason = problems[0]
+        if len(problems) > 1:
+            reason += " (and %d more problem(s))" % (len(problems) - 1)
+        super().__init__(code, reason, phase=phase, evidence={"problems": [p[1] for p in problems]})
+        self.containers = containers
+
+
 def services_evidence(services):
     return {"services": services, "serviceCount": len({s["service"] for s in services})}
 
@@ -178,10 +232,12 @@ def services_evidence(services):
 class ComposeProject:
     """A Compose project of this host, named and laid out by ``layout`` (see ``_revisions.Layout``)."""
 
-    def __init__(self, cli, layout, wait_timeout=120):
+    def __init__(self, cli, layout, wait_timeout=120, clock=time.monotonic, sleep=time.sleep):
         self.cli = cli
         self.layout = layout
         self.wait_timeout = wait_timeout
+        self.clock = clock
+        self.sleep = sleep
 
     def _base(self):
         return self.cli.compose_base(self.layout.project_name, self.layout.lock_path, self.layout.project_dir)
@@ -243,12 +299,36 @@ class ComposeProject:
         return {service: infos[service]["id"] for service in infos}, missing
 
     def up(self, phase="compose_up"):
-        return self.cli.compose_up(self.layout.project_name, self.layout.lock_path, self.layout.project_dir,
-                                   wait_timeout=self.wait_timeout, phase=phase)
+        """``up -d``, then wait until every container is ready (:func:`readiness`); return the
+        containers as the last look saw them, so verification needs no second look.
 
-    def verify(self, expected, image_ids, target, manifest_hash, phase):
-        """``(containers, services evidence, problems)`` of what runs now against ``expected`` (images, labels)."""
-        containers = self.containers(phase=phase)
+        The containers are looked at every ``READY_POLL_SECONDS`` (Compose's own ``--wait`` looks
+        every half second), for at most ``wait_timeout`` seconds; :class:`ServicesNotReady` otherwise.
+        """
+        self.cli.compose_up(self.layout.project_name, self.layout.lock_path, self.layout.project_dir,
+                            wait_timeout=self.wait_timeout, phase=phase)
+        return self.wait_ready(phase)
+
+    def wait_ready(self, phase="compose_up"):
+        started = self.clock()
+        while True:
+            containers = self.containers(phase=phase)
+            status, problems = readiness(containers)
+            if status == "ready":
+                return containers
+            if status == "failed":
+                raise ServicesNotReady(problems, phase, containers)
+            waited = self.clock() - started
+            if waited >= self.wait_timeout:
+                raise ServicesNotReady(not_ready_problems(containers, self.wait_timeout), phase, containers)
+            pause = READY_POLL_SECONDS if waited < READY_FAST_SECONDS else READY_SLOW_SECONDS
+            self.sleep(min(pause, max(self.wait_timeout - waited, 0)))
+
+    def verify(self, expected, image_ids, target, manifest_hash, phase, containers=None):
+        """``(containers, services evidence, problems)`` of what runs now (or of ``containers``, what
+        ``up`` last saw) against ``expected`` (images, labels)."""
+        if containers is None:
+            containers = self.containers(phase=phase)
         services, problems = verify_services(expected[0], expected[1], containers, image_ids, target, manifest_hash)
         return containers, services, problems
 

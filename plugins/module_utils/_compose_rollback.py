@@ -177,10 +177,10 @@ class ComposeRollback(Manager):
             evidence["pulledServices"] = pulled
         with rec.phase("compose_up"):
             result["changed"] = True
-            self.project.up()
+            started = self.project.up()
         with rec.phase("inspect_services"):
             after, services, problems = self.project.verify(expected, image_ids, request["target"], mhash,
-                                                            "inspect_services")
+                                                            "inspect_services", containers=started)
             evidence.update(services_evidence(services))
             raise_problems(problems, "inspect_services")
         with rec.phase("restore_sticker"):

@@ -249,8 +249,9 @@ class DockerCli:
             found = self._which(self.docker)
             if found is None:
                 raise StellaError("runtime_missing", "Docker CLI %r not found on this host" % self.docker, phase=phase)
-            self._binary = found
+            # timeout(1) first: threads asking at once see the binary only with its bound
             self._timeout_bin = self._which("timeout") or ""
+            self._binary = found
         return self._binary
 
     def run(self, argv, code="docker_command_failed", phase=None, check=True, timeout=None):
@@ -330,8 +331,11 @@ class DockerCli:
         return ["compose", "--project-name", project, "--project-directory", project_dir, "-f", compose_file]
 
     def compose_up(self, project, compose_file, project_dir, wait_timeout=120, phase="compose_up"):
+        """``up -d`` without ``--wait``: the caller waits for the containers itself (``ComposeProject.up``).
+        The bound stays ``wait_timeout`` on top of the command timeout: replaced containers are stopped
+        with their grace period first."""
         argv = self.compose_base(project, compose_file, project_dir) + [
-            "up", "-d", "--wait", "--wait-timeout", str(int(wait_timeout)), "--remove-orphans", "--pull", "never"]
+            "up", "-d", "--remove-orphans", "--pull", "never"]
         return self.run(argv, code="compose_up_failed", phase=phase, timeout=int(wait_timeout) + self.timeout)
 
     def project_container_ids(self, project, phase=None):

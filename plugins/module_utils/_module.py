@@ -12,6 +12,7 @@ doc fragments.
 
 from __future__ import annotations
 
+import select
 import traceback
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
@@ -40,6 +41,35 @@ def argument_spec(own, task=False):
     return spec
 
 
+def _hung_up(fds):
+    """True when every pipe in ``fds`` reports a hang-up: no process holds its write end any more."""
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN | select.POLLHUP)
+    return len({fd for fd, event in poller.poll(0) if event & select.POLLHUP}) == len(fds)
+
+
+def settle_when_hung_up(cmd):
+    """A ``before_communicate_callback`` for ``run_command``: once both pipes are hung up, ``poll()``
+    waits for the exit instead of answering ``None``.
+
+    ``run_command`` reads until both pipes end, then asks ``poll()`` twice; when the command exits
+    between the two questions (``timeout(1)`` closes its output just before it exits, so this is
+    common), it goes back to waiting on no pipe at all, for a whole second. Waiting once nothing can
+    write any more is what ``run_command`` means to do there, and it ends at once.
+    """
+    real_poll = cmd.poll
+    fds = [cmd.stdout.fileno(), cmd.stderr.fileno()]
+
+    def poll():
+        returncode = real_poll()
+        if returncode is None and _hung_up(fds):
+            returncode = cmd.wait()
+        return returncode
+
+    cmd.poll = poll
+
+
 def command_runner(module):
     """``run_command(argv, environ_update=None)`` with ``LC_ALL=C`` and the module's ``docker_host``.
 
@@ -52,7 +82,7 @@ def command_runner(module):
     def run_command(argv, environ_update=None):
         environ = dict(base)
         environ.update(environ_update or {})
-        return module.run_command(argv, environ_update=environ)
+        return module.run_command(argv, environ_update=environ, before_communicate_callback=settle_when_hung_up)
 
     return run_command
 

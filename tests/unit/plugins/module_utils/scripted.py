@@ -416,8 +416,11 @@ class Site:
                     json.dumps(self.config(plan)), action=action)
 
     def up_step(self, plan, rc=0, err="", wait_timeout=120, action=None):
-        return Step(compose_argv(self.directory(plan), self.project(plan), "up", "-d", "--wait", "--wait-timeout",
-                                 str(wait_timeout), "--remove-orphans", "--pull", "never"), rc, "", err, action=action)
+        """``up -d`` (the managers wait for the containers themselves; ``wait_timeout`` is the bound the
+        step expects on top of the command timeout)."""
+        del wait_timeout
+        return Step(compose_argv(self.directory(plan), self.project(plan), "up", "-d", "--remove-orphans", "--pull",
+                                 "never"), rc, "", err, action=action)
 
     def pull_step(self, plan, *services):
         return Step(compose_argv(self.directory(plan), self.project(plan), "pull", "--quiet", *services), 0, "",

@@ -328,8 +328,9 @@ def test_pull_disabled_and_image_missing_fails_before_compose_up(site):
 
 
 def test_failed_compose_up_restores_every_file(site):
-    """compose up reports an unhealthy service: lock, sticker, manifest and .env.stella are put back
-    byte for byte; the retained revision of the running release stays as the baseline."""
+    """The new container turns unhealthy while the apply waits for it after ``up -d``: lock, sticker,
+    manifest and .env.stella are put back byte for byte; the retained revision of the running release
+    stays as the baseline."""
     plan_a = site.plan("1.0.0", secret="s1")
     running = [site.container(plan_a, "a1")]
     deploy(site, plan_a, [], running)
@@ -339,14 +340,14 @@ def test_failed_compose_up_restores_every_file(site):
     plan_b = site.plan("2.0.0", secret="s2")
     assert site.env(plan_b) != site.env(plan_a)
     broken = [site.container(plan_b, "b1", base="bad")]
-    up = site.up_step(plan_b, rc=1, err=sc.fixture("compose_up_unhealthy.stderr"))
-    runner = sc.ScriptedRunner(site.apply_steps(plan_b, running, broken, up=up))
+    runner = sc.ScriptedRunner(site.apply_steps(plan_b, running, broken))
     with pytest.raises(StellaError) as err:
         apply(site, plan_b, runner)
 
     runner.assert_done()
     assert sc.runtime_once(runner.docker_verbs()) == APPLY_VERBS
     assert err.value.code == "service_unhealthy" and err.value.phase == "compose_up"
+    assert err.value.reason == "container %s is unhealthy" % broken[0]["Name"].lstrip("/")
     evidence = err.value.evidence
     assert evidence["failurePhase"] == "compose_up" and evidence["changed"] is True
     assert evidence["filesRestored"] == [ENV, sc.LOCK] and evidence["lockRestored"] is True

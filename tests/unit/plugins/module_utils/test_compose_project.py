@@ -214,8 +214,95 @@ def test_config_without_json_is_lock_invalid(project):
 
 def test_up_argv_and_bound(project):
     site, plan, layout = project
-    runner = sc.ScriptedRunner([site.up_step(plan, wait_timeout=30)])
-    cp.ComposeProject(sc.engine(runner), layout, wait_timeout=30).up()
+    healthy = [site.container(plan, "w1")]
+    runner = sc.ScriptedRunner([site.up_step(plan, wait_timeout=30)] + sc.containers(layout.project_name, healthy))
+    started = cp.ComposeProject(sc.engine(runner), layout, wait_timeout=30).up()
     runner.assert_done()
     assert runner.limit_of("compose up") == 30 + 60
     assert json.dumps(runner.calls[0]).count(os.path.join(layout.project_dir, sc.LOCK)) == 1
+    assert [c["id"] for c in started] == [sc.container_id("w1")]
+
+
+class Clock:
+    """A clock that only moves when the code under test sleeps."""
+
+    def __init__(self):
+        self.now, self.sleeps = 0.0, []
+
+    def __call__(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.sleeps.append(round(seconds, 3))
+        self.now += seconds
+
+
+def waiting_project(site, plan, layout, looks, wait_timeout=30):
+    """A ComposeProject whose ``up`` sees ``looks`` (one list of containers per look) in turn."""
+    steps = [site.up_step(plan, wait_timeout=wait_timeout)]
+    for entries in looks:
+        steps += sc.containers(layout.project_name, entries)
+    runner = sc.ScriptedRunner(steps)
+    clock = Clock()
+    return cp.ComposeProject(sc.engine(runner), layout, wait_timeout=wait_timeout, clock=clock,
+                             sleep=clock.sleep), runner, clock
+
+
+def test_up_waits_until_starting_containers_are_healthy(project):
+    site, plan, layout = project
+    looks = [[], [site.container(plan, "w1", health="starting")], [site.container(plan, "w1", health="starting")],
+             [site.container(plan, "w1")]]
+    proj, runner, clock = waiting_project(site, plan, layout, looks)
+    started = proj.up()
+    runner.assert_done()
+    assert started[0]["health"] == "healthy"
+    assert clock.sleeps == [cp.READY_POLL_SECONDS] * 3
+
+
+@pytest.mark.parametrize("state,code,reason", [
+    ({"health": "unhealthy"}, "service_unhealthy", "is unhealthy"),
+    ({"running": False, "status": "exited"}, "service_not_running", "exited ("),
+], ids=["unhealthy", "exited"])
+def test_up_fails_on_the_first_look_that_settles_it(project, state, code, reason):
+    site, plan, layout = project
+    looks = [[site.container(plan, "w1", health="starting")], [site.container(plan, "w1", **state)]]
+    proj, runner, _clock = waiting_project(site, plan, layout, looks)
+    with pytest.raises(cp.ServicesNotReady) as err:
+        proj.up()
+    runner.assert_done()
+    assert err.value.code == code and reason in err.value.reason and err.value.phase == "compose_up"
+    assert [c["id"] for c in err.value.containers] == [sc.container_id("w1")]
+
+
+def test_up_gives_up_after_wait_timeout_and_slows_down_after_the_first_seconds(project):
+    site, plan, layout = project
+    starting = [site.container(plan, "w1", health="starting")]
+    # 10 s at 0.1 s, then 0.5 s steps up to 12 s: 100 + 4 sleeps, 106 looks
+    looks = [starting] * 106
+    proj, runner, clock = waiting_project(site, plan, layout, looks, wait_timeout=12)
+    with pytest.raises(cp.ServicesNotReady) as err:
+        proj.up()
+    runner.assert_done()
+    assert err.value.code == "service_unhealthy" and "still starting after 12s" in err.value.reason
+    assert clock.sleeps.count(cp.READY_POLL_SECONDS) >= 99 and cp.READY_SLOW_SECONDS in clock.sleeps
+    assert clock.now == pytest.approx(12, abs=0.01)
+
+
+@pytest.mark.parametrize("containers,status,code", [
+    ([], "waiting", None),
+    ([container()], "ready", None),
+    ([container(health="none")], "ready", None),
+    ([container(health="none", state="created", running=False)], "waiting", None),
+    ([container(health="none", state="restarting", restarting=True)], "waiting", None),
+    ([container(health="starting")], "waiting", None),
+    ([container(), container(id="c2", name="p-web-2", health="starting")], "waiting", None),
+    ([container(health="starting"), container(id="c2", name="p-web-2", health="unhealthy")], "failed",
+     "service_unhealthy"),
+    ([container(state="exited", running=False, exitCode=3)], "failed", "service_not_running"),
+    ([container(state="dead", running=False, health="none")], "failed", "service_not_running"),
+], ids=["none-yet", "healthy", "no-healthcheck-running", "created", "restarting", "starting", "one-starting",
+        "one-unhealthy", "exited", "dead"])
+def test_readiness_follows_compose_up_wait(containers, status, code):
+    got, problems = cp.readiness(containers)
+    assert got == status
+    assert (problems[0][0] if problems else None) == code

@@ -173,8 +173,7 @@ def test_docker_cli_uses_argv_lists_and_parses():
     docker.compose_up("p", "/w/p/compose.stella.lock.yml", "/w/p", wait_timeout=30)
     up = run.calls[-1]
     assert up == ["docker", "compose", "--project-name", "p", "--project-directory", "/w/p", "-f",
-                  "/w/p/compose.stella.lock.yml", "up", "-d", "--wait", "--wait-timeout", "30", "--remove-orphans",
-                  "--pull", "never"]
+                  "/w/p/compose.stella.lock.yml", "up", "-d", "--remove-orphans", "--pull", "never"]
     assert all(isinstance(call, list) for call in run.calls)
 
 
