@@ -21,7 +21,7 @@ options:
     type: str
   command_timeout:
     description:
-      - Seconds any single Docker or Compose command may take (pulls and C(up --wait) get their own,
+      - Seconds any single Docker or Compose command may take (pulls and C(up) get their own,
         longer bounds). A daemon that does not answer in time fails with V(runtime_daemon_unavailable)
         instead of hanging the task.
     type: int

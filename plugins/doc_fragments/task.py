@@ -32,8 +32,8 @@ options:
     type: path
   wait_timeout:
     description:
-      - Seconds the services may take to become running and healthy (C(docker compose up --wait) or
-        the container health wait).
+      - Seconds the services may take to become running and healthy (the wait after
+        C(docker compose up -d), or the container health wait of V(docker.run)).
     type: int
     default: 120
 """

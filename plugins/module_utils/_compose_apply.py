@@ -16,6 +16,7 @@ rollback baseline. Standard library only.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import json
 import os
@@ -28,7 +29,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils._artifacts impor
 from ansible_collections.stellaops.runtime.plugins.module_utils._canonical import pretty_json, sha256_bytes
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError, redact_url
 from ansible_collections.stellaops.runtime.plugins.module_utils._compose_project import (
-    ComposeProject, ServicesNotReady, check_pinned, container_fingerprint, raise_problems, services_evidence)
+    NOT_ASKED, ComposeProject, ServicesNotReady, check_pinned, container_fingerprint, raise_problems, services_evidence)
 from ansible_collections.stellaops.runtime.plugins.module_utils._contract import (
     COMPOSE_STEPS, COMPOSE_UP, ENV_FILE, ENV_FILE_MODE, LOCK_FILE, MANIFEST_FILE, REVISION_FILES, STICKER_FILE)
 from ansible_collections.stellaops.runtime.plugins.module_utils._fsutil import (
@@ -190,8 +191,13 @@ class ComposeApply(Manager):
                 evidence["staleHookPidsKilled"] = killed
             before = _revisions.read_current(self.layout)
             before_env = read_bytes(self.layout.env_path)
-            containers = self.project.containers(phase="verify_target")
-            converged = self._converged(files, before, before_env, containers, request["target"], mhash)
+            with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+                # the committed lock is the one asked for: its images are asked while the containers are
+                asked = pool.submit(self.project.lock_image_ids, files[LOCK_FILE], "verify_target") \
+                    if before[LOCK_FILE] == files[LOCK_FILE] else None
+                containers = self.project.containers(phase="verify_target")
+                ids = asked.result() if asked is not None else NOT_ASKED
+            converged = self._converged(files, before, before_env, containers, request["target"], mhash, ids)
             if converged is not None:
                 # Same release, every service verified: no hook runs, no container is touched, and the
                 # committed artifact set (with the sticker of the job that applied it) stays.
@@ -215,7 +221,7 @@ class ComposeApply(Manager):
                 raise
             staged.commit()
 
-    def _converged(self, files, before, before_env, containers, target, mhash):
+    def _converged(self, files, before, before_env, containers, target, mhash, ids=NOT_ASKED):
         if before[LOCK_FILE] != files[LOCK_FILE]:
             return None
         if before[STICKER_FILE] != files[STICKER_FILE] or before[MANIFEST_FILE] != files[MANIFEST_FILE]:
@@ -229,7 +235,7 @@ class ComposeApply(Manager):
             return None
         if self.env_bytes is not None and before_env != self.env_bytes:
             return None
-        return self.project.converged(containers, target, mhash, lock_bytes=files[LOCK_FILE])
+        return self.project.converged(containers, target, mhash, lock_bytes=files[LOCK_FILE], ids=ids)
 
     @staticmethod
     def _keep_committed(before, evidence):

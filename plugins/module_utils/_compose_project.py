@@ -24,6 +24,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils._docker_cli impo
 from ansible_collections.stellaops.runtime.plugins.module_utils._imageref import parse_image_ref
 
 PULL_TIMEOUT = 900
+NOT_ASKED = object()  # a question not asked yet
 # How often the containers are looked at while they start: every READY_POLL_SECONDS for the first
 # READY_FAST_SECONDS, then every READY_SLOW_SECONDS.
 READY_POLL_SECONDS = 0.1
@@ -332,9 +333,18 @@ class ComposeProject:
         services, problems = verify_services(expected[0], expected[1], containers, image_ids, target, manifest_hash)
         return containers, services, problems
 
-    def converged(self, containers, target, manifest_hash, lock_bytes=None, phase="inspect_services"):
+    def lock_image_ids(self, lock_bytes, phase="inspect_services"):
+        """``{service: image id}`` of the lock's pinned images when all are present, else ``None``
+        (also when the engine errs: the caller then applies and reports that error)."""
+        try:
+            return self.image_ids(self.expected(lock_bytes, phase)[0], phase)
+        except StellaError:
+            return None
+
+    def converged(self, containers, target, manifest_hash, lock_bytes=None, phase="inspect_services", ids=NOT_ASKED):
         """Services evidence when the committed lock already runs exactly (images, labels, health), else
-        ``None``. ``lock_bytes`` (the hash-verified committed lock) spares asking Compose to render it.
+        ``None``. ``lock_bytes`` (the hash-verified committed lock) spares asking Compose to render it;
+        ``ids`` is :meth:`lock_image_ids` when the caller already asked it.
 
         Any engine error counts as "not converged": the caller then applies and reports that error.
         """
@@ -342,9 +352,10 @@ class ComposeProject:
             return None
         try:
             images, expected_labels = self.expected(lock_bytes, phase)
-            ids = self.image_ids(images, phase)
         except StellaError:
             return None
+        if ids is NOT_ASKED:
+            ids = self.lock_image_ids(lock_bytes, phase)
         if ids is None:
             return None
         services, problems = verify_services(images, expected_labels, containers, ids, target, manifest_hash)

@@ -30,12 +30,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils._contract import
 from ansible_collections.stellaops.runtime.plugins.module_utils._imageref import parse_image_ref
 from ansible_collections.stellaops.runtime.plugins.module_utils._registry import RegistryClient
 from ansible_collections.stellaops.runtime.plugins.module_utils._versions import (
-    DEFAULT_MIN_COMPOSE,
-    DEFAULT_MIN_ENGINE,
-    normalize_version,
-    parse_version,
-    version_at_least,
-)
+    DEFAULT_MIN_COMPOSE, DEFAULT_MIN_ENGINE, normalize_version, parse_version, version_at_least)
 
 CODES = PREFLIGHT_CODES
 
@@ -178,18 +173,20 @@ class HostObserver:
         self.docker_host = docker_host
 
     def observe(self, req):
-        """Every observation; the engine questions (versions, registry config, Compose) are asked at
-        the same time, each once, and each bounded by the engine client's timeout."""
+        """Every observation, at the same time where nothing depends on another: the engine
+        questions (versions, registry config, Compose; each once, each bounded by the engine
+        client's timeout), the work directory and disk, and the registry as soon as the daemon said
+        which registries it reaches over plain HTTP."""
         obs = {"host": self._host()}
-        with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
             compose = pool.submit(self._compose)
+            local = pool.submit(lambda: (self._workdir(req["work_directory"]), self._disk(req["work_directory"])))
             obs["docker"] = self._docker(pool)
+            self._use_daemon_insecure_registries(obs)
+            remote = pool.submit(lambda: (self._registry(req), self._platform(req)))
             obs["compose"] = compose.result()
-        self._use_daemon_insecure_registries(obs)
-        obs["registry"] = self._registry(req)
-        obs["platform"] = self._platform(req)
-        obs["workDirectory"] = self._workdir(req["work_directory"])
-        obs["disk"] = self._disk(req["work_directory"])
+            obs["registry"], obs["platform"] = remote.result()
+            obs["workDirectory"], obs["disk"] = local.result()
         return obs
 
     @staticmethod

@@ -17,8 +17,9 @@ description:
   - For V(compose.up), under the per-project lock (held for the whole apply, post-deploy hooks
     included) it removes stale temporary files, retains the current revision when one exists and
     differs, stages C(compose.stella.lock.yml), runs pre-deploy hooks, pulls missing images, verifies
-    every image's RepoDigests contains the pinned digest, runs C(docker compose up -d --wait
-    --remove-orphans), inspects every service (state, health, image, Stella labels, target identity) and
+    every image's RepoDigests contains the pinned digest, runs C(docker compose up -d
+    --remove-orphans), waits for every container as C(up --wait) would (a look every 0.1 s: healthy, or
+    running without a healthcheck; an exited or unhealthy container fails at once), inspects every service (state, health, image, Stella labels, target identity) and
     only then writes C(stella.version.json) and C(apply-manifest.json), then runs post-deploy hooks.
   - For V(docker.run), it takes one payload (O(payload)) or the payloads of every component of one
     DockerHost release (O(payloads)) and applies them as one transaction under the project lock. It
@@ -338,7 +339,7 @@ ipAddress:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.stellaops.runtime.plugins.module_utils import _compose_apply, _docker_run
+from ansible_collections.stellaops.runtime.plugins.module_utils import _compose_apply
 from ansible_collections.stellaops.runtime.plugins.module_utils._artifacts import env_artifact_values, render_env_artifact
 from ansible_collections.stellaops.runtime.plugins.module_utils._module import (
     argument_spec, command_runner, engine_client, run_task)
@@ -385,6 +386,9 @@ def main():
 
     def task():
         if params["task"] == "docker.run":
+            # imported only for this task: a compose.up run does not compile it
+            from ansible_collections.stellaops.runtime.plugins.module_utils import _docker_run  # pylint: disable=import-outside-toplevel
+
             request = _docker_run.parse_deployment(params["payloads"] or [params["payload"]], params,
                                                    params["version_sticker"])
             manager = _docker_run.DockerRun(cli, run_command, module.warn, secrets, health_timeout=params["wait_timeout"],
