@@ -343,7 +343,7 @@ class ActionModule(ActionBase):
             files = self._write_evidence(record, args["evidence_dir"])
         return {"jobId": record["jobId"], "job": record, "status": record["status"], "reason": record["reason"],
                 "succeeded": record["status"] == "Succeeded", "evidenceFiles": files,
-                "text": _job_view.render_text(record)}
+                "outcome": _job_view.outcome(record, files), "text": _job_view.render_text(record)}
 
     def _show(self, store, args):
         """Read a job. A job whose controller run is gone is first recorded as interrupted (``Failed``),

@@ -217,6 +217,18 @@ rollbackSerial:
   returned: success
   type: list
   elements: int
+evidenceFiles:
+  description: O(step=close) with O(evidence_dir). Each evidence file written, with its C(path) and C(sha256).
+  returned: success
+  type: dict
+outcome:
+  description:
+    - O(step=close). What the job publishes for workflows (the C(job_close) playbook passes it to
+      C(ansible.builtin.set_stats) as C(stella_job_outcome)), C(deploymentId), C(status), C(succeeded),
+      C(code), C(reason), C(rolledBack), C(rollbackStatus), C(targets), C(evidence) (the evidence files
+      with their SHA-256), C(evidenceDigest).
+  returned: success
+  type: dict
 code:
   description: The stable failure code.
   returned: failure

@@ -22,6 +22,19 @@ def job_evidence(record):
     return body
 
 
+def outcome(record, files=None):
+    """What a job publishes for workflows (``set_stats``: AWX passes it to the next node as extra vars):
+    the deployment id, status, whether it rolled back, the evidence files with their SHA-256 and the job
+    evidence digest. Only facts of the record, which holds no secret (pure)."""
+    rollback = record.get("rollback") or {}
+    return {"deploymentId": record["jobId"], "jobIdSource": record.get("jobIdSource"), "status": record["status"],
+            "succeeded": record["status"] == "Succeeded", "code": record.get("code"), "reason": record.get("reason"),
+            "rolledBack": bool(rollback.get("attempted")), "rollbackStatus": rollback.get("status"),
+            "targets": sorted(record.get("targets") or {}),
+            "evidence": {name: dict(entry) for name, entry in sorted((files or {}).items())},
+            "evidenceDigest": job_evidence(record)["evidenceDigest"]}
+
+
 def _identity(target):
     return {"targetId": target.get("targetId"), "targetName": target.get("targetName"),
             "targetType": target.get("targetType")}
