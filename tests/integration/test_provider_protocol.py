@@ -298,3 +298,43 @@ def test_raw_environment_needs_rawsetenv_and_fails_before_deploying(stella, tmp_
     rc, seen = FakeCompose(stella, RELAY, {}).run("--project-name=p", "up", "--image=example/app:1",
                                                   "--raw_environment=DATABASE_URL=PASSWORD", "web")
     assert rc == 1 and seen[-1]["message"].startswith("invalid_option:") and "URL" in seen[-1]["message"]
+
+
+def test_stop_pauses_the_deployment_and_the_next_up_resumes_it_unchanged(lab, stella, tmp_path):
+    """``stop`` as newer Compose calls it (2.40.3 never does): the containers stop, the project, its
+    committed artifacts and the job store stay; no ``setenv``. The next ``up`` starts the same containers
+    again and sends the same ``setenv`` lines; a second ``stop`` is a no-op."""
+    project, port = "stop%s" % uuid.uuid4().hex[:8], free_port()
+    options = ["--image=%s" % lab["images"]["app_v1"]["loopback_ref"], "--ports=%d:8080" % port,
+               "--insecure_registries=127.0.0.1:5000", "--min_engine_version=20.10.0",
+               "--state_directory=%s" % (tmp_path / "state"), "--work_directory=%s" % (tmp_path / "work")]
+    compose = FakeCompose(stella, BASE, {})
+    try:
+        rc, seen = compose.run("--project-name=%s" % project, "up", *options, "web")
+        assert rc == 0, seen
+        first = [line["message"] for line in seen if line["type"] == "setenv"]
+        deployed = dict(line.split("=", 1) for line in first)["PROJECT"]
+        ids = docker("ps", "-aq", "--no-trunc", "--filter", "label=com.docker.compose.project=%s" % deployed).stdout.split()
+        assert ids
+        sticker = tmp_path / "work" / deployed / "stella.version.json"
+        committed = sticker.read_bytes()
+
+        for attempt in ("stop", "again"):
+            rc, seen = compose.run("--project-name=%s" % project, "stop", *options, "web")
+            assert rc == 0, (attempt, seen)
+            assert "setenv" not in types(seen) and "error" not in types(seen), (attempt, seen)
+            states = [json.loads(docker("inspect", i).stdout)[0]["State"] for i in ids]
+            assert [s["Running"] for s in states] == [False] * len(ids), (attempt, states)
+            assert sticker.read_bytes() == committed
+        assert not host_connects("127.0.0.1", port)
+
+        rc, seen = compose.run("--project-name=%s" % project, "up", *options, "web")
+        assert rc == 0, seen
+        assert [line["message"] for line in seen if line["type"] == "setenv"] == first
+        again = docker("ps", "-q", "--no-trunc", "--filter", "label=com.docker.compose.project=%s" % deployed).stdout
+        assert sorted(again.split()) == sorted(ids)  # the same containers, running again
+        assert host_connects("127.0.0.1", port)
+    finally:
+        rc, down = FakeCompose(stella, BASE, {}).run("--project-name=%s" % project, "down", *options, "web")
+        assert rc == 0, down
+    assert docker("ps", "-aq", "--filter", "label=com.docker.compose.project=%s" % deployed).stdout.strip() == ""
