@@ -18,8 +18,9 @@ description:
     included) it removes stale temporary files, retains the current revision when one exists and
     differs, stages C(compose.stella.lock.yml), runs pre-deploy hooks, pulls missing images, verifies
     every image's RepoDigests contains the pinned digest, runs C(docker compose up -d
-    --remove-orphans), waits for every container as C(up --wait) would (a look every 0.1 s: healthy, or
-    running without a healthcheck; an exited or unhealthy container fails at once), inspects every service (state, health, image, Stella labels, target identity) and
+    --remove-orphans), waits for every container as C(up --wait) would (looking every 0.1 s until each
+    is healthy, or running when it has no healthcheck; an exited or unhealthy container fails at once),
+    inspects every service (state, health, image, Stella labels, target identity) and
     only then writes C(stella.version.json) and C(apply-manifest.json), then runs post-deploy hooks.
   - For V(docker.run), it takes one payload (O(payload)) or the payloads of every component of one
     DockerHost release (O(payloads)) and applies them as one transaction under the project lock. It

@@ -15,7 +15,8 @@ description:
     the project's C(revisions/) directory) or the latest retained revision, validates the SHA-256 of
     every file against its C(revision.json) and the artifact set's hash chain, then, under the project
     lock, restores C(compose.stella.lock.yml), pulls missing images, verifies digests, runs
-    C(docker compose up -d), waits for the containers as C(up --wait) would, inspects every service and only then restores
+    C(docker compose up -d), waits for the containers as C(up --wait) would, inspects every service and
+    only then restores
     C(stella.version.json) and C(apply-manifest.json).
   - V(docker.rollback) restores the DockerHost release a C(docker.run) deployment replaced, from the project's
     C(previous/) revision (the old sticker and the ids of the stopped C(<name>-stella-previous)
