@@ -8,7 +8,7 @@ COLL_DIR := $(COLL_ROOT)/ansible_collections/stellaops/runtime
 export ANSIBLE_COLLECTIONS_PATH := $(COLL_ROOT)
 export PATH := $(BIN):$(PATH)
 
-.PHONY: demo test venv collection lab lab-down unit integration sanity lint docs-check bench build clean
+.PHONY: demo test venv collection lab lab-down unit integration sanity lint docs-check bench build ee clean
 
 $(BIN)/.stamp: requirements/dev.txt
 	@command -v $(PY) >/dev/null || { echo "error: $(PY) not found (Python 3.11 is required)"; exit 1; }
@@ -65,6 +65,17 @@ test: venv collection
 
 build: venv
 	$(BIN)/ansible-galaxy collection build --force --output-path .build/dist .
+
+# The execution environment (execution-environment.yml, docs/execution-environment.md): the collection
+# tarball, the lab's Debian base image (lab/images/ee-base), ansible-builder create, then the image build.
+ee: lab build
+	cp .build/dist/stellaops-runtime-$$($(BIN)/python -c 'import yaml; print(yaml.safe_load(open("galaxy.yml"))["version"])').tar.gz \
+	  .build/dist/stellaops-runtime.tar.gz
+	rm -rf .build/ee-base && mkdir -p .build/ee-base && cp lab/images/ee-base/Dockerfile /etc/ssl/certs/ca-certificates.crt .build/ee-base/
+	docker build -q -t stella-ee-base:bookworm .build/ee-base
+	rm -rf .build/ee-context
+	$(BIN)/ansible-builder build -f execution-environment.yml -c .build/ee-context --container-runtime docker
+	docker run --rm stellaops-runtime-ee:latest ansible-doc stellaops.runtime.stella_plan | head -3
 
 # role_bench.py creates .build/bench-venv (the PyPI `ansible` bundle, for community.docker) on first use.
 bench: lab
