@@ -8,7 +8,7 @@ COLL_DIR := $(COLL_ROOT)/ansible_collections/stellaops/runtime
 export ANSIBLE_COLLECTIONS_PATH := $(COLL_ROOT)
 export PATH := $(BIN):$(PATH)
 
-.PHONY: demo test venv collection lab lab-down unit integration sanity lint docs-check bench build ee clean
+.PHONY: demo test venv collection lab lab-down unit integration sanity lint docs-check bench build ee molecule clean
 
 $(BIN)/.stamp: requirements/dev.txt
 	@command -v $(PY) >/dev/null || { echo "error: $(PY) not found (Python 3.11 is required)"; exit 1; }
@@ -46,9 +46,24 @@ sanity: venv
 lint: venv collection
 	$(BIN)/ansible-lint --profile production --offline
 
+# Molecule scenarios (extensions/molecule, docs/molecule.md) in their own venv: molecule, the Docker driver
+# of molecule-plugins, and community.docker from the PyPI `ansible` bundle; none of it is a runtime
+# requirement of the collection.
+MOLECULE_VENV := $(CURDIR)/.build/molecule-venv
+
+$(MOLECULE_VENV)/.stamp: requirements/molecule.txt
+	test -x $(MOLECULE_VENV)/bin/python || $(PY) -m venv $(MOLECULE_VENV)
+	$(MOLECULE_VENV)/bin/pip install -q --disable-pip-version-check -r requirements/molecule.txt
+	touch $@
+
+molecule: lab collection $(MOLECULE_VENV)/.stamp
+	cd extensions && PATH=$(MOLECULE_VENV)/bin:$$PATH STELLA_LAB_JSON=$(CURDIR)/.lab/lab.json \
+	  STELLA_COLLECTIONS_PATH=$(COLL_ROOT) $(MOLECULE_VENV)/bin/molecule -c molecule/config.yml test --all
+
 # The integration tests mostly wait on containers, so they run as two pytest sessions at once: the fault
 # matrix and the provider tests in one, everything else (the fleet and traffic tests share their fleet)
-# in the other. Each session starts its own lab targets (named after its pid). Both must pass.
+# in the other; the molecule scenarios follow the first. Each session starts its own lab targets (named
+# after its pid). Both must pass.
 INTEGRATION_SPLIT := tests/integration/test_faults.py tests/integration/test_provider.py \
   tests/integration/test_provider_protocol.py
 
@@ -58,10 +73,11 @@ test: venv collection
 	$(MAKE) --no-print-directory sanity lint
 	@mkdir -p .build
 	@echo "integration: two sessions ($(INTEGRATION_SPLIT) | the rest)"
-	@$(BIN)/pytest -q -p no:cacheprovider $(INTEGRATION_SPLIT) > .build/integration-split.log 2>&1 & split=$$!; \
+	@( $(BIN)/pytest -q -p no:cacheprovider $(INTEGRATION_SPLIT); first=$$?; \
+	  $(MAKE) --no-print-directory molecule; test $$first -eq 0 -a $$? -eq 0 ) > .build/integration-split.log 2>&1 & split=$$!; \
 	  $(BIN)/pytest -q tests/integration $(addprefix --ignore=,$(INTEGRATION_SPLIT)); rest=$$?; \
 	  wait $$split; first=$$?; echo "--- $(INTEGRATION_SPLIT):"; cat .build/integration-split.log; \
-	  echo "integration: rest rc=$$rest, split rc=$$first"; test $$rest -eq 0 -a $$first -eq 0
+	  echo "integration: rest rc=$$rest, split and molecule rc=$$first"; test $$rest -eq 0 -a $$first -eq 0
 
 build: venv
 	$(BIN)/ansible-galaxy collection build --force --output-path .build/dist .
