@@ -8,7 +8,7 @@ COLL_DIR := $(COLL_ROOT)/ansible_collections/stellaops/runtime
 export ANSIBLE_COLLECTIONS_PATH := $(COLL_ROOT)
 export PATH := $(BIN):$(PATH)
 
-.PHONY: demo test venv collection lab lab-down unit integration sanity lint docs-check bench build ee molecule clean
+.PHONY: demo test venv collection lab lab-down unit integration sanity lint docs-check bench build ee molecule molecule-run clean
 
 $(BIN)/.stamp: requirements/dev.txt
 	@command -v $(PY) >/dev/null || { echo "error: $(PY) not found (Python 3.11 is required)"; exit 1; }
@@ -56,7 +56,11 @@ $(MOLECULE_VENV)/.stamp: requirements/molecule.txt
 	$(MOLECULE_VENV)/bin/pip install -q --disable-pip-version-check -r requirements/molecule.txt
 	touch $@
 
-molecule: lab collection $(MOLECULE_VENV)/.stamp
+molecule: lab
+	$(MAKE) --no-print-directory molecule-run
+
+# (make test runs this after `make lab`, while other tests use the lab: it does not touch the lab)
+molecule-run: collection $(MOLECULE_VENV)/.stamp
 	cd extensions && PATH=$(MOLECULE_VENV)/bin:$$PATH STELLA_LAB_JSON=$(CURDIR)/.lab/lab.json \
 	  STELLA_COLLECTIONS_PATH=$(COLL_ROOT) $(MOLECULE_VENV)/bin/molecule -c molecule/config.yml test --all
 
@@ -74,7 +78,7 @@ test: venv collection
 	@mkdir -p .build
 	@echo "integration: two sessions ($(INTEGRATION_SPLIT) | the rest)"
 	@( $(BIN)/pytest -q -p no:cacheprovider $(INTEGRATION_SPLIT); first=$$?; \
-	  $(MAKE) --no-print-directory molecule; test $$first -eq 0 -a $$? -eq 0 ) > .build/integration-split.log 2>&1 & split=$$!; \
+	  $(MAKE) --no-print-directory molecule-run; test $$first -eq 0 -a $$? -eq 0 ) > .build/integration-split.log 2>&1 & split=$$!; \
 	  $(BIN)/pytest -q tests/integration $(addprefix --ignore=,$(INTEGRATION_SPLIT)); rest=$$?; \
 	  wait $$split; first=$$?; echo "--- $(INTEGRATION_SPLIT):"; cat .build/integration-split.log; \
 	  echo "integration: rest rc=$$rest, split and molecule rc=$$first"; test $$rest -eq 0 -a $$first -eq 0
