@@ -473,8 +473,10 @@ def test_item10_full_disk_during_apply_is_a_stable_code_and_the_previous_state_r
             files = ctx.committed()
             report = "/tmp/%s.fill" % ctx.project  # on the target's root file system, not the tmpfs
             filler = {"name": "fill-disk", "phase": "pre-deploy",
+                      # 64 KiB blocks, then 1 KiB blocks for what the first pass left (seen: 4 KiB under load)
                       "command": "dd if=/dev/zero of=%s/fx-filler bs=64k 2>/dev/null; "
-                                 "df -k --output=avail %s | tail -1 > %s; exit 0" % (work, work, report)}
+                                 "dd if=/dev/zero of=%s/fx-filler-tail bs=1k 2>/dev/null; "
+                                 "df -k --output=avail %s | tail -1 > %s; exit 0" % (work, work, work, report)}
             v2_release = role.release("app_v2", "2.0.0", preflight=small, hooks=[ctx.leak_hook(), filler])
             rc, results, output = role.play(v2_release)
             free = ctx.run_on_host("cat %s; rm -f %s" % (report, report)).stdout.strip()
