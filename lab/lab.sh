@@ -671,9 +671,18 @@ cmd_target_up() {
   local ip i ok=0 engine="" cver="" cjson=null
   ip=$(target_ip "$c")
   [[ -n "$ip" ]] || die "target $name has no address"
+  local restarted=0
   for ((i = 0; i < 120; i++)); do
     if engine=$(target_ssh "$ip" docker info -f "'{{.ServerVersion}}'" 2>/dev/null) && [[ -n "$engine" ]]; then ok=1; break; fi
-    [[ "$(docker inspect -f '{{.State.Running}}' "$c" 2>/dev/null)" == true ]] || break
+    if [[ "$(docker inspect -f '{{.State.Running}}' "$c" 2>/dev/null)" != true ]]; then
+      # A loaded machine can make the nested containerd miss dockerd's start timeout ("failed to start
+      # containerd: timeout waiting for containerd to start"): the container exits; start it once more.
+      ((restarted)) && break
+      restarted=1
+      log "target $name: the nested engine did not start ($(docker logs --tail 1 "$c" 2>&1)); starting $c again"
+      docker start "$c" >/dev/null || break
+      ip=$(target_ip "$c")
+    fi
     sleep 0.5
   done
   if ((!ok)); then
