@@ -167,9 +167,7 @@ def verify_services(expected_images, expected_labels, containers, image_ids, tar
 
 def raise_problems(problems, phase, evidence=None):
     if problems:
-        code, reason = problems[0]
-        if len(problems) > 1:
-            reason += " (and %d more problem(s))" % (len(problems) - 1)
+        code, reason = _first_problem(problems)
         raise StellaError(code, reason, phase=phase, evidence=dict(evidence or {}, problems=[p[1] for p in problems]))
 
 
@@ -215,13 +213,19 @@ def not_ready_problems(containers, waited):
     return problems or [("service_not_running", "the project has no container after %ss" % waited)]
 
 
+def _first_problem(problems):
+    """``(code, reason)`` of the first problem, the reason counting the others."""
+    code, reason = problems[0]
+    if len(problems) > 1:
+        reason += " (and %d more problem(s))" % (len(problems) - 1)
+    return code, reason
+
+
 class ServicesNotReady(StellaError):
     """The started containers did not become ready; ``containers`` is what the last look saw."""
 
     def __init__(self, problems, phase, containers):
-        code, reason = problems[0]
-        if len(problems) > 1:
-            reason += " (and %d more problem(s))" % (len(problems) - 1)
+        code, reason = _first_problem(problems)
         super().__init__(code, reason, phase=phase, evidence={"problems": [p[1] for p in problems]})
         self.containers = containers
 
@@ -352,10 +356,10 @@ class ComposeProject:
             return None
         try:
             images, expected_labels = self.expected(lock_bytes, phase)
+            if ids is NOT_ASKED:
+                ids = self.image_ids(images, phase)
         except StellaError:
             return None
-        if ids is NOT_ASKED:
-            ids = self.lock_image_ids(lock_bytes, phase)
         if ids is None:
             return None
         services, problems = verify_services(images, expected_labels, containers, ids, target, manifest_hash)
