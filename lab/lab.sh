@@ -49,7 +49,13 @@ TARGET_PREFIX="${STELLA_LAB_TARGET_PREFIX:-stella-target-}"
 TARGET_LABEL="${STELLA_LAB_TARGET_LABEL:-stella.lab=target}"
 SSH_KEY="$STATE/ssh/id_ed25519"
 SSH_OPTS=(-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes -o LogLevel=ERROR)
-PACKAGES=(docker.io busybox-static docker-registry debootstrap apache2-utils openssh-client shellcheck nginx-light)
+PACKAGES=(docker.io busybox-static docker-registry debootstrap apache2-utils openssh-client shellcheck nginx-light
+  postgresql chromium)
+# The job store's PostgreSQL server (Debian's package): a cluster of the lab's own on loopback.
+PG_PORT=$((PORT_BASE + 20))
+PG_DATA="${STELLA_LAB_PG_DATA:-/var/lib/stella-lab/postgres-$PG_PORT}"
+PG_USER=stella
+PG_SECRET="$STATE/secrets/postgres-password"
 # Target images ("flavours"), each debootstrapped once into its own cached rootfs. bookworm (the default)
 # has Debian 12's Engine 20.10; trixie has Debian 13's Engine 26.1 (client in the separate docker-cli)
 # and passes the contract's default gates (Engine >= 24.0.0, Compose >= 2.20.0) with no override.
@@ -119,6 +125,41 @@ stop_pid() {
 engine_up() { docker info >/dev/null 2>&1; }
 
 # ---------------------------------------------------------------------------------------------- up
+
+pg_bin() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1; }
+
+# The lab's PostgreSQL: initdb once into $PG_DATA (owned by the postgres user), start it on
+# 127.0.0.1:$PG_PORT when it is not running, and make sure role $PG_USER (CREATEDB, password in
+# $PG_SECRET) and its database exist. Local socket connections are peer-authenticated; TCP needs the password.
+ensure_postgres() {
+  local bin; bin="$(pg_bin)"
+  [[ -x "$bin/initdb" ]] || die "PostgreSQL server binaries not found under /usr/lib/postgresql"
+  mkdir -p "$(dirname "$PG_SECRET")" /var/run/postgresql
+  chown postgres:postgres /var/run/postgresql
+  [[ -s "$PG_SECRET" ]] || (umask 077; head -c 18 /dev/urandom | base64 | tr -dc 'A-Za-z0-9' > "$PG_SECRET")
+  if [[ ! -s "$PG_DATA/PG_VERSION" ]]; then
+    log "postgres: initdb $PG_DATA"
+    mkdir -p "$PG_DATA"; chown postgres:postgres "$PG_DATA"; chmod 700 "$PG_DATA"
+    runuser -u postgres -- "$bin/initdb" -D "$PG_DATA" -U postgres --auth-local=peer --auth-host=scram-sha-256 \
+      -E UTF8 --locale=C.UTF-8 >"$STATE/postgres-initdb.log" 2>&1 || die "initdb failed (see $STATE/postgres-initdb.log)"
+  fi
+  if ! runuser -u postgres -- "$bin/pg_ctl" -D "$PG_DATA" status >/dev/null 2>&1; then
+    runuser -u postgres -- "$bin/pg_ctl" -D "$PG_DATA" -l "$PG_DATA/server.log" -w -t 60 \
+      -o "-c listen_addresses=127.0.0.1 -p $PG_PORT -k /var/run/postgresql" start 9>&- >&2 \
+      || die "postgres did not start (see $PG_DATA/server.log)"
+    log "postgres: started on 127.0.0.1:$PG_PORT"
+  fi
+  local psql=("$bin/psql" -X -q -v ON_ERROR_STOP=1 -h /var/run/postgresql -p "$PG_PORT" -U postgres -d postgres)
+  runuser -u postgres -- "${psql[@]}" -v user="$PG_USER" -v pass="$(cat "$PG_SECRET")" >/dev/null <<'SQL'
+SELECT format('CREATE ROLE %I LOGIN CREATEDB', :'user') WHERE NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = :'user')\gexec
+ALTER ROLE :"user" PASSWORD :'pass';
+SELECT format('CREATE DATABASE %I OWNER %I', :'user', :'user') WHERE NOT EXISTS (SELECT 1 FROM pg_database WHERE datname = :'user')\gexec
+SQL
+}
+
+pg_secret_rel() {
+  case $PG_SECRET in "$ROOT"/*) echo "${PG_SECRET#"$ROOT"/}" ;; *) echo "$PG_SECRET" ;; esac
+}
 
 ensure_packages() {
   local missing=() p
@@ -526,6 +567,7 @@ write_lab_json() {
   LJ_TOOL="${DIGEST[tool]}" LJ_AUTH_APP_V1="${DIGEST[auth_app_v1]}" \
   LJ_TOKEN="$TOKEN_ADDR" LJ_TOKEN_SERVICE="$TOKEN_SERVICE_ADDR" LJ_TOKEN_APP_V1="${DIGEST[token_app_v1]}" \
   LJ_TARGET_IMAGE="$TARGET_IMAGE" LJ_TARGET_IMAGES="$(target_images_json)" LJ_SSH_KEY="$SSH_KEY" LJ_ROOT="$ROOT" \
+  LJ_PG_PORT="$PG_PORT" LJ_PG_USER="$PG_USER" LJ_PG_SECRET="$(pg_secret_rel)" LJ_CHROMIUM="$(command -v chromium || true)" \
   "$PY" - <<'EOF' | labtool write-json "$LAB_JSON" 644
 import json, os
 e = os.environ
@@ -560,6 +602,9 @@ print(json.dumps({
     "target_image": e["LJ_TARGET_IMAGE"],
     "target_images": json.loads(e["LJ_TARGET_IMAGES"]),
     "ssh_key": e["LJ_SSH_KEY"],
+    "postgres": {"host": "127.0.0.1", "port": int(e["LJ_PG_PORT"]), "user": e["LJ_PG_USER"],
+                 "database": e["LJ_PG_USER"], "password_file": e["LJ_PG_SECRET"]},
+    "chromium": e["LJ_CHROMIUM"] or None,
 }))
 EOF
 }
@@ -577,6 +622,7 @@ cmd_up() {
   ensure_registries
   ensure_images
   ensure_target_images
+  ensure_postgres
   write_lab_json
   cat <<EOF
 stella lab up in $((SECONDS - t0)) s ($LAB_JSON)
@@ -585,6 +631,7 @@ stella lab up in $((SECONDS - t0)) s ($LAB_JSON)
   registries  plain $PLAIN_ADDR, shared $SHARED_REF_HOST ($SHARED_ADDR), auth $AUTH_ADDR (user $AUTH_USER), token $TOKEN_ADDR (Bearer, token service $TOKEN_SERVICE_ADDR)
   images      $SHARED_REF_HOST/stella/app:{v1,v2,broken} stella/tool:v1 (digests in lab.json)
   targets     lab/lab.sh target up NAME [--image trixie]   (images $TARGET_IMAGE, $TARGET_IMAGE_TRIXIE; key $SSH_KEY)
+  postgres    127.0.0.1:$PG_PORT (user $PG_USER, password in $PG_SECRET)
 EOF
 }
 
@@ -784,6 +831,9 @@ cmd_down() {
     stop_pid "$STATE/registry-$n.pid" "$STATE/registry-$n.yml"
   done
   stop_pid "$STATE/token-service.pid" tokenserver.py
+  if [[ -n "$(pg_bin)" ]] && runuser -u postgres -- "$(pg_bin)/pg_ctl" -D "$PG_DATA" status >/dev/null 2>&1; then
+    runuser -u postgres -- "$(pg_bin)/pg_ctl" -D "$PG_DATA" stop -m fast -w >&2 || true
+  fi
   if [[ "$all" == true ]]; then
     if pid_running "$DOCKERD_PIDFILE" dockerd; then
       stop_pid "$DOCKERD_PIDFILE" dockerd 30

@@ -20,10 +20,10 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._canonical import pretty_json, sha256_bytes
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError, redact_text, redact_url
-from ansible_collections.stellaops.runtime.plugins.module_utils._contract import ROLLBACK_TASKS
+from ansible_collections.stellaops.runtime.plugins.module_utils._contract import PROJECT_BUSY, ROLLBACK_TASKS
 from ansible_collections.stellaops.runtime.plugins.module_utils._fsutil import atomic_write
 from ansible_collections.stellaops.runtime.plugins.plugin_utils import (
-    _job, _job_store, _job_traffic, _job_view, _strategy, _traffic)
+    _job, _job_store, _job_traffic, _job_view, _projection, _strategy, _traffic)
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_plan import job_options, plan_job
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._evidence import project_digest
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._inputs import load_credentials, plain, resolve_digests
@@ -31,7 +31,7 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils._inputs import l
 ARGUMENT_SPEC = {
     "step": {"type": "str", "required": True,
              "choices": ["start", "target", "traffic", "gate", "finish", "rollback_start", "rollback_target",
-                         "traffic_rollback", "close", "show"]},
+                         "traffic_rollback", "close", "show", "health"]},
     "store": {"type": "str"},
     "job_id": {"type": "str"},
     "release": {"type": "dict"},
@@ -164,10 +164,16 @@ class ActionModule(ActionBase):
                    for name, plan in planned["plans"].items()}
         record = _job.new_job(job_id, source, summary, planned["batches"], targets, options, now,
                               owner=controller_owner())
-        store.create(record)
+        _stored, held = store.create(record)
         unreachable = {name: first_line(str(ping.get("msg") or "")) or "unreachable"
                        for name, ping in args["readiness"].items() if isinstance(ping, dict) and ping.get("unreachable")}
-        if unreachable:
+        if held:
+            busy = {name: "project %s is held by unfinished job %s" % (targets[name]["projectName"], holder)
+                    for name, holder in held.items()}
+            reason = "another job is deploying the same project, nothing was changed: %s" % "; ".join(
+                "%s: %s" % item for item in sorted(busy.items()))
+            record = store.update(job_id, lambda r: _job.fail_closed(r, PROJECT_BUSY, reason, busy, utc_now()))
+        elif unreachable:
             reason = "target readiness failed before any target was changed: %s unreachable" % ", ".join(
                 sorted(unreachable))
             record = store.update(job_id, lambda r: _job.fail_closed(r, "target_unreachable", reason, unreachable,
@@ -284,10 +290,16 @@ class ActionModule(ActionBase):
     def _finish(self, store, args):
         """End the deployment; a failed job decides its one automatic rollback."""
         record = self._job_of(store, args)
+
+        def auto_rollback(current):
+            if current["status"] == "Failed" and not current.get("isRollback") and current.get("rollback") is None:
+                return _job.auto_rollback(current, utc_now())
+            return None
+        # one transaction: the job never shows Failed without its rollback decision (nor frees its projects)
         if record["status"] == "Running":
-            record = store.update(args["job_id"], lambda r: _job.finish(r, utc_now()))
-        if record["status"] == "Failed" and not record.get("isRollback") and record.get("rollback") is None:
-            record = store.update(args["job_id"], lambda r: _job.auto_rollback(r, utc_now()))
+            record = store.update(args["job_id"], lambda r: _job.finish(r, utc_now()), auto_rollback)
+        elif auto_rollback(record) is not None:
+            record = store.update(args["job_id"], auto_rollback)
         return self._rollback_orders(record)
 
     def _rollback_start(self, store, args):
@@ -297,7 +309,10 @@ class ActionModule(ActionBase):
         now = utc_now()
         record = _job.operator_rollback(source, "%s-rollback-%s" % (source["jobId"], secrets.token_hex(3)), now,
                                         args["revision_paths"], first_line(args["reason"]), controller_owner())
-        store.create(record)
+        record, held = store.create(record)
+        if held:
+            raise StellaError(PROJECT_BUSY, "job %s: project held by unfinished job %s" % (
+                record["jobId"], ", ".join(sorted(set(held.values())))), phase="job")
         if record["status"] == "Failed":
             raise StellaError(record["code"], "job %s: %s" % (record["jobId"], record["reason"]), phase="job")
         return self._rollback_orders(record, source=source)
@@ -338,9 +353,13 @@ class ActionModule(ActionBase):
             record = store.update(args["job_id"], lambda r: _job.finish_rollback(r, utc_now()))
         elif record["status"] == "Running":
             record = store.update(args["job_id"], lambda r: _job.finish(r, utc_now()))
-        files = {}
+        files, rollback = {}, _job_view.rollback_evidence(record)
         if args["evidence_dir"]:
-            files = self._write_evidence(record, args["evidence_dir"])
+            files = self._write_evidence(record, args["evidence_dir"], rollback)
+        evidence_id = "jobs/%s/rollback-evidence.json" % record["jobId"] if rollback is not None else None
+        if record["status"] in _job.TERMINAL:  # the terminal projection: after the terminal evidence exists
+            store.project_terminal(record["jobId"], _projection.strategy_evidence(record, rollback, evidence_id, files),
+                                   utc_now())
         return {"jobId": record["jobId"], "job": record, "status": record["status"], "reason": record["reason"],
                 "succeeded": record["status"] == "Succeeded", "evidenceFiles": files,
                 "outcome": _job_view.outcome(record, files), "text": _job_view.render_text(record)}
@@ -351,14 +370,21 @@ class ActionModule(ActionBase):
         record = self._job_of(store, args)
         if record["status"] not in _job.TERMINAL and owner_gone(record.get("owner")):
             record = store.update(record["jobId"], lambda r: _job.interrupted(r, utc_now(), _interrupted_why(r)))
-        return {"jobId": record["jobId"], "job": record, "text": _job_view.render_text(record)}
+        return {"jobId": record["jobId"], "job": record, "text": _job_view.render_text(record),
+                "projection": store.projection(record["jobId"])}
 
-    def _write_evidence(self, record, root):
+    def _health(self, store, args):
+        """The health status the store keeps for ``targets`` (their target ids), or for every target."""
+        hostvars = self.vars.get("hostvars") or {}
+        ids = [(dict(hostvars.get(name) or {}).get("stella_target") or {}).get("id") or name
+               for name in args["targets"]] if args["targets"] else None
+        return {"health": store.health(ids)}
+
+    def _write_evidence(self, record, root, rollback):
         directory = os.path.join(root, "jobs", record["jobId"])
         os.makedirs(directory, mode=0o750, exist_ok=True)
         written = {}
         documents = {"job.json": _job_view.job_evidence(record)}
-        rollback = _job_view.rollback_evidence(record)
         if rollback is not None:
             documents["rollback-evidence.json"] = rollback
         for name, document in documents.items():

@@ -102,6 +102,14 @@ PREFLIGHT_CODES = ("runtime_missing", "runtime_daemon_unavailable", "runtime_ver
                    "registry_unreachable", "platform_unsupported", "workdir_not_writable", "disk_space_low")
 INVALID_PAYLOAD = "invalid_payload"
 
+# ---------------------------------------------------------------------------------------- control plane
+# Target health statuses kept in the job store (the contract's set; migrations must preserve it).
+HEALTH_STATUSES = ("unknown", "healthy", "degraded", "unhealthy", "offline", "unreachable")
+# Preflight codes that mean the host answers but has no usable container runtime.
+OFFLINE_CODES = ("runtime_missing", "runtime_daemon_unavailable", "compose_missing")
+UNREACHABLE_CODE = "target_unreachable"
+PROJECT_BUSY = "project_busy"
+
 # ---------------------------------------------------------------------------------------- labels
 LABEL_MANIFEST_HASH = "stella.manifest.hash"
 TARGET_LABELS = (("stella.target.id", "id"), ("stella.target.name", "name"), ("stella.target.type", "type"),

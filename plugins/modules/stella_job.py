@@ -28,6 +28,14 @@ description:
     the one automatic rollback. O(step=rollback_target) records one target's rollback.
     O(step=close) ends the rollback and writes the job's evidence. O(step=show) reads a job; a job
     whose C(ansible-playbook) process is gone is first recorded as interrupted (C(Failed), C(job_interrupted)).
+  - A job holds the Compose project of each of its targets from O(step=start) until it is finished. A job
+    started for a project that another unfinished job holds (on any controller sharing the store) fails
+    closed with code C(project_busy) before any target is changed.
+  - The store keeps the C(deployments) projection of every deployment job (mirrored from the persisted
+    job only when what it shows changes; the terminal projection is written by O(step=close) after the
+    job's evidence) and the health status of every target (C(unknown), C(healthy), C(degraded),
+    C(unhealthy), C(offline), C(unreachable); C(docs/job-store.md) gives the rules). O(step=show)
+    returns the projection; O(step=health) returns the health of O(targets), or of every target.
   - O(step=traffic) runs after a batch of a blue-green, canary or A/B job and before its gate. When every
     target of the batch succeeded it asks the job's traffic adapter (C(strategyConfig.trafficAdapter))
     to shift to the batch's weights and records the C(strategy.traffic.*) evidence in the job record;
@@ -61,10 +69,13 @@ options:
     description: What to do.
     type: str
     required: true
-    choices: [start, target, traffic, gate, finish, rollback_start, rollback_target, traffic_rollback, close, show]
+    choices: [start, target, traffic, gate, finish, rollback_start, rollback_target, traffic_rollback, close, show, health]
   store:
     description:
-      - The job store, a SQLite file path or C(sqlite:///relative) / C(sqlite:////absolute).
+      - The job store, a SQLite file path or C(sqlite:///relative) / C(sqlite:////absolute), or a PostgreSQL
+        DSN C(postgresql://user@host:port/database) (the controller's Python then needs C(psycopg)).
+        Keep the password out of the DSN (C(PGPASSWORD) or C(~/.pgpass) on the controller); a password in
+        the DSN is redacted from every message.
       - Defaults to the C(stella_job_store) variable, else C(~/.local/state/stellaops/jobs.sqlite3).
     type: str
   job_id:
@@ -121,6 +132,7 @@ options:
     description:
       - O(step=start). The inventory hosts of the job, in order.
       - O(step=gate). The hosts of the batch that just ended (C(ansible_play_batch)), when O(batch) is not given.
+      - O(step=health). The hosts whose health to return (by their target id); empty for every target.
     type: list
     elements: str
     default: []
@@ -217,6 +229,15 @@ rollbackSerial:
   returned: success
   type: list
   elements: int
+projection:
+  description: O(step=show). The job's C(deployments) projection (C(null) for a rollback job).
+  returned: step is show
+  type: dict
+health:
+  description: O(step=health). One entry per target, C(targetId), C(status), C(reason), C(code), C(jobId), C(updatedAt).
+  returned: step is health
+  type: list
+  elements: dict
 evidenceFiles:
   description: O(step=close) with O(evidence_dir). Each evidence file written, with its C(path) and C(sha256).
   returned: success

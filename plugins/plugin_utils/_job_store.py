@@ -4,65 +4,400 @@
 
 """The job store: where deployment job records are persisted on the controller.
 
-:class:`JobStore` is the interface the job playbooks use; :class:`SqliteJobStore` is the embedded
-default (one SQLite file, WAL journal). A PostgreSQL backend implements the same five methods over
-the same two tables. Every change is one transaction that reads the current record, applies a pure
-change from ``_job`` and writes the result with the next revision, so parallel forks (the targets of
-one batch) never lose each other's updates, and readers only ever see persisted state.
+:class:`JobStore` is what the job playbooks use. :class:`SqlJobStore` implements it once, in portable
+SQL over the schema of ``_job_schema``; :class:`SqliteJobStore` (one SQLite file, WAL journal, the
+embedded default) and ``_job_store_pg.PostgresJobStore`` (selected by a ``postgresql://`` DSN) only
+open the connection, run a transaction and name their error types.
+
+Every change is one transaction that reads the current record (locked on PostgreSQL), applies pure
+changes from ``_job`` and writes the result with the next revision, so parallel forks and other
+controllers never lose each other's updates, and readers only ever see persisted state. In the same
+transaction: the status history, the target health that the change implies (``_health``), the
+progress projection when what it mirrors changed (``_projection``), and the project claims: a job
+holds the Compose project of each of its targets from its creation until it is finished, and a
+second job for a held project is refused (``project_busy``).
 """
 
 from __future__ import annotations
 
-import abc
 import contextlib
 import json
 import os
 import sqlite3
 
-from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
+from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError, redact_url
+from ansible_collections.stellaops.runtime.plugins.plugin_utils import _health, _job_schema, _projection
 
 DEFAULT_STORE = "~/.local/state/stellaops/jobs.sqlite3"
-SCHEMA = (
-    """CREATE TABLE IF NOT EXISTS deployment_jobs (
-        job_id TEXT PRIMARY KEY, kind TEXT NOT NULL, status TEXT NOT NULL, release_id TEXT,
-        created_at TEXT NOT NULL, updated_at TEXT NOT NULL, revision INTEGER NOT NULL, record TEXT NOT NULL)""",
-    """CREATE TABLE IF NOT EXISTS deployment_job_history (
-        job_id TEXT NOT NULL, revision INTEGER NOT NULL, status TEXT NOT NULL, at TEXT NOT NULL,
-        PRIMARY KEY (job_id, revision))""",
-)
+UNFINISHED = ("Pending", "Running", "RollingBack")
 
 
 def store_error(message, code="job_store_failed"):
     return StellaError(code, message, phase="job")
 
 
-class JobStore(abc.ABC):
-    """What the job playbooks need of a store."""
+def _json(document):
+    return json.dumps(document, sort_keys=True, separators=(",", ":"))
 
-    @abc.abstractmethod
+
+def project_keys(record):
+    """``{target name: claim key}``: a target (by id) and the Compose project the job deploys there."""
+    return {name: "%s|%s" % (t.get("targetId") or name, t.get("projectName") or "")
+            for name, t in (record.get("targets") or {}).items()}
+
+
+class JobStore:
+    """What the job playbooks need of a store (every backend implements all of it)."""
+
+    location = None
+
     def create(self, record):
-        """Persist a new job; ``job_exists`` when its id is taken."""
+        """Persist a new ``Pending`` job and claim its projects: ``(stored, held)`` where ``held`` is
+        ``{target name: job id}`` of the projects another unfinished job holds (then none is claimed)."""
+        raise NotImplementedError
 
-    @abc.abstractmethod
     def get(self, job_id):
         """The record, or ``None``."""
+        raise NotImplementedError
 
-    @abc.abstractmethod
-    def update(self, job_id, change):
-        """Apply ``change(record) -> record`` atomically; returns the stored result."""
+    def update(self, job_id, *changes):
+        """Apply each ``change(record) -> record`` in order, atomically, one revision each (a change that
+        returns ``None`` writes nothing); returns the stored result."""
+        raise NotImplementedError
 
-    @abc.abstractmethod
     def list(self, limit=20):
         """The newest records first."""
+        raise NotImplementedError
 
-    @abc.abstractmethod
     def unfinished(self):
         """Records whose status is not terminal (Pending, Running, RollingBack)."""
+        raise NotImplementedError
+
+    def close(self):
+        raise NotImplementedError
 
 
-class SqliteJobStore(JobStore):
+class SqlJobStore(JobStore):
+    """The store over a DB-API connection; subclasses provide :meth:`_transaction` and :meth:`_sql`."""
+
+    LOCK = ""  # appended to the SELECT that reads a record for update
+    catalogue = None
+    errors = (sqlite3.Error,)
+    integrity = (sqlite3.IntegrityError,)
+
+    def _sql(self, statement):
+        return statement
+
+    def _execute(self, statement, params=()):
+        return self._db.execute(self._sql(statement), params)
+
+    @contextlib.contextmanager
+    def _transaction(self, what):
+        raise NotImplementedError
+        yield  # pragma: no cover
+
+    def _migrate(self):
+        with self._transaction("migrate the job store"):
+            self.migration = _job_schema.migrate(self._execute, self.catalogue)
+
+    # ------------------------------------------------------------------ writes
+    def _write(self, record, insert):
+        row = (record["kind"], record["status"], (record.get("release") or {}).get("id"), record["updatedAt"],
+               record["revision"], _json(record), record["jobId"])
+        if insert:
+            self._execute("INSERT INTO deployment_jobs (kind, status, release_id, updated_at, revision, record, "
+                          "job_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", row + (record["createdAt"],))
+        else:
+            self._execute("UPDATE deployment_jobs SET kind=?, status=?, release_id=?, updated_at=?, revision=?, "
+                          "record=? WHERE job_id=?", row)
+        self._execute("INSERT INTO deployment_job_history (job_id, revision, status, at) VALUES (?, ?, ?, ?)",
+                      (record["jobId"], record["revision"], record["status"], record["updatedAt"]))
+
+    def _health_now(self):
+        return {r[0]: r[1] for r in self._execute("SELECT target_id, status FROM target_health").fetchall()}
+
+    def _apply_health(self, before, after):
+        for event in _health.health_events(before, after, self._health_now()):
+            self._execute(
+                "INSERT INTO target_health (target_id, target_name, status, reason, code, job_id, updated_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (target_id) DO UPDATE SET target_name=excluded.target_name, "
+                "status=excluded.status, reason=excluded.reason, code=excluded.code, job_id=excluded.job_id, "
+                "updated_at=excluded.updated_at",
+                (event["targetId"], event["targetName"], event["status"], event["reason"], event["code"],
+                 event["jobId"], event["at"]))
+
+    def _put_projection(self, projection, at, insert=False):
+        if insert:
+            self._execute("INSERT INTO deployments (deployment_id, status, terminal, job_revision, projection, "
+                          "updated_at) VALUES (?, ?, ?, ?, ?, ?)",
+                          (projection["deploymentId"], projection["status"], int(projection["terminal"]),
+                           projection["jobRevision"], _json(projection), at))
+        else:
+            self._execute("UPDATE deployments SET status=?, terminal=?, job_revision=?, projection=?, updated_at=? "
+                          "WHERE deployment_id=?", (projection["status"], int(projection["terminal"]),
+                                                    projection["jobRevision"], _json(projection), at,
+                                                    projection["deploymentId"]))
+        seq = self._execute("SELECT COUNT(*) FROM deployment_projection_history WHERE deployment_id=?",
+                            (projection["deploymentId"],)).fetchone()[0] + 1
+        self._execute("INSERT INTO deployment_projection_history (deployment_id, seq, job_revision, status, terminal, "
+                      "at) VALUES (?, ?, ?, ?, ?, ?)", (projection["deploymentId"], seq, projection["jobRevision"],
+                                                        projection["status"], int(projection["terminal"]), at))
+
+    def _claim(self, record, now):
+        """Claim every project of ``record``; ``{name: holder}`` when another unfinished job holds one
+        (then the job keeps no claim). The primary key decides between two controllers inserting at
+        once; a claim left by a finished job is taken over under the claim row's lock."""
+        held = {}
+        for name, key in sorted(project_keys(record).items()):
+            if self._execute("INSERT INTO project_claims (project_key, job_id, claimed_at) VALUES (?, ?, ?) "
+                             "ON CONFLICT (project_key) DO NOTHING", (key, record["jobId"], now)).rowcount == 1:
+                continue
+            holder = self._execute("SELECT job_id FROM project_claims WHERE project_key = ?" + self.LOCK,
+                                   (key,)).fetchone()[0]
+            if holder == record["jobId"]:
+                continue
+            status = self._execute("SELECT status FROM deployment_jobs WHERE job_id = ?", (holder,)).fetchone()
+            if status is not None and status[0] in UNFINISHED:
+                held[name] = holder
+            else:
+                self._execute("UPDATE project_claims SET job_id = ?, claimed_at = ? WHERE project_key = ?",
+                              (record["jobId"], now, key))
+        if held:
+            self._execute("DELETE FROM project_claims WHERE job_id = ?", (record["jobId"],))
+        return held
+
+    def create(self, record):
+        """Persist a new ``Pending`` job and claim its projects: ``(stored, held)`` where ``held`` is
+        ``{target name: job id}`` of the projects another unfinished job holds (then none is claimed)."""
+        raise NotImplementedError
+
+    def get(self, job_id):
+        """The record, or ``None``."""
+        raise NotImplementedError
+
+    def update(self, job_id, *changes):
+        """Apply each ``change(record) -> record`` in order, atomically, one revision each (a change that
+        returns ``None`` writes nothing); returns the stored result."""
+        raise NotImplementedError
+
+    def list(self, limit=20):
+        """The newest records first."""
+        raise NotImplementedError
+
+    def unfinished(self):
+        """Records whose status is not terminal (Pending, Running, RollingBack)."""
+        raise NotImplementedError
+
+    def close(self):
+        raise NotImplementedError
+
+
+class SqlJobStore(JobStore):
+    """The store over a DB-API connection; subclasses provide :meth:`_transaction` and :meth:`_sql`."""
+
+    LOCK = ""  # appended to the SELECT that reads a record for update
+    catalogue = None
+    errors = (sqlite3.Error,)
+    integrity = (sqlite3.IntegrityError,)
+
+    def _sql(self, statement):
+        return statement
+
+    def _execute(self, statement, params=()):
+        return self._db.execute(self._sql(statement), params)
+
+    @contextlib.contextmanager
+    def _transaction(self, what):
+        raise NotImplementedError
+        yield  # pragma: no cover
+
+    def _migrate(self):
+        with self._transaction("migrate the job store"):
+            self.migration = _job_schema.migrate(self._execute, self.catalogue)
+
+    # ------------------------------------------------------------------ writes
+    def _write(self, record, insert):
+        row = (record["kind"], record["status"], (record.get("release") or {}).get("id"), record["updatedAt"],
+               record["revision"], _json(record), record["jobId"])
+        if insert:
+            self._execute("INSERT INTO deployment_jobs (kind, status, release_id, updated_at, revision, record, "
+                          "job_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", row + (record["createdAt"],))
+        else:
+            self._execute("UPDATE deployment_jobs SET kind=?, status=?, release_id=?, updated_at=?, revision=?, "
+                          "record=? WHERE job_id=?", row)
+        self._execute("INSERT INTO deployment_job_history (job_id, revision, status, at) VALUES (?, ?, ?, ?)",
+                      (record["jobId"], record["revision"], record["status"], record["updatedAt"]))
+
+    def _health_now(self):
+        return {r[0]: r[1] for r in self._execute("SELECT target_id, status FROM target_health").fetchall()}
+
+    def _apply_health(self, before, after):
+        for event in _health.health_events(before, after, self._health_now()):
+            self._execute(
+                "INSERT INTO target_health (target_id, target_name, status, reason, code, job_id, updated_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (target_id) DO UPDATE SET target_name=excluded.target_name, "
+                "status=excluded.status, reason=excluded.reason, code=excluded.code, job_id=excluded.job_id, "
+                "updated_at=excluded.updated_at",
+                (event["targetId"], event["targetName"], event["status"], event["reason"], event["code"],
+                 event["jobId"], event["at"]))
+
+    def _put_projection(self, projection, at, insert=False):
+        if insert:
+            self._execute("INSERT INTO deployments (deployment_id, status, terminal, job_revision, projection, "
+                          "updated_at) VALUES (?, ?, ?, ?, ?, ?)",
+                          (projection["deploymentId"], projection["status"], int(projection["terminal"]),
+                           projection["jobRevision"], _json(projection), at))
+        else:
+            self._execute("UPDATE deployments SET status=?, terminal=?, job_revision=?, projection=?, updated_at=? "
+                          "WHERE deployment_id=?", (projection["status"], int(projection["terminal"]),
+                                                    projection["jobRevision"], _json(projection), at,
+                                                    projection["deploymentId"]))
+        seq = self._execute("SELECT COUNT(*) FROM deployment_projection_history WHERE deployment_id=?",
+                            (projection["deploymentId"],)).fetchone()[0] + 1
+        self._execute("INSERT INTO deployment_projection_history (deployment_id, seq, job_revision, status, terminal, "
+                      "at) VALUES (?, ?, ?, ?, ?, ?)", (projection["deploymentId"], seq, projection["jobRevision"],
+                                                        projection["status"], int(projection["terminal"]), at))
+
+    def _claim(self, record, now):
+        """Claim every project of ``record``; ``{name: holder}`` when another unfinished job holds one."""
+        held = {}
+        for name, key in sorted(project_keys(record).items()):
+            row = self._execute("SELECT c.job_id, j.status FROM project_claims c LEFT JOIN deployment_jobs j "
+                                "ON j.job_id = c.job_id WHERE c.project_key = ?" + self.LOCK, (key,)).fetchone()
+            if row is not None and row[1] in UNFINISHED and row[0] != record["jobId"]:
+                held[name] = row[0]
+        if held:
+            return held
+        for key in sorted(set(project_keys(record).values())):
+            self._execute("INSERT INTO project_claims (project_key, job_id, claimed_at) VALUES (?, ?, ?) "
+                          "ON CONFLICT (project_key) DO UPDATE SET job_id=excluded.job_id, "
+                          "claimed_at=excluded.claimed_at", (key, record["jobId"], now))
+        return {}
+
+    def create(self, record):
+        with self._transaction("create job %s" % record["jobId"]):
+            exists = self._execute("SELECT 1 FROM deployment_jobs WHERE job_id=?", (record["jobId"],)).fetchone()
+            if exists:
+                raise store_error("job %s already exists in %s" % (record["jobId"], self.location), code="job_exists")
+            stored = dict(record, revision=1)
+            self._write(stored, insert=True)
+            held = self._claim(stored, stored["updatedAt"])
+            self._apply_health(None, stored)
+            if not stored.get("isRollback") and stored["status"] == "Pending":
+                self._put_projection(_projection.initial(stored), stored["updatedAt"], insert=True)
+        return stored, held
+
+    def update(self, job_id, *changes):
+        with self._transaction("write job %s" % job_id):
+            row = self._execute("SELECT record, revision FROM deployment_jobs WHERE job_id=?" + self.LOCK,
+                                (job_id,)).fetchone()
+            if row is None:
+                raise store_error("no job %s in %s" % (job_id, self.location), code="job_not_found")
+            record = json.loads(row[0])
+            revision = row[1]
+            for change in changes:
+                changed = change(record)
+                if changed is None:  # this step has nothing to change
+                    continue
+                revision += 1
+                previous, record = record, dict(changed, revision=revision)
+                self._write(record, insert=False)
+                self._apply_health(previous, record)
+            self._refresh(record)
+            if record["status"] not in UNFINISHED:
+                self._execute("DELETE FROM project_claims WHERE job_id=?", (job_id,))
+        return record
+
+    def _refresh(self, record):
+        projection = self.projection(record["jobId"])
+        new = _projection.refresh(projection, record)
+        if new is not None:
+            self._put_projection(new, record["updatedAt"])
+
+    def project_terminal(self, job_id, evidence, at):
+        """The terminal projection of a finished job, once its terminal evidence exists."""
+        with self._transaction("project job %s" % job_id):
+            record = self.get(job_id)
+            projection = self.projection(job_id)
+            if record is None or projection is None or projection.get("terminal"):
+                return projection
+            new = _projection.terminal(projection, record, evidence)
+            self._put_projection(new, at)
+        return new
+
+    # ------------------------------------------------------------------ reads
+    def _read(self, statement, params=()):
+        try:
+            return self._execute(statement, params).fetchall()
+        except self.errors as exc:
+            raise store_error("cannot read the job store %s: %s" % (self.location, exc)) from None
+
+    def get(self, job_id):
+        rows = self._read("SELECT record FROM deployment_jobs WHERE job_id=?", (job_id,))
+        return json.loads(rows[0][0]) if rows else None
+
+    def list(self, limit=20):
+        return [json.loads(r[0]) for r in self._read(
+            "SELECT record FROM deployment_jobs ORDER BY created_at DESC, job_id LIMIT ?", (int(limit),))]
+
+    def unfinished(self):
+        return [json.loads(r[0]) for r in self._read(
+            "SELECT record FROM deployment_jobs WHERE status IN ('Pending', 'Running', 'RollingBack') "
+            "ORDER BY created_at")]
+
+    def history(self, job_id):
+        return [{"revision": r, "status": s, "at": a} for r, s, a in self._read(
+            "SELECT revision, status, at FROM deployment_job_history WHERE job_id=? ORDER BY revision", (job_id,))]
+
+    def projection(self, deployment_id):
+        rows = self._read("SELECT projection FROM deployments WHERE deployment_id=?", (deployment_id,))
+        return json.loads(rows[0][0]) if rows else None
+
+    def projection_history(self, deployment_id):
+        return [{"seq": q, "jobRevision": r, "status": s, "terminal": bool(t), "at": a} for q, r, s, t, a in self._read(
+            "SELECT seq, job_revision, status, terminal, at FROM deployment_projection_history "
+            "WHERE deployment_id=? ORDER BY seq", (deployment_id,))]
+
+    def health(self, target_ids=None):
+        rows = self._read("SELECT target_id, target_name, status, reason, code, job_id, updated_at FROM target_health "
+                          "ORDER BY target_id")
+        found = {r[0]: {"targetId": r[0], "targetName": r[1], "status": r[2], "reason": r[3], "code": r[4],
+                        "jobId": r[5], "updatedAt": r[6]} for r in rows}
+        if target_ids is None:
+            return list(found.values())
+        return [found.get(t) or {"targetId": t, "status": _health.UNKNOWN} for t in target_ids]
+
+    def claims(self):
+        return {r[0]: r[1] for r in self._read("SELECT project_key, job_id FROM project_claims ORDER BY project_key")}
+
+
+class SqliteCatalogue(_job_schema.Catalogue):
+    def health_checks(self, execute):
+        row = execute("SELECT sql FROM sqlite_master WHERE type='table' AND name='target_health'").fetchone()
+        text = row[0] if row else ""
+        start = text.upper().find("CHECK")
+        while start >= 0 and "status" not in text[start:start + 40].lower():
+            start = text.upper().find("CHECK", start + 5)
+        return [("target_health", text[start:])] if start >= 0 else []
+
+    def columns(self, execute, table):
+        return [r[1] for r in execute("PRAGMA table_info(%s)" % table).fetchall()]
+
+    def refresh_health_check(self, execute, stale):
+        """SQLite cannot alter a constraint: the table is rebuilt with the contract's check and every row
+        copied, in the migration's transaction (SQLite's documented way to change a table's schema)."""
+        keep = [c for c in self.columns(execute, "target_health") if c in dict(_job_schema.HEALTH_COLUMNS)]
+        execute(_job_schema.health_table("target_health_new"))
+        execute("INSERT INTO target_health_new (%s) SELECT %s FROM target_health" % (", ".join(keep), ", ".join(keep)))
+        execute("DROP TABLE target_health")
+        execute("ALTER TABLE target_health_new RENAME TO target_health")
+
+
+class SqliteJobStore(SqlJobStore):
+    catalogue = SqliteCatalogue()
+
     def __init__(self, path, timeout=30.0):
-        self.path = os.path.expanduser(path)
+        self.path = self.location = os.path.expanduser(path)
         directory = os.path.dirname(self.path)
         try:
             if directory:
@@ -70,10 +405,9 @@ class SqliteJobStore(JobStore):
             self._db = sqlite3.connect(self.path, timeout=timeout, isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
-            for statement in SCHEMA:
-                self._db.execute(statement)
         except (OSError, sqlite3.Error) as exc:
             raise store_error("cannot open the job store %s: %s" % (self.path, exc)) from None
+        self._migrate()
         try:
             os.chmod(self.path, 0o600)
         except OSError:
@@ -82,20 +416,8 @@ class SqliteJobStore(JobStore):
     def close(self):
         self._db.close()
 
-    def _write(self, record, revision, insert):
-        row = (record["kind"], record["status"], (record.get("release") or {}).get("id"), record["updatedAt"],
-               revision, json.dumps(record, sort_keys=True, separators=(",", ":")), record["jobId"])
-        if insert:
-            self._db.execute("INSERT INTO deployment_jobs (kind, status, release_id, updated_at, revision, record, "
-                             "job_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", row + (record["createdAt"],))
-        else:
-            self._db.execute("UPDATE deployment_jobs SET kind=?, status=?, release_id=?, updated_at=?, revision=?, "
-                             "record=? WHERE job_id=?", row)
-        self._db.execute("INSERT INTO deployment_job_history (job_id, revision, status, at) VALUES (?, ?, ?, ?)",
-                         (record["jobId"], revision, record["status"], record["updatedAt"]))
-
     @contextlib.contextmanager
-    def _transaction(self, job_id):
+    def _transaction(self, what):
         """One ``BEGIN IMMEDIATE`` transaction: committed when the block ends, rolled back on any error."""
         try:
             self._db.execute("BEGIN IMMEDIATE")
@@ -106,56 +428,20 @@ class SqliteJobStore(JobStore):
                 self._db.execute("ROLLBACK")
                 raise
         except sqlite3.Error as exc:
-            raise store_error("cannot write job %s: %s" % (job_id, exc)) from None
-
-    def create(self, record):
-        with self._transaction(record["jobId"]):
-            exists = self._db.execute("SELECT 1 FROM deployment_jobs WHERE job_id=?", (record["jobId"],)).fetchone()
-            if exists:
-                raise store_error("job %s already exists in %s" % (record["jobId"], self.path), code="job_exists")
-            stored = dict(record, revision=1)
-            self._write(stored, 1, insert=True)
-        return stored
-
-    def get(self, job_id):
-        try:
-            row = self._db.execute("SELECT record FROM deployment_jobs WHERE job_id=?", (job_id,)).fetchone()
-        except sqlite3.Error as exc:
-            raise store_error("cannot read job %s: %s" % (job_id, exc)) from None
-        return json.loads(row[0]) if row else None
-
-    def update(self, job_id, change):
-        with self._transaction(job_id):
-            row = self._db.execute("SELECT record, revision FROM deployment_jobs WHERE job_id=?", (job_id,)).fetchone()
-            if row is None:
-                raise store_error("no job %s in %s" % (job_id, self.path), code="job_not_found")
-            revision = row[1] + 1
-            record = dict(change(json.loads(row[0])), revision=revision)
-            self._write(record, revision, insert=False)
-        return record
-
-    def list(self, limit=20):
-        rows = self._db.execute("SELECT record FROM deployment_jobs ORDER BY created_at DESC, job_id LIMIT ?",
-                                (int(limit),)).fetchall()
-        return [json.loads(row[0]) for row in rows]
-
-    def unfinished(self):
-        rows = self._db.execute("SELECT record FROM deployment_jobs WHERE status IN ('Pending', 'Running', "
-                                "'RollingBack') ORDER BY created_at").fetchall()
-        return [json.loads(row[0]) for row in rows]
-
-    def history(self, job_id):
-        return [{"revision": r, "status": s, "at": a} for r, s, a in self._db.execute(
-            "SELECT revision, status, at FROM deployment_job_history WHERE job_id=? ORDER BY revision", (job_id,))]
+            raise store_error("cannot %s in %s: %s" % (what, self.path, exc)) from None
 
 
 def open_store(location=None):
-    """The store at ``location``: a file path or a URL ``sqlite:///relative`` / ``sqlite:////absolute``
-    (default ``DEFAULT_STORE``)."""
+    """The store at ``location``: a file path, ``sqlite:///relative`` / ``sqlite:////absolute``, or a
+    PostgreSQL DSN ``postgresql://user@host:port/db`` (default ``DEFAULT_STORE``)."""
     location = location or DEFAULT_STORE
     if location.startswith("sqlite:///"):
         return SqliteJobStore(location[len("sqlite:///"):])
+    if location.startswith(("postgresql://", "postgres://")):
+        from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_store_pg import (  # pylint: disable=import-outside-toplevel
+            PostgresJobStore)
+        return PostgresJobStore(location)
     if "://" in location:
-        raise store_error("job store %r: only SQLite (a path or sqlite:///path) is available" %
-                          location.split("://", 1)[0], code="job_store_unsupported")
+        raise store_error("job store %s: only SQLite (a path or sqlite:///path) and PostgreSQL (postgresql://) are "
+                          "available" % redact_url(location), code="job_store_unsupported")
     return SqliteJobStore(location)

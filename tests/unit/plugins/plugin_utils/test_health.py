@@ -1,0 +1,67 @@
+"""Target health rules: each persisted job fact moves a target to exactly one contract status."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from ansible_collections.stellaops.runtime.plugins.module_utils._contract import HEALTH_STATUSES
+from ansible_collections.stellaops.runtime.plugins.plugin_utils import _health, _job
+
+T0 = "2026-01-01T00:00:00Z"
+
+
+def job(names=("a", "b")):
+    targets = {n: {"targetId": "id-" + n, "targetName": n} for n in names}
+    return _job.new_job("job-1", None, {"release": {"id": "r1"}}, [list(names)], targets, {}, T0)
+
+
+def with_target(record, name, **fields):
+    new = copy.deepcopy(record)
+    new["targets"][name].update(fields)
+    return new
+
+
+@pytest.mark.parametrize("fields, expected", [
+    ({"status": "Succeeded"}, "healthy"),
+    ({"status": "RolledBack"}, "degraded"),
+    ({"status": "Failed", "code": "service_unhealthy", "reason": "web unhealthy"}, "unhealthy"),
+    ({"status": "Failed", "code": "rollback_failed"}, "unhealthy"),
+    ({"status": "Failed", "code": "target_unreachable", "reason": "ssh: no route"}, "unreachable"),
+    ({"status": "Failed", "code": "runtime_daemon_unavailable"}, "offline"),
+    ({"status": "Failed", "code": "runtime_missing"}, "offline"),
+    ({"status": "Failed", "code": "compose_missing"}, "offline"),
+    ({"status": "Failed", "code": "project_busy"}, None),
+    ({"status": "Skipped"}, None),
+    ({"status": "Running"}, None),
+])
+def test_each_target_outcome_has_one_health_status(fields, expected):
+    before = job()
+    after = with_target(before, "a", **fields)
+    events = _health.health_events(before, after)
+    assert [(e["targetId"], e["status"]) for e in events] == ([("id-a", expected)] if expected else [])
+    if expected:
+        assert events[0]["jobId"] == "job-1" and events[0]["reason"]
+
+
+def test_an_unchanged_target_status_changes_no_health():
+    before = with_target(job(), "a", status="Succeeded")
+    after = with_target(before, "b", phases=[{"name": "deploy"}])
+    assert _health.health_events(before, after) == []
+
+
+def test_a_target_that_answers_again_leaves_unreachable_for_unknown_only():
+    pending = job()
+    running = _job.start(pending, T0)
+    events = _health.health_events(pending, running, {"id-a": "unreachable", "id-b": "healthy"})
+    assert [(e["targetId"], e["status"]) for e in events] == [("id-a", "unknown")]
+    assert _health.health_events(pending, running, {}) == []
+
+
+def test_every_status_is_the_contracts():
+    assert HEALTH_STATUSES == ("unknown", "healthy", "degraded", "unhealthy", "offline", "unreachable")
+    for status in HEALTH_STATUSES:
+        assert _health.check_status(status) == status
+    with pytest.raises(ValueError):
+        _health.check_status("maintenance")

@@ -1,0 +1,68 @@
+"""The deployments projection mirrors only persisted job state; the terminal projection is its own step."""
+
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.stellaops.runtime.plugins.plugin_utils import _job, _projection
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._rollback_evidence import build_rollback_evidence
+
+T0 = "2026-01-01T00:00:00Z"
+
+
+def job():
+    targets = {n: {"targetId": n, "targetName": n} for n in ("a", "b")}
+    return dict(_job.new_job("job-1", None, {"release": {"id": "r1"}}, [["a"], ["b"]], targets, {}, T0), revision=1)
+
+
+def test_a_new_deployment_is_projected_pending_from_its_first_revision():
+    projection = _projection.initial(job())
+    assert projection["status"] == "Pending" and projection["jobRevision"] == 1 and not projection["terminal"]
+    assert projection["targets"]["a"] == {"status": "Pending", "batch": 0, "phase": None, "progress": 0,
+                                          "code": None, "reason": None}
+    with pytest.raises(ValueError):
+        _projection.initial(dict(_job.start(job(), T0), revision=2))
+
+
+def test_refresh_mirrors_only_what_changed_and_progress_is_persisted_phases():
+    record = job()
+    projection = _projection.initial(record)
+    assert _projection.refresh(projection, dict(record, revision=2, updatedAt="later")) is None  # nothing it mirrors
+    running = dict(_job.start(record, T0), revision=2)
+    projection = _projection.refresh(projection, running)
+    assert projection["status"] == "Running" and projection["jobRevision"] == 2
+    for revision, phase in enumerate(("preflight", "prepare", "deploy"), start=3):
+        running = dict(_job.record_phase(running, "a", phase, "passed", T0, T0, 1, T0), revision=revision)
+        projection = _projection.refresh(projection, running)
+    assert projection["targets"]["a"]["progress"] == 33 and projection["targets"]["a"]["phase"] == "deploy"
+    assert projection["targets"]["a"]["status"] == "Running" and projection["jobRevision"] == 5
+
+
+def test_a_terminal_job_status_waits_for_the_terminal_step():
+    record = dict(_job.start(job(), T0), revision=2)
+    projection = _projection.refresh(_projection.initial(job()), record)
+    done = dict(_job.finish_target(record, "a", True, T0), revision=3)
+    done = dict(_job.finish_target(done, "b", True, T0), revision=4)
+    finished = dict(_job.finish(done, T0), revision=5)
+    refreshed = _projection.refresh(projection, finished)
+    assert refreshed["status"] == "Running" and refreshed["targets"]["b"]["status"] == "Succeeded"
+    assert not refreshed["terminal"]
+    with pytest.raises(ValueError):
+        _projection.terminal(refreshed, record, {})
+    final = _projection.terminal(refreshed, finished, _projection.strategy_evidence(finished))
+    assert final["status"] == "Succeeded" and final["terminal"] and final["jobRevision"] == 5
+    assert _projection.refresh(final, finished) is None  # nothing moves a terminal projection
+
+
+def test_strategy_evidence_carries_the_rollback_evidence_keys():
+    evidence = build_rollback_evidence([{"targetId": "a", "targetName": "a", "targetType": "ComposeHost",
+                                         "currentDigest": "sha256:" + "1" * 64, "rollbackDigest": "sha256:" + "2" * 64}],
+                                       T0, deployment_id="job-1", rollback_job_id="job-1-rollback")
+    strategy = _projection.strategy_evidence(job(), evidence, "jobs/job-1/rollback-evidence.json",
+                                             {"job.json": {"sha256": "abc"}})
+    assert strategy["rollback.evidence.id"] == "jobs/job-1/rollback-evidence.json"
+    assert strategy["rollback.evidence.proofStatus"] == evidence["proofStatus"] == "complete"
+    for key in ("hash", "proofDigest", "orderProofDigest", "orderProofStatus"):
+        assert strategy["rollback.evidence." + key]
+    assert strategy["evidenceFiles"] == {"job.json": "abc"}
+    assert "rollback.evidence.id" not in _projection.strategy_evidence(job())
