@@ -282,6 +282,7 @@ th,td{text-align:left;padding:4px 8px;border-bottom:1px solid #eaeef2;vertical-a
 th{font-weight:600;color:#57606a;white-space:nowrap}
 table.kv th{width:210px}
 .mono{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:12.5px;word-break:break-all}
+.when,.nowrap{white-space:nowrap;word-break:normal}
 .badge{display:inline-block;padding:0 9px;border-radius:10px;color:#fff;font-size:12px;font-weight:600;line-height:20px}
 .ok{background:#1a7f37}.bad{background:#b91c1c}.warn{background:#b45309}.info{background:#1d4ed8}.muted{background:#6e7781}
 .bar{display:flex;height:16px;background:#eaeef2;border-radius:3px;overflow:hidden;min-width:320px}
@@ -296,6 +297,7 @@ table.kv th{width:210px}
 <h1 id="status">{{ v.status }}</h1>
 <p>Deployment job <span class="mono" id="job-id">{{ v.job }}</span>{% if v.kind == "rollback" %} (rollback of job {{ v.sourceJob }}){% endif %} &middot; promotion {{ v.promotion }}{% if v.code %} &middot; code {{ v.code }}{% endif %}</p>
 {% if v.reason %}<p class="reason">{{ v.reason }}</p>{% endif %}
+{% if v.rollback.status or v.rollback.proof %}<p>Rollback {{ v.rollback.status or "not finished" }}{% if v.rollback.proof %} &middot; proofStatus {{ v.rollback.proof.proofStatus }} &middot; orderProofStatus {{ v.rollback.proof.orderProofStatus }}{% endif %}</p>{% endif %}
 </header>
 <main>
 <section id="release"><h2>Release</h2>{{ kv(v.summary) }}
@@ -303,19 +305,19 @@ table.kv th{width:210px}
 {% if v.options %}<h3>Job options</h3>{{ kv(v.options) }}{% endif %}</section>
 
 <section id="batches"><h2>Batch plan</h2><table><tr><th>Batch</th><th>Targets</th><th>Gate</th><th>Reason</th><th>Decided</th></tr>
-{% for b in v.batches %}<tr><td>{{ b.number }}</td><td>{{ b.targets|join(", ") }}</td><td>{{ badge(b.gate, b.badge) }}{% if b.failed %} failed: {{ b.failed }}{% endif %}</td><td>{{ b.reason }}</td><td class="mono">{{ b.at }}</td></tr>{% endfor %}
+{% for b in v.batches %}<tr><td>{{ b.number }}</td><td class="nowrap">{{ b.targets|join(", ") }}</td><td>{{ badge(b.gate, b.badge) }}{% if b.failed %} failed: {{ b.failed }}{% endif %}</td><td>{{ b.reason }}</td><td class="mono when">{{ b.at }}</td></tr>{% endfor %}
 </table></section>
 
 <section id="timeline"><h2>Timeline per target</h2>
 <p class="legend note">Bar widths are each phase's share of the target's recorded time.{% for name, c in [("succeeded", v.phaseColours.ok), ("failed", v.phaseColours.bad), ("skipped", v.phaseColours.muted)] %}<span style="background:{{ c }}"></span>{{ name }}{% endfor %}</p>
 <table><tr><th>Target</th><th>Status</th><th>Deployment phases</th><th>Time</th><th>Rollback phases</th><th>Time</th></tr>
-{% for t in v.targets %}<tr><td>{{ t.name }}</td><td>{{ badge(t.status, t.badge) }}</td>
+{% for t in v.targets %}<tr><td class="nowrap">{{ t.name }}</td><td>{{ badge(t.status, t.badge) }}</td>
 {% for p in (t.phases, t.rollbackPhases) %}<td>{% if p.rows %}<div class="bar">{% for r in p.rows %}<span style="width:{{ r.width }};background:{{ r.colour }}" title="{{ r.name }} {{ r.status }} {{ r.duration }}"></span>{% endfor %}</div>{% else %}<span class="note">none</span>{% endif %}</td><td>{{ p.total }}</td>{% endfor %}</tr>{% endfor %}
 </table>
 {% for t in v.targets %}<div class="target" id="target-{{ loop.index }}"><h3>{{ t.name }} {{ badge(t.status, t.badge) }}{% if t.before %} <span class="note">before the rollback: {{ t.before }}</span>{% endif %}</h3>
 {{ kv([("Batch", t.batch), ("Target id", t.id), ("Type", t.type), ("Endpoint", t.endpoint), ("Project", t.project), ("Slot", t.slot), ("Reason", t.reason), ("Code", t.code), ("Rollback error", t.rollbackError), ("Not rolled back", t.rollbackSkipped), ("Retained revision", t.previous), ("Restored revision", t.restored), ("Applied by job", t.appliedBy)]) }}
 {% for title, p in (("Deployment phases", t.phases), ("Rollback phases", t.rollbackPhases)) %}{% if p.rows %}<table><tr><th>{{ title }}</th><th>Status</th><th>Duration</th><th>Completed</th></tr>
-{% for r in p.rows %}<tr><td>{{ r.name }}</td><td>{{ badge(r.status, r.badge) }}</td><td>{{ r.duration }}</td><td class="mono">{{ r.completedAt }}</td></tr>{% endfor %}</table>{% endif %}{% endfor %}
+{% for r in p.rows %}<tr><td>{{ r.name }}</td><td>{{ badge(r.status, r.badge) }}</td><td>{{ r.duration }}</td><td class="mono when">{{ r.completedAt }}</td></tr>{% endfor %}</table>{% endif %}{% endfor %}
 </div>{% endfor %}</section>
 
 <section id="probes"><h2>Probe results</h2>
@@ -324,7 +326,7 @@ table.kv th{width:210px}
 
 <section id="traffic"><h2>Traffic evidence</h2>
 {% if v.traffic %}<table><tr><th>Step</th><th>Mode</th><th>Status</th><th>Shifted</th><th>Adapter</th><th>Slot</th><th>Control / treatment</th><th>Reason</th><th>At</th></tr>
-{% for s in v.traffic %}<tr><td>{{ "batch %s" % s.batch if s.batch != "rollback" else "rollback" }}</td><td>{{ s.mode }}</td><td>{{ badge(s.status, s.badge) }}</td><td>{{ s.shifted|tojson }}</td><td>{{ s.adapter or "none" }}</td><td>{{ s.slot }}</td><td>{% if s.control is not none %}{{ s.control }} / {{ s.treatment }}{% endif %}</td><td>{{ s.reason }}{% if s.failure %} <strong>{{ s.failure.code }}: {{ s.failure.reason }}</strong>{% endif %}{% for k, x in s.extra %}<br><span class="note">{{ k }}: {{ x }}</span>{% endfor %}</td><td class="mono">{{ s.at }}</td></tr>{% endfor %}</table>
+{% for s in v.traffic %}<tr><td>{{ "batch %s" % s.batch if s.batch != "rollback" else "rollback" }}</td><td>{{ s.mode }}</td><td>{{ badge(s.status, s.badge) }}</td><td>{{ s.shifted|tojson }}</td><td>{{ s.adapter or "none" }}</td><td>{{ s.slot }}</td><td>{% if s.control is not none %}{{ s.control }} / {{ s.treatment }}{% endif %}</td><td>{{ s.reason }}{% if s.failure %} <strong>{{ s.failure.code }}: {{ s.failure.reason }}</strong>{% endif %}{% for k, x in s.extra %}<br><span class="note">{{ k }}: {{ x }}</span>{% endfor %}</td><td class="mono when">{{ s.at }}</td></tr>{% endfor %}</table>
 {% else %}<p class="note">No traffic step was recorded (strategy {{ v.strategy }} moves no traffic).</p>{% endif %}</section>
 
 <section id="rollback"><h2>Rollback {% if v.rollback.status %}{{ badge(v.rollback.status, v.rollback.badge) }}{% endif %}</h2>
@@ -340,7 +342,7 @@ table.kv th{width:210px}
 {% for t in p.targets %}<tr><td>{{ t.name }}</td><td>{{ badge(t.hasDigestProof|tojson, "ok" if t.hasDigestProof else "bad") }}</td><td>{{ t.missing }}</td><td class="mono">{{ t.current }}</td><td class="mono">{{ t.rollback }}</td></tr>{% endfor %}</table>
 {% for key, rows in p.orders %}<h3>{{ key }}</h3><table><tr><th>Batch</th><th>Target</th><th>Status</th></tr>{% for b, n, s, c in rows %}<tr><td>{{ b + 1 }}</td><td>{{ n }}</td><td>{{ badge(s, c) }}</td></tr>{% endfor %}</table>{% endfor %}
 {% endif %}
-{% if v.events %}<h3>Events</h3><table>{% for k, at, what in v.events %}<tr><td>{{ k }}</td><td class="mono">{{ at }}</td><td>{{ what }}</td></tr>{% endfor %}</table>{% endif %}</section>
+{% if v.events %}<h3>Events</h3><table>{% for k, at, what in v.events %}<tr><td>{{ k }}</td><td class="mono when">{{ at }}</td><td>{{ what }}</td></tr>{% endfor %}</table>{% endif %}</section>
 
 <section id="hashes"><h2>Artifact hashes</h2><table><tr><th>Of</th><th>What</th><th>Hash</th></tr>
 {% for k, h in v.jobHashes %}<tr><td>job</td><td>{{ k }}</td><td class="mono">{{ h }}</td></tr>{% endfor %}
