@@ -13,6 +13,7 @@ import subprocess
 import pytest
 
 import labkit
+import pgkit
 
 
 @pytest.fixture(scope="session")
@@ -22,6 +23,29 @@ def lab():
         return labkit.load_lab()
     except labkit.LabNotRunning as exc:
         pytest.fail(str(exc), pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def pg_passfile(lab, tmp_path_factory):  # pylint: disable=redefined-outer-name
+    """The lab PostgreSQL password in a pgpass file named by ``PGPASSFILE`` for this session and its children."""
+    path = pgkit.pgpass(lab, str(tmp_path_factory.mktemp("pg") / "pgpass"))
+    previous = os.environ.get("PGPASSFILE")
+    os.environ["PGPASSFILE"] = path
+    yield path
+    if previous is None:
+        os.environ.pop("PGPASSFILE", None)
+    else:
+        os.environ["PGPASSFILE"] = previous
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def job_store_location(request, tmp_path, lab, pg_passfile):  # pylint: disable=redefined-outer-name,unused-argument
+    """A new empty job store on each backend: a SQLite file, or a fresh database on the lab's PostgreSQL."""
+    if request.param == "sqlite":
+        yield str(tmp_path / "jobs.sqlite3")
+        return
+    with pgkit.fresh_database(lab) as dsn:
+        yield dsn
 
 
 class TargetFactory:

@@ -1,0 +1,219 @@
+"""The job store on both backends, real SQLite files and the lab's real PostgreSQL server.
+
+Each test runs on both (``job_store_location``): the same behaviour, the same schema and migration
+path. Two controllers are two processes with their own connections, writing at the same time.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import sqlite3
+
+import psycopg
+import pytest
+
+from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
+from ansible_collections.stellaops.runtime.plugins.module_utils._contract import PHASES
+from ansible_collections.stellaops.runtime.plugins.plugin_utils import _job, _job_schema, _job_store, _projection
+
+T0 = "2026-01-01T00:00:00Z"
+LEGACY_STATUSES = ("unknown", "healthy", "unhealthy", "offline")
+
+
+def job(job_id, names, project="shop"):
+    targets = {n: {"targetId": "id-" + n, "targetName": n, "projectName": project} for n in names}
+    return _job.new_job(job_id, None, {"release": {"id": "r1"}}, [list(names)], targets, {}, T0)
+
+
+def _phases(location, name, count):
+    store = _job_store.open_store(location)
+    for index in range(count):
+        store.update("job-1", lambda r, i=index: _job.record_phase(r, name, PHASES[i], "passed", T0, T0, 1, T0))
+    store.close()
+
+
+def _start_job(location, job_id, queue):
+    store = _job_store.open_store(location)
+    try:
+        _stored, held = store.create(job(job_id, ["web-1", "web-2"]))
+        queue.put((job_id, held))
+    finally:
+        store.close()
+
+
+def run_all(target, arglists):
+    context = multiprocessing.get_context("spawn")  # no connection crosses into a controller process
+    procs = [context.Process(target=target, args=args) for args in arglists]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(120)
+    assert [p.exitcode for p in procs] == [0] * len(procs)
+
+
+def test_the_same_behaviour_on_both_backends(job_store_location):
+    store = _job_store.open_store(job_store_location)
+    try:
+        assert store.migration == {"from": 0, "to": _job_schema.SCHEMA_VERSION, "healthConstraint": "kept"}
+        stored, held = store.create(job("job-1", ["a", "b"]))
+        assert held == {} and stored["revision"] == 1 and store.get("job-1") == stored
+        with pytest.raises(StellaError) as info:
+            store.create(job("job-1", ["a"]))
+        assert info.value.code == "job_exists"
+        with pytest.raises(StellaError):
+            store.update("job-1", lambda r: _job.finish(r, T0))  # Pending cannot finish: nothing persisted
+        assert store.get("job-1")["revision"] == 1
+        running = store.update("job-1", lambda r: _job.start(r, T0))
+        done = store.update("job-1", lambda r: _job.finish_target(r, "a", True, T0),
+                            lambda r: _job.finish_target(r, "b", False, T0, reason="web unhealthy",
+                                                         code="service_unhealthy"),
+                            lambda r: None)
+        assert (running["revision"], done["revision"]) == (2, 4)
+        assert [h["status"] for h in store.history("job-1")] == ["Pending", "Running", "Running", "Running"]
+        assert [r["jobId"] for r in store.unfinished()] == ["job-1"]
+        assert {h["targetId"]: h["status"] for h in store.health()} == {"id-a": "healthy", "id-b": "unhealthy"}
+        assert store.health(["id-b", "id-new"])[1] == {"targetId": "id-new", "status": "unknown"}
+        with pytest.raises(StellaError) as info:
+            store.update("nope", lambda r: r)
+        assert info.value.code == "job_not_found"
+    finally:
+        store.close()
+    again = _job_store.open_store(job_store_location)  # a second start-up migrates nothing
+    assert again.migration == {"from": 2, "to": 2, "healthConstraint": "kept"}
+    again.close()
+
+
+def test_two_controllers_writing_one_job_lose_no_update(job_store_location):
+    store = _job_store.open_store(job_store_location)
+    names = ["t%d" % i for i in range(6)]
+    store.create(job("job-1", names))
+    store.close()
+    run_all(_phases, [(job_store_location, name, 5) for name in names])
+    store = _job_store.open_store(job_store_location)
+    final = store.get("job-1")
+    assert final["revision"] == 1 + 5 * len(names)
+    assert all(len(final["targets"][n]["phases"]) == 5 for n in names)
+    assert [h["revision"] for h in store.history("job-1")] == list(range(1, 2 + 5 * len(names)))
+    store.close()
+
+
+def test_no_two_jobs_hold_the_same_project(job_store_location):
+    queue = multiprocessing.get_context("spawn").Queue()
+    run_all(_start_job, [(job_store_location, "job-%d" % i, queue) for i in range(5)])
+    results = dict(queue.get(timeout=10) for _ in range(5))
+    winners = [job_id for job_id, held in results.items() if not held]
+    assert len(winners) == 1, results
+    for job_id, held in results.items():
+        if job_id != winners[0]:
+            assert held == {"web-1": winners[0], "web-2": winners[0]}
+    store = _job_store.open_store(job_store_location)
+    try:
+        assert set(store.claims().values()) == {winners[0]}
+        _stored, held = store.create(job("job-other", ["web-1"], project="other"))  # another project: free
+        assert held == {}
+        store.update(winners[0], lambda r: _job.start(r, T0),
+                     lambda r: _job.finish_target(r, "web-1", True, T0),
+                     lambda r: _job.finish_target(r, "web-2", True, T0), lambda r: _job.finish(r, T0))
+        _stored, held = store.create(job("job-next", ["web-1", "web-2"]))  # the finished job let go
+        assert held == {}
+        assert store.claims() == {"id-web-1|other": "job-other", "id-web-1|shop": "job-next",
+                                  "id-web-2|shop": "job-next"}
+    finally:
+        store.close()
+
+
+def test_the_projection_shows_only_persisted_states_and_the_terminal_step_comes_last(job_store_location):
+    store = _job_store.open_store(job_store_location)
+    try:
+        store.create(job("job-1", ["a"]))
+        assert store.projection("job-1")["status"] == "Pending"
+        store.update("job-1", lambda r: _job.start(r, T0))
+        store.update("job-1", lambda r: dict(r, updatedAt="2026-01-01T00:00:01Z"))  # nothing it mirrors changed
+        for phase in ("preflight", "prepare", "deploy"):
+            store.update("job-1", lambda r, p=phase: _job.record_phase(r, "a", p, "passed", T0, T0, 1, T0))
+        store.update("job-1", lambda r: _job.finish_target(r, "a", True, T0), lambda r: _job.finish(r, T0))
+        projection = store.projection("job-1")
+        assert projection["status"] == "Running" and not projection["terminal"]  # the job is Succeeded
+        assert projection["targets"]["a"]["status"] == "Succeeded"
+        history = store.projection_history("job-1")
+        persisted = {h["revision"]: h["status"] for h in store.history("job-1")}
+        assert [h["jobRevision"] for h in history] == [1, 2, 4, 5, 6, 8]  # revision 3 changed nothing shown
+        assert all(persisted[h["jobRevision"]] == h["status"] for h in history[:-1])
+        record = store.get("job-1")
+        final = store.project_terminal("job-1", _projection.strategy_evidence(record), "2026-01-01T00:01:00Z")
+        assert final["status"] == "Succeeded" and final["terminal"] and final["jobRevision"] == record["revision"]
+        assert store.projection_history("job-1")[-1]["terminal"] is True
+    finally:
+        store.close()
+
+
+def _legacy_sqlite(path):
+    db = sqlite3.connect(path)
+    db.executescript("""
+        CREATE TABLE deployment_jobs (job_id TEXT PRIMARY KEY, kind TEXT NOT NULL, status TEXT NOT NULL,
+            release_id TEXT, created_at TEXT NOT NULL, updated_at TEXT NOT NULL, revision INTEGER NOT NULL,
+            record TEXT NOT NULL);
+        CREATE TABLE target_health (target_id TEXT PRIMARY KEY,
+            status TEXT NOT NULL CHECK (status IN (%s)), updated_at TEXT);
+    """ % ", ".join("'%s'" % s for s in LEGACY_STATUSES))
+    db.executemany("INSERT INTO target_health VALUES (?, ?, ?)", ROWS)
+    db.commit()
+    db.close()
+
+
+def _legacy_postgres(dsn):
+    with psycopg.connect(dsn, autocommit=True) as db:
+        db.execute("CREATE TABLE target_health (target_id TEXT PRIMARY KEY, status TEXT NOT NULL CHECK (status IN "
+                   "(%s)), updated_at TEXT)" % ", ".join("'%s'" % s for s in LEGACY_STATUSES))
+        for row in ROWS:
+            db.execute("INSERT INTO target_health VALUES (%s, %s, %s)", row)
+
+
+ROWS = [("id-a", "healthy", T0), ("id-b", "offline", T0), ("id-c", "unknown", T0)]
+
+
+def test_a_legacy_health_constraint_is_refreshed_in_place_at_start_up_with_every_row_kept(job_store_location):
+    if job_store_location.startswith("postgresql://"):
+        _legacy_postgres(job_store_location)
+        errors = psycopg.errors.CheckViolation
+    else:
+        _legacy_sqlite(job_store_location)
+        errors = sqlite3.IntegrityError
+    with pytest.raises(errors):  # the legacy check refuses the contract's newer statuses
+        (_legacy_postgres_insert if job_store_location.startswith("postgresql://") else _legacy_sqlite_insert)(
+            job_store_location, "degraded")
+    store = _job_store.open_store(job_store_location)
+    try:
+        assert store.migration == {"from": 0, "to": _job_schema.SCHEMA_VERSION, "healthConstraint": "refreshed"}
+        assert [(h["targetId"], h["status"], h["updatedAt"]) for h in store.health()] == ROWS
+        store.create(job("job-1", ["d", "e"]))
+        store.update("job-1", lambda r: _job.start(r, T0), lambda r: _job.finish_target(r, "d", True, T0),
+                     lambda r: _job.finish_target(r, "e", False, T0, code="runtime_daemon_unavailable"),
+                     lambda r: _job.finish(r, T0), lambda r: _job.auto_rollback(r, T0))
+        assert {h["targetId"]: h["status"] for h in store.health()} == {
+            "id-a": "healthy", "id-b": "offline", "id-c": "unknown", "id-d": "healthy", "id-e": "offline"}
+    finally:
+        store.close()
+    for status in ("degraded", "unreachable"):
+        (_legacy_postgres_insert if job_store_location.startswith("postgresql://") else _legacy_sqlite_insert)(
+            job_store_location, status)
+    with pytest.raises(errors):  # the refreshed check still refuses what the contract does not know
+        (_legacy_postgres_insert if job_store_location.startswith("postgresql://") else _legacy_sqlite_insert)(
+            job_store_location, "maintenance")
+    again = _job_store.open_store(job_store_location)
+    assert again.migration["healthConstraint"] == "kept"
+    again.close()
+
+
+def _legacy_sqlite_insert(path, status):
+    db = sqlite3.connect(path)
+    try:
+        db.execute("INSERT INTO target_health (target_id, status) VALUES (?, ?)", ("id-" + status, status))
+        db.commit()
+    finally:
+        db.close()
+
+
+def _legacy_postgres_insert(dsn, status):
+    with psycopg.connect(dsn, autocommit=True) as db:
+        db.execute("INSERT INTO target_health (target_id, status) VALUES (%s, %s)", ("id-" + status, status))
