@@ -293,7 +293,7 @@ def test_every_value_is_escaped(field, change):
     page = Page(source)
     assert not {"script", "img", "b"} & set(page.tags), field
     value = next(iter(change.values()))
-    texts = [value] if isinstance(value, str) else [v for v in value.values()]
+    texts = [value] if isinstance(value, str) else list(value.values())
     for text in texts:
         assert " ".join(text.split()) in page.text, (field, text)
     assert "<script" not in source.lower()
