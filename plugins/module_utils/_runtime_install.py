@@ -276,9 +276,12 @@ class RuntimeInstaller:
     def redact(self, text):
         return redact_text(redact_url(text or ""), self.secrets)
 
-    def run(self, argv, timeout=None, env=None):
+    def run(self, argv, timeout=None, env=None, foreground=False):
+        """``argv`` bounded by ``timeout(1)``; ``foreground`` keeps it in the module's process group, for
+        commands that touch a terminal (apt under Ansible's ``ssh -tt`` would stop on SIGTTOU otherwise)."""
         bound = self.which("timeout")
-        full = ([bound, "--kill-after", "10", str(int(timeout))] + list(argv)) if bound and timeout else list(argv)
+        lead = [bound] + (["--foreground"] if foreground else []) + ["--kill-after", "10", str(int(timeout or 0))]
+        full = (lead + list(argv)) if bound and timeout else list(argv)
         try:
             return self._run(full, environ_update=env)
         except OSError as exc:
@@ -327,6 +330,9 @@ class RuntimeInstaller:
         files = []
         for name in names:
             full = os.path.join(directory, name)
+            if not os.path.isfile(full) and check_mode:  # not copied yet: the role's copy ran in check mode
+                files.append({"name": name, "sha256": bundle["checksums"].get(name), "present": False})
+                continue
             if not os.path.isfile(full):
                 raise _err("runtime_install_source_invalid", "bundle file %s is missing in %s" % (name, bundle["path"]))
             with open(full, "rb") as handle:
@@ -359,8 +365,8 @@ class RuntimeInstaller:
         return changed
 
     def apt(self, args, request, what):
-        rc, out, err = self.run(["apt-get", "-q", "-o", "DPkg::Lock::Timeout=120"] + args,
-                                timeout=request["install_timeout"], env=self.APT_ENV)
+        rc, out, err = self.run(["apt-get", "-q", "-o", "DPkg::Lock::Timeout=120", "-o", "Dpkg::Use-Pty=0"] + args,
+                                timeout=request["install_timeout"], env=self.APT_ENV, foreground=True)
         problems = [line for line in (err + "\n" + out).splitlines() if line.startswith(("E:", "Err:"))]
         if rc != 0 or (what == "update" and problems):
             detail = self.redact("; ".join(problems[:3]) or one_line(err or out))
