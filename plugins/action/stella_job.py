@@ -23,7 +23,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils._common import S
 from ansible_collections.stellaops.runtime.plugins.module_utils._contract import PROJECT_BUSY, ROLLBACK_TASKS
 from ansible_collections.stellaops.runtime.plugins.module_utils._fsutil import atomic_write
 from ansible_collections.stellaops.runtime.plugins.plugin_utils import (
-    _job, _job_store, _job_traffic, _job_view, _projection, _strategy, _traffic)
+    _job, _job_store, _job_traffic, _job_view, _projection, _report, _strategy, _traffic)
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_plan import job_options, plan_job
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._evidence import project_digest
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._inputs import load_credentials, plain, resolve_digests
@@ -51,6 +51,7 @@ ARGUMENT_SPEC = {
     "evidence": {"type": "dict", "default": {}},
     "batch": {"type": "int"},
     "evidence_dir": {"type": "path"},
+    "report": {"type": "bool", "default": False},
     "revision_paths": {"type": "dict", "default": {}},
     "traffic_options": {"type": "dict", "no_log": True, "default": {}},
 }
@@ -354,8 +355,13 @@ class ActionModule(ActionBase):
         elif record["status"] == "Running":
             record = store.update(args["job_id"], lambda r: _job.finish(r, utc_now()))
         files, rollback = {}, _job_view.rollback_evidence(record)
+        if args["report"]:
+            self._need(args, "evidence_dir")
         if args["evidence_dir"]:
             files = self._write_evidence(record, args["evidence_dir"], rollback)
+            if args["report"]:
+                files[_report.REPORT_FILE] = _report.write_report(
+                    record, os.path.join(args["evidence_dir"], "jobs", record["jobId"]))
         evidence_id = "jobs/%s/rollback-evidence.json" % record["jobId"] if rollback is not None else None
         if record["status"] in _job.TERMINAL:  # the terminal projection: after the terminal evidence exists
             store.project_terminal(record["jobId"], _projection.strategy_evidence(record, rollback, evidence_id, files),

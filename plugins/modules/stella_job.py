@@ -165,6 +165,12 @@ options:
   evidence_dir:
     description: O(step=close). Where C(jobs/<job id>/job.json) (and C(rollback-evidence.json)) are written.
     type: path
+  report:
+    description:
+      - O(step=close). Also write C(jobs/<job id>/report.html), the evidence report for people
+        (C(docs/report.md)); needs O(evidence_dir).
+    type: bool
+    default: false
   revision_paths:
     description:
       - >-

@@ -63,11 +63,15 @@ class Shown:
 class FleetJob:
     """One application deployed by deployment jobs over ``fleet`` (lab target dicts, in batch order)."""
 
-    def __init__(self, lab, fleet, tmp_path, name, port):
+    # The job store of new instances when none is given: a test module may point it at another backend
+    # (test_job_fleet runs every scenario on SQLite and on PostgreSQL).
+    default_store = None
+
+    def __init__(self, lab, fleet, tmp_path, name, port, store=None):
         self.lab, self.fleet, self.tmp = lab, list(fleet), tmp_path
         self.application = "%s-%s" % (name, uuid.uuid4().hex[:6])
         self.port = port
-        self.store_path = str(tmp_path / "jobs.sqlite3")
+        self.store_path = store or self.default_store or str(tmp_path / "jobs.sqlite3")
         self.evidence_dir = str(tmp_path / "evidence")
         self.refs = {k: v["ref"] for k, v in lab["images"].items()}
         self.digests = {k: v["digest"] for k, v in lab["images"].items()}
@@ -173,7 +177,7 @@ class FleetJob:
 
     def job_ids(self):
         """Every job id in the store, oldest first."""
-        if not os.path.exists(self.store_path):
+        if "://" not in self.store_path and not os.path.exists(self.store_path):
             return []
         store = self._store()
         try:

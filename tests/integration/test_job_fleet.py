@@ -7,6 +7,9 @@ on every target), with its own job store and evidence directory under ``tmp_path
 (``docker inspect``: digest, ``stella.*`` labels, container ids; the sticker bytes) and what the job store
 persisted (contract sections "Strategy Evidence Boundary" and "Automatic rollback on failed deployment").
 
+Every scenario runs twice, with the job store on SQLite and on the lab's PostgreSQL server (a fresh
+database each time), and must behave the same on both.
+
 Fails (never skips) when the lab is not running: run ``make lab`` first.
 """
 
@@ -17,6 +20,8 @@ import json
 import os
 import signal
 
+import pytest
+
 import fleetkit as fl
 from labkit import free_port
 from fleetkit import PHASES, ROLLBACK_PHASES, web
@@ -24,6 +29,12 @@ from fleetkit import PHASES, ROLLBACK_PHASES, web
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._rollback_evidence import verify_rollback_evidence
 
 ROLLED_BACK_SUFFIX = " (auto-rollback restored the retained previous revision)"
+
+
+@pytest.fixture(autouse=True)
+def _job_store_backend(job_store_location, monkeypatch):
+    """Each scenario on each backend (``job_store_location`` is parametrized over SQLite and PostgreSQL)."""
+    monkeypatch.setattr(fl.FleetJob, "default_store", job_store_location)
 
 
 def sticker(state):

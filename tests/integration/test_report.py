@@ -97,11 +97,16 @@ def test_report_of_a_rolled_back_job_in_headless_chromium(lab, fleet, tmp_path):
         release = fj.release("app_v2", "2.0.0", strategy_config={"batchSize": 1}, hooks=[hook])
         release["release"]["name"] = MARKUP_NAME
         release["secretEnv"] = {"REPORT_TOKEN": secret}
-        v2 = fj.run(release)
+        v2 = fj.run(release, extra={"stella_job_report": True})
         assert v2.rc != 0, v2.output[-4000:]
         record = fj.job(v2.job_id)
         assert (record["status"], record["rollback"]["batches"]) == ("RolledBack", [[t2], [t1]]), record["reason"]
         job_dir = os.path.join(fj.evidence_dir, "jobs", v2.job_id)
+        # the job playbook's own report (stella_job_report: true), written when the job closed
+        with open(os.path.join(job_dir, "report.html"), encoding="utf-8") as handle:
+            closed_page = handle.read()
+        assert "RolledBack" in closed_page and secret not in closed_page
+        os.remove(os.path.join(job_dir, "report.html"))
         with open(os.path.join(job_dir, "job.json"), encoding="utf-8") as handle:
             job_doc = json.load(handle)
         with open(os.path.join(job_dir, "rollback-evidence.json"), encoding="utf-8") as handle:
