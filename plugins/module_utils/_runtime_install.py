@@ -173,14 +173,9 @@ def apt_source_files(request):
     apt, name = request["apt"], request["source_name"]
     base = "stella-%s" % name
     key_path = os.path.join(KEYRING_DIR, base + ".asc")
-    options = []
-    if apt["signing_key"]:
-        options.append("signed-by=" + key_path)
-    elif apt["signed_by"]:
-        options.append("signed-by=" + apt["signed_by"])
-    else:
-        options.append("trusted=yes")
-    line = "deb [%s] %s %s" % (" ".join(options), apt["url"], " ".join([apt["suite"]] + apt["components"]))
+    keyring = key_path if apt["signing_key"] else apt["signed_by"]
+    option = ("signed-by=" + keyring) if keyring else "trusted=yes"
+    line = "deb [%s] %s %s" % (option, apt["url"], " ".join([apt["suite"]] + apt["components"]))
     files = {os.path.join(SOURCES_DIR, base + ".list"): (
         "# Managed by stellaops.runtime (stella_runtime_install): the configured runtime package source.\n"
         + line.rstrip() + "\n", 0o644)}
@@ -213,12 +208,8 @@ def plan_actions(request, observed):
 def parse_dpkg_query(text):
     """``dpkg-query -W -f '${binary:Package}\\t${Version}\\t${db:Status-Abbrev}\\n'`` -> ``{name: version}``
     of the installed packages (architecture qualifiers dropped)."""
-    out = {}
-    for line in (text or "").splitlines():
-        fields = line.split("\t")
-        if len(fields) >= 3 and fields[2].startswith("ii"):
-            out[fields[0].split(":", 1)[0]] = fields[1]
-    return out
+    rows = [line.split("\t") for line in (text or "").splitlines()]
+    return {f[0].split(":", 1)[0]: f[1] for f in rows if len(f) >= 3 and f[2].startswith("ii")}
 
 
 def package_changes(before, after):
