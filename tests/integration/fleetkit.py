@@ -20,6 +20,7 @@ import re
 import shlex
 import signal
 import subprocess
+import threading
 import time
 import uuid
 
@@ -283,3 +284,36 @@ def wait_for(predicate, timeout, interval=0.2, what="condition"):
             return value
         time.sleep(interval)
     raise AssertionError("%s not reached within %d s" % (what, timeout))
+
+
+class ProjectionWatcher:
+    """Reads the ``deployments`` projection of the newest job from its own connection while a job runs
+    (as a monitoring UI would), every 0.1 s. Each snapshot: ``(projection, job_json_existed)``, the
+    second read after the first, so a terminal projection seen before its evidence would show."""
+
+    def __init__(self, fj, known):
+        self.fj, self.known, self.snapshots = fj, set(known), []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(30)
+
+    def _watch(self):
+        store = open_store(self.fj.store_path)
+        try:
+            while not self._stop.wait(0.1):
+                fresh = [r["jobId"] for r in store.list(limit=5) if r["jobId"] not in self.known]
+                if not fresh:
+                    continue
+                projection = store.projection(fresh[0])
+                evidence = os.path.exists(os.path.join(self.fj.evidence_dir, "jobs", fresh[0], "job.json"))
+                if projection is not None and (not self.snapshots or self.snapshots[-1][0] != projection):
+                    self.snapshots.append((projection, evidence))
+        finally:
+            store.close()

@@ -82,6 +82,41 @@ def evidence_paths(fj, record):
     return paths
 
 
+def assert_projection_persisted_only(fj, record, snapshots):
+    """What a monitor saw of the ``deployments`` projection while the job ran: only states the job had
+    persisted (the status at the projected revision), a recorded phase and its share of the nine as
+    progress, never a terminal status before the terminal step, which came after job.json."""
+    store = fl.open_store(fj.store_path)
+    try:
+        history = {h["revision"]: h["status"] for h in store.history(record["jobId"])}
+        final = store.projection(record["jobId"])
+        written = store.projection_history(record["jobId"])
+    finally:
+        store.close()
+    assert snapshots, "the projection was never observed while the job ran"
+    assert any(p["status"] == "Running" for p, _ in snapshots), [p["status"] for p, _ in snapshots]
+    assert [w["jobRevision"] for w in written] == sorted({w["jobRevision"] for w in written})
+    for projection, evidence_existed in snapshots:
+        persisted = history[projection["jobRevision"]]
+        if projection["terminal"]:
+            assert evidence_existed and projection["status"] == persisted == record["status"], projection
+        else:
+            assert projection["status"] not in ("Succeeded", "Failed", "RolledBack"), projection
+            assert projection["status"] == persisted or persisted in ("Succeeded", "Failed", "RolledBack")
+        for name, view in projection["targets"].items():  # a phase the job recorded, its share of nine
+            recorded = [p["name"] for p in record["targets"][name].get("phases") or []]
+            assert view["phase"] is None or view["phase"] in recorded, (name, view)
+            expected = (recorded.index(view["phase"]) + 1) * 100 // 9 if view["phase"] else 0
+            assert view["progress"] == expected, (name, view)
+    assert final["terminal"] and final["status"] == record["status"] and written[-1]["terminal"]
+    assert not any(w["terminal"] for w in written[:-1])
+    evidence = final["strategyEvidence"]
+    for key in ("id", "hash", "proofDigest", "proofStatus", "orderProofDigest", "orderProofStatus"):
+        assert evidence["rollback.evidence." + key], key
+    assert evidence["rollback.evidence.proofStatus"] == "complete"
+    assert evidence["evidenceFiles"]["job.json"] and evidence["evidenceFiles"]["rollback-evidence.json"]
+
+
 # --------------------------------------------------------------------------------------------- scenarios
 
 def test_rolling_v1_rerun_then_failing_v2_rolls_back_in_reverse_batch_order(lab, fleet, tmp_path):
@@ -134,9 +169,11 @@ def test_rolling_v1_rerun_then_failing_v2_rolls_back_in_reverse_batch_order(lab,
         # ---- v2 whose post-deploy hook fails on the first target of batch 2
         hook = {"name": "check-host", "phase": "post-deploy",
                 "command": 'test "$(hostname)" != %s' % fleet[2]["hostname"]}
-        v2 = fj.run(fj.release("app_v2", "2.0.0", hooks=[hook]))
+        with fl.ProjectionWatcher(fj, fj.job_ids()) as watcher:
+            v2 = fj.run(fj.release("app_v2", "2.0.0", hooks=[hook]))
         assert v2.rc != 0, v2.output[-4000:]
         rec2 = fj.job(v2.job_id)
+        assert_projection_persisted_only(fj, rec2, watcher.snapshots)
         failed = rec2["targets"][t3]
         assert (rec2["status"], rec2["promotion"], rec2["isRollback"]) == ("RolledBack", "Failed", True)
         original = "target %s: %s" % (t3, failed["reason"])
