@@ -45,7 +45,7 @@ SSH_OPTS=(-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMo
 ENGINE_PACKAGES=(docker.io docker-cli)
 PURGED_PACKAGES=(docker.io docker-cli containerd runc tini)
 COMPOSE_PACKAGE=docker-compose-plugin
-PACKAGES=(apt-utils gpg nginx-light apache2-utils)
+PACKAGES=(apt-utils gpg nginx-light apache2-utils iproute2)
 NGINX_CONF="$RT_STATE/nginx.conf"
 NGINX_PID="$RT_STATE/nginx.pid"
 AUTH_JSON="$RT_STATE/secrets/repo-auth.json"
@@ -97,7 +97,6 @@ ensure_image() {
       --build-arg "PURGE=${PURGED_PACKAGES[*]}" -t "$IMAGE" "$ctx" >/dev/null 2>"$ctx/build.err" \
       || { cat "$ctx/build.err" >&2; die "docker build of $IMAGE failed"; }
   fi
-  IMAGE_FP=$fp
 }
 
 # ------------------------------------------------------------------------------------------- packages
@@ -450,7 +449,11 @@ cmd_target_down() {
 cmd_status() {
   if server_running; then echo "server      $REPO_ADDR running (pid $(<"$NGINX_PID"))"; else echo "server      $REPO_ADDR stopped"; fi
   echo "image       $IMAGE: $(docker image inspect -f '{{.Id}}' "$IMAGE" 2>/dev/null | cut -c1-19 || echo missing)"
-  [[ -d "$RT_CACHE/bundle" ]] && echo "bundle      $RT_CACHE/bundle: $(ls "$RT_CACHE/bundle" | tr '\n' ' ')" || echo "bundle      missing"
+  if [[ -d "$RT_CACHE/bundle" ]]; then
+    echo "bundle      $RT_CACHE/bundle: $(find "$RT_CACHE/bundle" -name '*.deb' -printf '%f ' | sort)"
+  else
+    echo "bundle      missing"
+  fi
 }
 
 usage() { sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }

@@ -9,7 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: stella_runtime_install
 short_description: Install Docker Engine and the Compose v2 plugin from a configured package source
-version_added: 0.3.0
+version_added: 0.2.0
 description:
   - Opt-in managed runtime install on a Debian-family target. Installs Docker Engine and the Docker
     Compose v2 plugin from the configured source only, starts the engine and verifies that
