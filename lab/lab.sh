@@ -126,7 +126,7 @@ engine_up() { docker info >/dev/null 2>&1; }
 
 # ---------------------------------------------------------------------------------------------- up
 
-pg_bin() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1; }
+pg_bin() { find /usr/lib/postgresql -mindepth 2 -maxdepth 2 -name bin -type d 2>/dev/null | sort -V | tail -1; }
 
 # The lab's PostgreSQL: initdb once into $PG_DATA (owned by the postgres user), start it on
 # 127.0.0.1:$PG_PORT when it is not running, and make sure role $PG_USER (CREATEDB, password in

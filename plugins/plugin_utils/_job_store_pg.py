@@ -44,8 +44,8 @@ class PostgresCatalogue(_job_schema.Catalogue):
         """``ALTER TABLE``: drop the narrow checks, add the contract's; rows stay where they are."""
         for name in stale:
             execute('ALTER TABLE target_health DROP CONSTRAINT "%s"' % name.replace('"', '""'))
-        execute("ALTER TABLE target_health ADD CONSTRAINT %s %s" % (_job_schema.HEALTH_CONSTRAINT,
-                                                                   _job_schema.HEALTH_CHECK))
+        execute("ALTER TABLE target_health ADD CONSTRAINT %s %s" % (
+            _job_schema.HEALTH_CONSTRAINT, _job_schema.HEALTH_CHECK))
 
 
 class PostgresJobStore(SqlJobStore):

@@ -94,7 +94,8 @@ def assert_projection_persisted_only(fj, record, snapshots):
     finally:
         store.close()
     assert snapshots, "the projection was never observed while the job ran"
-    assert any(p["status"] == "Running" for p, _ in snapshots), [p["status"] for p, _ in snapshots]
+    seen = [projection["status"] for projection, _evidence in snapshots]
+    assert "Running" in seen, seen
     assert [w["jobRevision"] for w in written] == sorted({w["jobRevision"] for w in written})
     for projection, evidence_existed in snapshots:
         persisted = history[projection["jobRevision"]]

@@ -100,7 +100,7 @@ def test_two_controllers_writing_one_job_lose_no_update(job_store_location):
 def test_no_two_jobs_hold_the_same_project(job_store_location):
     queue = multiprocessing.get_context("spawn").Queue()
     run_all(_start_job, [(job_store_location, "job-%d" % i, queue) for i in range(5)])
-    results = dict(queue.get(timeout=10) for _ in range(5))
+    results = dict(queue.get(timeout=10) for _index in range(5))
     winners = [job_id for job_id, held in results.items() if not held]
     assert len(winners) == 1, results
     for job_id, held in results.items():
