@@ -28,6 +28,7 @@ lab: venv collection
 	lab/lab.sh up
 
 lab-down:
+	lab/runtime_sources.sh down
 	lab/lab.sh down
 
 demo: lab

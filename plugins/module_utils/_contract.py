@@ -109,6 +109,13 @@ HEALTH_STATUSES = ("unknown", "healthy", "degraded", "unhealthy", "offline", "un
 OFFLINE_CODES = ("runtime_missing", "runtime_daemon_unavailable", "compose_missing")
 UNREACHABLE_CODE = "target_unreachable"
 PROJECT_BUSY = "project_busy"
+# Managed runtime installs (stella_runtime_install): where the target keeps its evidence and the copied
+# offline bundle, and the stable failure codes (docs/runtime-install.md).
+RUNTIME_INSTALL_EVIDENCE = "/var/lib/stella/runtime-install.json"
+RUNTIME_INSTALL_BUNDLE_DIR = "/var/lib/stella/runtime-bundle"
+RUNTIME_INSTALL_CODES = ("runtime_install_source_missing", "runtime_install_source_not_allowed",
+                         "runtime_install_source_invalid", "runtime_install_source_unreachable",
+                         "runtime_install_failed", "runtime_install_unverified")
 
 # ---------------------------------------------------------------------------------------- labels
 LABEL_MANIFEST_HASH = "stella.manifest.hash"

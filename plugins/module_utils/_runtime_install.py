@@ -24,14 +24,16 @@ import time
 import urllib.parse
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError, redact_text, redact_url
+from ansible_collections.stellaops.runtime.plugins.module_utils._contract import (
+    RUNTIME_INSTALL_BUNDLE_DIR, RUNTIME_INSTALL_CODES, RUNTIME_INSTALL_EVIDENCE)
 from ansible_collections.stellaops.runtime.plugins.module_utils._docker_cli import DockerCli, one_line
 from ansible_collections.stellaops.runtime.plugins.module_utils._fsutil import atomic_write, read_bytes
 from ansible_collections.stellaops.runtime.plugins.module_utils._versions import (
     DEFAULT_MIN_COMPOSE, DEFAULT_MIN_ENGINE, parse_version, version_at_least)
 
 SCHEMA = "stella.runtime-install.v1"
-EVIDENCE_PATH = "/var/lib/stella/runtime-install.json"
-BUNDLE_TARGET_DIR = "/var/lib/stella/runtime-bundle"
+EVIDENCE_PATH = RUNTIME_INSTALL_EVIDENCE
+BUNDLE_TARGET_DIR = RUNTIME_INSTALL_BUNDLE_DIR
 SOURCES_DIR = "/etc/apt/sources.list.d"
 AUTH_DIR = "/etc/apt/auth.conf.d"
 KEYRING_DIR = "/etc/apt/keyrings"
@@ -44,9 +46,9 @@ DEFAULT_ENGINE_PACKAGES = ("docker.io", "docker-cli")
 DEFAULT_COMPOSE_PACKAGES = ("docker-compose-plugin",)
 ENGINE_STARTS = ("auto", "systemd", "init-script", "daemon", "none")
 # Stable failure codes (docs/runtime-install.md says when each is raised).
-CODES = ("runtime_install_source_missing", "runtime_install_source_not_allowed", "runtime_install_source_invalid",
-         "runtime_install_source_unreachable", "runtime_install_failed", "runtime_install_unverified")
+CODES = RUNTIME_INSTALL_CODES
 PHASE = "runtime_install"
+
 
 def _err(code, reason):
     return StellaError(code, reason, phase=PHASE)

@@ -104,7 +104,7 @@ def tasks(doc):
 
 def module_result(doc):
     results = [r for name, r in tasks(doc) if name.endswith(MODULE_TASK)]
-    assert len(results) == 1, [name for name, _ in tasks(doc)]
+    assert len(results) == 1, [name for name, _result in tasks(doc)]
     return results[0]
 
 

@@ -192,8 +192,9 @@ class FakeHost:
         if argv[:3] == ["docker", "compose", "version"]:
             return 0, '{"version": "v2.40.3"}', ""
         if argv[0] == "dpkg-query":
-            rows = "libc6\t2.41-12\tii \n" + ("docker.io\t26.1.5+dfsg1-9\tii \ndocker-cli\t26.1.5+dfsg1-9\tii \n"
-                                             "docker-compose-plugin\t2.40.3-1\tii \n" if self.installed else "")
+            installed = ("docker.io\t26.1.5+dfsg1-9\tii \ndocker-cli\t26.1.5+dfsg1-9\tii \n"
+                         "docker-compose-plugin\t2.40.3-1\tii \n")
+            rows = "libc6\t2.41-12\tii \n" + (installed if self.installed else "")
             return 0, rows, ""
         if argv[0] == "dpkg-deb":
             name = os.path.basename(argv[2]).split("_")[0]
@@ -344,7 +345,7 @@ def test_a_stale_pid_file_is_removed(tmp_path):
 
 def test_start_methods_follow_the_host():
     inst = ri.RuntimeInstaller(None, lambda n: "/usr/sbin/dockerd", None, root="/nonexistent")
-    assert [m for m, _ in inst.start_methods("auto")] == ["daemon"]
+    assert [method for method, _argv in inst.start_methods("auto")] == ["daemon"]
     assert inst.start_methods("systemd") == [("systemd", ["systemctl", "start", "docker.service"])]
 
 
