@@ -66,11 +66,12 @@ molecule-run: collection $(MOLECULE_VENV)/.stamp
 	  STELLA_COLLECTIONS_PATH=$(COLL_ROOT) $(MOLECULE_VENV)/bin/molecule -c molecule/config.yml test --all
 
 # The integration tests mostly wait on containers, so they run as two pytest sessions at once: the fault
-# matrix and the provider tests in one, everything else (the fleet and traffic tests share their fleet)
-# in the other. Each session starts its own lab targets (named after its pid). The molecule scenarios run
-# after both (three nested engines starting at once on two cores timed out once). All must pass.
+# matrix, the provider tests and the fleet scenarios (each on both job store backends) with the report
+# test (they share one fleet) in one, everything else in the other. Each session starts its own lab
+# targets (named after its pid). The molecule scenarios run after both (three nested engines starting at
+# once on two cores timed out once). All must pass.
 INTEGRATION_SPLIT := tests/integration/test_faults.py tests/integration/test_provider.py \
-  tests/integration/test_provider_protocol.py
+  tests/integration/test_provider_protocol.py tests/integration/test_job_fleet.py tests/integration/test_report.py
 
 test: venv collection
 	$(MAKE) --no-print-directory unit

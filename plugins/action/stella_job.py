@@ -382,7 +382,7 @@ class ActionModule(ActionBase):
     def _health(self, store, args):
         """The health status the store keeps for ``targets`` (their target ids), or for every target."""
         hostvars = self.vars.get("hostvars") or {}
-        ids = [(dict(hostvars.get(name) or {}).get("stella_target") or {}).get("id") or name
+        ids = [((dict(hostvars[name]).get("stella_target") or {}).get("id") if name in hostvars else None) or name
                for name in args["targets"]] if args["targets"] else None
         return {"health": store.health(ids)}
 

@@ -162,6 +162,20 @@ class FleetJob:
         proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ar.ROOT, timeout=timeout, check=False)
         return Shown(proc.returncode, proc.stdout + proc.stderr)
 
+    def health(self, targets=(), timeout=120):
+        """``stella_job step=health`` through ``ansible`` (as an operator asks): ``{targetId: status}``."""
+        env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=ar.COLLECTIONS, ANSIBLE_STDOUT_CALLBACK="default",
+                   ANSIBLE_NOCOLOR="1")
+        env.pop("ANSIBLE_CALLBACKS_ENABLED", None)
+        args = json.dumps({"step": "health", "store": self.store_path, "targets": list(targets)})
+        argv = [os.path.join(ar.VENV_BIN, "ansible"), "localhost", "-i", "localhost,", "-c", "local",
+                "-m", "stellaops.runtime.stella_job", "-a", args]
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ar.ROOT, timeout=timeout, check=False)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert proc.stdout.startswith("localhost | SUCCESS => {"), proc.stdout[-3000:]
+        result = json.loads(proc.stdout[proc.stdout.index("{"):])
+        return {entry["targetId"]: entry["status"] for entry in result["health"]}
+
     def start(self, release, overrides=None, extra=None):
         """Start the job playbook in its own session (process group) and return the Popen."""
         argv, env, run = self._argv(release, overrides, extra)

@@ -149,6 +149,7 @@ def test_rolling_v1_rerun_then_failing_v2_rolls_back_in_reverse_batch_order(lab,
         for name in fj.names:
             assert_runs(fj, state1[name], "app_v1", rec1, name)
             assert sticker(state1[name])["jobId"] == v1.job_id
+        assert fj.health() == dict.fromkeys(fj.names, "healthy")
         v1_evidence = fl.evidence_files(evidence_paths(fj, rec1))
         assert len(v1_evidence) == 5, sorted(v1_evidence)  # job.json + four deployment.json
 
@@ -175,6 +176,7 @@ def test_rolling_v1_rerun_then_failing_v2_rolls_back_in_reverse_batch_order(lab,
         assert v2.rc != 0, v2.output[-4000:]
         rec2 = fj.job(v2.job_id)
         assert_projection_persisted_only(fj, rec2, watcher.snapshots)
+        assert fj.health() == dict.fromkeys(fj.names, "degraded")  # each runs its retained v1, not v2
         failed = rec2["targets"][t3]
         assert (rec2["status"], rec2["promotion"], rec2["isRollback"]) == ("RolledBack", "Failed", True)
         original = "target %s: %s" % (t3, failed["reason"])
@@ -363,6 +365,8 @@ def test_unreachable_target_fails_the_job_before_any_target_changes(lab, fleet, 
             assert record["targets"][name]["status"] == "Skipped", name
             assert record["targets"][name]["phases"] == [], name
         assert record["gates"] == [] and record["events"] == []
+        # target health: the failed readiness check made t3 unreachable; the skipped targets are unknown
+        assert fj.health([t3, t1]) == {t3: "unreachable", t1: "unknown"}
         for name in (t1, t2, t4):
             project = fj.project(record, name)
             assert not fj.project_dir_exists(name, project), (name, project)
