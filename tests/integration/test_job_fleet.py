@@ -375,6 +375,47 @@ def test_unreachable_target_fails_the_job_before_any_target_changes(lab, fleet, 
         fj.cleanup()
 
 
+def test_a_second_job_for_a_held_project_fails_closed_while_the_first_runs(lab, fleet, tmp_path):
+    fj = fl.FleetJob(lab, fleet[:2], tmp_path, "busy", free_port())
+    t1, t2 = fj.names
+    hold = {"name": "hold", "phase": "pre-deploy", "command": "sleep 12"}
+    try:
+        proc = fj.start(fj.release(hooks=[hold]))
+        try:
+            def running():
+                ids = fj.job_ids()
+                return ids[0] if ids and fj.job(ids[0])["status"] == "Running" else None
+            first = fl.wait_for(running, 240, what="the first job Running")
+            # another controller run for the same projects, while the first job holds them
+            second = fj.run(fj.release())
+            assert second.rc != 0, second.output[-4000:]
+            assert proc.wait(420) == 0, proc.output_path.read_text()[-4000:]
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        refused = fj.job(second.job_id)
+        assert (refused["status"], refused["code"]) == ("Failed", "project_busy"), refused["reason"]
+        assert first in refused["reason"] and "nothing was changed" in refused["reason"], refused["reason"]
+        for name in (t1, t2):
+            assert (refused["targets"][name]["status"], refused["targets"][name]["code"]) == ("Failed", "project_busy")
+            assert refused["targets"][name]["phases"] == [], name
+        assert fj.statuses(second.job_id) == ["Pending", "Failed"]
+        record = fj.job(first)
+        assert record["status"] == "Succeeded", record["reason"]
+        state = fj.states(record)
+        for name in fj.names:
+            assert_runs(fj, state[name], "app_v1", record, name)
+            assert sticker(state[name])["jobId"] == first  # the refused job wrote nothing
+        assert fj.health() == dict.fromkeys(fj.names, "healthy")  # a refusal says nothing of the targets
+        store = fl.open_store(fj.store_path)
+        try:
+            assert store.claims() == {}  # the finished job let its projects go
+        finally:
+            store.close()
+    finally:
+        fj.cleanup()
+
+
 def test_killed_controller_run_is_failed_and_the_same_release_converges(lab, fleet, tmp_path):
     fj = fl.FleetJob(lab, fleet[:3], tmp_path, "kill", free_port())
     t1, t2, t3 = fj.names
