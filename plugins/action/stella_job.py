@@ -24,7 +24,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils._contract import
 from ansible_collections.stellaops.runtime.plugins.module_utils._fsutil import atomic_write
 from ansible_collections.stellaops.runtime.plugins.plugin_utils import (
     _job, _job_store, _job_traffic, _job_view, _projection, _report, _strategy, _traffic)
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_plan import job_options, plan_job
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_plan import job_options, plan_job, target_identity
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._evidence import project_digest
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._inputs import load_credentials, plain, resolve_digests
 
@@ -382,7 +382,7 @@ class ActionModule(ActionBase):
     def _health(self, store, args):
         """The health status the store keeps for ``targets`` (their target ids), or for every target."""
         hostvars = self.vars.get("hostvars") or {}
-        ids = [((dict(hostvars[name]).get("stella_target") or {}).get("id") if name in hostvars else None) or name
+        ids = [target_identity(name, dict(hostvars[name]) if name in hostvars else {}, None)["id"]
                for name in args["targets"]] if args["targets"] else None
         return {"health": store.health(ids)}
 

@@ -63,6 +63,11 @@ def _event(record, name, target, status, reason):
             "jobId": record["jobId"], "at": record.get("updatedAt")}
 
 
+def started(before, after):
+    """The job left ``Pending`` for ``Running`` with this change: every target answered its readiness check."""
+    return (before or {}).get("status") == "Pending" and after["status"] == "Running"
+
+
 def health_events(before, after, current=None):
     """The health changes that persisting ``after`` (the job record; ``before`` is what was stored,
     ``None`` for a new job) implies. ``current``: ``{targetId: status}`` the store holds now, for the
@@ -70,7 +75,7 @@ def health_events(before, after, current=None):
     current = current or {}
     events = []
     old_targets = (before or {}).get("targets") or {}
-    started = (before or {}).get("status") == "Pending" and after["status"] == "Running"
+    answered = started(before, after)
     for name in after.get("targetOrder") or sorted(after.get("targets") or {}):
         target = after["targets"][name]
         old = old_targets.get(name) or {}
@@ -78,7 +83,7 @@ def health_events(before, after, current=None):
         if status is not None:
             reason = target.get("reason") or "job %s: target %s" % (after["jobId"], target["status"])
             events.append(_event(after, name, target, status, reason))
-        elif started and current.get(target.get("targetId") or name) == "unreachable":
+        elif answered and current.get(target.get("targetId") or name) == "unreachable":
             events.append(_event(after, name, target, UNKNOWN, "answered the readiness check of job %s; the "
                                  "runtime is not yet proven" % after["jobId"]))
     return events

@@ -18,6 +18,8 @@ the few catalogue questions that differ (:class:`Catalogue`).
 
 from __future__ import annotations
 
+import abc
+
 from ansible_collections.stellaops.runtime.plugins.module_utils._contract import HEALTH_STATUSES
 
 SCHEMA_VERSION = 2
@@ -61,19 +63,20 @@ def narrow(definition):
     return any("'%s'" % status not in definition for status in HEALTH_STATUSES)
 
 
-class Catalogue:
+class Catalogue(abc.ABC):
     """What differs between backends: asked through ``execute(sql, params)`` of an open transaction."""
 
+    @abc.abstractmethod
     def health_checks(self, execute):
         """``[(name, definition)]`` of the check constraints on ``target_health.status``."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def columns(self, execute, table):
-        raise NotImplementedError
+        """The column names of ``table``."""
 
+    @abc.abstractmethod
     def refresh_health_check(self, execute, stale):
         """Replace the ``stale`` constraints with the contract's check, keeping every row."""
-        raise NotImplementedError
 
 
 def migrate(execute, catalogue):

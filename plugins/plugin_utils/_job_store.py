@@ -20,6 +20,7 @@ second job for a held project is refused (``project_busy``).
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import json
 import os
@@ -46,35 +47,36 @@ def project_keys(record):
             for name, t in (record.get("targets") or {}).items()}
 
 
-class JobStore:
+class JobStore(abc.ABC):
     """What the job playbooks need of a store (every backend implements all of it)."""
 
     location = None
 
+    @abc.abstractmethod
     def create(self, record):
         """Persist a new ``Pending`` job and claim its projects: ``(stored, held)`` where ``held`` is
         ``{target name: job id}`` of the projects another unfinished job holds (then none is claimed)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def get(self, job_id):
         """The record, or ``None``."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def update(self, job_id, *changes):
         """Apply each ``change(record) -> record`` in order, atomically, one revision each (a change that
         returns ``None`` writes nothing); returns the stored result."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def list(self, limit=20):
         """The newest records first."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def unfinished(self):
         """Records whose status is not terminal (Pending, Running, RollingBack)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def close(self):
-        raise NotImplementedError
+        """Release the connection."""
 
 
 class SqlJobStore(JobStore):
@@ -83,7 +85,6 @@ class SqlJobStore(JobStore):
     LOCK = ""  # appended to the SELECT that reads a record for update
     catalogue = None
     errors = (sqlite3.Error,)
-    integrity = (sqlite3.IntegrityError,)
 
     def _sql(self, statement):
         return statement
@@ -91,9 +92,9 @@ class SqlJobStore(JobStore):
     def _execute(self, statement, params=()):
         return self._db.execute(self._sql(statement), params)
 
+    @abc.abstractmethod
     def _transaction(self, what):
         """A context manager: one transaction, committed when the block ends, rolled back on any error."""
-        raise NotImplementedError
 
     def _migrate(self):
         with self._transaction("migrate the job store"):
@@ -112,11 +113,11 @@ class SqlJobStore(JobStore):
         self._execute("INSERT INTO deployment_job_history (job_id, revision, status, at) VALUES (?, ?, ?, ?)",
                       (record["jobId"], record["revision"], record["status"], record["updatedAt"]))
 
-    def _health_now(self):
-        return {r[0]: r[1] for r in self._execute("SELECT target_id, status FROM target_health").fetchall()}
-
     def _apply_health(self, before, after):
-        for event in _health.health_events(before, after, self._health_now()):
+        current = {}
+        if _health.started(before, after):  # only this rule reads what the store holds now
+            current = {r[0]: r[1] for r in self._execute("SELECT target_id, status FROM target_health").fetchall()}
+        for event in _health.health_events(before, after, current):
             self._execute(
                 "INSERT INTO target_health (target_id, target_name, status, reason, code, job_id, updated_at) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (target_id) DO UPDATE SET target_name=excluded.target_name, "

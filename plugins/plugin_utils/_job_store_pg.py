@@ -59,7 +59,6 @@ class PostgresJobStore(SqlJobStore):
             raise store_error("job store %s: the controller's Python lacks psycopg (pip install 'psycopg[binary]')"
                               % self.location, code="job_store_unsupported")
         self.errors = (psycopg.Error,)
-        self.integrity = (psycopg.IntegrityError,)
         try:
             self._db = psycopg.connect(dsn, autocommit=True, connect_timeout=int(timeout),
                                        application_name="stellaops.runtime")

@@ -17,8 +17,8 @@ Pure, no I/O.
 
 from __future__ import annotations
 
-from ansible_collections.stellaops.runtime.plugins.module_utils._canonical import digest_json
 from ansible_collections.stellaops.runtime.plugins.module_utils._contract import PHASES
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._rollback_evidence import projection_keys
 
 TERMINAL = ("Succeeded", "Failed", "RolledBack")
 PROJECTION_VERSION = "stella.deployment.projection.v1"
@@ -72,14 +72,7 @@ def strategy_evidence(record, rollback_evidence=None, evidence_id=None, files=No
                 "rollback.attempted": bool(rollback.get("attempted")), "rollback.status": rollback.get("status"),
                 "evidenceFiles": {name: entry.get("sha256") for name, entry in sorted((files or {}).items())}}
     if rollback_evidence is not None:
-        evidence.update({
-            "rollback.evidence.id": evidence_id,
-            "rollback.evidence.hash": digest_json(rollback_evidence),
-            "rollback.evidence.proofDigest": rollback_evidence["proofDigest"],
-            "rollback.evidence.proofStatus": rollback_evidence["proofStatus"],
-            "rollback.evidence.orderProofDigest": rollback_evidence["orderProofDigest"],
-            "rollback.evidence.orderProofStatus": rollback_evidence["orderProofStatus"],
-        })
+        evidence.update(projection_keys(rollback_evidence, evidence_id))
     return evidence
 
 

@@ -265,6 +265,21 @@ def suffixed_reason(failure_reason, recovery_status, detail=None):
     return failure_reason.strip() + (suffix % detail if "%s" in suffix else suffix)
 
 
+def projection_keys(evidence, evidence_id=None):
+    """The ``rollback.evidence.*`` keys a deployment projection carries in its strategy evidence, so
+    tooling can navigate from a rollback result to the stored evidence packet (pure)."""
+    keys = {
+        "rollback.evidence.hash": digest_json(evidence),
+        "rollback.evidence.proofDigest": evidence["proofDigest"],
+        "rollback.evidence.proofStatus": evidence["proofStatus"],
+        "rollback.evidence.orderProofDigest": evidence["orderProofDigest"],
+        "rollback.evidence.orderProofStatus": evidence["orderProofStatus"],
+    }
+    if evidence_id is not None:
+        keys["rollback.evidence.id"] = evidence_id
+    return keys
+
+
 def build_recovery_record(deployment_id, failure_reason, recovery_status, evidence=None, detail=None,
                           evidence_id=None):
     """The recovery result recorded next to (never instead of) a failed deployment.
@@ -295,14 +310,5 @@ def build_recovery_record(deployment_id, failure_reason, recovery_status, eviden
     if evidence is not None:
         if evidence.get("evidenceVersion") != EVIDENCE_VERSION:
             raise _invalid("evidence must be %s" % EVIDENCE_VERSION)
-        projection = {
-            "rollback.evidence.hash": digest_json(evidence),
-            "rollback.evidence.proofDigest": evidence["proofDigest"],
-            "rollback.evidence.proofStatus": evidence["proofStatus"],
-            "rollback.evidence.orderProofDigest": evidence["orderProofDigest"],
-            "rollback.evidence.orderProofStatus": evidence["orderProofStatus"],
-        }
-        if evidence_id is not None:
-            projection["rollback.evidence.id"] = evidence_id
-        record["strategyEvidence"] = projection
+        record["strategyEvidence"] = projection_keys(evidence, evidence_id)
     return record
