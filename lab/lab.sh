@@ -103,7 +103,7 @@ pid_running() {
   pid=$(<"$pidfile")
   [[ "$pid" =~ ^[0-9]+$ ]] || return 1
   kill -0 "$pid" 2>/dev/null || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$needle"
+  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -F -- "$needle" >/dev/null
 }
 
 # stop_pid PIDFILE NEEDLE [TIMEOUT]: TERM (then KILL) the recorded process, remove the pid file.
@@ -164,7 +164,7 @@ pg_secret_rel() {
 ensure_packages() {
   local missing=() p
   for p in "${PACKAGES[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep 'install ok installed' >/dev/null || missing+=("$p")
   done
   if ((${#missing[@]})); then
     log "installing ${missing[*]}"
@@ -223,7 +223,7 @@ ensure_engine() {
   if [[ "$gw" != "$BRIDGE_IP" ]]; then
     die "the engine's default bridge gateway is '${gw:-none}', the lab needs $BRIDGE_IP (set \"bip\": \"$BRIDGE_CIDR\" in $DAEMON_JSON and restart dockerd)"
   fi
-  if ! docker info -f '{{json .RegistryConfig.IndexConfigs}}' 2>/dev/null | grep -qF "\"$SHARED_REF_HOST\""; then
+  if ! docker info -f '{{json .RegistryConfig.IndexConfigs}}' 2>/dev/null | grep -F "\"$SHARED_REF_HOST\"" >/dev/null; then
     log "warning: this engine does not list $SHARED_REF_HOST as insecure registry (add it to $DAEMON_JSON and restart dockerd to push/pull there from the controller)"
   fi
   if ! grep -qE "^[[:space:]]*${BRIDGE_IP//./\\.}[[:space:]]+([^#]*[[:space:]])?${SHARED_HOST//./\\.}([[:space:]]|$)" /etc/hosts; then
@@ -412,7 +412,7 @@ push_image() {
   local remote="$reg/$repo:$ver"
   docker tag "$tag" "$remote"
   digest=$(labtool digest "$reg" "$repo" "$ver" ${secrets:+"$secrets"})
-  if [[ -z "$digest" ]] || ! docker image inspect -f '{{range .RepoDigests}}{{println .}}{{end}}' "$tag" | grep -qxF "$reg/$repo@$digest"; then
+  if [[ -z "$digest" ]] || ! docker image inspect -f '{{range .RepoDigests}}{{println .}}{{end}}' "$tag" | grep -xF "$reg/$repo@$digest" >/dev/null; then
     log "pushing $remote"
     if [[ -n "$secrets" ]]; then
       local cfg

@@ -68,7 +68,7 @@ compose_binary() {
 ensure_packages() {
   local missing=() p
   for p in "${PACKAGES[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep 'install ok installed' >/dev/null || missing+=("$p")
   done
   if ((${#missing[@]})); then
     log "installing ${missing[*]}"
@@ -244,7 +244,7 @@ server_running() {
   [[ -s "$NGINX_PID" ]] || return 1
   local pid
   pid=$(<"$NGINX_PID")
-  [[ "$pid" =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF "$NGINX_CONF"
+  [[ "$pid" =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -F "$NGINX_CONF" >/dev/null
 }
 
 http_status() {
@@ -286,7 +286,7 @@ ensure_secret() {
 
 ensure_server() {
   mkdir -p "$RT_STATE/nginx-tmp"
-  ip -4 addr show 2>/dev/null | grep -qF "inet $BRIDGE_IP/" || die "$BRIDGE_IP is not an address of this host (the lab's docker0)"
+  ip -4 addr show 2>/dev/null | grep -F "inet $BRIDGE_IP/" >/dev/null || die "$BRIDGE_IP is not an address of this host (the lab's docker0)"
   local conf
   conf=$(cat <<EOF
 # Written by lab/runtime_sources.sh: do not edit.
