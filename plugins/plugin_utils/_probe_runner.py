@@ -10,7 +10,8 @@
 attempts of a probe (and the probes of one step) reuse their connections. The session never reads
 ``*_proxy``/``.netrc``/``REQUESTS_CA_BUNDLE`` from the environment, never follows a redirect, and
 verifies HTTPS with the controller's system trust store, as the stdlib opener it replaced did. TCP
-probes stay on plain sockets. ``requests`` is only needed for HTTP probes: without it
+probes stay on plain sockets. ``requests`` is only needed for HTTP probes, and only imported when
+one runs (``_requests.load``): without it
 :meth:`HttpTcpProbeRunner.check` fails with ``requests is required on the controller`` before any
 probe runs.
 
@@ -26,19 +27,9 @@ import socket
 import ssl
 import sys
 import time
-import traceback
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
-
-try:
-    import requests
-except ImportError:
-    requests = None
-    HAS_REQUESTS = False
-    REQUESTS_IMPORT_ERROR = traceback.format_exc()
-else:
-    HAS_REQUESTS = True
-    REQUESTS_IMPORT_ERROR = None
+from ansible_collections.stellaops.runtime.plugins.plugin_utils import _requests
 
 FAILED_TEMPLATE = "Post-deploy health probe failed for component '%s': %s"
 OBSERVED_CONNECTED = "connected"
@@ -182,6 +173,7 @@ def describe_request_error(exc):
     root = root_cause(exc)
     if isinstance(root, OSError):
         text = _describe(root)
+        requests = _requests.load()
         if text.startswith("error: ") and requests is not None and isinstance(exc, requests.exceptions.Timeout):
             return "timeout: %s" % (str(root) or "timed out")
         return text
@@ -197,7 +189,8 @@ def unsendable_reason(url):
     that cannot be sent is invalid configuration, never a failed probe."""
     if UNSAFE_URL_CHARS.search(url):
         return "contains whitespace or control characters"
-    if HAS_REQUESTS:
+    requests = _requests.load()
+    if requests is not None:
         try:
             requests.models.PreparedRequest().prepare_url(url, None)
         except Exception as exc:  # InvalidURL, MissingSchema, UnicodeError, LocationParseError, ...
@@ -215,7 +208,7 @@ def _trust_store():
 def new_session():
     """A ``requests.Session`` for probes: no environment (proxies, netrc, CA bundle variables), the
     probe User-Agent, the system trust store."""
-    session = requests.Session()
+    session = _requests.load().Session()
     session.trust_env = False
     session.proxies = {}
     session.headers["User-Agent"] = USER_AGENT
@@ -250,7 +243,7 @@ class HttpTcpProbeRunner(ProbeRunner):
         self._connect = connect
 
     def check(self, specs):
-        if not HAS_REQUESTS and self._session is None and any(spec.type == "http" for spec in specs):
+        if self._session is None and any(spec.type == "http" for spec in specs) and not _requests.available():
             raise StellaError(REQUESTS_MISSING, REQUESTS_MISSING_MSG % sys.executable, phase="verify")
 
     def close(self):
@@ -261,7 +254,7 @@ class HttpTcpProbeRunner(ProbeRunner):
     @property
     def session(self):
         if self._session is None:
-            if not HAS_REQUESTS:
+            if not _requests.available():
                 raise StellaError(REQUESTS_MISSING, REQUESTS_MISSING_MSG % sys.executable, phase="verify")
             self._session = new_session()
         return self._session

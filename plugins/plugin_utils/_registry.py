@@ -16,24 +16,15 @@ connect and read timeouts of ``timeout`` seconds, the body must arrive within th
 is never read beyond the manifest size limit. Credentials and tokens never reach an error, a log or
 evidence; URLs are reported without userinfo, and ``~/.netrc`` is never consulted.
 
-``requests`` is imported the community.docker way: a missing library fails at first use with
-``requests is required on the controller``, never at import.
+``requests`` is imported at the first request (``_requests.load``): a missing library fails at first
+use with ``requests is required on the controller``, never at import.
 """
 
 from __future__ import annotations
 
 import re
 import time
-import traceback
 import urllib.parse
-
-try:
-    import requests
-except ImportError:
-    requests = None
-    REQUESTS_IMPORT_ERROR = traceback.format_exc()
-else:
-    REQUESTS_IMPORT_ERROR = None
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError, redact_text, redact_url
 from ansible_collections.stellaops.runtime.plugins.module_utils._contract import DIGEST_RE
@@ -41,6 +32,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils._imageref import
 from ansible_collections.stellaops.runtime.plugins.module_utils._registry import (
     INDEX_TYPES, MANIFEST_ACCEPT, MAX_MANIFEST_BYTES, RegistryApi, index_platforms, read_manifest,
 )
+from ansible_collections.stellaops.runtime.plugins.plugin_utils import _requests
 
 CHUNK_BYTES = 64 * 1024
 _ERRNO = re.compile(r"\[Errno -?\d+\] [^'\")\]]+")
@@ -53,14 +45,16 @@ def platform_strings(index):
 
 
 def require_requests():
-    """Raise ``StellaError("requests_missing")`` when ``requests`` cannot be imported."""
+    """The ``requests`` module; ``StellaError("requests_missing")`` when it cannot be imported."""
+    requests = _requests.load()
     if requests is None:
-        last = (REQUESTS_IMPORT_ERROR or "").strip().splitlines()[-1:] or ["ImportError"]
         raise StellaError("requests_missing", "requests is required on the controller (pip install -r "
-                          "requirements.txt of stellaops.runtime, into the Python that runs ansible): %s" % last[0])
+                          "requirements.txt of stellaops.runtime, into the Python that runs ansible): %s"
+                          % (_requests.import_error() or "ImportError"))
+    return requests
 
 
-def _describe(exc, timeout):
+def _describe(exc, timeout, requests):
     """A short, credential-free reason for a ``requests`` exception."""
     if isinstance(exc, requests.Timeout):
         return "timed out after %g s" % timeout
@@ -71,9 +65,10 @@ def _describe(exc, timeout):
     return "%s: %s" % (type(exc).__name__, text or "request failed")
 
 
-class _KeepHeaders(requests.auth.AuthBase if requests else object):
+class _KeepHeaders:
     """Request auth that changes nothing: the negotiated ``Authorization`` header is the only
-    credential sent, and ``requests`` never substitutes one from ``~/.netrc``."""
+    credential sent, and ``requests`` never substitutes one from ``~/.netrc`` (any callable is an
+    ``auth`` for ``requests``; a set one turns the netrc lookup off)."""
 
     def __call__(self, request):
         return request
@@ -87,9 +82,9 @@ class RequestsTransport:
     over one ``requests.Session``. Redirects are returned, not followed."""
 
     def __init__(self, session=None, max_body=MAX_MANIFEST_BYTES):
-        require_requests()
+        self.requests = require_requests()
         self.owns_session = session is None
-        self.session = session if session is not None else requests.Session()
+        self.session = session if session is not None else self.requests.Session()
         self.max_body = max_body
 
     def __call__(self, method, url, headers, timeout):
@@ -99,8 +94,9 @@ class RequestsTransport:
                                             allow_redirects=False, stream=True)
             with response:
                 body = self._read(response, url, deadline, timeout)
-        except requests.RequestException as exc:
-            raise StellaError("registry_unreachable", "%s: %s" % (redact_url(url), redact_url(_describe(exc, timeout))))
+        except self.requests.RequestException as exc:
+            raise StellaError("registry_unreachable", "%s: %s" % (redact_url(url), redact_url(
+                _describe(exc, timeout, self.requests))))
         return response.status_code, {k.lower(): v for k, v in response.headers.items()}, body
 
     def _read(self, response, url, deadline, timeout):

@@ -24,6 +24,7 @@ import os
 from ansible_collections.stellaops.runtime.plugins.module_utils._canonical import pretty_json
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError, redact_url
 from ansible_collections.stellaops.runtime.plugins.module_utils._fsutil import atomic_write
+from ansible_collections.stellaops.runtime.plugins.plugin_utils import _requests
 
 TRAFFIC_STRATEGIES = ("blue-green", "canary", "a-b")
 PREFIX = "strategy.traffic."
@@ -213,14 +214,16 @@ class WebhookAdapter(Adapter):
         return None if self.options.get("shiftUrl") else REASON_EXECUTOR_MISSING
 
     def apply(self, body):
-        import requests  # pylint: disable=import-outside-toplevel
-
+        requests = _requests.load()
         url = self.options.get("rollbackUrl" if body["action"] == "rollback" else "shiftUrl") or (
             self.options.get("shiftUrl") if body["action"] == "rollback" else None)
         facts = {"webhookUrl": redact_url(url) if url else None}
         if not url:
             raise TrafficError(CODE_SHIFT_FAILED, "no webhook URL for %s" % body["action"], phase="traffic",
                                evidence=facts)
+        if requests is None:
+            raise TrafficError(CODE_SHIFT_FAILED, "requests is required on the controller for the webhook adapter: %s"
+                               % _requests.import_error(), phase="traffic", evidence=facts)
         session = self.session or requests.Session()
         timeout = float(self.options.get("timeoutSeconds") or DEFAULT_TIMEOUT)
         try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import os
+import subprocess
 import sys
 
 import pytest
@@ -81,3 +82,29 @@ def test_no_plugin_file_above_500_lines():
             if count > 500:
                 long.append("%s (%d lines)" % (path, count))
     assert not long, "files above 500 lines: %s" % ", ".join(long)
+
+
+# Ansible imports an action plugin in the controller's main process before the first task that uses
+# it, so what these import is paid by every playbook run. ``requests`` waits for the first HTTP call.
+EVERY_RUN_ACTIONS = ("stella_plan", "stella_probe", "stella_evidence", "stella_job")
+
+
+@pytest.mark.parametrize("action", EVERY_RUN_ACTIONS)
+def test_action_plugins_import_requests_only_when_a_request_is_sent(action):
+    code = ("import sys\n"
+            "import ansible_collections.stellaops.runtime.plugins.action.%s\n"
+            "print(sorted(m for m in sys.modules if m == 'requests' or m.startswith('requests.')))\n" % action)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
+    assert out.strip() == "[]", "importing the %s action plugin imported %s" % (action, out.strip())
+
+
+def test_requests_is_loaded_at_first_use():
+    code = ("import sys\n"
+            "from ansible_collections.stellaops.runtime.plugins.plugin_utils import _requests\n"
+            "assert 'requests' not in sys.modules\n"
+            "module = _requests.load()\n"
+            "print(module.__name__, 'requests' in sys.modules, _requests.available(), _requests.import_error())\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
+    assert out.split() == ["requests", "True", "True", "None"]

@@ -11,7 +11,7 @@ import pytest
 import requests
 from urllib3.exceptions import ConnectTimeoutError, MaxRetryError, NewConnectionError, ProtocolError
 
-from ansible_collections.stellaops.runtime.plugins.plugin_utils import _probe_runner
+from ansible_collections.stellaops.runtime.plugins.plugin_utils import _probe_runner, _requests
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._probe import ProbeSpec, verify
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._probe_runner import (
     HttpTcpProbeRunner, ProbeRunner, describe_request_error,
@@ -177,8 +177,7 @@ def test_describe_request_error_reaches_the_innermost_cause():
 
 
 def test_missing_requests_fails_clearly_before_probing(monkeypatch, keepalive_server):
-    monkeypatch.setattr(_probe_runner, "HAS_REQUESTS", False)
-    monkeypatch.setattr(_probe_runner, "requests", None)
+    monkeypatch.setattr(_requests, "_STATE", {"module": None, "error": "ModuleNotFoundError: No module named 'requests'"})
     components = [{"name": "api", "config": {"healthProbe.url": "http://127.0.0.1:%d/ok" % keepalive_server.server_port}}]
     out = verify(components, target={"endpoint": "local"})
     assert out["failed"] is True
@@ -189,8 +188,7 @@ def test_missing_requests_fails_clearly_before_probing(monkeypatch, keepalive_se
 
 
 def test_tcp_probes_do_not_need_requests(monkeypatch, keepalive_server):
-    monkeypatch.setattr(_probe_runner, "HAS_REQUESTS", False)
-    monkeypatch.setattr(_probe_runner, "requests", None)
+    monkeypatch.setattr(_requests, "_STATE", {"module": None, "error": "ModuleNotFoundError: No module named 'requests'"})
     components = [{"name": "db", "config": {"healthProbe.type": "tcp", "healthProbe.tcp.port": keepalive_server.server_port}}]
     out = verify(components, target={"endpoint": "local"})
     assert out["failed"] is False and out["evidence"]["healthProbe.db.observed"] == "connected"

@@ -24,7 +24,7 @@ from planning_support import FakeRegistry, image_index, image_manifest  # noqa: 
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError  # noqa: E402
 from ansible_collections.stellaops.runtime.plugins.module_utils._registry import MANIFEST_ACCEPT, MAX_MANIFEST_BYTES  # noqa: E402
-from ansible_collections.stellaops.runtime.plugins.plugin_utils import _registry as resolver_module  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.plugin_utils import _requests  # noqa: E402
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._registry import (  # noqa: E402
     CHUNK_BYTES, DigestResolver, RequestsTransport, platform_strings,
 )
@@ -274,7 +274,7 @@ def test_one_session_reuses_connections_across_images_and_registries(loop, monke
         refs["%s/shop/api:%s" % (bearer.address, tag)] = _push(bearer, "shop/api", tag, seed)
     sessions = []
     real_session = requests.Session
-    monkeypatch.setattr(resolver_module.requests, "Session", lambda: sessions.append(real_session()) or sessions[-1])
+    monkeypatch.setattr(requests, "Session", lambda: sessions.append(real_session()) or sessions[-1])
     creds = {bearer.address: {"username": "stella", "password": PASSWORD}}
     with DigestResolver(creds) as resolver:
         result = resolver.resolve_all(refs)
@@ -393,8 +393,8 @@ def test_bodies_are_read_only_up_to_the_limit(loop):
 
 
 def test_missing_requests_fails_clearly_at_use_only(monkeypatch):
-    monkeypatch.setattr(resolver_module, "requests", None)
-    monkeypatch.setattr(resolver_module, "REQUESTS_IMPORT_ERROR", "Traceback...\nModuleNotFoundError: No module named 'requests'\n")
+    monkeypatch.setattr(_requests, "_STATE", {
+        "module": None, "error": "Traceback...\nModuleNotFoundError: No module named 'requests'\n"})
     pinned = HOST + "/shop/web:1.0@sha256:" + "9" * 64
     with DigestResolver() as resolver:
         assert resolver.resolve(pinned)["resolved"] is False
