@@ -165,38 +165,31 @@ class ComposeApply(Manager):
                          "slot": sticker.get("slot"), "trafficRole": sticker.get("trafficRole")})
         with rec.phase("verify_target", record=False):
             ensure_this_host(request["target"], self.run_command)
-        if self.preflight is not None:
-            # The runtime preflight in the same task: nothing was touched yet, and the engine client
-            # remembers the versions it learns here.
-            with rec.phase("preflight"):
-                checks, failures = preflight_with(self.cli, preflight_params(self.preflight))
-                evidence["preflight"] = checks
-                evidence["preflightFailures"] = failures
-                raise_failures(checks, failures)
-        with rec.phase("preflight", record=False):
-            runtime = evidence["runtime"] = self.cli.runtime(phase="preflight")
-            evidence.update({"dockerVersion": runtime["dockerServerVersion"],
-                             "composeVersion": runtime["composeVersion"]})
-        if diff:
-            before = read_bytes(self.layout.lock_path) or b""
-            result["diff"] = lock_diff(before.decode("utf-8", "replace"), files[LOCK_FILE].decode("utf-8"),
-                                       self.layout.lock_path)
-        if check_mode:
-            return self._check_mode(request, rec, result, files, mhash)
-        wait_start = time.monotonic()
-        with project_lock(self.layout.project_dir):
-            evidence["lockWaitMs"] = int((time.monotonic() - wait_start) * 1000)
+        with contextlib.ExitStack() as stack:
+            early = None
+            if not check_mode and read_bytes(self.layout.lock_path) == files[LOCK_FILE]:
+                # The committed lock is the one asked for, so this run may well be a no-op: take the
+                # project lock now and look at the containers and images while the engine answers the
+                # preflight (reads only; nothing on the host changes before the preflight passed).
+                self._lock(stack, evidence)
+                pool = stack.enter_context(concurrent.futures.ThreadPoolExecutor(max_workers=2))
+                early = (pool.submit(self.project.containers, phase="verify_target"),
+                         pool.submit(self.project.lock_image_ids, files[LOCK_FILE], "verify_target"))
+            self._preflight(rec, evidence)
+            if diff:
+                before = read_bytes(self.layout.lock_path) or b""
+                result["diff"] = lock_diff(before.decode("utf-8", "replace"), files[LOCK_FILE].decode("utf-8"),
+                                           self.layout.lock_path)
+            if check_mode:
+                return self._check_mode(request, rec, result, files, mhash)
+            if early is None:
+                self._lock(stack, evidence)
             killed = _hooks.reap_stale_hooks(self.layout.project_dir)
             if killed:
                 evidence["staleHookPidsKilled"] = killed
             before = _revisions.read_current(self.layout)
             before_env = read_bytes(self.layout.env_path)
-            with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-                # the committed lock is the one asked for: its images are asked while the containers are
-                asked = pool.submit(self.project.lock_image_ids, files[LOCK_FILE], "verify_target") \
-                    if before[LOCK_FILE] == files[LOCK_FILE] else None
-                containers = self.project.containers(phase="verify_target")
-                ids = asked.result() if asked is not None else NOT_ASKED
+            containers, ids = self._look(files, before, early)
             converged = self._converged(files, before, before_env, containers, request["target"], mhash, ids)
             if converged is not None:
                 # Same release, every service verified: no hook runs, no container is touched, and the
@@ -220,6 +213,43 @@ class ComposeApply(Manager):
                         evidence["lockRestored"] = LOCK_FILE in restored
                 raise
             staged.commit()
+
+    def _lock(self, stack, evidence):
+        """Hold the project lock until ``stack`` closes; the wait is evidence."""
+        wait_start = time.monotonic()
+        stack.enter_context(project_lock(self.layout.project_dir))
+        evidence["lockWaitMs"] = int((time.monotonic() - wait_start) * 1000)
+
+    def _preflight(self, rec, evidence):
+        """The runtime preflight (when asked) and the runtime facts every result records."""
+        if self.preflight is not None:
+            # The runtime preflight in the same task: nothing was touched yet, and the engine client
+            # remembers the versions it learns here.
+            with rec.phase("preflight"):
+                checks, failures = preflight_with(self.cli, preflight_params(self.preflight))
+                evidence["preflight"] = checks
+                evidence["preflightFailures"] = failures
+                raise_failures(checks, failures)
+        with rec.phase("preflight", record=False):
+            runtime = evidence["runtime"] = self.cli.runtime(phase="preflight")
+            evidence.update({"dockerVersion": runtime["dockerServerVersion"],
+                             "composeVersion": runtime["composeVersion"]})
+
+    def _look(self, files, before, early):
+        """``(containers, lock image ids)`` for the converge check: what the early look saw (it was
+        taken under the same project lock), else asked now; the lock's images only when the committed
+        lock is the one asked for."""
+        same = before[LOCK_FILE] == files[LOCK_FILE]
+        if early is not None:
+            try:
+                return early[0].result(), early[1].result() if same else NOT_ASKED
+            except StellaError:
+                pass  # asked again below, so the error carries this step's phase
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+            # the committed lock is the one asked for: its images are asked while the containers are
+            asked = pool.submit(self.project.lock_image_ids, files[LOCK_FILE], "verify_target") if same else None
+            containers = self.project.containers(phase="verify_target")
+            return containers, asked.result() if asked is not None else NOT_ASKED
 
     def _converged(self, files, before, before_env, containers, target, mhash, ids=NOT_ASKED):
         if before[LOCK_FILE] != files[LOCK_FILE]:

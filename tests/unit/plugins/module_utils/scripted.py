@@ -255,6 +255,13 @@ def containers(project, entries):
     return [ps_project(project, entries)] + ([inspect(entries)] if entries else [])
 
 
+def runtime_and_look(project, entries, runtime_steps=None):
+    """A run whose committed lock is the one asked for looks at the project's containers while the
+    engine answers the runtime questions: one group, any order (``ps`` still comes before ``inspect``,
+    in the thread that asks both)."""
+    return [Unordered(list((runtime_steps or runtime())[0].pending) + containers(project, entries))]
+
+
 def image_present(ref=PINNED):
     return Step(["docker", "image", "inspect", ref], 0, fixture("image_inspect_app_v1.json"))
 

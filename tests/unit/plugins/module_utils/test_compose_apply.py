@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import copy
 import errno
+import fcntl
 import json
 import os
+import threading
 
 import pytest
 
@@ -202,16 +204,15 @@ def test_converged_project_is_a_no_op(site):
     before = {name: os.stat(os.path.join(directory, name)) for name in os.listdir(directory)}
     content = sc.snapshot(directory)
 
-    # Ordered: the runtime, then the project's containers while (concurrently) the one image
-    # question is asked. The committed lock is read from disk, so Compose is never asked to render
-    # it; never up, pull, run or rm.
-    runner = sc.ScriptedRunner(sc.runtime() + sc.containers(site.project(plan), running),
-                               keyed=[sc.image_present()])
+    # The committed lock is the one asked for: the project's containers and the one image question
+    # are asked while the engine answers the runtime questions, each once. The committed lock is read
+    # from disk, so Compose is never asked to render it; never up, pull, run or rm.
+    runner = sc.ScriptedRunner(sc.runtime_and_look(site.project(plan), running), keyed=[sc.image_present()])
     result = apply(site, plan, runner)
 
     runner.assert_done()
-    verbs = sc.runtime_once(runner.docker_verbs())
-    assert verbs[0] == "runtime" and sorted(verbs[1:]) == ["image inspect", "inspect", "ps"]
+    verbs = runner.docker_verbs()
+    assert sorted(verbs) == ["compose version", "image inspect", "inspect", "ps", "version"]
     assert verbs.index("ps") < verbs.index("inspect")
     assert "compose config" not in runner.verbs()
     assert "compose up" not in runner.verbs() and "compose pull" not in runner.verbs()
@@ -229,6 +230,61 @@ def test_converged_project_is_a_no_op(site):
         {n: (s.st_ino, s.st_mtime_ns) for n, s in before.items()}
 
 
+def test_a_likely_no_op_looks_at_the_containers_while_the_engine_answers(site):
+    """The committed lock is the one asked for: the containers are asked before ``docker version`` has
+    answered (the script holds that answer back until ``ps`` came, so asking in turn would fail)."""
+    running = [site.container(site.plan(secret="s1"), "a1")]
+    deploy(site, site.plan(secret="s1"), [], running)
+    plan = site.plan(secret="s1")
+    ps_seen = threading.Event()
+    waited = {}
+
+    def hold_version(_argv):
+        waited["ps first"] = ps_seen.wait(5)
+
+    version = sc.Step(sc.docker_version().pattern, 0, sc.fixture("docker_version_20.10.json"), action=hold_version)
+    ps_step, inspect_step = sc.containers(site.project(plan), running)
+    ps_step.action = lambda _argv: ps_seen.set()
+    runner = sc.ScriptedRunner([sc.Unordered([version, sc.compose_version(), ps_step, inspect_step])],
+                               keyed=[sc.image_present()])
+    result = apply(site, plan, runner)
+
+    runner.assert_done()
+    assert waited == {"ps first": True}
+    assert result["changed"] is False and result["evidence"]["completedPhases"] == ["inspect_services"]
+
+
+@pytest.mark.parametrize("options,code", [
+    ({"min_engine_version": "99.0.0"}, "runtime_version_too_old"),
+    ({"payload": {"MinimumFreeDiskBytes": 2 ** 62}}, "disk_space_low"),
+], ids=["engine-too-old", "disk"])
+def test_failed_preflight_of_a_likely_no_op_changes_nothing_and_lets_the_project_go(site, monkeypatch, options,
+                                                                                      code):
+    """The early look holds the project lock while the preflight runs: a failed preflight still changes
+    nothing, and the lock is free again when the task ends."""
+    running = [site.container(site.plan(secret="s1"), "a1")]
+    deploy(site, site.plan(secret="s1"), [], running)
+    before = sc.snapshot(site.work)
+    sc.offline_preflight(monkeypatch)
+    plan = site.plan(secret="s1")
+    preflight = preflight_options(site, **options.get("payload", {}))
+    preflight.update({k: v for k, v in options.items() if k != "payload"})
+    runner = sc.ScriptedRunner(sc.runtime_and_look(site.project(plan), running, sc.preflight_runtime()),
+                               keyed=[sc.image_present()])
+    with pytest.raises(StellaError) as err:
+        apply(site, plan, runner, preflight=preflight)
+
+    assert err.value.code == code and err.value.phase == "preflight"
+    assert err.value.evidence["changed"] is False
+    assert "compose up" not in runner.verbs()
+    assert sc.snapshot(site.work) == before
+    fd = os.open(os.path.join(site.directory(plan), ".stella.lock"), os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises BlockingIOError while still held
+    finally:
+        os.close(fd)
+
+
 def test_a_later_job_finding_the_same_release_keeps_the_committed_sticker(site):
     """Job B plans the release job A applied: only the job keys of the sticker differ. B verifies, changes
     nothing, keeps A's sticker and apply manifest, and says which job applied it; check mode agrees."""
@@ -241,8 +297,10 @@ def test_a_later_job_finding_the_same_release_keeps_the_committed_sticker(site):
     assert later["_files"][sc.LOCK] == first["_files"][sc.LOCK] and later["manifestHash"] == first["manifestHash"]
     assert later["_files"]["stella.version.json"] != first["_files"]["stella.version.json"]
     for check_mode in (True, False):
-        runner = sc.ScriptedRunner(sc.runtime() + sc.containers(site.project(later), running),
-                                   keyed=[sc.image_present()])
+        # check mode looks only after the runtime answered; a real run looks while it answers
+        look = sc.runtime() + sc.containers(site.project(later), running) if check_mode else \
+            sc.runtime_and_look(site.project(later), running)
+        runner = sc.ScriptedRunner(look, keyed=[sc.image_present()])
         request = ca.parse_request(later["payloads"]["compose.up"])
         manager = ca.ComposeApply(sc.engine(runner), runner, env_bytes=site.env(later))
         result = manager.run(request, check_mode=check_mode)
