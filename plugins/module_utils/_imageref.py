@@ -98,3 +98,23 @@ def registry_base_url(registry, insecure_registries=()):
         return "https://registry-1.docker.io"
     plain = host in ("localhost", "127.0.0.1", "::1", "[::1]") or registry in insecure_registries
     return ("http://" if plain else "https://") + registry
+
+
+_ARCH_ALIASES = {
+    "x86_64": "amd64",
+    "amd64": "amd64",
+    "aarch64": "arm64",
+    "arm64": "arm64",
+    "armv7l": "arm",
+    "armv6l": "arm",
+    "i386": "386",
+    "i686": "386",
+    "ppc64le": "ppc64le",
+    "s390x": "s390x",
+    "riscv64": "riscv64",
+}
+
+
+def oci_architecture(machine):
+    """``uname -m`` -> OCI architecture name (``x86_64`` -> ``amd64``)."""
+    return _ARCH_ALIASES.get((machine or "").lower(), (machine or "").lower())

@@ -27,7 +27,7 @@ import urllib.parse
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError, redact_url
 from ansible_collections.stellaops.runtime.plugins.module_utils._contract import (
     COMPOSE_PREFLIGHT, PREFLIGHT_CODES, REACHABILITY_MODES, TARGET_TYPES)
-from ansible_collections.stellaops.runtime.plugins.module_utils._imageref import parse_image_ref
+from ansible_collections.stellaops.runtime.plugins.module_utils._imageref import oci_architecture, parse_image_ref
 from ansible_collections.stellaops.runtime.plugins.module_utils._registry import RegistryClient
 from ansible_collections.stellaops.runtime.plugins.module_utils._versions import (
     DEFAULT_MIN_COMPOSE, DEFAULT_MIN_ENGINE, normalize_version, parse_version, version_at_least)
@@ -51,25 +51,6 @@ ARGUMENT_SPEC = dict(
     insecure_registries=dict(type="list", elements="str", default=[]),
     timeout=dict(type="float", default=10),
 )
-
-_ARCH_ALIASES = {
-    "x86_64": "amd64",
-    "amd64": "amd64",
-    "aarch64": "arm64",
-    "arm64": "arm64",
-    "armv7l": "arm",
-    "armv6l": "arm",
-    "i386": "386",
-    "i686": "386",
-    "ppc64le": "ppc64le",
-    "s390x": "s390x",
-    "riscv64": "riscv64",
-}
-
-
-def oci_architecture(machine):
-    """``uname -m`` -> OCI architecture name (``x86_64`` -> ``amd64``)."""
-    return _ARCH_ALIASES.get((machine or "").lower(), (machine or "").lower())
 
 
 # --------------------------------------------------------------------------------------------
@@ -181,9 +162,13 @@ class HostObserver:
         with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
             compose = pool.submit(self._compose)
             local = pool.submit(lambda: (self._workdir(req["work_directory"]), self._disk(req["work_directory"])))
+            # A registry already reached over plain HTTP (loopback, or listed by the caller) is reached the
+            # same way whatever the daemon lists: it need not wait for ``docker info``.
+            remote = pool.submit(self._remote, req) if self._scheme_settled(req) else None
             obs["docker"] = self._docker(pool)
-            self._use_daemon_insecure_registries(obs)
-            remote = pool.submit(lambda: (self._registry(req), self._platform(req)))
+            if remote is None:
+                self._use_daemon_insecure_registries(obs)
+                remote = pool.submit(self._remote, req)
             obs["compose"] = compose.result()
             obs["registry"], obs["platform"] = remote.result()
             obs["workDirectory"], obs["disk"] = local.result()
@@ -244,6 +229,19 @@ class HostObserver:
         if legacy:
             result["standalone"] = {"path": legacy}
         return result
+
+    def _remote(self, req):
+        return self._registry(req), self._platform(req)
+
+    def _scheme_settled(self, req):
+        """True when the daemon's insecure registries cannot change how the registry is reached:
+        nothing to reach, or it is reached over plain HTTP already."""
+        registry = req["registry"] or (req["image"].registry if req["image"] else None)
+        if registry is None or req["registry_reachability_mode"] == "skip":
+            return True
+        if req["registry"] and req["registry_url"].startswith("http://"):
+            return True
+        return self.registry.base_url(registry).startswith("http://")
 
     def _registry(self, req):
         image = req["image"]

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import copy
+import threading
 
 import pytest
+import scripted as sc
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils._docker_cli import DockerCli
@@ -13,8 +15,8 @@ from ansible_collections.stellaops.runtime.plugins.module_utils._preflight impor
     HostObserver,
     build_request,
     evaluate,
-    oci_architecture,
 )
+from ansible_collections.stellaops.runtime.plugins.module_utils._imageref import oci_architecture, registry_base_url
 
 BASE_PARAMS = {
     "payload": None,
@@ -205,3 +207,65 @@ def test_observer_write_probe_fails_on_read_only_dir(tmp_path):
         assert obs["writable"] is True
     else:
         assert obs["writable"] is False
+
+
+class _OrderedRegistry:
+    """A registry double that records when it is asked, against the moment ``docker info`` answered."""
+
+    def __init__(self, insecure_registries=(), info_answered=None):
+        self.insecure_registries = tuple(insecure_registries)
+        self.info_answered = info_answered
+        self.asked = threading.Event()
+        self.info_answered_first = None
+
+    def base_url(self, registry):
+        return registry_base_url(registry, self.insecure_registries)
+
+    def ping(self, registry, mode):
+        self.info_answered_first = self.info_answered.is_set()
+        self.asked.set()
+        return {"url": self.base_url(registry) + "/v2/", "reachable": True, "httpStatus": 200}
+
+    def platforms(self, image):
+        return ["linux/amd64"]
+
+
+def _engine_holding_info_until(release, info_answered):
+    """An engine client whose ``docker info`` answers only once ``release`` is set (at most 2 s)."""
+    answers = {"version": (0, sc.fixture("docker_version_20.10.json"), ""),
+               "compose": (0, sc.fixture("compose_version.json"), ""),
+               "info": (0, sc.fixture("docker_info_registry_config.json"), "")}
+
+    def run_command(argv, environ_update=None):  # pylint: disable=unused-argument
+        inner, _limit = sc.strip_timeout(argv)
+        if inner[1] == "info":
+            release.wait(2)
+            info_answered.set()
+        return answers[inner[1]] if inner[1] in answers else (1, "", "unexpected")
+
+    return DockerCli(run_command, which=lambda name: "/usr/bin/" + name)
+
+
+@pytest.mark.parametrize("image,insecure", [
+    ("127.0.0.1:5000/stella/app:v1", ()),
+    ("registry.lab:5001/stella/app:v1", ("registry.lab:5001",)),
+], ids=["loopback", "listed-insecure"])
+def test_a_registry_reached_over_plain_http_is_asked_while_the_daemon_answers(monkeypatch, tmp_path, image, insecure):
+    sc.offline_preflight(monkeypatch)
+    info_answered = threading.Event()
+    registry = _OrderedRegistry(insecure, info_answered)
+    cli = _engine_holding_info_until(registry.asked, info_answered)
+    obs = HostObserver(cli, sc.preflight_which, registry).observe(
+        req(work_directory=str(tmp_path), image_reference=image, insecure_registries=list(insecure)))
+    assert registry.info_answered_first is False
+    assert obs["registry"]["reachable"] is True and obs["platform"] == {"platforms": ["linux/amd64"]}
+
+
+def test_a_registry_the_daemon_may_list_as_insecure_waits_for_docker_info(monkeypatch, tmp_path):
+    sc.offline_preflight(monkeypatch)
+    info_answered = threading.Event()
+    registry = _OrderedRegistry((), info_answered)
+    cli = _engine_holding_info_until(threading.Event(), info_answered)  # info answers after its 2 s bound
+    HostObserver(cli, sc.preflight_which, registry).observe(
+        req(work_directory=str(tmp_path), image_reference="registry.lab:5001/stella/app:v1"))
+    assert registry.info_answered_first is True
