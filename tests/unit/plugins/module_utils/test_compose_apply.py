@@ -258,8 +258,8 @@ def test_a_likely_no_op_looks_at_the_containers_while_the_engine_answers(site):
     ({"min_engine_version": "99.0.0"}, "runtime_version_too_old"),
     ({"payload": {"MinimumFreeDiskBytes": 2 ** 62}}, "disk_space_low"),
 ], ids=["engine-too-old", "disk"])
-def test_failed_preflight_of_a_likely_no_op_changes_nothing_and_lets_the_project_go(site, monkeypatch, options,
-                                                                                      code):
+def test_failed_preflight_of_a_likely_no_op_changes_nothing_and_lets_the_project_go(
+        site, monkeypatch, options, code):
     """The early look holds the project lock while the preflight runs: a failed preflight still changes
     nothing, and the lock is free again when the task ends."""
     running = [site.container(site.plan(secret="s1"), "a1")]

@@ -11,7 +11,7 @@ import pytest
 import requests
 from urllib3.exceptions import ConnectTimeoutError, MaxRetryError, NewConnectionError, ProtocolError
 
-from ansible_collections.stellaops.runtime.plugins.plugin_utils import _probe_runner, _requests
+from ansible_collections.stellaops.runtime.plugins.plugin_utils import _requests
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._probe import ProbeSpec, verify
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._probe_runner import (
     HttpTcpProbeRunner, ProbeRunner, describe_request_error,
