@@ -9,7 +9,7 @@
 each through ansible-runner in a fresh private data directory that is removed afterwards. stdout
 carries only JSON lines; the one ``error`` line is the last, after cleanup, with exit status 1.
 ``stella install [--bin-dir DIR]`` puts ``stella`` on PATH and ``docker-stella`` among the Docker CLI
-plugins.
+plugins. ``stella report`` and ``stella health`` read the job store (``_store_cli``).
 """
 
 from __future__ import annotations
@@ -356,70 +356,6 @@ def install(argv):
     return 0
 
 
-def report_parser():
-    """``stella report JOB [--store LOCATION] [--evidence-dir DIR] [--output FILE]`` (docs/report.md)."""
-    import argparse  # pylint: disable=import-outside-toplevel
-    parser = argparse.ArgumentParser(prog="stella report", description="Render the HTML evidence report of a "
-                                     "deployment job (docs/report.md).")
-    parser.add_argument("job", metavar="JOB", help="the job id")
-    parser.add_argument("--store", metavar="LOCATION", help="the job store (a path, sqlite:///path or postgresql://"
-                        "...; default ~/.local/state/stellaops/jobs.sqlite3)")
-    parser.add_argument("--evidence-dir", metavar="DIR", help="the evidence directory the job wrote to: its files "
-                        "are linked and hashed, and the report goes to DIR/jobs/JOB/report.html")
-    parser.add_argument("--output", metavar="FILE", help="where to write the report ('-': stdout; default: next to "
-                        "the job's evidence with --evidence-dir, else stdout)")
-    return parser
-
-
-def report(argv, stdout=None, stderr=None):
-    """``stella report``: 0 when the report was written, 1 with one error line when the job (or its
-    store) does not exist or cannot be read, 2 on a usage error."""
-    from ansible_collections.stellaops.runtime.plugins.module_utils._common import redact_url  # pylint: disable=import-outside-toplevel
-    from ansible_collections.stellaops.runtime.plugins.module_utils._fsutil import atomic_write  # pylint: disable=import-outside-toplevel
-    from ansible_collections.stellaops.runtime.plugins.plugin_utils import _job_store, _report  # pylint: disable=import-outside-toplevel
-    stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
-    try:
-        options = report_parser().parse_args(argv)
-    except SystemExit as exc:
-        return exc.code
-    location = options.store or _job_store.DEFAULT_STORE
-    path = location[len("sqlite:///"):] if location.startswith("sqlite:///") else location
-    try:
-        if "://" not in path and not os.path.isfile(os.path.expanduser(path)):
-            raise StellaError("job_store_missing", "no job store at %s" % path)
-        store = _job_store.open_store(location)
-        try:
-            record = store.get(options.job)
-        finally:
-            store.close()
-        if record is None:
-            raise StellaError("job_not_found", "no job %s in the job store %s" % (options.job, redact_url(location)))
-        directory = os.path.join(options.evidence_dir, "jobs", record["jobId"]) if options.evidence_dir else None
-        if directory and options.output is None:
-            written = _report.write_report(record, directory)
-            stdout.write("report: %s\n" % written["path"])
-            return 0
-        files, rollback, deployments = _report.load_evidence(record, directory)
-        to_stdout = options.output in (None, "-")
-        if to_stdout:  # links relative to the job's evidence directory (none without one)
-            base = os.path.abspath(directory) if directory else None
-        else:
-            base = os.path.dirname(os.path.abspath(options.output))
-        page = _report.render_report(record, files, rollback, deployments, base=base)
-        if to_stdout:
-            stdout.write(page)
-        else:
-            atomic_write(options.output, page.encode("utf-8"), mode=0o640)
-            stdout.write("report: %s\n" % options.output)
-        return 0
-    except StellaError as exc:
-        stderr.write("stella report: %s: %s\n" % (exc.code, " ".join(str(exc.reason).split())))
-        return 1
-    except OSError as exc:
-        stderr.write("stella report: report_write_failed: %s\n" % exc)
-        return 1
-
-
 def main(argv=None):
     argv = list(sys.argv if argv is None else argv)
     args = argv[1:]
@@ -430,10 +366,12 @@ def main(argv=None):
         args = args[1:]  # `docker stella compose ...` through the CLI plugin
     if args[:1] == ["install"]:
         return install(args[1:])
-    if args[:1] == ["report"]:
-        return report(args[1:])
+    if args[:1] in (["report"], ["health"]):
+        from ansible_collections.stellaops.runtime.plugins.plugin_utils import _store_cli  # pylint: disable=import-outside-toplevel
+        return getattr(_store_cli, args[0])(args[1:])
     if args[:1] != ["compose"]:
         sys.stderr.write("usage: stella compose metadata|up|down|stop ... | stella install [--bin-dir DIR] | "
-                         "stella report JOB [--store LOCATION] [--evidence-dir DIR] [--output FILE]\n")
+                         "stella report JOB [--store LOCATION] [--evidence-dir DIR] [--output FILE] | "
+                         "stella health [TARGET ...] [--store LOCATION] [--json] [--check]\n")
         return 2
     return compose(args, sys.stdin.buffer, sys.stdout.buffer, os.environ)

@@ -14,7 +14,7 @@ import pytest
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._canonical import pretty_json, sha256_bytes
 from ansible_collections.stellaops.runtime.plugins.plugin_utils import _job, _job_store, _job_traffic, _job_view
-from ansible_collections.stellaops.runtime.plugins.plugin_utils import _provider_cli, _report
+from ansible_collections.stellaops.runtime.plugins.plugin_utils import _provider_cli, _report, _store_cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 T = ["2026-03-0%dT10:00:%02d.000000Z" % (1, s) for s in range(60)]
@@ -408,7 +408,7 @@ def test_the_documented_command_and_options_exist(tmp_path, capsys):
         doc = handle.read()
     commands = [line.strip() for line in doc.splitlines() if line.strip().startswith("stella report ")]
     assert commands, "docs/report.md shows no stella report command"
-    options = {a.option_strings[0] for a in _provider_cli.report_parser()._actions if a.option_strings} - {"-h"}
+    options = {a.option_strings[0] for a in _store_cli.report_parser()._actions if a.option_strings} - {"-h"}
     documented = set(re.findall(r"(?<![\w-])--[a-z][a-z-]+", doc))
     assert documented == options, (documented, options)
     assert "report: true" in doc and "report.html" in doc

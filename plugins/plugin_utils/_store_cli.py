@@ -1,0 +1,156 @@
+# Copyright (c) Stella Ops contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The ``stella`` subcommands that read the job store: ``stella report`` (docs/report.md) and
+``stella health`` (docs/job-store.md).
+
+Both take ``--store LOCATION`` (a path, ``sqlite:///path`` or a PostgreSQL DSN; default
+``~/.local/state/stellaops/jobs.sqlite3``), never create a store that is not there, and end with one
+error line ``stella <command>: <code>: <reason>`` (credentials of a DSN redacted) and exit status 1
+when the store or the job cannot be read; 2 is a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError, redact_url
+from ansible_collections.stellaops.runtime.plugins.module_utils._fsutil import atomic_write
+
+STORE_HELP = "the job store (a path, sqlite:///path or postgresql://...; default ~/.local/state/stellaops/jobs.sqlite3)"
+# stella health --check: every target shown is healthy (0), or not (this status)
+NOT_HEALTHY_RC = 3
+HEALTH_COLUMNS = (("TARGET", "targetId"), ("NAME", "targetName"), ("STATUS", "status"), ("JOB", "jobId"),
+                  ("UPDATED", "updatedAt"))
+
+
+def open_existing(location):
+    """The job store at ``location``; ``job_store_missing`` when a SQLite store is not there (reading
+    must not create one)."""
+    from ansible_collections.stellaops.runtime.plugins.plugin_utils import _job_store  # pylint: disable=import-outside-toplevel
+    location = location or _job_store.DEFAULT_STORE
+    path = location[len("sqlite:///"):] if location.startswith("sqlite:///") else location
+    if "://" not in path and not os.path.isfile(os.path.expanduser(path)):
+        raise StellaError("job_store_missing", "no job store at %s" % path)
+    return _job_store.open_store(location)
+
+
+def _parse(parser, argv):
+    try:
+        return parser.parse_args(argv), None
+    except SystemExit as exc:
+        return None, exc.code
+
+
+def _fail(stderr, command, exc):
+    stderr.write("stella %s: %s: %s\n" % (command, exc.code, " ".join(redact_url(str(exc.reason)).split())))
+    return 1
+
+
+# ------------------------------------------------------------------------------------------- report
+
+def report_parser():
+    """``stella report JOB [--store LOCATION] [--evidence-dir DIR] [--output FILE]`` (docs/report.md)."""
+    parser = argparse.ArgumentParser(prog="stella report", description="Render the HTML evidence report of a "
+                                     "deployment job (docs/report.md).")
+    parser.add_argument("job", metavar="JOB", help="the job id")
+    parser.add_argument("--store", metavar="LOCATION", help=STORE_HELP)
+    parser.add_argument("--evidence-dir", metavar="DIR", help="the evidence directory the job wrote to: its files "
+                        "are linked and hashed, and the report goes to DIR/jobs/JOB/report.html")
+    parser.add_argument("--output", metavar="FILE", help="where to write the report ('-': stdout; default: next to "
+                        "the job's evidence with --evidence-dir, else stdout)")
+    return parser
+
+
+def report(argv, stdout=None, stderr=None):
+    """``stella report``: 0 when the report was written, 1 with one error line when the job (or its
+    store) does not exist or cannot be read, 2 on a usage error."""
+    from ansible_collections.stellaops.runtime.plugins.plugin_utils import _job_store, _report  # pylint: disable=import-outside-toplevel
+    stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
+    options, rc = _parse(report_parser(), argv)
+    if options is None:
+        return rc
+    location = options.store or _job_store.DEFAULT_STORE
+    try:
+        store = open_existing(location)
+        try:
+            record = store.get(options.job)
+        finally:
+            store.close()
+        if record is None:
+            raise StellaError("job_not_found", "no job %s in the job store %s" % (options.job, location))
+        directory = os.path.join(options.evidence_dir, "jobs", record["jobId"]) if options.evidence_dir else None
+        if directory and options.output is None:
+            written = _report.write_report(record, directory)
+            stdout.write("report: %s\n" % written["path"])
+            return 0
+        files, rollback, deployments = _report.load_evidence(record, directory)
+        to_stdout = options.output in (None, "-")
+        if to_stdout:  # links relative to the job's evidence directory (none without one)
+            base = os.path.abspath(directory) if directory else None
+        else:
+            base = os.path.dirname(os.path.abspath(options.output))
+        page = _report.render_report(record, files, rollback, deployments, base=base)
+        if to_stdout:
+            stdout.write(page)
+        else:
+            atomic_write(options.output, page.encode("utf-8"), mode=0o640)
+            stdout.write("report: %s\n" % options.output)
+        return 0
+    except StellaError as exc:
+        return _fail(stderr, "report", exc)
+    except OSError as exc:
+        stderr.write("stella report: report_write_failed: %s\n" % exc)
+        return 1
+
+
+# ------------------------------------------------------------------------------------------- health
+
+def health_parser():
+    """``stella health [TARGET ...] [--store LOCATION] [--json] [--check]`` (docs/job-store.md)."""
+    parser = argparse.ArgumentParser(prog="stella health", description="Show the health status the job store "
+                                     "keeps for each target (docs/job-store.md).")
+    parser.add_argument("targets", metavar="TARGET", nargs="*", help="target ids to show (default: every target "
+                        "the store knows; a target it does not know is 'unknown')")
+    parser.add_argument("--store", metavar="LOCATION", help=STORE_HELP)
+    parser.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
+    parser.add_argument("--check", action="store_true", help="exit %d unless every target shown is healthy "
+                        "(for monitoring)" % NOT_HEALTHY_RC)
+    return parser
+
+
+def health_table(rows):
+    """The rows as an aligned text table, the code and reason of a status last (pure)."""
+    cells = [[title for title, _key in HEALTH_COLUMNS] + ["REASON"]]
+    for row in rows:
+        why = ": ".join(part for part in (row.get("code"), row.get("reason")) if part)
+        cells.append([str(row.get(key) or "-") for _title, key in HEALTH_COLUMNS] + [" ".join(why.split()) or "-"])
+    widths = [max(len(line[i]) for line in cells) for i in range(len(HEALTH_COLUMNS))]
+    return "".join("  ".join(cell.ljust(width) for cell, width in zip(line, widths)) + "  " + line[-1] + "\n"
+                   for line in cells)
+
+
+def health(argv, stdout=None, stderr=None):
+    """``stella health``: 0 when the store was read (and, with ``--check``, every target shown is
+    healthy), 3 with ``--check`` when one is not, 1 with one error line when the store cannot be read,
+    2 on a usage error."""
+    stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
+    options, rc = _parse(health_parser(), argv)
+    if options is None:
+        return rc
+    try:
+        store = open_existing(options.store)
+        try:
+            rows = store.health(options.targets or None)
+        finally:
+            store.close()
+    except StellaError as exc:
+        return _fail(stderr, "health", exc)
+    stdout.write(json.dumps({"health": rows}, indent=2, sort_keys=True) + "\n" if options.json else health_table(rows))
+    if options.check and any(row.get("status") != "healthy" for row in rows):
+        return NOT_HEALTHY_RC
+    return 0

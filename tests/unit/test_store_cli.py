@@ -1,0 +1,93 @@
+"""``stella health``: the target health the job store keeps, from a real SQLite store fed by real job
+changes (docs/job-store.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import pytest
+
+from ansible_collections.stellaops.runtime.plugins.plugin_utils import _job, _job_store, _provider_cli, _store_cli
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+T0 = "2026-03-01T10:00:00.000000Z"
+T1 = "2026-03-01T10:05:00.000000Z"
+
+
+def fed_store(tmp_path):
+    """A store where job-1 left target a healthy and target b unhealthy (a failed deployment)."""
+    path = str(tmp_path / "jobs.sqlite3")
+    targets = {n: {"targetId": "id-" + n, "targetName": n, "projectName": "shop"} for n in ("a", "b")}
+    store = _job_store.open_store(path)
+    try:
+        store.create(_job.new_job("job-1", None, {"release": {"id": "r1"}}, [["a", "b"]], targets, {}, T0))
+        store.update("job-1", lambda r: _job.start(r, T0))
+        store.update("job-1", lambda r: _job.finish_target(r, "a", True, T1),
+                     lambda r: _job.finish_target(r, "b", False, T1, reason="web  is\nunhealthy",
+                                                  code="service_unhealthy"))
+    finally:
+        store.close()
+    return path
+
+
+def cli(argv, capsys):
+    rc = _provider_cli.main(["stella", "health"] + argv)
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_stella_health_prints_every_target_the_store_knows(tmp_path, capsys):
+    store = fed_store(tmp_path)
+    rc, out, err = cli(["--store", store], capsys)
+    assert (rc, err) == (0, "")
+    lines = out.splitlines()
+    assert lines[0].split() == ["TARGET", "NAME", "STATUS", "JOB", "UPDATED", "REASON"]
+    assert lines[1].split() == ["id-a", "a", "healthy", "job-1", T1] + "job job-1: target Succeeded".split()
+    assert lines[2].split()[:5] == ["id-b", "b", "unhealthy", "job-1", T1]
+    assert lines[2].endswith("service_unhealthy: web is unhealthy")  # one line, whitespace folded
+    assert len(lines) == 3
+    assert len({line.index("STATUS") if i == 0 else line.index(line.split()[2]) for i, line in enumerate(lines)}) == 1
+
+
+def test_stella_health_json_names_targets_and_check_tells_monitoring(tmp_path, capsys):
+    store = fed_store(tmp_path)
+    rc, out, _err = cli(["id-a", "id-new", "--store", "sqlite:///" + store, "--json"], capsys)
+    assert rc == 0
+    rows = json.loads(out)["health"]
+    assert [(r["targetId"], r["status"]) for r in rows] == [("id-a", "healthy"), ("id-new", "unknown")]
+    assert cli(["id-a", "--store", store, "--check"], capsys)[0] == 0
+    assert cli(["id-b", "--store", store, "--check"], capsys)[0] == _store_cli.NOT_HEALTHY_RC
+    assert cli(["--store", store, "--check"], capsys)[0] == _store_cli.NOT_HEALTHY_RC
+
+
+def test_stella_health_never_creates_a_store_and_fails_with_one_line(tmp_path, capsys):
+    missing = tmp_path / "nowhere" / "jobs.sqlite3"
+    rc, out, err = cli(["--store", str(missing)], capsys)
+    assert (rc, out) == (1, "")
+    assert err == "stella health: job_store_missing: no job store at %s\n" % missing
+    assert not missing.parent.exists()
+    assert cli(["--no-such-option"], capsys)[0] == 2
+
+
+def test_the_documented_health_command_and_options_exist(tmp_path, capsys):
+    with open(os.path.join(ROOT, "docs", "job-store.md"), encoding="utf-8") as handle:
+        doc = handle.read()
+    commands = [line.strip() for line in doc.splitlines() if line.strip().startswith("stella health")]
+    assert commands, "docs/job-store.md shows no stella health command"
+    options = {a.option_strings[0] for a in _store_cli.health_parser()._actions if a.option_strings} - {"-h"}
+    section = doc[doc.index("## Reading health"):]
+    section = section[:section.index("\n## ", 1)] if "\n## " in section[1:] else section
+    assert set(re.findall(r"(?<![\w-])--[a-z][a-z-]+", section)) == options
+    store = fed_store(tmp_path)
+    for command in commands:  # each example runs as written against the documented store
+        argv = command.replace("~/.local/state/stellaops/jobs.sqlite3", store).split()[2:]
+        rc, out, err = cli(argv, capsys)
+        assert rc in (0, _store_cli.NOT_HEALTHY_RC) and err == "" and out, command
+
+
+@pytest.mark.parametrize("command", ["report", "health"])
+def test_the_usage_line_names_every_store_command(command, capsys):
+    assert _provider_cli.main(["stella", "nope"]) == 2
+    assert "stella %s " % command in capsys.readouterr().err
