@@ -14,7 +14,6 @@ from __future__ import annotations
 import datetime
 import os
 import secrets
-import socket
 
 from ansible.plugins.action import ActionBase
 
@@ -27,6 +26,8 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils import (
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_plan import job_options, plan_job, target_identity
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._evidence import project_digest
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._inputs import load_credentials, plain, resolve_digests
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_owner import (
+    controller_owner, interrupted_why, owner_gone, record_interrupted, utc_now)
 
 ARGUMENT_SPEC = {
     "step": {"type": "str", "required": True,
@@ -55,32 +56,6 @@ ARGUMENT_SPEC = {
     "revision_paths": {"type": "dict", "default": {}},
     "traffic_options": {"type": "dict", "no_log": True, "default": {}},
 }
-
-
-def utc_now():
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def process_start(pid):
-    """The start time (clock ticks since boot) of ``pid``, or ``None`` when it does not exist."""
-    try:
-        with open("/proc/%d/stat" % pid, "r", encoding="utf-8") as handle:
-            return int(handle.read().rsplit(")", 1)[1].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def controller_owner():
-    """The ``ansible-playbook`` process this step belongs to (action plugins run in its forked workers)."""
-    pid = os.getppid()
-    return {"host": socket.gethostname(), "pid": pid, "startTicks": process_start(pid)}
-
-
-def owner_gone(owner):
-    """True when ``owner`` ran on this controller and that process is gone (pid reuse included)."""
-    if not owner or owner.get("host") != socket.gethostname():
-        return False
-    return process_start(owner["pid"]) != owner.get("startTicks")
 
 
 def first_line(text):
@@ -135,7 +110,7 @@ class ActionModule(ActionBase):
         interrupted = []
         for record in store.unfinished():
             if owner_gone(record.get("owner")):
-                store.update(record["jobId"], lambda r: _job.interrupted(r, utc_now(), _interrupted_why(r)))
+                record_interrupted(store, record["jobId"], interrupted_why(record))
                 interrupted.append(record["jobId"])
         job_id, source = (args["job_id"], "job_id") if args["job_id"] else _job.job_id_from(self.vars)
         if not job_id:
@@ -375,7 +350,7 @@ class ActionModule(ActionBase):
         so no job is shown ``Running`` when nothing runs it."""
         record = self._job_of(store, args)
         if record["status"] not in _job.TERMINAL and owner_gone(record.get("owner")):
-            record = store.update(record["jobId"], lambda r: _job.interrupted(r, utc_now(), _interrupted_why(r)))
+            record = record_interrupted(store, record["jobId"], interrupted_why(record))
         return {"jobId": record["jobId"], "job": record, "text": _job_view.render_text(record),
                 "projection": store.projection(record["jobId"])}
 
@@ -399,11 +374,6 @@ class ActionModule(ActionBase):
             atomic_write(path, data, mode=0o640)
             written[name] = {"path": path, "sha256": sha256_bytes(data)}
         return written
-
-
-def _interrupted_why(record):
-    return "interrupted: the controller run (pid %s) ended while the job was %s" % (
-        (record.get("owner") or {}).get("pid"), record["status"])
 
 
 def _batch_start(record, target, now):

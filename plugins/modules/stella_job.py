@@ -27,10 +27,12 @@ description:
     O(step=gate) runs the strategy gate after a batch. O(step=finish) ends the deployment and decides
     the one automatic rollback. O(step=rollback_target) records one target's rollback.
     O(step=close) ends the rollback and writes the job's evidence. O(step=show) reads a job; a job
-    whose C(ansible-playbook) process is gone is first recorded as interrupted (C(Failed), C(job_interrupted)).
+    whose C(ansible-playbook) process is gone on this controller is first recorded as interrupted (C(Failed),
+    C(job_interrupted)), with its terminal projection.
   - A job holds the Compose project of each of its targets from O(step=start) until it is finished. A job
     started for a project that another unfinished job holds (on any controller sharing the store) fails
-    closed with code C(project_busy) before any target is changed.
+    closed with code C(project_busy) before any target is changed. A job whose controller is gone for good
+    is released from any controller with C(stella interrupt JOB).
   - The store keeps the C(deployments) projection of every deployment job (mirrored from the persisted
     job only when what it shows changes; the terminal projection is written by O(step=close) after the
     job's evidence) and the health status of every target (C(unknown), C(healthy), C(degraded),

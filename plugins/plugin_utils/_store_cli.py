@@ -2,8 +2,8 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""The ``stella`` subcommands that read the job store: ``stella report`` (docs/report.md) and
-``stella health`` (docs/job-store.md).
+"""The ``stella`` subcommands of the job store: ``stella report`` (docs/report.md), ``stella health``
+and ``stella interrupt`` (docs/job-store.md).
 
 Both take ``--store LOCATION`` (a path, ``sqlite:///path`` or a PostgreSQL DSN; default
 ``~/.local/state/stellaops/jobs.sqlite3``), never create a store that is not there, and end with one
@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import sys
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError, redact_url
@@ -153,4 +154,52 @@ def health(argv, stdout=None, stderr=None):
     stdout.write(json.dumps({"health": rows}, indent=2, sort_keys=True) + "\n" if options.json else health_table(rows))
     if options.check and any(row.get("status") != "healthy" for row in rows):
         return NOT_HEALTHY_RC
+    return 0
+
+
+# ---------------------------------------------------------------------------------------- interrupt
+
+def interrupt_parser():
+    """``stella interrupt JOB [--store LOCATION] [--reason TEXT]`` (docs/job-store.md)."""
+    parser = argparse.ArgumentParser(prog="stella interrupt", description="Record an unfinished deployment job "
+                                     "whose controller run is gone as interrupted (Failed, job_interrupted), and "
+                                     "release its Compose projects (docs/job-store.md).")
+    parser.add_argument("job", metavar="JOB", help="the job id")
+    parser.add_argument("--store", metavar="LOCATION", help=STORE_HELP)
+    parser.add_argument("--reason", metavar="TEXT", help="why, recorded with the job (one line)")
+    return parser
+
+
+def interrupt(argv, stdout=None, stderr=None):
+    """``stella interrupt``: 0 when the job is recorded interrupted (or was already finished), 1 with one
+    error line when it cannot be (no such job, or its run is still alive on this host), 2 on a usage
+    error."""
+    from ansible_collections.stellaops.runtime.plugins.plugin_utils import _job, _job_owner  # pylint: disable=import-outside-toplevel
+    stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
+    options, rc = _parse(interrupt_parser(), argv)
+    if options is None:
+        return rc
+    try:
+        store = open_existing(options.store)
+        try:
+            record = store.get(options.job)
+            if record is None:
+                raise StellaError("job_not_found", "no job %s in the job store" % options.job)
+            if record["status"] in _job.TERMINAL:
+                stdout.write("job %s is already %s: nothing to interrupt\n" % (record["jobId"], record["status"]))
+                return 0
+            owner = record.get("owner") or {}
+            if _job_owner.on_this_host(owner) and not _job_owner.owner_gone(owner):
+                raise StellaError("job_running", "the controller run of job %s (pid %s) is still running on this host"
+                                  % (record["jobId"], owner.get("pid")))
+            why = "interrupted by an operator on %s (the controller run, pid %s on %s, is gone)" % (
+                socket.gethostname(), owner.get("pid"), owner.get("host") or "an unknown host")
+            if options.reason:
+                why += ": " + " ".join(options.reason.split())
+            record = _job_owner.record_interrupted(store, record["jobId"], why)
+        finally:
+            store.close()
+    except StellaError as exc:
+        return _fail(stderr, "interrupt", exc)
+    stdout.write("job %s: %s (%s); its projects are released\n" % (record["jobId"], record["status"], record["code"]))
     return 0

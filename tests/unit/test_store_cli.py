@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 
 import pytest
 
-from ansible_collections.stellaops.runtime.plugins.plugin_utils import _job, _job_store, _provider_cli, _store_cli
+from ansible_collections.stellaops.runtime.plugins.plugin_utils import (
+    _job, _job_owner, _job_store, _provider_cli, _store_cli)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 T0 = "2026-03-01T10:00:00.000000Z"
@@ -91,3 +93,94 @@ def test_the_documented_health_command_and_options_exist(tmp_path, capsys):
 def test_the_usage_line_names_every_store_command(command, capsys):
     assert _provider_cli.main(["stella", "nope"]) == 2
     assert "stella %s " % command in capsys.readouterr().err
+
+
+def running_job(tmp_path, owner):
+    """A store holding job-2, Running with target a done and b running, owned by ``owner``; job-3 for the
+    same project is refused while job-2 holds it."""
+    path = str(tmp_path / "jobs.sqlite3")
+    targets = {n: {"targetId": "id-" + n, "targetName": n, "projectName": "shop"} for n in ("a", "b")}
+    store = _job_store.open_store(path)
+    try:
+        store.create(_job.new_job("job-2", None, {"release": {"id": "r1"}}, [["a"], ["b"]], targets, {}, T0,
+                                  owner=owner))
+        store.update("job-2", lambda r: _job.start(r, T0))
+        store.update("job-2", lambda r: _job.finish_target(r, "a", True, T1))
+        only_a = {"a": targets["a"]}
+        _stored, held = store.create(_job.new_job("job-3", None, {"release": {"id": "r1"}}, [["a"]], only_a, {}, T1))
+        assert held == {"a": "job-2"}
+    finally:
+        store.close()
+    return path
+
+
+def interrupt_cli(argv, capsys):
+    rc = _provider_cli.main(["stella", "interrupt"] + argv)
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_stella_interrupt_records_a_gone_run_and_releases_its_projects(tmp_path, capsys):
+    """The run that owns job-2 ran on another controller: the operator says it is gone."""
+    store_path = running_job(tmp_path, {"host": "controller-b.example", "pid": 4242, "startTicks": 1})
+    rc, out, err = interrupt_cli(["job-2", "--store", store_path, "--reason", "controller-b\nwas  replaced"], capsys)
+    assert (rc, err) == (0, "")
+    assert out == "job job-2: Failed (job_interrupted); its projects are released\n"
+    store = _job_store.open_store(store_path)
+    try:
+        record = store.get("job-2")
+        assert (record["status"], record["code"]) == ("Failed", "job_interrupted")
+        assert record["reason"].endswith("(the controller run, pid 4242 on controller-b.example, is gone): "
+                                         "controller-b was replaced")
+        assert record["targets"]["a"]["status"] == "Succeeded"
+        assert record["targets"]["b"]["status"] == "Skipped"  # never started
+        assert store.claims() == {}
+        projection = store.projection("job-2")
+        assert projection["terminal"] is True and projection["status"] == "Failed"
+        _stored, held = store.create(_job.new_job("job-4", None, {"release": {"id": "r1"}}, [["a"]],
+                                                  {"a": {"targetId": "id-a", "targetName": "a",
+                                                         "projectName": "shop"}}, {}, T1))
+        assert held == {}
+    finally:
+        store.close()
+    # a second interrupt has nothing left to do
+    rc, out, _err = interrupt_cli(["job-2", "--store", store_path], capsys)
+    assert rc == 0 and out == "job job-2 is already Failed: nothing to interrupt\n"
+
+
+def test_stella_interrupt_refuses_a_run_alive_on_this_host(tmp_path, capsys):
+    alive = _job_owner.controller_owner()
+    alive.update(pid=os.getpid(), startTicks=_job_owner.process_start(os.getpid()))
+    store_path = running_job(tmp_path, alive)
+    rc, out, err = interrupt_cli(["job-2", "--store", store_path], capsys)
+    assert (rc, out) == (1, "")
+    assert err == "stella interrupt: job_running: the controller run of job job-2 (pid %d) is still running on " \
+                  "this host\n" % os.getpid()
+    store = _job_store.open_store(store_path)
+    try:
+        assert store.get("job-2")["status"] == "Running" and set(store.claims().values()) == {"job-2"}
+    finally:
+        store.close()
+
+
+def test_stella_interrupt_of_an_unknown_job_or_store(tmp_path, capsys):
+    store_path = running_job(tmp_path, None)
+    rc, out, err = interrupt_cli(["job-404", "--store", store_path], capsys)
+    assert (rc, out, err) == (1, "", "stella interrupt: job_not_found: no job job-404 in the job store\n")
+    rc, _out, err = interrupt_cli(["job-2", "--store", str(tmp_path / "none.sqlite3")], capsys)
+    assert rc == 1 and err.startswith("stella interrupt: job_store_missing:")
+    assert interrupt_cli([], capsys)[0] == 2
+
+
+def test_the_documented_interrupt_command_and_options_exist(tmp_path, capsys):
+    with open(os.path.join(ROOT, "docs", "job-store.md"), encoding="utf-8") as handle:
+        doc = handle.read()
+    commands = [line.strip() for line in doc.splitlines() if line.strip().startswith("stella interrupt JOB")]
+    assert len(commands) == 1, "docs/job-store.md shows no stella interrupt example"
+    options = {a.option_strings[0] for a in _store_cli.interrupt_parser()._actions if a.option_strings} - {"-h"}
+    assert set(re.findall(r"(?<![\w-])--[a-z][a-z-]+", commands[0])) == options
+    store_path = running_job(tmp_path, {"host": "controller-b.example", "pid": 4242, "startTicks": 1})
+    argv = shlex.split(commands[0].replace("~/.local/state/stellaops/jobs.sqlite3", store_path)
+                       .replace("JOB", "job-2"))[2:]
+    rc, out, err = interrupt_cli(argv, capsys)
+    assert (rc, err) == (0, "") and "job_interrupted" in out
