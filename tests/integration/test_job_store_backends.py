@@ -6,8 +6,12 @@ path. Two controllers are two processes with their own connections, writing at t
 
 from __future__ import annotations
 
+import json
 import multiprocessing
+import os
 import sqlite3
+import subprocess
+import sys
 
 import psycopg
 import pytest
@@ -17,6 +21,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils._contract import
 from ansible_collections.stellaops.runtime.plugins.plugin_utils import _job, _job_schema, _job_store, _projection
 
 T0 = "2026-01-01T00:00:00Z"
+STELLA = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "scripts", "stella.py")
 LEGACY_STATUSES = ("unknown", "healthy", "unhealthy", "offline")
 
 
@@ -217,3 +222,46 @@ def _legacy_sqlite_insert(path, status):
 def _legacy_postgres_insert(dsn, status):
     with psycopg.connect(dsn, autocommit=True) as db:
         db.execute("INSERT INTO target_health (target_id, status) VALUES (%s, %s)", ("id-" + status, status))
+
+
+def stella(*argv):
+    """The ``stella`` command as an operator runs it (its own process, its own store connection)."""
+    return subprocess.run([sys.executable, STELLA] + list(argv), capture_output=True, text=True, timeout=120,
+                          check=False)
+
+
+def test_an_operator_interrupts_a_job_of_a_gone_controller_and_reads_health(job_store_location):
+    """job-1 was started by controller-b, which is gone: from this controller ``stella interrupt`` records it
+    interrupted, releases its projects and closes its projection; ``stella health`` shows what it left."""
+    store = _job_store.open_store(job_store_location)
+    try:
+        record = job("job-1", ["a", "b"])
+        record["owner"] = {"host": "controller-b.example", "pid": 4242, "startTicks": 1}
+        store.create(record)
+        store.update("job-1", lambda r: _job.start(r, T0), lambda r: _job.finish_target(r, "a", True, T0))
+        assert store.create(job("job-2", ["a"]))[1] == {"a": "job-1"}  # refused: job-1 holds the project
+    finally:
+        store.close()
+
+    done = stella("interrupt", "job-1", "--store", job_store_location, "--reason", "controller-b was replaced")
+    assert (done.returncode, done.stderr) == (0, ""), done.stderr
+    assert done.stdout == "job job-1: Failed (job_interrupted); its projects are released\n"
+    again = stella("interrupt", "job-1", "--store", job_store_location)
+    assert (again.returncode, again.stdout) == (0, "job job-1 is already Failed: nothing to interrupt\n")
+
+    store = _job_store.open_store(job_store_location)
+    try:
+        interrupted = store.get("job-1")
+        assert (interrupted["status"], interrupted["code"]) == ("Failed", "job_interrupted")
+        assert interrupted["reason"].endswith(": controller-b was replaced")
+        assert store.claims() == {}
+        assert store.projection("job-1")["terminal"] is True
+        assert store.create(job("job-3", ["a"]))[1] == {}  # the project is free again
+    finally:
+        store.close()
+
+    health = stella("health", "--store", job_store_location, "--json")
+    assert health.returncode == 0, health.stderr
+    assert {h["targetId"]: h["status"] for h in json.loads(health.stdout)["health"]} == {"id-a": "healthy"}
+    check = stella("health", "id-a", "id-b", "--store", job_store_location, "--check")
+    assert check.returncode == 3 and "id-b" in check.stdout and "unknown" in check.stdout
