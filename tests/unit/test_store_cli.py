@@ -34,10 +34,15 @@ def fed_store(tmp_path):
     return path
 
 
-def cli(argv, capsys):
-    rc = _provider_cli.main(["stella", "health"] + argv)
+def run(command, argv, capsys):
+    """``stella COMMAND ARGV...`` as the launcher runs it: ``(exit status, stdout, stderr)``."""
+    rc = _provider_cli.main(["stella", command] + list(argv))
     out, err = capsys.readouterr()
     return rc, out, err
+
+
+def cli(argv, capsys):
+    return run("health", argv, capsys)
 
 
 def test_stella_health_prints_every_target_the_store_knows(tmp_path, capsys):
@@ -115,9 +120,7 @@ def running_job(tmp_path, owner):
 
 
 def interrupt_cli(argv, capsys):
-    rc = _provider_cli.main(["stella", "interrupt"] + argv)
-    out, err = capsys.readouterr()
-    return rc, out, err
+    return run("interrupt", argv, capsys)
 
 
 def test_stella_interrupt_records_a_gone_run_and_releases_its_projects(tmp_path, capsys):
