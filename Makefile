@@ -73,11 +73,16 @@ molecule-run: collection $(MOLECULE_VENV)/.stamp
 INTEGRATION_SPLIT := tests/integration/test_faults.py tests/integration/test_provider.py \
   tests/integration/test_provider_protocol.py tests/integration/test_job_fleet.py tests/integration/test_report.py
 
+# The lab (then the molecule venv) is set up in the background while the unit tests, sanity and lint run:
+# they need neither, and on a fresh machine the lab spends most of its minutes downloading.
 test: venv collection
-	$(MAKE) --no-print-directory unit
-	$(MAKE) --no-print-directory lab
-	$(MAKE) --no-print-directory sanity lint
 	@mkdir -p .build
+	@echo "lab set-up in the background (.build/lab-setup.log) while unit, sanity and lint run"
+	@( $(MAKE) --no-print-directory lab && $(MAKE) --no-print-directory $(MOLECULE_VENV)/.stamp ) \
+	  > .build/lab-setup.log 2>&1 & lab=$$!; \
+	  $(MAKE) --no-print-directory unit sanity lint; checks=$$?; \
+	  wait $$lab; labrc=$$?; echo "--- lab set-up:"; cat .build/lab-setup.log; \
+	  echo "unit, sanity, lint rc=$$checks; lab set-up rc=$$labrc"; test $$checks -eq 0 -a $$labrc -eq 0
 	@echo "integration: two sessions ($(INTEGRATION_SPLIT) | the rest)"
 	@$(BIN)/pytest -q -p no:cacheprovider $(INTEGRATION_SPLIT) > .build/integration-split.log 2>&1 & split=$$!; \
 	  $(BIN)/pytest -q tests/integration $(addprefix --ignore=,$(INTEGRATION_SPLIT)); rest=$$?; \

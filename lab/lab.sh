@@ -198,13 +198,13 @@ ensure_engine() {
       echo $! >"$DOCKERD_PIDFILE"
     fi
     local i
-    for ((i = 0; i < 60; i++)); do
+    for ((i = 0; i < 180; i++)); do
       engine_up && break
       sleep 0.5
     done
     if ! engine_up; then
       {
-        echo "[lab] error: docker engine did not answer 'docker info' within 30 s"
+        echo "[lab] error: docker engine did not answer 'docker info' within 90 s"
         if pid_running "$DOCKERD_PIDFILE" dockerd; then echo "  dockerd runs (pid $(<"$DOCKERD_PIDFILE")) but the API at /var/run/docker.sock does not answer"
         else echo "  dockerd is not running (it exited)"; fi
         [[ -S /var/run/docker.sock ]] || echo "  missing: socket /var/run/docker.sock"
@@ -312,7 +312,8 @@ ensure_token_service() {
     log "token service: started on $TOKEN_SERVICE_ADDR (pid $(<"$pidfile"))"
   fi
   local i
-  for ((i = 0; i < 50; i++)); do
+  # generous: make test sets the lab up while sanity keeps both cores busy
+  for ((i = 0; i < 300; i++)); do
     [[ "$(labtool status "http://$TOKEN_SERVICE_ADDR/token")" == 200 ]] && return 0
     sleep 0.1
   done
@@ -336,7 +337,7 @@ start_registry() {
     log "registry $name: started on $addr (pid $(<"$pidfile"), log $logf)"
   fi
   local i st=000
-  for ((i = 0; i < 100; i++)); do
+  for ((i = 0; i < 300; i++)); do  # generous, as for the token service
     st=$(labtool status "http://$addr/v2/")
     [[ "$st" =~ $want ]] && break
     pid_running "$pidfile" "$cfg" || break
