@@ -172,9 +172,7 @@ class ComposeApply(Manager):
                 # project lock now and look at the containers and images while the engine answers the
                 # preflight (reads only; nothing on the host changes before the preflight passed).
                 self._lock(stack, evidence)
-                pool = stack.enter_context(concurrent.futures.ThreadPoolExecutor(max_workers=2))
-                early = (pool.submit(self.project.containers, phase="verify_target"),
-                         pool.submit(self.project.lock_image_ids, files[LOCK_FILE], "verify_target"))
+                early = self._ask(stack.enter_context(concurrent.futures.ThreadPoolExecutor(max_workers=2)), files)
             self._preflight(rec, evidence)
             if diff:
                 before = read_bytes(self.layout.lock_path) or b""
@@ -235,21 +233,21 @@ class ComposeApply(Manager):
             evidence.update({"dockerVersion": runtime["dockerServerVersion"],
                              "composeVersion": runtime["composeVersion"]})
 
+    def _ask(self, pool, files, same=True):
+        """Futures of the converge check's questions: the project's containers and, when the committed
+        lock is the one asked for, the lock's image ids (asked at the same time)."""
+        return (pool.submit(self.project.containers, phase="verify_target"),
+                pool.submit(self.project.lock_image_ids, files[LOCK_FILE], "verify_target") if same else None)
+
     def _look(self, files, before, early):
-        """``(containers, lock image ids)`` for the converge check: what the early look saw (it was
-        taken under the same project lock), else asked now; the lock's images only when the committed
-        lock is the one asked for."""
+        """``(containers, lock image ids)`` for the converge check: the answers of the early look (asked
+        under the same project lock), else asked now."""
         same = before[LOCK_FILE] == files[LOCK_FILE]
-        if early is not None:
-            try:
-                return early[0].result(), early[1].result() if same else NOT_ASKED
-            except StellaError:
-                pass  # asked again below, so the error carries this step's phase
-        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-            # the committed lock is the one asked for: its images are asked while the containers are
-            asked = pool.submit(self.project.lock_image_ids, files[LOCK_FILE], "verify_target") if same else None
-            containers = self.project.containers(phase="verify_target")
-            return containers, asked.result() if asked is not None else NOT_ASKED
+        with contextlib.ExitStack() as stack:
+            if early is None:
+                early = self._ask(stack.enter_context(concurrent.futures.ThreadPoolExecutor(max_workers=2)), files, same)
+            containers = early[0].result()
+            return containers, early[1].result() if same and early[1] is not None else NOT_ASKED
 
     def _converged(self, files, before, before_env, containers, target, mhash, ids=NOT_ASKED):
         if before[LOCK_FILE] != files[LOCK_FILE]:

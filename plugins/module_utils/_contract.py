@@ -109,6 +109,8 @@ HEALTH_STATUSES = ("unknown", "healthy", "degraded", "unhealthy", "offline", "un
 OFFLINE_CODES = ("runtime_missing", "runtime_daemon_unavailable", "compose_missing")
 UNREACHABLE_CODE = "target_unreachable"
 PROJECT_BUSY = "project_busy"
+# A job whose controller run ended before it finished (recorded Failed; its projects released).
+JOB_INTERRUPTED = "job_interrupted"
 # Managed runtime installs (stella_runtime_install): where the target keeps its evidence and the copied
 # offline bundle, and the stable failure codes (docs/runtime-install.md).
 RUNTIME_INSTALL_EVIDENCE = "/var/lib/stella/runtime-install.json"

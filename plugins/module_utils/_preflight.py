@@ -159,12 +159,17 @@ class HostObserver:
         client's timeout), the work directory and disk, and the registry as soon as the daemon said
         which registries it reaches over plain HTTP."""
         obs = {"host": self._host()}
+        registry = self._target_registry(req)
+        if registry and req["registry"] and req["registry_url"].startswith("http://"):
+            self.registry.insecure_registries = tuple(self.registry.insecure_registries) + (registry,)
         with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
             compose = pool.submit(self._compose)
             local = pool.submit(lambda: (self._workdir(req["work_directory"]), self._disk(req["work_directory"])))
-            # A registry already reached over plain HTTP (loopback, or listed by the caller) is reached the
-            # same way whatever the daemon lists: it need not wait for ``docker info``.
-            remote = pool.submit(self._remote, req) if self._scheme_settled(req) else None
+            # A registry already reached over plain HTTP (loopback, an http:// registry_url, or listed by the
+            # caller) is reached the same way whatever the daemon lists: it need not wait for ``docker info``.
+            settled = registry is None or req["registry_reachability_mode"] == "skip" or \
+                self.registry.base_url(registry).startswith("http://")
+            remote = pool.submit(self._remote, req) if settled else None
             obs["docker"] = self._docker(pool)
             if remote is None:
                 self._use_daemon_insecure_registries(obs)
@@ -233,26 +238,18 @@ class HostObserver:
     def _remote(self, req):
         return self._registry(req), self._platform(req)
 
-    def _scheme_settled(self, req):
-        """True when the daemon's insecure registries cannot change how the registry is reached:
-        nothing to reach, or it is reached over plain HTTP already."""
-        registry = req["registry"] or (req["image"].registry if req["image"] else None)
-        if registry is None or req["registry_reachability_mode"] == "skip":
-            return True
-        if req["registry"] and req["registry_url"].startswith("http://"):
-            return True
-        return self.registry.base_url(registry).startswith("http://")
+    @staticmethod
+    def _target_registry(req):
+        """The registry to reach: the one of ``registry_url``, else the image's (``None``: neither)."""
+        return req["registry"] or (req["image"].registry if req["image"] else None)
 
     def _registry(self, req):
-        image = req["image"]
         mode = req["registry_reachability_mode"]
-        registry = req["registry"] or (image.registry if image else None)
+        registry = self._target_registry(req)
         if registry is None:
             return {"skipped": "no image_reference or registry_url"}
         if mode == "skip":
             return {"registry": registry, "skipped": "registry_reachability_mode=skip"}
-        if req["registry"] and req["registry_url"].startswith("http://"):
-            self.registry.insecure_registries = tuple(self.registry.insecure_registries) + (registry,)
         return dict(self.registry.ping(registry, mode), registry=registry)
 
     def _use_daemon_insecure_registries(self, obs):

@@ -19,7 +19,8 @@ from __future__ import annotations
 import copy
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
-from ansible_collections.stellaops.runtime.plugins.module_utils._contract import PHASES, ROLLBACK_PHASE_NAMES
+from ansible_collections.stellaops.runtime.plugins.module_utils._contract import (
+    JOB_INTERRUPTED, PHASES, ROLLBACK_PHASE_NAMES)
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._rollback_evidence import (
     RECOVERY_ROLLBACK_FAILED, RECOVERY_ROLLBACK_SKIPPED, RECOVERY_ROLLED_BACK, suffixed_reason)
 
@@ -356,7 +357,7 @@ def interrupted(record, now, why):
     new = _copy(record, now)
     for target in new["targets"].values():
         if target["status"] == "Running":
-            target.update(status="Failed", code="job_interrupted", reason=why)
+            target.update(status="Failed", code=JOB_INTERRUPTED, reason=why)
         elif target["status"] == "Pending":
             target.update(status="Skipped", reason="not started: " + why)
     if new["status"] == "RollingBack":
@@ -364,6 +365,6 @@ def interrupted(record, now, why):
     new["status"] = "Failed"
     if new["promotion"] in ("Pending", "Running"):
         new["promotion"] = "Failed"
-    new.update(reason=(new["reason"] + "; " + why) if new["reason"] else why, code=new["code"] or "job_interrupted",
+    new.update(reason=(new["reason"] + "; " + why) if new["reason"] else why, code=new["code"] or JOB_INTERRUPTED,
                completedAt=now)
     return new

@@ -17,7 +17,7 @@ import datetime
 import os
 import socket
 
-INTERRUPTED = "job_interrupted"
+from ansible_collections.stellaops.runtime.plugins.plugin_utils import _job, _projection
 
 
 def utc_now():
@@ -60,7 +60,6 @@ def record_interrupted(store, job_id, why, now=None):
     """Record the unfinished job ``job_id`` interrupted (``Failed``, ``job_interrupted``), which releases
     its projects, and write its terminal projection: its run is gone, so nothing else will. A job that
     finished meanwhile is left as it is. Returns the stored record."""
-    from ansible_collections.stellaops.runtime.plugins.plugin_utils import _job, _projection  # pylint: disable=import-outside-toplevel
     now = now or utc_now()
     done = []
 

@@ -14,6 +14,7 @@ when the store or the job cannot be read; 2 is a usage error.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import socket
@@ -21,6 +22,7 @@ import sys
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError, redact_url
 from ansible_collections.stellaops.runtime.plugins.module_utils._fsutil import atomic_write
+from ansible_collections.stellaops.runtime.plugins.plugin_utils import _job, _job_owner, _job_store, _report
 
 STORE_HELP = "the job store (a path, sqlite:///path or postgresql://...; default ~/.local/state/stellaops/jobs.sqlite3)"
 # stella health --check: every target shown is healthy (0), or not (this status)
@@ -29,15 +31,19 @@ HEALTH_COLUMNS = (("TARGET", "targetId"), ("NAME", "targetName"), ("STATUS", "st
                   ("UPDATED", "updatedAt"))
 
 
-def open_existing(location):
-    """The job store at ``location``; ``job_store_missing`` when a SQLite store is not there (reading
-    must not create one)."""
-    from ansible_collections.stellaops.runtime.plugins.plugin_utils import _job_store  # pylint: disable=import-outside-toplevel
+@contextlib.contextmanager
+def existing_store(location):
+    """The job store at ``location``, closed when the block ends; ``job_store_missing`` when a SQLite
+    store is not there (these commands never create one)."""
     location = location or _job_store.DEFAULT_STORE
     path = location[len("sqlite:///"):] if location.startswith("sqlite:///") else location
     if "://" not in path and not os.path.isfile(os.path.expanduser(path)):
         raise StellaError("job_store_missing", "no job store at %s" % path)
-    return _job_store.open_store(location)
+    store = _job_store.open_store(location)
+    try:
+        yield store
+    finally:
+        store.close()
 
 
 def _parse(parser, argv):
@@ -70,18 +76,14 @@ def report_parser():
 def report(argv, stdout=None, stderr=None):
     """``stella report``: 0 when the report was written, 1 with one error line when the job (or its
     store) does not exist or cannot be read, 2 on a usage error."""
-    from ansible_collections.stellaops.runtime.plugins.plugin_utils import _job_store, _report  # pylint: disable=import-outside-toplevel
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
     options, rc = _parse(report_parser(), argv)
     if options is None:
         return rc
     location = options.store or _job_store.DEFAULT_STORE
     try:
-        store = open_existing(location)
-        try:
+        with existing_store(location) as store:
             record = store.get(options.job)
-        finally:
-            store.close()
         if record is None:
             raise StellaError("job_not_found", "no job %s in the job store %s" % (options.job, location))
         directory = os.path.join(options.evidence_dir, "jobs", record["jobId"]) if options.evidence_dir else None
@@ -144,11 +146,8 @@ def health(argv, stdout=None, stderr=None):
     if options is None:
         return rc
     try:
-        store = open_existing(options.store)
-        try:
+        with existing_store(options.store) as store:
             rows = store.health(options.targets or None)
-        finally:
-            store.close()
     except StellaError as exc:
         return _fail(stderr, "health", exc)
     stdout.write(json.dumps({"health": rows}, indent=2, sort_keys=True) + "\n" if options.json else health_table(rows))
@@ -174,14 +173,12 @@ def interrupt(argv, stdout=None, stderr=None):
     """``stella interrupt``: 0 when the job is recorded interrupted (or was already finished), 1 with one
     error line when it cannot be (no such job, or its run is still alive on this host), 2 on a usage
     error."""
-    from ansible_collections.stellaops.runtime.plugins.plugin_utils import _job, _job_owner  # pylint: disable=import-outside-toplevel
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
     options, rc = _parse(interrupt_parser(), argv)
     if options is None:
         return rc
     try:
-        store = open_existing(options.store)
-        try:
+        with existing_store(options.store) as store:
             record = store.get(options.job)
             if record is None:
                 raise StellaError("job_not_found", "no job %s in the job store" % options.job)
@@ -197,8 +194,6 @@ def interrupt(argv, stdout=None, stderr=None):
             if options.reason:
                 why += ": " + " ".join(options.reason.split())
             record = _job_owner.record_interrupted(store, record["jobId"], why)
-        finally:
-            store.close()
     except StellaError as exc:
         return _fail(stderr, "interrupt", exc)
     stdout.write("job %s: %s (%s); its projects are released\n" % (record["jobId"], record["status"], record["code"]))

@@ -12,11 +12,12 @@ import stat
 
 import pytest
 
+from docs_support import doc_commands, doc_text, options_in, parser_options
+
 from ansible_collections.stellaops.runtime.plugins.module_utils._canonical import pretty_json, sha256_bytes
 from ansible_collections.stellaops.runtime.plugins.plugin_utils import _job, _job_store, _job_traffic, _job_view
 from ansible_collections.stellaops.runtime.plugins.plugin_utils import _provider_cli, _report, _store_cli
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 T = ["2026-03-0%dT10:00:%02d.000000Z" % (1, s) for s in range(60)]
 PHASES = ["preflight", "prepare", "pre-deploy", "deploy", "verify", "promote", "post-deploy", "evidence", "cleanup"]
 ROLLBACK = ["rollback-pre", "rollback-deploy", "rollback-verify", "rollback-post"]
@@ -404,12 +405,11 @@ def test_stella_report_fails_with_one_line_when_the_job_does_not_exist(tmp_path,
 
 
 def test_the_documented_command_and_options_exist(tmp_path, capsys):
-    with open(os.path.join(ROOT, "docs", "report.md"), encoding="utf-8") as handle:
-        doc = handle.read()
-    commands = [line.strip() for line in doc.splitlines() if line.strip().startswith("stella report ")]
+    doc = doc_text("report.md")
+    commands = doc_commands(doc, "stella report ")
     assert commands, "docs/report.md shows no stella report command"
-    options = {a.option_strings[0] for a in _store_cli.report_parser()._actions if a.option_strings} - {"-h"}
-    documented = set(re.findall(r"(?<![\w-])--[a-z][a-z-]+", doc))
+    options = parser_options(_store_cli.report_parser())
+    documented = options_in(doc)
     assert documented == options, (documented, options)
     assert "report: true" in doc and "report.html" in doc
     # the example runs as written against a store and evidence directory at the documented places

@@ -1,19 +1,19 @@
-"""``stella health``: the target health the job store keeps, from a real SQLite store fed by real job
-changes (docs/job-store.md)."""
+"""``stella health`` and ``stella interrupt``: the job store from a shell, on real SQLite stores fed by
+real job changes (docs/job-store.md)."""
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import shlex
 
 import pytest
 
+from docs_support import doc_commands, doc_text, options_in, parser_options
+
 from ansible_collections.stellaops.runtime.plugins.plugin_utils import (
     _job, _job_owner, _job_store, _provider_cli, _store_cli)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 T0 = "2026-03-01T10:00:00.000000Z"
 T1 = "2026-03-01T10:05:00.000000Z"
 
@@ -79,14 +79,12 @@ def test_stella_health_never_creates_a_store_and_fails_with_one_line(tmp_path, c
 
 
 def test_the_documented_health_command_and_options_exist(tmp_path, capsys):
-    with open(os.path.join(ROOT, "docs", "job-store.md"), encoding="utf-8") as handle:
-        doc = handle.read()
-    commands = [line.strip() for line in doc.splitlines() if line.strip().startswith("stella health")]
+    doc = doc_text("job-store.md")
+    commands = doc_commands(doc, "stella health")
     assert commands, "docs/job-store.md shows no stella health command"
-    options = {a.option_strings[0] for a in _store_cli.health_parser()._actions if a.option_strings} - {"-h"}
     section = doc[doc.index("## Reading health"):]
     section = section[:section.index("\n## ", 1)] if "\n## " in section[1:] else section
-    assert set(re.findall(r"(?<![\w-])--[a-z][a-z-]+", section)) == options
+    assert options_in(section) == parser_options(_store_cli.health_parser())
     store = fed_store(tmp_path)
     for command in commands:  # each example runs as written against the documented store
         argv = command.replace("~/.local/state/stellaops/jobs.sqlite3", store).split()[2:]
@@ -94,7 +92,7 @@ def test_the_documented_health_command_and_options_exist(tmp_path, capsys):
         assert rc in (0, _store_cli.NOT_HEALTHY_RC) and err == "" and out, command
 
 
-@pytest.mark.parametrize("command", ["report", "health"])
+@pytest.mark.parametrize("command", ["report", "health", "interrupt"])
 def test_the_usage_line_names_every_store_command(command, capsys):
     assert _provider_cli.main(["stella", "nope"]) == 2
     assert "stella %s " % command in capsys.readouterr().err
@@ -176,12 +174,9 @@ def test_stella_interrupt_of_an_unknown_job_or_store(tmp_path, capsys):
 
 
 def test_the_documented_interrupt_command_and_options_exist(tmp_path, capsys):
-    with open(os.path.join(ROOT, "docs", "job-store.md"), encoding="utf-8") as handle:
-        doc = handle.read()
-    commands = [line.strip() for line in doc.splitlines() if line.strip().startswith("stella interrupt JOB")]
+    commands = doc_commands(doc_text("job-store.md"), "stella interrupt JOB")
     assert len(commands) == 1, "docs/job-store.md shows no stella interrupt example"
-    options = {a.option_strings[0] for a in _store_cli.interrupt_parser()._actions if a.option_strings} - {"-h"}
-    assert set(re.findall(r"(?<![\w-])--[a-z][a-z-]+", commands[0])) == options
+    assert options_in(commands[0]) == parser_options(_store_cli.interrupt_parser())
     store_path = running_job(tmp_path, {"host": "controller-b.example", "pid": 4242, "startTicks": 1})
     argv = shlex.split(commands[0].replace("~/.local/state/stellaops/jobs.sqlite3", store_path)
                        .replace("JOB", "job-2"))[2:]
