@@ -20,6 +20,7 @@ import json
 import re
 import shutil
 import subprocess
+import threading
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils._imageref import parse_image_ref
@@ -109,6 +110,27 @@ def parse_compose_version(text):
     if not version:
         raise StellaError("compose_missing", "could not read the Docker Compose version from %r" % text[:200])
     return version[1:] if version.startswith("v") else version
+
+
+def compose_plugin(info):
+    """The Compose v2 plugin as ``docker info`` lists it among the CLI's plugins (pure).
+
+    Returns ``(version, error)``: the version (``"2.40.3"``) when the plugin is listed and answered
+    the CLI's metadata question, else ``None`` with why. ``(None, None)`` when the CLI lists no
+    plugins at all (a CLI too old to say, or no JSON): then only ``docker compose version`` can tell.
+    """
+    plugins = ((info or {}).get("ClientInfo") or {}).get("Plugins")
+    if not isinstance(plugins, list):
+        return None, None
+    for plugin in plugins:
+        if isinstance(plugin, dict) and plugin.get("Name") == "compose":
+            if plugin.get("Err"):
+                return None, str(plugin["Err"])
+            version = str(plugin.get("Version") or "")
+            if not version:
+                return None, "the compose plugin at %s reports no version" % plugin.get("Path")
+            return (version[1:] if version.startswith("v") else version), None
+    return None, "docker info lists no compose plugin ('compose' is not a docker command)"
 
 
 def parse_ip_addresses(text):
@@ -243,6 +265,8 @@ class DockerCli:
         self._binary = None
         self._timeout_bin = None
         self._cache = {}
+        self._asking = {}
+        self._asking_guard = threading.Lock()
 
     def binary(self, phase=None):
         if self._binary is None:
@@ -275,6 +299,25 @@ class DockerCli:
         return rc, out, err
 
     # ---- the runtime (asked once per task)
+    def _once(self, key, ask):
+        """``ask()``'s answer, asked at most once per task even by threads asking at the same time (a
+        failure is not remembered: the next caller asks again)."""
+        with self._asking_guard:
+            lock = self._asking.setdefault(key, threading.Lock())
+        with lock:
+            if key not in self._cache:
+                self._cache[key] = ask()
+        return self._cache[key]
+
+    def info(self, phase=None):
+        """``docker info`` as JSON (``{}`` when it printed none). The CLI prints its own part, with its
+        plugins, also when the daemon does not answer."""
+        def ask():
+            _rc, out, _err = self.run(["info", "--format", "{{json .}}"], check=False, phase=phase)
+            docs = parse_json_documents(out)
+            return docs[0] if docs else {}
+        return self._once("info", ask)
+
     def version(self, phase=None):
         if "version" not in self._cache:
             rc, out, err = self.run(["version", "--format", "{{json .}}"], check=False, phase=phase)
@@ -303,13 +346,23 @@ class DockerCli:
         return self._cache.get("version")
 
     def compose_version(self, phase=None):
-        if "compose" not in self._cache:
-            rc, out, err = self.run(["compose", "version", "--format", "json"], check=False, phase=phase)
-            if rc != 0:
-                raise StellaError("compose_missing", "Docker Compose v2 plugin unavailable: %s" % one_line(err or out),
-                                  phase=phase)
-            self._cache["compose"] = parse_compose_version(out)
-        return self._cache["compose"]
+        """The Compose v2 plugin's version from ``docker info`` (the CLI asks the plugin itself for it,
+        and the same answer serves the registry configuration); ``docker compose version`` only when
+        the CLI lists no plugins."""
+        def ask():
+            version, error = compose_plugin(self.info(phase))
+            if error:
+                raise StellaError("compose_missing", "Docker Compose v2 plugin unavailable: %s" % error, phase=phase)
+            return version or self.ask_compose_version(phase)
+        return self._once("compose", ask)
+
+    def ask_compose_version(self, phase=None):
+        """``docker compose version``: runs the plugin itself (the runtime install verifies with it)."""
+        rc, out, err = self.run(["compose", "version", "--format", "json"], check=False, phase=phase)
+        if rc != 0:
+            raise StellaError("compose_missing", "Docker Compose v2 plugin unavailable: %s" % one_line(err or out),
+                              phase=phase)
+        return parse_compose_version(out)
 
     def runtime(self, phase="preflight"):
         """Docker client/server, API and Compose versions, OS and architecture (both asked at once)."""
@@ -321,9 +374,7 @@ class DockerCli:
 
     def registry_config(self, phase=None):
         """``docker info``'s ``RegistryConfig`` (``None`` when the daemon does not say)."""
-        rc, out, _err = self.run(["info", "--format", "{{json .RegistryConfig}}"], check=False, phase=phase)
-        docs = parse_json_documents(out) if rc == 0 else []
-        return docs[0] if docs else None
+        return self.info(phase).get("RegistryConfig") or None
 
     # ---- compose
     @staticmethod

@@ -297,7 +297,7 @@ class RuntimeInstaller:
         except StellaError as exc:
             seen["serverError"] = self.redact(exc.reason)
         try:
-            seen["compose"] = cli.compose_version()
+            seen["compose"] = cli.ask_compose_version()
         except StellaError as exc:
             seen["composeError"] = self.redact(exc.reason)
         return seen

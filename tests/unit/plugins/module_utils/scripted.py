@@ -198,27 +198,36 @@ def docker_version(rc=0):
 
 
 def compose_version():
+    """``docker compose version`` (asked only when ``docker info`` lists no CLI plugins)."""
     return Step(["docker", "compose", "version", "--format", "json"], 0, fixture("compose_version.json"))
 
 
+def docker_info(text=None, rc=0):
+    """``docker info --format '{{json .}}'`` (captured: Engine 20.10, the Compose 2.40.3 plugin among the
+    CLI's plugins, one insecure registry)."""
+    return Step(["docker", "info", "--format", "{{json .}}"], rc, fixture("docker_info.json") if text is None else text)
+
+
+def info_without(plugins=None):
+    """The captured ``docker info`` with the CLI's plugin list replaced (``None``: a CLI that lists none)."""
+    info = fixture_json("docker_info.json")
+    info["ClientInfo"]["Plugins"] = plugins
+    return docker_info(json.dumps(info))
+
+
 def runtime():
-    """The two runtime questions every task asks once, concurrently."""
-    return [Unordered([docker_version(), compose_version()])]
-
-
-def registry_config():
-    """``docker info --format '{{json .RegistryConfig}}'`` (captured; one insecure registry)."""
-    return Step(["docker", "info", "--format", "{{json .RegistryConfig}}"], 0,
-                fixture("docker_info_registry_config.json"))
+    """The two runtime questions every task asks once, concurrently: the engine's versions and ``docker
+    info`` (the Compose plugin's version among the CLI's plugins)."""
+    return [Unordered([docker_version(), docker_info()])]
 
 
 def preflight_runtime():
-    """What the preflight asks the engine, concurrently and each once: the runtime and its registry
-    configuration. The apply after it asks none of them again."""
-    return [Unordered([docker_version(), compose_version(), registry_config()])]
+    """What the preflight asks the engine, concurrently and each once: the same two questions; ``docker
+    info`` also answers the registry configuration. The apply after it asks neither again."""
+    return runtime()
 
 
-RUNTIME_VERBS = ("version", "compose version")
+RUNTIME_VERBS = ("version", "info")
 
 
 def runtime_once(verbs):

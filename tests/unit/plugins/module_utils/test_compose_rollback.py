@@ -304,7 +304,7 @@ def test_failed_rollback_puts_every_file_back(history):
 
 def test_hung_daemon_during_rollback(history):
     before = sc.snapshot(history.directory)
-    runner = sc.ScriptedRunner([sc.Unordered([sc.docker_version(rc=124), sc.compose_version()])])
+    runner = sc.ScriptedRunner([sc.Unordered([sc.docker_version(rc=124), sc.docker_info()])])
     with pytest.raises(StellaError) as err:
         rollback(runner, history.request("C"))
     runner.assert_done()

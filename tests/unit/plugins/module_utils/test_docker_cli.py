@@ -197,6 +197,107 @@ def test_docker_cli_failures_have_codes():
     assert err.value.code == "runtime_missing"
 
 
+def info_with_plugins(plugins):
+    info = json.loads(fixture("docker_info.json"))
+    info["ClientInfo"]["Plugins"] = plugins
+    return json.dumps(info)
+
+
+COMPOSE_PLUGIN = json.loads(fixture("docker_info.json"))["ClientInfo"]["Plugins"][0]
+
+
+@pytest.mark.parametrize("plugins,version,error", [
+    ([COMPOSE_PLUGIN], "2.40.3", None),
+    ([dict(COMPOSE_PLUGIN, Version="2.26.1")], "2.26.1", None),
+    ([{"Name": "buildx", "Version": "v0.23.0"}], None, "lists no compose plugin"),
+    ([], None, "lists no compose plugin"),
+    ([{"Name": "compose", "Path": "/usr/libexec/docker/cli-plugins/docker-compose",
+       "Err": "plugin candidate \"compose\" did not match \"^[a-z][a-z0-9]*$\""}], None, "did not match"),
+    ([dict(COMPOSE_PLUGIN, Version="")], None, "reports no version"),
+    (None, None, None),
+], ids=["captured", "no-v-prefix", "other-plugin-only", "no-plugins", "broken-plugin", "no-version", "not-listed"])
+def test_compose_plugin_from_docker_info(plugins, version, error):
+    found, why = cli.compose_plugin(json.loads(info_with_plugins(plugins)))
+    assert found == version
+    assert (why is None) if error is None else (error in why)
+
+
+def test_compose_plugin_of_no_info_says_nothing():
+    assert cli.compose_plugin({}) == (None, None) and cli.compose_plugin(None) == (None, None)
+
+
+def test_one_docker_info_answers_the_compose_version_and_the_registry_config():
+    """The captured ``docker info`` lists the Compose plugin: no ``docker compose version`` is run, and the
+    registry configuration comes from the same single answer."""
+    run = FakeRun([(["info", "--format", "{{json .}}"], (0, fixture("docker_info.json"), ""))])
+    docker = cli.DockerCli(run, which=which)
+    assert docker.compose_version() == "2.40.3"
+    assert docker.registry_config()["IndexConfigs"]["registry.lab:5001"]["Secure"] is False
+    assert docker.compose_version() == "2.40.3"
+    assert run.calls == [["docker", "info", "--format", "{{json .}}"]]
+
+
+def test_docker_info_is_asked_once_by_threads_asking_at_once():
+    import threading  # pylint: disable=import-outside-toplevel
+    import time  # pylint: disable=import-outside-toplevel
+    asked, release = threading.Event(), threading.Event()
+    calls = []
+
+    def slow(argv):
+        calls.append(unwrapped(argv))
+        asked.set()
+        release.wait(5)
+        return 0, fixture("docker_info.json"), ""
+
+    docker = cli.DockerCli(slow, which=which)
+    answers = []
+    threads = [threading.Thread(target=lambda: answers.append(docker.compose_version())),
+               threading.Thread(target=lambda: answers.append(docker.registry_config() is not None))]
+    threads[0].start()
+    assert asked.wait(5)
+    threads[1].start()  # while the first question is still unanswered
+    time.sleep(0.2)
+    release.set()
+    for thread in threads:
+        thread.join(5)
+    assert sorted(answers, key=str) == ["2.40.3", True] and len(calls) == 1
+
+
+def test_compose_version_when_the_daemon_is_down():
+    """Captured: with no daemon, ``docker info`` exits 1 but still prints the CLI's part with its plugins."""
+    run = FakeRun([(["info"], (1, fixture("docker_info_daemon_down.json"), fixture("docker_info_daemon_down.stderr")))])
+    docker = cli.DockerCli(run, which=which)
+    assert docker.compose_version() == "2.40.3"
+    assert docker.registry_config() is None
+
+
+@pytest.mark.parametrize("plugins,code_or_version", [
+    ([], "compose_missing"),
+    ([{"Name": "compose", "Err": "permission denied"}], "compose_missing"),
+    (None, "2.40.3"),
+], ids=["not-listed", "broken", "cli-lists-no-plugins"])
+def test_compose_version_asks_the_plugin_only_when_the_cli_lists_none(plugins, code_or_version):
+    run = FakeRun([(["info"], (0, info_with_plugins(plugins), "")),
+                   (["compose", "version"], (0, fixture("compose_version.json"), ""))])
+    docker = cli.DockerCli(run, which=which)
+    if code_or_version == "compose_missing":
+        with pytest.raises(StellaError) as err:
+            docker.compose_version(phase="preflight")
+        assert err.value.code == "compose_missing" and err.value.phase == "preflight"
+        assert "Docker Compose v2 plugin unavailable" in err.value.reason
+        asked_plugin = False
+    else:
+        assert docker.compose_version() == code_or_version
+        asked_plugin = True
+    assert (["docker", "compose", "version", "--format", "json"] in run.calls) is asked_plugin
+
+
+def test_ask_compose_version_runs_the_plugin():
+    run = FakeRun([(["compose", "version"], (0, fixture("compose_version.json"), ""))])
+    assert cli.DockerCli(run, which=which).ask_compose_version() == "2.40.3"
+    assert run.calls == [["docker", "compose", "version", "--format", "json"]]
+
+
 def test_image_inspect_many_is_one_call_when_every_image_is_present():
     doc = json.loads(fixture("image_inspect_app_v1.json"))[0]
     other = dict(doc, Id="sha256:" + "b" * 64)
