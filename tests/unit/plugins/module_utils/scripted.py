@@ -4,9 +4,9 @@
 N`` wrapper :class:`DockerCli` puts around every call (remembering ``N``), matches the argv against an
 ordered script (each step is consumed once, in order) and a keyed table (answered any number of times,
 in any order), and fails the test on any other command. The answers come from the real outputs captured
-in ``tests/unit/fixtures/docker`` (``docker version``, ``compose version``, ``docker info``'s registry
-configuration, ``docker inspect``, ``docker image inspect``, ``compose up`` errors), rewritten only where a
-test needs other ids, labels or states.
+in ``tests/unit/fixtures/docker`` (``docker version``, ``docker info`` with the CLI's plugins and the
+registry configuration, ``compose version``, ``docker inspect``, ``docker image inspect``, ``compose up``
+errors), rewritten only where a test needs other ids, labels or states.
 
 :class:`Site` plans real releases (``_plan.plan_release``, no network) for one project under a
 temporary work directory, gives their ``docker compose config`` output (the real Compose binary of the

@@ -233,8 +233,7 @@ class _OrderedRegistry:
 def _engine_holding_info_until(release, info_answered):
     """An engine client whose ``docker info`` answers only once ``release`` is set (at most 2 s)."""
     answers = {"version": (0, sc.fixture("docker_version_20.10.json"), ""),
-               "compose": (0, sc.fixture("compose_version.json"), ""),
-               "info": (0, sc.fixture("docker_info_registry_config.json"), "")}
+               "info": (0, sc.fixture("docker_info.json"), "")}
 
     def run_command(argv, environ_update=None):  # pylint: disable=unused-argument
         inner, _limit = sc.strip_timeout(argv)
