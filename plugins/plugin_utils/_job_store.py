@@ -41,6 +41,19 @@ def _json(document):
     return json.dumps(document, sort_keys=True, separators=(",", ":"))
 
 
+def prune_selection(finished, protected, before, keep=0):
+    """Which finished jobs a retention run removes (pure).
+
+    ``finished``: ``(job id, status, updated at)`` of every finished job; ``protected``: job ids that
+    must stay (the job a target's health names, a job holding a project claim). The ``keep`` most
+    recently updated finished jobs stay whatever their age; of the others, those last updated before
+    ``before`` (a timestamp as the store writes them) go. Returns them oldest first.
+    """
+    newest_first = sorted(finished, key=lambda row: (row[2], row[0]), reverse=True)
+    chosen = [row for row in newest_first[max(int(keep), 0):] if row[2] < before and row[0] not in protected]
+    return sorted(chosen, key=lambda row: (row[2], row[0]))
+
+
 def project_keys(record):
     """``{target name: claim key}``: a target (by id) and the Compose project the job deploys there."""
     return {name: "%s|%s" % (t.get("targetId") or name, t.get("projectName") or "")
@@ -73,6 +86,12 @@ class JobStore(abc.ABC):
     @abc.abstractmethod
     def unfinished(self):
         """Records whose status is not terminal (Pending, Running, RollingBack)."""
+
+    @abc.abstractmethod
+    def prune(self, before, keep=0, dry_run=False):
+        """Remove finished jobs last updated before ``before`` (see :func:`prune_selection`) with their
+        status history and their deployments projection, in one transaction; returns
+        ``[{"jobId", "status", "updatedAt"}]`` of what went (or would go, with ``dry_run``), oldest first."""
 
     @abc.abstractmethod
     def close(self):
@@ -216,6 +235,21 @@ class SqlJobStore(JobStore):
             new = _projection.terminal(projection, record, evidence)
             self._put_projection(new, at)
         return new
+
+    def prune(self, before, keep=0, dry_run=False):
+        with self._transaction("prune the job store"):
+            finished = self._execute("SELECT job_id, status, updated_at FROM deployment_jobs WHERE status NOT IN "
+                                     "('Pending', 'Running', 'RollingBack')" + self.LOCK).fetchall()
+            protected = {r[0] for r in self._execute("SELECT job_id FROM target_health").fetchall()}
+            protected.update(r[0] for r in self._execute("SELECT job_id FROM project_claims").fetchall())
+            chosen = prune_selection([tuple(r) for r in finished], protected, before, keep)
+            if not dry_run:
+                for job_id, _status, _at in chosen:
+                    for table, column in (("deployment_job_history", "job_id"), ("deployment_jobs", "job_id"),
+                                          ("deployment_projection_history", "deployment_id"),
+                                          ("deployments", "deployment_id")):
+                        self._execute("DELETE FROM %s WHERE %s = ?" % (table, column), (job_id,))
+        return [{"jobId": job_id, "status": status, "updatedAt": at} for job_id, status, at in chosen]
 
     # ------------------------------------------------------------------ reads
     def _read(self, statement, params=()):

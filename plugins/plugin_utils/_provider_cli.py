@@ -9,7 +9,8 @@
 each through ansible-runner in a fresh private data directory that is removed afterwards. stdout
 carries only JSON lines; the one ``error`` line is the last, after cleanup, with exit status 1.
 ``stella install [--bin-dir DIR]`` puts ``stella`` on PATH and ``docker-stella`` among the Docker CLI
-plugins. ``stella report``, ``stella health`` and ``stella interrupt`` work on the job store (``_store_cli``).
+plugins. ``stella report``, ``stella health``, ``stella interrupt`` and ``stella prune`` work on the job store
+(``_store_cli``).
 """
 
 from __future__ import annotations
@@ -366,13 +367,14 @@ def main(argv=None):
         args = args[1:]  # `docker stella compose ...` through the CLI plugin
     if args[:1] == ["install"]:
         return install(args[1:])
-    if args[:1] in (["report"], ["health"], ["interrupt"]):
+    if args[:1] in (["report"], ["health"], ["interrupt"], ["prune"]):
         from ansible_collections.stellaops.runtime.plugins.plugin_utils import _store_cli  # pylint: disable=import-outside-toplevel
         return getattr(_store_cli, args[0])(args[1:])
     if args[:1] != ["compose"]:
         sys.stderr.write("usage: stella compose metadata|up|down|stop ... | stella install [--bin-dir DIR] | "
                          "stella report JOB [--store LOCATION] [--evidence-dir DIR] [--output FILE] | "
                          "stella health [TARGET ...] [--store LOCATION] [--json] [--check] | "
-                         "stella interrupt JOB [--store LOCATION] [--reason TEXT]\n")
+                         "stella interrupt JOB [--store LOCATION] [--reason TEXT] | "
+                         "stella prune --older-than DAYS [--keep N] [--dry-run] [--json] [--store LOCATION]\n")
         return 2
     return compose(args, sys.stdin.buffer, sys.stdout.buffer, os.environ)

@@ -2,10 +2,10 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""The ``stella`` subcommands of the job store: ``stella report`` (docs/report.md), ``stella health``
-and ``stella interrupt`` (docs/job-store.md).
+"""The ``stella`` subcommands of the job store: ``stella report`` (docs/report.md), ``stella health``,
+``stella interrupt`` and ``stella prune`` (docs/job-store.md).
 
-Both take ``--store LOCATION`` (a path, ``sqlite:///path`` or a PostgreSQL DSN; default
+All take ``--store LOCATION`` (a path, ``sqlite:///path`` or a PostgreSQL DSN; default
 ``~/.local/state/stellaops/jobs.sqlite3``), never create a store that is not there, and end with one
 error line ``stella <command>: <code>: <reason>`` (credentials of a DSN redacted) and exit status 1
 when the store or the job cannot be read; 2 is a usage error.
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime
 import json
 import os
 import socket
@@ -197,4 +198,72 @@ def interrupt(argv, stdout=None, stderr=None):
     except StellaError as exc:
         return _fail(stderr, "interrupt", exc)
     stdout.write("job %s: %s (%s); its projects are released\n" % (record["jobId"], record["status"], record["code"]))
+    return 0
+
+
+# -------------------------------------------------------------------------------------------- prune
+
+def prune_parser():
+    """``stella prune --older-than DAYS [--keep N] [--dry-run] [--json] [--store LOCATION]`` (docs/job-store.md)."""
+    parser = argparse.ArgumentParser(prog="stella prune", description="Remove finished deployment jobs (with their "
+                                     "status history and deployments projection) from the job store "
+                                     "(docs/job-store.md). Evidence files are not touched.")
+    parser.add_argument("--older-than", metavar="DAYS", type=_days, required=True,
+                        help="remove finished jobs last updated more than DAYS days ago (a decimal number)")
+    parser.add_argument("--keep", metavar="N", type=_count, default=0,
+                        help="keep the N most recently updated finished jobs whatever their age (default 0)")
+    parser.add_argument("--dry-run", action="store_true", help="print what would be removed, remove nothing")
+    parser.add_argument("--json", action="store_true", help="print one JSON document instead of lines")
+    parser.add_argument("--store", metavar="LOCATION", help=STORE_HELP)
+    return parser
+
+
+def _days(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("not a number of days: %r" % text) from None
+    if not 0 <= value < 100000:
+        raise argparse.ArgumentTypeError("days must be between 0 and 100000, not %s" % text)
+    return value
+
+
+def _count(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("not a whole number: %r" % text) from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("must not be negative: %s" % text)
+    return value
+
+
+def cutoff(now, days):
+    """The store-format timestamp ``days`` before ``now`` (an aware ``datetime``) (pure)."""
+    return (now - datetime.timedelta(days=days)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def prune(argv, stdout=None, stderr=None, now=None):
+    """``stella prune``: 0 when the store was pruned (or, with ``--dry-run``, read), 1 with one error line
+    when it cannot be, 2 on a usage error. Unfinished jobs, the job a target's health names, jobs holding
+    a project claim and the ``--keep`` newest finished jobs always stay."""
+    stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
+    options, rc = _parse(prune_parser(), argv)
+    if options is None:
+        return rc
+    before = cutoff(now or datetime.datetime.now(datetime.timezone.utc), options.older_than)
+    try:
+        with existing_store(options.store) as store:
+            removed = store.prune(before, keep=options.keep, dry_run=options.dry_run)
+    except StellaError as exc:
+        return _fail(stderr, "prune", exc)
+    if options.json:
+        stdout.write(json.dumps({"before": before, "dryRun": options.dry_run, "jobs": removed}, indent=2,
+                                sort_keys=True) + "\n")
+        return 0
+    verb = "would remove" if options.dry_run else "removed"
+    stdout.write("%s %d finished job%s last updated before %s\n" % (verb, len(removed), "" if len(removed) == 1
+                                                                      else "s", before))
+    for job in removed:
+        stdout.write("  %s  %s  %s\n" % (job["jobId"], job["status"], job["updatedAt"]))
     return 0

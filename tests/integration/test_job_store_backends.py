@@ -265,3 +265,45 @@ def test_an_operator_interrupts_a_job_of_a_gone_controller_and_reads_health(job_
     assert {h["targetId"]: h["status"] for h in json.loads(health.stdout)["health"]} == {"id-a": "healthy"}
     check = stella("health", "id-a", "id-b", "--store", job_store_location, "--check")
     assert check.returncode == 3 and "id-b" in check.stdout and "unknown" in check.stdout
+
+
+def _finished(store, job_id, names, at, project="shop"):
+    record = job(job_id, names, project)
+    record.update(createdAt=at, updatedAt=at)
+    store.create(record)
+    store.update(job_id, lambda r: _job.start(r, at), *[lambda r, n=n: _job.finish_target(r, n, True, at) for n in names],
+                 lambda r: _job.finish(r, at))
+
+
+def test_an_operator_prunes_old_finished_jobs(job_store_location):
+    """``stella prune`` on both backends: old finished jobs go with their history and projection; the job a
+    target's health names, an unfinished job and (with --keep) the newest stay."""
+    store = _job_store.open_store(job_store_location)
+    try:
+        _finished(store, "job-old-1", ["a"], "2026-01-01T00:00:00.000000Z")
+        _finished(store, "job-old-2", ["a"], "2026-01-02T00:00:00.000000Z")
+        _finished(store, "job-old-3", ["a"], "2026-01-03T00:00:00.000000Z")  # a's health names it
+        running = job("job-running", ["b"], project="other")
+        store.create(running)
+        store.update("job-running", lambda r: _job.start(r, T0))
+    finally:
+        store.close()
+
+    dry = stella("prune", "--older-than", "30", "--store", job_store_location, "--dry-run", "--json")
+    assert dry.returncode == 0, dry.stderr
+    assert [j["jobId"] for j in json.loads(dry.stdout)["jobs"]] == ["job-old-1", "job-old-2"]
+    kept = stella("prune", "--older-than", "30", "--keep", "2", "--store", job_store_location)
+    assert kept.returncode == 0 and kept.stdout.splitlines()[1].split()[0] == "job-old-1", kept.stdout
+    rest = stella("prune", "--older-than", "30", "--store", job_store_location)
+    assert rest.returncode == 0 and rest.stdout.startswith("removed 1 finished job "), rest.stdout
+
+    store = _job_store.open_store(job_store_location)
+    try:
+        assert sorted(r["jobId"] for r in store.list(10)) == ["job-old-3", "job-running"]
+        for gone in ("job-old-1", "job-old-2"):
+            assert store.history(gone) == [] and store.projection(gone) is None
+            assert store.projection_history(gone) == []
+        assert store.health(["id-a"])[0]["jobId"] == "job-old-3"
+        assert set(store.claims().values()) == {"job-running"}
+    finally:
+        store.close()

@@ -92,7 +92,7 @@ def test_the_documented_health_command_and_options_exist(tmp_path, capsys):
         assert rc in (0, _store_cli.NOT_HEALTHY_RC) and err == "" and out, command
 
 
-@pytest.mark.parametrize("command", ["report", "health", "interrupt"])
+@pytest.mark.parametrize("command", ["report", "health", "interrupt", "prune"])
 def test_the_usage_line_names_every_store_command(command, capsys):
     assert _provider_cli.main(["stella", "nope"]) == 2
     assert "stella %s " % command in capsys.readouterr().err
@@ -182,3 +182,134 @@ def test_the_documented_interrupt_command_and_options_exist(tmp_path, capsys):
                        .replace("JOB", "job-2"))[2:]
     rc, out, err = interrupt_cli(argv, capsys)
     assert (rc, err) == (0, "") and "job_interrupted" in out
+
+
+# -------------------------------------------------------------------------------------------- prune
+
+OLD = ("2026-01-01T09:00:00.000000Z", "2026-02-01T09:00:00.000000Z")
+
+
+def finished_job(store, job_id, target, at, succeeded=True):
+    targets = {target: {"targetId": "id-" + target, "targetName": target, "projectName": "shop-" + target}}
+    store.create(_job.new_job(job_id, None, {"release": {"id": "r-" + job_id}}, [[target]], targets, {}, at))
+    store.update(job_id, lambda r: _job.start(r, at), lambda r: _job.finish_target(r, target, succeeded, at),
+                 lambda r: _job.finish(r, at))
+
+
+def history_store(tmp_path, recent=None):
+    """job-1 (succeeded) and job-2 (failed), old, then job-5, ``recent`` (default: now), all on target a,
+    so a's health names job-5; job-3 on target b, old and still running (it holds its project)."""
+    path = str(tmp_path / "jobs.sqlite3")
+    store = _job_store.open_store(path)
+    try:
+        finished_job(store, "job-1", "a", OLD[0])
+        finished_job(store, "job-2", "a", OLD[1], succeeded=False)
+        store.create(_job.new_job("job-3", None, {"release": {"id": "r3"}}, [["b"]],
+                                  {"b": {"targetId": "id-b", "targetName": "b", "projectName": "shop-b"}}, {}, OLD[0]))
+        store.update("job-3", lambda r: _job.start(r, OLD[0]))
+        finished_job(store, "job-5", "a", recent or _job_owner.utc_now())
+    finally:
+        store.close()
+    return path
+
+
+def prune_cli(argv, capsys):
+    return run("prune", argv, capsys)
+
+
+def job_ids(path):
+    store = _job_store.open_store(path)
+    try:
+        return sorted(r["jobId"] for r in store.list(100))
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("keep,protected,before,expected", [
+    (0, set(), "2026-03-01", ["j1", "j2", "j4"]),
+    (0, set(), "2026-01-15T00:00:00.000000Z", ["j1"]),
+    (0, {"j2"}, "2026-03-01", ["j1", "j4"]),
+    (1, set(), "2026-03-01", ["j1", "j2"]),   # j4 is the newest finished job
+    (3, set(), "2026-03-01", []),
+    (0, set(), "2025-01-01", []),
+], ids=["all-old", "cutoff-between", "protected", "keep-newest", "keep-all", "none-old-enough"])
+def test_prune_selection(keep, protected, before, expected):
+    finished = [("j2", "Failed", "2026-01-20T00:00:00.000000Z"), ("j1", "Succeeded", "2026-01-10T00:00:00.000000Z"),
+                ("j4", "RolledBack", "2026-02-10T00:00:00.000000Z")]
+    chosen = _job_store.prune_selection(finished, protected, before, keep)
+    assert [row[0] for row in chosen] == expected
+    assert [row[2] for row in chosen] == sorted(row[2] for row in chosen)  # oldest first
+
+
+def test_prune_cutoff_is_in_the_store_format():
+    import datetime  # pylint: disable=import-outside-toplevel
+    now = datetime.datetime(2026, 4, 1, 12, 0, 0, tzinfo=datetime.timezone.utc)
+    assert _store_cli.cutoff(now, 30) == "2026-03-02T12:00:00.000000Z"
+    assert _store_cli.cutoff(now, 0.5) == "2026-04-01T00:00:00.000000Z"
+    assert _store_cli.cutoff(now, 0) == "2026-04-01T12:00:00.000000Z"
+
+
+def test_stella_prune_removes_old_finished_jobs_with_their_history_and_projection(tmp_path, capsys):
+    path = history_store(tmp_path)
+    rc, out, err = prune_cli(["--older-than", "30", "--store", path], capsys)
+    assert (rc, err) == (0, "")
+    lines = out.splitlines()
+    assert lines[0].startswith("removed 2 finished jobs last updated before 2026-")
+    assert [line.split() for line in lines[1:]] == [["job-1", "Succeeded", OLD[0]], ["job-2", "Failed", OLD[1]]]
+    assert job_ids(path) == ["job-3", "job-5"]  # the running job and the recent one stay
+    store = _job_store.open_store(path)
+    try:
+        for gone in ("job-1", "job-2"):
+            assert store.get(gone) is None and store.history(gone) == []
+            assert store.projection(gone) is None and store.projection_history(gone) == []
+        assert store.history("job-5") and store.projection("job-5")["deploymentId"] == "job-5"
+        assert [(h["targetId"], h["jobId"]) for h in store.health()] == [("id-a", "job-5")]
+        assert store.claims() == {"id-b|shop-b": "job-3"}
+    finally:
+        store.close()
+    # nothing is left to remove
+    rc, out, _err = prune_cli(["--older-than", "30", "--store", path], capsys)
+    assert rc == 0 and out.startswith("removed 0 finished jobs")
+
+
+def test_stella_prune_keeps_the_job_a_target_health_names_and_the_newest(tmp_path, capsys):
+    path = history_store(tmp_path, recent="2026-02-20T09:00:00.000000Z")  # every job is old now
+    rc, out, _err = prune_cli(["--older-than", "1", "--store", path, "--dry-run", "--json"], capsys)
+    assert rc == 0
+    document = json.loads(out)
+    assert document["dryRun"] is True and [j["jobId"] for j in document["jobs"]] == ["job-1", "job-2"]
+    assert job_ids(path) == ["job-1", "job-2", "job-3", "job-5"]  # a dry run removes nothing
+    rc, out, _err = prune_cli(["--older-than", "1", "--keep", "2", "--store", path], capsys)
+    assert rc == 0 and [line.split()[0] for line in out.splitlines()[1:]] == ["job-1"]
+    assert job_ids(path) == ["job-2", "job-3", "job-5"]
+
+
+@pytest.mark.parametrize("argv", [[], ["--older-than", "-1"], ["--older-than", "x"], ["--older-than", "1", "--keep",
+                                                                                        "-2"]],
+                         ids=["no-age", "negative-age", "not-a-number", "negative-keep"])
+def test_stella_prune_usage_errors_change_nothing(tmp_path, capsys, argv):
+    path = history_store(tmp_path)
+    assert prune_cli(argv + ["--store", path], capsys)[0] == 2
+    assert job_ids(path) == ["job-1", "job-2", "job-3", "job-5"]
+
+
+def test_stella_prune_never_creates_a_store(tmp_path, capsys):
+    missing = tmp_path / "nowhere" / "jobs.sqlite3"
+    rc, out, err = prune_cli(["--older-than", "30", "--store", str(missing)], capsys)
+    assert (rc, out) == (1, "") and err == "stella prune: job_store_missing: no job store at %s\n" % missing
+    assert not missing.parent.exists()
+
+
+def test_the_documented_prune_commands_and_options_exist(tmp_path, capsys):
+    doc = doc_text("job-store.md")
+    commands = doc_commands(doc, "stella prune")
+    assert commands, "docs/job-store.md shows no stella prune command"
+    section = doc[doc.index("## Retention"):]
+    section = section[:section.index("\n## ", 1)] if "\n## " in section[1:] else section
+    assert options_in(section) == parser_options(_store_cli.prune_parser())
+    for command in commands:  # each example runs as written against the documented store
+        path = history_store(tmp_path / str(commands.index(command)))
+        rc, out, err = prune_cli(shlex.split(command.replace("~/.local/state/stellaops/jobs.sqlite3", path))[2:],
+                                 capsys)
+        assert (rc, err) == (0, "") and "2026-" in out, command
+        assert ("job-1" in out) is ("--keep" not in command), command  # --keep 50 keeps this small store whole
