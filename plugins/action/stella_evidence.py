@@ -6,13 +6,13 @@
 
 from __future__ import annotations
 
-import datetime
 import os
 
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._canonical import pretty_json, sha256_bytes
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
+from ansible_collections.stellaops.runtime.plugins.module_utils._contract import utc_timestamp
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._evidence import deployment_record, rollback_records
 from ansible_collections.stellaops.runtime.plugins.module_utils._fsutil import atomic_write
 
@@ -48,7 +48,7 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         del tmp
         _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
-        created_at = args["created_at"] or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        created_at = args["created_at"] or utc_timestamp()
         plan = _clean(args["plan"])
         records = {}
         try:

@@ -19,7 +19,8 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._canonical import pretty_json, sha256_bytes
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError, redact_text, redact_url
-from ansible_collections.stellaops.runtime.plugins.module_utils._contract import PROJECT_BUSY, ROLLBACK_TASKS
+from ansible_collections.stellaops.runtime.plugins.module_utils._contract import (
+    PROJECT_BUSY, ROLLBACK_TASKS, TIMESTAMP_FORMAT, utc_timestamp)
 from ansible_collections.stellaops.runtime.plugins.module_utils._fsutil import atomic_write
 from ansible_collections.stellaops.runtime.plugins.plugin_utils import (
     _job, _job_store, _job_traffic, _job_view, _projection, _report, _strategy, _traffic)
@@ -27,7 +28,7 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_plan import
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._evidence import project_digest
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._inputs import load_credentials, plain, resolve_digests
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_owner import (
-    controller_owner, interrupted_why, owner_gone, record_interrupted, utc_now)
+    controller_owner, interrupted_why, owner_gone, record_interrupted)
 
 ARGUMENT_SPEC = {
     "step": {"type": "str", "required": True,
@@ -106,7 +107,7 @@ class ActionModule(ActionBase):
     def _start(self, store, args):
         """Plan the whole job once and persist it; fail it closed when a target is unreachable."""
         self._need(args, "release")
-        now = utc_now()
+        now = utc_timestamp()
         interrupted = []
         for record in store.unfinished():
             if owner_gone(record.get("owner")):
@@ -148,14 +149,14 @@ class ActionModule(ActionBase):
                     for name, holder in held.items()}
             reason = "another job is deploying the same project, nothing was changed: %s" % "; ".join(
                 "%s: %s" % item for item in sorted(busy.items()))
-            record = store.update(job_id, lambda r: _job.fail_closed(r, PROJECT_BUSY, reason, busy, utc_now()))
+            record = store.update(job_id, lambda r: _job.fail_closed(r, PROJECT_BUSY, reason, busy, utc_timestamp()))
         elif unreachable:
             reason = "target readiness failed before any target was changed: %s unreachable" % ", ".join(
                 sorted(unreachable))
             record = store.update(job_id, lambda r: _job.fail_closed(r, "target_unreachable", reason, unreachable,
-                                                                     utc_now()))
+                                                                     utc_timestamp()))
         else:
-            record = store.update(job_id, lambda r: _job.start(r, utc_now()))
+            record = store.update(job_id, lambda r: _job.start(r, utc_timestamp()))
         env = {name: files.get(".env.stella") for name, files in planned["files"].items()}
         return {"jobId": job_id, "jobIdSource": source, "proceed": record["status"] == "Running",
                 "status": record["status"], "reason": record["reason"], "code": record["code"],
@@ -167,7 +168,7 @@ class ActionModule(ActionBase):
         """Persist a phase boundary of one target, and its outcome when it ended."""
         self._need(args, "job_id", "target")
         apply = args["result"] or {}
-        now = utc_now()
+        now = utc_timestamp()
 
         def change(record):
             target = record["targets"].get(args["target"]) or {}
@@ -215,7 +216,7 @@ class ActionModule(ActionBase):
         if step is None or any(record["targets"][n]["status"] != "Succeeded" for n in record["batches"][batch]):
             return {"jobId": record["jobId"], "batch": batch, "skipped": True, "failure": None}
         evidence, failure = self._run_adapter(record, step, args)
-        store.update(record["jobId"], lambda r: _job_traffic.record_shift(r, step, evidence, utc_now(), failure))
+        store.update(record["jobId"], lambda r: _job_traffic.record_shift(r, step, evidence, utc_timestamp(), failure))
         return {"jobId": record["jobId"], "batch": batch, "skipped": False, "traffic": evidence, "failure": failure}
 
     def _traffic_rollback(self, store, args):
@@ -229,7 +230,7 @@ class ActionModule(ActionBase):
         if step is None or record["status"] not in ("RollingBack", "Running") or not restored:
             return {"jobId": record["jobId"], "skipped": True}
         evidence, failure = self._run_adapter(record, step, args)
-        store.update(record["jobId"], lambda r: _job_traffic.record_rollback(r, evidence, utc_now(), failure))
+        store.update(record["jobId"], lambda r: _job_traffic.record_rollback(r, evidence, utc_timestamp(), failure))
         return {"jobId": record["jobId"], "skipped": False, "traffic": evidence, "failure": failure}
 
     def _run_adapter(self, record, step, args):
@@ -258,7 +259,7 @@ class ActionModule(ActionBase):
             outcomes = [(n, record["targets"][n]["status"], record["targets"][n]["reason"])
                         for n in record["batches"][batch]]
             decision = _strategy.gate(batch, outcomes, _job_traffic.gate_failure(record, batch))
-            return _job.record_gate(record, decision, utc_now())
+            return _job.record_gate(record, decision, utc_timestamp())
         record = store.update(args["job_id"], change)
         decision = [g for g in record["gates"] if g["batch"] == found["batch"]][0]
         return {"jobId": args["job_id"], "proceed": decision["proceed"], "gate": decision}
@@ -269,11 +270,11 @@ class ActionModule(ActionBase):
 
         def auto_rollback(current):
             if current["status"] == "Failed" and not current.get("isRollback") and current.get("rollback") is None:
-                return _job.auto_rollback(current, utc_now())
+                return _job.auto_rollback(current, utc_timestamp())
             return None
         # one transaction: the job never shows Failed without its rollback decision (nor frees its projects)
         if record["status"] == "Running":
-            record = store.update(args["job_id"], lambda r: _job.finish(r, utc_now()), auto_rollback)
+            record = store.update(args["job_id"], lambda r: _job.finish(r, utc_timestamp()), auto_rollback)
         elif auto_rollback(record) is not None:
             record = store.update(args["job_id"], auto_rollback)
         return self._rollback_orders(record)
@@ -282,7 +283,7 @@ class ActionModule(ActionBase):
         """An operator rollback of job ``job_id``: a new job of kind ``rollback`` over the source job's
         targets that retained a revision, in reverse batch order; fails closed when none did."""
         source = self._job_of(store, args)
-        now = utc_now()
+        now = utc_timestamp()
         record = _job.operator_rollback(source, "%s-rollback-%s" % (source["jobId"], secrets.token_hex(3)), now,
                                         args["revision_paths"], first_line(args["reason"]), controller_owner())
         record, held = store.create(record)
@@ -309,7 +310,7 @@ class ActionModule(ActionBase):
     def _rollback_target(self, store, args):
         self._need(args, "job_id", "target")
         rollback = args["result"] or {}
-        now = utc_now()
+        now = utc_timestamp()
 
         def change(record):
             for entry in rollback.get("deploymentPhases") or []:
@@ -326,9 +327,9 @@ class ActionModule(ActionBase):
         """Finish a rollback in progress, write the job's evidence, and return the final record."""
         record = self._job_of(store, args)
         if record["status"] == "RollingBack":
-            record = store.update(args["job_id"], lambda r: _job.finish_rollback(r, utc_now()))
+            record = store.update(args["job_id"], lambda r: _job.finish_rollback(r, utc_timestamp()))
         elif record["status"] == "Running":
-            record = store.update(args["job_id"], lambda r: _job.finish(r, utc_now()))
+            record = store.update(args["job_id"], lambda r: _job.finish(r, utc_timestamp()))
         files, rollback = {}, _job_view.rollback_evidence(record)
         if args["report"]:
             self._need(args, "evidence_dir")
@@ -340,7 +341,7 @@ class ActionModule(ActionBase):
         evidence_id = "jobs/%s/rollback-evidence.json" % record["jobId"] if rollback is not None else None
         if record["status"] in _job.TERMINAL:  # the terminal projection: after the terminal evidence exists
             store.project_terminal(record["jobId"], _projection.strategy_evidence(record, rollback, evidence_id, files),
-                                   utc_now())
+                                   utc_timestamp())
         return {"jobId": record["jobId"], "job": record, "status": record["status"], "reason": record["reason"],
                 "succeeded": record["status"] == "Succeeded", "evidenceFiles": files,
                 "outcome": _job_view.outcome(record, files), "text": _job_view.render_text(record)}
@@ -383,9 +384,8 @@ def _batch_start(record, target, now):
 
 
 def _elapsed_ms(start, end):
-    fmt = "%Y-%m-%dT%H:%M:%S.%fZ"
     try:
-        delta = datetime.datetime.strptime(end, fmt) - datetime.datetime.strptime(start, fmt)
+        delta = datetime.datetime.strptime(end, TIMESTAMP_FORMAT) - datetime.datetime.strptime(start, TIMESTAMP_FORMAT)
     except (TypeError, ValueError):
         return 0
     return max(0, int(delta.total_seconds() * 1000))

@@ -18,10 +18,22 @@ Pure and standard library only.
 from __future__ import annotations
 
 import copy
+import datetime
 import posixpath
 import re
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
+
+# ----------------------------------------------------------------------------------- timestamps
+# Every timestamp a job record, evidence document or sticker carries: UTC, microseconds, "Z".
+TIMESTAMP_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
+
+
+def utc_timestamp(moment=None):
+    """``moment`` (an aware ``datetime``; default: now) as the contract writes timestamps."""
+    moment = moment or datetime.datetime.now(datetime.timezone.utc)
+    return moment.astimezone(datetime.timezone.utc).strftime(TIMESTAMP_FORMAT)
+
 
 # ---------------------------------------------------------------------------------------- files
 LOCK_FILE = "compose.stella.lock.yml"

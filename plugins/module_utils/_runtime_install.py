@@ -15,7 +15,6 @@ functions; :class:`RuntimeInstaller` runs them on the host through an injected `
 from __future__ import annotations
 
 import contextlib
-import datetime
 import glob
 import hashlib
 import json
@@ -25,7 +24,7 @@ import urllib.parse
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError, redact_text, redact_url
 from ansible_collections.stellaops.runtime.plugins.module_utils._contract import (
-    RUNTIME_INSTALL_BUNDLE_DIR, RUNTIME_INSTALL_CODES, RUNTIME_INSTALL_EVIDENCE)
+    RUNTIME_INSTALL_BUNDLE_DIR, RUNTIME_INSTALL_CODES, RUNTIME_INSTALL_EVIDENCE, utc_timestamp)
 from ansible_collections.stellaops.runtime.plugins.module_utils._docker_cli import DockerCli, one_line
 from ansible_collections.stellaops.runtime.plugins.module_utils._fsutil import atomic_write, read_bytes
 from ansible_collections.stellaops.runtime.plugins.module_utils._versions import (
@@ -59,10 +58,6 @@ def _unlink(path):
         os.unlink(path)
         return True
     return False
-
-
-def now_utc():
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 # --------------------------------------------------------------------------------------- pure parts
@@ -433,7 +428,7 @@ class RuntimeInstaller:
     # ---- the whole task
     def execute(self, request, check_mode=False):
         self.secrets = list(request["secrets"])
-        started = now_utc()
+        started = utc_timestamp()
         before = self.observe()
         plan = plan_actions(request, before)
         bundle = self.bundle_files(request["bundle"], check_mode) if request["source_type"] == "bundle" else None
@@ -441,7 +436,7 @@ class RuntimeInstaller:
         needed = plan["installEngine"] or plan["installCompose"] or plan["startEngine"]
         if not needed or check_mode:
             status = "satisfied" if not needed else "planned"
-            doc = evidence_document(request, status, before, plan, source, started, now_utc())
+            doc = evidence_document(request, status, before, plan, source, started, utc_timestamp())
             return {"changed": bool(needed), "evidence": {"runtimeInstall": doc, "evidencePath": None}, "warnings": []}
         packages_before = self.installed_packages()
         state = {"start": None, "after": None}
@@ -480,7 +475,7 @@ class RuntimeInstaller:
         wanted = set(request["engine_packages"] + request["compose_packages"] + ["containerd", "runc"])
         wanted |= {f["package"] for f in (source.get("files") or [])}
         doc = evidence_document(
-            request, status, before, plan, source, started, now_utc(),
+            request, status, before, plan, source, started, utc_timestamp(),
             packages={n: packages_after[n] for n in sorted(wanted) if n in packages_after},
             changes=package_changes(packages_before, packages_after), after=state["after"], start=state["start"],
             failure=exc.as_dict() if exc else None)

@@ -13,15 +13,11 @@ controller nothing can be told; an operator who knows the run is gone says so wi
 
 from __future__ import annotations
 
-import datetime
 import os
 import socket
 
+from ansible_collections.stellaops.runtime.plugins.module_utils._contract import utc_timestamp
 from ansible_collections.stellaops.runtime.plugins.plugin_utils import _job, _projection
-
-
-def utc_now():
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def process_start(pid):
@@ -60,7 +56,7 @@ def record_interrupted(store, job_id, why, now=None):
     """Record the unfinished job ``job_id`` interrupted (``Failed``, ``job_interrupted``), which releases
     its projects, and write its terminal projection: its run is gone, so nothing else will. A job that
     finished meanwhile is left as it is. Returns the stored record."""
-    now = now or utc_now()
+    now = now or utc_timestamp()
     done = []
 
     def change(record):

@@ -22,6 +22,7 @@ import socket
 import sys
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError, redact_url
+from ansible_collections.stellaops.runtime.plugins.module_utils._contract import utc_timestamp
 from ansible_collections.stellaops.runtime.plugins.module_utils._fsutil import atomic_write
 from ansible_collections.stellaops.runtime.plugins.plugin_utils import _job, _job_owner, _job_store, _report
 
@@ -240,7 +241,7 @@ def _count(text):
 
 def cutoff(now, days):
     """The store-format timestamp ``days`` before ``now`` (an aware ``datetime``) (pure)."""
-    return (now - datetime.timedelta(days=days)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return utc_timestamp(now - datetime.timedelta(days=days))
 
 
 def prune(argv, stdout=None, stderr=None, now=None):

@@ -11,6 +11,7 @@ import pytest
 
 from docs_support import doc_commands, doc_text, options_in, parser_options
 
+from ansible_collections.stellaops.runtime.plugins.module_utils._contract import utc_timestamp
 from ansible_collections.stellaops.runtime.plugins.plugin_utils import (
     _job, _job_owner, _job_store, _provider_cli, _store_cli)
 
@@ -207,7 +208,7 @@ def history_store(tmp_path, recent=None):
         store.create(_job.new_job("job-3", None, {"release": {"id": "r3"}}, [["b"]],
                                   {"b": {"targetId": "id-b", "targetName": "b", "projectName": "shop-b"}}, {}, OLD[0]))
         store.update("job-3", lambda r: _job.start(r, OLD[0]))
-        finished_job(store, "job-5", "a", recent or _job_owner.utc_now())
+        finished_job(store, "job-5", "a", recent or utc_timestamp())
     finally:
         store.close()
     return path

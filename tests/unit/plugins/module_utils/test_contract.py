@@ -339,3 +339,13 @@ def test_compose_preflight_payload_is_accepted():
     assert request["image"].digest == sc.DIGEST
     docker = planned("DockerHost")["payloads"]["compose.preflight"]
     assert build_request(dict(params, payload=docker, target_type="DockerHost"))["require_compose"] is False
+
+
+def test_utc_timestamp_is_the_one_contract_format():
+    import datetime  # pylint: disable=import-outside-toplevel
+    moment = datetime.datetime(2026, 3, 1, 10, 5, 0, 123456, tzinfo=datetime.timezone.utc)
+    assert ct.utc_timestamp(moment) == "2026-03-01T10:05:00.123456Z"
+    plus_two = datetime.timezone(datetime.timedelta(hours=2))
+    assert ct.utc_timestamp(moment.astimezone(plus_two)) == "2026-03-01T10:05:00.123456Z"  # always UTC
+    now = ct.utc_timestamp()
+    assert datetime.datetime.strptime(now, ct.TIMESTAMP_FORMAT).year >= 2026 and now.endswith("Z")
