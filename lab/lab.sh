@@ -50,12 +50,15 @@ TARGET_LABEL="${STELLA_LAB_TARGET_LABEL:-stella.lab=target}"
 SSH_KEY="$STATE/ssh/id_ed25519"
 SSH_OPTS=(-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes -o LogLevel=ERROR)
 PACKAGES=(docker.io busybox-static docker-registry debootstrap apache2-utils openssh-client shellcheck nginx-light
-  postgresql chromium)
+  postgresql chromium openssl)
 # The job store's PostgreSQL server (Debian's package): a cluster of the lab's own on loopback.
 PG_PORT=$((PORT_BASE + 20))
 PG_DATA="${STELLA_LAB_PG_DATA:-/var/lib/stella-lab/postgres-$PG_PORT}"
 PG_USER=stella
 PG_SECRET="$STATE/secrets/postgres-password"
+# The server's TLS: a lab CA of its own (clients verify with $PG_TLS/ca.crt) and a certificate for
+# 127.0.0.1 and localhost, copied into the data directory where the server reads it.
+PG_TLS="$STATE/postgres-tls"
 # Target images ("flavours"), each debootstrapped once into its own cached rootfs. bookworm (the default)
 # has Debian 12's Engine 20.10; trixie has Debian 13's Engine 26.1 (client in the separate docker-cli)
 # and passes the contract's default gates (Engine >= 24.0.0, Compose >= 2.20.0) with no override.
@@ -128,9 +131,27 @@ engine_up() { docker info >/dev/null 2>&1; }
 
 pg_bin() { find /usr/lib/postgresql -mindepth 2 -maxdepth 2 -name bin -type d 2>/dev/null | sort -V | tail -1; }
 
+# The lab CA and the server certificate (made once; openssl, no prompts).
+ensure_postgres_tls() {
+  [[ -s "$PG_TLS/server.crt" && -s "$PG_TLS/ca.crt" ]] && return 0
+  mkdir -p "$PG_TLS"; chmod 700 "$PG_TLS"
+  openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=stella-lab-postgres-ca" \
+    -keyout "$PG_TLS/ca.key" -out "$PG_TLS/ca.crt" >/dev/null 2>&1 || die "openssl: cannot make the lab CA"
+  openssl req -newkey rsa:2048 -nodes -subj "/CN=127.0.0.1" -keyout "$PG_TLS/server.key" \
+    -out "$PG_TLS/server.csr" >/dev/null 2>&1 || die "openssl: cannot make the server key"
+  printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' > "$PG_TLS/server.ext"
+  openssl x509 -req -in "$PG_TLS/server.csr" -CA "$PG_TLS/ca.crt" -CAkey "$PG_TLS/ca.key" -CAcreateserial \
+    -days 3650 -extfile "$PG_TLS/server.ext" -out "$PG_TLS/server.crt" >/dev/null 2>&1 \
+    || die "openssl: cannot sign the server certificate"
+  chmod 644 "$PG_TLS/ca.crt"
+  log "postgres: made the lab CA and the server certificate in $PG_TLS"
+}
+
 # The lab's PostgreSQL: initdb once into $PG_DATA (owned by the postgres user), start it on
-# 127.0.0.1:$PG_PORT when it is not running, and make sure role $PG_USER (CREATEDB, password in
-# $PG_SECRET) and its database exist. Local socket connections are peer-authenticated; TCP needs the password.
+# 127.0.0.1:$PG_PORT (TLS on, certificate from ensure_postgres_tls) when it is not running, or restart it
+# when it runs without TLS, and make sure role $PG_USER (CREATEDB, password in $PG_SECRET) and its
+# database exist. Local socket connections are peer-authenticated; TCP needs the password, with or
+# without TLS (clients choose with sslmode).
 ensure_postgres() {
   local bin; bin="$(pg_bin)"
   [[ -x "$bin/initdb" ]] || die "PostgreSQL server binaries not found under /usr/lib/postgresql"
@@ -143,13 +164,22 @@ ensure_postgres() {
     runuser -u postgres -- "$bin/initdb" -D "$PG_DATA" -U postgres --auth-local=peer --auth-host=scram-sha-256 \
       -E UTF8 --locale=C.UTF-8 >"$STATE/postgres-initdb.log" 2>&1 || die "initdb failed (see $STATE/postgres-initdb.log)"
   fi
+  ensure_postgres_tls
+  install -o postgres -g postgres -m 600 "$PG_TLS/server.key" "$PG_DATA/stella-server.key"
+  install -o postgres -g postgres -m 644 "$PG_TLS/server.crt" "$PG_DATA/stella-server.crt"
+  local psql=("$bin/psql" -X -q -v ON_ERROR_STOP=1 -h /var/run/postgresql -p "$PG_PORT" -U postgres -d postgres)
+  if runuser -u postgres -- "$bin/pg_ctl" -D "$PG_DATA" status >/dev/null 2>&1 \
+      && [[ "$(runuser -u postgres -- "${psql[@]}" -At -c 'SHOW ssl' 2>/dev/null)" != on ]]; then
+    log "postgres: restarting with TLS"
+    runuser -u postgres -- "$bin/pg_ctl" -D "$PG_DATA" stop -m fast -w >&2 || die "postgres did not stop"
+  fi
   if ! runuser -u postgres -- "$bin/pg_ctl" -D "$PG_DATA" status >/dev/null 2>&1; then
     runuser -u postgres -- "$bin/pg_ctl" -D "$PG_DATA" -l "$PG_DATA/server.log" -w -t 60 \
-      -o "-c listen_addresses=127.0.0.1 -p $PG_PORT -k /var/run/postgresql" start 9>&- >&2 \
+      -o "-c listen_addresses=127.0.0.1 -p $PG_PORT -k /var/run/postgresql -c ssl=on \
+          -c ssl_cert_file=stella-server.crt -c ssl_key_file=stella-server.key" start 9>&- >&2 \
       || die "postgres did not start (see $PG_DATA/server.log)"
-    log "postgres: started on 127.0.0.1:$PG_PORT"
+    log "postgres: started on 127.0.0.1:$PG_PORT (TLS on)"
   fi
-  local psql=("$bin/psql" -X -q -v ON_ERROR_STOP=1 -h /var/run/postgresql -p "$PG_PORT" -U postgres -d postgres)
   runuser -u postgres -- "${psql[@]}" -v user="$PG_USER" -v pass="$(cat "$PG_SECRET")" >/dev/null <<'SQL'
 SELECT format('CREATE ROLE %I LOGIN CREATEDB', :'user') WHERE NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = :'user')\gexec
 ALTER ROLE :"user" PASSWORD :'pass';
@@ -157,8 +187,9 @@ SELECT format('CREATE DATABASE %I OWNER %I', :'user', :'user') WHERE NOT EXISTS 
 SQL
 }
 
-pg_secret_rel() {
-  case $PG_SECRET in "$ROOT"/*) echo "${PG_SECRET#"$ROOT"/}" ;; *) echo "$PG_SECRET" ;; esac
+# A path as lab.json records it: relative to the checkout when it lies inside it.
+root_rel() {
+  case $1 in "$ROOT"/*) echo "${1#"$ROOT"/}" ;; *) echo "$1" ;; esac
 }
 
 ensure_packages() {
@@ -553,22 +584,18 @@ target_images_json() {
   echo "$out}"
 }
 
-auth_secret_rel() {
-  case $AUTH_SECRET in "$ROOT"/*) echo "${AUTH_SECRET#"$ROOT"/}" ;; *) echo "$AUTH_SECRET" ;; esac
-}
-
 write_lab_json() {
   mkdir -p "$STATE"
   LJ_DOCKER_HOST="${DOCKER_HOST:-unix:///var/run/docker.sock}" \
   LJ_ENGINE="$(docker version -f '{{.Server.Version}}')" \
   LJ_COMPOSE="$COMPOSE_VERSION" LJ_COMPOSE_BIN="$(compose_binary)" \
   LJ_PLAIN="$PLAIN_ADDR" LJ_SHARED="$SHARED_REF_HOST" LJ_AUTH="$AUTH_ADDR" LJ_AUTH_USER="$AUTH_USER" \
-  LJ_AUTH_FILE="$(auth_secret_rel)" \
+  LJ_AUTH_FILE="$(root_rel "$AUTH_SECRET")" \
   LJ_APP_V1="${DIGEST[app_v1]}" LJ_APP_V2="${DIGEST[app_v2]}" LJ_APP_BROKEN="${DIGEST[app_broken]}" \
   LJ_TOOL="${DIGEST[tool]}" LJ_AUTH_APP_V1="${DIGEST[auth_app_v1]}" \
   LJ_TOKEN="$TOKEN_ADDR" LJ_TOKEN_SERVICE="$TOKEN_SERVICE_ADDR" LJ_TOKEN_APP_V1="${DIGEST[token_app_v1]}" \
   LJ_TARGET_IMAGE="$TARGET_IMAGE" LJ_TARGET_IMAGES="$(target_images_json)" LJ_SSH_KEY="$SSH_KEY" LJ_ROOT="$ROOT" \
-  LJ_PG_PORT="$PG_PORT" LJ_PG_USER="$PG_USER" LJ_PG_SECRET="$(pg_secret_rel)" LJ_CHROMIUM="$(command -v chromium || true)" \
+  LJ_PG_PORT="$PG_PORT" LJ_PG_USER="$PG_USER" LJ_PG_SECRET="$(root_rel "$PG_SECRET")" LJ_PG_CA="$(root_rel "$PG_TLS/ca.crt")" LJ_CHROMIUM="$(command -v chromium || true)" \
   "$PY" - <<'EOF' | labtool write-json "$LAB_JSON" 644
 import json, os
 e = os.environ
@@ -604,7 +631,7 @@ print(json.dumps({
     "target_images": json.loads(e["LJ_TARGET_IMAGES"]),
     "ssh_key": e["LJ_SSH_KEY"],
     "postgres": {"host": "127.0.0.1", "port": int(e["LJ_PG_PORT"]), "user": e["LJ_PG_USER"],
-                 "database": e["LJ_PG_USER"], "password_file": e["LJ_PG_SECRET"]},
+                 "database": e["LJ_PG_USER"], "password_file": e["LJ_PG_SECRET"], "ca_file": e["LJ_PG_CA"]},
     "chromium": e["LJ_CHROMIUM"] or None,
 }))
 EOF

@@ -16,6 +16,9 @@ import sys
 import psycopg
 import pytest
 
+import labkit
+import pgkit
+
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils._contract import PHASES
 from ansible_collections.stellaops.runtime.plugins.plugin_utils import _job, _job_schema, _job_store, _projection
@@ -307,3 +310,36 @@ def test_an_operator_prunes_old_finished_jobs(job_store_location):
         assert set(store.claims().values()) == {"job-running"}
     finally:
         store.close()
+
+
+def test_the_store_reaches_postgresql_over_verified_tls(lab, pg_passfile, tmp_path):  # pylint: disable=unused-argument
+    """libpq's TLS parameters in the DSN reach the server: with the lab CA and ``sslmode=verify-full`` the
+    store works over TLS (the server says so); with a CA that did not sign the server's certificate it
+    refuses to connect, in one line, and a password planted in the DSN appears nowhere."""
+    ca_file = labkit.lab_path(lab, lab["postgres"]["ca_file"])
+    with pgkit.fresh_database(lab) as dsn:
+        tls = "%s?sslmode=verify-full&sslrootcert=%s" % (dsn, ca_file)
+        store = _job_store.open_store(tls)
+        try:
+            store.create(job("job-1", ["a"]))
+            assert store.get("job-1")["status"] == "Pending"
+        finally:
+            store.close()
+        with psycopg.connect(tls) as db:
+            assert db.execute("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()").fetchone()[0] is True
+        health = stella("health", "--store", tls, "--json")
+        assert health.returncode == 0 and json.loads(health.stdout) == {"health": []}, health.stderr
+
+        other_ca = tmp_path / "other-ca.crt"
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
+                        "/CN=not-the-lab-ca", "-keyout", str(tmp_path / "other-ca.key"), "-out", str(other_ca)],
+                       check=True, capture_output=True)
+        planted = dsn.replace("postgresql://%s@" % lab["postgres"]["user"],
+                              "postgresql://%s:planted-pw-7731@" % lab["postgres"]["user"])
+        with pytest.raises(StellaError) as err:
+            _job_store.open_store("%s?sslmode=verify-full&sslrootcert=%s" % (planted, other_ca))
+        assert err.value.code == "job_store_failed" and "certificate verify failed" in err.value.reason
+        assert "\n" not in err.value.reason and "planted-pw-7731" not in err.value.reason
+        refused = stella("health", "--store", "%s?sslmode=verify-full&sslrootcert=%s" % (planted, other_ca))
+        assert refused.returncode == 1 and refused.stderr.startswith("stella health: job_store_failed: ")
+        assert "planted-pw-7731" not in refused.stderr + refused.stdout
