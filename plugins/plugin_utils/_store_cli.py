@@ -263,8 +263,8 @@ def prune(argv, stdout=None, stderr=None, now=None):
                                 sort_keys=True) + "\n")
         return 0
     verb = "would remove" if options.dry_run else "removed"
-    stdout.write("%s %d finished job%s last updated before %s\n" % (verb, len(removed), "" if len(removed) == 1
-                                                                      else "s", before))
+    plural = "" if len(removed) == 1 else "s"
+    stdout.write("%s %d finished job%s last updated before %s\n" % (verb, len(removed), plural, before))
     for job in removed:
         stdout.write("  %s  %s  %s\n" % (job["jobId"], job["status"], job["updatedAt"]))
     return 0

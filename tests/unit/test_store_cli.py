@@ -285,8 +285,8 @@ def test_stella_prune_keeps_the_job_a_target_health_names_and_the_newest(tmp_pat
     assert job_ids(path) == ["job-2", "job-3", "job-5"]
 
 
-@pytest.mark.parametrize("argv", [[], ["--older-than", "-1"], ["--older-than", "x"], ["--older-than", "1", "--keep",
-                                                                                        "-2"]],
+@pytest.mark.parametrize("argv", [[], ["--older-than", "-1"], ["--older-than", "x"],
+                                  ["--older-than", "1", "--keep", "-2"]],
                          ids=["no-age", "negative-age", "not-a-number", "negative-keep"])
 def test_stella_prune_usage_errors_change_nothing(tmp_path, capsys, argv):
     path = history_store(tmp_path)
