@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import tempfile
 import uuid
 
@@ -19,6 +20,9 @@ import ansible_run as ar
 from ansible_collections.stellaops.runtime.plugins.module_utils._artifacts import verify_artifact_set
 
 UNKNOWN_DIGEST = "sha256:" + "1" * 64
+# Where the Docker CLI looks for plugins on Linux, besides ~/.docker/cli-plugins
+PLUGIN_DIRS = ("/usr/local/lib/docker/cli-plugins", "/usr/local/libexec/docker/cli-plugins",
+               "/usr/lib/docker/cli-plugins", "/usr/libexec/docker/cli-plugins")
 
 
 @pytest.fixture(scope="module")
@@ -353,12 +357,19 @@ def test_missing_docker_or_compose_is_a_failure_not_a_fallback(ctx, tmp_path):
     planned = ctx.planned()
     result = ctx.deploy(planned, args={"docker_cli": "/nonexistent/docker"})
     assert result["failed"] and result["code"] == "runtime_missing" and result["failurePhase"] == "preflight"
-    # a docker CLI without the Compose v2 plugin answers like this (the plugin dirs are system-wide here,
-    # so a wrapper around the real CLI stands in for a host that lacks the plugin)
+    # a host without the Compose v2 plugin: the real docker CLI in a private mount namespace where every
+    # directory the CLI looks for plugins in is empty (so `docker info` lists none and `docker compose` is
+    # an unknown command, as on such a host)
+    empty = tmp_path / "no-plugins"
+    empty.mkdir()
+    plugin_dirs = " ".join(PLUGIN_DIRS + (os.path.expanduser("~/.docker/cli-plugins"),))
     wrapper = tmp_path / "docker"
-    wrapper.write_text("#!/bin/sh\nif [ \"$1\" = compose ]; then\n"
-                       "  echo \"docker: unknown command: docker compose\" >&2; exit 1\nfi\nexec docker \"$@\"\n")
+    wrapper.write_text("#!/bin/sh\nexec unshare --mount sh -c 'for d in %s; do [ -d \"$d\" ] && mount --bind %s \"$d\"; "
+                       "done; exec docker \"$@\"' sh \"$@\"\n" % (plugin_dirs, empty))
     wrapper.chmod(0o755)
+    listed = subprocess.run([str(wrapper), "info", "--format", "{{json .ClientInfo.Plugins}}"],
+                            capture_output=True, text=True, check=False)
+    assert (listed.returncode, listed.stdout.strip()) == (0, "[]"), listed.stderr
     result = ctx.deploy(planned, args={"docker_cli": str(wrapper)})
     assert result["failed"] and result["code"] == "compose_missing" and result["failurePhase"] == "preflight"
     assert not os.path.exists(os.path.join(ctx.project_dir, "stella.version.json"))
