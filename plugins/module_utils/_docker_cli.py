@@ -348,9 +348,13 @@ class DockerCli:
     def compose_version(self, phase=None):
         """The Compose v2 plugin's version from ``docker info`` (the CLI asks the plugin itself for it,
         and the same answer serves the registry configuration); ``docker compose version`` only when
-        the CLI lists no plugins."""
+        the CLI lists no plugins, or when ``docker info`` did not finish (a daemon that hangs)."""
         def ask():
-            version, error = compose_plugin(self.info(phase))
+            try:
+                info = self.info(phase)
+            except StellaError:  # the daemon did not answer in time: the plugin itself can still tell
+                info = {}
+            version, error = compose_plugin(info)
             if error:
                 raise StellaError("compose_missing", "Docker Compose v2 plugin unavailable: %s" % error, phase=phase)
             return version or self.ask_compose_version(phase)

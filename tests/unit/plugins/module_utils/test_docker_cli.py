@@ -292,6 +292,16 @@ def test_compose_version_asks_the_plugin_only_when_the_cli_lists_none(plugins, c
     assert (["docker", "compose", "version", "--format", "json"] in run.calls) is asked_plugin
 
 
+def test_compose_version_when_docker_info_does_not_finish():
+    """A daemon that accepts but never answers: ``docker info`` ends by its bound (rc 124), and the plugin
+    itself still tells its version, so the preflight does not report Compose missing on top."""
+    run = FakeRun([(["info"], (cli.TIMEOUT_RC, "", "")),
+                   (["compose", "version"], (0, fixture("compose_version.json"), ""))])
+    docker = cli.DockerCli(run, which=which)
+    assert docker.compose_version() == "2.40.3"
+    assert ["docker", "compose", "version", "--format", "json"] in run.calls
+
+
 def test_ask_compose_version_runs_the_plugin():
     run = FakeRun([(["compose", "version"], (0, fixture("compose_version.json"), ""))])
     assert cli.DockerCli(run, which=which).ask_compose_version() == "2.40.3"
