@@ -209,9 +209,10 @@ def prune_parser():
     parser = argparse.ArgumentParser(prog="stella prune", description="Remove finished deployment jobs (with their "
                                      "status history and deployments projection) from the job store "
                                      "(docs/job-store.md). Evidence files are not touched.")
-    parser.add_argument("--older-than", metavar="DAYS", type=_days, required=True,
+    parser.add_argument("--older-than", metavar="DAYS", type=_bounded("a number of days", float, 0, 100000),
+                        required=True,
                         help="remove finished jobs last updated more than DAYS days ago (a decimal number)")
-    parser.add_argument("--keep", metavar="N", type=_count, default=0,
+    parser.add_argument("--keep", metavar="N", type=_bounded("a whole number", int, 0, 10 ** 9), default=0,
                         help="keep the N most recently updated finished jobs whatever their age (default 0)")
     parser.add_argument("--dry-run", action="store_true", help="print what would be removed, remove nothing")
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of lines")
@@ -219,24 +220,17 @@ def prune_parser():
     return parser
 
 
-def _days(text):
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError("not a number of days: %r" % text) from None
-    if not 0 <= value < 100000:
-        raise argparse.ArgumentTypeError("days must be between 0 and 100000, not %s" % text)
-    return value
-
-
-def _count(text):
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError("not a whole number: %r" % text) from None
-    if value < 0:
-        raise argparse.ArgumentTypeError("must not be negative: %s" % text)
-    return value
+def _bounded(kind, parse, low, high):
+    """An argparse type: ``parse(text)`` from ``low`` up to (not including) ``high``, else a usage error."""
+    def convert(text):
+        try:
+            value = parse(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError("not %s: %r" % (kind, text)) from None
+        if not low <= value < high:
+            raise argparse.ArgumentTypeError("%s from %s up to %s, not %s" % (kind, low, high, text))
+        return value
+    return convert
 
 
 def cutoff(now, days):

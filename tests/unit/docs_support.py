@@ -14,6 +14,12 @@ def doc_text(name):
         return handle.read()
 
 
+def doc_section(text, heading):
+    """The part of ``text`` from its ``## heading...`` line to the next ``## `` heading (or the end)."""
+    section = text[text.index("## " + heading):]
+    return section[:section.index("\n## ", 1)] if "\n## " in section[1:] else section
+
+
 def doc_commands(text, prefix):
     """The lines of ``text`` that start with ``prefix`` (stripped)."""
     return [line.strip() for line in text.splitlines() if line.strip().startswith(prefix)]

@@ -9,7 +9,7 @@ import shlex
 
 import pytest
 
-from docs_support import doc_commands, doc_text, options_in, parser_options
+from docs_support import doc_commands, doc_section, doc_text, options_in, parser_options
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._contract import utc_timestamp
 from ansible_collections.stellaops.runtime.plugins.plugin_utils import (
@@ -83,9 +83,7 @@ def test_the_documented_health_command_and_options_exist(tmp_path, capsys):
     doc = doc_text("job-store.md")
     commands = doc_commands(doc, "stella health")
     assert commands, "docs/job-store.md shows no stella health command"
-    section = doc[doc.index("## Reading health"):]
-    section = section[:section.index("\n## ", 1)] if "\n## " in section[1:] else section
-    assert options_in(section) == parser_options(_store_cli.health_parser())
+    assert options_in(doc_section(doc, "Reading health")) == parser_options(_store_cli.health_parser())
     store = fed_store(tmp_path)
     for command in commands:  # each example runs as written against the documented store
         argv = command.replace("~/.local/state/stellaops/jobs.sqlite3", store).split()[2:]
@@ -305,9 +303,7 @@ def test_the_documented_prune_commands_and_options_exist(tmp_path, capsys):
     doc = doc_text("job-store.md")
     commands = doc_commands(doc, "stella prune")
     assert commands, "docs/job-store.md shows no stella prune command"
-    section = doc[doc.index("## Retention"):]
-    section = section[:section.index("\n## ", 1)] if "\n## " in section[1:] else section
-    assert options_in(section) == parser_options(_store_cli.prune_parser())
+    assert options_in(doc_section(doc, "Retention")) == parser_options(_store_cli.prune_parser())
     for command in commands:  # each example runs as written against the documented store
         path = history_store(tmp_path / str(commands.index(command)))
         rc, out, err = prune_cli(shlex.split(command.replace("~/.local/state/stellaops/jobs.sqlite3", path))[2:],
