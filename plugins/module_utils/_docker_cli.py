@@ -319,15 +319,15 @@ class DockerCli:
         return self._once("info", ask)
 
     def version(self, phase=None):
-        if "version" not in self._cache:
+        def ask():
             rc, out, err = self.run(["version", "--format", "{{json .}}"], check=False, phase=phase)
             if rc == 127 or (not out.strip() and rc != 0):
                 raise StellaError(classify_failure(err, "runtime_missing"), "docker version failed: %s" % one_line(err),
                                   phase=phase)
             data = parse_docker_version(out)
             data["error"] = one_line(err) if not data["server"] else None
-            self._cache["version"] = data
-        data = self._cache["version"]
+            return data
+        data = self._once("version", ask)
         if not data["server"]:
             raise StellaError("runtime_daemon_unavailable", "Docker daemon unavailable: %s" % data["error"], phase=phase)
         return data

@@ -31,10 +31,16 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils import _health, 
 
 DEFAULT_STORE = "~/.local/state/stellaops/jobs.sqlite3"
 UNFINISHED = ("Pending", "Running", "RollingBack")
+PRUNE_CHUNK = 500  # job ids per DELETE (SQLite's older builds allow 999 parameters per statement)
 
 
 def store_error(message, code="job_store_failed"):
     return StellaError(code, message, phase="job")
+
+
+def _marks(values):
+    """``?, ?, ...``: one parameter per value, for an ``IN (...)`` list."""
+    return ", ".join("?" * len(values))
 
 
 def _json(document):
@@ -238,17 +244,18 @@ class SqlJobStore(JobStore):
 
     def prune(self, before, keep=0, dry_run=False):
         with self._transaction("prune the job store"):
-            finished = self._execute("SELECT job_id, status, updated_at FROM deployment_jobs WHERE status NOT IN "
-                                     "('Pending', 'Running', 'RollingBack')" + self.LOCK).fetchall()
+            finished = self._execute("SELECT job_id, status, updated_at FROM deployment_jobs WHERE status NOT IN (%s)"
+                                     % _marks(UNFINISHED) + self.LOCK, UNFINISHED).fetchall()
             protected = {r[0] for r in self._execute("SELECT job_id FROM target_health").fetchall()}
             protected.update(r[0] for r in self._execute("SELECT job_id FROM project_claims").fetchall())
             chosen = prune_selection([tuple(r) for r in finished], protected, before, keep)
-            if not dry_run:
-                for job_id, _status, _at in chosen:
-                    for table, column in (("deployment_job_history", "job_id"), ("deployment_jobs", "job_id"),
-                                          ("deployment_projection_history", "deployment_id"),
-                                          ("deployments", "deployment_id")):
-                        self._execute("DELETE FROM %s WHERE %s = ?" % (table, column), (job_id,))
+            ids = [row[0] for row in chosen]
+            for start in range(0, 0 if dry_run else len(ids), PRUNE_CHUNK):
+                part = tuple(ids[start:start + PRUNE_CHUNK])
+                for table, column in (("deployment_job_history", "job_id"), ("deployment_jobs", "job_id"),
+                                      ("deployment_projection_history", "deployment_id"),
+                                      ("deployments", "deployment_id")):
+                    self._execute("DELETE FROM %s WHERE %s IN (%s)" % (table, column, _marks(part)), part)
         return [{"jobId": job_id, "status": status, "updatedAt": at} for job_id, status, at in chosen]
 
     # ------------------------------------------------------------------ reads
@@ -268,8 +275,8 @@ class SqlJobStore(JobStore):
 
     def unfinished(self):
         return [json.loads(r[0]) for r in self._read(
-            "SELECT record FROM deployment_jobs WHERE status IN ('Pending', 'Running', 'RollingBack') "
-            "ORDER BY created_at")]
+            "SELECT record FROM deployment_jobs WHERE status IN (%s) ORDER BY created_at" % _marks(UNFINISHED),
+            UNFINISHED)]
 
     def history(self, job_id):
         return [{"revision": r, "status": s, "at": a} for r, s, a in self._read(

@@ -3,6 +3,7 @@ real job changes (docs/job-store.md)."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import shlex
@@ -241,7 +242,6 @@ def test_prune_selection(keep, protected, before, expected):
 
 
 def test_prune_cutoff_is_in_the_store_format():
-    import datetime  # pylint: disable=import-outside-toplevel
     now = datetime.datetime(2026, 4, 1, 12, 0, 0, tzinfo=datetime.timezone.utc)
     assert _store_cli.cutoff(now, 30) == "2026-03-02T12:00:00.000000Z"
     assert _store_cli.cutoff(now, 0.5) == "2026-04-01T00:00:00.000000Z"
@@ -310,3 +310,12 @@ def test_the_documented_prune_commands_and_options_exist(tmp_path, capsys):
                                  capsys)
         assert (rc, err) == (0, "") and "2026-" in out, command
         assert ("job-1" in out) is ("--keep" not in command), command  # --keep 50 keeps this small store whole
+
+
+def test_stella_prune_deletes_in_chunks(tmp_path, capsys, monkeypatch):
+    """More jobs than one DELETE takes: every chunk goes, the running and the recent job stay."""
+    monkeypatch.setattr(_job_store, "PRUNE_CHUNK", 1)
+    path = history_store(tmp_path)
+    rc, out, _err = prune_cli(["--older-than", "30", "--store", path], capsys)
+    assert rc == 0 and out.startswith("removed 2 finished jobs")
+    assert job_ids(path) == ["job-3", "job-5"]

@@ -4,6 +4,7 @@ controller's payload builder against the target parsers of all four tasks."""
 from __future__ import annotations
 
 import copy
+import datetime
 
 import pytest
 
@@ -342,7 +343,6 @@ def test_compose_preflight_payload_is_accepted():
 
 
 def test_utc_timestamp_is_the_one_contract_format():
-    import datetime  # pylint: disable=import-outside-toplevel
     moment = datetime.datetime(2026, 3, 1, 10, 5, 0, 123456, tzinfo=datetime.timezone.utc)
     assert ct.utc_timestamp(moment) == "2026-03-01T10:05:00.123456Z"
     plus_two = datetime.timezone(datetime.timedelta(hours=2))

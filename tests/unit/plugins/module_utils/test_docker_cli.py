@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+import time
 
 import pytest
 
@@ -238,8 +240,6 @@ def test_one_docker_info_answers_the_compose_version_and_the_registry_config():
 
 
 def test_docker_info_is_asked_once_by_threads_asking_at_once():
-    import threading  # pylint: disable=import-outside-toplevel
-    import time  # pylint: disable=import-outside-toplevel
     asked, release = threading.Event(), threading.Event()
     calls = []
 
