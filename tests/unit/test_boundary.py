@@ -86,7 +86,8 @@ def test_no_plugin_file_above_500_lines():
 
 # Ansible imports an action plugin in the controller's main process before the first task that uses
 # it, so what these import is paid by every playbook run. ``requests`` waits for the first HTTP call.
-EVERY_RUN_ACTIONS = ("stella_plan", "stella_probe", "stella_evidence", "stella_job")
+EVERY_RUN_ACTIONS = ("stella_plan", "stella_probe", "stella_evidence", "stella_job", "stella_compose_deploy",
+                     "stella_preflight", "stella_rollback")
 
 
 @pytest.mark.parametrize("action", EVERY_RUN_ACTIONS)

@@ -1,6 +1,7 @@
 """Each module's documentation (with its doc fragments) documents exactly the options its argument spec
-accepts: the module's ``ARGUMENT_SPEC`` for target-side modules, the action plugin's ``ARGUMENT_SPEC`` for
-the controller-side ones (whose ``plugins/modules/<name>.py`` only documents them)."""
+accepts: the module's ``ARGUMENT_SPEC`` for target-side modules (also those run by a
+``TargetModuleAction``), the action plugin's ``ARGUMENT_SPEC`` for the controller-side ones (whose
+``plugins/modules/<name>.py`` only documents them)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import re
 
 import pytest
 import yaml
+
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._target_action import TargetModuleAction
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
 MODULES = os.path.join(ROOT, "plugins", "modules")
@@ -63,11 +66,13 @@ def documentation(name):
 
 
 def argument_spec(name):
-    """``(spec, where)``: the action plugin's spec when there is an action plugin, else the module's."""
+    """``(spec, where)``: the action plugin's spec for a controller-side action plugin, else (a
+    target-side module, with or without the action that runs it) the module's."""
+    module, where = None, None
     if os.path.isfile(os.path.join(ACTIONS, name + ".py")):
         module = importlib.import_module("%s.action.%s" % (PACKAGE, name))
         where = "plugins/action/%s.py" % name
-    else:
+    if module is None or issubclass(module.ActionModule, TargetModuleAction):
         module = importlib.import_module("%s.modules.%s" % (PACKAGE, name))
         where = "plugins/modules/%s.py" % name
     spec = getattr(module, "ARGUMENT_SPEC", None)
@@ -126,12 +131,13 @@ def test_check_and_diff_support_match_the_attributes(name):
     attributes = documentation(name)["attributes"]
     check = attributes["check_mode"]["support"]
     diff = attributes["diff_mode"]["support"]
-    action = os.path.join(ACTIONS, name + ".py")
-    if os.path.isfile(action):
+    plugin = None
+    if os.path.isfile(os.path.join(ACTIONS, name + ".py")):
         plugin = importlib.import_module("%s.action.%s" % (PACKAGE, name)).ActionModule
+    if plugin is not None and not issubclass(plugin, TargetModuleAction):
         assert bool(getattr(plugin, "_supports_check_mode", False)) == (check != "none")
         assert bool(getattr(plugin, "_supports_diff", False)) == (diff != "none")
-    else:
+    else:  # the module itself says what it supports
         with open(os.path.join(MODULES, name + ".py"), encoding="utf-8") as handle:
             source = handle.read()
         assert ("supports_check_mode=True" in source) == (check != "none")
