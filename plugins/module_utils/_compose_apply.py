@@ -16,6 +16,7 @@ rollback baseline. Standard library only.
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import contextlib
 import json
@@ -29,7 +30,8 @@ from ansible_collections.stellaops.runtime.plugins.module_utils._artifacts impor
 from ansible_collections.stellaops.runtime.plugins.module_utils._canonical import pretty_json, sha256_bytes
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError, redact_url
 from ansible_collections.stellaops.runtime.plugins.module_utils._compose_project import (
-    NOT_ASKED, ComposeProject, ServicesNotReady, check_pinned, container_fingerprint, raise_problems, services_evidence)
+    NOT_ASKED, ComposeProject, ServicesNotReady, check_pinned, container_fingerprint, present_image_ids, raise_problems,
+    services_evidence)
 from ansible_collections.stellaops.runtime.plugins.module_utils._contract import (
     COMPOSE_STEPS, COMPOSE_UP, ENV_FILE, ENV_FILE_MODE, LOCK_FILE, MANIFEST_FILE, REVISION_FILES, STICKER_FILE)
 from ansible_collections.stellaops.runtime.plugins.module_utils._fsutil import (
@@ -123,6 +125,11 @@ def check_artifacts(request, env_bytes=None):
     return {LOCK_FILE: lock, STICKER_FILE: sticker_bytes, MANIFEST_FILE: manifest}, sticker
 
 
+# The early look: futures of the project's containers and of the lock's images, and whether it was
+# asked under the project lock.
+EarlyLook = collections.namedtuple("EarlyLook", "containers images locked")
+
+
 def project_evidence(target_evidence, layout):
     """What every Compose task result starts with: identity and the project's logical paths."""
     evidence = dict(target_evidence)
@@ -167,12 +174,15 @@ class ComposeApply(Manager):
             ensure_this_host(request["target"], self.run_command)
         with contextlib.ExitStack() as stack:
             early = None
-            if not check_mode and read_bytes(self.layout.lock_path) == files[LOCK_FILE]:
-                # The committed lock is the one asked for, so this run may well be a no-op: take the
-                # project lock now and look at the containers and images while the engine answers the
-                # preflight (reads only; nothing on the host changes before the preflight passed).
-                self._lock(stack, evidence)
-                early = self._ask(stack.enter_context(concurrent.futures.ThreadPoolExecutor(max_workers=2)), files)
+            if not check_mode:
+                # Look at the project's containers and the lock's images while the engine answers the
+                # preflight (reads only: nothing on the host changes before the preflight passed). A
+                # project that exists is looked at under its lock, taken now.
+                locked = os.path.isdir(self.layout.project_dir)
+                if locked:
+                    self._lock(stack, evidence)
+                early = self._ask(stack.enter_context(concurrent.futures.ThreadPoolExecutor(max_workers=2)), files,
+                                  locked)
             self._preflight(rec, evidence)
             if diff:
                 before = read_bytes(self.layout.lock_path) or b""
@@ -180,15 +190,15 @@ class ComposeApply(Manager):
                                            self.layout.lock_path)
             if check_mode:
                 return self._check_mode(request, rec, result, files, mhash)
-            if early is None:
+            if early is None or not early.locked:
                 self._lock(stack, evidence)
             killed = _hooks.reap_stale_hooks(self.layout.project_dir)
             if killed:
                 evidence["staleHookPidsKilled"] = killed
             before = _revisions.read_current(self.layout)
             before_env = read_bytes(self.layout.env_path)
-            containers, ids = self._look(files, before, early)
-            converged = self._converged(files, before, before_env, containers, request["target"], mhash, ids)
+            containers, found = self._look(files, before, early)
+            converged = self._converged(files, before, before_env, containers, request["target"], mhash, found)
             if converged is not None:
                 # Same release, every service verified: no hook runs, no container is touched, and the
                 # committed artifact set (with the sticker of the job that applied it) stays.
@@ -202,7 +212,7 @@ class ComposeApply(Manager):
                 return
             staged = StagedFiles(self.layout.project_dir)
             try:
-                self._apply(request, rec, result, files, before, before_env, containers, mhash, staged)
+                self._apply(request, rec, result, files, before, before_env, containers, mhash, staged, found)
             except BaseException:
                 with contextlib.suppress(OSError):
                     restored = staged.restore()
@@ -233,23 +243,24 @@ class ComposeApply(Manager):
             evidence.update({"dockerVersion": runtime["dockerServerVersion"],
                              "composeVersion": runtime["composeVersion"]})
 
-    def _ask(self, pool, files, same=True):
-        """Futures of the converge check's questions: the project's containers and, when the committed
-        lock is the one asked for, the lock's image ids (asked at the same time)."""
-        return (pool.submit(self.project.containers, phase="verify_target"),
-                pool.submit(self.project.lock_image_ids, files[LOCK_FILE], "verify_target") if same else None)
+    def _ask(self, pool, files, locked=True):
+        """The early look: futures of the project's containers and of :meth:`ComposeProject.lock_images`
+        for the lock asked for, asked at the same time."""
+        return EarlyLook(pool.submit(self.project.containers, phase="verify_target"),
+                         pool.submit(self.project.lock_images, files[LOCK_FILE], "verify_target"), locked)
 
     def _look(self, files, before, early):
-        """``(containers, lock image ids)`` for the converge check: the answers of the early look (asked
-        under the same project lock), else asked now."""
-        same = before[LOCK_FILE] == files[LOCK_FILE]
+        """``(containers, lock images)`` for the converge check and the apply: the early look's answers,
+        else asked now (under the project lock). An early look made before the project existed stands
+        only while nothing was committed since (another job may have applied meanwhile)."""
+        if early is not None and not early.locked and before[LOCK_FILE] is not None:
+            early = None
         with contextlib.ExitStack() as stack:
             if early is None:
-                early = self._ask(stack.enter_context(concurrent.futures.ThreadPoolExecutor(max_workers=2)), files, same)
-            containers = early[0].result()
-            return containers, early[1].result() if same and early[1] is not None else NOT_ASKED
+                early = self._ask(stack.enter_context(concurrent.futures.ThreadPoolExecutor(max_workers=2)), files)
+            return early.containers.result(), early.images.result()
 
-    def _converged(self, files, before, before_env, containers, target, mhash, ids=NOT_ASKED):
+    def _converged(self, files, before, before_env, containers, target, mhash, found=None):
         if before[LOCK_FILE] != files[LOCK_FILE]:
             return None
         if before[STICKER_FILE] != files[STICKER_FILE] or before[MANIFEST_FILE] != files[MANIFEST_FILE]:
@@ -263,6 +274,7 @@ class ComposeApply(Manager):
             return None
         if self.env_bytes is not None and before_env != self.env_bytes:
             return None
+        ids = present_image_ids(*found) if found is not None else NOT_ASKED
         return self.project.converged(containers, target, mhash, lock_bytes=files[LOCK_FILE], ids=ids)
 
     @staticmethod
@@ -280,7 +292,7 @@ class ComposeApply(Manager):
                 "STELLA_MANIFEST_HASH": mhash, "STELLA_TARGET_ID": request["target"]["id"],
                 "STELLA_COMPOSE_PATH": self.layout.lock_path}
 
-    def _apply(self, request, rec, result, files, before, before_env, before_containers, mhash, staged):
+    def _apply(self, request, rec, result, files, before, before_env, before_containers, mhash, staged, found=None):
         evidence = result["evidence"]
         layout = self.layout
         env_hash = listed_env_hash(files[MANIFEST_FILE])
@@ -306,7 +318,8 @@ class ComposeApply(Manager):
             _hooks.run_phase(request["hooks"], "pre-deploy", layout.project_dir, hook_env, self.secrets,
                              evidence["hookResults"], result["warnings"])
         with rec.phase("compose_pull"):
-            image_ids, pulled = self.project.ensure_images(images, request["pull_images"], "compose_pull")
+            asked = found[1] if found is not None and found[0] == images else None
+            image_ids, pulled = self.project.ensure_images(images, request["pull_images"], "compose_pull", asked)
             evidence.update(pulledServices=pulled, imageIds=image_ids)
         try:
             with rec.phase("compose_up"):

@@ -213,6 +213,18 @@ def not_ready_problems(containers, waited):
     return problems or [("service_not_running", "the project has no container after %ss" % waited)]
 
 
+def present_image_ids(images, found):
+    """``{service: image id}`` when every image of ``images`` (per service) is in ``found`` (what the
+    engine has of each, ``None`` when absent) with its pinned digest, else ``None`` (pure)."""
+    ids = {}
+    for service, image in images.items():
+        info = found.get(image)
+        if info is None or not repo_digests_contain(info["repoDigests"], image):
+            return None
+        ids[service] = info["id"]
+    return ids
+
+
 def _first_problem(problems):
     """``(code, reason)`` of the first problem, the reason counting the others."""
     code, reason = problems[0]
@@ -270,19 +282,26 @@ class ComposeProject:
 
     def image_ids(self, images, phase):
         """``{service: image id}`` when every pinned image is present with its digest, else ``None``."""
-        found = self.cli.image_inspect_many(images.values(), phase=phase)
-        ids = {}
-        for service, image in images.items():
-            info = found[image]
-            if info is None or not repo_digests_contain(info["repoDigests"], image):
-                return None
-            ids[service] = info["id"]
-        return ids
+        return present_image_ids(images, self.cli.image_inspect_many(images.values(), phase=phase))
 
-    def ensure_images(self, images, pull, phase):
+    def lock_images(self, lock_bytes, phase):
+        """``(images, found)`` of a lock the planner rendered, asked without Compose: the images per
+        service and what the engine has of each (:meth:`DockerCli.image_inspect_many`). ``None`` when
+        the reader declines the lock or the engine errs (the caller then asks again, and reports)."""
+        read = read_lock_services(lock_bytes)
+        if not read:
+            return None
+        try:
+            return read[0], self.cli.image_inspect_many(read[0].values(), phase=phase)
+        except StellaError:
+            return None
+
+    def ensure_images(self, images, pull, phase, found=None):
         """Pull what is missing (or fail when pulls are disabled); verify RepoDigests; return
-        ``({service: image id}, [pulled services])``."""
-        found = self.cli.image_inspect_many(images.values(), phase=phase)
+        ``({service: image id}, [pulled services])``. ``found`` is what the engine had of ``images``
+        when the caller already asked."""
+        if found is None:
+            found = self.cli.image_inspect_many(images.values(), phase=phase)
         infos = {service: found[image] for service, image in images.items() if found[image] is not None}
         missing = sorted(service for service in images if service not in infos)
         if missing:
@@ -316,8 +335,10 @@ class ComposeProject:
 
     def wait_ready(self, phase="compose_up"):
         started = self.clock()
+        ids = None
         while True:
-            containers = self.containers(phase=phase)
+            containers = self._look_again(ids, phase)
+            ids = [container["id"] for container in containers]
             status, problems = readiness(containers)
             if status == "ready":
                 return containers
@@ -329,6 +350,17 @@ class ComposeProject:
             pause = READY_POLL_SECONDS if waited < READY_FAST_SECONDS else READY_SLOW_SECONDS
             self.sleep(min(pause, max(self.wait_timeout - waited, 0)))
 
+    def _look_again(self, ids, phase):
+        """The containers the last look found, inspected again by id (``up -d`` created every one of
+        them before it returned): one engine call instead of two. The project is listed anew when the
+        last look found none, or when the inspect fails (a container went away)."""
+        if ids:
+            try:
+                return self.cli.inspect_containers(ids, phase=phase)
+            except StellaError:
+                pass
+        return self.containers(phase=phase)
+
     def verify(self, expected, image_ids, target, manifest_hash, phase, containers=None):
         """``(containers, services evidence, problems)`` of what runs now (or of ``containers``, what
         ``up`` last saw) against ``expected`` (images, labels)."""
@@ -337,18 +369,10 @@ class ComposeProject:
         services, problems = verify_services(expected[0], expected[1], containers, image_ids, target, manifest_hash)
         return containers, services, problems
 
-    def lock_image_ids(self, lock_bytes, phase="inspect_services"):
-        """``{service: image id}`` of the lock's pinned images when all are present, else ``None``
-        (also when the engine errs: the caller then applies and reports that error)."""
-        try:
-            return self.image_ids(self.expected(lock_bytes, phase)[0], phase)
-        except StellaError:
-            return None
-
     def converged(self, containers, target, manifest_hash, lock_bytes=None, phase="inspect_services", ids=NOT_ASKED):
         """Services evidence when the committed lock already runs exactly (images, labels, health), else
         ``None``. ``lock_bytes`` (the hash-verified committed lock) spares asking Compose to render it;
-        ``ids`` is :meth:`lock_image_ids` when the caller already asked it.
+        ``ids`` is :meth:`image_ids` of the lock's images when the caller already asked.
 
         Any engine error counts as "not converged": the caller then applies and reports that error.
         """

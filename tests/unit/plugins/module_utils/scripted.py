@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import functools
 import hashlib
+import itertools
 import json
 import os
 import sys
@@ -145,6 +146,7 @@ class ScriptedRunner:
         self.calls = []
         self.limits = []
         self.lock = threading.Lock()
+        self.unexpected = []
 
     def _ordered(self, inner):
         if self.position >= len(self.steps):
@@ -173,6 +175,7 @@ class ScriptedRunner:
             if step.matches(inner):
                 return step.respond(inner)
         expected = self.steps[self.position] if self.position < len(self.steps) else "nothing more"
+        self.unexpected.append(inner)  # seen by assert_done also when a thread's failure is never looked at
         pytest.fail("unexpected command %s (expected %r); commands so far: %s" % (
             " ".join(inner), expected, self.verbs()[:-1]), pytrace=False)
         return None  # not reached
@@ -188,6 +191,7 @@ class ScriptedRunner:
         return next(limit for argv, limit in zip(self.calls, self.limits) if verb(argv) == name)
 
     def assert_done(self):
+        assert not self.unexpected, "unexpected commands: %s" % [" ".join(argv) for argv in self.unexpected]
         assert self.position == len(self.steps), "script steps never called: %r" % (self.steps[self.position:],)
 
 
@@ -239,6 +243,15 @@ def runtime_once(verbs):
     return verbs[:where[0]] + ["runtime"] + verbs[where[1] + 1:]
 
 
+def early_once(verbs, *early):
+    """``verbs`` with what an apply asks first, concurrently (so in any order): the two runtime questions
+    and ``early`` (the early look: ``ps``, ``inspect``, ``image inspect``), as the one entry ``early``;
+    fails unless they come first, each as often as listed."""
+    head = sorted(RUNTIME_VERBS + early)
+    assert sorted(verbs[:len(head)]) == head, verbs
+    return ["early"] + verbs[len(head):]
+
+
 def compose_argv(project_dir, project, *tail):
     return ["docker", "compose", "--project-name", project, "--project-directory", project_dir, "-f",
             os.path.join(project_dir, LOCK)] + list(tail)
@@ -262,6 +275,16 @@ def inspect(entries):
 def containers(project, entries):
     """What ``ComposeProject.containers`` asks: ``ps`` then, when there is any, ``inspect``."""
     return [ps_project(project, entries)] + ([inspect(entries)] if entries else [])
+
+
+def readiness_looks(project, looks):
+    """What the wait after ``up -d`` asks for ``looks`` (one list of entries per look): the project's
+    containers, then the ones the last look found by id, listed anew while a look finds none."""
+    steps, last = [], []
+    for entries in looks:
+        steps += [inspect(entries)] if last else containers(project, entries)
+        last = entries
+    return steps
 
 
 def runtime_and_look(project, entries, runtime_steps=None):
@@ -454,12 +477,18 @@ class Site:
         return container_entry(base, id=container_id(seed), name=self.project(plan) + "-web-1", **state)
 
     def apply_steps(self, plan, before, after, up=None, image=None, config=False, first=None):
-        """The commands of an apply that changes the project: runtime (or ``first`` instead), project
-        containers, images, ``up`` and the verification inspect. A lock the planner rendered is read
-        directly, so ``docker compose config`` is asked only with ``config=True`` (a lock the reader
-        declines)."""
-        steps = (runtime() if first is None else list(first)) + containers(self.project(plan), before)
+        """The commands of an apply that changes the project: the runtime questions (or ``first``
+        instead), asked while the project's containers and the lock's images are looked at (one
+        unordered group), then ``up`` and the verification look. ``image`` are the image questions:
+        those before the first other command belong to that early look. A lock the planner rendered is
+        read directly; with ``config=True`` (a lock the reader declines) the images are asked only after
+        ``docker compose config`` rendered it."""
+        image = list(image) if image is not None else [image_present()]
+        early = [] if config else list(itertools.takewhile(lambda step: verb(step.pattern) == "image inspect",
+                                                           image))
+        head = runtime() if first is None else list(first)
+        steps = [Unordered(list(head[0].pending) + containers(self.project(plan), before) + early)] + head[1:]
         steps += [self.config_step(plan)] if config else []
-        steps += image if image is not None else [image_present()]
+        steps += image[len(early):]
         steps += [up or self.up_step(plan)] + containers(self.project(plan), after)
         return steps

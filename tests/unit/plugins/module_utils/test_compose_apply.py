@@ -186,12 +186,22 @@ def deploy(site, plan, before, after):
 
 
 # The lock the planner rendered is read directly: no ``docker compose config`` in any of these.
-APPLY_VERBS = ["runtime", "ps", "inspect", "image inspect", "compose up", "ps", "inspect"]
+# An apply over a running project: the early look (containers, images) beside the runtime questions, then
+# ``up`` and the verification look.
+EARLY_VERBS = ("ps", "inspect", "image inspect")
+APPLY_VERBS = ["early", "compose up", "ps", "inspect"]
 
 
 @pytest.fixture
 def site(tmp_path):
     return sc.Site(tmp_path / "work")
+
+
+def early(site, plan, running, images=None):
+    """The first steps of an apply of ``plan``: the runtime questions and the early look at the project's
+    ``running`` containers and the lock's images (``images``: present), in any order."""
+    return [sc.Unordered(list(sc.runtime()[0].pending) + sc.containers(site.project(plan), running)
+                         + (images if images is not None else [sc.image_present()]))]
 
 
 def test_converged_project_is_a_no_op(site):
@@ -332,18 +342,17 @@ def test_fresh_apply_stages_the_lock_and_commits_the_sticker_only_after_inspecti
 
     after = [site.container(plan, "a1")]
     steps = site.apply_steps(plan, [], after, up=site.up_step(plan, action=look("up")))
-    next(step for step in steps if isinstance(step, sc.Step)
-         and sc.verb(step.pattern) == "image inspect").action = look("pull")
+    next(step for step in steps[0].pending if sc.verb(step.pattern) == "image inspect").action = look("early")
     steps[-1].action = look("inspect")  # the verification inspect
     runner = sc.ScriptedRunner(steps)
     result = apply(site, plan, runner)
 
     runner.assert_done()
-    assert sc.runtime_once(runner.docker_verbs()) == ["runtime", "ps", "image inspect", "compose up", "ps",
-                                                      "inspect"]
+    assert sc.early_once(runner.docker_verbs(), "ps", "image inspect") == ["early", "compose up", "ps", "inspect"]
     assert "compose config" not in runner.verbs()
     files = plan["_files"]
-    for moment in ("pull", "up", "inspect"):
+    assert set(seen["early"].values()) == {None}  # the early look reads while nothing is written yet
+    for moment in ("up", "inspect"):
         assert seen[moment][sc.LOCK] == files[sc.LOCK], moment
         assert seen[moment][ENV] == files[ENV], moment
         assert seen[moment][STICKER] is None and seen[moment][MANIFEST] is None, moment
@@ -368,7 +377,7 @@ def test_missing_image_is_pulled_before_compose_up(site):
         sc.image_absent(), sc.image_absent(), site.pull_step(plan, "web"), sc.image_present()]))
     result = apply(site, plan, runner)
     runner.assert_done()
-    assert sc.runtime_once(runner.docker_verbs()) == ["runtime", "ps", "image inspect", "image inspect",
+    assert sc.early_once(runner.docker_verbs(), "ps", "image inspect", "image inspect") == ["early",
                                                       "compose pull", "image inspect", "compose up", "ps", "inspect"]
     assert result["evidence"]["pulledServices"] == ["web"]
 
@@ -376,8 +385,7 @@ def test_missing_image_is_pulled_before_compose_up(site):
 def test_pull_disabled_and_image_missing_fails_before_compose_up(site):
     plan = site.plan()
     payload = dict(plan["payloads"]["compose.up"], PullImages=False)
-    runner = sc.ScriptedRunner(sc.runtime() + sc.containers(site.project(plan), [])
-                               + [sc.image_absent(), sc.image_absent()])
+    runner = sc.ScriptedRunner(early(site, plan, [], [sc.image_absent(), sc.image_absent()]))
     with pytest.raises(StellaError) as err:
         ca.ComposeApply(sc.engine(runner), runner).run(ca.parse_request(payload))
     runner.assert_done()
@@ -405,7 +413,7 @@ def test_failed_compose_up_restores_every_file(site):
         apply(site, plan_b, runner)
 
     runner.assert_done()
-    assert sc.runtime_once(runner.docker_verbs()) == APPLY_VERBS
+    assert sc.early_once(runner.docker_verbs(), *EARLY_VERBS) == APPLY_VERBS
     assert err.value.code == "service_unhealthy" and err.value.phase == "compose_up"
     assert err.value.reason == "container %s is unhealthy" % broken[0]["Name"].lstrip("/")
     evidence = err.value.evidence
@@ -432,7 +440,7 @@ def test_failed_verification_after_up_restores_every_file(site):
     with pytest.raises(StellaError) as err:
         apply(site, plan_b, runner)
     runner.assert_done()
-    assert sc.runtime_once(runner.docker_verbs()) == APPLY_VERBS
+    assert sc.early_once(runner.docker_verbs(), *EARLY_VERBS) == APPLY_VERBS
     assert err.value.code == "digest_mismatch" and err.value.phase == "inspect_services"
     assert sc.snapshot(directory, skip=("revisions",)) == before
 
@@ -464,11 +472,11 @@ def test_blocking_pre_deploy_hook_restores_env_file(site):
     directory = site.directory(plan_a)
     before = sc.snapshot(directory, skip=("revisions",))
     plan_b = site.plan("2.0.0", secret="s2", hooks=[{"name": "migrate", "phase": "pre-deploy", "command": "exit 3"}])
-    runner = sc.ScriptedRunner(sc.runtime() + sc.containers(site.project(plan_b), running))
+    runner = sc.ScriptedRunner(early(site, plan_b, running))
     with pytest.raises(StellaError) as err:
         apply(site, plan_b, runner)
     runner.assert_done()
-    assert sc.runtime_once(runner.docker_verbs()) == ["runtime", "ps", "inspect"]
+    assert sc.early_once(runner.docker_verbs(), *EARLY_VERBS) == ["early"]
     assert err.value.code == "hook_failed" and err.value.phase == "pre_deploy_hooks"
     evidence = err.value.evidence
     assert evidence["hookResults"][0]["exitCode"] == 3 and evidence["hookResults"][0]["outcome"] == "failed"
@@ -496,7 +504,7 @@ def test_disk_full_while_writing_artifacts(site, monkeypatch, nth, restored):
         return real(path, data, mode=mode)
 
     monkeypatch.setattr(_fsutil, "atomic_write", atomic_write)
-    runner = sc.ScriptedRunner(sc.runtime() + sc.containers(site.project(plan_b), running))
+    runner = sc.ScriptedRunner(early(site, plan_b, running))
     with pytest.raises(StellaError) as err:
         apply(site, plan_b, runner)
     runner.assert_done()
@@ -511,7 +519,9 @@ def test_disk_full_while_writing_artifacts(site, monkeypatch, nth, restored):
 
 def test_hung_daemon_fails_before_anything_changes(site):
     plan = site.plan()
-    runner = sc.ScriptedRunner([sc.Unordered([sc.docker_version(rc=124), sc.docker_info()])])
+    # the daemon answers nothing: neither the preflight's questions nor the early look's
+    hung = [sc.Step(step.pattern, 124, "") for step in sc.containers(site.project(plan), []) + [sc.image_present()]]
+    runner = sc.ScriptedRunner([sc.Unordered([sc.docker_version(rc=124), sc.docker_info()] + hung)])
     with pytest.raises(StellaError) as err:
         apply(site, plan, runner)
     runner.assert_done()
@@ -581,7 +591,7 @@ def test_lock_the_reader_declines_is_rendered_by_compose_config_once(site):
         apply(site, plan, runner)
 
     runner.assert_done()
-    assert sc.runtime_once(runner.docker_verbs()) == ["runtime", "ps", "compose config", "image inspect",
+    assert sc.early_once(runner.docker_verbs(), "ps") == ["early", "compose config", "image inspect",
                                                       "compose up", "ps", "inspect"]
     assert seen == {sc.LOCK: plan["_files"][sc.LOCK], ENV: plan["_files"][ENV], STICKER: None}
     assert err.value.code == "service_unhealthy" and err.value.phase == "compose_up"
@@ -635,8 +645,7 @@ def test_preflight_passes_then_the_apply_asks_the_runtime_nothing_again(site, mo
     verbs = runner.docker_verbs()
     # ``docker info`` answers both the Compose plugin's version and the registry configuration.
     assert verbs.count("version") == 1 and verbs.count("info") == 1 and "compose version" not in verbs
-    assert set(verbs[:2]) == {"version", "info"}
-    assert verbs[2:] == ["ps", "image inspect", "compose up", "ps", "inspect"]
+    assert sc.early_once(verbs, "ps", "image inspect") == ["early", "compose up", "ps", "inspect"]
     assert "compose config" not in runner.verbs()
     assert pings == ["/var/run/docker.sock"]
     evidence = result["evidence"]
@@ -670,13 +679,16 @@ def test_failed_preflight_fails_before_anything_on_the_host_changes(site, monkey
     plan = site.plan("2.0.0", secret="s2")
     preflight = preflight_options(site, **options.get("payload", {}))
     preflight.update({k: v for k, v in options.items() if k != "payload"})
-    runner = sc.ScriptedRunner(sc.preflight_runtime())
+    # The early look (the project's containers, the lock's images) reads while the preflight runs.
+    running = [site.container(plan_a, "a1")] if existing else []
+    runner = sc.ScriptedRunner([sc.Unordered(list(sc.preflight_runtime()[0].pending) +
+                                             sc.containers(site.project(plan), running) + [sc.image_present()])])
     with pytest.raises(StellaError) as err:
         apply(site, plan, runner, preflight=preflight)
 
     runner.assert_done()
-    assert sorted(runner.docker_verbs()) == ["info", "version"]
-    assert "ps" not in runner.verbs() and "compose up" not in runner.verbs()
+    assert sorted(runner.docker_verbs()) == sorted(["info", "version", "ps", "image inspect"] +
+                                                   (["inspect"] if existing else []))
     assert err.value.code == code and err.value.phase == "preflight"
     evidence = err.value.evidence
     assert evidence["failurePhase"] == "preflight" and evidence["changed"] is False

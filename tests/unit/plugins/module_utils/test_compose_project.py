@@ -239,10 +239,8 @@ class Clock:
 
 def waiting_project(site, plan, layout, looks, wait_timeout=30):
     """A ComposeProject whose ``up`` sees ``looks`` (one list of containers per look) in turn."""
-    steps = [site.up_step(plan, wait_timeout=wait_timeout)]
-    for entries in looks:
-        steps += sc.containers(layout.project_name, entries)
-    runner = sc.ScriptedRunner(steps)
+    runner = sc.ScriptedRunner([site.up_step(plan, wait_timeout=wait_timeout)] +
+                               sc.readiness_looks(layout.project_name, looks))
     clock = Clock()
     return cp.ComposeProject(sc.engine(runner), layout, wait_timeout=wait_timeout, clock=clock,
                              sleep=clock.sleep), runner, clock
@@ -257,6 +255,22 @@ def test_up_waits_until_starting_containers_are_healthy(project):
     runner.assert_done()
     assert started[0]["health"] == "healthy"
     assert clock.sleeps == [cp.READY_POLL_SECONDS] * 3
+
+
+def test_up_looks_again_by_id_and_lists_anew_when_a_container_went_away(project):
+    site, plan, layout = project
+    starting = [site.container(plan, "w1", health="starting")]
+    replaced = [site.container(plan, "w2")]
+    gone = sc.Step(["docker", "inspect", "--type", "container", sc.container_id("w1")], 1, "[]\n",
+                   "Error: No such container: %s\n" % sc.container_id("w1"))
+    runner = sc.ScriptedRunner([site.up_step(plan)] + sc.containers(layout.project_name, starting) + [gone] +
+                               sc.containers(layout.project_name, replaced))
+    clock = Clock()
+    started = cp.ComposeProject(sc.engine(runner), layout, clock=clock, sleep=clock.sleep).up()
+    runner.assert_done()
+    assert [c["id"] for c in started] == [sc.container_id("w2")]
+    assert [" ".join(c[1:3]) for c in runner.calls] == [
+        "compose --project-name", "ps --all", "inspect --type", "inspect --type", "ps --all", "inspect --type"]
 
 
 @pytest.mark.parametrize("state,code,reason", [

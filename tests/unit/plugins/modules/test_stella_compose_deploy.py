@@ -125,10 +125,11 @@ def test_check_mode_through_the_module(site, monkeypatch, capsys):
 
 def test_preflight_option_fails_the_task_before_anything_changes(site, monkeypatch, capsys):
     """The preflight suboptions reach the apply with their defaults (min_engine_version 24.0.0 refuses the
-    captured 20.10 engine): the task fails in phase preflight with the evidence, and the project is never
-    asked about."""
+    captured 20.10 engine): the task fails in phase preflight with the evidence, and nothing on the host
+    changes (the early look only read the project's containers and the lock's images)."""
     plan = site.plan(secret=SECRET)
-    runner = sc.ScriptedRunner(sc.preflight_runtime())
+    runner = sc.ScriptedRunner([sc.Unordered(list(sc.preflight_runtime()[0].pending) +
+                                             sc.containers(site.project(plan), []) + [sc.image_present()])])
     script_engine(monkeypatch, module, runner)
     sc.offline_preflight(monkeypatch)
     preflight = {"payload": {"WorkDirectory": site.work, "MinimumFreeDiskBytes": 1, "RegistryReachabilityMode": "skip"}}
@@ -139,7 +140,7 @@ def test_preflight_option_fails_the_task_before_anything_changes(site, monkeypat
     assert result["changed"] is False and result["preflight"]["status"] == "failed"
     assert result["preflight"]["gates"]["minEngineVersion"] == "24.0.0"
     assert [f["code"] for f in result["preflightFailures"]] == ["runtime_version_too_old"]
-    assert "ps" not in runner.verbs() and not os.path.exists(site.work)
+    assert sorted(runner.verbs()) == ["image inspect", "info", "ps", "version"] and not os.path.exists(site.work)
     assert SECRET not in capsys.readouterr().out + repr(result)
 
 
