@@ -1,6 +1,6 @@
 #!/usr/bin/python
 # Copyright (c) Stella Ops contributors
-# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
 # This file only documents the stella_plan action plugin (plugins/action/stella_plan.py).
