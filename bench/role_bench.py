@@ -17,6 +17,10 @@ c) community.docker ``docker_compose_v2`` (``state: present``, ``wait: true``) o
 e) ``ansible localhost -c local -m stellaops.runtime.stella_preflight`` (the role's preflight payload
    and gates) and ``ansible localhost -c local -m ansible.builtin.ping``, same interpreter.
 
+Every command runs without the caller's ANSIBLE_* settings and with Python writing bytecode caches (as
+by default; PYTHONDONTWRITEBYTECODE is removed), so from the warm-up round on the collection's controller
+code is imported from its caches, as ansible-core and the peer's collections are from theirs.
+
 All three deployments use the same Compose project name. What is timed is the deploy command alone; the
 ``docker compose down -t 1`` that ends each a/b/c cycle is timed separately (the same command for all
 three) and only reported. After each fresh deploy the bench checks with the docker SDK that all five
@@ -123,8 +127,13 @@ def median(values):
 # ------------------------------------------------------------------------------------------ environment
 
 def base_env():
-    """The caller's environment without its ANSIBLE_* settings, lab addresses never proxied."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith("ANSIBLE_")}
+    """The caller's environment without its ANSIBLE_* settings, lab addresses never proxied, and Python
+    writing bytecode caches as it does by default: an environment with PYTHONDONTWRITEBYTECODE set (the
+    machines this project runs on set it) would compile the collection's controller code (the action
+    plugins Ansible imports in its main process) in every run, while ansible-core and the peer's
+    collections were compiled by pip when they were installed."""
+    env = {key: value for key, value in os.environ.items()
+           if not key.startswith("ANSIBLE_") and key != "PYTHONDONTWRITEBYTECODE"}
     no_proxy = "127.0.0.1,localhost,registry.lab,172.17.0.1"
     if env.get("NO_PROXY"):
         no_proxy += "," + env["NO_PROXY"]
@@ -266,6 +275,7 @@ class Bench:
         self.timers = {"role": {"fresh": [], "noop": []}, "peer": {"fresh": [], "noop": []}}
         self.role_runs = 0
         self.load = {"start": os.getloadavg(), "end": None}
+        self.others = {"start": self.other_containers(), "end": None}
 
     def _write(self, name, text):
         path = os.path.join(self.tmp, name)
@@ -442,8 +452,15 @@ class Bench:
             self.preflight_pair(round_no, "round %d" % (round_no + 1))
             progress("round %d/%d done (order %s)" % (round_no + 1, self.rounds, ", ".join(order)))
 
+    def other_containers(self):
+        """Names of the running containers that are not the bench's: each is CPU the runs compete with
+        (five idle containers with a 2 s healthcheck kept the CPU pressure of this 2-core machine at 13 %)."""
+        return sorted(c.name for c in self.client.containers.list()
+                      if c.labels.get("com.docker.compose.project") != self.project.name)
+
     def finish(self):
         self.load["end"] = os.getloadavg()
+        self.others["end"] = self.other_containers()
 
     def close(self):
         try:
@@ -488,9 +505,14 @@ def report(bench, found):
     loads = ["/".join("%.2f" % value for value in bench.load[when] or ()) for when in ("start", "end")]
     add("machine: %d CPUs, load average (1/5/15 min) %s at the start, %s at the end; other work on the machine "
         "adds noise, so compare ratios within one run" % (os.cpu_count() or 0, loads[0], loads[1]))
+    add("other running containers: %s at the start, %s at the end" % tuple(
+        "%d (%s)" % (len(names), ", ".join(names)) if names else "none" for names in (
+            bench.others["start"], bench.others["end"] or [])))
     add("timed: the deploy command only (fresh = project not running; no-op = re-run on the running project);")
     add("the 'docker compose down -t %s' that ends every cycle is the same command for all three and is shown apart."
         % DOWN_TIMEOUT)
+    add("Python writes bytecode caches as by default (PYTHONDONTWRITEBYTECODE is removed from the environment of")
+    add("every command), so from the warm-up round on the collection's controller code is imported from them.")
     add("")
 
     def cell(values):
@@ -543,7 +565,7 @@ def report(bench, found):
                 median([d["wall_seconds"] for d in peer_docs])))
         add("")
     return "\n".join(out).rstrip() + "\n", {"samples": s, "medians": med, "goals": results, "versions": found,
-                                            "load_average": bench.load,
+                                            "load_average": bench.load, "other_containers": bench.others,
                                             "role_tasks": breakdowns, "image": bench.image, "rounds": bench.rounds}
 
 
@@ -572,6 +594,9 @@ def main():
         client = docker.from_env()
         found = versions(client)
         bench = Bench(client, lab, options.rounds, options.keep)
+        if bench.others["start"]:
+            progress("warning: other containers are running and take CPU from the runs: %s"
+                     % ", ".join(bench.others["start"]))
         progress("warm-up round (project %s, temp dir %s)" % (bench.project.name, bench.tmp))
         bench.warm_up()
         bench.measure(progress)
