@@ -318,7 +318,10 @@ class ComposeApply(Manager):
             _hooks.run_phase(request["hooks"], "pre-deploy", layout.project_dir, hook_env, self.secrets,
                              evidence["hookResults"], result["warnings"])
         with rec.phase("compose_pull"):
-            asked = found[1] if found is not None and found[0] == images else None
+            # What the early look found of the images stands unless a pre-deploy hook ran since (a
+            # hook may pull or remove images).
+            asked = found[1] if found is not None and found[0] == images and not _hooks.hooks_for_phase(
+                request["hooks"], "pre-deploy") else None
             image_ids, pulled = self.project.ensure_images(images, request["pull_images"], "compose_pull", asked)
             evidence.update(pulledServices=pulled, imageIds=image_ids)
         try:

@@ -482,13 +482,14 @@ class Site:
         unordered group), then ``up`` and the verification look. ``image`` are the image questions:
         those before the first other command belong to that early look. A lock the planner rendered is
         read directly; with ``config=True`` (a lock the reader declines) the images are asked only after
-        ``docker compose config`` rendered it."""
+        ``docker compose config`` rendered it. After a pre-deploy hook the images are asked again."""
         image = list(image) if image is not None else [image_present()]
         early = [] if config else list(itertools.takewhile(lambda step: verb(step.pattern) == "image inspect",
                                                            image))
         head = runtime() if first is None else list(first)
         steps = [Unordered(list(head[0].pending) + containers(self.project(plan), before) + early)] + head[1:]
         steps += [self.config_step(plan)] if config else []
-        steps += image[len(early):]
+        hooked = any(hook["Phase"] == "pre-deploy" for hook in plan["payloads"]["compose.up"].get("Hooks") or [])
+        steps += image if early and hooked else image[len(early):]
         steps += [up or self.up_step(plan)] + containers(self.project(plan), after)
         return steps

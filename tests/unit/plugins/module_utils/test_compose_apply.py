@@ -370,6 +370,20 @@ def test_fresh_apply_stages_the_lock_and_commits_the_sticker_only_after_inspecti
     assert runner.limit_of("version") == 60 and runner.limit_of("compose up") == 120 + 60
 
 
+def test_images_are_asked_again_after_a_pre_deploy_hook(site):
+    """A pre-deploy hook runs after the early look and may pull or remove images: the pull step then asks
+    the engine again instead of trusting what the early look found."""
+    plan = site.plan(hooks=[{"name": "warm", "phase": "pre-deploy", "command": "true"}])
+    after = [site.container(plan, "a1")]
+    steps = early(site, plan, [], [sc.image_present()]) + [sc.image_present(), site.up_step(plan)]
+    runner = sc.ScriptedRunner(steps + sc.containers(site.project(plan), after))
+    result = apply(site, plan, runner)
+    runner.assert_done()
+    assert sc.early_once(runner.docker_verbs(), "ps", "image inspect") == [
+        "early", "image inspect", "compose up", "ps", "inspect"]
+    assert result["evidence"]["hookResults"][0]["outcome"] == "succeeded"
+
+
 def test_missing_image_is_pulled_before_compose_up(site):
     plan = site.plan()
     after = [site.container(plan, "a1")]
@@ -377,8 +391,8 @@ def test_missing_image_is_pulled_before_compose_up(site):
         sc.image_absent(), sc.image_absent(), site.pull_step(plan, "web"), sc.image_present()]))
     result = apply(site, plan, runner)
     runner.assert_done()
-    assert sc.early_once(runner.docker_verbs(), "ps", "image inspect", "image inspect") == ["early",
-                                                      "compose pull", "image inspect", "compose up", "ps", "inspect"]
+    assert sc.early_once(runner.docker_verbs(), "ps", "image inspect", "image inspect") == [
+        "early", "compose pull", "image inspect", "compose up", "ps", "inspect"]
     assert result["evidence"]["pulledServices"] == ["web"]
 
 
@@ -591,8 +605,8 @@ def test_lock_the_reader_declines_is_rendered_by_compose_config_once(site):
         apply(site, plan, runner)
 
     runner.assert_done()
-    assert sc.early_once(runner.docker_verbs(), "ps") == ["early", "compose config", "image inspect",
-                                                      "compose up", "ps", "inspect"]
+    assert sc.early_once(runner.docker_verbs(), "ps") == [
+        "early", "compose config", "image inspect", "compose up", "ps", "inspect"]
     assert seen == {sc.LOCK: plan["_files"][sc.LOCK], ENV: plan["_files"][ENV], STICKER: None}
     assert err.value.code == "service_unhealthy" and err.value.phase == "compose_up"
     evidence = err.value.evidence
