@@ -190,7 +190,7 @@ class ComposeApply(Manager):
                                            self.layout.lock_path)
             if check_mode:
                 return self._check_mode(request, rec, result, files, mhash)
-            if early is None or not early.locked:
+            if not early.locked:
                 self._lock(stack, evidence)
             killed = _hooks.reap_stale_hooks(self.layout.project_dir)
             if killed:
@@ -250,15 +250,14 @@ class ComposeApply(Manager):
                          pool.submit(self.project.lock_images, files[LOCK_FILE], "verify_target"), locked)
 
     def _look(self, files, before, early):
-        """``(containers, lock images)`` for the converge check and the apply: the early look's answers,
-        else asked now (under the project lock). An early look made before the project existed stands
-        only while nothing was committed since (another job may have applied meanwhile)."""
-        if early is not None and not early.locked and before[LOCK_FILE] is not None:
-            early = None
-        with contextlib.ExitStack() as stack:
-            if early is None:
-                early = self._ask(stack.enter_context(concurrent.futures.ThreadPoolExecutor(max_workers=2)), files)
-            return early.containers.result(), early.images.result()
+        """``(containers, lock images)`` for the converge check and the apply: the early look's answers.
+        An early look made before the project existed stands only while nothing was committed since
+        (another job may have applied meanwhile); otherwise they are asked again, under the lock now held."""
+        if not early.locked and before[LOCK_FILE] is not None:
+            with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+                early = self._ask(pool, files)
+                return early.containers.result(), early.images.result()
+        return early.containers.result(), early.images.result()
 
     def _converged(self, files, before, before_env, containers, target, mhash, found=None):
         if before[LOCK_FILE] != files[LOCK_FILE]:
@@ -320,8 +319,8 @@ class ComposeApply(Manager):
         with rec.phase("compose_pull"):
             # What the early look found of the images stands unless a pre-deploy hook ran since (a
             # hook may pull or remove images).
-            asked = found[1] if found is not None and found[0] == images and not _hooks.hooks_for_phase(
-                request["hooks"], "pre-deploy") else None
+            asked = found[1] if found is not None and not _hooks.hooks_for_phase(request["hooks"], "pre-deploy") \
+                else None
             image_ids, pulled = self.project.ensure_images(images, request["pull_images"], "compose_pull", asked)
             evidence.update(pulledServices=pulled, imageIds=image_ids)
         try:

@@ -370,6 +370,29 @@ def test_fresh_apply_stages_the_lock_and_commits_the_sticker_only_after_inspecti
     assert runner.limit_of("version") == 60 and runner.limit_of("compose up") == 120 + 60
 
 
+def test_an_early_look_without_the_lock_is_asked_again_when_a_job_committed_meanwhile(site):
+    """The project did not exist at the early look (no lock to take); another job committed a lock before
+    this one got the project lock: the containers and images are asked again under the lock."""
+    plan = site.plan()
+    directory = site.directory(plan)
+
+    def another_job_commits(_argv):
+        os.makedirs(directory, exist_ok=True)
+        with open(os.path.join(directory, sc.LOCK), "w", encoding="utf-8") as handle:
+            handle.write("services: {}\n")
+
+    steps = early(site, plan, [], [sc.image_present()])
+    next(step for step in steps[0].pending if sc.verb(step.pattern) == "image inspect").action = another_job_commits
+    again = sc.Unordered(sc.containers(site.project(plan), []) + [sc.image_present()])
+    after = [site.container(plan, "a1")]
+    runner = sc.ScriptedRunner(steps + [again, site.up_step(plan)] + sc.containers(site.project(plan), after))
+    result = apply(site, plan, runner)
+    runner.assert_done()
+    verbs = sc.early_once(runner.docker_verbs(), "ps", "image inspect")
+    assert sorted(verbs[1:3]) == ["image inspect", "ps"] and verbs[3:] == ["compose up", "ps", "inspect"]
+    assert result["changed"] is True
+
+
 def test_images_are_asked_again_after_a_pre_deploy_hook(site):
     """A pre-deploy hook runs after the early look and may pull or remove images: the pull step then asks
     the engine again instead of trusting what the early look found."""
