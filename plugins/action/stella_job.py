@@ -11,7 +11,6 @@ persisted. Nothing runs on the play's host.
 
 from __future__ import annotations
 
-import datetime
 import os
 import secrets
 
@@ -20,15 +19,14 @@ from ansible.plugins.action import ActionBase
 from ansible_collections.stellaops.runtime.plugins.module_utils._canonical import pretty_json, sha256_bytes
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError, redact_text, redact_url
 from ansible_collections.stellaops.runtime.plugins.module_utils._contract import (
-    PROJECT_BUSY, ROLLBACK_TASKS, TIMESTAMP_FORMAT, utc_timestamp)
+    JOB_INTERRUPTED, PROJECT_BUSY, ROLLBACK_TASKS, seconds_between, utc_timestamp)
 from ansible_collections.stellaops.runtime.plugins.module_utils._fsutil import atomic_write
 from ansible_collections.stellaops.runtime.plugins.plugin_utils import (
     _job, _job_store, _job_traffic, _job_view, _projection, _report, _strategy, _traffic)
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_plan import job_options, plan_job, target_identity
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._evidence import project_digest
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._inputs import load_credentials, plain, resolve_digests
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_owner import (
-    controller_owner, interrupted_why, owner_gone, record_interrupted)
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_owner import controller_owner, interrupt_gone
 
 ARGUMENT_SPEC = {
     "step": {"type": "str", "required": True,
@@ -56,7 +54,12 @@ ARGUMENT_SPEC = {
     "report": {"type": "bool", "default": False},
     "revision_paths": {"type": "dict", "default": {}},
     "traffic_options": {"type": "dict", "no_log": True, "default": {}},
+    "claim_lease": {"type": "int", "default": 0},
 }
+
+# Steps that act for a running job: refused once the job was recorded interrupted (its projects are
+# released, and another job may hold them now).
+ACTING_STEPS = ("target", "traffic", "gate", "finish", "rollback_target", "traffic_rollback")
 
 
 def first_line(text):
@@ -77,6 +80,8 @@ class ActionModule(ActionBase):
         store = None
         try:
             store = _job_store.open_store(args["store"] or self.vars.get("stella_job_store"))
+            if args["step"] in ACTING_STEPS:
+                self._refuse_interrupted(self._job_of(store, args))
             outcome = getattr(self, "_" + args["step"])(store, args)
         except StellaError as exc:
             result.update(failed=True, msg=redact_text(redact_url(exc.reason), self.secrets), code=exc.code)
@@ -104,15 +109,28 @@ class ActionModule(ActionBase):
             raise StellaError("job_not_found", "no job %s in the job store" % args["job_id"], phase="job")
         return record
 
+    @staticmethod
+    def _refuse_interrupted(record):
+        """A job recorded interrupted (its run was taken for gone) goes no further, not even to a rollback."""
+        if record.get("interrupted"):
+            raise StellaError(JOB_INTERRUPTED, "job %s was recorded interrupted, this run stops: %s" % (
+                record["jobId"], record["interrupted"]["why"]), phase="job")
+
+    @staticmethod
+    def _interrupt_gone_jobs(store, now):
+        """Record every unfinished job whose run is gone (or whose claim lease expired) interrupted, which
+        releases its projects, before a new job claims any; their job ids."""
+        return [record["jobId"] for record in store.unfinished()
+                if interrupt_gone(store, record, now)["status"] != record["status"]]
+
     def _start(self, store, args):
         """Plan the whole job once and persist it; fail it closed when a target is unreachable."""
         self._need(args, "release")
+        if args["claim_lease"] < 0:
+            raise StellaError("job_invalid", "claim_lease must be 0 (no lease) or a number of seconds, not %d" %
+                              args["claim_lease"], phase="job")
         now = utc_timestamp()
-        interrupted = []
-        for record in store.unfinished():
-            if owner_gone(record.get("owner")):
-                record_interrupted(store, record["jobId"], interrupted_why(record))
-                interrupted.append(record["jobId"])
+        interrupted = self._interrupt_gone_jobs(store, now)
         job_id, source = (args["job_id"], "job_id") if args["job_id"] else _job.job_id_from(self.vars)
         if not job_id:
             job_id, source = "job-%s-%s" % (now[:19].replace("-", "").replace(":", ""), secrets.token_hex(4)), "generated"
@@ -130,6 +148,7 @@ class ActionModule(ActionBase):
         planned = plan_job(release, hosts, resolved, job_id)
         options = job_options(release, {"autoRollbackOnFailure": args["auto_rollback_on_failure"],
                                         "waitForHealthCheck": args["wait_for_health_check"]})
+        options["claimLeaseSeconds"] = args["claim_lease"]
         summary = {"release": release["release"], "tenant": release["tenant"], "environment": release["environment"],
                    "application": release["application"], "strategy": release["strategy"],
                    "strategyConfig": release.get("strategyConfig") or {}, "resolution": resolution}
@@ -284,6 +303,7 @@ class ActionModule(ActionBase):
         targets that retained a revision, in reverse batch order; fails closed when none did."""
         source = self._job_of(store, args)
         now = utc_timestamp()
+        self._interrupt_gone_jobs(store, now)
         record = _job.operator_rollback(source, "%s-rollback-%s" % (source["jobId"], secrets.token_hex(3)), now,
                                         args["revision_paths"], first_line(args["reason"]), controller_owner())
         record, held = store.create(record)
@@ -347,11 +367,9 @@ class ActionModule(ActionBase):
                 "outcome": _job_view.outcome(record, files), "text": _job_view.render_text(record)}
 
     def _show(self, store, args):
-        """Read a job. A job whose controller run is gone is first recorded as interrupted (``Failed``),
-        so no job is shown ``Running`` when nothing runs it."""
-        record = self._job_of(store, args)
-        if record["status"] not in _job.TERMINAL and owner_gone(record.get("owner")):
-            record = record_interrupted(store, record["jobId"], interrupted_why(record))
+        """Read a job. A job whose controller run is gone (or whose claim lease expired) is first recorded
+        as interrupted (``Failed``), so no job is shown ``Running`` when nothing runs it."""
+        record = interrupt_gone(store, self._job_of(store, args))
         return {"jobId": record["jobId"], "job": record, "text": _job_view.render_text(record),
                 "projection": store.projection(record["jobId"])}
 
@@ -384,11 +402,8 @@ def _batch_start(record, target, now):
 
 
 def _elapsed_ms(start, end):
-    try:
-        delta = datetime.datetime.strptime(end, TIMESTAMP_FORMAT) - datetime.datetime.strptime(start, TIMESTAMP_FORMAT)
-    except (TypeError, ValueError):
-        return 0
-    return max(0, int(delta.total_seconds() * 1000))
+    seconds = seconds_between(start, end)
+    return max(0, int(seconds * 1000)) if seconds is not None else 0
 
 
 def _digest(result):

@@ -35,6 +35,16 @@ def utc_timestamp(moment=None):
     return moment.astimezone(datetime.timezone.utc).strftime(TIMESTAMP_FORMAT)
 
 
+def seconds_between(start, end):
+    """Seconds from the contract timestamp ``start`` to ``end`` (negative when ``end`` is earlier);
+    ``None`` when either is not one."""
+    try:
+        delta = datetime.datetime.strptime(end, TIMESTAMP_FORMAT) - datetime.datetime.strptime(start, TIMESTAMP_FORMAT)
+    except (TypeError, ValueError):
+        return None
+    return delta.total_seconds()
+
+
 # ---------------------------------------------------------------------------------------- files
 LOCK_FILE = "compose.stella.lock.yml"
 STICKER_FILE = "stella.version.json"

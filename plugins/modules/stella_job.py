@@ -97,6 +97,18 @@ options:
         C(ignore_unreachable)); a result with C(unreachable) fails the job closed before any target changes.
     type: dict
     default: {}
+  claim_lease:
+    description:
+      - O(step=start). Seconds this job may go without persisting a change before any controller that
+        shares the store takes its run for gone. The next job started there (or O(step=show)) then records
+        it C(Failed) with code C(job_interrupted) and releases its projects. A run still alive stops at
+        its next step with C(job_interrupted), without a rollback.
+      - Without a lease (V(0)) only the controller that ran the job can tell that its run is gone. From
+        another controller an operator says so with C(stella interrupt).
+      - Choose it longer than the longest step (the services' wait timeout plus the hooks' timeouts), and
+        keep the controllers' clocks in step (NTP).
+    type: int
+    default: 0
   traffic_options:
     description:
       - O(step=traffic) and O(step=traffic_rollback). Options of the traffic adapter, over

@@ -353,7 +353,8 @@ def finish_rollback(record, now):
 
 
 def interrupted(record, now, why):
-    """A job whose controller run ended before it finished: ``Failed`` (never Running forever)."""
+    """A job whose controller run ended before it finished: ``Failed`` (never Running forever), with
+    ``interrupted`` saying when and why (a run still alive reads it and stops)."""
     new = _copy(record, now)
     for target in new["targets"].values():
         if target["status"] == "Running":
@@ -366,5 +367,5 @@ def interrupted(record, now, why):
     if new["promotion"] in ("Pending", "Running"):
         new["promotion"] = "Failed"
     new.update(reason=(new["reason"] + "; " + why) if new["reason"] else why, code=new["code"] or JOB_INTERRUPTED,
-               completedAt=now)
+               completedAt=now, interrupted={"at": now, "why": why})
     return new

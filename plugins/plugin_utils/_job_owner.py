@@ -7,8 +7,10 @@
 A job records its owner when it starts: the host name, the pid of the ``ansible-playbook`` process and
 that process's start time (so a reused pid is told apart). On the owner's host a later job, or
 ``stella_job step=show``, can tell that the run is gone and records the job interrupted. On another
-controller nothing can be told; an operator who knows the run is gone says so with
-``stella interrupt JOB`` (docs/job-store.md).
+controller only the job's claim lease can tell: a job started with one (``claimLeaseSeconds``) that
+has not persisted a change for longer than its lease is taken for gone by any controller sharing the
+store. Without a lease an operator who knows the run is gone says so with ``stella interrupt JOB``
+(docs/job-store.md).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 import os
 import socket
 
-from ansible_collections.stellaops.runtime.plugins.module_utils._contract import utc_timestamp
+from ansible_collections.stellaops.runtime.plugins.module_utils._contract import seconds_between, utc_timestamp
 from ansible_collections.stellaops.runtime.plugins.plugin_utils import _job, _projection
 
 
@@ -50,6 +52,45 @@ def interrupted_why(record):
     """Why a job whose run is gone is recorded ``Failed`` (``job_interrupted``)."""
     return "interrupted: the controller run (pid %s) ended while the job was %s" % (
         (record.get("owner") or {}).get("pid"), record["status"])
+
+
+def lease_seconds(record):
+    """The claim lease ``record`` was started with, in seconds (0: none)."""
+    return int((record.get("options") or {}).get("claimLeaseSeconds") or 0)
+
+
+def idle_seconds(record, now):
+    """Seconds since ``record`` last persisted a change (``None`` when its timestamps are unreadable)."""
+    return seconds_between(record.get("updatedAt"), now)
+
+
+def lease_expired(record, now):
+    """True when the unfinished ``record`` has a claim lease and has not changed for longer than it."""
+    lease = lease_seconds(record)
+    if lease <= 0 or record["status"] in _job.TERMINAL:
+        return False
+    idle = idle_seconds(record, now)
+    return idle is not None and idle > lease
+
+
+def gone_why(record, now):
+    """Why the unfinished ``record`` is recorded interrupted at ``now``: its run is gone on this host,
+    or its claim lease expired; ``None`` while nothing says its run is gone."""
+    if record["status"] in _job.TERMINAL:
+        return None
+    if owner_gone(record.get("owner")):
+        return interrupted_why(record)
+    if lease_expired(record, now):
+        owner = record.get("owner") or {}
+        return "interrupted: no change for %ds, longer than its claim lease of %ds (controller %s, pid %s)" % (
+            idle_seconds(record, now), lease_seconds(record), owner.get("host"), owner.get("pid"))
+    return None
+
+
+def interrupt_gone(store, record, now=None):
+    """Record ``record`` interrupted when :func:`gone_why` says its run is gone; the stored record."""
+    why = gone_why(record, now or utc_timestamp())
+    return record_interrupted(store, record["jobId"], why, now) if why else record
 
 
 def record_interrupted(store, job_id, why, now=None):

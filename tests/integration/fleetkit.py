@@ -115,7 +115,7 @@ class FleetJob:
             hosts[target["name"]].update((overrides or {}).get(target["name"]) or {})
         return {"all": {"children": {"stella_targets": {"hosts": hosts}}}}
 
-    def _argv(self, release, overrides, extra, verbose=False):
+    def _argv(self, release, overrides, extra, verbose=False, controller=None):
         self.runs += 1
         run = self.tmp / ("run%d" % self.runs)
         run.mkdir()
@@ -126,15 +126,19 @@ class FleetJob:
         (run / "inventory.json").write_text(json.dumps(self.inventory(overrides), indent=1))
         argv = [os.path.join(ar.VENV_BIN, "ansible-playbook"), "-i", str(run / "inventory.json"), PLAYBOOK,
                 "-e", "@" + str(run / "vars.json")] + (["-vvv"] if verbose else [])
+        if controller:
+            # another controller host: the same machine under another host name (a private UTS namespace)
+            argv = ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', controller] + argv
         env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=ar.COLLECTIONS, ANSIBLE_STDOUT_CALLBACK="default",
                    ANSIBLE_NOCOLOR="1", ANSIBLE_RETRY_FILES_ENABLED="0", ANSIBLE_HOST_KEY_CHECKING="False")
         env.pop("ANSIBLE_CALLBACKS_ENABLED", None)
         return argv, env, run
 
-    def run(self, release, overrides=None, extra=None, timeout=420, verbose=False):
-        """Run the job playbook to its end; returns a :class:`Run`."""
+    def run(self, release, overrides=None, extra=None, timeout=420, verbose=False, controller=None):
+        """Run the job playbook to its end (as the controller host ``controller``, when given); returns a
+        :class:`Run`."""
         before = set(self.job_ids())
-        argv, env, run = self._argv(release, overrides, extra, verbose)
+        argv, env, run = self._argv(release, overrides, extra, verbose, controller)
         start = time.monotonic()
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                                 cwd=ar.ROOT, start_new_session=True)
