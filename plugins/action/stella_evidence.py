@@ -12,7 +12,7 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._canonical import pretty_json, sha256_bytes
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
-from ansible_collections.stellaops.runtime.plugins.module_utils._contract import utc_timestamp
+from ansible_collections.stellaops.runtime.plugins.module_utils._contract import deployment_evidence_dir, utc_timestamp
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._evidence import deployment_record, rollback_records
 from ansible_collections.stellaops.runtime.plugins.module_utils._fsutil import atomic_write
 
@@ -67,7 +67,7 @@ class ActionModule(ActionBase):
             result.update(failed=True, msg=exc.reason, code=exc.code)
             return result
 
-        directory = os.path.join(args["dest"], plan.get("projectName") or "unknown-project", plan.get("jobId") or "unknown-job")
+        directory = deployment_evidence_dir(args["dest"], plan.get("projectName"), plan.get("jobId"))
         written = {}
         for name, record in records.items():
             path = os.path.join(directory, name)

@@ -19,7 +19,7 @@ from ansible.plugins.action import ActionBase
 from ansible_collections.stellaops.runtime.plugins.module_utils._canonical import pretty_json, sha256_bytes
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError, redact_text, redact_url
 from ansible_collections.stellaops.runtime.plugins.module_utils._contract import (
-    JOB_INTERRUPTED, PROJECT_BUSY, ROLLBACK_TASKS, seconds_between, utc_timestamp)
+    JOB_INTERRUPTED, PROJECT_BUSY, ROLLBACK_TASKS, job_evidence_dir, seconds_between, utc_timestamp)
 from ansible_collections.stellaops.runtime.plugins.module_utils._fsutil import atomic_write
 from ansible_collections.stellaops.runtime.plugins.plugin_utils import (
     _job, _job_store, _job_traffic, _job_view, _projection, _report, _strategy, _traffic)
@@ -357,7 +357,7 @@ class ActionModule(ActionBase):
             files = self._write_evidence(record, args["evidence_dir"], rollback)
             if args["report"]:
                 files[_report.REPORT_FILE] = _report.write_report(
-                    record, os.path.join(args["evidence_dir"], "jobs", record["jobId"]))
+                    record, job_evidence_dir(args["evidence_dir"], record["jobId"]))
         evidence_id = "jobs/%s/rollback-evidence.json" % record["jobId"] if rollback is not None else None
         if record["status"] in _job.TERMINAL:  # the terminal projection: after the terminal evidence exists
             store.project_terminal(record["jobId"], _projection.strategy_evidence(record, rollback, evidence_id, files),
@@ -381,7 +381,7 @@ class ActionModule(ActionBase):
         return {"health": store.health(ids)}
 
     def _write_evidence(self, record, root, rollback):
-        directory = os.path.join(root, "jobs", record["jobId"])
+        directory = job_evidence_dir(root, record["jobId"])
         os.makedirs(directory, mode=0o750, exist_ok=True)
         written = {}
         documents = {"job.json": _job_view.job_evidence(record)}

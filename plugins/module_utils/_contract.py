@@ -67,6 +67,20 @@ DOCKER_REVISION_DIR = "previous"
 DOCKER_PREVIOUS_SUFFIX = "-stella-previous"
 DOCKER_REPLACED_SUFFIX = "-stella-replaced"
 DOCKER_ROLLED_BACK_SUFFIX = "-stella-rolled-back"
+# Evidence on the controller: a target's deployment records under ``<root>/<projectName>/<jobId>/``, a
+# job's own records (job.json, rollback-evidence.json, report.html) under ``<root>/jobs/<jobId>/``.
+EVIDENCE_JOBS_DIR = "jobs"
+
+
+def deployment_evidence_dir(root, project_name, job_id):
+    """Where one target's deployment evidence of job ``job_id`` is written."""
+    return posixpath.join(root, project_name or "unknown-project", job_id or "unknown-job")
+
+
+def job_evidence_dir(root, job_id):
+    """Where the evidence of the job ``job_id`` itself is written."""
+    return posixpath.join(root, EVIDENCE_JOBS_DIR, job_id)
+
 
 APPLY_MANIFEST_SCHEMA = "stella.apply-manifest.v1"
 STICKER_SCHEMA = "stella.version.v1"

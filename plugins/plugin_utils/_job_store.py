@@ -66,6 +66,11 @@ def project_keys(record):
             for name, t in (record.get("targets") or {}).items()}
 
 
+def project_names(record):
+    """The Compose projects the job deployed, sorted (pure)."""
+    return sorted({t["projectName"] for t in (record.get("targets") or {}).values() if t.get("projectName")})
+
+
 class JobStore(abc.ABC):
     """What the job playbooks need of a store (every backend implements all of it)."""
 
@@ -97,7 +102,8 @@ class JobStore(abc.ABC):
     def prune(self, before, keep=0, dry_run=False):
         """Remove finished jobs last updated before ``before`` (see :func:`prune_selection`) with their
         status history and their deployments projection, in one transaction; returns
-        ``[{"jobId", "status", "updatedAt"}]`` of what went (or would go, with ``dry_run``), oldest first."""
+        ``[{"jobId", "status", "updatedAt", "projects"}]`` of what went (or would go, with ``dry_run``),
+        oldest first (``projects``: the Compose projects each deployed, where its evidence lies)."""
 
     @abc.abstractmethod
     def close(self):
@@ -250,13 +256,20 @@ class SqlJobStore(JobStore):
             protected.update(r[0] for r in self._execute("SELECT job_id FROM project_claims").fetchall())
             chosen = prune_selection([tuple(r) for r in finished], protected, before, keep)
             ids = [row[0] for row in chosen]
-            for start in range(0, 0 if dry_run else len(ids), PRUNE_CHUNK):
+            projects = {}
+            for start in range(0, len(ids), PRUNE_CHUNK):
                 part = tuple(ids[start:start + PRUNE_CHUNK])
+                for job_id, record in self._execute("SELECT job_id, record FROM deployment_jobs WHERE job_id IN (%s)"
+                                                    % _marks(part), part).fetchall():
+                    projects[job_id] = project_names(json.loads(record))
+                if dry_run:
+                    continue
                 for table, column in (("deployment_job_history", "job_id"), ("deployment_jobs", "job_id"),
                                       ("deployment_projection_history", "deployment_id"),
                                       ("deployments", "deployment_id")):
                     self._execute("DELETE FROM %s WHERE %s IN (%s)" % (table, column, _marks(part)), part)
-        return [{"jobId": job_id, "status": status, "updatedAt": at} for job_id, status, at in chosen]
+        return [{"jobId": job_id, "status": status, "updatedAt": at, "projects": projects.get(job_id, [])}
+                for job_id, status, at in chosen]
 
     # ------------------------------------------------------------------ reads
     def _read(self, statement, params=()):

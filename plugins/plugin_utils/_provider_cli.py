@@ -26,6 +26,7 @@ import sys
 import tempfile
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
+from ansible_collections.stellaops.runtime.plugins.module_utils._contract import job_evidence_dir
 from ansible_collections.stellaops.runtime.plugins.plugin_utils import _provider
 
 PLUGIN_METADATA = {"SchemaVersion": "0.1.0", "Vendor": "Stella Ops", "Version": "0.2.0",
@@ -194,7 +195,7 @@ def up(parsed, channel, cancelled):
         channel.send("rawsetenv", line)
     for line in _provider.publish_lines((results.get(RELAY_ACTION) or {}).get("endpoints")):
         channel.send("publish-endpoint", line)
-    evidence = os.path.join(directory, "evidence", "jobs", job_id)
+    evidence = job_evidence_dir(os.path.join(directory, "evidence"), job_id)
     channel.send("info", "deployed: job %s, evidence %s" % (job_id, evidence))
 
 

@@ -18,11 +18,14 @@ import contextlib
 import datetime
 import json
 import os
+import re
+import shutil
 import socket
 import sys
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError, redact_url
-from ansible_collections.stellaops.runtime.plugins.module_utils._contract import utc_timestamp
+from ansible_collections.stellaops.runtime.plugins.module_utils._contract import (
+    deployment_evidence_dir, job_evidence_dir, utc_timestamp)
 from ansible_collections.stellaops.runtime.plugins.module_utils._fsutil import atomic_write
 from ansible_collections.stellaops.runtime.plugins.plugin_utils import _job, _job_owner, _job_store, _report
 
@@ -88,7 +91,7 @@ def report(argv, stdout=None, stderr=None):
             record = store.get(options.job)
         if record is None:
             raise StellaError("job_not_found", "no job %s in the job store %s" % (options.job, location))
-        directory = os.path.join(options.evidence_dir, "jobs", record["jobId"]) if options.evidence_dir else None
+        directory = job_evidence_dir(options.evidence_dir, record["jobId"]) if options.evidence_dir else None
         if directory and options.output is None:
             written = _report.write_report(record, directory)
             stdout.write("report: %s\n" % written["path"])
@@ -208,16 +211,53 @@ def prune_parser():
     """``stella prune --older-than DAYS [--keep N] [--dry-run] [--json] [--store LOCATION]`` (docs/job-store.md)."""
     parser = argparse.ArgumentParser(prog="stella prune", description="Remove finished deployment jobs (with their "
                                      "status history and deployments projection) from the job store "
-                                     "(docs/job-store.md). Evidence files are not touched.")
+                                     "(docs/job-store.md); with --evidence-dir, their evidence too.")
     parser.add_argument("--older-than", metavar="DAYS", type=_bounded("a number of days", float, 0, 100000),
                         required=True,
                         help="remove finished jobs last updated more than DAYS days ago (a decimal number)")
     parser.add_argument("--keep", metavar="N", type=_bounded("a whole number", int, 0, 10 ** 9), default=0,
                         help="keep the N most recently updated finished jobs whatever their age (default 0)")
+    parser.add_argument("--evidence-dir", metavar="DIR",
+                        help="also remove the removed jobs' evidence under DIR (the jobs' evidence directory): "
+                             "DIR/jobs/JOB and DIR/PROJECT/JOB")
     parser.add_argument("--dry-run", action="store_true", help="print what would be removed, remove nothing")
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of lines")
     parser.add_argument("--store", metavar="LOCATION", help=STORE_HELP)
     return parser
+
+
+# A job id or project name that is one plain path component: evidence is removed only under such names.
+SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\Z")
+
+
+def evidence_dirs(root, job):
+    """The evidence directories of the pruned ``job`` under ``root`` (pure): the job's own and one per
+    project it deployed. A name that is not one plain path component gives none."""
+    if not SAFE_NAME.match(job["jobId"]):
+        return []
+    projects = [project for project in job.get("projects") or () if SAFE_NAME.match(project)]
+    return [job_evidence_dir(root, job["jobId"])] + [
+        deployment_evidence_dir(root, project, job["jobId"]) for project in projects]
+
+
+def remove_evidence(root, jobs, dry_run):
+    """Remove (or, with ``dry_run``, only list) the evidence directories of ``jobs`` that exist under
+    ``root``; each job gets ``evidence``, the directories removed. Returns the failures as lines."""
+    failures = []
+    for job in jobs:
+        job["evidence"] = []
+        for directory in evidence_dirs(root, job):
+            if os.path.islink(directory) or not os.path.isdir(directory):
+                continue
+            try:
+                if not dry_run:
+                    shutil.rmtree(directory)
+                    with contextlib.suppress(OSError):  # the project's directory, once it holds no job
+                        os.rmdir(os.path.dirname(directory))
+                job["evidence"].append(directory)
+            except OSError as exc:
+                failures.append("%s: %s" % (directory, exc.strerror or exc))
+    return failures
 
 
 def _bounded(kind, parse, low, high):
@@ -252,13 +292,20 @@ def prune(argv, stdout=None, stderr=None, now=None):
             removed = store.prune(before, keep=options.keep, dry_run=options.dry_run)
     except StellaError as exc:
         return _fail(stderr, "prune", exc)
+    evidence_dir = os.path.expanduser(options.evidence_dir) if options.evidence_dir else None
+    failures = remove_evidence(evidence_dir, removed, options.dry_run) if evidence_dir else []
     if options.json:
-        stdout.write(json.dumps({"before": before, "dryRun": options.dry_run, "jobs": removed}, indent=2,
-                                sort_keys=True) + "\n")
-        return 0
-    verb = "would remove" if options.dry_run else "removed"
-    plural = "" if len(removed) == 1 else "s"
-    stdout.write("%s %d finished job%s last updated before %s\n" % (verb, len(removed), plural, before))
-    for job in removed:
-        stdout.write("  %s  %s  %s\n" % (job["jobId"], job["status"], job["updatedAt"]))
+        stdout.write(json.dumps({"before": before, "dryRun": options.dry_run, "evidenceDir": evidence_dir,
+                                 "jobs": removed}, indent=2, sort_keys=True) + "\n")
+    else:
+        verb = "would remove" if options.dry_run else "removed"
+        plural = "" if len(removed) == 1 else "s"
+        stdout.write("%s %d finished job%s last updated before %s\n" % (verb, len(removed), plural, before))
+        for job in removed:
+            stdout.write("  %s  %s  %s\n" % (job["jobId"], job["status"], job["updatedAt"]))
+            for directory in job.get("evidence") or ():
+                stdout.write("    evidence %s\n" % directory)
+    if failures:
+        return _fail(stderr, "prune", StellaError("evidence_remove_failed", "the jobs are removed from the store, "
+                                                  "but not all of their evidence: " + "; ".join(failures)))
     return 0

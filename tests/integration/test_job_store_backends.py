@@ -278,7 +278,7 @@ def _finished(store, job_id, names, at, project="shop"):
                  lambda r: _job.finish(r, at))
 
 
-def test_an_operator_prunes_old_finished_jobs(job_store_location):
+def test_an_operator_prunes_old_finished_jobs(job_store_location, tmp_path):
     """``stella prune`` on both backends: old finished jobs go with their history and projection; the job a
     target's health names, an unfinished job and (with --keep) the newest stay."""
     store = _job_store.open_store(job_store_location)
@@ -292,13 +292,22 @@ def test_an_operator_prunes_old_finished_jobs(job_store_location):
     finally:
         store.close()
 
+    evidence = tmp_path / "evidence"
+    for relative in ("jobs/job-old-1", "shop/job-old-1", "jobs/job-old-2", "shop/job-old-3", "other/job-running"):
+        (evidence / relative).mkdir(parents=True)
+        (evidence / relative / "job.json").write_text("{}")
     dry = stella("prune", "--older-than", "30", "--store", job_store_location, "--dry-run", "--json")
     assert dry.returncode == 0, dry.stderr
-    assert [j["jobId"] for j in json.loads(dry.stdout)["jobs"]] == ["job-old-1", "job-old-2"]
+    assert [(j["jobId"], j["projects"]) for j in json.loads(dry.stdout)["jobs"]] == [
+        ("job-old-1", ["shop"]), ("job-old-2", ["shop"])]
     kept = stella("prune", "--older-than", "30", "--keep", "2", "--store", job_store_location)
     assert kept.returncode == 0 and kept.stdout.splitlines()[1].split()[0] == "job-old-1", kept.stdout
-    rest = stella("prune", "--older-than", "30", "--store", job_store_location)
+    rest = stella("prune", "--older-than", "30", "--store", job_store_location, "--evidence-dir", str(evidence))
     assert rest.returncode == 0 and rest.stdout.startswith("removed 1 finished job "), rest.stdout
+    assert "    evidence %s" % (evidence / "jobs" / "job-old-2") in rest.stdout.splitlines()
+    assert sorted(str(p.relative_to(evidence)) for p in evidence.rglob("job.json")) == [
+        "jobs/job-old-1/job.json", "other/job-running/job.json", "shop/job-old-1/job.json",
+        "shop/job-old-3/job.json"]  # job-old-1 went without --evidence-dir; the others stay
 
     store = _job_store.open_store(job_store_location)
     try:

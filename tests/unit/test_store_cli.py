@@ -306,6 +306,7 @@ def test_the_documented_prune_commands_and_options_exist(tmp_path, capsys):
     assert options_in(doc_section(doc, "Retention")) == parser_options(_store_cli.prune_parser())
     for command in commands:  # each example runs as written against the documented store
         path = history_store(tmp_path / str(commands.index(command)))
+        command = command.replace("~/stella-evidence", str(tmp_path / "evidence"))
         rc, out, err = prune_cli(shlex.split(command.replace("~/.local/state/stellaops/jobs.sqlite3", path))[2:],
                                  capsys)
         assert (rc, err) == (0, "") and "2026-" in out, command
@@ -319,3 +320,107 @@ def test_stella_prune_deletes_in_chunks(tmp_path, capsys, monkeypatch):
     rc, out, _err = prune_cli(["--older-than", "30", "--store", path], capsys)
     assert rc == 0 and out.startswith("removed 2 finished jobs")
     assert job_ids(path) == ["job-3", "job-5"]
+
+
+def evidence_tree(root):
+    """Evidence as the job playbook writes it for the jobs of :func:`history_store`, and a stranger."""
+    paths = ["jobs/job-1/job.json", "shop-a/job-1/deployment.json", "jobs/job-2/job.json",
+             "jobs/job-2/rollback-evidence.json", "shop-a/job-2/deployment.json", "shop-a/job-5/deployment.json",
+             "jobs/job-5/job.json", "jobs/job-3/job.json", "shop-b/job-3/deployment.json", "notes/readme.txt"]
+    for relative in paths:
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("{}\n")
+    return root
+
+
+def tree(root):
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+
+
+def test_stella_prune_with_evidence_dir_removes_the_pruned_jobs_evidence(tmp_path, capsys):
+    path = history_store(tmp_path)
+    root = evidence_tree(tmp_path / "evidence")
+    before = tree(root)
+    rc, out, err = prune_cli(["--older-than", "30", "--store", path, "--evidence-dir", str(root), "--dry-run"],
+                             capsys)
+    assert (rc, err) == (0, "") and tree(root) == before  # a dry run only lists
+    assert "    evidence %s" % (root / "jobs" / "job-1") in out.splitlines()
+
+    rc, out, err = prune_cli(["--older-than", "30", "--store", path, "--evidence-dir", str(root)], capsys)
+    assert (rc, err) == (0, "")
+    assert out.splitlines()[1:] == [
+        "  job-1  Succeeded  %s" % OLD[0], "    evidence %s" % (root / "jobs" / "job-1"),
+        "    evidence %s" % (root / "shop-a" / "job-1"),
+        "  job-2  Failed  %s" % OLD[1], "    evidence %s" % (root / "jobs" / "job-2"),
+        "    evidence %s" % (root / "shop-a" / "job-2")]
+    # the running job's and the recent job's evidence stay, and so does what is not a job's
+    assert tree(root) == ["jobs/job-3/job.json", "jobs/job-5/job.json", "notes/readme.txt",
+                          "shop-a/job-5/deployment.json", "shop-b/job-3/deployment.json"]
+    assert job_ids(path) == ["job-3", "job-5"]
+
+
+def test_stella_prune_json_names_each_jobs_projects_and_evidence(tmp_path, capsys):
+    path = history_store(tmp_path)
+    root = evidence_tree(tmp_path / "evidence")
+    (root / "shop-a" / "job-5").rename(root / "shop-a" / "kept")  # shop-a now holds no pruned job ...
+    rc, out, _err = prune_cli(["--older-than", "30", "--store", path, "--evidence-dir", str(root), "--json"], capsys)
+    document = json.loads(out)
+    assert rc == 0 and document["evidenceDir"] == str(root)
+    assert [(j["jobId"], j["projects"], j["evidence"]) for j in document["jobs"]] == [
+        ("job-1", ["shop-a"], [str(root / "jobs" / "job-1"), str(root / "shop-a" / "job-1")]),
+        ("job-2", ["shop-a"], [str(root / "jobs" / "job-2"), str(root / "shop-a" / "job-2")])]
+    assert (root / "shop-a" / "kept").is_dir()  # ... but is not empty, so it stays
+    (root / "shop-a" / "kept" / "deployment.json").unlink()
+    (root / "shop-a" / "kept").rmdir()
+    store = _job_store.open_store(path)
+    try:  # an old job of target a in project shop-c
+        store.create(_job.new_job("job-6", None, {"release": {"id": "r6"}}, [["a"]],
+                                  {"a": {"targetId": "id-a", "targetName": "a", "projectName": "shop-c"}}, {}, OLD[0]))
+        store.update("job-6", lambda r: _job.start(r, OLD[0]), lambda r: _job.finish_target(r, "a", True, OLD[0]),
+                     lambda r: _job.finish(r, OLD[0]))
+        finished_job(store, "job-7", "a", utc_timestamp())  # a's health names the newest job
+    finally:
+        store.close()
+    (root / "shop-c" / "job-6").mkdir(parents=True)
+    rc, out, _err = prune_cli(["--older-than", "30", "--store", path, "--evidence-dir", str(root)], capsys)
+    assert rc == 0 and not (root / "shop-c").exists()  # a project directory left empty goes
+
+
+@pytest.mark.parametrize("job, expected", [
+    ({"jobId": "job-1", "projects": ["shop"]}, ["R/jobs/job-1", "R/shop/job-1"]),
+    ({"jobId": "awx-42", "projects": []}, ["R/jobs/awx-42"]),
+    ({"jobId": "../etc", "projects": ["shop"]}, []),
+    ({"jobId": "a/b", "projects": ["shop"]}, []),
+    ({"jobId": ".hidden", "projects": []}, []),
+    ({"jobId": "job-1", "projects": ["..", "ok", "x/y"]}, ["R/jobs/job-1", "R/ok/job-1"]),
+])
+def test_evidence_dirs_are_plain_names_under_the_root(job, expected):
+    assert _store_cli.evidence_dirs("R", job) == expected
+
+
+def test_evidence_that_cannot_be_removed_is_one_error_line(tmp_path, capsys, monkeypatch):
+    path = history_store(tmp_path)
+    root = evidence_tree(tmp_path / "evidence")
+
+    def refuse(directory):
+        raise PermissionError(13, "Permission denied", directory)
+    monkeypatch.setattr(_store_cli.shutil, "rmtree", refuse)
+    rc, out, err = prune_cli(["--older-than", "30", "--store", path, "--evidence-dir", str(root)], capsys)
+    assert rc == 1 and out.startswith("removed 2 finished jobs")
+    assert err.startswith("stella prune: evidence_remove_failed: the jobs are removed from the store, but not all "
+                          "of their evidence: %s: Permission denied" % (root / "jobs" / "job-1"))
+    assert err.count("\n") == 1 and job_ids(path) == ["job-3", "job-5"]
+
+
+def test_evidence_behind_a_symbolic_link_is_left_alone(tmp_path, capsys):
+    path = history_store(tmp_path)
+    root = tmp_path / "evidence"
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "job.json").parent.mkdir(parents=True)
+    (elsewhere / "job.json").write_text("{}")
+    (root / "jobs").mkdir(parents=True)
+    (root / "jobs" / "job-1").symlink_to(elsewhere)
+    rc, out, _err = prune_cli(["--older-than", "30", "--store", path, "--evidence-dir", str(root)], capsys)
+    assert rc == 0 and "evidence" not in out.replace("evidence_", "")
+    assert (elsewhere / "job.json").exists() and (root / "jobs" / "job-1").is_symlink()
