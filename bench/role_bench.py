@@ -43,6 +43,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -571,7 +572,7 @@ def report(bench, found):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5, help="measured rounds (default 5)")
+    parser.add_argument("--rounds", type=int, default=9, help="measured rounds (default 9)")
     parser.add_argument("--json", metavar="FILE", help="also write samples, medians and verdicts as JSON")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (playbooks, vars, locks)")
     options = parser.parse_args()
@@ -580,6 +581,10 @@ def main():
 
     def progress(message):
         print("role_bench: %s" % message, file=sys.stderr, flush=True)
+
+    def stop(signum, _frame):
+        raise BenchError("stopped by signal %d" % signum)
+    signal.signal(signal.SIGTERM, stop)  # the project is removed on the way out, as after an error
 
     bench = None
     try:
