@@ -8,7 +8,7 @@ COLL_DIR := $(COLL_ROOT)/ansible_collections/stellaops/runtime
 export ANSIBLE_COLLECTIONS_PATH := $(COLL_ROOT)
 export PATH := $(BIN):$(PATH)
 
-.PHONY: demo test venv collection lab lab-down unit integration sanity lint docs-check bench build ee molecule molecule-run clean
+.PHONY: demo demo-down test venv collection lab lab-down unit integration sanity lint docs-check bench build ee molecule molecule-run clean
 
 $(BIN)/.stamp: requirements/dev.txt
 	@command -v $(PY) >/dev/null || { echo "error: $(PY) not found (Python 3.11 is required)"; exit 1; }
@@ -34,6 +34,10 @@ lab-down:
 demo: lab
 	$(BIN)/ansible-playbook -i localhost, -c local -e ansible_python_interpreter=$(BIN)/python \
 	  -e stella_evidence_dir=$(CURDIR)/.build/demo/evidence stellaops.runtime.demo
+
+demo-down: lab
+	$(BIN)/ansible-playbook -i localhost, -c local -e ansible_python_interpreter=$(BIN)/python \
+	  -e stella_demo_state=absent stellaops.runtime.demo
 
 unit: venv collection
 	$(BIN)/pytest -q tests/unit
