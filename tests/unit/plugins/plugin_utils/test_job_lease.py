@@ -23,13 +23,17 @@ def at(seconds_after_t1):
                          + datetime.timedelta(seconds=seconds_after_t1))
 
 
+def pending_job(lease, owner=None):
+    """job-1 (targets a, b of project shop) created at T0 with claim lease ``lease``, owned by ``owner``
+    (default: a run on another controller)."""
+    targets = {n: {"targetId": "id-" + n, "targetName": n, "projectName": "shop"} for n in ("a", "b")}
+    return _job.new_job("job-1", None, {"release": {"id": "r1"}}, [["a"], ["b"]], targets,
+                        {"claimLeaseSeconds": lease}, T0, owner=owner or ELSEWHERE)
+
+
 def job(lease, status="Running", owner=None, updated=T1):
     """A job record as the store keeps it: started at T0, last changed at ``updated``."""
-    targets = {n: {"targetId": "id-" + n, "targetName": n, "projectName": "shop"} for n in ("a", "b")}
-    record = _job.new_job("job-1", None, {"release": {"id": "r1"}}, [["a"], ["b"]], targets,
-                          {"claimLeaseSeconds": lease}, T0, owner=owner or ELSEWHERE)
-    record = dict(_job.start(record, T0), status=status, updatedAt=updated)
-    return record
+    return dict(_job.start(pending_job(lease, owner), T0), status=status, updatedAt=updated)
 
 
 def test_seconds_between_contract_timestamps():
@@ -75,8 +79,7 @@ def stored(tmp_path, lease, updated=T1):
     """A store holding job-1 (targets a, b of project shop), Running since T0, last changed at
     ``updated``, owned by a run on another controller; target a is being deployed."""
     store = _job_store.open_store(str(tmp_path / "jobs.sqlite3"))
-    record = job(lease, updated=T0)
-    store.create(dict(record, status="Pending"))
+    store.create(pending_job(lease))
     store.update("job-1", lambda r: _job.start(r, T0))
     store.update("job-1", lambda r: _job.record_phase(r, "a", "prepare", "succeeded", None, updated, 10, updated))
     return store
