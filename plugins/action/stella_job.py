@@ -26,6 +26,7 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils import (
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_plan import job_options, plan_job, target_identity
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._evidence import project_digest
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._inputs import load_credentials, plain, resolve_digests
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_lease import start_keeper
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_owner import controller_owner, interrupt_gone
 
 ARGUMENT_SPEC = {
@@ -176,11 +177,15 @@ class ActionModule(ActionBase):
                                                                      utc_timestamp()))
         else:
             record = store.update(job_id, lambda r: _job.start(r, utc_timestamp()))
+        keeper = None
+        if record["status"] == "Running" and args["claim_lease"]:
+            keeper = start_keeper(args["store"] or self.vars.get("stella_job_store"), job_id, record["owner"],
+                                  args["claim_lease"])
         env = {name: files.get(".env.stella") for name, files in planned["files"].items()}
         return {"jobId": job_id, "jobIdSource": source, "proceed": record["status"] == "Running",
                 "status": record["status"], "reason": record["reason"], "code": record["code"],
                 "batches": planned["batches"], "serial": planned["serial"], "targetOrder": planned["targetOrder"],
-                "plans": planned["plans"], "options": options, "interruptedJobs": interrupted,
+                "plans": planned["plans"], "options": options, "interruptedJobs": interrupted, "leaseKeeperPid": keeper,
                 "hasEnvArtifact": {name: data is not None for name, data in env.items()}}
 
     def _target(self, store, args):

@@ -99,14 +99,17 @@ options:
     default: {}
   claim_lease:
     description:
-      - O(step=start). Seconds this job may go without persisting a change before any controller that
-        shares the store takes its run for gone. The next job started there (or O(step=show)) then records
-        it C(Failed) with code C(job_interrupted) and releases its projects. A run still alive stops at
-        its next step with C(job_interrupted), without a rollback.
+      - O(step=start). Seconds this job's run may go without persisting a change or renewing the lease
+        before any controller that shares the store takes the run for gone. The next job started there (or
+        O(step=show)) then records it C(Failed) with code C(job_interrupted) and releases its projects. A
+        run still alive stops at its next step with C(job_interrupted), without a rollback.
+      - While the C(ansible-playbook) run that started the job runs, a keeper process on this controller
+        renews the lease every third of it, also during a long step. It does not renew while that run is
+        stopped (SIGSTOP, a suspended terminal), and it ends with the run or the job.
       - Without a lease (V(0)) only the controller that ran the job can tell that its run is gone. From
         another controller an operator says so with C(stella interrupt).
-      - Choose it longer than the longest step (the services' wait timeout plus the hooks' timeouts), and
-        keep the controllers' clocks in step (NTP).
+      - Choose it long enough that a busy controller never misses it (for example 120 seconds, which
+        lets two renewals be missed), and keep the controllers' clocks in step (NTP).
     type: int
     default: 0
   traffic_options:
@@ -225,6 +228,10 @@ proceed:
   description: O(step=start) and O(step=gate). Whether the next batch may start.
   returned: success
   type: bool
+leaseKeeperPid:
+  description: O(step=start) with O(claim_lease). The process id of the keeper renewing the job's claim lease.
+  returned: step is start
+  type: int
 plans:
   description: O(step=start). Each target's plan (as M(stellaops.runtime.stella_plan) returns it).
   returned: success

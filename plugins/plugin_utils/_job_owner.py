@@ -7,9 +7,9 @@
 A job records its owner when it starts: the host name, the pid of the ``ansible-playbook`` process and
 that process's start time (so a reused pid is told apart). On the owner's host a later job, or
 ``stella_job step=show``, can tell that the run is gone and records the job interrupted. On another
-controller only the job's claim lease can tell: a job started with one (``claimLeaseSeconds``) that
-has not persisted a change for longer than its lease is taken for gone by any controller sharing the
-store. Without a lease an operator who knows the run is gone says so with ``stella interrupt JOB``
+controller only the job's claim lease can tell: a job started with one (``claimLeaseSeconds``) whose
+run has neither persisted a change nor renewed the lease (``_job_lease``) for longer than the lease is
+taken for gone by any controller sharing the store. Without a lease an operator who knows the run is gone says so with ``stella interrupt JOB``
 (docs/job-store.md).
 """
 
@@ -20,15 +20,24 @@ import socket
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._contract import seconds_between, utc_timestamp
 from ansible_collections.stellaops.runtime.plugins.plugin_utils import _job, _projection
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_store import LEASE_FIELD
+
+
+def _process_stat(pid):
+    """``(state, start)`` of ``pid`` from ``/proc`` (its state letter and its start time in clock ticks
+    since boot), or ``None`` when it does not exist."""
+    try:
+        with open("/proc/%d/stat" % pid, "r", encoding="utf-8") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+        return fields[0], int(fields[19])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def process_start(pid):
     """The start time (clock ticks since boot) of ``pid``, or ``None`` when it does not exist."""
-    try:
-        with open("/proc/%d/stat" % pid, "r", encoding="utf-8") as handle:
-            return int(handle.read().rsplit(")", 1)[1].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
+    stat = _process_stat(pid)
+    return stat[1] if stat else None
 
 
 def controller_owner():
@@ -48,6 +57,15 @@ def owner_gone(owner):
     return process_start(owner["pid"]) != owner.get("startTicks")
 
 
+def owner_state(owner):
+    """``"running"``, ``"stopped"`` (SIGSTOP, a suspended terminal, a tracer) or ``"gone"`` (ended, a zombie,
+    or its pid reused) for the controller run ``owner`` of this host."""
+    stat = _process_stat(owner["pid"])
+    if stat is None or stat[1] != owner.get("startTicks") or stat[0] in ("Z", "X", "x"):
+        return "gone"
+    return "stopped" if stat[0] in ("T", "t") else "running"
+
+
 def interrupted_why(record):
     """Why a job whose run is gone is recorded ``Failed`` (``job_interrupted``)."""
     return "interrupted: the controller run (pid %s) ended while the job was %s" % (
@@ -60,8 +78,10 @@ def lease_seconds(record):
 
 
 def idle_seconds(record, now):
-    """Seconds since ``record`` last persisted a change (``None`` when its timestamps are unreadable)."""
-    return seconds_between(record.get("updatedAt"), now)
+    """Seconds since ``record`` last persisted a change or renewed its lease (``leaseRenewedAt``, as the
+    store reads it); ``None`` when neither timestamp is readable."""
+    found = [s for s in (seconds_between(record.get(k), now) for k in ("updatedAt", LEASE_FIELD)) if s is not None]
+    return min(found) if found else None
 
 
 def lease_expired(record, now):
@@ -82,26 +102,31 @@ def gone_why(record, now):
         return interrupted_why(record)
     if lease_expired(record, now):
         owner = record.get("owner") or {}
-        return "interrupted: no change for %ds, longer than its claim lease of %ds (controller %s, pid %s)" % (
-            idle_seconds(record, now), lease_seconds(record), owner.get("host"), owner.get("pid"))
+        return ("interrupted: no change or lease renewal for %ds, longer than its claim lease of %ds "
+                "(controller %s, pid %s)" % (idle_seconds(record, now), lease_seconds(record), owner.get("host"),
+                                             owner.get("pid")))
     return None
 
 
 def interrupt_gone(store, record, now=None):
-    """Record ``record`` interrupted when :func:`gone_why` says its run is gone; the stored record."""
-    why = gone_why(record, now or utc_timestamp())
-    return record_interrupted(store, record["jobId"], why, now) if why else record
+    """Record ``record`` interrupted when :func:`gone_why` says its run is gone, and still says so of the
+    record read again in the writing transaction (its run may have renewed its lease meanwhile); the
+    stored record."""
+    now = now or utc_timestamp()
+    why = gone_why(record, now)
+    return record_interrupted(store, record["jobId"], why, now, recheck=True) if why else record
 
 
-def record_interrupted(store, job_id, why, now=None):
+def record_interrupted(store, job_id, why, now=None, recheck=False):
     """Record the unfinished job ``job_id`` interrupted (``Failed``, ``job_interrupted``), which releases
     its projects, and write its terminal projection: its run is gone, so nothing else will. A job that
-    finished meanwhile is left as it is. Returns the stored record."""
+    finished meanwhile is left as it is, and with ``recheck`` so is one whose run :func:`gone_why` no
+    longer takes for gone. Returns the stored record."""
     now = now or utc_timestamp()
     done = []
 
     def change(record):
-        if record["status"] in _job.TERMINAL:
+        if record["status"] in _job.TERMINAL or (recheck and gone_why(record, now) is None):
             return None
         done.append(True)
         return _job.interrupted(record, now, why)

@@ -8,6 +8,7 @@ Tables: ``deployment_jobs`` (the typed job, one JSON record per job with its rev
 ``deployment_job_history`` (every persisted status, by revision); ``deployments`` (the progress
 projection) and ``deployment_projection_history``; ``target_health`` (one contract status per
 target); ``project_claims`` (which unfinished job holds a target's Compose project);
+``job_leases`` (when the controller run of an unfinished job last renewed its claim lease);
 ``stella_schema`` (the applied version).
 
 :func:`migrate` runs at every start-up inside one transaction: it applies the versions not yet
@@ -22,7 +23,7 @@ import abc
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._contract import HEALTH_STATUSES
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 HEALTH_CONSTRAINT = "target_health_status_check"
 HEALTH_CHECK = "CHECK (status IN (%s))" % ", ".join("'%s'" % s for s in HEALTH_STATUSES)
 HEALTH_COLUMNS = (("target_id", "TEXT PRIMARY KEY"), ("target_name", "TEXT"),
@@ -53,6 +54,9 @@ MIGRATIONS = {
         health_table(),
         """CREATE TABLE IF NOT EXISTS project_claims (
             project_key TEXT PRIMARY KEY, job_id TEXT NOT NULL, claimed_at TEXT NOT NULL)""",
+    ),
+    3: (
+        """CREATE TABLE IF NOT EXISTS job_leases (job_id TEXT PRIMARY KEY, renewed_at TEXT NOT NULL)""",
     ),
 }
 VERSION_TABLE = "CREATE TABLE IF NOT EXISTS stella_schema (name TEXT PRIMARY KEY, version INTEGER NOT NULL)"

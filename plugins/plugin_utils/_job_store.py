@@ -16,6 +16,10 @@ transaction: the status history, the target health that the change implies (``_h
 progress projection when what it mirrors changed (``_projection``), and the project claims: a job
 holds the Compose project of each of its targets from its creation until it is finished, and a
 second job for a held project is refused (``project_busy``).
+
+A claim lease is renewed apart from the record (:meth:`JobStore.renew_lease`): a renewal is not a
+change of the job, so it writes no revision and no history. Records read from the store carry the
+last renewal as ``leaseRenewedAt``; it is never part of the stored JSON.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils import _health, 
 
 DEFAULT_STORE = "~/.local/state/stellaops/jobs.sqlite3"
 UNFINISHED = ("Pending", "Running", "RollingBack")
+LEASE_FIELD = "leaseRenewedAt"  # in records read from the store, never in the stored JSON
 PRUNE_CHUNK = 500  # job ids per DELETE (SQLite's older builds allow 999 parameters per statement)
 
 
@@ -91,6 +96,11 @@ class JobStore(abc.ABC):
         returns ``None`` writes nothing); returns the stored result."""
 
     @abc.abstractmethod
+    def renew_lease(self, job_id, at):
+        """Renew the claim lease of the unfinished job ``job_id`` at ``at`` (a finished job is left as
+        it is); returns the job's status, ``None`` when there is no such job."""
+
+    @abc.abstractmethod
     def list(self, limit=20):
         """The newest records first."""
 
@@ -133,8 +143,9 @@ class SqlJobStore(JobStore):
 
     # ------------------------------------------------------------------ writes
     def _write(self, record, insert):
+        stored = {k: v for k, v in record.items() if k != LEASE_FIELD}
         row = (record["kind"], record["status"], (record.get("release") or {}).get("id"), record["updatedAt"],
-               record["revision"], _json(record), record["jobId"])
+               record["revision"], _json(stored), record["jobId"])
         if insert:
             self._execute("INSERT INTO deployment_jobs (kind, status, release_id, updated_at, revision, record, "
                           "job_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", row + (record["createdAt"],))
@@ -216,7 +227,8 @@ class SqlJobStore(JobStore):
                                 (job_id,)).fetchone()
             if row is None:
                 raise store_error("no job %s in %s" % (job_id, self.location), code="job_not_found")
-            record = json.loads(row[0])
+            record = self._leased(json.loads(row[0]), self._execute(
+                "SELECT renewed_at FROM job_leases WHERE job_id=?", (job_id,)).fetchone())
             revision = row[1]
             for change in changes:
                 changed = change(record)
@@ -229,6 +241,23 @@ class SqlJobStore(JobStore):
             self._refresh(record)
             if record["status"] not in UNFINISHED:
                 self._execute("DELETE FROM project_claims WHERE job_id=?", (job_id,))
+                self._execute("DELETE FROM job_leases WHERE job_id=?", (job_id,))
+                record.pop(LEASE_FIELD, None)
+        return record
+
+    def renew_lease(self, job_id, at):
+        with self._transaction("renew the claim lease of job %s" % job_id):
+            row = self._execute("SELECT status FROM deployment_jobs WHERE job_id=?" + self.LOCK, (job_id,)).fetchone()
+            if row is not None and row[0] in UNFINISHED:
+                self._execute("INSERT INTO job_leases (job_id, renewed_at) VALUES (?, ?) ON CONFLICT (job_id) "
+                              "DO UPDATE SET renewed_at=excluded.renewed_at", (job_id, at))
+        return row[0] if row is not None else None
+
+    @staticmethod
+    def _leased(record, renewed):
+        """``record`` with its last lease renewal (a row ``(renewed_at,)`` or ``None``)."""
+        if renewed is not None and renewed[0]:
+            record[LEASE_FIELD] = renewed[0]
         return record
 
     def _refresh(self, record):
@@ -264,7 +293,8 @@ class SqlJobStore(JobStore):
                     projects[job_id] = project_names(json.loads(record))
                 if dry_run:
                     continue
-                for table, column in (("deployment_job_history", "job_id"), ("deployment_jobs", "job_id"),
+                for table, column in (("deployment_job_history", "job_id"), ("job_leases", "job_id"),
+                                      ("deployment_jobs", "job_id"),
                                       ("deployment_projection_history", "deployment_id"),
                                       ("deployments", "deployment_id")):
                     self._execute("DELETE FROM %s WHERE %s IN (%s)" % (table, column, _marks(part)), part)
@@ -278,18 +308,21 @@ class SqlJobStore(JobStore):
         except self.errors as exc:
             raise store_error("cannot read the job store %s: %s" % (self.location, exc)) from None
 
+    def _records(self, where, params=(), tail=""):
+        """The records selected by ``where``, each with its last lease renewal."""
+        return [self._leased(json.loads(r[0]), r[1:]) for r in self._read(
+            "SELECT j.record, l.renewed_at FROM deployment_jobs j LEFT JOIN job_leases l ON l.job_id = j.job_id "
+            "WHERE " + where + tail, params)]
+
     def get(self, job_id):
-        rows = self._read("SELECT record FROM deployment_jobs WHERE job_id=?", (job_id,))
-        return json.loads(rows[0][0]) if rows else None
+        found = self._records("j.job_id=?", (job_id,))
+        return found[0] if found else None
 
     def list(self, limit=20):
-        return [json.loads(r[0]) for r in self._read(
-            "SELECT record FROM deployment_jobs ORDER BY created_at DESC, job_id LIMIT ?", (int(limit),))]
+        return self._records("1=1", (int(limit),), " ORDER BY j.created_at DESC, j.job_id LIMIT ?")
 
     def unfinished(self):
-        return [json.loads(r[0]) for r in self._read(
-            "SELECT record FROM deployment_jobs WHERE status IN (%s) ORDER BY created_at" % _marks(UNFINISHED),
-            UNFINISHED)]
+        return self._records("j.status IN (%s)" % _marks(UNFINISHED), UNFINISHED, " ORDER BY j.created_at")
 
     def history(self, job_id):
         return [{"revision": r, "status": s, "at": a} for r, s, a in self._read(

@@ -1,11 +1,14 @@
 """The claim lease across controllers (docs/job-store.md#claim-lease), on the lab's PostgreSQL store that
 two controllers share and two Debian 13 DinD targets reached over SSH.
 
-Controller A (this machine) runs a rolling job with a claim lease and freezes in its second batch.
-Controller B is the same machine under another host name (a private UTS namespace), so it cannot tell
-whether A's process is alive: within the lease its job is refused (``project_busy``); past the lease it
-records A's job interrupted, takes the projects and deploys. A, thawed, stops at its next step
-(``job_interrupted``) without deciding a rollback.
+Controller A (this machine) runs a rolling job with a short claim lease; the second target's pre-deploy
+hook keeps its step going for longer than the lease. Controller B is the same machine under another host
+name (a private UTS namespace), so it cannot tell whether A's process is alive:
+- while A runs, its lease keeper renews the lease, so B's job is refused (``project_busy``) although A
+  has persisted no change for longer than the lease;
+- A freezes (SIGSTOP of its process group): past the lease B records A's job interrupted, takes the
+  projects and deploys;
+- A, thawed, stops at its next step (``job_interrupted``) without deciding a rollback.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from labkit import free_port
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._contract import seconds_between, utc_timestamp
 
-LEASE = 20
+LEASE = 6  # the keeper renews every 2 s
+HOOK_SECONDS = 35  # the second target's step: longer than the lease
 
 
 @pytest.fixture
@@ -37,35 +41,51 @@ def signal_group(proc, signum):
         os.killpg(proc.pid, signum)
 
 
+def last_alive(record):
+    """When ``record``'s run last persisted a change or renewed its lease."""
+    return max(record["updatedAt"], record.get("leaseRenewedAt") or "")
+
+
 def test_a_job_past_its_claim_lease_is_taken_over_by_another_controller(lab, fleet, tmp_path, shared_store):
     fj = fl.FleetJob(lab, fleet[:2], tmp_path, "lease", free_port(), store=shared_store)
     t1, t2 = fj.names
-    release = fj.release(strategy_config={"batchSize": 1})
+    slow = {"name": "slow", "phase": "pre-deploy", "failurePolicy": "fail",
+            "command": 'case "$STELLA_TARGET_ID" in %s) sleep %d;; esac' % (t2, HOOK_SECONDS)}
+    release = fj.release(strategy_config={"batchSize": 1}, hooks=[slow])
+    release_b = fj.release(strategy_config={"batchSize": 1})  # B's: the same services, no slow hook
     proc = fj.start(release, extra={"stella_job_claim_lease": LEASE})
     try:
         def second_batch_running():
             ids = fj.job_ids()
             record = fj.job(ids[0]) if ids else None
             return record if record and record["targets"][t2]["status"] == "Running" else None
-        frozen = fl.wait_for(second_batch_running, 240, what="a target of batch 2 Running")
-        signal_group(proc, signal.SIGSTOP)
-        job_a = frozen["jobId"]
-        assert frozen["options"]["claimLeaseSeconds"] == LEASE
-        assert frozen["owner"]["host"] != "controller-b"
+        running = fl.wait_for(second_batch_running, 240, what="a target of batch 2 Running")
+        job_a = running["jobId"]
+        assert running["options"]["claimLeaseSeconds"] == LEASE
+        assert running["owner"]["host"] != "controller-b"
 
-        # B, within A's lease: A's run may be alive, so its projects stay A's
-        busy = fj.run(release, controller="controller-b")
+        # B, while A runs t2's slow hook: no change persisted for longer than the lease, but A's keeper
+        # renews the lease, so A's projects stay A's
+        while seconds_between(fj.job(job_a)["updatedAt"], utc_timestamp()) <= LEASE + 1:
+            time.sleep(0.5)
+        busy = fj.run(release_b, controller="controller-b")
         assert busy.rc != 0, busy.output[-4000:]
         refused = fj.job(busy.job_id)
-        assert seconds_between(fj.job(job_a)["updatedAt"], refused["createdAt"]) < LEASE  # within, indeed
+        held = fj.job(job_a)
+        assert seconds_between(held["updatedAt"], refused["createdAt"]) > LEASE  # past the lease, but renewed
+        assert seconds_between(held["updatedAt"], held["leaseRenewedAt"]) > 0
         assert (refused["status"], refused["code"]) == ("Failed", "project_busy"), refused["reason"]
         assert refused["owner"]["host"] == "controller-b"
-        assert fj.job(job_a)["status"] == "Running"
+        assert held["status"] == "Running" and held["targets"][t2]["status"] == "Running"
+
+        signal_group(proc, signal.SIGSTOP)  # A and its keeper freeze, t2's hook still sleeping
+        frozen = fj.job(job_a)
+        assert frozen["status"] == "Running" and frozen["targets"][t2]["status"] == "Running"
 
         # B, past A's lease: A is recorded interrupted and B deploys
-        while seconds_between(fj.job(job_a)["updatedAt"], utc_timestamp()) <= LEASE:
+        while seconds_between(last_alive(fj.job(job_a)), utc_timestamp()) <= LEASE:
             time.sleep(0.5)
-        took = fj.run(release, controller="controller-b")
+        took = fj.run(release_b, controller="controller-b")
         assert took.rc == 0, took.output[-4000:]
         record_a = fj.job(job_a)
         assert (record_a["status"], record_a["promotion"], record_a["code"]) == ("Failed", "Failed", "job_interrupted")

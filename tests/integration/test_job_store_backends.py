@@ -87,7 +87,7 @@ def test_the_same_behaviour_on_both_backends(job_store_location):
     finally:
         store.close()
     again = _job_store.open_store(job_store_location)  # a second start-up migrates nothing
-    assert again.migration == {"from": 2, "to": 2, "healthConstraint": "kept"}
+    assert again.migration == {"from": _job_schema.SCHEMA_VERSION, "to": _job_schema.SCHEMA_VERSION, "healthConstraint": "kept"}
     again.close()
 
 

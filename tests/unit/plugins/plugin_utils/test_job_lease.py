@@ -4,13 +4,15 @@ on real SQLite stores fed by real job changes, and what a run that was still ali
 from __future__ import annotations
 
 import datetime
+import json
+import sqlite3
 
 import pytest
 
 from ansible_collections.stellaops.runtime.plugins.action.stella_job import ActionModule
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils._contract import seconds_between, utc_timestamp
-from ansible_collections.stellaops.runtime.plugins.plugin_utils import _job, _job_owner, _job_store
+from ansible_collections.stellaops.runtime.plugins.plugin_utils import _job, _job_owner, _job_schema, _job_store, _job_view
 
 T0 = "2026-03-01T10:00:00.000000Z"
 T1 = "2026-03-01T10:05:00.000000Z"
@@ -65,8 +67,8 @@ def test_a_job_without_readable_timestamps_is_not_taken_for_gone():
 def test_gone_why_names_the_idle_time_the_lease_and_the_owner():
     assert _job_owner.gone_why(job(900), at(899)) is None
     assert _job_owner.gone_why(job(900), at(912)) == (
-        "interrupted: no change for 912s, longer than its claim lease of 900s (controller controller-b.invalid, "
-        "pid 4242)")
+        "interrupted: no change or lease renewal for 912s, longer than its claim lease of 900s (controller "
+        "controller-b.invalid, pid 4242)")
 
 
 def test_a_run_gone_on_this_host_is_interrupted_whatever_its_lease():
@@ -100,8 +102,9 @@ def test_an_expired_lease_releases_the_projects_to_the_next_job(tmp_path):
         assert ActionModule._interrupt_gone_jobs(store, at(901)) == ["job-1"]
         record = store.get("job-1")
         assert (record["status"], record["promotion"], record["code"]) == ("Failed", "Failed", "job_interrupted")
-        assert record["interrupted"] == {"at": at(901), "why": "interrupted: no change for 901s, longer than its "
-                                         "claim lease of 900s (controller controller-b.invalid, pid 4242)"}
+        assert record["interrupted"] == {"at": at(901), "why": "interrupted: no change or lease renewal for 901s, "
+                                         "longer than its claim lease of 900s (controller controller-b.invalid, "
+                                         "pid 4242)"}
         assert (record["targets"]["a"]["status"], record["targets"]["b"]["status"]) == ("Failed", "Skipped")
         assert store.claims() == {}
         assert store.projection("job-1")["terminal"] is True
@@ -141,7 +144,7 @@ def test_a_run_still_alive_stops_at_its_next_step(tmp_path):
             ActionModule._refuse_interrupted(store.get("job-1"))
         assert caught.value.code == "job_interrupted" and caught.value.phase == "job"
         assert caught.value.reason == ("job job-1 was recorded interrupted, this run stops: interrupted: no change "
-                                       "for 901s, longer than its claim lease of 900s (controller "
+                                       "or lease renewal for 901s, longer than its claim lease of 900s (controller "
                                        "controller-b.invalid, pid 4242)")
     finally:
         store.close()
@@ -157,3 +160,95 @@ def test_an_interrupted_rollback_is_refused_although_its_code_is_the_failure_s(t
     with pytest.raises(StellaError) as caught:
         ActionModule._refuse_interrupted(record)
     assert caught.value.code == "job_interrupted"
+
+
+def test_idle_time_counts_from_the_later_of_the_last_change_and_the_last_renewal():
+    assert _job_owner.idle_seconds(dict(job(900), leaseRenewedAt=at(500)), at(600)) == 100
+    assert _job_owner.idle_seconds(dict(job(900, updated=at(550)), leaseRenewedAt=at(500)), at(600)) == 50
+    assert _job_owner.idle_seconds(dict(job(900, updated="not a time"), leaseRenewedAt=at(500)), at(600)) == 100
+    assert _job_owner.idle_seconds(dict(job(900, updated="not a time")), at(600)) is None
+
+
+def test_a_renewal_holds_the_job_without_writing_a_revision(tmp_path):
+    store = stored(tmp_path, 900)
+    try:
+        before = store.get("job-1")
+        assert "leaseRenewedAt" not in before
+        assert store.renew_lease("job-1", at(800)) == "Running"
+        renewed = store.get("job-1")
+        assert renewed["leaseRenewedAt"] == at(800)
+        assert renewed["revision"] == before["revision"] and renewed["updatedAt"] == before["updatedAt"]
+        assert len(store.history("job-1")) == before["revision"]
+        assert [r.get("leaseRenewedAt") for r in store.unfinished()] == [at(800)]
+        assert [r.get("leaseRenewedAt") for r in store.list()] == [at(800)]
+        # past the lease counted from the last change, within it counted from the renewal
+        assert ActionModule._interrupt_gone_jobs(store, at(1700)) == []
+        assert ActionModule._interrupt_gone_jobs(store, at(1701)) == ["job-1"]
+        # the renewal is never part of the stored record, and a finished job holds no lease
+        assert store.get("job-1").get("leaseRenewedAt") is None
+        assert all("leaseRenewedAt" not in json.loads(r[0]) for r in store._read("SELECT record FROM deployment_jobs"))
+        assert store._read("SELECT job_id FROM job_leases") == []
+        assert store.renew_lease("job-1", at(1800)) == "Failed"
+        assert store._read("SELECT job_id FROM job_leases") == []
+        assert store.renew_lease("no-such-job", at(1800)) is None
+    finally:
+        store.close()
+
+
+def test_a_step_after_a_renewal_keeps_the_renewal_out_of_the_record(tmp_path):
+    store = stored(tmp_path, 900)
+    try:
+        store.renew_lease("job-1", at(800))
+        seen = []
+        after = store.update("job-1", lambda r: seen.append(r.get("leaseRenewedAt")) or _job.record_phase(
+            r, "a", "deploy", "succeeded", None, at(850), 10, at(850)))
+        assert seen == [at(800)]  # the change sees the renewal (an interrupt re-checks it)
+        assert after["leaseRenewedAt"] == at(800)
+        assert all("leaseRenewedAt" not in json.loads(r[0]) for r in store._read("SELECT record FROM deployment_jobs"))
+    finally:
+        store.close()
+
+
+def test_a_renewal_between_the_look_and_the_write_keeps_the_job(tmp_path):
+    """Another controller read the job when its lease had expired; before it wrote, the run renewed it."""
+    store = stored(tmp_path, 900)
+    try:
+        looked = store.get("job-1")
+        assert _job_owner.gone_why(looked, at(1000)) is not None
+        store.renew_lease("job-1", at(999))
+        assert _job_owner.interrupt_gone(store, looked, at(1000))["status"] == "Running"
+        assert store.get("job-1").get("interrupted") is None and store.claims() == {"id-a|shop": "job-1",
+                                                                                    "id-b|shop": "job-1"}
+    finally:
+        store.close()
+
+
+def test_a_store_made_before_leases_is_migrated_and_keeps_its_jobs(tmp_path):
+    path = tmp_path / "old.sqlite3"
+    old = sqlite3.connect(str(path))
+    old.execute(_job_schema.VERSION_TABLE)
+    for step in (1, 2):
+        for statement in _job_schema.MIGRATIONS[step]:
+            old.execute(statement)
+    old.execute("INSERT INTO stella_schema (name, version) VALUES ('job_store', 2)")
+    old.commit()
+    old.close()
+    store = _job_store.open_store(str(path))
+    try:
+        assert store.migration["from"] == 2 and store.migration["to"] == _job_schema.SCHEMA_VERSION == 3
+        store.create(pending_job(900))
+        store.update("job-1", lambda r: _job.start(r, T0))
+        assert store.renew_lease("job-1", T1) == "Running" and store.get("job-1")["leaseRenewedAt"] == T1
+    finally:
+        store.close()
+
+
+def test_job_show_names_the_lease_while_the_job_runs_and_evidence_leaves_the_renewal_out():
+    running = dict(job(900), leaseRenewedAt=at(30))
+    text = _job_view.render_text(running)
+    assert ("claim lease 900s  run: controller controller-b.invalid pid 4242  changed %s  renewed %s" % (T1, at(30))
+            in text.splitlines())
+    assert "claim lease" not in _job_view.render_text(job(0))
+    assert "claim lease" not in _job_view.render_text(dict(running, status="Succeeded"))
+    assert _job_view.job_evidence(running) == _job_view.job_evidence(job(900))
+    assert "leaseRenewedAt" not in _job_view.job_evidence(running)

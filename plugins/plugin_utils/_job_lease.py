@@ -1,0 +1,115 @@
+# Copyright (c) Stella Ops contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Keeping a job's claim lease while the controller run that owns it is alive.
+
+A deployment job started with a claim lease is taken for gone by another controller when its run has
+neither persisted a change nor renewed the lease for longer than the lease (``_job_owner``). One step
+can last longer than that (a slow pull, the services' health wait, hooks), so while the
+``ansible-playbook`` run that owns the job is alive, a keeper renews the lease every third of it
+(:meth:`JobStore.renew_lease`: no revision, no history).
+
+``stella_job step=start`` starts the keeper (:func:`start_keeper`): a process of its own, left to init
+(double fork), its standard streams on ``/dev/null``, with its own store connection. It renews while
+the owner process exists and runs. It does not renew while the owner is stopped (SIGSTOP, a suspended
+terminal): a run that makes no progress still loses its lease. It ends within a second of the owner
+ending, and at the first renewal after the job finished or was recorded interrupted. A store it cannot
+reach is tried again at the next renewal.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
+from ansible_collections.stellaops.runtime.plugins.module_utils._contract import utc_timestamp
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_owner import owner_state
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_store import UNFINISHED, open_store
+
+POLL_SECONDS = 1.0  # how often the keeper looks at its owner process
+RENEWALS_PER_LEASE = 3
+
+
+def renew_every(lease):
+    """Seconds between two renewals of a ``lease``-second claim lease."""
+    return max(1.0, float(lease) / RENEWALS_PER_LEASE)
+
+
+def keep(renew, state, lease, clock=time.monotonic, sleep=time.sleep, poll=POLL_SECONDS):
+    """Renew the lease with ``renew() -> job status`` every :func:`renew_every` seconds while
+    ``state()`` (the owner's :func:`owner_state`) is ``"running"``. Returns why it stopped:
+    ``"owner_gone"`` or ``"job_finished"`` (finished, recorded interrupted, or no longer stored)."""
+    every = renew_every(lease)
+    due = clock()
+    while True:
+        now_state = state()
+        if now_state == "gone":
+            return "owner_gone"
+        if now_state == "running" and clock() >= due:
+            due = clock() + every
+            try:
+                if renew() not in UNFINISHED:
+                    return "job_finished"
+            except StellaError:
+                pass  # the store could not be reached: tried again at the next renewal
+        sleep(min(poll, every))
+
+
+def run_keeper(location, job_id, owner, lease):
+    """The keeper's loop over its own connection to the store at ``location``."""
+    held = []
+
+    def renew():
+        if not held:
+            held.append(open_store(location))
+        try:
+            return held[0].renew_lease(job_id, utc_timestamp())
+        except StellaError:
+            held.pop().close()
+            raise
+
+    try:
+        return keep(renew, lambda: owner_state(owner), lease)
+    finally:
+        if held:
+            held[0].close()
+
+
+def _detach():
+    """Standard streams on /dev/null (a caller reading the run's output must not wait for the keeper)
+    and the default signal actions (the task worker's handlers belong to it)."""
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    if devnull > 2:
+        os.close(devnull)
+    for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(number, signal.SIG_DFL)
+
+
+def start_keeper(location, job_id, owner, lease):
+    """Start the keeper of ``job_id``'s lease in a process of its own; returns its pid."""
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:  # the first child starts the keeper, tells its pid and ends: the keeper is left to init
+        try:
+            os.close(read_end)
+            keeper = os.fork()
+            if keeper == 0:
+                try:
+                    os.close(write_end)
+                    _detach()
+                    run_keeper(location, job_id, owner, lease)
+                finally:
+                    os._exit(0)  # never the task worker's exit handlers
+            os.write(write_end, str(keeper).encode("ascii"))
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        told = pipe.read()
+    os.waitpid(child, 0)
+    return int(told) if told else None
