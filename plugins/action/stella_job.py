@@ -182,11 +182,15 @@ class ActionModule(ActionBase):
             keeper = start_keeper(args["store"] or self.vars.get("stella_job_store"), job_id, record["owner"],
                                   args["claim_lease"])
         env = {name: files.get(".env.stella") for name, files in planned["files"].items()}
-        return {"jobId": job_id, "jobIdSource": source, "proceed": record["status"] == "Running",
-                "status": record["status"], "reason": record["reason"], "code": record["code"],
-                "batches": planned["batches"], "serial": planned["serial"], "targetOrder": planned["targetOrder"],
-                "plans": planned["plans"], "options": options, "interruptedJobs": interrupted, "leaseKeeperPid": keeper,
-                "hasEnvArtifact": {name: data is not None for name, data in env.items()}}
+        outcome = {"jobId": job_id, "jobIdSource": source, "proceed": record["status"] == "Running",
+                   "status": record["status"], "reason": record["reason"], "code": record["code"],
+                   "batches": planned["batches"], "serial": planned["serial"], "targetOrder": planned["targetOrder"],
+                   "plans": planned["plans"], "options": options, "interruptedJobs": interrupted,
+                   "leaseKeeperPid": keeper, "hasEnvArtifact": {name: data is not None for name, data in env.items()}}
+        if record["status"] == "Running" and args["claim_lease"] and keeper is None:
+            outcome["warnings"] = ["job %s: the claim lease keeper could not be started; only the job's steps "
+                                   "renew its lease" % job_id]
+        return outcome
 
     def _target(self, store, args):
         """Persist a phase boundary of one target, and its outcome when it ended."""

@@ -10,8 +10,8 @@ can last longer than that (a slow pull, the services' health wait, hooks), so wh
 ``ansible-playbook`` run that owns the job is alive, a keeper renews the lease every third of it
 (:meth:`JobStore.renew_lease`: no revision, no history).
 
-``stella_job step=start`` starts the keeper (:func:`start_keeper`): a process of its own, left to init
-(double fork), its standard streams on ``/dev/null``, with its own store connection. It renews while
+``stella_job step=start`` starts the keeper (:func:`start_keeper`): a new Python process in the run's
+process group, its output on ``/dev/null``, with its own store connection. It renews while
 the owner process exists and runs. It does not renew while the owner is stopped (SIGSTOP, a suspended
 terminal): a run that makes no progress still loses its lease. It ends within a second of the owner
 ending, and at the first renewal after the job finished or was recorded interrupted. A store it cannot
@@ -20,8 +20,11 @@ reach is tried again at the next renewal.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
+import sys
 import time
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
@@ -78,38 +81,41 @@ def run_keeper(location, job_id, owner, lease):
             held[0].close()
 
 
-def _detach():
-    """Standard streams on /dev/null (a caller reading the run's output must not wait for the keeper)
-    and the default signal actions (the task worker's handlers belong to it)."""
-    devnull = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(devnull, fd)
-    if devnull > 2:
-        os.close(devnull)
-    for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(number, signal.SIG_DFL)
+KEEPER = ("import sys; sys.path.insert(0, sys.argv[1]); "
+          "from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_lease import keeper_main; keeper_main()")
+
+
+def collection_root():
+    """The directory that holds this collection's ``ansible_collections`` package (as it was found, a
+    symbolic link in the collections path is kept)."""
+    here = os.path.dirname(os.path.abspath(__file__))  # <root>/ansible_collections/stellaops/runtime/plugins/plugin_utils
+    return os.path.normpath(os.path.join(here, *[os.pardir] * 5))
 
 
 def start_keeper(location, job_id, owner, lease):
-    """Start the keeper of ``job_id``'s lease in a process of its own; returns its pid."""
-    read_end, write_end = os.pipe()
-    child = os.fork()
-    if child == 0:  # the first child starts the keeper, tells its pid and ends: the keeper is left to init
-        try:
-            os.close(read_end)
-            keeper = os.fork()
-            if keeper == 0:
-                try:
-                    os.close(write_end)
-                    _detach()
-                    run_keeper(location, job_id, owner, lease)
-                finally:
-                    os._exit(0)  # never the task worker's exit handlers
-            os.write(write_end, str(keeper).encode("ascii"))
-        finally:
-            os._exit(0)
-    os.close(write_end)
-    with os.fdopen(read_end, "rb") as pipe:
-        told = pipe.read()
-    os.waitpid(child, 0)
-    return int(told) if told else None
+    """Start the keeper of ``job_id``'s lease: a new Python process of this interpreter (nothing of the
+    task worker is inherited, its open store connection included), in the run's process group, its
+    output on /dev/null, told what to keep on its standard input (the store location may hold a
+    password). Returns its pid, ``None`` when it could not be started."""
+    order = json.dumps({"location": location, "jobId": job_id, "owner": owner, "lease": lease}).encode("utf-8")
+    try:
+        keeper = subprocess.Popen([sys.executable, "-c", KEEPER, collection_root()], stdin=subprocess.PIPE,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True)
+    except OSError:
+        return None
+    try:
+        keeper.stdin.write(order)
+        keeper.stdin.close()
+    except OSError:
+        keeper.kill()
+        keeper.wait()
+        return None
+    return keeper.pid
+
+
+def keeper_main():
+    """The keeper process: reads its order from standard input, keeps the lease, ends."""
+    order = json.load(sys.stdin)
+    for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(number, signal.SIG_DFL)
+    run_keeper(order["location"], order["jobId"], order["owner"], order["lease"])

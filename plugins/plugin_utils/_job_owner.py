@@ -9,8 +9,8 @@ that process's start time (so a reused pid is told apart). On the owner's host a
 ``stella_job step=show``, can tell that the run is gone and records the job interrupted. On another
 controller only the job's claim lease can tell: a job started with one (``claimLeaseSeconds``) whose
 run has neither persisted a change nor renewed the lease (``_job_lease``) for longer than the lease is
-taken for gone by any controller sharing the store. Without a lease an operator who knows the run is gone says so with ``stella interrupt JOB``
-(docs/job-store.md).
+taken for gone by any controller sharing the store. Without a lease an operator who knows the run is
+gone says so with ``stella interrupt JOB`` (docs/job-store.md).
 """
 
 from __future__ import annotations

@@ -111,8 +111,10 @@ def wait_for(condition, timeout=10.0):
 OWNER = r"""
 import os, sys, time
 sys.path.insert(0, sys.argv[1])
-from ansible_collections.stellaops.runtime.plugins.plugin_utils import _job_lease, _job_owner
+from ansible_collections.stellaops.runtime.plugins.plugin_utils import _job_lease, _job_owner, _job_store
 owner = {"host": "this", "pid": os.getpid(), "startTicks": _job_owner.process_start(os.getpid())}
+store = _job_store.open_store(sys.argv[2])  # open while the keeper starts, as in the task's worker
+store.get("job-1")
 print(_job_lease.start_keeper(sys.argv[2], "job-1", owner, 2), flush=True)
 time.sleep(120)
 """
@@ -182,3 +184,14 @@ def test_the_keeper_process_ends_when_its_job_finished(running_job):
     finally:
         owner.kill()
         owner.wait()
+
+
+def test_a_keeper_that_cannot_be_started_is_reported_as_none(monkeypatch, tmp_path):
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-python"))
+    assert _job_lease.start_keeper(str(tmp_path / "jobs.sqlite3"), "job-1", own_owner(), 30) is None
+
+
+def test_the_keeper_finds_the_collection_where_this_one_was_found():
+    root = _job_lease.collection_root()
+    assert os.path.isfile(os.path.join(root, "ansible_collections", "stellaops", "runtime", "plugins", "plugin_utils",
+                                       "_job_lease.py"))
