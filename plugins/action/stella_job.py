@@ -19,7 +19,7 @@ from ansible.plugins.action import ActionBase
 from ansible_collections.stellaops.runtime.plugins.module_utils._canonical import pretty_json, sha256_bytes
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError, redact_text, redact_url
 from ansible_collections.stellaops.runtime.plugins.module_utils._contract import (
-    JOB_INTERRUPTED, PROJECT_BUSY, ROLLBACK_TASKS, job_evidence_dir, seconds_between, utc_timestamp)
+    JOB_CHECK_MODE, JOB_INTERRUPTED, PROJECT_BUSY, ROLLBACK_TASKS, job_evidence_dir, seconds_between, utc_timestamp)
 from ansible_collections.stellaops.runtime.plugins.module_utils._fsutil import atomic_write
 from ansible_collections.stellaops.runtime.plugins.plugin_utils import (
     _job, _job_store, _job_traffic, _job_view, _projection, _report, _strategy, _traffic)
@@ -61,6 +61,9 @@ ARGUMENT_SPEC = {
 # Steps that act for a running job: refused once the job was recorded interrupted (its projects are
 # released, and another job may hold them now).
 ACTING_STEPS = ("target", "traffic", "gate", "finish", "rollback_target", "traffic_rollback")
+# Steps that only read the job store: they run in check mode (``show`` then records no job interrupted).
+# Every other step records the job and is refused in check mode (JOB_CHECK_MODE).
+READ_STEPS = ("show", "health")
 
 
 def first_line(text):
@@ -70,7 +73,7 @@ def first_line(text):
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _requires_connection = False
-    _supports_check_mode = False
+    _supports_check_mode = True  # read steps only; the others are refused (READ_STEPS)
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
@@ -78,6 +81,10 @@ class ActionModule(ActionBase):
         _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         self.vars = task_vars or {}
         self.secrets = []
+        if self._task.check_mode and args["step"] not in READ_STEPS:
+            result.update(failed=True, code=JOB_CHECK_MODE, msg="step %s records the job in the job store, so it does "
+                          "not run in check mode: nothing was planned, persisted or changed" % args["step"])
+            return result
         store = None
         try:
             store = _job_store.open_store(args["store"] or self.vars.get("stella_job_store"))
@@ -377,8 +384,11 @@ class ActionModule(ActionBase):
 
     def _show(self, store, args):
         """Read a job. A job whose controller run is gone (or whose claim lease expired) is first recorded
-        as interrupted (``Failed``), so no job is shown ``Running`` when nothing runs it."""
-        record = interrupt_gone(store, self._job_of(store, args))
+        as interrupted (``Failed``), so no job is shown ``Running`` when nothing runs it; not in check mode,
+        which shows the record as it is."""
+        record = self._job_of(store, args)
+        if not self._task.check_mode:
+            record = interrupt_gone(store, record)
         return {"jobId": record["jobId"], "job": record, "text": _job_view.render_text(record),
                 "projection": store.projection(record["jobId"])}
 

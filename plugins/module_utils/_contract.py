@@ -147,6 +147,8 @@ UNREACHABLE_CODE = "target_unreachable"
 PROJECT_BUSY = "project_busy"
 # A job whose controller run ended before it finished (recorded Failed; its projects released).
 JOB_INTERRUPTED = "job_interrupted"
+# A job step that records the job, asked in check mode: refused, nothing planned, persisted or changed.
+JOB_CHECK_MODE = "job_check_mode_unsupported"
 # Managed runtime installs (stella_runtime_install): where the target keeps its evidence and the copied
 # offline bundle, and the stable failure codes (docs/runtime-install.md).
 RUNTIME_INSTALL_EVIDENCE = "/var/lib/stella/runtime-install.json"

@@ -59,7 +59,11 @@ extends_documentation_fragment:
   - stellaops.runtime.attributes.action
 attributes:
   check_mode:
-    support: none
+    support: partial
+    details:
+      - O(step=show) and O(step=health) only read the job store and run in check mode (O(step=show) then
+        records no job interrupted). Every other step records the job and fails in check mode with code
+        C(job_check_mode_unsupported), before anything is planned or persisted.
   diff_mode:
     support: none
   idempotent:

@@ -115,7 +115,7 @@ class FleetJob:
             hosts[target["name"]].update((overrides or {}).get(target["name"]) or {})
         return {"all": {"children": {"stella_targets": {"hosts": hosts}}}}
 
-    def _argv(self, release, overrides, extra, verbose=False, controller=None):
+    def _argv(self, release, overrides, extra, verbose=False, controller=None, check=False):
         self.runs += 1
         run = self.tmp / ("run%d" % self.runs)
         run.mkdir()
@@ -125,7 +125,7 @@ class FleetJob:
         (run / "vars.json").write_text(json.dumps(variables, indent=1))
         (run / "inventory.json").write_text(json.dumps(self.inventory(overrides), indent=1))
         argv = [os.path.join(ar.VENV_BIN, "ansible-playbook"), "-i", str(run / "inventory.json"), PLAYBOOK,
-                "-e", "@" + str(run / "vars.json")] + (["-vvv"] if verbose else [])
+                "-e", "@" + str(run / "vars.json")] + (["-vvv"] if verbose else []) + (["--check"] if check else [])
         if controller:
             # another controller host: the same machine under another host name (a private UTS namespace)
             argv = ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', controller] + argv
@@ -134,11 +134,11 @@ class FleetJob:
         env.pop("ANSIBLE_CALLBACKS_ENABLED", None)
         return argv, env, run
 
-    def run(self, release, overrides=None, extra=None, timeout=420, verbose=False, controller=None):
-        """Run the job playbook to its end (as the controller host ``controller``, when given); returns a
-        :class:`Run`."""
+    def run(self, release, overrides=None, extra=None, timeout=420, verbose=False, controller=None, check=False):
+        """Run the job playbook to its end (as the controller host ``controller``, when given; in check
+        mode with ``check``); returns a :class:`Run`."""
         before = set(self.job_ids())
-        argv, env, run = self._argv(release, overrides, extra, verbose, controller)
+        argv, env, run = self._argv(release, overrides, extra, verbose, controller, check)
         start = time.monotonic()
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                                 cwd=ar.ROOT, start_new_session=True)

@@ -375,6 +375,20 @@ def test_unreachable_target_fails_the_job_before_any_target_changes(lab, fleet, 
         fj.cleanup()
 
 
+def test_check_mode_refuses_the_job_before_anything_is_planned_or_recorded(lab, fleet, tmp_path):
+    fj = fl.FleetJob(lab, fleet[:2], tmp_path, "check", free_port())
+    try:
+        run = fj.run(fj.release(), check=True)
+        assert run.rc != 0, run.output[-4000:]
+        assert '"code": "job_check_mode_unsupported"' in run.output, run.output[-4000:]
+        assert "Run the nine phases on this target" not in run.output  # no target was deployed to
+        assert fj.job_ids() == []
+        if "://" not in fj.store_path:
+            assert not os.path.exists(fj.store_path)
+    finally:
+        fj.cleanup()
+
+
 def test_a_second_job_for_a_held_project_fails_closed_while_the_first_runs(lab, fleet, tmp_path):
     fj = fl.FleetJob(lab, fleet[:2], tmp_path, "busy", free_port())
     t1, t2 = fj.names

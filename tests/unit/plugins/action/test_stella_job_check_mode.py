@@ -1,0 +1,90 @@
+"""stella_job in check mode, through the real ansible-playbook: the read steps run and record nothing,
+every other step is refused with its stable code before the store is touched."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+from ansible_collections.stellaops.runtime.plugins.module_utils._contract import JOB_CHECK_MODE
+from ansible_collections.stellaops.runtime.plugins.plugin_utils import _job, _job_store
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
+BIN = os.path.join(ROOT, ".venv", "bin")
+PYTHON = os.path.join(BIN, "python")
+COLLECTIONS = os.path.join(ROOT, ".build", "collections")
+T0 = "2026-03-01T10:00:00.000000Z"
+GONE_HERE = {"pid": 2 ** 22 + 11, "startTicks": 1}  # a run of this controller whose process is gone
+RELEASE = {"release": {"id": "r1", "name": "shop", "version": "1.0.0"}, "tenant": "t", "environment": "lab",
+           "application": "shop", "strategy": "rolling", "target": {"type": "ComposeHost"},
+           "components": [{"name": "web", "image": "registry.invalid/shop/web:1"}]}
+
+
+def playbook(tmp_path, tasks, *extra):
+    path = tmp_path / "play.yml"
+    path.write_text(json.dumps([{"hosts": "localhost", "gather_facts": False, "tasks": tasks}]))
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=COLLECTIONS, ANSIBLE_STDOUT_CALLBACK="json_results",
+               ANSIBLE_CALLBACK_PLUGINS=os.path.join(ROOT, "tests", "callback_plugins"),
+               ANSIBLE_LOCALHOST_WARNING="0", ANSIBLE_INVENTORY_UNPARSED_WARNING="0", ANSIBLE_NOCOLOR="1",
+               ANSIBLE_LOCAL_TEMP=str(tmp_path / "local-tmp"), ANSIBLE_HOME=str(tmp_path / "ansible-home"),
+               PATH=BIN + os.pathsep + os.environ.get("PATH", ""))
+    env.pop("ANSIBLE_CONFIG", None)
+    proc = subprocess.run([os.path.join(BIN, "ansible-playbook"), "-i", "localhost,", "-c", "local",
+                           "-e", "ansible_python_interpreter=" + PYTHON, str(path), *extra],
+                          cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=180, check=False)
+    assert proc.stdout.strip(), proc.stderr
+    return proc, [task["hosts"]["localhost"] for task in json.loads(proc.stdout)["plays"][0]["tasks"]]
+
+
+def stored_job(tmp_path):
+    """A store with job-1, Running, owned by a run of this controller that is gone."""
+    location = str(tmp_path / "jobs.sqlite3")
+    store = _job_store.open_store(location)
+    targets = {"a": {"targetId": "id-a", "targetName": "a", "projectName": "shop"}}
+    owner = dict(GONE_HERE, host=os.uname().nodename)
+    store.create(_job.new_job("job-1", None, {"release": {"id": "r1"}}, [["a"]], targets, {}, T0, owner=owner))
+    store.update("job-1", lambda r: _job.start(r, T0))
+    store.close()
+    return location
+
+
+def test_show_in_check_mode_reads_the_job_as_it_is_and_records_nothing(tmp_path):
+    location = stored_job(tmp_path)
+    show = {"stellaops.runtime.stella_job": {"step": "show", "store": location, "job_id": "job-1"}}
+    proc, results = playbook(tmp_path, [show], "--check")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert results[0]["job"]["status"] == "Running" and results[0]["job"]["revision"] == 2
+    store = _job_store.open_store(location)
+    try:
+        assert store.get("job-1")["status"] == "Running" and len(store.history("job-1")) == 2
+    finally:
+        store.close()
+    # the same step without check mode records the gone run's job interrupted
+    proc, results = playbook(tmp_path, [show])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (results[0]["job"]["status"], results[0]["job"]["code"]) == ("Failed", "job_interrupted")
+
+
+def test_health_runs_in_check_mode(tmp_path):
+    location = stored_job(tmp_path)
+    health = {"stellaops.runtime.stella_job": {"step": "health", "store": location, "targets": ["localhost"]}}
+    proc, results = playbook(tmp_path, [health], "--check")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert [(h["targetId"], h["status"]) for h in results[0]["health"]] == [("localhost", "unknown")]
+
+
+def test_recording_steps_are_refused_in_check_mode_before_the_store_is_touched(tmp_path):
+    location = str(tmp_path / "never" / "jobs.sqlite3")
+    tasks = [{"stellaops.runtime.stella_job": dict(args, store=location), "ignore_errors": True} for args in (
+        {"step": "start", "release": RELEASE, "targets": ["localhost"]},
+        {"step": "target", "job_id": "job-1", "target": "a", "phase": "deploy"},
+        {"step": "close", "job_id": "job-1"},
+    )]
+    proc, results = playbook(tmp_path, tasks, "--check")
+    assert proc.returncode == 0, proc.stdout + proc.stderr  # errors ignored
+    for step, result in zip(("start", "target", "close"), results):
+        assert result["failed"] is True and result["code"] == JOB_CHECK_MODE, result
+        assert result["msg"] == ("step %s records the job in the job store, so it does not run in check mode: "
+                                 "nothing was planned, persisted or changed" % step)
+    assert not os.path.exists(os.path.dirname(location))
