@@ -26,7 +26,7 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils import (
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_plan import job_options, plan_job, target_identity
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._evidence import project_digest
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._inputs import load_credentials, plain, resolve_digests
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_lease import start_keeper
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_lease import MIN_LEASE_SECONDS, start_keeper
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_owner import controller_owner, interrupt_gone
 
 ARGUMENT_SPEC = {
@@ -134,9 +134,9 @@ class ActionModule(ActionBase):
     def _start(self, store, args):
         """Plan the whole job once and persist it; fail it closed when a target is unreachable."""
         self._need(args, "release")
-        if args["claim_lease"] < 0:
-            raise StellaError("job_invalid", "claim_lease must be 0 (no lease) or a number of seconds, not %d" %
-                              args["claim_lease"], phase="job")
+        if args["claim_lease"] < 0 or 0 < args["claim_lease"] < MIN_LEASE_SECONDS:
+            raise StellaError("job_invalid", "claim_lease must be 0 (no lease) or at least %d seconds, not %d" % (
+                MIN_LEASE_SECONDS, args["claim_lease"]), phase="job")
         now = utc_timestamp()
         interrupted = self._interrupt_gone_jobs(store, now)
         job_id, source = (args["job_id"], "job_id") if args["job_id"] else _job.job_id_from(self.vars)

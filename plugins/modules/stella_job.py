@@ -113,7 +113,7 @@ options:
       - Without a lease (V(0)) only the controller that ran the job can tell that its run is gone. From
         another controller an operator says so with C(stella interrupt).
       - Choose it long enough that a busy controller never misses it (for example 120 seconds, which
-        lets two renewals be missed), and keep the controllers' clocks in step (NTP).
+        lets two renewals be missed; at least 3 seconds), and keep the controllers' clocks in step (NTP).
     type: int
     default: 0
   traffic_options:

@@ -34,6 +34,7 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_store impor
 
 POLL_SECONDS = 1.0  # how often the keeper looks at its owner process
 RENEWALS_PER_LEASE = 3
+MIN_LEASE_SECONDS = 3  # a renewal at most every second, three per lease
 
 
 def renew_every(lease):

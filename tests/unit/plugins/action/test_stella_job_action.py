@@ -1,5 +1,6 @@
-"""stella_job in check mode, through the real ansible-playbook: the read steps run and record nothing,
-every other step is refused with its stable code before the store is touched."""
+"""stella_job through the real ansible-playbook: in check mode the read steps run and record nothing and
+every other step is refused with its stable code before the store is touched; a claim lease too short
+to be renewed is refused."""
 
 from __future__ import annotations
 
@@ -88,3 +89,20 @@ def test_recording_steps_are_refused_in_check_mode_before_the_store_is_touched(t
         assert result["msg"] == ("step %s records the job in the job store, so it does not run in check mode: "
                                  "nothing was planned, persisted or changed" % step)
     assert not os.path.exists(os.path.dirname(location))
+
+
+def test_a_claim_lease_shorter_than_three_seconds_is_refused(tmp_path):
+    location = str(tmp_path / "jobs.sqlite3")
+    tasks = [{"stellaops.runtime.stella_job": {"step": "start", "store": location, "release": RELEASE,
+                                                "targets": ["localhost"], "claim_lease": lease},
+              "ignore_errors": True} for lease in (-1, 1, 2)]
+    proc, results = playbook(tmp_path, tasks)
+    assert proc.returncode == 0, proc.stdout + proc.stderr  # errors ignored
+    for lease, result in zip((-1, 1, 2), results):
+        assert (result["failed"], result["code"]) == (True, "job_invalid"), result
+        assert result["msg"] == "claim_lease must be 0 (no lease) or at least 3 seconds, not %d" % lease
+    store = _job_store.open_store(location)
+    try:
+        assert store.list() == []
+    finally:
+        store.close()
