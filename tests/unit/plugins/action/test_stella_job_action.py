@@ -93,9 +93,9 @@ def test_recording_steps_are_refused_in_check_mode_before_the_store_is_touched(t
 
 def test_a_claim_lease_shorter_than_three_seconds_is_refused(tmp_path):
     location = str(tmp_path / "jobs.sqlite3")
-    tasks = [{"stellaops.runtime.stella_job": {"step": "start", "store": location, "release": RELEASE,
-                                                "targets": ["localhost"], "claim_lease": lease},
-              "ignore_errors": True} for lease in (-1, 1, 2)]
+    start = {"step": "start", "store": location, "release": RELEASE, "targets": ["localhost"]}
+    tasks = [{"stellaops.runtime.stella_job": dict(start, claim_lease=lease), "ignore_errors": True}
+             for lease in (-1, 1, 2)]
     proc, results = playbook(tmp_path, tasks)
     assert proc.returncode == 0, proc.stdout + proc.stderr  # errors ignored
     for lease, result in zip((-1, 1, 2), results):
