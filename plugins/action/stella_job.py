@@ -87,7 +87,11 @@ class ActionModule(ActionBase):
             return result
         store = None
         try:
-            store = _job_store.open_store(args["store"] or self.vars.get("stella_job_store"))
+            location = args["store"] or self.vars.get("stella_job_store")
+            if self._task.check_mode and _job_store.missing_sqlite(location):
+                raise StellaError("job_store_missing", "no job store at %s (check mode creates none)" %
+                                  _job_store.missing_sqlite(location), phase="job")
+            store = _job_store.open_store(location)
             if args["step"] in ACTING_STEPS:
                 self._refuse_interrupted(self._job_of(store, args))
             outcome = getattr(self, "_" + args["step"])(store, args)

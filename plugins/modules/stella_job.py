@@ -62,7 +62,8 @@ attributes:
     support: partial
     details:
       - O(step=show) and O(step=health) only read the job store and run in check mode (O(step=show) then
-        records no job interrupted). Every other step records the job and fails in check mode with code
+        records no job interrupted, and a SQLite store that is not there is not created but reported,
+        code C(job_store_missing)). Every other step records the job and fails in check mode with code
         C(job_check_mode_unsupported), before anything is planned or persisted.
   diff_mode:
     support: none

@@ -410,6 +410,14 @@ class SqliteJobStore(SqlJobStore):
             raise store_error("cannot %s in %s: %s" % (what, self.path, exc)) from None
 
 
+def missing_sqlite(location=None):
+    """The path of the SQLite store that ``location`` names when no file is there; ``None`` when it is
+    there, and for PostgreSQL. For readers that must not create a store."""
+    location = location or DEFAULT_STORE
+    path = location[len("sqlite:///"):] if location.startswith("sqlite:///") else location
+    return path if "://" not in path and not os.path.isfile(os.path.expanduser(path)) else None
+
+
 def open_store(location=None):
     """The store at ``location``: a file path, ``sqlite:///relative`` / ``sqlite:////absolute``, or a
     PostgreSQL DSN ``postgresql://user@host:port/db`` (default ``DEFAULT_STORE``)."""

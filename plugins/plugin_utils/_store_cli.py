@@ -40,9 +40,8 @@ HEALTH_COLUMNS = (("TARGET", "targetId"), ("NAME", "targetName"), ("STATUS", "st
 def existing_store(location):
     """The job store at ``location``, closed when the block ends; ``job_store_missing`` when a SQLite
     store is not there (these commands never create one)."""
-    location = location or _job_store.DEFAULT_STORE
-    path = location[len("sqlite:///"):] if location.startswith("sqlite:///") else location
-    if "://" not in path and not os.path.isfile(os.path.expanduser(path)):
+    path = _job_store.missing_sqlite(location)
+    if path:
         raise StellaError("job_store_missing", "no job store at %s" % path)
     store = _job_store.open_store(location)
     try:

@@ -106,3 +106,14 @@ def test_a_claim_lease_shorter_than_three_seconds_is_refused(tmp_path):
         assert store.list() == []
     finally:
         store.close()
+
+
+def test_show_in_check_mode_creates_no_store(tmp_path):
+    location = str(tmp_path / "none" / "jobs.sqlite3")
+    show = {"stellaops.runtime.stella_job": {"step": "show", "store": location, "job_id": "job-1"},
+            "ignore_errors": True}
+    proc, results = playbook(tmp_path, [show], "--check")
+    assert proc.returncode == 0, proc.stdout + proc.stderr  # errors ignored
+    assert (results[0]["failed"], results[0]["code"]) == (True, "job_store_missing")
+    assert results[0]["msg"] == "no job store at %s (check mode creates none)" % location
+    assert not os.path.exists(os.path.dirname(location))
