@@ -183,12 +183,21 @@ def _alive(pid, forwarder):
 
 
 def _running(pid):
-    """Whether ``pid`` exists and is not a zombie (a zombie has exited; its parent has not reaped it yet)."""
+    """Whether a thread of ``pid`` is still alive. A zombie (exited, its parent has not reaped it yet) is
+    not running, but a zombie thread group leader whose other threads are still exiting is: they share
+    its open files, so its listening sockets stay bound until the last of them is gone."""
     try:
-        with open("/proc/%d/stat" % pid, "rb") as handle:
-            return handle.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except (OSError, IndexError):
+        threads = os.listdir("/proc/%d/task" % pid)
+    except OSError:
         return False
+    for thread in threads:
+        try:
+            with open("/proc/%d/task/%s/stat" % (pid, thread), "rb") as handle:
+                if handle.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X"):
+                    return True
+        except (OSError, IndexError):
+            continue
+    return False
 
 
 class Relay(Manager):

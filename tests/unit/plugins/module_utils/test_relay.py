@@ -5,7 +5,10 @@ the same port when the upstream changes, stopped and removed by ``absent``."""
 from __future__ import annotations
 
 import os
+import platform
 import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -147,6 +150,48 @@ def test_a_real_forwarder_is_started_detached_kept_restarted_and_removed(tmp_pat
         ask(ev["endpoints"][0])
     assert not relay.run(rl.parse_request({"name": "shop-web", "state": "absent",
                                            "state_directory": str(tmp_path)}))["changed"]
+
+
+# A process whose main thread exits (the raw exit system call ends that thread only) while another
+# thread keeps its listening socket open: the thread group leader is a zombie, the process is not gone.
+ZOMBIE_LEADER = r"""
+import ctypes, socket, sys, threading, time
+listener = socket.socket()
+listener.bind(("127.0.0.1", 0))
+listener.listen(1)
+print(listener.getsockname()[1], flush=True)
+threading.Thread(target=time.sleep, args=(float(sys.argv[2]),)).start()
+ctypes.CDLL(None, use_errno=True).syscall(int(sys.argv[1]), 0)
+"""
+SYS_EXIT = {"x86_64": 60, "aarch64": 93}
+
+
+@pytest.mark.skipif(platform.machine() not in SYS_EXIT, reason="the exit system call's number is known for "
+                    "x86_64 and aarch64 only")
+def test_a_zombie_leader_whose_threads_still_hold_its_socket_is_running():
+    """The relay waits for its old forwarder to stop before it binds the same port again; a forwarder
+    whose main thread had exited while its other threads still held the listening socket was taken for
+    stopped, and the port was lost to a new one."""
+    proc = subprocess.Popen([sys.executable, "-c", ZOMBIE_LEADER, str(SYS_EXIT[platform.machine()]), "3"],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(proc.stdout.readline())
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            with open("/proc/%d/stat" % proc.pid, "rb") as handle:
+                if handle.read().rsplit(b")", 1)[1].split()[0] == b"Z":
+                    break
+            time.sleep(0.02)
+        else:
+            pytest.fail("the main thread did not exit")
+        assert rl._running(proc.pid)  # pylint: disable=protected-access
+        with pytest.raises(OSError):
+            socket.create_server(("127.0.0.1", port)).close()  # still bound by the live thread
+        proc.wait(10)
+        assert not rl._running(proc.pid)  # pylint: disable=protected-access
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_a_port_in_use_is_a_coded_failure_and_nothing_is_started(tmp_path):
