@@ -81,17 +81,19 @@ class ActionModule(ActionBase):
         _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         self.vars = task_vars or {}
         self.secrets = []
+        self.location = None
         if self._task.check_mode and args["step"] not in READ_STEPS:
             result.update(failed=True, code=JOB_CHECK_MODE, msg="step %s records the job in the job store, so it does "
                           "not run in check mode: nothing was planned, persisted or changed" % args["step"])
             return result
         store = None
         try:
-            location = args["store"] or self.vars.get("stella_job_store")
-            if self._task.check_mode and _job_store.missing_sqlite(location):
-                raise StellaError("job_store_missing", "no job store at %s (check mode creates none)" %
-                                  _job_store.missing_sqlite(location), phase="job")
-            store = _job_store.open_store(location)
+            self.location = args["store"] or self.vars.get("stella_job_store")
+            missing = _job_store.missing_sqlite(self.location) if self._task.check_mode else None
+            if missing:
+                raise StellaError("job_store_missing", "no job store at %s (check mode creates none)" % missing,
+                                  phase="job")
+            store = _job_store.open_store(self.location)
             if args["step"] in ACTING_STEPS:
                 self._refuse_interrupted(self._job_of(store, args))
             outcome = getattr(self, "_" + args["step"])(store, args)
@@ -188,20 +190,19 @@ class ActionModule(ActionBase):
                                                                      utc_timestamp()))
         else:
             record = store.update(job_id, lambda r: _job.start(r, utc_timestamp()))
-        keeper = None
+        keeper, warnings = None, []
         if record["status"] == "Running" and args["claim_lease"]:
-            keeper = start_keeper(args["store"] or self.vars.get("stella_job_store"), job_id, record["owner"],
-                                  args["claim_lease"])
+            keeper = start_keeper(self.location, job_id, record["owner"], args["claim_lease"])
+            if keeper is None:
+                warnings.append("job %s: the claim lease keeper could not be started; only the job's steps renew "
+                                "its lease" % job_id)
         env = {name: files.get(".env.stella") for name, files in planned["files"].items()}
         outcome = {"jobId": job_id, "jobIdSource": source, "proceed": record["status"] == "Running",
                    "status": record["status"], "reason": record["reason"], "code": record["code"],
                    "batches": planned["batches"], "serial": planned["serial"], "targetOrder": planned["targetOrder"],
                    "plans": planned["plans"], "options": options, "interruptedJobs": interrupted,
                    "leaseKeeperPid": keeper, "hasEnvArtifact": {name: data is not None for name, data in env.items()}}
-        if record["status"] == "Running" and args["claim_lease"] and keeper is None:
-            outcome["warnings"] = ["job %s: the claim lease keeper could not be started; only the job's steps "
-                                   "renew its lease" % job_id]
-        return outcome
+        return dict(outcome, warnings=warnings) if warnings else outcome
 
     def _target(self, store, args):
         """Persist a phase boundary of one target, and its outcome when it ended."""

@@ -38,7 +38,7 @@ import subprocess
 import sys
 import time
 
-from ansible_collections.stellaops.runtime.plugins.module_utils import _relay_forwarder
+from ansible_collections.stellaops.runtime.plugins.module_utils import _procfs, _relay_forwarder
 from ansible_collections.stellaops.runtime.plugins.module_utils._canonical import canonical_json
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils._contract import invalid
@@ -183,21 +183,9 @@ def _alive(pid, forwarder):
 
 
 def _running(pid):
-    """Whether a thread of ``pid`` is still alive. A zombie (exited, its parent has not reaped it yet) is
-    not running, but a zombie thread group leader whose other threads are still exiting is: they share
-    its open files, so its listening sockets stay bound until the last of them is gone."""
-    try:
-        threads = os.listdir("/proc/%d/task" % pid)
-    except OSError:
-        return False
-    for thread in threads:
-        try:
-            with open("/proc/%d/task/%s/stat" % (pid, thread), "rb") as handle:
-                if handle.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X"):
-                    return True
-        except (OSError, IndexError):
-            continue
-    return False
+    """Whether ``pid`` still runs: a zombie has exited, but not one whose other threads still hold its
+    sockets (:func:`_procfs.any_thread_alive`)."""
+    return _procfs.any_thread_alive(pid)
 
 
 class Relay(Manager):

@@ -28,6 +28,8 @@ JOB_SCHEMA = "stella.job.v1"
 JOB_STATUSES = ("Pending", "Running", "Succeeded", "Failed", "RollingBack", "RolledBack")
 TARGET_STATUSES = ("Pending", "Running", "Succeeded", "Failed", "Skipped", "RolledBack")
 TERMINAL = ("Succeeded", "Failed", "RolledBack")
+# The last renewal of a job's claim lease, in records read from the store (never in the stored JSON).
+LEASE_FIELD = "leaseRenewedAt"
 TRANSITIONS = {
     "Pending": ("Running", "Failed"),
     "Running": ("Succeeded", "Failed"),

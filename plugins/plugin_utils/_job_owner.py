@@ -18,26 +18,15 @@ from __future__ import annotations
 import os
 import socket
 
+from ansible_collections.stellaops.runtime.plugins.module_utils import _procfs
 from ansible_collections.stellaops.runtime.plugins.module_utils._contract import seconds_between, utc_timestamp
 from ansible_collections.stellaops.runtime.plugins.plugin_utils import _job, _projection
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_store import LEASE_FIELD
-
-
-def _process_stat(pid):
-    """``(state, start)`` of ``pid`` from ``/proc`` (its state letter and its start time in clock ticks
-    since boot), or ``None`` when it does not exist."""
-    try:
-        with open("/proc/%d/stat" % pid, "r", encoding="utf-8") as handle:
-            fields = handle.read().rsplit(")", 1)[1].split()
-        return fields[0], int(fields[19])
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def process_start(pid):
     """The start time (clock ticks since boot) of ``pid``, or ``None`` when it does not exist."""
-    stat = _process_stat(pid)
-    return stat[1] if stat else None
+    found = _procfs.stat(pid)
+    return found[1] if found else None
 
 
 def controller_owner():
@@ -60,10 +49,10 @@ def owner_gone(owner):
 def owner_state(owner):
     """``"running"``, ``"stopped"`` (SIGSTOP, a suspended terminal, a tracer) or ``"gone"`` (ended, a zombie,
     or its pid reused) for the controller run ``owner`` of this host."""
-    stat = _process_stat(owner["pid"])
-    if stat is None or stat[1] != owner.get("startTicks") or stat[0] in ("Z", "X", "x"):
+    found = _procfs.stat(owner["pid"])
+    if found is None or found[1] != owner.get("startTicks") or found[0] in _procfs.EXITED:
         return "gone"
-    return "stopped" if stat[0] in ("T", "t") else "running"
+    return "stopped" if found[0] in ("T", "t") else "running"
 
 
 def interrupted_why(record):
@@ -80,7 +69,7 @@ def lease_seconds(record):
 def idle_seconds(record, now):
     """Seconds since ``record`` last persisted a change or renewed its lease (``leaseRenewedAt``, as the
     store reads it); ``None`` when neither timestamp is readable."""
-    found = [s for s in (seconds_between(record.get(k), now) for k in ("updatedAt", LEASE_FIELD)) if s is not None]
+    found = [s for s in (seconds_between(record.get(k), now) for k in ("updatedAt", _job.LEASE_FIELD)) if s is not None]
     return min(found) if found else None
 
 

@@ -32,10 +32,10 @@ import sqlite3
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError, redact_url
 from ansible_collections.stellaops.runtime.plugins.plugin_utils import _health, _job_schema, _projection
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._job import LEASE_FIELD
 
 DEFAULT_STORE = "~/.local/state/stellaops/jobs.sqlite3"
 UNFINISHED = ("Pending", "Running", "RollingBack")
-LEASE_FIELD = "leaseRenewedAt"  # in records read from the store, never in the stored JSON
 PRUNE_CHUNK = 500  # job ids per DELETE (SQLite's older builds allow 999 parameters per statement)
 
 
@@ -410,25 +410,31 @@ class SqliteJobStore(SqlJobStore):
             raise store_error("cannot %s in %s: %s" % (what, self.path, exc)) from None
 
 
+def _sqlite_path(location):
+    """The file of the SQLite store ``location`` names (a path or ``sqlite:///path``); ``None`` for a URL
+    of another kind."""
+    if location.startswith("sqlite:///"):
+        return location[len("sqlite:///"):]
+    return None if "://" in location else location
+
+
 def missing_sqlite(location=None):
     """The path of the SQLite store that ``location`` names when no file is there; ``None`` when it is
     there, and for PostgreSQL. For readers that must not create a store."""
-    location = location or DEFAULT_STORE
-    path = location[len("sqlite:///"):] if location.startswith("sqlite:///") else location
-    return path if "://" not in path and not os.path.isfile(os.path.expanduser(path)) else None
+    path = _sqlite_path(location or DEFAULT_STORE)
+    return path if path is not None and not os.path.isfile(os.path.expanduser(path)) else None
 
 
 def open_store(location=None):
     """The store at ``location``: a file path, ``sqlite:///relative`` / ``sqlite:////absolute``, or a
     PostgreSQL DSN ``postgresql://user@host:port/db`` (default ``DEFAULT_STORE``)."""
     location = location or DEFAULT_STORE
-    if location.startswith("sqlite:///"):
-        return SqliteJobStore(location[len("sqlite:///"):])
     if location.startswith(("postgresql://", "postgres://")):
         from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_store_pg import (  # pylint: disable=import-outside-toplevel
             PostgresJobStore)
         return PostgresJobStore(location)
-    if "://" in location:
+    path = _sqlite_path(location)
+    if path is None:
         raise store_error("job store %s: only SQLite (a path or sqlite:///path) and PostgreSQL (postgresql://) are "
                           "available" % redact_url(location), code="job_store_unsupported")
-    return SqliteJobStore(location)
+    return SqliteJobStore(path)

@@ -8,11 +8,11 @@ document, and its ``release.rollback.evidence.v1`` over every target. Pure, no I
 from __future__ import annotations
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._canonical import digest_json
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._job import TERMINAL
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._job import LEASE_FIELD, TERMINAL
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._rollback_evidence import build_rollback_evidence
 
 JOB_EVIDENCE_VERSION = "stella.job.evidence.v1"
-_VOLATILE = ("owner", "revision", "updatedAt", "leaseRenewedAt")
+_VOLATILE = ("owner", "revision", "updatedAt", LEASE_FIELD)
 
 
 def job_evidence(record):
@@ -105,7 +105,7 @@ def render_text(record):
     if lease and record["status"] not in TERMINAL:
         owner = record.get("owner") or {}
         lines.append("claim lease %ss  run: controller %s pid %s  changed %s  renewed %s" % (
-            lease, owner.get("host"), owner.get("pid"), record.get("updatedAt"), record.get("leaseRenewedAt") or "-"))
+            lease, owner.get("host"), owner.get("pid"), record.get("updatedAt"), record.get(LEASE_FIELD) or "-"))
     for index, batch in enumerate(record["batches"]):
         gate = next((g for g in record.get("gates") or [] if g["batch"] == index), None)
         verdict = ""

@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from ansible_collections.stellaops.runtime.plugins.module_utils import _procfs
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils._contract import utc_timestamp
 from ansible_collections.stellaops.runtime.plugins.plugin_utils import _job, _job_lease, _job_owner, _job_store
@@ -121,7 +122,7 @@ time.sleep(120)
 
 
 def keeper_ended(pid):
-    stat = _job_owner._process_stat(pid)  # pylint: disable=protected-access
+    stat = _procfs.stat(pid)
     return stat is None or stat[0] in ("Z", "X")
 
 
