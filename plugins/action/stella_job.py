@@ -56,6 +56,7 @@ ARGUMENT_SPEC = {
     "revision_paths": {"type": "dict", "default": {}},
     "traffic_options": {"type": "dict", "no_log": True, "default": {}},
     "claim_lease": {"type": "int", "default": 0},
+    "keep_revisions": {"type": "int", "default": 10},
 }
 
 # Steps that act for a running job: refused once the job was recorded interrupted (its projects are
@@ -143,6 +144,9 @@ class ActionModule(ActionBase):
         if args["claim_lease"] < 0 or 0 < args["claim_lease"] < MIN_LEASE_SECONDS:
             raise StellaError("job_invalid", "claim_lease must be 0 (no lease) or at least %d seconds, not %d" % (
                 MIN_LEASE_SECONDS, args["claim_lease"]), phase="job")
+        if args["keep_revisions"] < 0:
+            raise StellaError("job_invalid", "keep_revisions must be 0 (keep every retained revision) or more, not %d"
+                              % args["keep_revisions"], phase="job")
         now = utc_timestamp()
         interrupted = self._interrupt_gone_jobs(store, now)
         job_id, source = (args["job_id"], "job_id") if args["job_id"] else _job.job_id_from(self.vars)
@@ -163,6 +167,7 @@ class ActionModule(ActionBase):
         options = job_options(release, {"autoRollbackOnFailure": args["auto_rollback_on_failure"],
                                         "waitForHealthCheck": args["wait_for_health_check"]})
         options["claimLeaseSeconds"] = args["claim_lease"]
+        options["keepRevisions"] = args["keep_revisions"]
         summary = {"release": release["release"], "tenant": release["tenant"], "environment": release["environment"],
                    "application": release["application"], "strategy": release["strategy"],
                    "strategyConfig": release.get("strategyConfig") or {}, "resolution": resolution}

@@ -33,7 +33,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils._compose_project
     NOT_ASKED, ComposeProject, ServicesNotReady, check_pinned, container_fingerprint, present_image_ids, raise_problems,
     services_evidence)
 from ansible_collections.stellaops.runtime.plugins.module_utils._contract import (
-    COMPOSE_STEPS, COMPOSE_UP, ENV_FILE, ENV_FILE_MODE, LOCK_FILE, MANIFEST_FILE, REVISION_FILES, STICKER_FILE)
+    COMPOSE_STEPS, COMPOSE_UP, ENV_FILE, ENV_FILE_MODE, LOCK_FILE, MANIFEST_FILE, REVISION_FILES, STICKER_FILE, invalid)
 from ansible_collections.stellaops.runtime.plugins.module_utils._fsutil import (
     StagedFiles, project_lock, read_bytes, remove_stale_temps)
 from ansible_collections.stellaops.runtime.plugins.module_utils._identity import ensure_this_host
@@ -51,6 +51,9 @@ def preflight_params(given):
 
 def parse_request(payload=None, options=None):
     """A ``compose.up`` request from the verbatim payload and/or the snake_case options."""
+    keep = (options or {}).get("keep_revisions")
+    if keep is not None and keep < 0:
+        raise invalid("keep_revisions must be 0 (keep every retained revision) or more, got %d" % keep)
     request = COMPOSE_UP.parse(payload, options)
     request["hooks"] = _hooks.normalize_hooks(request["hooks"])
     return request

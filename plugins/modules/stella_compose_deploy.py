@@ -163,7 +163,11 @@ options:
     elements: str
     default: []
   keep_revisions:
-    description: How many retained revisions to keep (V(0) keeps all).
+    description:
+      - How many retained revisions of the project to keep (O(task=compose.up)); the oldest beyond it are
+        deleted after a new one is retained. V(0) keeps all; a negative value is refused (V(invalid_payload))
+        before anything on the target changes.
+      - A V(docker.run) deployment keeps one previous revision (its stopped containers) whatever this says.
     type: int
     default: 10
 notes:

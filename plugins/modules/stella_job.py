@@ -117,6 +117,13 @@ options:
         lets two renewals be missed; at least 3 seconds), and keep the controllers' clocks in step (NTP).
     type: int
     default: 0
+  keep_revisions:
+    description:
+      - O(step=start). How many retained revisions each ComposeHost target keeps per project; the oldest
+        beyond it are deleted after a new one is retained. V(0) keeps all. Kept in the job's options as
+        C(keepRevisions); the job's apply tasks use it. A DockerHost target keeps one previous revision.
+    type: int
+    default: 10
   traffic_options:
     description:
       - O(step=traffic) and O(step=traffic_rollback). Options of the traffic adapter, over

@@ -125,9 +125,10 @@ def test_rolling_v1_rerun_then_failing_v2_rolls_back_in_reverse_batch_order(lab,
     t1, t2, t3, t4 = fj.names
     try:
         # ---- v1: rolling, batches of two
-        v1 = fj.run(fj.release())
+        v1 = fj.run(fj.release(), extra={"stella_keep_revisions": 5})
         assert v1.rc == 0, v1.output[-4000:]
         rec1 = fj.job(v1.job_id)
+        assert rec1["options"]["keepRevisions"] == 5
         assert (rec1["status"], rec1["promotion"], rec1["reason"]) == ("Succeeded", "Succeeded", None)
         assert (rec1["strategy"], rec1["strategyConfig"]) == ("rolling", {"batchSize": 2})
         assert rec1["batches"] == [[t1, t2], [t3, t4]] and rec1["targetOrder"] == [t1, t2, t3, t4]
@@ -161,6 +162,7 @@ def test_rolling_v1_rerun_then_failing_v2_rolls_back_in_reverse_batch_order(lab,
         assert again.job_id != v1.job_id
         rec_again = fj.job(again.job_id)
         assert rec_again["status"] == "Succeeded"
+        assert rec_again["options"]["keepRevisions"] == 10
         assert all(rec_again["targets"][n]["appliedByJobId"] == v1.job_id for n in fj.names)
         state_again = fj.states(rec_again)
         for name in fj.names:

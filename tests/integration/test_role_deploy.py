@@ -100,13 +100,15 @@ class Scenario:
             release["hooks"] = hooks
         return release
 
-    def play(self, release, keep_results=True, wait_timeout=60, rollback_on_failure=True):
+    def play(self, release, keep_results=True, wait_timeout=60, rollback_on_failure=True, keep_revisions=None):
         """Run the test playbook; return (rc, recap {host: (ok, changed, unreachable, failed)}, results, output)."""
         self.runs += 1
         run = self.tmp / ("run%d" % self.runs)
         run.mkdir()
         variables = {"release": release, "evidence_dir": self.evidence_dir, "insecure_registries": self.insecure,
                      "wait_timeout": wait_timeout, "rollback_on_failure": rollback_on_failure}
+        if keep_revisions is not None:
+            variables["keep_revisions"] = keep_revisions
         if keep_results:
             variables["results_file"] = str(run / "results.json")
         (run / "vars.json").write_text(json.dumps(variables))
@@ -375,6 +377,26 @@ def test_h_rollback_disabled_leaves_v2_and_says_why(lab, tmp_path):
         assert recovery["reason"].endswith("(auto-rollback skipped: autoRollbackOnFailure=false)"), recovery["reason"]
         [container] = sc.inspect()
         assert container["Config"]["Image"].endswith("@" + sc.digests["app_v2"])
+    finally:
+        sc.cleanup()
+
+
+def test_j_keep_revisions_prunes_the_oldest_retained_revision(lab, tmp_path):
+    """deploy_keep_revisions=1: v1, v2, then v1 again retain v1's and then v2's revision; only v2's stays,
+    and it is the baseline the last apply reports."""
+    sc = Scenario(lab, tmp_path, "j")
+    revisions = os.path.join(sc.project_dir, "revisions")
+    try:
+        for image_key, version in (("app_v1", "1.0.0"), ("app_v2", "2.0.0"), ("app_v1", "1.0.0")):
+            rc, recap, results, output = sc.play(sc.release(image_key, version), keep_revisions=1)
+            assert rc == 0 and recap["localhost"][3] == 0, output[-4000:]
+            assert results["apply"]["changed"] is True
+        [kept] = os.listdir(revisions)
+        with open(os.path.join(revisions, kept, "stella.version.json"), encoding="utf-8") as handle:
+            assert json.load(handle)["release"]["version"] == "2.0.0"
+        assert results["apply"]["previousRevisionPath"] == os.path.join(revisions, kept)
+        [container] = sc.inspect()
+        assert container["Config"]["Image"].endswith("@" + sc.digests["app_v1"])
     finally:
         sc.cleanup()
 

@@ -1,6 +1,6 @@
 """stella_job through the real ansible-playbook: in check mode the read steps run and record nothing and
 every other step is refused with its stable code before the store is touched; a claim lease too short
-to be renewed is refused."""
+to be renewed is refused; the retention of revisions is a job option, and a negative one is refused."""
 
 from __future__ import annotations
 
@@ -104,6 +104,25 @@ def test_a_claim_lease_shorter_than_three_seconds_is_refused(tmp_path):
     store = _job_store.open_store(location)
     try:
         assert store.list() == []
+    finally:
+        store.close()
+
+
+def test_keep_revisions_is_a_job_option_and_a_negative_one_is_refused(tmp_path):
+    location = str(tmp_path / "jobs.sqlite3")
+    pinned = dict(RELEASE, components=[{"name": "web", "image": "registry.invalid/shop/web:1@sha256:" + "a" * 64}])
+    start = {"step": "start", "store": location, "release": pinned, "targets": ["localhost"]}
+    tasks = [{"stellaops.runtime.stella_job": dict(start, keep_revisions=-1), "ignore_errors": True},
+             {"stellaops.runtime.stella_job": dict(start, keep_revisions=3)}]
+    proc, results = playbook(tmp_path, tasks)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (results[0]["failed"], results[0]["code"]) == (True, "job_invalid"), results[0]
+    assert results[0]["msg"] == "keep_revisions must be 0 (keep every retained revision) or more, not -1"
+    assert results[1]["options"]["keepRevisions"] == 3
+    store = _job_store.open_store(location)
+    try:
+        [record] = [store.get(job_id) for job_id in [results[1]["jobId"]]]
+        assert record["options"]["keepRevisions"] == 3 and len(store.list()) == 1
     finally:
         store.close()
 

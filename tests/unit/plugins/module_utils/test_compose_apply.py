@@ -504,6 +504,31 @@ def test_baseline_retention_is_deduplicated(site):
     assert paths[3] != os.path.join(revisions, names[-1])
 
 
+@pytest.mark.parametrize("keep, kept", [(2, ["2.0.0", "3.0.0"]), (0, ["1.0.0", "2.0.0", "3.0.0"])])
+def test_keep_revisions_prunes_the_oldest_retained_revisions(site, keep, kept):
+    """Four releases in turn retain three baselines; ``keep_revisions`` keeps the newest of them (0: all)."""
+    plans = [site.plan(version) for version in ("1.0.0", "2.0.0", "3.0.0", "4.0.0")]
+    revisions = os.path.join(site.directory(plans[0]), "revisions")
+    generations = [[]]
+    for index, plan in enumerate(plans):
+        generations.append([site.container(plan, "gen-%d" % index)])
+        runner = sc.ScriptedRunner(site.apply_steps(plan, generations[-2], generations[-1]))
+        result = apply(site, plan, runner, keep_revisions=keep)
+        runner.assert_done()
+        assert result["changed"] is True
+    stickers = [json.loads(_fsutil.read_bytes(os.path.join(revisions, name, STICKER)))
+                for name in sorted(os.listdir(revisions))]
+    assert [sticker["release"]["version"] for sticker in stickers] == kept
+    assert result["evidence"]["previousRevisionPath"] == os.path.join(revisions, sorted(os.listdir(revisions))[-1])
+
+
+def test_a_negative_keep_revisions_is_refused_before_anything_runs():
+    with pytest.raises(StellaError) as err:
+        ca.parse_request(None, {"keep_revisions": -1})
+    assert err.value.code == "invalid_payload" and err.value.phase == "validate_payload"
+    assert "keep_revisions" in err.value.reason
+
+
 def test_blocking_pre_deploy_hook_restores_env_file(site):
     plan_a = site.plan("1.0.0", secret="s1")
     running = [site.container(plan_a, "a1")]

@@ -39,6 +39,7 @@ def test_bad_payloads_fail_before_anything_runs(site, runner, capsys, monkeypatc
         {"payload": dict(up, WorkDirectory="/srv/../etc")},
         {"task": "docker.run", "payload": up},
         {"project_name": plan["projectName"]},
+        {"payload": up, "keep_revisions": -1},
     ]
     for args in cases:
         rc, result = run_module(module, args, capsys, monkeypatch)
