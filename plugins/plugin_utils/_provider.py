@@ -64,6 +64,8 @@ _DEPLOY = [
     _param("min_engine_version", "Oldest Docker Engine the preflight accepts", default="24.0.0"),
     _param("min_compose_version", "Oldest Compose plugin the preflight accepts", default="2.20.0"),
     _param("auto_rollback", "Roll back automatically when the deployment fails", "boolean", default="true"),
+    _param("keep_revisions", "How many retained revisions of the project the host keeps (0: all)", "integer",
+           default="10"),
     _param("relay", "When Compose announces publish-endpoint: auto publishes each TCP port through a relay endpoint "
            "bound to the relay-link gateway only; off publishes nothing", default="auto", enum=RELAY_MODES),
     _param("raw_environment", "NAME=FACT sent as rawsetenv NAME=<value> (FACT: %s); needs a Compose that announces "
@@ -241,6 +243,16 @@ class ChunkedReader:
             if self.stream.read(2) != b"\r\n":
                 raise TruncatedStream("image_stream_truncated", "a chunk of the image stream was not terminated "
                                       "(after %d bytes); it was discarded" % self.total)
+
+
+def keep_revisions(options):
+    """The ``keep_revisions`` option as a count (``0``: keep all); anything else is ``invalid_option``."""
+    value = options.get("keep_revisions")
+    if value is None or value == "":
+        return 10
+    if not str(value).isdigit():
+        raise ProviderError("invalid_option", "keep_revisions %r is not 0 (keep all) or a positive count" % value)
+    return int(value)
 
 
 def _pairs(values, what):

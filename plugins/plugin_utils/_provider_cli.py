@@ -159,6 +159,7 @@ def up(parsed, channel, cancelled):
     if channel.can("get-service-config"):
         config = channel.request("get-service-config")
     release = _provider.release_from(parsed, config)
+    keep = _provider.keep_revisions(options)
     directory = state_dir(parsed)
     os.makedirs(directory, mode=0o700, exist_ok=True)
     relay = relay_plan(parsed, channel, release)
@@ -169,7 +170,8 @@ def up(parsed, channel, cancelled):
                  "stella_evidence_dir": os.path.join(directory, "evidence"),
                  "stella_insecure_registries": options.get("insecure_registries") or [],
                  "stella_min_engine_version": options.get("min_engine_version") or "24.0.0",
-                 "stella_min_compose_version": options.get("min_compose_version") or "2.20.0"}
+                 "stella_min_compose_version": options.get("min_compose_version") or "2.20.0",
+                 "stella_keep_revisions": keep}
     if relay:
         extravars["stella_relay"] = relay
     channel.send("info", "deploying %s (job %s)" % (release["components"][0]["image"], job_id))

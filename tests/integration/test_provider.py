@@ -51,7 +51,7 @@ class ComposeProject:
         if second:  # an unrelated provider service: Compose runs both providers at once
             services["api"] = {"provider": {"type": "stella", "options": dict(
                 options, image=lab["images"]["app_v2"]["loopback_ref"], ports="%d:8080" % self.api_port,
-                version="2.0.0")}}
+                version="2.0.0", keep_revisions="3")}}
         services["app"] = {"image": lab["images"]["tool"]["loopback_ref"], "command": ["sleep", "3600"],
                            "depends_on": sorted(set(services)), "environment": {"KEEP": "1"}, "init": True}
         document = {"services": services}
@@ -94,6 +94,8 @@ def test_compose_up_deploys_through_the_collection_and_down_removes_everything(l
         assert first.returncode == 0, first.stdout + first.stderr
         jobs, api_jobs = cp.jobs(), cp.jobs("api")
         assert [j["status"] for j in jobs] == ["Succeeded"] and [j["status"] for j in api_jobs] == ["Succeeded"]
+        # the option reaches the job (api's), its default otherwise (web's)
+        assert (jobs[0]["options"]["keepRevisions"], api_jobs[0]["options"]["keepRevisions"]) == (10, 3)
         assert overlap(jobs[0], api_jobs[0]), "Compose ran the two providers one after the other"
         record = jobs[0]
         project, containers = cp.deployed(record)

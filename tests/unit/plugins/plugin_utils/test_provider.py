@@ -59,6 +59,18 @@ def test_metadata_declares_every_option_for_each_command():
             assert param["required"] is False or "default" not in param
 
 
+@pytest.mark.parametrize("value, kept", [(None, 10), ("", 10), ("0", 0), ("3", 3)])
+def test_keep_revisions_is_a_count(value, kept):
+    assert pv.keep_revisions({} if value is None else {"keep_revisions": value}) == kept
+
+
+@pytest.mark.parametrize("value", ["-1", "two", "1.5", " 3"])
+def test_keep_revisions_refuses_anything_but_a_count(value):
+    with pytest.raises(pv.ProviderError) as err:
+        pv.keep_revisions({"keep_revisions": value})
+    assert err.value.code == "invalid_option" and repr(value) in err.value.reason
+
+
 def channel(environ, answers=b""):
     out = io.BytesIO()
     return pv.Channel(out, io.BytesIO(answers), environ), out
