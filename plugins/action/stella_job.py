@@ -22,7 +22,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils._contract import
     JOB_CHECK_MODE, JOB_INTERRUPTED, PROJECT_BUSY, ROLLBACK_TASKS, job_evidence_dir, seconds_between, utc_timestamp)
 from ansible_collections.stellaops.runtime.plugins.module_utils._fsutil import atomic_write
 from ansible_collections.stellaops.runtime.plugins.plugin_utils import (
-    _job, _job_store, _job_traffic, _job_view, _projection, _report, _strategy, _traffic)
+    _job, _job_preview, _job_store, _job_traffic, _job_view, _projection, _report, _strategy, _traffic)
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_plan import job_options, plan_job, target_identity
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._evidence import project_digest
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._inputs import load_credentials, plain, resolve_digests
@@ -63,7 +63,8 @@ ARGUMENT_SPEC = {
 # released, and another job may hold them now).
 ACTING_STEPS = ("target", "traffic", "gate", "finish", "rollback_target", "traffic_rollback")
 # Steps that only read the job store: they run in check mode (``show`` then records no job interrupted).
-# Every other step records the job and is refused in check mode (JOB_CHECK_MODE).
+# In check mode the deployment job's steps make a preview that opens no store (_job_preview.PREVIEW_STEPS);
+# the operator rollback's steps are refused (JOB_CHECK_MODE).
 READ_STEPS = ("show", "health")
 
 
@@ -74,7 +75,7 @@ def first_line(text):
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _requires_connection = False
-    _supports_check_mode = True  # read steps only; the others are refused (READ_STEPS)
+    _supports_check_mode = True  # read steps, and the job's steps as a preview (READ_STEPS, PREVIEW_STEPS)
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
@@ -83,12 +84,16 @@ class ActionModule(ActionBase):
         self.vars = task_vars or {}
         self.secrets = []
         self.location = None
-        if self._task.check_mode and args["step"] not in READ_STEPS:
+        preview = self._task.check_mode and args["step"] in _job_preview.PREVIEW_STEPS
+        if self._task.check_mode and args["step"] not in READ_STEPS and not preview:
             result.update(failed=True, code=JOB_CHECK_MODE, msg="step %s records the job in the job store, so it does "
                           "not run in check mode: nothing was planned, persisted or changed" % args["step"])
             return result
         store = None
         try:
+            if preview:  # no store is opened: a preview persists nothing
+                result.update(self._preview(args), changed=False)
+                return result
             self.location = args["store"] or self.vars.get("stella_job_store")
             missing = _job_store.missing_sqlite(self.location) if self._task.check_mode else None
             if missing:
@@ -138,8 +143,22 @@ class ActionModule(ActionBase):
         return [record["jobId"] for record in store.unfinished()
                 if interrupt_gone(store, record, now)["status"] != record["status"]]
 
-    def _start(self, store, args):
-        """Plan the whole job once and persist it; fail it closed when a target is unreachable."""
+    def _preview(self, args):
+        """A step of the job in check mode (_job_preview): nothing is opened, recorded or written."""
+        if args["step"] == "start":
+            self._check_start(args)
+            job_id, source, planned, options, _summary, unreachable = self._plan(args, utc_timestamp())
+            return _job_preview.start(job_id, source, planned, options, unreachable)
+        if args["step"] == "close":
+            hostvars = self.vars.get("hostvars") or {}
+            run = (hostvars.get("localhost") or {}).get("stella_job_run") or self.vars.get("stella_job_run") or {}
+            if run.get("jobId") != args["job_id"] or not run.get("checkMode"):
+                raise StellaError("job_not_found", "no job %s was previewed in this run" % args["job_id"], phase="job")
+            return _job_preview.close(run, hostvars)
+        return _job_preview.passing(args["step"], args["job_id"], args["batch"])
+
+    def _check_start(self, args):
+        """The options of a start, refused (job_invalid) before anything is planned or opened."""
         self._need(args, "release")
         if args["claim_lease"] < 0 or 0 < args["claim_lease"] < MIN_LEASE_SECONDS:
             raise StellaError("job_invalid", "claim_lease must be 0 (no lease) or at least %d seconds, not %d" % (
@@ -147,8 +166,9 @@ class ActionModule(ActionBase):
         if args["keep_revisions"] < 0:
             raise StellaError("job_invalid", "keep_revisions must be 0 (keep every retained revision) or more, not %d"
                               % args["keep_revisions"], phase="job")
-        now = utc_timestamp()
-        interrupted = self._interrupt_gone_jobs(store, now)
+
+    def _plan(self, args, now):
+        """``(job id, its source, the plan, options, summary, unreachable targets)``; nothing persisted."""
         job_id, source = (args["job_id"], "job_id") if args["job_id"] else _job.job_id_from(self.vars)
         if not job_id:
             job_id, source = "job-%s-%s" % (now[:19].replace("-", "").replace(":", ""), secrets.token_hex(4)), "generated"
@@ -171,6 +191,16 @@ class ActionModule(ActionBase):
         summary = {"release": release["release"], "tenant": release["tenant"], "environment": release["environment"],
                    "application": release["application"], "strategy": release["strategy"],
                    "strategyConfig": release.get("strategyConfig") or {}, "resolution": resolution}
+        unreachable = {name: first_line(str(ping.get("msg") or "")) or "unreachable"
+                       for name, ping in args["readiness"].items() if isinstance(ping, dict) and ping.get("unreachable")}
+        return job_id, source, planned, options, summary, unreachable
+
+    def _start(self, store, args):
+        """Plan the whole job once and persist it; fail it closed when a target is unreachable."""
+        self._check_start(args)
+        now = utc_timestamp()
+        interrupted = self._interrupt_gone_jobs(store, now)
+        job_id, source, planned, options, summary, unreachable = self._plan(args, now)
         targets = {name: {"targetId": plan["target"]["id"], "targetName": plan["target"]["name"],
                           "targetType": plan["target"]["type"], "endpoint": plan["target"]["endpoint"],
                           "target": plan["target"], "projectName": plan["projectName"], "slot": plan["slot"],
@@ -180,8 +210,6 @@ class ActionModule(ActionBase):
         record = _job.new_job(job_id, source, summary, planned["batches"], targets, options, now,
                               owner=controller_owner())
         _stored, held = store.create(record)
-        unreachable = {name: first_line(str(ping.get("msg") or "")) or "unreachable"
-                       for name, ping in args["readiness"].items() if isinstance(ping, dict) and ping.get("unreachable")}
         if held:
             busy = {name: "project %s is held by unfinished job %s" % (targets[name]["projectName"], holder)
                     for name, holder in held.items()}

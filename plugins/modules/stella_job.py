@@ -63,7 +63,14 @@ attributes:
     details:
       - O(step=show) and O(step=health) only read the job store and run in check mode (O(step=show) then
         records no job interrupted, and a SQLite store that is not there is not created but reported,
-        code C(job_store_missing)). Every other step records the job and fails in check mode with code
+        code C(job_store_missing)).
+      - The deployment job's steps make a preview that opens no job store. O(step=start) plans the job (the
+        release validated, tags resolved, artifacts and batches) and returns the plan with C(checkMode),
+        status C(Preview) and no record; O(step=target), O(step=traffic), O(step=traffic_rollback) record
+        nothing; O(step=gate) proceeds (every batch is previewed); O(step=finish) decides no rollback;
+        O(step=close) returns per target what it would do (C(preview)), from what the play registered on
+        it (its preflight and its apply in check mode), and the job's C(text).
+      - O(step=rollback_start) and O(step=rollback_target) fail in check mode with code
         C(job_check_mode_unsupported), before anything is planned or persisted.
   diff_mode:
     support: none

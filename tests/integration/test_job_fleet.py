@@ -23,6 +23,7 @@ import signal
 import pytest
 
 import fleetkit as fl
+import labkit
 from labkit import free_port
 from fleetkit import PHASES, ROLLBACK_PHASES, web
 
@@ -377,16 +378,57 @@ def test_unreachable_target_fails_the_job_before_any_target_changes(lab, fleet, 
         fj.cleanup()
 
 
-def test_check_mode_refuses_the_job_before_anything_is_planned_or_recorded(lab, fleet, tmp_path):
+def application_containers(fj):
+    """``{host: ids of this application's containers}``, read on every target."""
+    script = "docker ps -aq --no-trunc --filter label=stella.application=%s" % fj.application
+    return {t["name"]: sorted(labkit.ssh(t, script, timeout=120).stdout.split()) for t in fj.fleet}
+
+
+def preview_lines(run):
+    """The preview's per-target lines (``name (batch N): ...``) from the job's debug output."""
+    return {line.split(" (batch ")[0]: line.split("): ", 1)[1] for line in
+            (raw.strip().strip('",') for raw in run.output.splitlines()) if " (batch " in line and "): " in line}
+
+
+def test_check_mode_previews_the_job_and_records_or_changes_nothing(lab, fleet, tmp_path):
     fj = fl.FleetJob(lab, fleet[:2], tmp_path, "check", free_port())
+    t1, t2 = fj.names
     try:
-        run = fj.run(fj.release(), check=True)
-        assert run.rc != 0, run.output[-4000:]
-        assert '"code": "job_check_mode_unsupported"' in run.output, run.output[-4000:]
-        assert "Run the nine phases on this target" not in run.output  # no target was deployed to
-        assert fj.job_ids() == []
+        # ---- a preview on targets that run nothing of the application: both would deploy
+        first = fj.run(fj.release(), check=True)
+        assert first.rc == 0, first.output[-4000:]
+        assert "check mode: a preview, nothing was recorded or changed" in first.output
+        lines = preview_lines(first)
+        assert set(lines) == {t1, t2} and all(line.startswith("would deploy (") for line in lines.values()), lines
+        assert fj.job_ids() == [] and application_containers(fj) == {t1: [], t2: []}
         if "://" not in fj.store_path:
             assert not os.path.exists(fj.store_path)
+        assert not os.path.exists(fj.evidence_dir) or os.listdir(fj.evidence_dir) == []
+
+        # ---- v1 for real, then a preview of v2: it would deploy and retain v1, and nothing changes
+        v1 = fj.run(fj.release())
+        assert v1.rc == 0, v1.output[-4000:]
+        rec1 = fj.job(v1.job_id)
+        before = fj.states(rec1)
+        preview = fj.run(fj.release("app_v2", "2.0.0"), check=True)
+        assert preview.rc == 0, preview.output[-4000:]
+        lines = preview_lines(preview)
+        for name in (t1, t2):
+            assert lines[name].startswith("would deploy (compose.stella.lock.yml"), lines
+            assert lines[name].endswith("the committed release would be retained as a revision)"), lines
+        assert fj.job_ids() == [v1.job_id]
+        after = fj.states(rec1)
+        for name in (t1, t2):
+            assert after[name]["sticker"] == before[name]["sticker"]
+            assert (web(after[name])["id"], web(after[name])["startedAt"], web(after[name])["ref"]) == (
+                web(before[name])["id"], web(before[name])["startedAt"], web(before[name])["ref"])
+
+        # ---- a preview of v1 again: converged
+        again = fj.run(fj.release(), check=True)
+        assert again.rc == 0, again.output[-4000:]
+        assert preview_lines(again) == dict.fromkeys(
+            (t1, t2), "converged: nothing would change (applied by job %s)" % v1.job_id)
+        assert fj.job_ids() == [v1.job_id]
     finally:
         fj.cleanup()
 

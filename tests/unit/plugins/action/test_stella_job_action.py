@@ -1,6 +1,7 @@
-"""stella_job through the real ansible-playbook: in check mode the read steps run and record nothing and
-every other step is refused with its stable code before the store is touched; a claim lease too short
-to be renewed is refused; the retention of revisions is a job option, and a negative one is refused."""
+"""stella_job through the real ansible-playbook: in check mode the read steps run and record nothing, the
+job's steps make a preview that opens no store, and the operator rollback's steps are refused with their
+stable code before the store is touched; a claim lease too short to be renewed is refused; the retention
+of revisions is a job option, and a negative one is refused."""
 
 from __future__ import annotations
 
@@ -75,20 +76,47 @@ def test_health_runs_in_check_mode(tmp_path):
     assert [(h["targetId"], h["status"]) for h in results[0]["health"]] == [("localhost", "unknown")]
 
 
-def test_recording_steps_are_refused_in_check_mode_before_the_store_is_touched(tmp_path):
+PINNED = dict(RELEASE, components=[{"name": "web", "image": "registry.invalid/shop/web:1@sha256:" + "a" * 64}])
+
+
+def test_the_job_steps_make_a_preview_in_check_mode_and_open_no_store(tmp_path):
     location = str(tmp_path / "never" / "jobs.sqlite3")
-    tasks = [{"stellaops.runtime.stella_job": dict(args, store=location), "ignore_errors": True} for args in (
-        {"step": "start", "release": RELEASE, "targets": ["localhost"]},
-        {"step": "target", "job_id": "job-1", "target": "a", "phase": "deploy"},
-        {"step": "close", "job_id": "job-1"},
-    )]
+
+    def step(name, **args):
+        return {"stellaops.runtime.stella_job": dict(args, step=name, store=location, job_id="job-p")}
+    tasks = [dict(step("start", release=PINNED, targets=["localhost"], keep_revisions=4), register="started"),
+             {"ansible.builtin.set_fact": {"stella_job_run": "{{ started }}"}},
+             step("target", target="localhost", phase="deploy"), step("traffic", targets=["localhost"]),
+             step("gate", targets=["localhost"]), step("finish"), step("traffic_rollback"), step("close"),
+             dict(step("rollback_start"), ignore_errors=True), dict(step("rollback_target", target="localhost"),
+                                                                     ignore_errors=True)]
     proc, results = playbook(tmp_path, tasks, "--check")
     assert proc.returncode == 0, proc.stdout + proc.stderr  # errors ignored
-    for step, result in zip(("start", "target", "close"), results):
+    started, _fact, target, traffic, gate, finish, back, closed, rollback, rollback_target = results
+    assert (started["checkMode"], started["status"], started["proceed"], started["jobId"]) == (
+        True, "Preview", True, "job-p")
+    assert started["targetOrder"] == ["localhost"] and started["options"]["keepRevisions"] == 4
+    assert started["plans"]["localhost"]["payloads"]["compose.up"]["ProjectName"]
+    assert all(r["checkMode"] is True and r["changed"] is False for r in (target, traffic, gate, finish, back))
+    assert gate["proceed"] is True and finish["rollbackOrder"] == [] and traffic["skipped"] is True
+    # nothing ran on the target in this playbook, so the preview says it was not reached
+    assert (closed["status"], closed["succeeded"], closed["reason"]) == ("Preview", False, "localhost would not deploy")
+    assert closed["preview"]["localhost"]["outcome"] == "not_run"
+    assert closed["text"].startswith("job job-p (check mode: a preview, nothing was recorded or changed)")
+    for result in (rollback, rollback_target):
         assert result["failed"] is True and result["code"] == JOB_CHECK_MODE, result
-        assert result["msg"] == ("step %s records the job in the job store, so it does not run in check mode: "
-                                 "nothing was planned, persisted or changed" % step)
+        assert result["msg"].endswith("records the job in the job store, so it does not run in check mode: "
+                                      "nothing was planned, persisted or changed")
     assert not os.path.exists(os.path.dirname(location))
+
+
+def test_close_in_check_mode_refuses_a_job_this_run_did_not_preview(tmp_path):
+    close = {"stellaops.runtime.stella_job": {"step": "close", "job_id": "job-9",
+                                              "store": str(tmp_path / "jobs.sqlite3")}, "ignore_errors": True}
+    proc, results = playbook(tmp_path, [close], "--check")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (results[0]["failed"], results[0]["code"]) == (True, "job_not_found")
+    assert not os.path.exists(tmp_path / "jobs.sqlite3")
 
 
 def test_a_claim_lease_shorter_than_three_seconds_is_refused(tmp_path):
@@ -110,8 +138,7 @@ def test_a_claim_lease_shorter_than_three_seconds_is_refused(tmp_path):
 
 def test_keep_revisions_is_a_job_option_and_a_negative_one_is_refused(tmp_path):
     location = str(tmp_path / "jobs.sqlite3")
-    pinned = dict(RELEASE, components=[{"name": "web", "image": "registry.invalid/shop/web:1@sha256:" + "a" * 64}])
-    start = {"step": "start", "store": location, "release": pinned, "targets": ["localhost"]}
+    start = {"step": "start", "store": location, "release": PINNED, "targets": ["localhost"]}
     tasks = [{"stellaops.runtime.stella_job": dict(start, keep_revisions=-1), "ignore_errors": True},
              {"stellaops.runtime.stella_job": dict(start, keep_revisions=3)}]
     proc, results = playbook(tmp_path, tasks)

@@ -1,0 +1,109 @@
+# Copyright (c) Stella Ops contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""A deployment job in check mode: a preview. Pure, no I/O.
+
+``ansible-playbook stellaops.runtime.job --check`` plans the job as a real run would (the release
+validated, tags resolved, every target's artifacts and batches), then runs each target's preflight and
+its apply in check mode, in the job's batches. Nothing is persisted: no job store is opened or created,
+no record, evidence, report, traffic shift or rollback. The steps that would record the job answer
+from the plan and from what the play registered on each target (the preflight, the apply's check-mode
+result, the probes), and ``close`` sums up what each target would do.
+"""
+
+from __future__ import annotations
+
+PREVIEW_STATUS = "Preview"
+# The job steps a preview runs; the operator rollback steps are refused in check mode.
+PREVIEW_STEPS = ("start", "target", "traffic", "gate", "finish", "traffic_rollback", "close")
+# What each target registered in the job's plays (roles/job_deploy).
+PREFLIGHT, APPLY, FAILED = "job_deploy_preflight", "job_deploy_apply", "job_deploy_failed_evidence"
+
+
+def start(job_id, source, planned, options, unreachable):
+    """The ``start`` outcome of a preview: the plan, and no record."""
+    reason = None
+    if unreachable:
+        reason = "target readiness failed: %s unreachable" % ", ".join(sorted(unreachable))
+    return {"jobId": job_id, "jobIdSource": source, "checkMode": True, "proceed": not unreachable,
+            "status": PREVIEW_STATUS, "reason": reason, "code": "target_unreachable" if unreachable else None,
+            "batches": planned["batches"], "serial": planned["serial"], "targetOrder": planned["targetOrder"],
+            "plans": planned["plans"], "options": options, "interruptedJobs": [], "leaseKeeperPid": None,
+            "unreachable": dict(unreachable),
+            "hasEnvArtifact": {name: files.get(".env.stella") is not None
+                               for name, files in planned["files"].items()}}
+
+
+def passing(step, job_id, batch=None):
+    """The outcome of a recording step in a preview: nothing recorded; gates proceed (a preview visits
+    every batch) and no rollback is decided."""
+    outcome = {"jobId": job_id, "checkMode": True}
+    if step == "gate":
+        outcome.update(proceed=True, gate={"batch": batch, "proceed": True,
+                                           "reason": "check mode: every batch is previewed"})
+    elif step == "finish":
+        outcome.update(status=PREVIEW_STATUS, reason=None, rollbackBatches=[], rollbackSerial=[], rollbackOrder=[],
+                       rollbackTargets={})
+    elif step in ("traffic", "traffic_rollback"):
+        outcome["skipped"] = True
+    return outcome
+
+
+def _failure(result):
+    if not isinstance(result, dict) or not result.get("failed"):
+        return None
+    where = result.get("failurePhase") or "preflight"
+    return "%s: %s: %s" % (where, result.get("code") or "failed", (result.get("msg") or "").strip().splitlines()[0]
+                           if (result.get("msg") or "").strip() else "failed")
+
+
+def target_preview(facts):
+    """What one target would do, from what its play registered (``facts``: its host variables)."""
+    preflight, apply = facts.get(PREFLIGHT), facts.get(APPLY)
+    if preflight is None or preflight.get("skipped"):
+        return {"outcome": "not_run", "summary": "not reached (the play did not run on it)"}
+    failure = _failure(preflight) or _failure(apply)
+    if failure is None and FAILED in facts:
+        failure = "a phase check failed"
+    if failure:
+        return {"outcome": "would_fail", "summary": "would fail at %s" % failure}
+    if not isinstance(apply, dict) or apply.get("skipped"):
+        return {"outcome": "not_run", "summary": "preflight passed; the apply did not run"}
+    files = list(apply.get("wouldChangeFiles") or [])
+    containers = list(apply.get("wouldReplaceContainers") or [])
+    if not apply.get("changed"):
+        by = apply.get("appliedByJobId")
+        return {"outcome": "converged", "summary": "converged: nothing would change%s" % (
+            " (applied by job %s)" % by if by else "")}
+    what = ["%s would change" % ", ".join(files)] if files else []
+    what += ["containers %s would be replaced" % ", ".join(containers)] if containers else []
+    if apply.get("wouldRetainRevision"):
+        what.append("the committed release would be retained as a revision")
+    return {"outcome": "would_deploy", "summary": "would deploy (%s)" % ("; ".join(what) or "the release"),
+            "wouldChangeFiles": files, "wouldReplaceContainers": containers,
+            "wouldRetainRevision": bool(apply.get("wouldRetainRevision"))}
+
+
+def close(run, hostvars):
+    """The ``close`` outcome of a preview: per target what it would do, and whether the job would run
+    through (every target reached, none would fail)."""
+    targets = {}
+    for name in run.get("targetOrder") or []:
+        targets[name] = dict(target_preview(dict(hostvars.get(name) or {})),
+                             batch=next((i for i, batch in enumerate(run["batches"]) if name in batch), None))
+    failing = sorted(n for n, t in targets.items() if t["outcome"] in ("would_fail", "not_run"))
+    reason = run.get("reason") or ("%s would not deploy" % ", ".join(failing) if failing else None)
+    succeeded = not failing and run.get("proceed", False)
+    lines = ["job %s (check mode: a preview, nothing was recorded or changed)" % run["jobId"],
+             "  batches: %s" % " | ".join(", ".join(batch) for batch in run.get("batches") or [])]
+    lines += ["  %s (batch %s): %s" % (name, "-" if t["batch"] is None else t["batch"] + 1, t["summary"])
+              for name, t in targets.items()]
+    if reason:
+        lines.append("  %s" % reason)
+    outcome = {"deploymentId": run["jobId"], "jobIdSource": run.get("jobIdSource"), "status": PREVIEW_STATUS,
+               "succeeded": succeeded, "checkMode": True, "code": run.get("code"), "reason": reason,
+               "rolledBack": False, "targets": sorted(targets), "evidence": {}}
+    return {"jobId": run["jobId"], "checkMode": True, "status": PREVIEW_STATUS, "reason": reason,
+            "succeeded": succeeded, "preview": targets, "evidenceFiles": {}, "outcome": outcome,
+            "text": "\n".join(lines)}

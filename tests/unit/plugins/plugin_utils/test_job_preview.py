@@ -1,0 +1,86 @@
+"""The preview of a deployment job in check mode (_job_preview): per target what it would do, from what
+the play registered on it, and whether the job would run through."""
+
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.stellaops.runtime.plugins.plugin_utils import _job_preview as pv
+
+RUN = {"jobId": "job-1", "jobIdSource": "job_id", "checkMode": True, "proceed": True, "reason": None, "code": None,
+       "batches": [["a", "b"], ["c"]], "targetOrder": ["a", "b", "c"]}
+PASSED = {"changed": False, "failed": False, "preflight": {}, "failures": []}
+FILES = ["apply-manifest.json", "compose.stella.lock.yml", "stella.version.json"]
+
+
+def facts(apply=None, preflight=None, failed=False):
+    out = {pv.PREFLIGHT: PASSED if preflight is None else preflight}
+    if apply is not None:
+        out[pv.APPLY] = apply
+    if failed:
+        out[pv.FAILED] = {"skipped": True}
+    return out
+
+
+@pytest.mark.parametrize("host, outcome, summary", [
+    (facts({"changed": True, "wouldChangeFiles": FILES, "wouldRetainRevision": True}), "would_deploy",
+     "would deploy (%s would change; the committed release would be retained as a revision)" % ", ".join(FILES)),
+    (facts({"changed": True, "wouldReplaceContainers": ["shop-web"]}), "would_deploy",
+     "would deploy (containers shop-web would be replaced)"),
+    (facts({"changed": False, "wouldChangeFiles": [], "appliedByJobId": "job-0"}), "converged",
+     "converged: nothing would change (applied by job job-0)"),
+    (facts(preflight={"failed": True, "code": "runtime_version_too_old", "failurePhase": "preflight",
+                      "msg": "preflight failed: runtime_version_too_old: 20.10 < 24.0\nmore"}), "would_fail",
+     "would fail at preflight: runtime_version_too_old: preflight failed: runtime_version_too_old: 20.10 < 24.0"),
+    (facts({"failed": True, "code": "invalid_payload", "failurePhase": "validate_payload", "msg": "bad"}),
+     "would_fail", "would fail at validate_payload: invalid_payload: bad"),
+    (facts({"changed": True}, failed=True), "would_fail", "would fail at a phase check failed"),
+    ({}, "not_run", "not reached (the play did not run on it)"),
+    ({pv.PREFLIGHT: {"skipped": True}}, "not_run", "not reached (the play did not run on it)"),
+    (facts(), "not_run", "preflight passed; the apply did not run"),
+])
+def test_target_preview(host, outcome, summary):
+    preview = pv.target_preview(host)
+    assert (preview["outcome"], preview["summary"]) == (outcome, summary)
+
+
+def test_close_sums_up_every_target_in_batch_order():
+    hostvars = {"a": facts({"changed": True, "wouldChangeFiles": FILES}), "b": facts({"changed": False}),
+                "c": facts({"changed": True, "wouldChangeFiles": FILES})}
+    done = pv.close(RUN, hostvars)
+    assert (done["status"], done["succeeded"], done["reason"], done["checkMode"]) == ("Preview", True, None, True)
+    assert {n: (t["batch"], t["outcome"]) for n, t in done["preview"].items()} == {
+        "a": (0, "would_deploy"), "b": (0, "converged"), "c": (1, "would_deploy")}
+    lines = done["text"].splitlines()
+    assert lines[0] == "job job-1 (check mode: a preview, nothing was recorded or changed)"
+    assert lines[1] == "  batches: a, b | c"
+    assert [line.split(":")[0] for line in lines[2:]] == ["  a (batch 1)", "  b (batch 1)", "  c (batch 2)"]
+    assert done["outcome"]["status"] == "Preview" and done["outcome"]["evidence"] == {} and done["evidenceFiles"] == {}
+
+
+def test_close_fails_when_a_target_would_fail_or_was_not_reached():
+    hostvars = {"a": facts({"changed": True}),
+                "b": facts(preflight={"failed": True, "code": "disk_space_low", "msg": "low"})}
+    done = pv.close(RUN, hostvars)
+    assert done["succeeded"] is False and done["reason"] == "b, c would not deploy"
+    assert done["text"].splitlines()[-1] == "  b, c would not deploy"
+
+
+def test_an_unreachable_target_stops_the_preview_at_planning():
+    planned = {"batches": [["a"]], "serial": [1], "targetOrder": ["a"], "plans": {"a": {}},
+               "files": {"a": {".env.stella": None}}}
+    started = pv.start("job-1", "job_id", planned, {"keepRevisions": 10}, {"a": "ssh: no route"})
+    assert (started["proceed"], started["status"], started["code"]) == (False, "Preview", "target_unreachable")
+    assert started["reason"] == "target readiness failed: a unreachable" and started["checkMode"] is True
+    done = pv.close(dict(started, proceed=False), {})
+    assert done["succeeded"] is False and done["reason"] == started["reason"]
+
+
+@pytest.mark.parametrize("step, expected", [
+    ("gate", {"proceed": True}), ("finish", {"status": "Preview", "rollbackOrder": []}),
+    ("traffic", {"skipped": True}), ("traffic_rollback", {"skipped": True}), ("target", {}),
+])
+def test_recording_steps_record_nothing_gates_proceed_and_no_rollback_is_decided(step, expected):
+    outcome = pv.passing(step, "job-1", batch=0)
+    assert outcome["jobId"] == "job-1" and outcome["checkMode"] is True
+    assert {k: outcome[k] for k in expected} == expected
