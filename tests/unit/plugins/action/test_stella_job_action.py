@@ -88,8 +88,8 @@ def test_the_job_steps_make_a_preview_in_check_mode_and_open_no_store(tmp_path):
              {"ansible.builtin.set_fact": {"stella_job_run": "{{ started }}"}},
              step("target", target="localhost", phase="deploy"), step("traffic", targets=["localhost"]),
              step("gate", targets=["localhost"]), step("finish"), step("traffic_rollback"), step("close"),
-             dict(step("rollback_start"), ignore_errors=True), dict(step("rollback_target", target="localhost"),
-                                                                     ignore_errors=True)]
+             dict(step("rollback_start"), ignore_errors=True),
+             dict(step("rollback_target", target="localhost"), ignore_errors=True)]
     proc, results = playbook(tmp_path, tasks, "--check")
     assert proc.returncode == 0, proc.stdout + proc.stderr  # errors ignored
     started, _fact, target, traffic, gate, finish, back, closed, rollback, rollback_target = results
