@@ -154,7 +154,11 @@ class ActionModule(ActionBase):
             run = (hostvars.get("localhost") or {}).get("stella_job_run") or self.vars.get("stella_job_run") or {}
             if run.get("jobId") != args["job_id"] or not run.get("checkMode"):
                 raise StellaError("job_not_found", "no job %s was previewed in this run" % args["job_id"], phase="job")
-            return _job_preview.close(run, hostvars)
+            # only what the preview reads of each target: templating every host variable would also
+            # template what a failed task left behind (ansible_failed_task), outside its role's scope
+            return _job_preview.close(run, {name: {key: hostvars[name][key] for key in _job_preview.REGISTERED
+                                                   if name in hostvars and key in hostvars[name]}
+                                            for name in run.get("targetOrder") or []})
         return _job_preview.passing(args["step"], args["job_id"], args["batch"])
 
     def _check_start(self, args):

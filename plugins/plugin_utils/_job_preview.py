@@ -19,6 +19,7 @@ PREVIEW_STATUS = "Preview"
 PREVIEW_STEPS = ("start", "target", "traffic", "gate", "finish", "traffic_rollback", "close")
 # What each target registered in the job's plays (roles/job_deploy).
 PREFLIGHT, APPLY, FAILED = "job_deploy_preflight", "job_deploy_apply", "job_deploy_failed_evidence"
+REGISTERED = (PREFLIGHT, APPLY, FAILED)
 
 
 def start(job_id, source, planned, options, unreachable):
@@ -85,12 +86,13 @@ def target_preview(facts):
             "wouldRetainRevision": bool(apply.get("wouldRetainRevision"))}
 
 
-def close(run, hostvars):
+def close(run, registered):
     """The ``close`` outcome of a preview: per target what it would do, and whether the job would run
-    through (every target reached, none would fail)."""
+    through (every target reached, none would fail). ``registered``: per target, what its play
+    registered of :data:`REGISTERED`."""
     targets = {}
     for name in run.get("targetOrder") or []:
-        targets[name] = dict(target_preview(dict(hostvars.get(name) or {})),
+        targets[name] = dict(target_preview(dict(registered.get(name) or {})),
                              batch=next((i for i, batch in enumerate(run["batches"]) if name in batch), None))
     failing = sorted(n for n, t in targets.items() if t["outcome"] in ("would_fail", "not_run"))
     reason = run.get("reason") or ("%s would not deploy" % ", ".join(failing) if failing else None)

@@ -407,6 +407,14 @@ def test_check_mode_previews_the_job_and_records_or_changes_nothing(lab, fleet, 
         if "://" not in fj.store_path:
             assert not os.path.exists(fj.store_path)
         assert not os.path.exists(fj.evidence_dir) or os.listdir(fj.evidence_dir) == []
+        # a preview whose preflight fails on every target: the play fails and says where
+        failing = fj.run(fj.release(), extra={"stella_min_engine_version": "99.0.0"}, check=True)
+        assert failing.rc != 0, failing.output[-4000:]
+        lines = preview_lines(failing)
+        assert set(lines) == {t1, t2} and all(
+            line.startswith("would fail at preflight: runtime_version_too_old: ") for line in lines.values()), failing.output[-4000:]
+        assert "Preview: %s, %s would not deploy" % tuple(sorted((t1, t2))) in failing.output, failing.output[-4000:]
+        assert fj.job_ids() == [] and application_containers(fj) == {t1: [], t2: []}
 
         # ---- v1 for real, then a preview of v2: it would deploy and retain v1, and nothing changes
         v1 = fj.run(fj.release())
