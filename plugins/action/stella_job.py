@@ -19,11 +19,13 @@ from ansible.plugins.action import ActionBase
 from ansible_collections.stellaops.runtime.plugins.module_utils._canonical import pretty_json, sha256_bytes
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError, redact_text, redact_url
 from ansible_collections.stellaops.runtime.plugins.module_utils._contract import (
-    JOB_CHECK_MODE, JOB_INTERRUPTED, PROJECT_BUSY, ROLLBACK_TASKS, job_evidence_dir, seconds_between, utc_timestamp)
+    DEFAULT_KEEP_REVISIONS, JOB_CHECK_MODE, JOB_INTERRUPTED, PROJECT_BUSY, ROLLBACK_TASKS, job_evidence_dir,
+    keep_revisions_problem, seconds_between, utc_timestamp)
 from ansible_collections.stellaops.runtime.plugins.module_utils._fsutil import atomic_write
 from ansible_collections.stellaops.runtime.plugins.plugin_utils import (
     _job, _job_preview, _job_store, _job_traffic, _job_view, _projection, _report, _strategy, _traffic)
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_plan import job_options, plan_job, target_identity
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_plan import (
+    job_options, plan_job, plan_outcome, target_identity)
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._evidence import project_digest
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._inputs import load_credentials, plain, resolve_digests
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_lease import MIN_LEASE_SECONDS, start_keeper
@@ -56,7 +58,7 @@ ARGUMENT_SPEC = {
     "revision_paths": {"type": "dict", "default": {}},
     "traffic_options": {"type": "dict", "no_log": True, "default": {}},
     "claim_lease": {"type": "int", "default": 0},
-    "keep_revisions": {"type": "int", "default": 10},
+    "keep_revisions": {"type": "int", "default": DEFAULT_KEEP_REVISIONS},
 }
 
 # Steps that act for a running job: refused once the job was recorded interrupted (its projects are
@@ -151,7 +153,7 @@ class ActionModule(ActionBase):
             return _job_preview.start(job_id, source, planned, options, unreachable)
         if args["step"] == "close":
             hostvars = self.vars.get("hostvars") or {}
-            run = (hostvars.get("localhost") or {}).get("stella_job_run") or self.vars.get("stella_job_run") or {}
+            run = self.vars.get("stella_job_run") or {}  # the start's outcome, kept on localhost by the job
             if run.get("jobId") != args["job_id"] or not run.get("checkMode"):
                 raise StellaError("job_not_found", "no job %s was previewed in this run" % args["job_id"], phase="job")
             # only what the preview reads of each target: templating every host variable would also
@@ -167,9 +169,8 @@ class ActionModule(ActionBase):
         if args["claim_lease"] < 0 or 0 < args["claim_lease"] < MIN_LEASE_SECONDS:
             raise StellaError("job_invalid", "claim_lease must be 0 (no lease) or at least %d seconds, not %d" % (
                 MIN_LEASE_SECONDS, args["claim_lease"]), phase="job")
-        if args["keep_revisions"] < 0:
-            raise StellaError("job_invalid", "keep_revisions must be 0 (keep every retained revision) or more, not %d"
-                              % args["keep_revisions"], phase="job")
+        if keep_revisions_problem(args["keep_revisions"]):
+            raise StellaError("job_invalid", keep_revisions_problem(args["keep_revisions"]), phase="job")
 
     def _plan(self, args, now):
         """``(job id, its source, the plan, options, summary, unreachable targets)``; nothing persisted."""
@@ -233,12 +234,9 @@ class ActionModule(ActionBase):
             if keeper is None:
                 warnings.append("job %s: the claim lease keeper could not be started; only the job's steps renew "
                                 "its lease" % job_id)
-        env = {name: files.get(".env.stella") for name, files in planned["files"].items()}
-        outcome = {"jobId": job_id, "jobIdSource": source, "proceed": record["status"] == "Running",
-                   "status": record["status"], "reason": record["reason"], "code": record["code"],
-                   "batches": planned["batches"], "serial": planned["serial"], "targetOrder": planned["targetOrder"],
-                   "plans": planned["plans"], "options": options, "interruptedJobs": interrupted,
-                   "leaseKeeperPid": keeper, "hasEnvArtifact": {name: data is not None for name, data in env.items()}}
+        outcome = dict(plan_outcome(planned), jobId=job_id, jobIdSource=source, proceed=record["status"] == "Running",
+                       status=record["status"], reason=record["reason"], code=record["code"], options=options,
+                       interruptedJobs=interrupted, leaseKeeperPid=keeper)
         return dict(outcome, warnings=warnings) if warnings else outcome
 
     def _target(self, store, args):

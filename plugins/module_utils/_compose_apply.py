@@ -33,7 +33,8 @@ from ansible_collections.stellaops.runtime.plugins.module_utils._compose_project
     NOT_ASKED, ComposeProject, ServicesNotReady, check_pinned, container_fingerprint, present_image_ids, raise_problems,
     services_evidence)
 from ansible_collections.stellaops.runtime.plugins.module_utils._contract import (
-    COMPOSE_STEPS, COMPOSE_UP, ENV_FILE, ENV_FILE_MODE, LOCK_FILE, MANIFEST_FILE, REVISION_FILES, STICKER_FILE, invalid)
+    COMPOSE_STEPS, COMPOSE_UP, DEFAULT_KEEP_REVISIONS, ENV_FILE, ENV_FILE_MODE, LOCK_FILE, MANIFEST_FILE, REVISION_FILES, STICKER_FILE, invalid,
+    keep_revisions_problem)
 from ansible_collections.stellaops.runtime.plugins.module_utils._fsutil import (
     StagedFiles, project_lock, read_bytes, remove_stale_temps)
 from ansible_collections.stellaops.runtime.plugins.module_utils._identity import ensure_this_host
@@ -52,8 +53,8 @@ def preflight_params(given):
 def parse_request(payload=None, options=None):
     """A ``compose.up`` request from the verbatim payload and/or the snake_case options."""
     keep = (options or {}).get("keep_revisions")
-    if keep is not None and keep < 0:
-        raise invalid("keep_revisions must be 0 (keep every retained revision) or more, got %d" % keep)
+    if keep is not None and keep_revisions_problem(keep):
+        raise invalid(keep_revisions_problem(keep))
     request = COMPOSE_UP.parse(payload, options)
     request["hooks"] = _hooks.normalize_hooks(request["hooks"])
     return request
@@ -150,8 +151,8 @@ def lock_diff(before, after, path):
 class ComposeApply(Manager):
     """``compose.up`` on this host."""
 
-    def __init__(self, cli, run_command, warn=None, secrets=(), wait_timeout=120, keep_revisions=10, env_bytes=None,
-                 preflight=None):
+    def __init__(self, cli, run_command, warn=None, secrets=(), wait_timeout=120, keep_revisions=DEFAULT_KEEP_REVISIONS,
+                 env_bytes=None, preflight=None):
         super().__init__(cli, run_command, warn, secrets)
         self.wait_timeout = wait_timeout
         self.keep_revisions = keep_revisions

@@ -90,6 +90,8 @@ DOCKER_REVISION_SCHEMA = "stella.docker-revision.v1"
 
 # ---------------------------------------------------------------------------------------- defaults
 DEFAULT_WORK_DIRECTORY = "/var/lib/stella/projects"
+# How many retained revisions a project keeps (0: all).
+DEFAULT_KEEP_REVISIONS = 10
 DEFAULT_MINIMUM_FREE_DISK_BYTES = 1024 ** 3
 DEFAULT_REACHABILITY_MODE = "http"
 REACHABILITY_MODES = ("http", "tcp", "skip")
@@ -232,6 +234,15 @@ def endpoint_host(endpoint):
 
 
 # ---------------------------------------------------------------------------------------- values
+
+def keep_revisions_problem(value):
+    """Why ``value`` (an int, or the string a Compose option carries) is not a count of revisions to
+    keep (``0``: all), or ``None`` when it is."""
+    count = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    if count or (isinstance(value, str) and value.isdigit()):
+        return None
+    return "keep_revisions must be 0 (keep every retained revision) or more, not %r" % (value,)
+
 
 def check_work_directory(value, key="WorkDirectory"):
     """An absolute path without ``..`` segments, returned normalised (``//`` and ``/./`` folded)."""

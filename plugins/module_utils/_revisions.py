@@ -35,8 +35,8 @@ from ansible_collections.stellaops.runtime.plugins.module_utils._common import S
 from ansible_collections.stellaops.runtime.plugins.module_utils._fsutil import atomic_write, fsync_dir, read_bytes
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._contract import (
-    ENV_FILE, LOCK_FILE, MANIFEST_FILE, REVISION_FILES, REVISION_RECORD, REVISION_SCHEMA, REVISIONS_DIR,
-    STICKER_FILE, TEMP_PREFIX, check_project_name, check_work_directory)
+    DEFAULT_KEEP_REVISIONS, ENV_FILE, LOCK_FILE, MANIFEST_FILE, REVISION_FILES, REVISION_RECORD, REVISION_SCHEMA,
+    REVISIONS_DIR, STICKER_FILE, TEMP_PREFIX, check_project_name, check_work_directory)
 from ansible_collections.stellaops.runtime.plugins.module_utils._artifacts import listed_env_hash, verify_artifact_set
 _REVISION_RE = re.compile(r"^(?P<seq>\d{6})-(?P<hash>[0-9a-f]{12})$")
 
@@ -210,7 +210,7 @@ def find_identical(layout, files):
     return None
 
 
-def retain_revision(layout, files, manifest_hash, keep=10):
+def retain_revision(layout, files, manifest_hash, keep=DEFAULT_KEEP_REVISIONS):
     """Write ``files`` as the next revision (temp dir, fsync, rename); prune beyond ``keep``.
 
     Returns the new revision's path.
@@ -284,7 +284,7 @@ def latest_other(layout, sticker_bytes):
     return None
 
 
-def retain_baseline(layout, current, current_env, new_files, keep=10):
+def retain_baseline(layout, current, current_env, new_files, keep=DEFAULT_KEEP_REVISIONS):
     """Retain the committed revision when it exists and differs from ``new_files``; return its path.
 
     ``current``: the three revision files on disk now. An identical retained revision is reused

@@ -346,6 +346,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.stellaops.runtime.plugins.module_utils import _compose_apply
 from ansible_collections.stellaops.runtime.plugins.module_utils._artifacts import env_artifact_values, render_env_artifact
+from ansible_collections.stellaops.runtime.plugins.module_utils._contract import DEFAULT_KEEP_REVISIONS
 from ansible_collections.stellaops.runtime.plugins.module_utils._module import (
     argument_spec, command_runner, engine_client, run_task)
 
@@ -370,7 +371,7 @@ ARGUMENT_SPEC = argument_spec(dict(
     secret_env=dict(type="dict", no_log=True),
     env_artifact=dict(type="str", no_log=True),
     secrets=dict(type="list", elements="str", no_log=True, default=[]),
-    keep_revisions=dict(type="int", default=10),
+    keep_revisions=dict(type="int", default=DEFAULT_KEEP_REVISIONS),
     payloads=dict(type="list", elements="dict"),
 ), task=True)
 

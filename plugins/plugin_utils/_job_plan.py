@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
+from ansible_collections.stellaops.runtime.plugins.module_utils._contract import ENV_FILE
 from ansible_collections.stellaops.runtime.plugins.plugin_utils import _strategy
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._job import rollback_options
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._plan import FILES_KEY, plan_release
@@ -92,3 +93,11 @@ def plan_job(release, hosts, resolved, job_id):
                 other, name, plan["target"]["id"]), phase="plan")
     return {"batches": batches, "serial": [len(batch) for batch in batches],
             "targetOrder": [n for batch in batches for n in batch], "plans": plans, "files": files}
+
+
+def plan_outcome(planned):
+    """What a job's start returns of its plan (``plan_job``'s result): the batches for the play's
+    ``serial``, each target's plan, and which targets get an env artifact."""
+    return {"batches": planned["batches"], "serial": planned["serial"], "targetOrder": planned["targetOrder"],
+            "plans": planned["plans"],
+            "hasEnvArtifact": {name: files.get(ENV_FILE) is not None for name, files in planned["files"].items()}}

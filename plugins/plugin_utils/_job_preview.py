@@ -14,6 +14,8 @@ result, the probes), and ``close`` sums up what each target would do.
 
 from __future__ import annotations
 
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_plan import plan_outcome
+
 PREVIEW_STATUS = "Preview"
 # The job steps a preview runs; the operator rollback steps are refused in check mode.
 PREVIEW_STEPS = ("start", "target", "traffic", "gate", "finish", "traffic_rollback", "close")
@@ -27,13 +29,9 @@ def start(job_id, source, planned, options, unreachable):
     reason = None
     if unreachable:
         reason = "target readiness failed: %s unreachable" % ", ".join(sorted(unreachable))
-    return {"jobId": job_id, "jobIdSource": source, "checkMode": True, "proceed": not unreachable,
-            "status": PREVIEW_STATUS, "reason": reason, "code": "target_unreachable" if unreachable else None,
-            "batches": planned["batches"], "serial": planned["serial"], "targetOrder": planned["targetOrder"],
-            "plans": planned["plans"], "options": options, "interruptedJobs": [], "leaseKeeperPid": None,
-            "unreachable": dict(unreachable),
-            "hasEnvArtifact": {name: files.get(".env.stella") is not None
-                               for name, files in planned["files"].items()}}
+    return dict(plan_outcome(planned), jobId=job_id, jobIdSource=source, checkMode=True, proceed=not unreachable,
+                status=PREVIEW_STATUS, reason=reason, code="target_unreachable" if unreachable else None,
+                options=options, interruptedJobs=[], leaseKeeperPid=None, unreachable=dict(unreachable))
 
 
 def passing(step, job_id, batch=None):
@@ -52,11 +50,12 @@ def passing(step, job_id, batch=None):
 
 
 def _failure(result):
+    """``<phase>: <code>: <first line of msg>`` of a failed task result, ``None`` otherwise."""
     if not isinstance(result, dict) or not result.get("failed"):
         return None
-    where = result.get("failurePhase") or "preflight"
-    return "%s: %s: %s" % (where, result.get("code") or "failed", (result.get("msg") or "").strip().splitlines()[0]
-                           if (result.get("msg") or "").strip() else "failed")
+    msg = (result.get("msg") or "").strip()
+    return "%s: %s: %s" % (result.get("failurePhase") or "preflight", result.get("code") or "failed",
+                           msg.splitlines()[0] if msg else "failed")
 
 
 def target_preview(facts):
@@ -92,7 +91,7 @@ def close(run, registered):
     registered of :data:`REGISTERED`."""
     targets = {}
     for name in run.get("targetOrder") or []:
-        targets[name] = dict(target_preview(dict(registered.get(name) or {})),
+        targets[name] = dict(target_preview(registered.get(name) or {}),
                              batch=next((i for i, batch in enumerate(run["batches"]) if name in batch), None))
     failing = sorted(n for n, t in targets.items() if t["outcome"] in ("would_fail", "not_run"))
     reason = run.get("reason") or ("%s would not deploy" % ", ".join(failing) if failing else None)

@@ -25,6 +25,8 @@ import json
 import re
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
+from ansible_collections.stellaops.runtime.plugins.module_utils._contract import (
+    DEFAULT_KEEP_REVISIONS, keep_revisions_problem)
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._release_checks import split_port
 
 BASE_MESSAGES = ("info", "error", "setenv", "debug")
@@ -65,7 +67,7 @@ _DEPLOY = [
     _param("min_compose_version", "Oldest Compose plugin the preflight accepts", default="2.20.0"),
     _param("auto_rollback", "Roll back automatically when the deployment fails", "boolean", default="true"),
     _param("keep_revisions", "How many retained revisions of the project the host keeps (0: all)", "integer",
-           default="10"),
+           default=str(DEFAULT_KEEP_REVISIONS)),
     _param("relay", "When Compose announces publish-endpoint: auto publishes each TCP port through a relay endpoint "
            "bound to the relay-link gateway only; off publishes nothing", default="auto", enum=RELAY_MODES),
     _param("raw_environment", "NAME=FACT sent as rawsetenv NAME=<value> (FACT: %s); needs a Compose that announces "
@@ -249,9 +251,9 @@ def keep_revisions(options):
     """The ``keep_revisions`` option as a count (``0``: keep all); anything else is ``invalid_option``."""
     value = options.get("keep_revisions")
     if value is None or value == "":
-        return 10
-    if not str(value).isdigit():
-        raise ProviderError("invalid_option", "keep_revisions %r is not 0 (keep all) or a positive count" % value)
+        return DEFAULT_KEEP_REVISIONS
+    if keep_revisions_problem(value):
+        raise ProviderError("invalid_option", keep_revisions_problem(value))
     return int(value)
 
 
