@@ -3,7 +3,8 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 
 """The action of the target-side modules: run the module on the target, as ``ansible.builtin.normal``
-does, with CPython's cyclic garbage collector paused for the task.
+does, with CPython's cyclic garbage collector paused for the task and the module's payload reused from
+an earlier run when nothing it is made of changed (:mod:`._payload_cache`).
 
 Before a module runs, its task's worker process builds the module's payload: Ansible parses every file
 of the module's ``module_utils`` closure into an abstract syntax tree (77 files for
@@ -22,7 +23,11 @@ from __future__ import annotations
 import contextlib
 import gc
 
+from ansible import constants as C
 from ansible.plugins.action.normal import ActionModule as NormalAction
+from ansible.utils.display import Display
+
+from ansible_collections.stellaops.runtime.plugins.plugin_utils import _payload_cache
 
 
 @contextlib.contextmanager
@@ -39,8 +44,10 @@ def collector_paused():
 
 class TargetModuleAction(NormalAction):
     """Runs the module of the task's name on the target (check mode, diff and async as
-    ``ansible.builtin.normal``), with the collector paused (:func:`collector_paused`)."""
+    ``ansible.builtin.normal``), with the collector paused (:func:`collector_paused`) and the payload
+    store of :mod:`._payload_cache` around Ansible's build of the module."""
 
     def run(self, tmp=None, task_vars=None):
-        with collector_paused():
+        module = type(self).__module__.rpartition(".")[2]  # each action plugin runs the module of its name
+        with collector_paused(), _payload_cache.reused(module, C.DEFAULT_LOCAL_TMP, Display().vvvv):
             return super().run(tmp, task_vars)

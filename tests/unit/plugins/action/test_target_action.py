@@ -1,18 +1,24 @@
 """The action of the target-side modules: the module runs as with ``ansible.builtin.normal``, with the
-cyclic garbage collector paused for the task and restored as it was found."""
+cyclic garbage collector paused for the task and restored as it was found, and the payload Ansible built
+for the module in one run is what the next run uses (through the real ``ansible``)."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib
 import os
+import subprocess
 
 import pytest
+from ansible import constants as C
 from ansible.plugins.action.normal import ActionModule as NormalAction
 
 from ansible_collections.stellaops.runtime.plugins.plugin_utils import _target_action
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
+BIN = os.path.join(ROOT, ".venv", "bin")
+COLLECTIONS = os.path.join(ROOT, ".build", "collections")
 TARGET_MODULES = ("stella_compose_deploy", "stella_preflight", "stella_rollback", "stella_teardown", "stella_relay",
                   "stella_runtime_install")
 
@@ -46,18 +52,54 @@ def test_a_paused_collector_stays_paused(collector_on):
     assert not gc.isenabled()
 
 
-def test_the_task_runs_as_normal_with_the_collector_paused(collector_on, monkeypatch):
+def test_the_task_runs_as_normal_with_the_collector_paused_and_the_payload_store(collector_on, monkeypatch):
     seen = []
 
     def normal_run(self, tmp=None, task_vars=None):
         seen.append((gc.isenabled(), task_vars))
         return {"changed": False, "ran": True}
 
+    @contextlib.contextmanager
+    def reused(module, local_tmp, log):
+        seen.append(("store", module, local_tmp))
+        yield
+        seen.append("store closed")
+
     monkeypatch.setattr(NormalAction, "run", normal_run)
-    action = object.__new__(_target_action.TargetModuleAction)
+    monkeypatch.setattr(_target_action._payload_cache, "reused", reused)
+    module = importlib.import_module("ansible_collections.stellaops.runtime.plugins.action.stella_preflight")
+    action = object.__new__(module.ActionModule)
     assert action.run(task_vars={"x": 1}) == {"changed": False, "ran": True}
-    assert seen == [(False, {"x": 1})]
+    assert seen == [("store", "stella_preflight", C.DEFAULT_LOCAL_TMP), (False, {"x": 1}), "store closed"]
     assert gc.isenabled()
+
+
+def adhoc_preflight(tmp_path):
+    """``ansible -m stellaops.runtime.stella_preflight`` with a payload the module refuses (the payload is
+    built and run all the same), Ansible's debug log on, and the local temporary directory under tmp_path."""
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=COLLECTIONS, ANSIBLE_LOCAL_TEMP=str(tmp_path / "local-tmp"),
+               ANSIBLE_HOME=str(tmp_path / "ansible-home"), ANSIBLE_DEBUG="1", ANSIBLE_NOCOLOR="1",
+               ANSIBLE_LOCALHOST_WARNING="0", ANSIBLE_INVENTORY_UNPARSED_WARNING="0")
+    env.pop("ANSIBLE_CONFIG", None)
+    proc = subprocess.run([os.path.join(BIN, "ansible"), "localhost", "-i", "localhost,", "-c", "local",
+                           "-e", "ansible_python_interpreter=" + os.path.join(BIN, "python"),
+                           "-m", "stellaops.runtime.stella_preflight", "-a", '{"payload": {"Unknown": 1}}'],
+                          cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert "compose.preflight payload has unknown key(s) Unknown" in proc.stdout, proc.stdout + proc.stderr
+    return proc.stdout + proc.stderr
+
+
+def test_the_next_run_uses_the_payload_ansible_built_in_the_first(tmp_path):
+    first = adhoc_preflight(tmp_path)
+    assert "ANSIBALLZ: Creating module" in first
+    store = tmp_path / "local-tmp" / _target_action._payload_cache.STORE_NAME
+    [key] = os.listdir(store)
+    assert os.listdir(store / key) == [
+        "ansible_collections.stellaops.runtime.plugins.modules.stella_preflight-ZIP_DEFLATED-none"]
+    second = adhoc_preflight(tmp_path)
+    assert "ANSIBALLZ: Creating module" not in second
+    assert "ANSIBALLZ: using cached module: " in second
+    assert os.listdir(store) == [key]
 
 
 def test_every_target_module_has_the_action_and_only_those():
