@@ -14,9 +14,9 @@ Here the entries Ansible wrote for this collection's modules are also kept in a 
 temporary directories (``<ANSIBLE_LOCAL_TEMP>/stellaops-runtime-payloads/<key>/``) and put back in the
 next run's ``ansiballz_cache`` before the module is built, so Ansible finds them there as it finds
 what an earlier task of the same run built. The key is a SHA-256 of everything the payload is made of:
-the ansible-core and Python versions, the module's source and every ``plugins/module_utils`` source of
-the collection (their bytes), and every ansible-core ``module_utils`` source (path, size, modification
-time). A target-side module imports nothing else (``tests/unit/test_boundary.py``), so any change to
+the ansible-core and Python versions, where the collection is (an entry maps the controller's source
+paths), the module's source and every ``plugins/module_utils`` source of the collection (their bytes),
+and every ansible-core ``module_utils`` source (path, size, modification time). A target-side module imports nothing else (``tests/unit/test_boundary.py``), so any change to
 what a payload holds is a new key. Only the :data:`KEEP` keys used last are kept.
 
 The store is trusted only when it is a directory of the controller's user that no other user may
@@ -53,9 +53,10 @@ def _sources(directory):
 
 
 def payload_key(module_path, module_utils_dir, ansible_module_utils_dir, versions):
-    """The key of a module's payload: a SHA-256 over ``versions`` (ansible-core's and Python's), the
-    module's bytes, the bytes of every source under the collection's ``module_utils_dir`` and the path,
-    size and modification time of every source under ansible-core's ``ansible_module_utils_dir``."""
+    """The key of a module's payload: a SHA-256 over ``versions`` (ansible-core's and Python's, and
+    where the collection is), the module's bytes, the bytes of every source under the collection's
+    ``module_utils_dir`` and the path, size and modification time of every source under ansible-core's
+    ``ansible_module_utils_dir``."""
     digest = hashlib.sha256()
     digest.update(("\0".join(versions) + "\n").encode())
     with open(module_path, "rb") as handle:
@@ -143,7 +144,7 @@ def _this_key(module_name):
     return payload_key(os.path.join(COLLECTION_ROOT, "plugins", "modules", module_name + ".py"),
                        os.path.join(COLLECTION_ROOT, "plugins", "module_utils"),
                        os.path.dirname(os.path.abspath(ansible.module_utils.__file__)),
-                       (__version__, "%d.%d.%d" % sys.version_info[:3]))
+                       (__version__, "%d.%d.%d" % sys.version_info[:3], COLLECTION_ROOT))
 
 
 @contextlib.contextmanager
