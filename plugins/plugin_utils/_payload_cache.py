@@ -16,8 +16,9 @@ next run's ``ansiballz_cache`` before the module is built, so Ansible finds them
 what an earlier task of the same run built. The key is a SHA-256 of everything the payload is made of:
 the ansible-core and Python versions, where the collection is (an entry maps the controller's source
 paths), the module's source and every ``plugins/module_utils`` source of the collection (their bytes),
-and every ansible-core ``module_utils`` source (path, size, modification time). A target-side module imports nothing else (``tests/unit/test_boundary.py``), so any change to
-what a payload holds is a new key. Only the :data:`KEEP` keys used last are kept.
+and every ansible-core ``module_utils`` source (path, size, modification time). A target-side module
+imports nothing else (``tests/unit/test_boundary.py``), so any change to what a payload holds is a new
+key. Only the :data:`KEEP` keys used last are kept.
 
 The store is trusted only when it is a directory of the controller's user that no other user may
 write (the entries are Python pickles, as in Ansible's own cache). Anything that goes wrong here
