@@ -16,19 +16,20 @@ import select
 import traceback
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
+from ansible_collections.stellaops.runtime.plugins.module_utils._contract import DEFAULT_COMMAND_TIMEOUT, DEFAULT_WAIT_TIMEOUT
 from ansible_collections.stellaops.runtime.plugins.module_utils._docker_cli import DockerCli
 
 DOCKER_ARGUMENT_SPEC = dict(
     docker_cli=dict(type="str", default="docker"),
     docker_host=dict(type="str"),
-    command_timeout=dict(type="int", default=60),
+    command_timeout=dict(type="int", default=DEFAULT_COMMAND_TIMEOUT),
 )
 
 TASK_ARGUMENT_SPEC = dict(
     payload=dict(type="dict"),
     target=dict(type="dict"),
     work_directory=dict(type="path"),
-    wait_timeout=dict(type="int", default=120),
+    wait_timeout=dict(type="int", default=DEFAULT_WAIT_TIMEOUT),
 )
 
 

@@ -43,6 +43,8 @@ SOURCE_TYPES = ("apt", "bundle")
 ALLOWED_SOURCES = {"production": SOURCE_TYPES, "offline": ("bundle",), "lab": SOURCE_TYPES, "development": SOURCE_TYPES}
 DEFAULT_ENGINE_PACKAGES = ("docker.io", "docker-cli")
 DEFAULT_COMPOSE_PACKAGES = ("docker-compose-plugin",)
+DEFAULT_START_TIMEOUT = 60
+DEFAULT_INSTALL_TIMEOUT = 900
 ENGINE_STARTS = ("auto", "systemd", "init-script", "daemon", "none")
 # Stable failure codes (docs/runtime-install.md says when each is raised).
 CODES = RUNTIME_INSTALL_CODES
@@ -94,8 +96,8 @@ def parse_request(params):
            "min_engine_version": params.get("min_engine_version") or DEFAULT_MIN_ENGINE,
            "min_compose_version": params.get("min_compose_version") or DEFAULT_MIN_COMPOSE,
            "engine_start": params.get("engine_start") or "auto",
-           "start_timeout": int(params.get("start_timeout") or 60),
-           "install_timeout": int(params.get("install_timeout") or 900),
+           "start_timeout": int(params.get("start_timeout") or DEFAULT_START_TIMEOUT),
+           "install_timeout": int(params.get("install_timeout") or DEFAULT_INSTALL_TIMEOUT),
            "evidence_path": params.get("evidence_path") or EVIDENCE_PATH}
     for gate in ("min_engine_version", "min_compose_version"):
         if parse_version(req[gate]) is None:

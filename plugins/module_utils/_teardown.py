@@ -16,7 +16,7 @@ import os
 import shutil
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._contract import (
-    check_project_name, check_work_directory, invalid)
+    DEFAULT_WORK_DIRECTORY, check_project_name, check_work_directory, invalid)
 from ansible_collections.stellaops.runtime.plugins.module_utils._fsutil import project_lock
 from ansible_collections.stellaops.runtime.plugins.module_utils._manager import Manager
 
@@ -29,7 +29,7 @@ PROJECT_LABELS = ("com.docker.compose.project", "stella.project")
 def parse_request(options):
     if options.get("state") not in STATES:
         raise invalid("state must be one of %s" % ", ".join(STATES))
-    work = check_work_directory(options.get("work_directory") or "/var/lib/stella/projects", "work_directory")
+    work = check_work_directory(options.get("work_directory") or DEFAULT_WORK_DIRECTORY, "work_directory")
     project = check_project_name(options.get("project_name"), "project_name")
     return {"project_name": project, "work_directory": work, "state": options["state"],
             "project_directory": os.path.join(work, project), "target": None}

@@ -349,6 +349,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils._artifacts impor
 from ansible_collections.stellaops.runtime.plugins.module_utils._contract import DEFAULT_KEEP_REVISIONS
 from ansible_collections.stellaops.runtime.plugins.module_utils._module import (
     argument_spec, command_runner, engine_client, run_task)
+from ansible_collections.stellaops.runtime.plugins.module_utils._versions import DEFAULT_MIN_COMPOSE, DEFAULT_MIN_ENGINE
 
 ARGUMENT_SPEC = argument_spec(dict(
     task=dict(type="str", choices=["compose.up", "docker.run"], default="compose.up"),
@@ -363,8 +364,8 @@ ARGUMENT_SPEC = argument_spec(dict(
     preflight=dict(type="dict", options=dict(
         payload=dict(type="dict"),
         target_type=dict(type="str", choices=["ComposeHost", "DockerHost"], default="ComposeHost"),
-        min_engine_version=dict(type="str", default="24.0.0"),
-        min_compose_version=dict(type="str", default="2.20.0"),
+        min_engine_version=dict(type="str", default=DEFAULT_MIN_ENGINE),
+        min_compose_version=dict(type="str", default=DEFAULT_MIN_COMPOSE),
         insecure_registries=dict(type="list", elements="str", default=[]),
         timeout=dict(type="float", default=10),
     )),

@@ -273,8 +273,8 @@ ARGUMENT_SPEC = dict(
     min_engine_version=dict(type="str", default=ri.DEFAULT_MIN_ENGINE),
     min_compose_version=dict(type="str", default=ri.DEFAULT_MIN_COMPOSE),
     engine_start=dict(type="str", choices=list(ri.ENGINE_STARTS), default="auto"),
-    start_timeout=dict(type="int", default=60),
-    install_timeout=dict(type="int", default=900),
+    start_timeout=dict(type="int", default=ri.DEFAULT_START_TIMEOUT),
+    install_timeout=dict(type="int", default=ri.DEFAULT_INSTALL_TIMEOUT),
     evidence_path=dict(type="path", default=ri.EVIDENCE_PATH),
 )
 

@@ -92,12 +92,13 @@ directoryRemoved:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.stellaops.runtime.plugins.module_utils import _teardown
+from ansible_collections.stellaops.runtime.plugins.module_utils._contract import DEFAULT_WORK_DIRECTORY
 from ansible_collections.stellaops.runtime.plugins.module_utils._module import (
     argument_spec, command_runner, engine_client, run_task)
 
 ARGUMENT_SPEC = argument_spec(dict(
     project_name=dict(type="str", required=True),
-    work_directory=dict(type="path", default="/var/lib/stella/projects"),
+    work_directory=dict(type="path", default=DEFAULT_WORK_DIRECTORY),
     state=dict(type="str", choices=["absent", "stopped"], default="absent"),
 ))
 

@@ -26,7 +26,8 @@ import re
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils._contract import (
-    DEFAULT_KEEP_REVISIONS, keep_revisions_problem)
+    DEFAULT_KEEP_REVISIONS, DEFAULT_WORK_DIRECTORY, keep_revisions_problem)
+from ansible_collections.stellaops.runtime.plugins.module_utils._versions import DEFAULT_MIN_COMPOSE, DEFAULT_MIN_ENGINE
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._release_checks import split_port
 
 BASE_MESSAGES = ("info", "error", "setenv", "debug")
@@ -60,11 +61,11 @@ _DEPLOY = [
            "integer"),
     _param("health_path", "Path of the post-deploy HTTP probe", default="/"),
     _param("insecure_registries", "Registries reached over plain HTTP (repeat for several)", "list"),
-    _param("work_directory", "Project directory root on the host", default="/var/lib/stella/projects"),
+    _param("work_directory", "Project directory root on the host", default=DEFAULT_WORK_DIRECTORY),
     _param("state_directory", "Where the provider keeps its job store and evidence",
            default="~/.local/state/stellaops/provider"),
-    _param("min_engine_version", "Oldest Docker Engine the preflight accepts", default="24.0.0"),
-    _param("min_compose_version", "Oldest Compose plugin the preflight accepts", default="2.20.0"),
+    _param("min_engine_version", "Oldest Docker Engine the preflight accepts", default=DEFAULT_MIN_ENGINE),
+    _param("min_compose_version", "Oldest Compose plugin the preflight accepts", default=DEFAULT_MIN_COMPOSE),
     _param("auto_rollback", "Roll back automatically when the deployment fails", "boolean", default="true"),
     _param("keep_revisions", "How many retained revisions of the project the host keeps (0: all)", "integer",
            default=str(DEFAULT_KEEP_REVISIONS)),
@@ -371,7 +372,7 @@ def release_from(parsed, service_config=None):
         "tenant": options.get("tenant") or "default", "environment": options.get("environment_name") or "local",
         "application": "%s-%s" % (parsed["project"], service), "strategy": options.get("strategy") or "rolling",
         "strategyConfig": {"autoRollbackOnFailure": options.get("auto_rollback", "true") != "false"},
-        "workDirectory": options.get("work_directory") or "/var/lib/stella/projects",
+        "workDirectory": options.get("work_directory") or DEFAULT_WORK_DIRECTORY,
         "target": {"type": "ComposeHost"},
         "components": [component],
     }

@@ -27,6 +27,7 @@ import tempfile
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils._contract import job_evidence_dir
+from ansible_collections.stellaops.runtime.plugins.module_utils._versions import DEFAULT_MIN_COMPOSE, DEFAULT_MIN_ENGINE
 from ansible_collections.stellaops.runtime.plugins.plugin_utils import _provider
 
 PLUGIN_METADATA = {"SchemaVersion": "0.1.0", "Vendor": "Stella Ops", "Version": "0.2.0",
@@ -169,8 +170,8 @@ def up(parsed, channel, cancelled):
     extravars = {"stella_release": release, "stella_job_id": job_id, "stella_job_store": store,
                  "stella_evidence_dir": os.path.join(directory, "evidence"),
                  "stella_insecure_registries": options.get("insecure_registries") or [],
-                 "stella_min_engine_version": options.get("min_engine_version") or "24.0.0",
-                 "stella_min_compose_version": options.get("min_compose_version") or "2.20.0",
+                 "stella_min_engine_version": options.get("min_engine_version") or DEFAULT_MIN_ENGINE,
+                 "stella_min_compose_version": options.get("min_compose_version") or DEFAULT_MIN_COMPOSE,
                  "stella_keep_revisions": keep}
     if relay:
         extravars["stella_relay"] = relay
