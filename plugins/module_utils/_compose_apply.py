@@ -33,8 +33,8 @@ from ansible_collections.stellaops.runtime.plugins.module_utils._compose_project
     NOT_ASKED, ComposeProject, ServicesNotReady, check_pinned, container_fingerprint, present_image_ids, raise_problems,
     services_evidence)
 from ansible_collections.stellaops.runtime.plugins.module_utils._contract import (
-    COMPOSE_STEPS, COMPOSE_UP, DEFAULT_KEEP_REVISIONS, ENV_FILE, ENV_FILE_MODE, LOCK_FILE, MANIFEST_FILE, REVISION_FILES, STICKER_FILE, invalid,
-    keep_revisions_problem)
+    COMPOSE_STEPS, COMPOSE_UP, DEFAULT_KEEP_REVISIONS, DEFAULT_WAIT_TIMEOUT, ENV_FILE, ENV_FILE_MODE, LOCK_FILE, MANIFEST_FILE,
+    REVISION_FILES, STICKER_FILE, invalid, keep_revisions_problem)
 from ansible_collections.stellaops.runtime.plugins.module_utils._fsutil import (
     StagedFiles, project_lock, read_bytes, remove_stale_temps)
 from ansible_collections.stellaops.runtime.plugins.module_utils._identity import ensure_this_host
@@ -151,7 +151,7 @@ def lock_diff(before, after, path):
 class ComposeApply(Manager):
     """``compose.up`` on this host."""
 
-    def __init__(self, cli, run_command, warn=None, secrets=(), wait_timeout=120, keep_revisions=DEFAULT_KEEP_REVISIONS,
+    def __init__(self, cli, run_command, warn=None, secrets=(), wait_timeout=DEFAULT_WAIT_TIMEOUT, keep_revisions=DEFAULT_KEEP_REVISIONS,
                  env_bytes=None, preflight=None):
         super().__init__(cli, run_command, warn, secrets)
         self.wait_timeout = wait_timeout

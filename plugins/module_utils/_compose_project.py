@@ -19,7 +19,7 @@ import time
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils._contract import (
-    LABEL_MANIFEST_HASH, REQUIRED_STELLA_LABELS, target_labels)
+    DEFAULT_WAIT_TIMEOUT, LABEL_MANIFEST_HASH, REQUIRED_STELLA_LABELS, target_labels)
 from ansible_collections.stellaops.runtime.plugins.module_utils._docker_cli import repo_digests_contain
 from ansible_collections.stellaops.runtime.plugins.module_utils._imageref import parse_image_ref
 
@@ -249,7 +249,7 @@ def services_evidence(services):
 class ComposeProject:
     """A Compose project of this host, named and laid out by ``layout`` (see ``_revisions.Layout``)."""
 
-    def __init__(self, cli, layout, wait_timeout=120, clock=time.monotonic, sleep=time.sleep):
+    def __init__(self, cli, layout, wait_timeout=DEFAULT_WAIT_TIMEOUT, clock=time.monotonic, sleep=time.sleep):
         self.cli = cli
         self.layout = layout
         self.wait_timeout = wait_timeout

@@ -29,7 +29,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils._compose_apply i
 from ansible_collections.stellaops.runtime.plugins.module_utils._compose_project import (
     ComposeProject, check_pinned, container_fingerprint, raise_problems, services_evidence)
 from ansible_collections.stellaops.runtime.plugins.module_utils._contract import (
-    COMPOSE_ROLLBACK, ENV_FILE, ENV_FILE_MODE, LOCK_FILE, MANIFEST_FILE, REVISION_FILES, ROLLBACK_PHASES,
+    COMPOSE_ROLLBACK, DEFAULT_WAIT_TIMEOUT, ENV_FILE, ENV_FILE_MODE, LOCK_FILE, MANIFEST_FILE, REVISION_FILES, ROLLBACK_PHASES,
     STICKER_FILE)
 from ansible_collections.stellaops.runtime.plugins.module_utils._fsutil import (
     StagedFiles, project_lock, read_bytes, remove_stale_temps)
@@ -85,7 +85,7 @@ class ComposeRollback(Manager):
 
     groups = ROLLBACK_PHASES
 
-    def __init__(self, cli, run_command, warn=None, wait_timeout=120):
+    def __init__(self, cli, run_command, warn=None, wait_timeout=DEFAULT_WAIT_TIMEOUT):
         super().__init__(cli, run_command, warn)
         self.wait_timeout = wait_timeout
 

@@ -23,6 +23,7 @@ import subprocess
 import threading
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
+from ansible_collections.stellaops.runtime.plugins.module_utils._contract import DEFAULT_WAIT_TIMEOUT
 from ansible_collections.stellaops.runtime.plugins.module_utils._imageref import parse_image_ref
 
 _DAEMON_DOWN_RE = re.compile(r"(Cannot connect to the Docker daemon|Is the docker daemon running|"
@@ -385,7 +386,7 @@ class DockerCli:
     def compose_base(project, compose_file, project_dir):
         return ["compose", "--project-name", project, "--project-directory", project_dir, "-f", compose_file]
 
-    def compose_up(self, project, compose_file, project_dir, wait_timeout=120, phase="compose_up"):
+    def compose_up(self, project, compose_file, project_dir, wait_timeout=DEFAULT_WAIT_TIMEOUT, phase="compose_up"):
         """``up -d`` without ``--wait``: the caller waits for the containers itself (``ComposeProject.up``).
         The bound stays ``wait_timeout`` on top of the command timeout: replaced containers are stopped
         with their grace period first."""

@@ -30,7 +30,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils._common import S
 from ansible_collections.stellaops.runtime.plugins.module_utils._compose_project import (
     container_problems, raise_problems, stella_labels)
 from ansible_collections.stellaops.runtime.plugins.module_utils._contract import (
-    CONTAINER_NAME_RE, DOCKER_PREVIOUS_SUFFIX, DOCKER_REVISION_DIR, DOCKER_ROLLBACK, DOCKER_ROLLED_BACK_SUFFIX,
+    CONTAINER_NAME_RE, DEFAULT_WAIT_TIMEOUT, DOCKER_PREVIOUS_SUFFIX, DOCKER_REVISION_DIR, DOCKER_ROLLBACK, DOCKER_ROLLED_BACK_SUFFIX,
     LABEL_MANIFEST_HASH, ROLLBACK_PHASES, STICKER_FILE, invalid)
 from ansible_collections.stellaops.runtime.plugins.module_utils._docker_revision import load_revision
 from ansible_collections.stellaops.runtime.plugins.module_utils._docker_run import SETTLE_SECONDS, wait_settled
@@ -92,7 +92,7 @@ class DockerRollback(Manager):
 
     groups = ROLLBACK_PHASES
 
-    def __init__(self, cli, run_command, warn=None, wait_timeout=120, settle=SETTLE_SECONDS, sleep=time.sleep,
+    def __init__(self, cli, run_command, warn=None, wait_timeout=DEFAULT_WAIT_TIMEOUT, settle=SETTLE_SECONDS, sleep=time.sleep,
                  clock=time.monotonic):
         super().__init__(cli, run_command, warn)
         self.wait_timeout = wait_timeout
