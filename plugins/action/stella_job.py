@@ -29,7 +29,7 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_plan import
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._evidence import project_digest
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._inputs import load_credentials, plain, resolve_digests
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_lease import MIN_LEASE_SECONDS, start_keeper
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_owner import controller_owner, interrupt_gone
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_owner import controller_owner, gone_why, interrupt_gone
 
 ARGUMENT_SPEC = {
     "step": {"type": "str", "required": True,
@@ -64,10 +64,10 @@ ARGUMENT_SPEC = {
 # Steps that act for a running job: refused once the job was recorded interrupted (its projects are
 # released, and another job may hold them now).
 ACTING_STEPS = ("target", "traffic", "gate", "finish", "rollback_target", "traffic_rollback")
-# Steps that only read the job store: they run in check mode (``show`` then records no job interrupted).
-# In check mode the deployment job's steps make a preview that opens no store (_job_preview.PREVIEW_STEPS);
-# the operator rollback's steps are refused (JOB_CHECK_MODE).
-READ_STEPS = ("show", "health")
+# Steps that only read the job store in check mode (``show`` then records no job interrupted, and
+# ``rollback_start`` previews the rollback job it would create). The other steps of a job make a
+# preview in check mode that opens no store (_job_preview.PREVIEW_STEPS).
+READ_STEPS = ("show", "health", "rollback_start")
 
 
 def first_line(text):
@@ -154,13 +154,17 @@ class ActionModule(ActionBase):
         if args["step"] == "close":
             hostvars = self.vars.get("hostvars") or {}
             run = self.vars.get("stella_job_run") or {}  # the start's outcome, kept on localhost by the job
-            if run.get("jobId") != args["job_id"] or not run.get("checkMode"):
+            rollback = self.vars.get("stella_job_finish") or {}  # or the rollback_start's outcome
+            if rollback.get("jobId") == args["job_id"] and rollback.get("kind") == "rollback":
+                run = rollback
+            elif run.get("jobId") != args["job_id"] or not run.get("checkMode"):
                 raise StellaError("job_not_found", "no job %s was previewed in this run" % args["job_id"], phase="job")
             # only what the preview reads of each target: templating every host variable would also
             # template what a failed task left behind (ansible_failed_task), outside its role's scope
-            return _job_preview.close(run, {name: {key: hostvars[name][key] for key in _job_preview.REGISTERED
-                                                   if name in hostvars and key in hostvars[name]}
-                                            for name in run.get("targetOrder") or []})
+            registered = {name: {key: hostvars[name][key] for key in _job_preview.REGISTERED
+                                 if name in hostvars and key in hostvars[name]}
+                          for name in run.get("targetOrder") or run.get("rollbackOrder") or []}
+            return (_job_preview.rollback_close if run is rollback else _job_preview.close)(run, registered)
         return _job_preview.passing(args["step"], args["job_id"], args["batch"])
 
     def _check_start(self, args):
@@ -352,36 +356,30 @@ class ActionModule(ActionBase):
             record = store.update(args["job_id"], lambda r: _job.finish(r, utc_timestamp()), auto_rollback)
         elif auto_rollback(record) is not None:
             record = store.update(args["job_id"], auto_rollback)
-        return self._rollback_orders(record)
+        return _job.rollback_orders(record)
 
     def _rollback_start(self, store, args):
         """An operator rollback of job ``job_id``: a new job of kind ``rollback`` over the source job's
-        targets that retained a revision, in reverse batch order; fails closed when none did."""
+        targets that retained a revision, in reverse batch order; fails closed when none did. In check
+        mode the same job is made and checked, and not stored (_job_preview.rollback_start)."""
         source = self._job_of(store, args)
         now = utc_timestamp()
-        self._interrupt_gone_jobs(store, now)
+        if not self._task.check_mode:
+            self._interrupt_gone_jobs(store, now)
         record = _job.operator_rollback(source, "%s-rollback-%s" % (source["jobId"], secrets.token_hex(3)), now,
                                         args["revision_paths"], first_line(args["reason"]), controller_owner())
-        record, held = store.create(record)
+        if self._task.check_mode:
+            held = _job_preview.held_projects(record, store.claims(), {
+                job["jobId"] for job in store.unfinished() if gone_why(job, now) is None})
+        else:
+            record, held = store.create(record)
         if held:
             raise StellaError(PROJECT_BUSY, "job %s: project held by unfinished job %s" % (
                 record["jobId"], ", ".join(sorted(set(held.values())))), phase="job")
         if record["status"] == "Failed":
             raise StellaError(record["code"], "job %s: %s" % (record["jobId"], record["reason"]), phase="job")
-        return self._rollback_orders(record, source=source)
-
-    def _rollback_orders(self, record, source=None):
-        """The rollback the playbook runs next (nothing unless the job is rolling back or a rollback job)."""
-        targets = (source or record)["targets"]
-        plan = (record.get("rollback") or {}).get("batches") or [] if record["status"] in (
-            "RollingBack", "Running") else []
-        return {"jobId": record["jobId"], "status": record["status"], "reason": record["reason"],
-                "rollbackBatches": plan, "rollbackSerial": [len(b) for b in plan],
-                "rollbackOrder": [n for b in plan for n in b],
-                "rollbackTargets": {n: {"revisionPath": record["targets"][n].get("previousRevisionPath"),
-                                        "payload": targets[n].get("rollbackPayload"),
-                                        "task": ROLLBACK_TASKS[targets[n].get("targetType") or "ComposeHost"],
-                                        "target": targets[n].get("target")} for b in plan for n in b}}
+        orders = _job.rollback_orders(record, source=source)
+        return _job_preview.rollback_start(orders, record) if self._task.check_mode else orders
 
     def _rollback_target(self, store, args):
         self._need(args, "job_id", "target")

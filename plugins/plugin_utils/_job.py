@@ -20,7 +20,7 @@ import copy
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils._contract import (
-    JOB_INTERRUPTED, PHASES, ROLLBACK_PHASE_NAMES)
+    JOB_INTERRUPTED, PHASES, ROLLBACK_PHASE_NAMES, ROLLBACK_TASKS)
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._rollback_evidence import (
     RECOVERY_ROLLBACK_FAILED, RECOVERY_ROLLBACK_SKIPPED, RECOVERY_ROLLED_BACK, suffixed_reason)
 
@@ -309,6 +309,22 @@ def operator_rollback(source, job_id, now, revision_paths=None, reason=None, own
         return fail_closed(record, "rollback_no_eligible_target",
                            "no target of job %s retained a revision to restore" % source["jobId"], {}, now)
     return start(record, now)
+
+
+def rollback_orders(record, source=None):
+    """The rollback the playbook runs next (nothing unless the job is rolling back or is a rollback job
+    that runs): its batches, ``serial``, host order, and per target the revision, payload and task;
+    ``source``: the job a rollback job rolls back, whose targets carry the rollback payloads."""
+    targets = (source or record)["targets"]
+    plan = (record.get("rollback") or {}).get("batches") or [] if record["status"] in (
+        "RollingBack", "Running") else []
+    return {"jobId": record["jobId"], "status": record["status"], "reason": record["reason"],
+            "rollbackBatches": plan, "rollbackSerial": [len(b) for b in plan],
+            "rollbackOrder": [n for b in plan for n in b],
+            "rollbackTargets": {n: {"revisionPath": record["targets"][n].get("previousRevisionPath"),
+                                    "payload": targets[n].get("rollbackPayload"),
+                                    "task": ROLLBACK_TASKS[targets[n].get("targetType") or "ComposeHost"],
+                                    "target": targets[n].get("target")} for b in plan for n in b}}
 
 
 def finish_rollback_target(record, name, succeeded, now, reason=None, facts=None):

@@ -10,18 +10,25 @@ its apply in check mode, in the job's batches. Nothing is persisted: no job stor
 no record, evidence, report, traffic shift or rollback. The steps that would record the job answer
 from the plan and from what the play registered on each target (the preflight, the apply's check-mode
 result, the probes), and ``close`` sums up what each target would do.
+
+``ansible-playbook stellaops.runtime.rollback --check`` reads the job store (the job to roll back and
+the projects other jobs hold) and makes the rollback job as a real run would, without storing it; each
+target's rollback runs in check mode in the rollback's batches, and ``close`` sums up what each target
+would restore (:func:`rollback_start`, :func:`rollback_close`).
 """
 
 from __future__ import annotations
 
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_plan import plan_outcome
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_store import project_keys
 
 PREVIEW_STATUS = "Preview"
-# The job steps a preview runs; the operator rollback steps are refused in check mode.
-PREVIEW_STEPS = ("start", "target", "traffic", "gate", "finish", "traffic_rollback", "close")
-# What each target registered in the job's plays (roles/job_deploy).
+# The job steps a preview runs without a store (rollback_start reads it: a read step of stella_job).
+PREVIEW_STEPS = ("start", "target", "traffic", "gate", "finish", "rollback_target", "traffic_rollback", "close")
+# What each target registered in the job's plays (roles/job_deploy, roles/job_rollback).
 PREFLIGHT, APPLY, FAILED = "job_deploy_preflight", "job_deploy_apply", "job_deploy_failed_evidence"
-REGISTERED = (PREFLIGHT, APPLY, FAILED)
+ROLLBACK, ROLLBACK_FAILED = "job_rollback_result", "job_rollback_failure"
+REGISTERED = (PREFLIGHT, APPLY, FAILED, ROLLBACK, ROLLBACK_FAILED)
 
 
 def start(job_id, source, planned, options, unreachable):
@@ -49,12 +56,12 @@ def passing(step, job_id, batch=None):
     return outcome
 
 
-def _failure(result):
+def _failure(result, phase="preflight"):
     """``<phase>: <code>: <first line of msg>`` of a failed task result, ``None`` otherwise."""
     if not isinstance(result, dict) or not result.get("failed"):
         return None
     msg = (result.get("msg") or "").strip()
-    return "%s: %s: %s" % (result.get("failurePhase") or "preflight", result.get("code") or "failed",
+    return "%s: %s: %s" % (result.get("failurePhase") or phase, result.get("code") or "failed",
                            msg.splitlines()[0] if msg else "failed")
 
 
@@ -108,3 +115,57 @@ def close(run, registered):
     return {"jobId": run["jobId"], "checkMode": True, "status": PREVIEW_STATUS, "reason": reason,
             "succeeded": succeeded, "preview": targets, "evidenceFiles": {}, "outcome": outcome,
             "text": "\n".join(lines)}
+
+
+def held_projects(record, claims, alive):
+    """``{target: job}`` for the projects of ``record`` that another unfinished job holds, as the store's
+    claim would find them. ``claims``: the store's ``{project key: job id}``; ``alive``: the ids of the
+    unfinished jobs whose run is not gone (a real run records the others interrupted first)."""
+    return {name: claims[key] for name, key in project_keys(record).items()
+            if claims.get(key) in alive and claims[key] != record["jobId"]}
+
+
+def rollback_start(orders, record):
+    """The ``rollback_start`` outcome of a preview: the rollback job's orders (:func:`_job.rollback_orders`)
+    and what the preview shows of it; nothing is stored."""
+    rollback = record.get("rollback") or {}
+    return dict(orders, checkMode=True, kind="rollback", status=PREVIEW_STATUS,
+                sourceJobId=record.get("sourceJobId"), skipped=dict(rollback.get("skipped") or {}))
+
+
+def rollback_target_preview(facts):
+    """What one target's rollback would do, from what its play registered (``facts``)."""
+    result = facts.get(ROLLBACK)
+    failure = _failure(result, "rollback") or (str(facts.get(ROLLBACK_FAILED) or "").strip().splitlines() or [None])[0]
+    if failure:
+        return {"outcome": "would_fail", "summary": "would fail at %s" % failure}
+    if not isinstance(result, dict) or result.get("skipped"):
+        return {"outcome": "not_run", "summary": "not reached (the play did not run on it)"}
+    path = result.get("restoredRevisionPath")
+    if not result.get("changed"):
+        return {"outcome": "converged", "summary": "converged: the revision at %s already runs" % path}
+    return {"outcome": "would_restore", "summary": "would restore the revision at %s" % path,
+            "restoredRevisionPath": path, "restoredManifestHash": result.get("restoredManifestHash")}
+
+
+def rollback_close(run, registered):
+    """The ``close`` outcome of a rollback preview: per target what it would restore, and whether the
+    rollback would run through. ``run``: :func:`rollback_start`'s outcome."""
+    targets = {}
+    for name in run.get("rollbackOrder") or []:
+        targets[name] = dict(rollback_target_preview(registered.get(name) or {}),
+                             batch=next(i for i, batch in enumerate(run["rollbackBatches"]) if name in batch))
+    failing = sorted(n for n, t in targets.items() if t["outcome"] in ("would_fail", "not_run"))
+    reason = "%s would not be rolled back" % ", ".join(failing) if failing else None
+    lines = ["rollback job %s of job %s (check mode: a preview, nothing was recorded or changed)" % (
+        run["jobId"], run.get("sourceJobId")),
+        "  batches, in reverse batch order: %s" % " | ".join(", ".join(b) for b in run["rollbackBatches"])]
+    lines += ["  %s (batch %d): %s" % (name, t["batch"] + 1, t["summary"]) for name, t in targets.items()]
+    lines += ["  %s: skipped: %s" % (name, why) for name, why in sorted((run.get("skipped") or {}).items())]
+    if reason:
+        lines.append("  %s" % reason)
+    outcome = {"deploymentId": run["jobId"], "status": PREVIEW_STATUS, "succeeded": not failing, "checkMode": True,
+               "code": None, "reason": reason, "rolledBack": False, "targets": sorted(targets), "evidence": {}}
+    return {"jobId": run["jobId"], "checkMode": True, "status": PREVIEW_STATUS, "reason": reason,
+            "succeeded": not failing, "preview": targets, "skipped": dict(run.get("skipped") or {}),
+            "evidenceFiles": {}, "outcome": outcome, "text": "\n".join(lines)}

@@ -30,6 +30,7 @@ import labkit
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_store import open_store
 
 PLAYBOOK = "stellaops.runtime.job"
+ROLLBACK_PLAYBOOK = "stellaops.runtime.rollback"
 WORK_DIRECTORY = "/var/lib/stella/projects"
 RECAP = re.compile(r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 PHASES = ["preflight", "prepare", "pre-deploy", "deploy", "verify", "promote", "post-deploy", "evidence", "cleanup"]
@@ -115,16 +116,17 @@ class FleetJob:
             hosts[target["name"]].update((overrides or {}).get(target["name"]) or {})
         return {"all": {"children": {"stella_targets": {"hosts": hosts}}}}
 
-    def _argv(self, release, overrides, extra, verbose=False, controller=None, check=False):
+    def _argv(self, release, overrides, extra, verbose=False, controller=None, check=False, playbook=PLAYBOOK):
         self.runs += 1
         run = self.tmp / ("run%d" % self.runs)
         run.mkdir()
         variables = {"stella_job_store": self.store_path, "stella_evidence_dir": self.evidence_dir,
-                     "stella_insecure_registries": self.insecure, "stella_release": release}
+                     "stella_insecure_registries": self.insecure}
+        variables.update({"stella_release": release} if release is not None else {})
         variables.update(extra or {})
         (run / "vars.json").write_text(json.dumps(variables, indent=1))
         (run / "inventory.json").write_text(json.dumps(self.inventory(overrides), indent=1))
-        argv = [os.path.join(ar.VENV_BIN, "ansible-playbook"), "-i", str(run / "inventory.json"), PLAYBOOK,
+        argv = [os.path.join(ar.VENV_BIN, "ansible-playbook"), "-i", str(run / "inventory.json"), playbook,
                 "-e", "@" + str(run / "vars.json")] + (["-vvv"] if verbose else []) + (["--check"] if check else [])
         if controller:
             # another controller host: the same machine under another host name (a private UTS namespace)
@@ -134,11 +136,12 @@ class FleetJob:
         env.pop("ANSIBLE_CALLBACKS_ENABLED", None)
         return argv, env, run
 
-    def run(self, release, overrides=None, extra=None, timeout=420, verbose=False, controller=None, check=False):
-        """Run the job playbook to its end (as the controller host ``controller``, when given; in check
-        mode with ``check``); returns a :class:`Run`."""
+    def run(self, release, overrides=None, extra=None, timeout=420, verbose=False, controller=None, check=False,
+            playbook=PLAYBOOK):
+        """Run the job playbook (or ``playbook``) to its end (as the controller host ``controller``, when
+        given; in check mode with ``check``); returns a :class:`Run`."""
         before = set(self.job_ids())
-        argv, env, run = self._argv(release, overrides, extra, verbose, controller, check)
+        argv, env, run = self._argv(release, overrides, extra, verbose, controller, check, playbook)
         start = time.monotonic()
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                                 cwd=ar.ROOT, start_new_session=True)
@@ -155,6 +158,11 @@ class FleetJob:
         assert recap, "ansible-playbook printed no PLAY RECAP (rc=%d):\n%s" % (proc.returncode, output[-4000:])
         new = [j for j in self.job_ids() if j not in before]
         return Run(proc.returncode, recap, output, new, seconds)
+
+    def rollback(self, job_id, check=False, extra=None):
+        """The operator rollback (``stellaops.runtime.rollback``) of ``job_id``; returns a :class:`Run`."""
+        return self.run(None, extra=dict(extra or {}, stella_job_id=job_id), check=check,
+                        playbook=ROLLBACK_PLAYBOOK)
 
     def show(self, job_id, timeout=120):
         """``stellaops.runtime.job_show`` for ``job_id`` against this test's store: ``(rc, output)``."""

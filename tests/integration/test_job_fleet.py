@@ -438,6 +438,33 @@ def test_check_mode_previews_the_job_and_records_or_changes_nothing(lab, fleet, 
         assert preview_lines(again) == dict.fromkeys(
             (t1, t2), "converged: nothing would change (applied by job %s)" % v1.job_id)
         assert fj.job_ids() == [v1.job_id]
+
+        # ---- v2 for real, then the operator rollback of it previewed: each target would restore the
+        # revision v2 retained, and nothing is stored or changed
+        v2 = fj.run(fj.release("app_v2", "2.0.0"))
+        assert v2.rc == 0, v2.output[-4000:]
+        rec2 = fj.job(v2.job_id)
+        on_v2 = fj.states(rec2)
+        back_preview = fj.rollback(v2.job_id, check=True)
+        assert back_preview.rc == 0, back_preview.output[-4000:]
+        assert "of job %s (check mode: a preview, nothing was recorded or changed)" % v2.job_id in back_preview.output
+        assert preview_lines(back_preview) == {name: "would restore the revision at %s" % rec2["targets"][name][
+            "previousRevisionPath"] for name in (t1, t2)}, back_preview.output[-4000:]
+        assert fj.job_ids() == [v1.job_id, v2.job_id]
+        for name, state in fj.states(rec2).items():
+            assert (state["sticker"], web(state)["id"], web(state)["startedAt"]) == (
+                on_v2[name]["sticker"], web(on_v2[name])["id"], web(on_v2[name])["startedAt"])
+
+        # ---- the operator rollback for real: a rollback job, and both targets run v1 again
+        back = fj.rollback(v2.job_id)
+        assert back.rc == 0, back.output[-4000:]
+        [rollback_id] = back.job_ids
+        rollback = fj.job(rollback_id)
+        assert (rollback["kind"], rollback["status"], rollback["sourceJobId"]) == ("rollback", "Succeeded", v2.job_id)
+        assert {n: t["status"] for n, t in rollback["targets"].items()} == {t1: "RolledBack", t2: "RolledBack"}
+        for name, state in fj.states(rec2).items():
+            assert sticker(state)["manifestHash"] == sticker(before[name])["manifestHash"]
+            assert web(state)["ref"] == web(before[name])["ref"] and web(state)["id"] != web(on_v2[name])["id"]
     finally:
         fj.cleanup()
 

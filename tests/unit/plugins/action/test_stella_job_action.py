@@ -10,7 +10,8 @@ import os
 import subprocess
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._contract import JOB_CHECK_MODE
-from ansible_collections.stellaops.runtime.plugins.plugin_utils import _job, _job_store
+from ansible_collections.stellaops.runtime.plugins.action import stella_job as stella_job_action
+from ansible_collections.stellaops.runtime.plugins.plugin_utils import _job, _job_preview, _job_store
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 BIN = os.path.join(ROOT, ".venv", "bin")
@@ -103,11 +104,44 @@ def test_the_job_steps_make_a_preview_in_check_mode_and_open_no_store(tmp_path):
     assert (closed["status"], closed["succeeded"], closed["reason"]) == ("Preview", False, "localhost would not deploy")
     assert closed["preview"]["localhost"]["outcome"] == "not_run"
     assert closed["text"].startswith("job job-p (check mode: a preview, nothing was recorded or changed)")
-    for result in (rollback, rollback_target):
-        assert result["failed"] is True and result["code"] == JOB_CHECK_MODE, result
-        assert result["msg"].endswith("records the job in the job store, so it does not run in check mode: "
-                                      "nothing was planned, persisted or changed")
+    # the rollback's start reads the store (there is none: reported, not created); its target step records nothing
+    assert (rollback["failed"], rollback["code"]) == (True, "job_store_missing"), rollback
+    assert (rollback_target["checkMode"], rollback_target["changed"]) == (True, False)
     assert not os.path.exists(os.path.dirname(location))
+
+
+def test_every_step_is_either_read_or_previewed_in_check_mode():
+    """A step added without a check-mode answer would be refused (JOB_CHECK_MODE), never run for real."""
+    steps = set(stella_job_action.ARGUMENT_SPEC["step"]["choices"])
+    assert steps == set(stella_job_action.READ_STEPS) | set(_job_preview.PREVIEW_STEPS)
+
+
+def test_the_operator_rollback_in_check_mode_makes_the_rollback_job_and_stores_nothing(tmp_path):
+    location = stored_job(tmp_path)  # job-1: target a retained no revision; its run is gone
+
+    def rollback_start(**args):
+        return {"stellaops.runtime.stella_job": dict(args, step="rollback_start", store=location, job_id="job-1"),
+                "register": "stella_job_finish", "ignore_errors": True}
+    close = {"stellaops.runtime.stella_job": {"step": "close", "store": location,
+                                              "job_id": "{{ stella_job_finish.jobId }}"}, "ignore_errors": True}
+    proc, (none_eligible,) = playbook(tmp_path, [rollback_start()], "--check")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (none_eligible["failed"], none_eligible["code"]) == (True, "rollback_no_eligible_target")
+    proc, (started, closed) = playbook(tmp_path, [rollback_start(revision_paths={"a": "/srv/rev/1"}), close], "--check")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (started["kind"], started["status"], started["checkMode"], started["sourceJobId"]) == (
+        "rollback", "Preview", True, "job-1")
+    assert started["jobId"].startswith("job-1-rollback-") and started["rollbackOrder"] == ["a"]
+    assert started["rollbackTargets"]["a"]["revisionPath"] == "/srv/rev/1"
+    # the job-1 run that holds the project is gone: a real run would take the project over
+    assert "failed" not in started
+    assert (closed["status"], closed["succeeded"], closed["preview"]["a"]["outcome"]) == ("Preview", False, "not_run")
+    assert closed["text"].startswith("rollback job %s of job job-1 (check mode: a preview" % started["jobId"])
+    store = _job_store.open_store(location)
+    try:  # nothing stored: no rollback job, job-1 not recorded interrupted
+        assert [r["jobId"] for r in store.list()] == ["job-1"] and store.get("job-1")["status"] == "Running"
+    finally:
+        store.close()
 
 
 def test_close_in_check_mode_refuses_a_job_this_run_did_not_preview(tmp_path):

@@ -194,6 +194,23 @@ def test_operator_rollback_is_a_rollback_job_over_the_eligible_targets():
     assert record["reason"] == "target t3: rollback_superseded: newer release"
 
 
+def test_rollback_orders_are_the_rollback_batches_with_each_targets_revision_payload_and_task():
+    source = make()
+    source["targets"]["t1"].update(rollbackPayload={"ProjectName": "p1"}, targetType="DockerHost")
+    source["targets"]["t3"].update(rollbackPayload={"ProjectName": "p3"})
+    source = _job.finish(run(run(run(source, "t1", True), "t2", True, previous=False), "t3", True), T0)
+    record = _job.operator_rollback(source, "job-1-rollback-a", T0)
+    orders = _job.rollback_orders(record, source=source)
+    assert (orders["jobId"], orders["status"], orders["rollbackBatches"], orders["rollbackSerial"]) == (
+        "job-1-rollback-a", "Running", [["t3"], ["t1"]], [1, 1])
+    assert orders["rollbackOrder"] == ["t3", "t1"]
+    assert orders["rollbackTargets"]["t1"] == {"revisionPath": "/p/t1/revisions/000001-x", "payload": {"ProjectName": "p1"},
+                                               "task": "docker.rollback", "target": None}
+    assert orders["rollbackTargets"]["t3"]["task"] == "compose.rollback"
+    # a job that is not rolling back orders no rollback
+    assert _job.rollback_orders(source)["rollbackOrder"] == [] and _job.rollback_orders(source)["rollbackTargets"] == {}
+
+
 def test_operator_rollback_fails_closed_without_an_eligible_target():
     source = _job.finish(run(make(), "t1", True, previous=False), T0)
     record = _job.operator_rollback(source, "r", T0)

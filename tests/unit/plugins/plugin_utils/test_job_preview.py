@@ -84,3 +84,66 @@ def test_recording_steps_record_nothing_gates_proceed_and_no_rollback_is_decided
     outcome = pv.passing(step, "job-1", batch=0)
     assert outcome["jobId"] == "job-1" and outcome["checkMode"] is True
     assert {k: outcome[k] for k in expected} == expected
+
+
+# ---- the operator rollback in check mode
+
+ROLLBACK_RUN = {"jobId": "job-1-rollback-abc", "kind": "rollback", "checkMode": True, "status": "Preview",
+                "sourceJobId": "job-1", "rollbackBatches": [["c"], ["a"]], "rollbackOrder": ["c", "a"],
+                "skipped": {"b": "no retained revision"}}
+RESTORE = {"changed": True, "restoredRevisionPath": "/srv/p/.stella/revisions/r1", "restoredManifestHash": "sha256:1"}
+
+
+def test_held_projects_are_those_an_unfinished_job_whose_run_lives_holds():
+    record = {"jobId": "job-9", "targets": {"a": {"targetId": "id-a", "projectName": "shop"},
+                                            "b": {"targetId": "id-b", "projectName": "shop"},
+                                            "c": {"targetId": "id-c", "projectName": "shop"}}}
+    claims = {"id-a|shop": "job-2", "id-b|shop": "job-3", "id-c|shop": "job-9", "id-d|shop": "job-2"}
+    assert pv.held_projects(record, claims, {"job-2", "job-9"}) == {"a": "job-2"}
+    assert pv.held_projects(record, claims, set()) == {}
+
+
+def test_rollback_start_is_the_orders_with_what_the_preview_shows():
+    orders = {"jobId": "job-1-rollback-abc", "status": "Running", "reason": "why", "rollbackBatches": [["a"]],
+              "rollbackSerial": [1], "rollbackOrder": ["a"], "rollbackTargets": {"a": {"revisionPath": "/r"}}}
+    record = {"sourceJobId": "job-1", "rollback": {"skipped": {"b": "no retained revision"}}}
+    assert pv.rollback_start(orders, record) == dict(orders, checkMode=True, kind="rollback", status="Preview",
+                                                     sourceJobId="job-1", skipped={"b": "no retained revision"})
+
+
+@pytest.mark.parametrize("host, outcome, summary", [
+    ({pv.ROLLBACK: RESTORE}, "would_restore", "would restore the revision at /srv/p/.stella/revisions/r1"),
+    ({pv.ROLLBACK: dict(RESTORE, changed=False)}, "converged",
+     "converged: the revision at /srv/p/.stella/revisions/r1 already runs"),
+    ({pv.ROLLBACK: {"failed": True, "code": "rollback_superseded", "failurePhase": "resolve_revision",
+                    "msg": "newer release applied\nmore"}}, "would_fail",
+     "would fail at resolve_revision: rollback_superseded: newer release applied"),
+    ({pv.ROLLBACK: {"failed": True, "msg": ""}}, "would_fail", "would fail at rollback: failed: failed"),
+    ({pv.ROLLBACK_FAILED: "rollback_failed: no retained revision for a"}, "would_fail",
+     "would fail at rollback_failed: no retained revision for a"),
+    ({}, "not_run", "not reached (the play did not run on it)"),
+    ({pv.ROLLBACK: {"skipped": True}}, "not_run", "not reached (the play did not run on it)"),
+])
+def test_what_one_targets_rollback_would_do(host, outcome, summary):
+    preview = pv.rollback_target_preview(host)
+    assert (preview["outcome"], preview["summary"]) == (outcome, summary)
+
+
+def test_rollback_close_lists_each_target_in_reverse_batch_order_and_the_skipped():
+    closed = pv.rollback_close(ROLLBACK_RUN, {"c": {pv.ROLLBACK: RESTORE}, "a": {pv.ROLLBACK: dict(RESTORE, changed=False)}})
+    assert (closed["status"], closed["succeeded"], closed["reason"], closed["checkMode"]) == (
+        "Preview", True, None, True)
+    assert closed["text"].splitlines() == [
+        "rollback job job-1-rollback-abc of job job-1 (check mode: a preview, nothing was recorded or changed)",
+        "  batches, in reverse batch order: c | a",
+        "  c (batch 1): would restore the revision at /srv/p/.stella/revisions/r1",
+        "  a (batch 2): converged: the revision at /srv/p/.stella/revisions/r1 already runs",
+        "  b: skipped: no retained revision"]
+    assert closed["outcome"]["succeeded"] is True and closed["outcome"]["targets"] == ["a", "c"]
+    assert closed["skipped"] == {"b": "no retained revision"} and closed["evidenceFiles"] == {}
+
+
+def test_a_rollback_that_would_fail_or_not_reach_a_target_does_not_succeed():
+    closed = pv.rollback_close(ROLLBACK_RUN, {"c": {pv.ROLLBACK: {"failed": True, "code": "no_revision", "msg": "gone"}}})
+    assert (closed["succeeded"], closed["reason"]) == (False, "a, c would not be rolled back")
+    assert closed["text"].splitlines()[-1] == "  a, c would not be rolled back"
