@@ -71,8 +71,8 @@ attributes:
         O(step=close) returns per target what it would do (C(preview)), from what the play registered on
         it (its preflight and its apply in check mode), and the job's C(text).
       - The operator rollback's O(step=rollback_start) reads the job store and makes the rollback job as a
-        real run would (the same refusals: no eligible target, a project held by an unfinished job whose
-        run is not gone), and returns its orders with C(checkMode), C(kind=rollback), status C(Preview)
+        real run would, with the same refusals (no eligible target, a project held by an unfinished job
+        whose run is not gone), and returns its orders with C(checkMode), C(kind=rollback), status C(Preview)
         and C(skipped); nothing is stored and no gone run's job is recorded interrupted.
         O(step=rollback_target) records nothing; O(step=close) returns per target what its rollback in
         check mode would do (C(preview)) and the rollback's C(text).

@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 
-from ansible_collections.stellaops.runtime.plugins.module_utils._contract import JOB_CHECK_MODE
 from ansible_collections.stellaops.runtime.plugins.action import stella_job as stella_job_action
 from ansible_collections.stellaops.runtime.plugins.plugin_utils import _job, _job_preview, _job_store
 
@@ -111,7 +110,8 @@ def test_the_job_steps_make_a_preview_in_check_mode_and_open_no_store(tmp_path):
 
 
 def test_every_step_is_either_read_or_previewed_in_check_mode():
-    """A step added without a check-mode answer would be refused (JOB_CHECK_MODE), never run for real."""
+    """A step added without a check-mode answer would be refused (job_check_mode_unsupported), never run
+    for real."""
     steps = set(stella_job_action.ARGUMENT_SPEC["step"]["choices"])
     assert steps == set(stella_job_action.READ_STEPS) | set(_job_preview.PREVIEW_STEPS)
 
