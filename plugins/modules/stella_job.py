@@ -59,7 +59,7 @@ extends_documentation_fragment:
   - stellaops.runtime.attributes.action
 attributes:
   check_mode:
-    support: partial
+    support: full
     details:
       - O(step=show) and O(step=health) only read the job store and run in check mode (O(step=show) then
         records no job interrupted, and a SQLite store that is not there is not created but reported,
