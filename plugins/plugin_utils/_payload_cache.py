@@ -13,12 +13,13 @@ every module again: 0.14 to 0.22 s for ``stella_compose_deploy`` on this project
 Here the entries Ansible wrote for this collection's modules are also kept in a store beside the runs'
 temporary directories (``<ANSIBLE_LOCAL_TEMP>/stellaops-runtime-payloads/<key>/``) and put back in the
 next run's ``ansiballz_cache`` before the module is built, so Ansible finds them there as it finds
-what an earlier task of the same run built. The key is a SHA-256 of everything the payload is made of:
-the ansible-core and Python versions, where the collection is (an entry maps the controller's source
-paths), the module's source and every ``plugins/module_utils`` source of the collection (their bytes),
-and every ansible-core ``module_utils`` source (path, size, modification time). A target-side module
-imports nothing else (``tests/unit/test_boundary.py``), so any change to what a payload holds is a new
-key. Only the :data:`KEEP` keys used last are kept.
+what an earlier task of the same run built. One key serves every module of the collection: a SHA-256
+of everything their payloads are made of, the ansible-core and Python versions, where the collection
+is (an entry maps the controller's source paths), every ``plugins/modules`` and ``plugins/module_utils``
+source of the collection (their bytes), and every ansible-core ``module_utils`` source (path, size,
+modification time). A target-side module imports nothing else (``tests/unit/test_boundary.py``), so any
+change to what a payload holds is a new key. Only the :data:`KEEP` keys used last are kept: a key per
+version (or checkout) of the collection and ansible-core.
 
 The store is trusted only when it is a directory of the controller's user that no other user may
 write (the entries are Python pickles, as in Ansible's own cache). Anything that goes wrong here
@@ -53,19 +54,18 @@ def _sources(directory):
     return found
 
 
-def payload_key(module_path, module_utils_dir, ansible_module_utils_dir, versions):
-    """The key of a module's payload: a SHA-256 over ``versions`` (ansible-core's and Python's, and
-    where the collection is), the module's bytes, the bytes of every source under the collection's
-    ``module_utils_dir`` and the path, size and modification time of every source under ansible-core's
-    ``ansible_module_utils_dir``."""
+def payload_key(plugins_dir, ansible_module_utils_dir, versions):
+    """The key of the collection's payloads: a SHA-256 over ``versions`` (ansible-core's and Python's,
+    and where the collection is), the bytes of every source under the collection's ``modules`` and
+    ``module_utils`` (in ``plugins_dir``) and the path, size and modification time of every source under
+    ansible-core's ``ansible_module_utils_dir``."""
     digest = hashlib.sha256()
     digest.update(("\0".join(versions) + "\n").encode())
-    with open(module_path, "rb") as handle:
-        digest.update(b"module\0" + handle.read())
-    for relative, path in _sources(module_utils_dir):
-        with open(path, "rb") as handle:
-            content = handle.read()
-        digest.update(("\nutil\0%s\0%d\0" % (relative, len(content))).encode() + content)
+    for part in ("modules", "module_utils"):
+        for relative, path in _sources(os.path.join(plugins_dir, part)):
+            with open(path, "rb") as handle:
+                content = handle.read()
+            digest.update(("\n%s\0%s\0%d\0" % (part, relative, len(content))).encode() + content)
     for relative, path in _sources(ansible_module_utils_dir):
         info = os.stat(path)
         digest.update(("\nansible\0%s\0%d\0%d" % (relative, info.st_size, info.st_mtime_ns)).encode())
@@ -138,12 +138,11 @@ def prune(root, keep_keys=KEEP):
     return removed
 
 
-def _this_key(module_name):
+def _this_key():
     import ansible.module_utils
     from ansible.release import __version__
 
-    return payload_key(os.path.join(COLLECTION_ROOT, "plugins", "modules", module_name + ".py"),
-                       os.path.join(COLLECTION_ROOT, "plugins", "module_utils"),
+    return payload_key(os.path.join(COLLECTION_ROOT, "plugins"),
                        os.path.dirname(os.path.abspath(ansible.module_utils.__file__)),
                        (__version__, "%d.%d.%d" % sys.version_info[:3], COLLECTION_ROOT))
 
@@ -162,7 +161,7 @@ def reused(module_name, local_tmp, log=None):
         if root is None:
             log("payload store: %s is not a private directory of this user, not used" % STORE_NAME)
         else:
-            store = private_directory(os.path.join(root, _this_key(module_name)), create=True)
+            store = private_directory(os.path.join(root, _this_key()), create=True)
         if store is not None:
             os.makedirs(cache, exist_ok=True)
             os.utime(store)

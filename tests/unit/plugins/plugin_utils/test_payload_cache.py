@@ -17,10 +17,11 @@ VERSIONS = ("2.19.14", "3.11.7")
 
 @pytest.fixture
 def sources(tmp_path):
-    """A module, a collection's module_utils and an ansible-core module_utils, as files."""
-    module = tmp_path / "stella_preflight.py"
+    """A collection's modules and module_utils, and an ansible-core module_utils, as files."""
+    (tmp_path / "plugins" / "modules").mkdir(parents=True)
+    module = tmp_path / "plugins" / "modules" / "stella_preflight.py"
     module.write_text("import x\n")
-    utils = tmp_path / "module_utils"
+    utils = tmp_path / "plugins" / "module_utils"
     (utils / "sub").mkdir(parents=True)
     (utils / "_a.py").write_text("A = 1\n")
     (utils / "sub" / "_b.py").write_text("B = 2\n")
@@ -31,19 +32,21 @@ def sources(tmp_path):
 
 
 def key(sources, versions=VERSIONS):
-    module, utils, core = sources
-    return _payload_cache.payload_key(str(module), str(utils), str(core), versions)
+    _module, utils, core = sources
+    return _payload_cache.payload_key(str(utils.parent), str(core), versions)
 
 
-def test_the_key_is_stable_and_ignores_bytecode_caches(sources):
+def test_the_key_is_stable_and_ignores_bytecode_caches_and_other_plugins(sources):
     first = key(sources)
+    (sources[1].parent / "action").mkdir()
+    (sources[1].parent / "action" / "stella_preflight.py").write_text("controller side")
     (sources[1] / "__pycache__").mkdir()
     (sources[1] / "__pycache__" / "_a.py").write_text("cached")
     (sources[1] / "README.txt").write_text("not a source")
     assert key(sources) == first and len(first) == 64
 
 
-@pytest.mark.parametrize("change", ["module", "util content", "util same size", "new util", "renamed util",
+@pytest.mark.parametrize("change", ["module", "new module", "util content", "util same size", "new util", "renamed util",
                                     "core mtime", "core size", "new core", "versions"])
 def test_the_key_changes_with_everything_the_payload_is_made_of(sources, change):
     module, utils, core = sources
@@ -51,6 +54,8 @@ def test_the_key_changes_with_everything_the_payload_is_made_of(sources, change)
     versions = VERSIONS
     if change == "module":
         module.write_text("import y\n")
+    elif change == "new module":
+        (module.parent / "stella_probe.py").write_text("")
     elif change == "util content":
         (utils / "sub" / "_b.py").write_text("B = 22\n")
     elif change == "util same size":
@@ -206,3 +211,14 @@ def test_nothing_here_fails_the_task(tmp_path, monkeypatch):
     with _payload_cache.reused("stella_preflight", str(tmp_path / "no" / "such" / "dir"), heard.append):
         pass
     assert heard[-1].startswith("payload store: ")
+
+
+def test_every_module_of_the_collection_shares_one_key(tmp_path):
+    local_tmp = tmp_path / "ansible-local-1"
+    for name in ("stella_preflight", "stella_rollback"):
+        with _payload_cache.reused(name, str(local_tmp)):
+            entry = _payload_cache.MODULE_FQN % name + "-ZIP_DEFLATED-none"
+            (local_tmp / "ansiballz_cache" / entry).write_bytes(name.encode())
+    [key] = os.listdir(tmp_path / _payload_cache.STORE_NAME)
+    assert sorted(os.listdir(tmp_path / _payload_cache.STORE_NAME / key)) == [
+        _payload_cache.MODULE_FQN % name + "-ZIP_DEFLATED-none" for name in ("stella_preflight", "stella_rollback")]
