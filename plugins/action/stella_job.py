@@ -17,7 +17,7 @@ import secrets
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._canonical import pretty_json, sha256_bytes
-from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError, redact_text, redact_url
+from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError, first_line, redact_text, redact_url
 from ansible_collections.stellaops.runtime.plugins.module_utils._contract import (
     DEFAULT_KEEP_REVISIONS, JOB_CHECK_MODE, JOB_INTERRUPTED, PROJECT_BUSY, ROLLBACK_TASKS, job_evidence_dir,
     keep_revisions_problem, seconds_between, utc_timestamp)
@@ -68,10 +68,6 @@ ACTING_STEPS = ("target", "traffic", "gate", "finish", "rollback_target", "traff
 # ``rollback_start`` previews the rollback job it would create). The other steps of a job make a
 # preview in check mode that opens no store (_job_preview.PREVIEW_STEPS).
 READ_STEPS = ("show", "health", "rollback_start")
-
-
-def first_line(text):
-    return (text or "").strip().splitlines()[0] if (text or "").strip() else None
 
 
 class ActionModule(ActionBase):
@@ -153,18 +149,16 @@ class ActionModule(ActionBase):
             return _job_preview.start(job_id, source, planned, options, unreachable)
         if args["step"] == "close":
             hostvars = self.vars.get("hostvars") or {}
-            run = self.vars.get("stella_job_run") or {}  # the start's outcome, kept on localhost by the job
-            rollback = self.vars.get("stella_job_finish") or {}  # or the rollback_start's outcome
-            if rollback.get("jobId") == args["job_id"] and rollback.get("kind") == "rollback":
-                run = rollback
-            elif run.get("jobId") != args["job_id"] or not run.get("checkMode"):
+            # the start's outcome, kept on localhost: stella_job_run by the job, stella_job_finish by the rollback
+            run, close, order = self.vars.get("stella_job_finish") or {}, _job_preview.rollback_close, "rollbackOrder"
+            if run.get("kind") != "rollback":
+                run, close, order = self.vars.get("stella_job_run") or {}, _job_preview.close, "targetOrder"
+            if run.get("jobId") != args["job_id"] or not run.get("checkMode"):
                 raise StellaError("job_not_found", "no job %s was previewed in this run" % args["job_id"], phase="job")
             # only what the preview reads of each target: templating every host variable would also
             # template what a failed task left behind (ansible_failed_task), outside its role's scope
-            registered = {name: {key: hostvars[name][key] for key in _job_preview.REGISTERED
-                                 if name in hostvars and key in hostvars[name]}
-                          for name in run.get("targetOrder") or run.get("rollbackOrder") or []}
-            return (_job_preview.rollback_close if run is rollback else _job_preview.close)(run, registered)
+            return close(run, {name: {key: hostvars[name][key] for key in _job_preview.REGISTERED
+                                      if name in hostvars and key in hostvars[name]} for name in run.get(order) or []})
         return _job_preview.passing(args["step"], args["job_id"], args["batch"])
 
     def _check_start(self, args):

@@ -52,3 +52,9 @@ def redact_text(text, secrets):
     for secret in sorted((s for s in secrets if s), key=len, reverse=True):
         text = text.replace(secret, "********")
     return text
+
+
+def first_line(text):
+    """The first line of ``text`` without surrounding blanks, or ``None`` when there is none."""
+    text = (text or "").strip()
+    return text.splitlines()[0] if text else None

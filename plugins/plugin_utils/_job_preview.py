@@ -19,6 +19,7 @@ would restore (:func:`rollback_start`, :func:`rollback_close`).
 
 from __future__ import annotations
 
+from ansible_collections.stellaops.runtime.plugins.module_utils._common import first_line
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_plan import plan_outcome
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_store import project_keys
 
@@ -60,9 +61,8 @@ def _failure(result, phase="preflight"):
     """``<phase>: <code>: <first line of msg>`` of a failed task result, ``None`` otherwise."""
     if not isinstance(result, dict) or not result.get("failed"):
         return None
-    msg = (result.get("msg") or "").strip()
     return "%s: %s: %s" % (result.get("failurePhase") or phase, result.get("code") or "failed",
-                           msg.splitlines()[0] if msg else "failed")
+                           first_line(result.get("msg")) or "failed")
 
 
 def target_preview(facts):
@@ -96,25 +96,34 @@ def close(run, registered):
     """The ``close`` outcome of a preview: per target what it would do, and whether the job would run
     through (every target reached, none would fail). ``registered``: per target, what its play
     registered of :data:`REGISTERED`."""
-    targets = {}
-    for name in run.get("targetOrder") or []:
-        targets[name] = dict(target_preview(registered.get(name) or {}),
-                             batch=next((i for i, batch in enumerate(run["batches"]) if name in batch), None))
-    failing = sorted(n for n, t in targets.items() if t["outcome"] in ("would_fail", "not_run"))
+    targets, failing = _per_target(run.get("targetOrder") or [], run.get("batches") or [], target_preview,
+                                   registered)
     reason = run.get("reason") or ("%s would not deploy" % ", ".join(failing) if failing else None)
-    succeeded = not failing and run.get("proceed", False)
-    lines = ["job %s (check mode: a preview, nothing was recorded or changed)" % run["jobId"],
-             "  batches: %s" % " | ".join(", ".join(batch) for batch in run.get("batches") or [])]
-    lines += ["  %s (batch %s): %s" % (name, "-" if t["batch"] is None else t["batch"] + 1, t["summary"])
-              for name, t in targets.items()]
-    if reason:
-        lines.append("  %s" % reason)
-    outcome = {"deploymentId": run["jobId"], "jobIdSource": run.get("jobIdSource"), "status": PREVIEW_STATUS,
-               "succeeded": succeeded, "checkMode": True, "code": run.get("code"), "reason": reason,
-               "rolledBack": False, "targets": sorted(targets), "evidence": {}}
-    return {"jobId": run["jobId"], "checkMode": True, "status": PREVIEW_STATUS, "reason": reason,
-            "succeeded": succeeded, "preview": targets, "evidenceFiles": {}, "outcome": outcome,
-            "text": "\n".join(lines)}
+    header = ["job %s (check mode: a preview, nothing was recorded or changed)" % run["jobId"],
+              "  batches: %s" % " | ".join(", ".join(batch) for batch in run.get("batches") or [])]
+    return _closed(run, header, targets, [], reason, not failing and run.get("proceed", False),
+                   {"jobIdSource": run.get("jobIdSource")})
+
+
+def _per_target(order, batches, preview_of, registered):
+    """``({target: what preview_of says it would do, with its batch index}, [the targets that would fail
+    or were not reached])`` for the targets of ``order``."""
+    targets = {name: dict(preview_of(registered.get(name) or {}),
+                          batch=next((i for i, batch in enumerate(batches) if name in batch), None))
+               for name in order}
+    return targets, sorted(n for n, t in targets.items() if t["outcome"] in ("would_fail", "not_run"))
+
+
+def _closed(run, header, targets, notes, reason, succeeded, outcome_extra=None, **extra):
+    """The ``close`` outcome of a preview: the text (``header``, a line per target, ``notes``, the
+    reason), the outcome for workflows (with ``outcome_extra``) and ``extra``; nothing recorded."""
+    lines = header + ["  %s (batch %s): %s" % (name, "-" if t["batch"] is None else t["batch"] + 1, t["summary"])
+                      for name, t in targets.items()] + notes + (["  %s" % reason] if reason else [])
+    outcome = dict(outcome_extra or {}, deploymentId=run["jobId"], status=PREVIEW_STATUS, succeeded=succeeded,
+                   checkMode=True, code=run.get("code"), reason=reason, rolledBack=False, targets=sorted(targets),
+                   evidence={})
+    return dict(extra, jobId=run["jobId"], checkMode=True, status=PREVIEW_STATUS, reason=reason, succeeded=succeeded,
+                preview=targets, evidenceFiles={}, outcome=outcome, text="\n".join(lines))
 
 
 def held_projects(record, claims, alive):
@@ -136,7 +145,7 @@ def rollback_start(orders, record):
 def rollback_target_preview(facts):
     """What one target's rollback would do, from what its play registered (``facts``)."""
     result = facts.get(ROLLBACK)
-    failure = _failure(result, "rollback") or (str(facts.get(ROLLBACK_FAILED) or "").strip().splitlines() or [None])[0]
+    failure = _failure(result, "rollback") or first_line(facts.get(ROLLBACK_FAILED))
     if failure:
         return {"outcome": "would_fail", "summary": "would fail at %s" % failure}
     if not isinstance(result, dict) or result.get("skipped"):
@@ -151,21 +160,12 @@ def rollback_target_preview(facts):
 def rollback_close(run, registered):
     """The ``close`` outcome of a rollback preview: per target what it would restore, and whether the
     rollback would run through. ``run``: :func:`rollback_start`'s outcome."""
-    targets = {}
-    for name in run.get("rollbackOrder") or []:
-        targets[name] = dict(rollback_target_preview(registered.get(name) or {}),
-                             batch=next(i for i, batch in enumerate(run["rollbackBatches"]) if name in batch))
-    failing = sorted(n for n, t in targets.items() if t["outcome"] in ("would_fail", "not_run"))
-    reason = "%s would not be rolled back" % ", ".join(failing) if failing else None
-    lines = ["rollback job %s of job %s (check mode: a preview, nothing was recorded or changed)" % (
+    targets, failing = _per_target(run.get("rollbackOrder") or [], run["rollbackBatches"], rollback_target_preview,
+                                   registered)
+    skipped = dict(run.get("skipped") or {})
+    header = ["rollback job %s of job %s (check mode: a preview, nothing was recorded or changed)" % (
         run["jobId"], run.get("sourceJobId")),
         "  batches, in reverse batch order: %s" % " | ".join(", ".join(b) for b in run["rollbackBatches"])]
-    lines += ["  %s (batch %d): %s" % (name, t["batch"] + 1, t["summary"]) for name, t in targets.items()]
-    lines += ["  %s: skipped: %s" % (name, why) for name, why in sorted((run.get("skipped") or {}).items())]
-    if reason:
-        lines.append("  %s" % reason)
-    outcome = {"deploymentId": run["jobId"], "status": PREVIEW_STATUS, "succeeded": not failing, "checkMode": True,
-               "code": None, "reason": reason, "rolledBack": False, "targets": sorted(targets), "evidence": {}}
-    return {"jobId": run["jobId"], "checkMode": True, "status": PREVIEW_STATUS, "reason": reason,
-            "succeeded": not failing, "preview": targets, "skipped": dict(run.get("skipped") or {}),
-            "evidenceFiles": {}, "outcome": outcome, "text": "\n".join(lines)}
+    return _closed(run, header, targets, ["  %s: skipped: %s" % item for item in sorted(skipped.items())],
+                   "%s would not be rolled back" % ", ".join(failing) if failing else None, not failing,
+                   skipped=skipped)

@@ -24,7 +24,7 @@ version (or checkout) of the collection and ansible-core.
 The store is trusted only when it is a directory of the controller's user that no other user may
 write (the entries are Python pickles, as in Ansible's own cache). Anything that goes wrong here
 leaves the task to Ansible's own build: the store is a shortcut, never a dependency. Entries are
-written to a temporary file, flushed to disk and renamed into place, so a reader never sees half an
+written as every file of the project is (``_fsutil.atomic_write``), so a reader never sees half an
 entry.
 """
 
@@ -36,7 +36,8 @@ import os
 import shutil
 import stat
 import sys
-import tempfile
+
+from ansible_collections.stellaops.runtime.plugins.module_utils._fsutil import atomic_write
 
 STORE_NAME = "stellaops-runtime-payloads"
 KEEP = 8
@@ -97,19 +98,10 @@ def entries(directory, prefix):
                   if name.startswith(prefix) and not name.endswith((".lock", "-part")))
 
 
-def copy_atomically(source, directory, name):
-    """Copy ``source`` to ``directory/name`` through a flushed temporary file and a rename."""
-    handle, temporary = tempfile.mkstemp(prefix=".stella-", dir=directory)
-    try:
-        with os.fdopen(handle, "wb") as out, open(source, "rb") as src:
-            shutil.copyfileobj(src, out)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(temporary, os.path.join(directory, name))
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
+def copy_entry(source, directory, name):
+    """Copy the entry ``source`` to ``directory/name``, readable by this user only (``atomic_write``)."""
+    with open(source, "rb") as handle:
+        atomic_write(os.path.join(directory, name), handle.read(), mode=0o600)
 
 
 def copy_missing(source, destination, prefix):
@@ -119,7 +111,7 @@ def copy_missing(source, destination, prefix):
     copied = []
     for name in entries(source, prefix):
         if not os.path.exists(os.path.join(destination, name)):
-            copy_atomically(os.path.join(source, name), destination, name)
+            copy_entry(os.path.join(source, name), destination, name)
             copied.append(name)
     return copied
 

@@ -140,7 +140,7 @@ def test_a_failed_copy_leaves_neither_the_entry_nor_its_temporary(tmp_path, monk
 
     monkeypatch.setattr(_payload_cache.os, "replace", replace)
     with pytest.raises(OSError):
-        _payload_cache.copy_atomically(str(tmp_path / "src"), str(tmp_path / "dst"), ENTRY)
+        _payload_cache.copy_entry(str(tmp_path / "src"), str(tmp_path / "dst"), ENTRY)
     assert os.listdir(tmp_path / "dst") == []
 
 
@@ -206,7 +206,7 @@ def test_nothing_here_fails_the_task(tmp_path, monkeypatch):
 
     with _payload_cache.reused("stella_preflight", str(local_tmp), heard.append):
         (local_tmp / "ansiballz_cache" / ENTRY).write_bytes(b"payload")
-        monkeypatch.setattr(_payload_cache, "copy_atomically", broken_copy)
+        monkeypatch.setattr(_payload_cache, "copy_entry", broken_copy)
     assert heard[-1] == "payload store: not kept: [Errno 28] No space left on device"
     with _payload_cache.reused("stella_preflight", str(tmp_path / "no" / "such" / "dir"), heard.append):
         pass
