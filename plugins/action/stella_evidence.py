@@ -6,15 +6,12 @@
 
 from __future__ import annotations
 
-import os
-
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.stellaops.runtime.plugins.module_utils._canonical import pretty_json, sha256_bytes
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils._contract import deployment_evidence_dir, utc_timestamp
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._evidence import deployment_record, rollback_records
-from ansible_collections.stellaops.runtime.plugins.module_utils._fsutil import atomic_write
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._evidence_writer import clean as _clean, write_documents
 
 ARGUMENT_SPEC = {
     "dest": {"type": "path", "required": True},
@@ -27,17 +24,6 @@ ARGUMENT_SPEC = {
     "created_at": {"type": "str"},
     "timestamps": {"type": "dict", "default": {}},
 }
-
-# Keys of registered results that are Ansible plumbing, not evidence.
-_PLUMBING = ("invocation", "diff", "_ansible_no_log", "_ansible_verbose_always", "ansible_facts", "warnings",
-             "deprecations")
-
-
-def _clean(result):
-    if not result:
-        return result
-    return {k: v for k, v in result.items() if k not in _PLUMBING and not k.startswith("_ansible")}
-
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
@@ -68,14 +54,7 @@ class ActionModule(ActionBase):
             return result
 
         directory = deployment_evidence_dir(args["dest"], plan.get("projectName"), plan.get("jobId"))
-        written = {}
-        for name, record in records.items():
-            path = os.path.join(directory, name)
-            data = pretty_json(record)
-            if not self._task.check_mode:
-                os.makedirs(directory, mode=0o750, exist_ok=True)
-                atomic_write(path, data, mode=0o640)
-            written[name] = {"path": path, "sha256": sha256_bytes(data)}
+        written = write_documents(directory, records, check_mode=self._task.check_mode)
         result.update(
             changed=False,
             evidenceDirectory=directory,

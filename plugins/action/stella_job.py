@@ -11,22 +11,22 @@ persisted. Nothing runs on the play's host.
 
 from __future__ import annotations
 
-import os
 import secrets
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.stellaops.runtime.plugins.module_utils._canonical import pretty_json, sha256_bytes
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError, first_line, redact_text, redact_url
 from ansible_collections.stellaops.runtime.plugins.module_utils._contract import (
-    DEFAULT_KEEP_REVISIONS, JOB_CHECK_MODE, JOB_INTERRUPTED, PROJECT_BUSY, ROLLBACK_TASKS, job_evidence_dir,
-    keep_revisions_problem, seconds_between, utc_timestamp)
-from ansible_collections.stellaops.runtime.plugins.module_utils._fsutil import atomic_write
+    DEFAULT_KEEP_REVISIONS, DEFAULT_WAIT_TIMEOUT, JOB_CHECK_MODE, JOB_INTERRUPTED, PROJECT_BUSY, ROLLBACK_TASKS, deployment_evidence_dir,
+    job_evidence_dir, keep_revisions_problem, utc_timestamp)
+from ansible_collections.stellaops.runtime.plugins.module_utils._versions import DEFAULT_MIN_COMPOSE, DEFAULT_MIN_ENGINE
 from ansible_collections.stellaops.runtime.plugins.plugin_utils import (
-    _job, _job_preview, _job_store, _job_traffic, _job_view, _projection, _report, _strategy, _traffic)
+    _job, _job_preview, _job_store, _job_target, _job_traffic, _job_view, _projection, _report, _strategy, _traffic)
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_plan import (
     job_options, plan_job, plan_outcome, target_identity)
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._evidence import project_digest
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._evidence import (
+    deployment_record, preflight_evidence, project_digest)
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._evidence_writer import clean, write_documents
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._inputs import load_credentials, plain, resolve_digests
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_lease import MIN_LEASE_SECONDS, start_keeper
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_owner import controller_owner, gone_why, interrupt_gone
@@ -46,12 +46,11 @@ ARGUMENT_SPEC = {
     "auto_rollback_on_failure": {"type": "bool"},
     "wait_for_health_check": {"type": "bool"},
     "target": {"type": "str"},
-    "phase": {"type": "str"},
-    "outcome": {"type": "str", "choices": ["running", "succeeded", "failed"], "default": "running"},
     "result": {"type": "dict"},
+    "probe": {"type": "dict"},
+    "failure": {"type": "dict"},
+    "plan": {"type": "dict"},
     "reason": {"type": "str"},
-    "code": {"type": "str"},
-    "evidence": {"type": "dict", "default": {}},
     "batch": {"type": "int"},
     "evidence_dir": {"type": "path"},
     "report": {"type": "bool", "default": False},
@@ -59,6 +58,9 @@ ARGUMENT_SPEC = {
     "traffic_options": {"type": "dict", "no_log": True, "default": {}},
     "claim_lease": {"type": "int", "default": 0},
     "keep_revisions": {"type": "int", "default": DEFAULT_KEEP_REVISIONS},
+    "wait_timeout": {"type": "int", "default": DEFAULT_WAIT_TIMEOUT},
+    "min_engine_version": {"type": "str", "default": DEFAULT_MIN_ENGINE},
+    "min_compose_version": {"type": "str", "default": DEFAULT_MIN_COMPOSE},
 }
 
 # Steps that act for a running job: refused once the job was recorded interrupted (its projects are
@@ -155,10 +157,16 @@ class ActionModule(ActionBase):
                 run, close, order = self.vars.get("stella_job_run") or {}, _job_preview.close, "targetOrder"
             if run.get("jobId") != args["job_id"] or not run.get("checkMode"):
                 raise StellaError("job_not_found", "no job %s was previewed in this run" % args["job_id"], phase="job")
-            # only what the preview reads of each target: templating every host variable would also
-            # template what a failed task left behind (ansible_failed_task), outside its role's scope
-            return close(run, {name: {key: hostvars[name][key] for key in _job_preview.REGISTERED
-                                      if name in hostvars and key in hostvars[name]} for name in run.get(order) or []})
+            # only the preview each target's recording step left on it
+            return close(run, {name: hostvars[name][_job_preview.PREVIEW_FACT] for name in run.get(order) or []
+                               if name in hostvars and _job_preview.PREVIEW_FACT in hostvars[name]})
+        if args["step"] in ("target", "rollback_target"):
+            self._need(args, "target")
+            result, failure = clean(args["result"]), clean(args["failure"])
+            preview = (_job_preview.target_preview(result, failure) if args["step"] == "target"
+                       else _job_preview.rollback_target_preview(result, failure))
+            return {"jobId": args["job_id"], "checkMode": True, "targetName": args["target"], "preview": preview,
+                    "ansible_facts": {_job_preview.PREVIEW_FACT: preview}}
         return _job_preview.passing(args["step"], args["job_id"], args["batch"])
 
     def _check_start(self, args):
@@ -186,11 +194,13 @@ class ActionModule(ActionBase):
         probe.setdefault("target", {}).setdefault("type", "ComposeHost")
         resolved, resolution = resolve_digests(probe, credentials, args["insecure_registries"], {}, True,
                                                args["timeout"])
-        planned = plan_job(release, hosts, resolved, job_id)
         options = job_options(release, {"autoRollbackOnFailure": args["auto_rollback_on_failure"],
                                         "waitForHealthCheck": args["wait_for_health_check"]})
-        options["claimLeaseSeconds"] = args["claim_lease"]
-        options["keepRevisions"] = args["keep_revisions"]
+        options.update(claimLeaseSeconds=args["claim_lease"], keepRevisions=args["keep_revisions"],
+                       waitTimeout=args["wait_timeout"], minEngineVersion=args["min_engine_version"],
+                       minComposeVersion=args["min_compose_version"],
+                       insecureRegistries=list(args["insecure_registries"]))
+        planned = plan_job(release, hosts, resolved, job_id, options)
         summary = {"release": release["release"], "tenant": release["tenant"], "environment": release["environment"],
                    "application": release["application"], "strategy": release["strategy"],
                    "strategyConfig": release.get("strategyConfig") or {}, "resolution": resolution}
@@ -238,36 +248,29 @@ class ActionModule(ActionBase):
         return dict(outcome, warnings=warnings) if warnings else outcome
 
     def _target(self, store, args):
-        """Persist a phase boundary of one target, and its outcome when it ended."""
+        """Record one target's outcome in one transaction: the nine phases as they ran (derived from the
+        apply, the probes and the failure that stopped the target's play, _job_target), its facts, and
+        its ``deployment.json`` first when the job writes evidence (``evidence_dir``)."""
         self._need(args, "job_id", "target")
-        apply = args["result"] or {}
+        apply, probe, failure = clean(args["result"]) or {}, clean(args["probe"]), clean(args["failure"])
         now = utc_timestamp()
+        files = {}
+        if args["evidence_dir"]:
+            self._need(args, "plan")
+            plan = clean(args["plan"])
+            document = deployment_record(plan, apply, now, preflight=preflight_evidence(apply), probe=probe)
+            files = write_documents(deployment_evidence_dir(args["evidence_dir"], plan.get("projectName"),
+                                                            plan.get("jobId")), {"deployment.json": document})
+        outcome = _job_target.deployment_outcome(apply, probe, failure, evidence_written=bool(files),
+                                                 probe_duration_ms=(probe or {}).get("durationMs") or 0)
 
         def change(record):
-            target = record["targets"].get(args["target"]) or {}
-            recorded = {p["name"]: p for p in target.get("phases", [])}
-            phases, agent_failed = [], False
-            for entry in apply.get("deploymentPhases") or []:
-                if entry.get("phase") != "preflight" and entry.get("phase") not in recorded:
-                    phases.append((entry["phase"], entry.get("status"), int(entry.get("durationMs") or 0)))
-                agent_failed = agent_failed or entry.get("status") == "failed"
-            if args["phase"] and not (args["outcome"] == "failed" and agent_failed):
-                last = max([p["completedAt"] for p in recorded.values()] or [_batch_start(record, target, now)])
-                status = "failed" if args["outcome"] == "failed" else "succeeded"
-                duration = _elapsed_ms(last, now)
-                if args["phase"] in recorded:  # e.g. verify: the agent's inspection, then the probes
-                    duration += recorded[args["phase"]].get("durationMs") or 0
-                    status = "failed" if "failed" in (status, recorded[args["phase"]]["status"]) else status
-                phases.append((args["phase"], status, duration))
-            for name, status, duration in phases:
-                record = _job.record_phase(record, args["target"], name, status, None, now, duration, now)
-            if args["outcome"] != "running":
-                facts = _target_facts(apply, args["evidence"])
-                record = _job.finish_target(record, args["target"], args["outcome"] == "succeeded", now,
-                                            reason=first_line(args["reason"]), code=args["code"], facts=facts)
-            return record
+            for name, status, duration, detail in outcome["phases"]:
+                record = _job.record_phase(record, args["target"], name, status, None, now, duration, now, detail)
+            return _job.finish_target(record, args["target"], outcome["succeeded"], now, reason=outcome["reason"],
+                                      code=outcome["code"], facts=_target_facts(apply, files))
         record = store.update(args["job_id"], change)
-        return {"jobId": args["job_id"], "target": record["targets"][args["target"]]}
+        return {"jobId": args["job_id"], "targetName": args["target"], "target": record["targets"][args["target"]]}
 
     @staticmethod
     def _batch_of(record, args):
@@ -361,7 +364,8 @@ class ActionModule(ActionBase):
         if not self._task.check_mode:
             self._interrupt_gone_jobs(store, now)
         record = _job.operator_rollback(source, "%s-rollback-%s" % (source["jobId"], secrets.token_hex(3)), now,
-                                        args["revision_paths"], first_line(args["reason"]), controller_owner())
+                                        args["revision_paths"], first_line(args["reason"]), controller_owner(),
+                                        wait_timeout=args["wait_timeout"])
         if self._task.check_mode:
             held = _job_preview.held_projects(record, store.claims(), {
                 job["jobId"] for job in store.unfinished() if gone_why(job, now) is None})
@@ -376,20 +380,22 @@ class ActionModule(ActionBase):
         return _job_preview.rollback_start(orders, record) if self._task.check_mode else orders
 
     def _rollback_target(self, store, args):
+        """Record one target's rollback in one transaction: the agent's rollback phases, and whether the
+        target counts as restored (the agent's verified restoration, _job_target.rollback_outcome)."""
         self._need(args, "job_id", "target")
-        rollback = args["result"] or {}
+        rollback = clean(args["result"]) or {}
+        outcome = _job_target.rollback_outcome(rollback, clean(args["failure"]))
         now = utc_timestamp()
 
         def change(record):
-            for entry in rollback.get("deploymentPhases") or []:
-                record = _job.record_phase(record, args["target"], entry["phase"], entry.get("status"), None, now,
-                                           int(entry.get("durationMs") or 0), now)
+            for name, status, duration, detail in outcome["phases"]:
+                record = _job.record_phase(record, args["target"], name, status, None, now, duration, now, detail)
             facts = {"restoredRevisionPath": rollback.get("restoredRevisionPath"),
                      "rollbackDigest": _digest(rollback), "completedAt": now}
-            return _job.finish_rollback_target(record, args["target"], args["outcome"] == "succeeded", now,
-                                               reason=first_line(args["reason"]), facts=facts)
+            return _job.finish_rollback_target(record, args["target"], outcome["succeeded"], now,
+                                               reason=outcome["reason"], facts=facts)
         record = store.update(args["job_id"], change)
-        return {"jobId": args["job_id"], "target": record["targets"][args["target"]]}
+        return {"jobId": args["job_id"], "targetName": args["target"], "target": record["targets"][args["target"]]}
 
     def _close(self, store, args):
         """Finish a rollback in progress, write the job's evidence, and return the final record."""
@@ -431,31 +437,12 @@ class ActionModule(ActionBase):
                for name in args["targets"]] if args["targets"] else None
         return {"health": store.health(ids)}
 
-    def _write_evidence(self, record, root, rollback):
-        directory = job_evidence_dir(root, record["jobId"])
-        os.makedirs(directory, mode=0o750, exist_ok=True)
-        written = {}
+    @staticmethod
+    def _write_evidence(record, root, rollback):
         documents = {"job.json": _job_view.job_evidence(record)}
         if rollback is not None:
             documents["rollback-evidence.json"] = rollback
-        for name, document in documents.items():
-            data = pretty_json(document)
-            path = os.path.join(directory, name)
-            atomic_write(path, data, mode=0o640)
-            written[name] = {"path": path, "sha256": sha256_bytes(data)}
-        return written
-
-
-def _batch_start(record, target, now):
-    """When the target's batch started: the previous batch's gate, or the job's start."""
-    gates = [g["at"] for g in record.get("gates") or [] if g["batch"] == target.get("batch", 0) - 1]
-    return gates[0] if gates else (record.get("startedAt") or now)
-
-
-def _elapsed_ms(start, end):
-    seconds = seconds_between(start, end)
-    return max(0, int(seconds * 1000)) if seconds is not None else 0
-
+        return write_documents(job_evidence_dir(root, record["jobId"]), documents)
 
 def _digest(result):
     return project_digest(result.get("services") or (result.get("evidence") or {}).get("services"))
@@ -463,6 +450,9 @@ def _digest(result):
 
 def _target_facts(apply, evidence):
     facts = {"evidence": dict(evidence)}
+    for key in ("versionStickerHash", "composeLockHash", "applyManifestHash", "manifestHash"):
+        if apply.get(key) and not apply.get("failed"):
+            facts.setdefault("artifacts", {})[key] = apply[key]
     for key in ("previousRevisionPath", "projectName", "targetType", "appliedByJobId"):
         if apply.get(key):
             facts[key] = apply[key]

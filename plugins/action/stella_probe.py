@@ -12,6 +12,8 @@ opens no connection: it reports what it would probe and passes no verdict
 
 from __future__ import annotations
 
+import time
+
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._probe import verify
@@ -41,6 +43,7 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         del tmp
         _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        started = time.monotonic()
         outcome = verify(
             args["components"],
             target=args["target"],
@@ -49,6 +52,7 @@ class ActionModule(ActionBase):
             check_mode=bool(self._task.check_mode),
         )
         result.update(outcome)
+        result["durationMs"] = int((time.monotonic() - started) * 1000)
         # Probes only observe; nothing on the controller or the target changes.
         result["changed"] = False
         return result

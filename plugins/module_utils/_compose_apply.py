@@ -50,6 +50,18 @@ def preflight_params(given):
     return params
 
 
+def runtime_preflight(cli, rec, evidence, given):
+    """The runtime preflight of an apply task's ``preflight`` option (``given``; its payload and
+    ``target_type`` as given), as the step ``preflight``: before anything on the host changes, over the
+    task's engine client (which remembers the versions it learns here). ``evidence`` gets ``preflight``
+    and ``preflightFailures``; a failed check raises its stable code (:func:`raise_failures`)."""
+    with rec.phase("preflight"):
+        checks, failures = preflight_with(cli, preflight_params(given))
+        evidence["preflight"] = checks
+        evidence["preflightFailures"] = failures
+        raise_failures(checks, failures)
+
+
 def parse_request(payload=None, options=None):
     """A ``compose.up`` request from the verbatim payload and/or the snake_case options."""
     keep = (options or {}).get("keep_revisions")
@@ -235,13 +247,8 @@ class ComposeApply(Manager):
     def _preflight(self, rec, evidence):
         """The runtime preflight (when asked) and the runtime facts every result records."""
         if self.preflight is not None:
-            # The runtime preflight in the same task: nothing was touched yet, and the engine client
-            # remembers the versions it learns here.
-            with rec.phase("preflight"):
-                checks, failures = preflight_with(self.cli, preflight_params(self.preflight))
-                evidence["preflight"] = checks
-                evidence["preflightFailures"] = failures
-                raise_failures(checks, failures)
+            # The runtime preflight in the same task: nothing was touched yet.
+            runtime_preflight(self.cli, rec, evidence, self.preflight)
         with rec.phase("preflight", record=False):
             runtime = evidence["runtime"] = self.cli.runtime(phase="preflight")
             evidence.update({"dockerVersion": runtime["dockerServerVersion"],

@@ -7,8 +7,9 @@
 """Target-side ``docker.run``: digest-pinned containers of one DockerHost release on this host.
 
 One or more ``docker.run`` payloads (one per component, all of the same release, target and
-project) are applied as one transaction. Steps: ``pull_image`` (pull and verify every digest BEFORE
-listing, stopping or creating containers), ``pre_deploy_hooks``, ``prepare_container`` (each
+project) are applied as one transaction. Steps: ``preflight`` (the runtime preflight, when asked:
+before anything is pulled, listed, stopped or created), ``pull_image`` (pull and verify every digest
+BEFORE listing, stopping or creating containers), ``pre_deploy_hooks``, ``prepare_container`` (each
 container that does not already run its request is stopped and set aside as
 ``<name>-stella-replaced``, not removed), ``inspect_container`` (running, not restarting, healthy
 where a healthcheck exists, image, labels), ``write_sticker`` (with a version sticker: commit it
@@ -33,6 +34,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils import _hooks
 from ansible_collections.stellaops.runtime.plugins.module_utils._artifacts import same_release
 from ansible_collections.stellaops.runtime.plugins.module_utils._canonical import sha256_bytes
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
+from ansible_collections.stellaops.runtime.plugins.module_utils._compose_apply import runtime_preflight
 from ansible_collections.stellaops.runtime.plugins.module_utils._compose_project import (
     container_problems, raise_problems, stella_labels)
 from ansible_collections.stellaops.runtime.plugins.module_utils._contract import (
@@ -198,9 +200,10 @@ class DockerRun(Manager):
     """``docker.run`` of one DockerHost release on this host."""
 
     def __init__(self, cli, run_command, warn=None, secrets=(), health_timeout=60, settle=SETTLE_SECONDS,
-                 sleep=time.sleep, clock=time.monotonic, env_bytes=None):
+                 sleep=time.sleep, clock=time.monotonic, env_bytes=None, preflight=None):
         super().__init__(cli, run_command, warn, secrets)
         self.env_bytes = env_bytes
+        self.preflight = preflight
         self.health_timeout = health_timeout
         self.settle = settle
         self.sleep = sleep
@@ -236,6 +239,9 @@ class DockerRun(Manager):
                     container["name"], ", ".join(missing)), phase="validate_payload")
         with rec.phase("verify_target", record=False):
             ensure_this_host(request["target"], self.run_command)
+        if self.preflight is not None:
+            # The runtime preflight in the same task, as compose.up runs it: nothing was touched yet.
+            runtime_preflight(self.cli, rec, evidence, self.preflight)
         with rec.phase("preflight", record=False):
             docker = self.cli.version(phase="preflight")
             evidence.update({"dockerVersion": docker["server"], "dockerClientVersion": docker["client"]})

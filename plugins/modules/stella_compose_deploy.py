@@ -115,6 +115,11 @@ options:
         engine client the apply goes on using (the runtime is asked each question once). A failed check
         fails the task with the check's stable code (for example V(runtime_version_too_old),
         V(disk_space_low)) and RV(failurePhase=preflight); RV(preflight) holds the evidence either way.
+      - Works for both tasks. For V(compose.up) it runs before any artifact is written or image pulled;
+        for V(docker.run) before any image is pulled and any container is listed, stopped or created.
+      - The payload and O(preflight.target_type) are used as given; for V(docker.run) set
+        O(preflight.target_type=DockerHost) (the Compose plugin is then not required unless the payload's
+        C(RequireCompose) says so).
       - The same options as M(stellaops.runtime.stella_preflight); the most used are listed here.
     type: dict
     suboptions:
@@ -264,11 +269,12 @@ hookResults:
   elements: dict
 preflight:
   description: The preflight evidence (OS, architecture, Docker and Compose versions, daemon, registry,
-    platform, work directory, disk), when O(preflight) was given.
+    platform, work directory, disk), when O(preflight) was given (V(compose.up) and V(docker.run)).
   returned: when O(preflight) was given
   type: dict
 preflightFailures:
-  description: The failed preflight checks (code and reason), empty when all passed.
+  description: The failed preflight checks (code and reason), empty when all passed (V(compose.up) and
+    V(docker.run)).
   returned: when O(preflight) was given
   type: list
   elements: dict
@@ -399,7 +405,7 @@ def main():
             request = _docker_run.parse_deployment(params["payloads"] or [params["payload"]], params,
                                                    params["version_sticker"])
             manager = _docker_run.DockerRun(cli, run_command, module.warn, secrets, health_timeout=params["wait_timeout"],
-                                            env_bytes=env_bytes)
+                                            env_bytes=env_bytes, preflight=preflight)
         else:
             request = _compose_apply.parse_request(params["payload"], params)
             manager = _compose_apply.ComposeApply(cli, run_command, module.warn, secrets, params["wait_timeout"],

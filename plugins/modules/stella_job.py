@@ -23,9 +23,13 @@ description:
     playbook runs with them. It also marks as failed every unfinished job whose C(ansible-playbook) process is gone.
     A target whose connection failed the readiness check fails the job closed, with code
     C(target_unreachable), before any target is changed.
-  - O(step=target) persists one phase boundary of one target, and the target's outcome when it ended.
-    O(step=gate) runs the strategy gate after a batch. O(step=finish) ends the deployment and decides
-    the one automatic rollback. O(step=rollback_target) records one target's rollback.
+  - O(step=target) records one target's outcome in one transaction (the C(target) entry point of the
+    C(stellaops.runtime.deploy) role calls it once per target), its nine phases, derived from the apply's
+    result (O(result)), the probes' result (O(probe)) and the failure that stopped the target's play
+    (O(failure)), never from a task's name; the failed phase is the one the results name. With
+    O(evidence_dir) it first writes the target's C(deployment.json). O(step=gate) runs the strategy gate after a batch. O(step=finish) ends the deployment and decides
+    the one automatic rollback. O(step=rollback_target) records one target's rollback (the agent's four rollback phases; the target counts as
+    rolled back only when the agent reports a verified restoration).
     O(step=close) ends the rollback and writes the job's evidence. O(step=show) reads a job; a job
     whose C(ansible-playbook) process is gone on this controller is first recorded as interrupted (C(Failed),
     C(job_interrupted)), with its terminal projection.
@@ -67,14 +71,16 @@ attributes:
       - The deployment job's steps make a preview that opens no job store. O(step=start) plans the job (the
         release validated, tags resolved, artifacts and batches) and returns the plan with C(checkMode),
         status C(Preview) and no record; O(step=target), O(step=traffic), O(step=traffic_rollback) record
-        nothing; O(step=gate) proceeds (every batch is previewed); O(step=finish) decides no rollback;
-        O(step=close) returns per target what it would do (C(preview)), from what the play registered on
-        it (its preflight and its apply in check mode), and the job's C(text).
+        nothing; O(step=target) returns what its target would do, from the results it is handed (the apply
+        in check mode, the failure), and sets it as the target's C(stella_job_preview) fact; O(step=gate)
+        proceeds (every batch is previewed); O(step=finish) decides no rollback; O(step=close) returns per
+        target what it would do (C(preview)), from each target's C(stella_job_preview), and the job's C(text).
       - The operator rollback's O(step=rollback_start) reads the job store and makes the rollback job as a
         real run would, with the same refusals (no eligible target, a project held by an unfinished job
         whose run is not gone), and returns its orders with C(checkMode), C(kind=rollback), status C(Preview)
         and C(skipped); nothing is stored and no gone run's job is recorded interrupted.
-        O(step=rollback_target) records nothing; O(step=close) returns per target what its rollback in
+        O(step=rollback_target) records nothing and sets what the target's rollback would do as its
+        C(stella_job_preview) fact; O(step=close) returns per target what its rollback in
         check mode would do (C(preview)) and the rollback's C(text).
       - A step with no check-mode answer would fail with code C(job_check_mode_unsupported) before anything
         is planned or persisted; every step has one.
@@ -137,6 +143,20 @@ options:
         C(keepRevisions); the job's apply tasks use it. A DockerHost target keeps one previous revision.
     type: int
     default: 10
+  wait_timeout:
+    description:
+      - O(step=start) and O(step=rollback_start). Seconds the services may take to become running and healthy
+        on a target, for its apply and its rollback. Kept in the job's options as C(waitTimeout).
+    type: int
+    default: 120
+  min_engine_version:
+    description: O(step=start). Oldest acceptable Docker Engine, for every target's preflight.
+    type: str
+    default: 24.0.0
+  min_compose_version:
+    description: O(step=start). Oldest acceptable Compose plugin, for every ComposeHost target's preflight.
+    type: str
+    default: 2.20.0
   traffic_options:
     description:
       - O(step=traffic) and O(step=traffic_rollback). Options of the traffic adapter, over
@@ -178,34 +198,33 @@ options:
     type: list
     elements: str
     default: []
-  phase:
-    description: O(step=target). The phase that just ended; its duration runs from the target's previous record.
-    type: str
-  outcome:
-    description: O(step=target) and O(step=rollback_target). V(running) while phases go on.
-    type: str
-    choices: [running, succeeded, failed]
-    default: running
   result:
     description:
-      - The target agent's result (C(compose.up) or C(compose.rollback)); its C(deploymentPhases),
-        retained revision and service digests are recorded.
+      - O(step=target) and O(step=rollback_target). The target agent's result (C(compose.up) or
+        C(docker.run), C(compose.rollback) or C(docker.rollback)), as registered, also when it failed; its
+        C(deploymentPhases), retained revision, artifact hashes and service digests are recorded.
+    type: dict
+  probe:
+    description: O(step=target). The result of M(stellaops.runtime.stella_probe) for the target, when it ran.
+    type: dict
+  failure:
+    description:
+      - O(step=target) and O(step=rollback_target). The result of the task that stopped the target's play
+        (C(ansible_failed_result) in a rescue); the target is recorded failed, at the phase the results name.
+    type: dict
+  plan:
+    description: O(step=target). The target's plan (for its C(deployment.json)); needed with O(evidence_dir).
     type: dict
   reason:
-    description: The one-line failure reason.
+    description: O(step=rollback_start). Why the job is rolled back.
     type: str
-  code:
-    description: The stable failure code.
-    type: str
-  evidence:
-    description: The evidence files written for the target.
-    type: dict
-    default: {}
   batch:
     description: O(step=gate). The batch that just ended (0-based); default the batch of O(targets).
     type: int
   evidence_dir:
-    description: O(step=close). Where C(jobs/<job id>/job.json) (and C(rollback-evidence.json)) are written.
+    description:
+      - O(step=close). Where C(jobs/<job id>/job.json) (and C(rollback-evidence.json)) are written.
+      - O(step=target). Where the target's C(<project>/<job id>/deployment.json) is written.
     type: path
   report:
     description:

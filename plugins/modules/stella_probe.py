@@ -182,6 +182,10 @@ code:
       when an HTTP probe is configured and the controller's Python has no C(requests).
   returned: failure
   type: str
+durationMs:
+  description: How long the step took, in milliseconds (the job records it as part of the verify phase).
+  returned: always
+  type: int
 changed:
   description: Always V(false). Probes never change anything.
   returned: always

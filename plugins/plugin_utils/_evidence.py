@@ -93,6 +93,19 @@ def _failure(preflight, apply, probe):
     return None
 
 
+def preflight_evidence(apply):
+    """The preflight that ran first inside the apply task (its ``preflight`` option), shaped as the
+    preflight's own result (``failed``, ``preflight``, ``failures``, and the first failure's ``code``
+    and ``msg``); ``None`` when the apply ran no preflight."""
+    if not apply or apply.get("preflight") is None:
+        return None
+    failures = list(apply.get("preflightFailures") or [])
+    evidence = {"failed": bool(failures), "preflight": apply["preflight"], "failures": failures}
+    if failures:
+        evidence.update(code=failures[0].get("code"), msg=failures[0].get("reason"))
+    return evidence
+
+
 def deployment_record(plan, apply, created_at, preflight=None, probe=None, deployment_id=None):
     """Build a ``stella.deployment.evidence.v1`` record for one target."""
     plan = plan or {}

@@ -20,7 +20,7 @@ import copy
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils._contract import (
-    JOB_INTERRUPTED, PHASES, ROLLBACK_PHASE_NAMES, ROLLBACK_TASKS)
+    DEFAULT_WAIT_TIMEOUT, JOB_INTERRUPTED, PHASES, ROLLBACK_PHASE_NAMES, ROLLBACK_TASKS)
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._rollback_evidence import (
     RECOVERY_ROLLBACK_FAILED, RECOVERY_ROLLBACK_SKIPPED, RECOVERY_ROLLED_BACK, suffixed_reason)
 
@@ -276,7 +276,8 @@ def begin_rollback(record, plan, now, automatic=False, reason=None):
     return new
 
 
-def operator_rollback(source, job_id, now, revision_paths=None, reason=None, owner=None):
+def operator_rollback(source, job_id, now, revision_paths=None, reason=None, owner=None,
+                      wait_timeout=DEFAULT_WAIT_TIMEOUT):
     """A ``rollback`` job for an operator: the source job's targets that retained a revision (or were
     given one in ``revision_paths``), in reverse batch order; the others are ``Skipped`` with the
     no-revision reason. ``Failed`` (code ``rollback_no_eligible_target``) when no target is eligible."""
@@ -300,7 +301,8 @@ def operator_rollback(source, job_id, now, revision_paths=None, reason=None, own
                                           "strategyConfig")}
     summary.update(sourceJobId=source["jobId"], reason=reason)
     record = new_job(job_id, "operator", summary, batches,
-                     {n: targets[n] for b in batches for n in b}, {"autoRollbackOnFailure": False}, now,
+                     {n: targets[n] for b in batches for n in b},
+                     {"autoRollbackOnFailure": False, "waitTimeout": wait_timeout}, now,
                      owner=owner, kind="rollback")
     record["reason"] = reason
     record["rollback"] = {"attempted": bool(batches), "automatic": False, "batches": batches, "skipped": skipped,
@@ -314,7 +316,8 @@ def operator_rollback(source, job_id, now, revision_paths=None, reason=None, own
 def rollback_orders(record, source=None):
     """The rollback the playbook runs next (nothing unless the job is rolling back or is a rollback job
     that runs): its batches, ``serial``, host order, and per target the revision, payload and task;
-    ``source``: the job a rollback job rolls back, whose targets carry the rollback payloads."""
+    ``source``: the job a rollback job rolls back, whose targets carry the rollback payloads. Each
+    target's entry is what the rollback entry point of ``roles/deploy`` takes (``deploy_rollback``)."""
     targets = (source or record)["targets"]
     plan = (record.get("rollback") or {}).get("batches") or [] if record["status"] in (
         "RollingBack", "Running") else []
@@ -324,7 +327,9 @@ def rollback_orders(record, source=None):
             "rollbackTargets": {n: {"revisionPath": record["targets"][n].get("previousRevisionPath"),
                                     "payload": targets[n].get("rollbackPayload"),
                                     "task": ROLLBACK_TASKS[targets[n].get("targetType") or "ComposeHost"],
-                                    "target": targets[n].get("target")} for b in plan for n in b}}
+                                    "target": targets[n].get("target"),
+                                    "waitTimeout": record["options"].get("waitTimeout") or DEFAULT_WAIT_TIMEOUT}
+                            for b in plan for n in b}}
 
 
 def finish_rollback_target(record, name, succeeded, now, reason=None, facts=None):

@@ -15,7 +15,9 @@ from __future__ import annotations
 import copy
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
-from ansible_collections.stellaops.runtime.plugins.module_utils._contract import ENV_FILE
+from ansible_collections.stellaops.runtime.plugins.module_utils._contract import (
+    COMPOSE_PREFLIGHT, COMPOSE_UP, DEFAULT_KEEP_REVISIONS, DEFAULT_WAIT_TIMEOUT, DOCKER_RUN, ENV_FILE, ROLLBACK_TASKS)
+from ansible_collections.stellaops.runtime.plugins.module_utils._versions import DEFAULT_MIN_COMPOSE, DEFAULT_MIN_ENGINE
 from ansible_collections.stellaops.runtime.plugins.plugin_utils import _strategy
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._job import rollback_options
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._plan import FILES_KEY, plan_release
@@ -27,6 +29,13 @@ PLAN_KEYS = ("projectName", "slot", "trafficRole", "strategy", "release", "targe
              "application", "jobId", "taskId", "workDirectory", "projectDirectory", "paths", "manifestHash",
              "composeHash", "versionStickerHash", "applyManifestHash", "envArtifactHash", "artifactHashes",
              "components", "payloads", "scriptGraphProof", "sticker")
+# The job's settings that each target's task inputs carry (the job's options hold them), and their
+# defaults: the contract's.
+DEFAULT_SETTINGS = {"waitForHealthCheck": True, "waitTimeout": DEFAULT_WAIT_TIMEOUT, "keepRevisions": DEFAULT_KEEP_REVISIONS,
+                    "minEngineVersion": DEFAULT_MIN_ENGINE, "minComposeVersion": DEFAULT_MIN_COMPOSE,
+                    "insecureRegistries": []}
+# The agent task that applies a release, per target type.
+APPLY_TASKS = {"ComposeHost": COMPOSE_UP.name, "DockerHost": DOCKER_RUN.name}
 
 
 def target_identity(name, host, target_type):
@@ -67,10 +76,38 @@ def release_for(release, identity, job_id):
     return per_target
 
 
-def plan_job(release, hosts, resolved, job_id):
+def target_inputs(plan, release, settings):
+    """What one target's play hands to each of its tasks, as the tasks' own options, so no play
+    branches on the target type: ``apply`` (stella_compose_deploy: the agent task, its payload or
+    payloads, the sticker a DockerHost commits, the preflight that runs first in the same task, the
+    wait timeout and the revisions kept), ``probe`` (stella_probe: each component's name and config,
+    the target, whether probes run) and ``rollback`` (stella_rollback: the agent task, its payload
+    and the wait timeout). ``settings``: the job's options (:data:`DEFAULT_SETTINGS` where they say nothing)."""
+    settings = dict(DEFAULT_SETTINGS, **{k: v for k, v in (settings or {}).items() if k in DEFAULT_SETTINGS})
+    target_type = plan["target"]["type"]
+    payloads = plan["payloads"]
+    apply = {"task": APPLY_TASKS[target_type], "wait_timeout": settings["waitTimeout"],
+             "keep_revisions": settings["keepRevisions"],
+             "preflight": {"payload": payloads[COMPOSE_PREFLIGHT.name], "target_type": target_type,
+                           "min_engine_version": settings["minEngineVersion"],
+                           "min_compose_version": settings["minComposeVersion"],
+                           "insecure_registries": list(settings["insecureRegistries"])}}
+    if target_type == "DockerHost":
+        apply.update(payloads=payloads[DOCKER_RUN.name], version_sticker=plan["sticker"])
+    else:
+        apply["payload"] = payloads[COMPOSE_UP.name]
+    probe = {"components": [{"name": c["name"], "config": c.get("config") or {}} for c in release["components"]],
+             "target": plan["target"], "wait_for_health_check": bool(settings["waitForHealthCheck"])}
+    rollback = {"task": ROLLBACK_TASKS[target_type], "payload": payloads[ROLLBACK_TASKS[target_type]],
+                "wait_timeout": settings["waitTimeout"]}
+    return {"apply": apply, "probe": probe, "rollback": rollback}
+
+
+def plan_job(release, hosts, resolved, job_id, settings=None):
     """Plan every target of the job.
 
-    ``hosts``: ``[(name, host variables), ...]`` in inventory order. Returns ``{"batches", "serial",
+    ``hosts``: ``[(name, host variables), ...]`` in inventory order; ``settings``: the job's
+    options (each target's task inputs carry :data:`DEFAULT_SETTINGS`' keys of them). Returns ``{"batches", "serial",
     "targetOrder", "plans": {name: plan}, "files": {name: artifact bytes}}``.
     """
     if not hosts:
@@ -85,6 +122,7 @@ def plan_job(release, hosts, resolved, job_id):
         plan = plan_release(per_target, resolved)
         files[name] = plan.pop(FILES_KEY)
         plans[name] = {key: plan[key] for key in PLAN_KEYS if key in plan}
+        plans[name]["inputs"] = target_inputs(plan, per_target, settings)
     ids = {}
     for name, plan in plans.items():
         other = ids.setdefault(plan["target"]["id"], name)

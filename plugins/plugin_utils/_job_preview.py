@@ -8,8 +8,8 @@
 validated, tags resolved, every target's artifacts and batches), then runs each target's preflight and
 its apply in check mode, in the job's batches. Nothing is persisted: no job store is opened or created,
 no record, evidence, report, traffic shift or rollback. The steps that would record the job answer
-from the plan and from what the play registered on each target (the preflight, the apply's check-mode
-result, the probes), and ``close`` sums up what each target would do.
+from the plan and from the plan and from what each target's recording step was handed (the apply's check-mode result,
+and the failure that stopped its play), and ``close`` sums up what each target would do.
 
 ``ansible-playbook stellaops.runtime.rollback --check`` reads the job store (the job to roll back and
 the projects other jobs hold) and makes the rollback job as a real run would, without storing it; each
@@ -20,16 +20,18 @@ would restore (:func:`rollback_start`, :func:`rollback_close`).
 from __future__ import annotations
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import first_line
+from ansible_collections.stellaops.runtime.plugins.module_utils._contract import PHASES, ROLLBACK_PHASE_NAMES
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_plan import plan_outcome
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_store import project_keys
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_target import failed_phase
 
 PREVIEW_STATUS = "Preview"
+NOT_REACHED = {"outcome": "not_run", "summary": "not reached (the play did not run on it)"}
 # The job steps a preview runs without a store (rollback_start reads it: a read step of stella_job).
 PREVIEW_STEPS = ("start", "target", "traffic", "gate", "finish", "rollback_target", "traffic_rollback", "close")
-# What each target registered in the job's plays (roles/job_deploy, roles/job_rollback).
-PREFLIGHT, APPLY, FAILED = "job_deploy_preflight", "job_deploy_apply", "job_deploy_failed_evidence"
-ROLLBACK, ROLLBACK_FAILED = "job_rollback_result", "job_rollback_failure"
-REGISTERED = (PREFLIGHT, APPLY, FAILED, ROLLBACK, ROLLBACK_FAILED)
+# The fact the recording steps (``target``, ``rollback_target``) set on their target in a preview: what
+# that target would do, which ``close`` reads (a target that has none was not reached).
+PREVIEW_FACT = "stella_job_preview"
 
 
 def start(job_id, source, planned, options, unreachable):
@@ -57,26 +59,24 @@ def passing(step, job_id, batch=None):
     return outcome
 
 
-def _failure(result, phase="preflight"):
+def _failure(result, phase):
     """``<phase>: <code>: <first line of msg>`` of a failed task result, ``None`` otherwise."""
     if not isinstance(result, dict) or not result.get("failed"):
         return None
-    return "%s: %s: %s" % (result.get("failurePhase") or phase, result.get("code") or "failed",
-                           first_line(result.get("msg")) or "failed")
+    return "%s: %s: %s" % (result.get("failurePhase") if result.get("failurePhase") in PHASES + ROLLBACK_PHASE_NAMES
+                           else phase, result.get("code") or "failed", first_line(result.get("msg")) or "failed")
 
 
-def target_preview(facts):
-    """What one target would do, from what its play registered (``facts``: its host variables)."""
-    preflight, apply = facts.get(PREFLIGHT), facts.get(APPLY)
-    if preflight is None or preflight.get("skipped"):
-        return {"outcome": "not_run", "summary": "not reached (the play did not run on it)"}
-    failure = _failure(preflight) or _failure(apply)
-    if failure is None and FAILED in facts:
-        failure = "a phase check failed"
-    if failure:
-        return {"outcome": "would_fail", "summary": "would fail at %s" % failure}
-    if not isinstance(apply, dict) or apply.get("skipped"):
-        return {"outcome": "not_run", "summary": "preflight passed; the apply did not run"}
+def target_preview(apply, failure=None):
+    """What one target would do: its apply's check-mode result (``apply``) and the failure that stopped
+    its play, when one did."""
+    apply = apply if isinstance(apply, dict) else {}
+    if apply.get("failed") or (failure or {}).get("failed"):
+        failed = apply if apply.get("failed") else failure
+        return {"outcome": "would_fail", "summary": "would fail at %s" % _failure(
+            failed, failed_phase(apply, None, failure))}
+    if not apply or apply.get("skipped"):
+        return {"outcome": "not_run", "summary": "not reached (the apply did not run on it)"}
     files = list(apply.get("wouldChangeFiles") or [])
     containers = list(apply.get("wouldReplaceContainers") or [])
     if not apply.get("changed"):
@@ -92,12 +92,11 @@ def target_preview(facts):
             "wouldRetainRevision": bool(apply.get("wouldRetainRevision"))}
 
 
-def close(run, registered):
+def close(run, previews):
     """The ``close`` outcome of a preview: per target what it would do, and whether the job would run
-    through (every target reached, none would fail). ``registered``: per target, what its play
-    registered of :data:`REGISTERED`."""
-    targets, failing = _per_target(run.get("targetOrder") or [], run.get("batches") or [], target_preview,
-                                   registered)
+    through (every target reached, none would fail). ``previews``: per target that recorded one, what
+    its ``target`` step said it would do (:data:`PREVIEW_FACT`)."""
+    targets, failing = _per_target(run.get("targetOrder") or [], run.get("batches") or [], previews)
     reason = run.get("reason") or ("%s would not deploy" % ", ".join(failing) if failing else None)
     header = ["job %s (check mode: a preview, nothing was recorded or changed)" % run["jobId"],
               "  batches: %s" % " | ".join(", ".join(batch) for batch in run.get("batches") or [])]
@@ -105,10 +104,10 @@ def close(run, registered):
                    {"jobIdSource": run.get("jobIdSource")})
 
 
-def _per_target(order, batches, preview_of, registered):
-    """``({target: what preview_of says it would do, with its batch index}, [the targets that would fail
+def _per_target(order, batches, previews):
+    """``({target: what its preview says it would do, with its batch index}, [the targets that would fail
     or were not reached])`` for the targets of ``order``."""
-    targets = {name: dict(preview_of(registered.get(name) or {}),
+    targets = {name: dict(previews.get(name) or NOT_REACHED,
                           batch=next((i for i, batch in enumerate(batches) if name in batch), None))
                for name in order}
     return targets, sorted(n for n, t in targets.items() if t["outcome"] in ("would_fail", "not_run"))
@@ -142,14 +141,15 @@ def rollback_start(orders, record):
                 sourceJobId=record.get("sourceJobId"), skipped=dict(rollback.get("skipped") or {}))
 
 
-def rollback_target_preview(facts):
-    """What one target's rollback would do, from what its play registered (``facts``)."""
-    result = facts.get(ROLLBACK)
-    failure = _failure(result, "rollback") or first_line(facts.get(ROLLBACK_FAILED))
-    if failure:
-        return {"outcome": "would_fail", "summary": "would fail at %s" % failure}
-    if not isinstance(result, dict) or result.get("skipped"):
-        return {"outcome": "not_run", "summary": "not reached (the play did not run on it)"}
+def rollback_target_preview(result, failure=None):
+    """What one target's rollback would do: its rollback's check-mode result and the failure that
+    stopped its play, when one did."""
+    result = result if isinstance(result, dict) else {}
+    failed = _failure(result, "rollback") or _failure(failure, "rollback")
+    if failed:
+        return {"outcome": "would_fail", "summary": "would fail at %s" % failed}
+    if not result or result.get("skipped"):
+        return dict(NOT_REACHED)
     path = result.get("restoredRevisionPath")
     if not result.get("changed"):
         return {"outcome": "converged", "summary": "converged: the revision at %s already runs" % path}
@@ -157,11 +157,10 @@ def rollback_target_preview(facts):
             "restoredRevisionPath": path, "restoredManifestHash": result.get("restoredManifestHash")}
 
 
-def rollback_close(run, registered):
+def rollback_close(run, previews):
     """The ``close`` outcome of a rollback preview: per target what it would restore, and whether the
     rollback would run through. ``run``: :func:`rollback_start`'s outcome."""
-    targets, failing = _per_target(run.get("rollbackOrder") or [], run["rollbackBatches"], rollback_target_preview,
-                                   registered)
+    targets, failing = _per_target(run.get("rollbackOrder") or [], run["rollbackBatches"], previews)
     skipped = dict(run.get("skipped") or {})
     header = ["rollback job %s of job %s (check mode: a preview, nothing was recorded or changed)" % (
         run["jobId"], run.get("sourceJobId")),

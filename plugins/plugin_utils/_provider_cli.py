@@ -35,6 +35,8 @@ PLUGIN_METADATA = {"SchemaVersion": "0.1.0", "Vendor": "Stella Ops", "Version": 
 PLAYBOOKS = {"up": "stellaops.runtime.job", "down": "stellaops.runtime.teardown", "stop": "stellaops.runtime.teardown",
              "relay": "stellaops.runtime.relay"}
 RELAY_ACTION = "stellaops.runtime.stella_relay"
+JOB_ACTIONS = ("stellaops.runtime.stella_job", "stella_job")
+PHASE_WORDS = {"succeeded": "ok", "failed": "failed", "skipped": "skipped"}
 
 
 def collections_path():
@@ -49,7 +51,9 @@ def state_dir(parsed):
 
 
 class PhaseEvents:
-    """ansible-runner events as provider messages: one ``info`` per phase and target, ``debug`` per task."""
+    """ansible-runner events as provider messages: one ``info`` per recorded phase and target, ``debug``
+    per task. Phases are read from the result of the ``stella_job`` task that records a target's outcome
+    (step ``target``, or ``rollback_target`` with its ``rollbackPhases``), never from task names."""
 
     def __init__(self, channel):
         self.channel = channel
@@ -67,15 +71,27 @@ class PhaseEvents:
             self.failure = " ".join(str((data.get("res") or {}).get("msg") or task).split())
         if kind == "runner_on_ok" and data.get("task_action") == RELAY_ACTION:
             self.results[RELAY_ACTION] = data.get("res") or {}
-        if kind in ("runner_on_ok", "runner_on_failed", "runner_on_unreachable") and " | " in task:
-            phase = task.split(" | ", 1)[0]
-            host = data.get("host") or "localhost"
-            status = "ok" if kind == "runner_on_ok" else ("failed" if not data.get("ignore_errors") else "ok")
-            key = (phase, host, status)
+        if kind == "runner_on_ok" and data.get("task_action") in JOB_ACTIONS:
+            self.phases(data)
+        return True
+
+    def phases(self, data):
+        """One ``info`` per phase the target's record holds, in its order: ``<phase> <ok|failed|skipped> on <host>``."""
+        res = data.get("res") or {}
+        record = res.get("target")
+        if not isinstance(record, dict):
+            return
+        step = res.get("step")
+        rollback = step == "rollback_target" or (step != "target" and bool(record.get("rollbackPhases")))
+        host = res.get("targetName") or data.get("host") or "localhost"
+        for phase in record.get("rollbackPhases" if rollback else "phases") or []:
+            if not isinstance(phase, dict) or not phase.get("name") or not phase.get("status"):
+                continue
+            status = PHASE_WORDS.get(phase["status"], phase["status"])
+            key = (phase["name"], host, status)
             if key not in self.seen:
                 self.seen.add(key)
-                self.channel.send("info", "%s %s on %s" % (phase, status, host))
-        return True
+                self.channel.send("info", "%s %s on %s" % (phase["name"], status, host))
 
 
 def run_playbook(playbooks, extravars, channel, cancelled):

@@ -5,7 +5,6 @@ must be the value of its one home in Python (a change there fails here until the
 from __future__ import annotations
 
 import os
-import re
 
 import pytest
 import yaml
@@ -36,13 +35,6 @@ CONTRACT_DEFAULTS = {
     ("runtime_install", "runtime_install_bundle_target_dir"): _runtime_install.BUNDLE_TARGET_DIR,
     ("runtime_install", "runtime_install_evidence_path"): _runtime_install.EVIDENCE_PATH,
 }
-# Roles without argument specs take the job playbook's variables: `{{ stella_x | default(<value>) }}`.
-JOB_DEFAULTS = {
-    ("job_deploy", "job_deploy_min_engine_version"): _versions.DEFAULT_MIN_ENGINE,
-    ("job_deploy", "job_deploy_min_compose_version"): _versions.DEFAULT_MIN_COMPOSE,
-    ("job_deploy", "job_deploy_wait_timeout"): _contract.DEFAULT_WAIT_TIMEOUT,
-    ("job_rollback", "job_rollback_wait_timeout"): _contract.DEFAULT_WAIT_TIMEOUT,
-}
 
 
 def load(*path):
@@ -50,8 +42,12 @@ def load(*path):
         return yaml.safe_load(handle)
 
 
-def spec_options(role):
-    return load("roles", role, "meta", "argument_specs.yml")["argument_specs"]["main"]["options"]
+def entry_points(role):
+    return load("roles", role, "meta", "argument_specs.yml")["argument_specs"]
+
+
+def spec_options(role, entry_point="main"):
+    return entry_points(role)[entry_point]["options"]
 
 
 def test_the_roles_with_argument_specs_are_found():
@@ -60,14 +56,26 @@ def test_the_roles_with_argument_specs_are_found():
 
 @pytest.mark.parametrize("role", ROLES)
 def test_a_roles_defaults_are_its_argument_specs_defaults(role):
-    spec = spec_options(role)
+    """Every entry point's defaults are the role's defaults; every default is an option of one."""
     defaults = load("roles", role, "defaults", "main.yml")
-    assert set(defaults) <= set(spec), "defaults that are no option of the role"
-    for name, option in spec.items():
-        if "default" in option:
-            assert defaults.get(name) == option["default"], name
-        else:
-            assert option.get("required") or name in defaults, "%s: neither required nor defaulted" % name
+    options = set()
+    for entry_point in entry_points(role):
+        spec = spec_options(role, entry_point)
+        options |= set(spec)
+        for name, option in spec.items():
+            if "default" in option:
+                assert defaults.get(name) == option["default"], (entry_point, name)
+    assert set(defaults) <= options, "defaults that are no option of the role"
+
+
+def test_the_job_passes_no_contract_default_to_the_roles():
+    """The job's playbooks leave the contract's defaults to stella_job (Python): no literal of them."""
+    for name in ("job.yml", "job_close.yml", "rollback.yml"):
+        with open(os.path.join(ROOT, "playbooks", name), encoding="utf-8") as handle:
+            text = handle.read()
+        for literal in (_versions.DEFAULT_MIN_ENGINE, _versions.DEFAULT_MIN_COMPOSE,
+                        "default(%d)" % _contract.DEFAULT_WAIT_TIMEOUT):
+            assert literal not in text, (name, literal)
 
 
 @pytest.mark.parametrize("role, variable", sorted(CONTRACT_DEFAULTS))
@@ -75,11 +83,3 @@ def test_a_contract_default_in_a_role_is_its_python_value(role, variable):
     expected = CONTRACT_DEFAULTS[(role, variable)]
     assert load("roles", role, "defaults", "main.yml")[variable] == expected
     assert spec_options(role)[variable]["default"] == expected
-
-
-@pytest.mark.parametrize("role, variable", sorted(JOB_DEFAULTS))
-def test_a_contract_default_of_the_job_is_its_python_value(role, variable):
-    value = load("roles", role, "defaults", "main.yml")[variable]
-    match = re.fullmatch(r"\{\{ stella_\w+ \| default\((.+)\) \}\}", value)
-    assert match, value
-    assert yaml.safe_load(match.group(1)) == JOB_DEFAULTS[(role, variable)]

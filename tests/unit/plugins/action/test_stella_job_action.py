@@ -86,7 +86,8 @@ def test_the_job_steps_make_a_preview_in_check_mode_and_open_no_store(tmp_path):
         return {"stellaops.runtime.stella_job": dict(args, step=name, store=location, job_id="job-p")}
     tasks = [dict(step("start", release=PINNED, targets=["localhost"], keep_revisions=4), register="started"),
              {"ansible.builtin.set_fact": {"stella_job_run": "{{ started }}"}},
-             step("target", target="localhost", phase="deploy"), step("traffic", targets=["localhost"]),
+             step("target", target="localhost", result={"changed": True, "wouldChangeFiles": ["stella.version.json"]}),
+             step("traffic", targets=["localhost"]),
              step("gate", targets=["localhost"]), step("finish"), step("traffic_rollback"), step("close"),
              dict(step("rollback_start"), ignore_errors=True),
              dict(step("rollback_target", target="localhost"), ignore_errors=True)]
@@ -99,9 +100,11 @@ def test_the_job_steps_make_a_preview_in_check_mode_and_open_no_store(tmp_path):
     assert started["plans"]["localhost"]["payloads"]["compose.up"]["ProjectName"]
     assert all(r["checkMode"] is True and r["changed"] is False for r in (target, traffic, gate, finish, back))
     assert gate["proceed"] is True and finish["rollbackOrder"] == [] and traffic["skipped"] is True
-    # nothing ran on the target in this playbook, so the preview says it was not reached
-    assert (closed["status"], closed["succeeded"], closed["reason"]) == ("Preview", False, "localhost would not deploy")
-    assert closed["preview"]["localhost"]["outcome"] == "not_run"
+    # the target step's preview is a fact of its target, which close reads (no register name)
+    assert target["ansible_facts"] == {"stella_job_preview": target["preview"]}
+    assert target["preview"]["summary"] == "would deploy (stella.version.json would change)"
+    assert (closed["status"], closed["succeeded"], closed["reason"]) == ("Preview", True, None)
+    assert closed["preview"]["localhost"]["outcome"] == "would_deploy"
     assert closed["text"].startswith("job job-p (check mode: a preview, nothing was recorded or changed)")
     # the rollback's start reads the store (there is none: reported, not created); its target step records nothing
     assert (rollback["failed"], rollback["code"]) == (True, "job_store_missing"), rollback

@@ -378,3 +378,98 @@ def test_the_planned_healthcheck_reaches_docker_run(host):
     payload = dict(host.payload, Config={"healthcheck.test": "true", "healthcheck.interval": "2s"})
     argv = dr.container_run_argv(dr.parse_request(payload))
     assert argv[-5:] == ["--health-cmd", "true", "--health-interval", "2s", payload["Image"]]
+
+
+# --------------------------------------------------------------------------- the preflight inside the run
+
+# Docker commands that change something on the host.
+CHANGING_VERBS = ("pull", "run", "stop", "start", "rm", "create", "rename", "container create", "container rm",
+                  "image pull")
+
+
+def preflight_options(host, **payload):
+    """The ``preflight`` option of a DockerHost run: no registry or platform check over the network (no
+    ImageReference, reachability ``skip``), the captured 20.10 engine accepted, 1 byte of disk asked."""
+    body = {"WorkDirectory": host.site.work, "MinimumFreeDiskBytes": 1, "RegistryReachabilityMode": "skip"}
+    body.update(payload)
+    return {"payload": body, "target_type": "DockerHost", "min_engine_version": "20.10.0"}
+
+
+def test_preflight_passes_then_the_run_deploys_and_asks_the_runtime_nothing_again(host, monkeypatch):
+    pings = sc.offline_preflight(monkeypatch)
+    old, new = host.old(), host.container("new")
+    steps = (sc.preflight_runtime() + [sc.image_present(), host.ps([old]), sc.inspect([old])]
+             + host.replace(old, new) + host.watch(new, 1) + [sc.Step(["docker", "rm", "--force", old["Id"]])])
+    runner = sc.ScriptedRunner(steps)
+    result = host.run(runner, preflight=preflight_options(host))
+
+    runner.assert_done()
+    verbs = runner.docker_verbs()
+    assert verbs.count("version") == 1 and verbs.count("info") == 1 and "compose version" not in verbs
+    assert sorted(verbs[:2]) == ["info", "version"] and verbs[2] == "image inspect"
+    assert pings == ["/var/run/docker.sock"]
+    evidence = result["evidence"]
+    assert result["changed"] is True and evidence["failurePhase"] is None
+    assert evidence["preflightFailures"] == []
+    preflight = evidence["preflight"]
+    assert preflight["status"] == "passed" and preflight["gates"]["targetType"] == "DockerHost"
+    assert preflight["gates"]["requireCompose"] is False
+    checks = {check["name"]: check["status"] for check in preflight["checks"]}
+    assert {checks[name] for name in ("registry", "platform", "compose", "compose_version")} == {"skipped"}
+    assert {checks[name] for name in ("runtime", "daemon", "engine_version", "workdir", "disk")} == {"passed"}
+    assert preflight["docker"]["serverVersion"] == "20.10.24+dfsg1" == evidence["dockerVersion"]
+    assert evidence["completedPhases"] == ["preflight", "pull_image", "write_artifacts", "pre_deploy_hooks",
+                                           "prepare_container", "inspect_container", "post_deploy_hooks"]
+    assert evidence["deploymentPhases"][0] == dict(evidence["deploymentPhases"][0], phase="preflight",
+                                                   status="succeeded")
+    assert evidence["containerId"] == new["Id"] and evidence["health"] == "healthy"
+
+
+@pytest.mark.parametrize("existing", [False, True], ids=["fresh", "existing"])
+@pytest.mark.parametrize("options,code", [
+    ({"min_engine_version": "99.0.0"}, "runtime_version_too_old"),
+    ({"payload": {"MinimumFreeDiskBytes": 2 ** 62}}, "disk_space_low"),
+    ({"payload": {"RequireCompose": True}, "min_compose_version": "99.0.0"}, "runtime_version_too_old"),
+], ids=["engine-too-old", "disk", "compose-too-old"])
+def test_failed_preflight_fails_before_any_docker_change(host, monkeypatch, options, code, existing):
+    sticker = None
+    if existing:
+        write_committed(host, host.old_plan)
+        sticker = host.plan["sticker"]
+        before = sc.snapshot(host.site.work)
+    sc.offline_preflight(monkeypatch)
+    preflight = preflight_options(host, **options.get("payload", {}))
+    preflight.update({k: v for k, v in options.items() if k != "payload"})
+    # Only the preflight's two runtime questions are answered: any pull, ps, stop, run, rm or rename fails.
+    runner = sc.ScriptedRunner(sc.preflight_runtime())
+    with pytest.raises(StellaError) as err:
+        host.run(runner, dr.parse_deployment([host.payload], version_sticker=sticker), preflight=preflight)
+
+    runner.assert_done()
+    verbs = runner.docker_verbs()
+    assert sorted(verbs) == ["info", "version"]
+    assert not set(verbs) & set(CHANGING_VERBS)
+    assert err.value.code == code and err.value.phase == "preflight"
+    evidence = err.value.evidence
+    assert evidence["failurePhase"] == "preflight" and evidence["changed"] is False
+    assert evidence["preflight"]["status"] == "failed" and evidence["preflight"]["gates"]["targetType"] == "DockerHost"
+    assert [f["code"] for f in evidence["preflightFailures"]] == [code]
+    assert evidence["failures"] == evidence["preflightFailures"]
+    assert evidence["completedPhases"] == [] and "pulled" not in evidence and "imageId" not in evidence
+    assert [(p["phase"], p["status"]) for p in evidence["deploymentPhases"]] == [("preflight", "failed")]
+    if existing:
+        assert sc.snapshot(host.site.work) == before
+    else:
+        assert not os.path.exists(host.site.work)
+
+
+def test_failed_preflight_in_check_mode_fails_the_same_way(host, monkeypatch):
+    sc.offline_preflight(monkeypatch)
+    runner = sc.ScriptedRunner(sc.preflight_runtime())
+    manager = dr.DockerRun(sc.engine(runner), runner, preflight=dict(preflight_options(host),
+                                                                     min_engine_version="99.0.0"))
+    with pytest.raises(StellaError) as err:
+        manager.run(dr.parse_deployment([host.payload]), check_mode=True)
+    runner.assert_done()
+    assert err.value.code == "runtime_version_too_old" and err.value.evidence["failurePhase"] == "preflight"
+    assert sorted(runner.docker_verbs()) == ["info", "version"]

@@ -88,3 +88,37 @@ def test_job_options(config, overrides, expected):
     options = _job_plan.job_options({"strategyConfig": config}, overrides)
     assert (options["autoRollbackOnFailure"], options["autoRollbackSource"], options["waitForHealthCheck"],
             options["waitForHealthCheckSource"]) == expected
+
+
+def test_each_target_plan_carries_its_tasks_options_for_a_compose_host():
+    release = minimal_release(components=[{"name": "web", "image": "registry.example.com/shop/web:1.0",
+                                           "config": {"healthProbe.type": "tcp", "healthProbe.tcp.port": "80"}}])
+    settings = {"waitForHealthCheck": False, "waitTimeout": 30, "keepRevisions": 3, "minEngineVersion": "25.0.0",
+                "minComposeVersion": "2.30.0", "insecureRegistries": ["registry.lab:5001"], "claimLeaseSeconds": 0}
+    plan = _job_plan.plan_job(release, hosts(1), resolved_for(release), "job-x", settings)["plans"]["vm1"]
+    inputs = plan["inputs"]
+    assert inputs["apply"] == {
+        "task": "compose.up", "payload": plan["payloads"]["compose.up"], "wait_timeout": 30, "keep_revisions": 3,
+        "preflight": {"payload": plan["payloads"]["compose.preflight"], "target_type": "ComposeHost",
+                      "min_engine_version": "25.0.0", "min_compose_version": "2.30.0",
+                      "insecure_registries": ["registry.lab:5001"]}}
+    assert inputs["probe"] == {"components": [{"name": "web", "config": {"healthProbe.type": "tcp",
+                                                                         "healthProbe.tcp.port": "80"}}],
+                               "target": plan["target"], "wait_for_health_check": False}
+    assert inputs["rollback"] == {"task": "compose.rollback", "payload": plan["payloads"]["compose.rollback"],
+                                  "wait_timeout": 30}
+
+
+def test_a_docker_host_plan_applies_every_components_payload_and_commits_the_sticker():
+    release = minimal_release(target={"id": "tgt-1", "name": "vm-1", "type": "DockerHost",
+                                      "endpoint": "ssh://10.0.0.5", "executionMode": "ssh"})
+    plan = _job_plan.plan_job(release, hosts(1), resolved_for(release), "job-x")["plans"]["vm1"]
+    apply = plan["inputs"]["apply"]
+    assert (apply["task"], apply["payloads"], apply["version_sticker"]) == (
+        "docker.run", plan["payloads"]["docker.run"], plan["sticker"])
+    assert "payload" not in apply and apply["preflight"]["target_type"] == "DockerHost"
+    # without settings, the contract's defaults
+    assert (apply["wait_timeout"], apply["keep_revisions"], apply["preflight"]["min_engine_version"]) == (
+        120, 10, "24.0.0")
+    assert plan["inputs"]["rollback"]["task"] == "docker.rollback"
+    assert plan["inputs"]["probe"]["wait_for_health_check"] is True

@@ -1,5 +1,5 @@
-"""The preview of a deployment job in check mode (_job_preview): per target what it would do, from what
-the play registered on it, and whether the job would run through."""
+"""The preview of a deployment job in check mode (_job_preview): per target what it would do, from the
+results its recording step was handed, and whether the job would run through."""
 
 from __future__ import annotations
 
@@ -9,45 +9,42 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils import _job_prev
 
 RUN = {"jobId": "job-1", "jobIdSource": "job_id", "checkMode": True, "proceed": True, "reason": None, "code": None,
        "batches": [["a", "b"], ["c"]], "targetOrder": ["a", "b", "c"]}
-PASSED = {"changed": False, "failed": False, "preflight": {}, "failures": []}
 FILES = ["apply-manifest.json", "compose.stella.lock.yml", "stella.version.json"]
+PREFLIGHT_FAILED = {"failed": True, "code": "runtime_version_too_old", "failurePhase": "preflight",
+                    "msg": "preflight failed: runtime_version_too_old: 20.10 < 24.0\nmore",
+                    "deploymentPhases": [{"phase": "preflight", "status": "failed", "durationMs": 3},
+                                         {"phase": "prepare", "status": "not_run", "durationMs": 0}]}
 
 
-def facts(apply=None, preflight=None, failed=False):
-    out = {pv.PREFLIGHT: PASSED if preflight is None else preflight}
-    if apply is not None:
-        out[pv.APPLY] = apply
-    if failed:
-        out[pv.FAILED] = {"skipped": True}
-    return out
-
-
-@pytest.mark.parametrize("host, outcome, summary", [
-    (facts({"changed": True, "wouldChangeFiles": FILES, "wouldRetainRevision": True}), "would_deploy",
+@pytest.mark.parametrize("apply, failure, outcome, summary", [
+    ({"changed": True, "wouldChangeFiles": FILES, "wouldRetainRevision": True}, None, "would_deploy",
      "would deploy (%s would change; the committed release would be retained as a revision)" % ", ".join(FILES)),
-    (facts({"changed": True, "wouldReplaceContainers": ["shop-web"]}), "would_deploy",
+    ({"changed": True, "wouldReplaceContainers": ["shop-web"]}, None, "would_deploy",
      "would deploy (containers shop-web would be replaced)"),
-    (facts({"changed": False, "wouldChangeFiles": [], "appliedByJobId": "job-0"}), "converged",
+    ({"changed": False, "wouldChangeFiles": [], "appliedByJobId": "job-0"}, None, "converged",
      "converged: nothing would change (applied by job job-0)"),
-    (facts(preflight={"failed": True, "code": "runtime_version_too_old", "failurePhase": "preflight",
-                      "msg": "preflight failed: runtime_version_too_old: 20.10 < 24.0\nmore"}), "would_fail",
+    (PREFLIGHT_FAILED, PREFLIGHT_FAILED, "would_fail",
      "would fail at preflight: runtime_version_too_old: preflight failed: runtime_version_too_old: 20.10 < 24.0"),
-    (facts({"failed": True, "code": "invalid_payload", "failurePhase": "validate_payload", "msg": "bad"}),
-     "would_fail", "would fail at validate_payload: invalid_payload: bad"),
-    (facts({"changed": True}, failed=True), "would_fail", "would fail at a phase check failed"),
-    ({}, "not_run", "not reached (the play did not run on it)"),
-    ({pv.PREFLIGHT: {"skipped": True}}, "not_run", "not reached (the play did not run on it)"),
-    (facts(), "not_run", "preflight passed; the apply did not run"),
+    # a step name is not a phase: the failed phase is the agent's, else deploy
+    ({"failed": True, "code": "invalid_payload", "failurePhase": "validate_payload", "msg": "bad"}, None,
+     "would_fail", "would fail at deploy: invalid_payload: bad"),
+    # the record's own failure (what stopped the play after the apply), its phase when it names one
+    ({"changed": True}, {"failed": True, "code": "job_store_failed", "msg": "store gone", "failurePhase": "job"},
+     "would_fail", "would fail at cleanup: job_store_failed: store gone"),
+    (None, {"failed": True, "msg": "templating failed"}, "would_fail", "would fail at preflight: failed: templating failed"),
+    (None, None, "not_run", "not reached (the apply did not run on it)"),
+    ({"skipped": True}, None, "not_run", "not reached (the apply did not run on it)"),
 ])
-def test_target_preview(host, outcome, summary):
-    preview = pv.target_preview(host)
+def test_target_preview(apply, failure, outcome, summary):
+    preview = pv.target_preview(apply, failure)
     assert (preview["outcome"], preview["summary"]) == (outcome, summary)
 
 
 def test_close_sums_up_every_target_in_batch_order():
-    hostvars = {"a": facts({"changed": True, "wouldChangeFiles": FILES}), "b": facts({"changed": False}),
-                "c": facts({"changed": True, "wouldChangeFiles": FILES})}
-    done = pv.close(RUN, hostvars)
+    previews = {"a": pv.target_preview({"changed": True, "wouldChangeFiles": FILES}),
+                "b": pv.target_preview({"changed": False}),
+                "c": pv.target_preview({"changed": True, "wouldChangeFiles": FILES})}
+    done = pv.close(RUN, previews)
     assert (done["status"], done["succeeded"], done["reason"], done["checkMode"]) == ("Preview", True, None, True)
     assert {n: (t["batch"], t["outcome"]) for n, t in done["preview"].items()} == {
         "a": (0, "would_deploy"), "b": (0, "converged"), "c": (1, "would_deploy")}
@@ -59,9 +56,9 @@ def test_close_sums_up_every_target_in_batch_order():
 
 
 def test_close_fails_when_a_target_would_fail_or_was_not_reached():
-    hostvars = {"a": facts({"changed": True}),
-                "b": facts(preflight={"failed": True, "code": "disk_space_low", "msg": "low"})}
-    done = pv.close(RUN, hostvars)
+    failed = {"failed": True, "code": "disk_space_low", "msg": "low", "failurePhase": "preflight"}
+    previews = {"a": pv.target_preview({"changed": True}), "b": pv.target_preview(failed, failed)}
+    done = pv.close(RUN, previews)
     assert done["succeeded"] is False and done["reason"] == "b, c would not deploy"
     assert done["text"].splitlines()[-1] == "  b, c would not deploy"
 
@@ -78,7 +75,7 @@ def test_an_unreachable_target_stops_the_preview_at_planning():
 
 @pytest.mark.parametrize("step, expected", [
     ("gate", {"proceed": True}), ("finish", {"status": "Preview", "rollbackOrder": []}),
-    ("traffic", {"skipped": True}), ("traffic_rollback", {"skipped": True}), ("target", {}),
+    ("traffic", {"skipped": True}), ("traffic_rollback", {"skipped": True}),
 ])
 def test_recording_steps_record_nothing_gates_proceed_and_no_rollback_is_decided(step, expected):
     outcome = pv.passing(step, "job-1", batch=0)
@@ -111,26 +108,27 @@ def test_rollback_start_is_the_orders_with_what_the_preview_shows():
                                                      sourceJobId="job-1", skipped={"b": "no retained revision"})
 
 
-@pytest.mark.parametrize("host, outcome, summary", [
-    ({pv.ROLLBACK: RESTORE}, "would_restore", "would restore the revision at /srv/p/.stella/revisions/r1"),
-    ({pv.ROLLBACK: dict(RESTORE, changed=False)}, "converged",
+@pytest.mark.parametrize("result, failure, outcome, summary", [
+    (RESTORE, None, "would_restore", "would restore the revision at /srv/p/.stella/revisions/r1"),
+    (dict(RESTORE, changed=False), None, "converged",
      "converged: the revision at /srv/p/.stella/revisions/r1 already runs"),
-    ({pv.ROLLBACK: {"failed": True, "code": "rollback_superseded", "failurePhase": "resolve_revision",
-                    "msg": "newer release applied\nmore"}}, "would_fail",
-     "would fail at resolve_revision: rollback_superseded: newer release applied"),
-    ({pv.ROLLBACK: {"failed": True, "msg": ""}}, "would_fail", "would fail at rollback: failed: failed"),
-    ({pv.ROLLBACK_FAILED: "rollback_failed: no retained revision for a"}, "would_fail",
-     "would fail at rollback_failed: no retained revision for a"),
-    ({}, "not_run", "not reached (the play did not run on it)"),
-    ({pv.ROLLBACK: {"skipped": True}}, "not_run", "not reached (the play did not run on it)"),
+    ({"failed": True, "code": "rollback_superseded", "failurePhase": "rollback-pre",
+      "msg": "newer release applied\nmore"}, None, "would_fail",
+     "would fail at rollback-pre: rollback_superseded: newer release applied"),
+    ({"failed": True, "msg": ""}, None, "would_fail", "would fail at rollback: failed: failed"),
+    (None, {"failed": True, "code": "job_invalid", "msg": "no job"}, "would_fail",
+     "would fail at rollback: job_invalid: no job"),
+    (None, None, "not_run", "not reached (the play did not run on it)"),
+    ({"skipped": True}, None, "not_run", "not reached (the play did not run on it)"),
 ])
-def test_what_one_targets_rollback_would_do(host, outcome, summary):
-    preview = pv.rollback_target_preview(host)
+def test_what_one_targets_rollback_would_do(result, failure, outcome, summary):
+    preview = pv.rollback_target_preview(result, failure)
     assert (preview["outcome"], preview["summary"]) == (outcome, summary)
 
 
 def test_rollback_close_lists_each_target_in_reverse_batch_order_and_the_skipped():
-    closed = pv.rollback_close(ROLLBACK_RUN, {"c": {pv.ROLLBACK: RESTORE}, "a": {pv.ROLLBACK: dict(RESTORE, changed=False)}})
+    closed = pv.rollback_close(ROLLBACK_RUN, {"c": pv.rollback_target_preview(RESTORE),
+                                              "a": pv.rollback_target_preview(dict(RESTORE, changed=False))})
     assert (closed["status"], closed["succeeded"], closed["reason"], closed["checkMode"]) == (
         "Preview", True, None, True)
     assert closed["text"].splitlines() == [
@@ -144,6 +142,7 @@ def test_rollback_close_lists_each_target_in_reverse_batch_order_and_the_skipped
 
 
 def test_a_rollback_that_would_fail_or_not_reach_a_target_does_not_succeed():
-    closed = pv.rollback_close(ROLLBACK_RUN, {"c": {pv.ROLLBACK: {"failed": True, "code": "no_revision", "msg": "gone"}}})
+    closed = pv.rollback_close(ROLLBACK_RUN, {"c": pv.rollback_target_preview(
+        {"failed": True, "code": "no_revision", "msg": "gone"})})
     assert (closed["succeeded"], closed["reason"]) == (False, "a, c would not be rolled back")
     assert closed["text"].splitlines()[-1] == "  a, c would not be rolled back"

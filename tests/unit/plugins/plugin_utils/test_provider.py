@@ -183,22 +183,73 @@ def test_down_names_the_project_up_deployed():
     assert cli.project_of(release) == planned["plans"]["localhost"]["projectName"]
 
 
-def test_phase_events_become_one_info_per_phase_and_target():
+def job_event(step, record, action="stellaops.runtime.stella_job", host="localhost", target_name="localhost",
+              task="Record the outcome"):
+    """The ``runner_on_ok`` event of the ``stella_job`` task that records a target's outcome."""
+    res = {"changed": True, "step": step, "target": record}
+    if target_name:
+        res["targetName"] = target_name
+    return {"event": "runner_on_ok", "event_data": {"task": task, "task_action": action, "host": host, "res": res}}
+
+
+def phases(*pairs):
+    return [{"name": name, "status": status, "durationMs": 12} for name, status in pairs]
+
+
+def test_phase_events_become_one_info_per_recorded_phase_and_target():
     chan, out = channel({})
     events = cli.PhaseEvents(chan)
+    record = {"status": "Failed", "phases": phases(("preflight", "succeeded"), ("prepare", "succeeded"),
+                                                   ("deploy", "failed"), ("verify", "skipped"))}
     for event in [
-        {"event": "playbook_on_task_start", "event_data": {"task": "preflight | Check the runtime on the target"}},
-        {"event": "runner_on_ok", "event_data": {"task": "preflight | Check the runtime on the target",
-                                                 "host": "localhost"}},
-        {"event": "runner_on_ok", "event_data": {"task": "preflight | Record the phase", "host": "localhost"}},
-        {"event": "runner_on_failed", "event_data": {"task": "deploy | Check the services", "host": "localhost",
+        {"event": "playbook_on_task_start", "event_data": {"task": "Check the runtime on the target"}},
+        {"event": "runner_on_ok", "event_data": {"task": "Check the runtime on the target", "host": "localhost",
+                                                 "task_action": "stellaops.runtime.stella_preflight"}},
+        {"event": "runner_on_failed", "event_data": {"task": "Check the services", "host": "localhost",
                                                      "res": {"msg": "the target does not run\\nthe release"}}},
+        job_event("target", record),
+        job_event("target", record, action="stella_job"),  # the same outcome again: nothing new
     ]:
         assert events(event) is True
     assert [(m["type"], m["message"]) for m in lines(out)] == [
-        ("debug", "task: preflight | Check the runtime on the target"), ("info", "preflight ok on localhost"),
-        ("info", "deploy failed on localhost")]
+        ("debug", "task: Check the runtime on the target"), ("info", "preflight ok on localhost"),
+        ("info", "prepare ok on localhost"), ("info", "deploy failed on localhost"),
+        ("info", "verify skipped on localhost")]
     assert events.failure == "the target does not run\\nthe release"
+
+
+def test_phase_events_name_the_target_of_the_result_and_accept_the_short_action():
+    chan, out = channel({})
+    events = cli.PhaseEvents(chan)
+    events(job_event("target", {"phases": phases(("preflight", "failed"))}, action="stella_job",
+                     host="controller", target_name="web-1"))
+    events(job_event("target", {"phases": phases(("preflight", "succeeded"))}, host="web-2", target_name=None))
+    assert [(m["type"], m["message"]) for m in lines(out)] == [
+        ("info", "preflight failed on web-1"), ("info", "preflight ok on web-2")]
+
+
+def test_rollback_target_sends_the_rollback_phases():
+    chan, out = channel({})
+    events = cli.PhaseEvents(chan)
+    record = {"phases": phases(("preflight", "succeeded"), ("deploy", "failed")),
+              "rollbackPhases": phases(("rollback-pre", "succeeded"), ("rollback-deploy", "succeeded"),
+                                       ("rollback-verify", "failed"), ("rollback-post", "skipped"))}
+    events(job_event("rollback_target", record))
+    assert [m["message"] for m in lines(out)] == [
+        "rollback-pre ok on localhost", "rollback-deploy ok on localhost", "rollback-verify failed on localhost",
+        "rollback-post skipped on localhost"]
+
+
+def test_task_names_carry_no_meaning():
+    chan, out = channel({})
+    events = cli.PhaseEvents(chan)
+    for kind in ("runner_on_ok", "runner_on_failed"):
+        events({"event": kind, "event_data": {"task": "preflight | whatever", "host": "localhost",
+                                              "task_action": "ansible.builtin.command", "ignore_errors": True,
+                                              "res": {"target": {"phases": phases(("preflight", "succeeded"))}}}})
+    events(job_event("target", {"phases": phases(("deploy", "succeeded"))}, task="verify | something else"))
+    events(job_event("plan", None))  # a stella_job step without a target record
+    assert [(m["type"], m["message"]) for m in lines(out)] == [("info", "deploy ok on localhost")]
 
 
 def test_setenv_facts_of_a_job_do_not_change_between_jobs_of_the_same_release():
