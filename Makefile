@@ -74,7 +74,7 @@ molecule-run: collection $(MOLECULE_VENV)/.stamp
 # test (they share one fleet) in one, everything else in the other. Each session starts its own lab
 # targets (named after its pid). The molecule scenarios run after both (three nested engines starting at
 # once on two cores timed out once). All must pass.
-INTEGRATION_SPLIT := tests/integration/test_faults.py tests/integration/test_provider.py \
+INTEGRATION_SPLIT := tests/integration/test_faults.py tests/integration/test_provider.py tests/integration/test_job_sequence.py \
   tests/integration/test_provider_protocol.py tests/integration/test_job_fleet.py tests/integration/test_report.py
 
 # The lab (then the molecule venv) is set up in the background while the unit tests, sanity and lint run:

@@ -25,6 +25,7 @@ ARGUMENT_SPEC = {
     "timestamps": {"type": "dict", "default": {}},
 }
 
+
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _requires_connection = False

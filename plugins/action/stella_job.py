@@ -17,8 +17,8 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError, first_line, redact_text, redact_url
 from ansible_collections.stellaops.runtime.plugins.module_utils._contract import (
-    DEFAULT_KEEP_REVISIONS, DEFAULT_WAIT_TIMEOUT, JOB_CHECK_MODE, JOB_INTERRUPTED, PROJECT_BUSY, ROLLBACK_TASKS, deployment_evidence_dir,
-    job_evidence_dir, keep_revisions_problem, utc_timestamp)
+    DEFAULT_KEEP_REVISIONS, DEFAULT_WAIT_TIMEOUT, JOB_CHECK_MODE, JOB_INTERRUPTED, PROJECT_BUSY, ROLLBACK_TASKS,
+    deployment_evidence_dir, job_evidence_dir, keep_revisions_problem, utc_timestamp)
 from ansible_collections.stellaops.runtime.plugins.module_utils._versions import DEFAULT_MIN_COMPOSE, DEFAULT_MIN_ENGINE
 from ansible_collections.stellaops.runtime.plugins.plugin_utils import (
     _job, _job_preview, _job_store, _job_target, _job_traffic, _job_view, _projection, _report, _strategy, _traffic)
@@ -59,6 +59,9 @@ ARGUMENT_SPEC = {
     "claim_lease": {"type": "int", "default": 0},
     "keep_revisions": {"type": "int", "default": DEFAULT_KEEP_REVISIONS},
     "wait_timeout": {"type": "int", "default": DEFAULT_WAIT_TIMEOUT},
+    "target_identities": {"type": "dict", "default": {}},
+    "caller_job_id": {"type": "bool", "default": True},
+    "started": {"type": "dict"},
     "min_engine_version": {"type": "str", "default": DEFAULT_MIN_ENGINE},
     "min_compose_version": {"type": "str", "default": DEFAULT_MIN_COMPOSE},
 }
@@ -153,7 +156,9 @@ class ActionModule(ActionBase):
             hostvars = self.vars.get("hostvars") or {}
             # the start's outcome, kept on localhost: stella_job_run by the job, stella_job_finish by the rollback
             run, close, order = self.vars.get("stella_job_finish") or {}, _job_preview.rollback_close, "rollbackOrder"
-            if run.get("kind") != "rollback":
+            if args["started"] is not None:  # the role's one-target job hands its start over
+                run, close, order = args["started"], _job_preview.close, "targetOrder"
+            elif run.get("kind") != "rollback":
                 run, close, order = self.vars.get("stella_job_run") or {}, _job_preview.close, "targetOrder"
             if run.get("jobId") != args["job_id"] or not run.get("checkMode"):
                 raise StellaError("job_not_found", "no job %s was previewed in this run" % args["job_id"], phase="job")
@@ -180,7 +185,8 @@ class ActionModule(ActionBase):
 
     def _plan(self, args, now):
         """``(job id, its source, the plan, options, summary, unreachable targets)``; nothing persisted."""
-        job_id, source = (args["job_id"], "job_id") if args["job_id"] else _job.job_id_from(self.vars)
+        job_id, source = (args["job_id"], "job_id") if args["job_id"] else (
+            _job.job_id_from(self.vars) if args["caller_job_id"] else (None, None))
         if not job_id:
             job_id, source = "job-%s-%s" % (now[:19].replace("-", "").replace(":", ""), secrets.token_hex(4)), "generated"
         release = plain(args["release"])
@@ -189,6 +195,9 @@ class ActionModule(ActionBase):
         self.secrets.extend(c["password"] for c in credentials.values())
         hostvars = self.vars.get("hostvars") or {}
         hosts = [(name, dict(hostvars.get(name) or {})) for name in args["targets"]]
+        for name, host in hosts:  # an identity given for a host wins over its inventory variables
+            if isinstance(args["target_identities"].get(name), dict):
+                host["stella_target"] = dict(host.get("stella_target") or {}, **plain(args["target_identities"][name]))
         probe = dict(release, target=dict(release.get("target") or {}, id="probe", name="probe",
                                           endpoint="local", executionMode="local"))
         probe.setdefault("target", {}).setdefault("type", "ComposeHost")
@@ -443,6 +452,7 @@ class ActionModule(ActionBase):
         if rollback is not None:
             documents["rollback-evidence.json"] = rollback
         return write_documents(job_evidence_dir(root, record["jobId"]), documents)
+
 
 def _digest(result):
     return project_digest(result.get("services") or (result.get("evidence") or {}).get("services"))

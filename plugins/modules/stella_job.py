@@ -27,9 +27,10 @@ description:
     C(stellaops.runtime.deploy) role calls it once per target), its nine phases, derived from the apply's
     result (O(result)), the probes' result (O(probe)) and the failure that stopped the target's play
     (O(failure)), never from a task's name; the failed phase is the one the results name. With
-    O(evidence_dir) it first writes the target's C(deployment.json). O(step=gate) runs the strategy gate after a batch. O(step=finish) ends the deployment and decides
-    the one automatic rollback. O(step=rollback_target) records one target's rollback (the agent's four rollback phases; the target counts as
-    rolled back only when the agent reports a verified restoration).
+    O(evidence_dir) it first writes the target's C(deployment.json).
+  - O(step=gate) runs the strategy gate after a batch. O(step=finish) ends the deployment and decides the
+    one automatic rollback. O(step=rollback_target) records one target's rollback (the agent's four
+    rollback phases; the target counts as rolled back only when the agent reports a verified restoration).
     O(step=close) ends the rollback and writes the job's evidence. O(step=show) reads a job; a job
     whose C(ansible-playbook) process is gone on this controller is first recorded as interrupted (C(Failed),
     C(job_interrupted)), with its terminal projection.
@@ -149,6 +150,24 @@ options:
         on a target, for its apply and its rollback. Kept in the job's options as C(waitTimeout).
     type: int
     default: 120
+  target_identities:
+    description:
+      - O(step=start). A target identity per inventory host, which wins over what the host's inventory variables
+        (C(stella_target), its connection) say. The C(stellaops.runtime.deploy) role gives its release's target.
+    type: dict
+    default: {}
+  caller_job_id:
+    description:
+      - O(step=start). Whether the caller's C(awx_job_id), C(tower_job_id) or C(stella_job_id) may name the
+        job when O(job_id) is not given. The C(stellaops.runtime.deploy) role sets V(false), each host there
+        is a job of its own, with a new id.
+    type: bool
+    default: true
+  started:
+    description:
+      - O(step=close) in check mode. The preview's start outcome, when it is not the C(stella_job_run)
+        variable the job playbook keeps (the C(stellaops.runtime.deploy) role passes its own).
+    type: dict
   min_engine_version:
     description: O(step=start). Oldest acceptable Docker Engine, for every target's preflight.
     type: str

@@ -321,15 +321,15 @@ def rollback_orders(record, source=None):
     targets = (source or record)["targets"]
     plan = (record.get("rollback") or {}).get("batches") or [] if record["status"] in (
         "RollingBack", "Running") else []
+    wait = record["options"].get("waitTimeout") or DEFAULT_WAIT_TIMEOUT
     return {"jobId": record["jobId"], "status": record["status"], "reason": record["reason"],
             "rollbackBatches": plan, "rollbackSerial": [len(b) for b in plan],
             "rollbackOrder": [n for b in plan for n in b],
             "rollbackTargets": {n: {"revisionPath": record["targets"][n].get("previousRevisionPath"),
                                     "payload": targets[n].get("rollbackPayload"),
                                     "task": ROLLBACK_TASKS[targets[n].get("targetType") or "ComposeHost"],
-                                    "target": targets[n].get("target"),
-                                    "waitTimeout": record["options"].get("waitTimeout") or DEFAULT_WAIT_TIMEOUT}
-                            for b in plan for n in b}}
+                                    "target": targets[n].get("target"), "waitTimeout": wait}
+                                for b in plan for n in b}}
 
 
 def finish_rollback_target(record, name, succeeded, now, reason=None, facts=None):

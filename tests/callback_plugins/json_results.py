@@ -4,7 +4,8 @@
 
 """Test-only stdout callback: prints every task's per-host results as one JSON document at the end.
 
-Shape: ``{"plays": [{"tasks": [{"task": {"name": NAME}, "hosts": {HOST: RESULT}}]}], "stats": {HOST: SUMMARY}}`` (like ansible.posix.json,
+Shape: ``{"plays": [{"tasks": [{"task": {"name": NAME, "action": ACTION, "run_once": BOOL}, "hosts": {HOST: RESULT}}]}],
+"stats": {HOST: SUMMARY}}`` (like ansible.posix.json,
 which is not part of ansible-core, so the tests do not depend on it).
 """
 
@@ -38,7 +39,8 @@ class CallbackModule(CallbackBase):
         return self.tasks[-1]
 
     def v2_playbook_on_task_start(self, task, is_conditional):
-        self.tasks.append({"task": {"name": task.get_name()}, "hosts": {}})
+        self.tasks.append({"task": {"name": task.get_name(), "action": task.action, "run_once": bool(task.run_once)},
+                           "hosts": {}})
 
     def _record(self, result, **extra):
         data = dict(result._result)

@@ -385,14 +385,16 @@ PLAYBOOK = """---
             deploy_registry_credentials: "{{ registry_credentials }}"
             deploy_min_engine_version: "20.10.0"
             deploy_wait_timeout: "{{ wait_timeout }}"
+            deploy_job_store: "{{ job_store }}"
       always:
         - name: Keep the role's registered results for the test
           ansible.builtin.copy:
             dest: "{{ results_file }}"
             mode: "0600"
-            content: "{{ {'plan': deploy_plan | default(none),
+            content: "{{ {'plan': (deploy_job.plans | default({}))[inventory_hostname] | default(none),
+                          'job': deploy_job_closed.job | default(none),
                           'apply': deploy_apply_result | default(none), 'probe': deploy_probe_result | default(none),
-                          'rollback': deploy_rollback_result | default(none)} | to_nice_json }}"
+                          'rollback': deploy_restore_result | default(none)} | to_nice_json }}"
           delegate_to: localhost
           check_mode: false  # the test reads it after --check runs too
           no_log: true
@@ -459,7 +461,7 @@ class RoleRun:
         creds.update(registry_credentials or {})
         variables = {"release": release, "evidence_dir": self.evidence_dir, "insecure_registries": self.insecure,
                      "registry_credentials": creds, "wait_timeout": wait_timeout,
-                     "results_file": str(run / "results.json")}
+                     "results_file": str(run / "results.json"), "job_store": str(self.tmp / "jobs.sqlite3")}
         (run / "vars.json").write_text(json.dumps(variables))
         argv = [os.path.join(ar.VENV_BIN, "ansible-playbook"), "-vvv"] + (["--check"] if check else [])
         if self.ctx.host is None:
@@ -506,12 +508,16 @@ class RoleRun:
         return None
 
     def evidence(self, results):
+        """The run's evidence documents by file name: the target's ``deployment.json`` and the job's
+        ``job.json`` (and ``rollback-evidence.json`` after a rollback)."""
         plan = results["plan"]
-        directory = os.path.join(self.evidence_dir, plan["projectName"], plan["jobId"])
-        if not os.path.isdir(directory):
-            return {}
-        return {name: json.load(open(os.path.join(directory, name), encoding="utf-8"))
-                for name in sorted(os.listdir(directory))}
+        documents = {}
+        for directory in (os.path.join(self.evidence_dir, plan["projectName"], plan["jobId"]),
+                          os.path.join(self.evidence_dir, "jobs", plan["jobId"])):
+            if os.path.isdir(directory):
+                documents.update({name: json.load(open(os.path.join(directory, name), encoding="utf-8"))
+                                  for name in sorted(os.listdir(directory)) if name.endswith(".json")})
+        return documents
 
     def evidence_texts(self):
         texts = []

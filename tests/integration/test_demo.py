@@ -14,6 +14,7 @@ from ansible_run import COLLECTIONS, ROOT, VENV_BIN
 def run_demo(evidence_dir, *extra):
     argv = [os.path.join(VENV_BIN, "ansible-playbook"), "-i", "localhost,", "-c", "local",
             "-e", "ansible_python_interpreter=" + os.path.join(VENV_BIN, "python"),
+            "-e", "stella_job_store=" + os.path.join(os.path.dirname(str(evidence_dir)), "jobs.sqlite3"),
             "-e", "stella_evidence_dir=" + str(evidence_dir)] + list(extra) + ["stellaops.runtime.demo"]
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=COLLECTIONS, ANSIBLE_NOCOLOR="1", ANSIBLE_STDOUT_CALLBACK="default")
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT, timeout=600, check=False)
@@ -33,24 +34,41 @@ def containers(project):
     return sorted(out)
 
 
+def printed(output, label):
+    match = re.search(r"%s:\s+([^\s\",]+)" % re.escape(label), output)
+    assert match, output[-3000:]
+    return match.group(1)
+
+
 def test_demo_deploys_probes_and_is_idempotent(lab, tmp_path):
     first = run_demo(tmp_path / "evidence")
     assert recap(first)["failed"] == 0
-    evidence = re.search(r"evidence:\s+(\S+/deployment\.json) \(succeeded\)", first)
-    assert evidence, first[-3000:]
-    record = json.loads(open(evidence.group(1)).read())
+    job = printed(first, "job")
+    evidence = printed(first, "evidence")
+    assert evidence.endswith("/%s/deployment.json" % job), evidence
+    with open(evidence, "rb") as handle:
+        first_bytes = handle.read()
+    record = json.loads(first_bytes)
     assert record["status"] == "succeeded" and all(v is not False for v in record["successBoundary"].values())
-    assert record["health"]["probe"]["healthProbe.status"] == "passed"
+    assert record["health"]["probe"]["healthProbe.status"] == "passed" and record["deploymentId"] == job
+    job_json = json.loads(open(printed(first, "job evidence")).read())
+    assert (job_json["jobId"], job_json["status"]) == (job, "Succeeded")
+    assert printed(first, "report").endswith("/jobs/%s/report.html" % job)
+    assert "job %s" % job in first  # the job's text
     for label in ("compose lock:", "version sticker:", "apply manifest:", "health probes:"):
         assert label in first
     project = record["projectName"]
     before = containers(project)
     assert len(before) == 3
 
+    # a second run is a new job that changes nothing; the first job's evidence stays as it was
     second = run_demo(tmp_path / "evidence")
     assert recap(second)["changed"] == 0 and recap(second)["failed"] == 0
+    assert printed(second, "job") != job
     assert containers(project) == before
     assert "take it down:    make demo-down" in second
+    with open(evidence, "rb") as handle:
+        assert handle.read() == first_bytes
 
     down = run_demo(tmp_path / "evidence", "-e", "stella_demo_state=absent")  # what `make demo-down` runs
     assert recap(down)["changed"] == 1 and recap(down)["failed"] == 0

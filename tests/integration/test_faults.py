@@ -174,7 +174,7 @@ def test_item01_rollback_restores_the_deployments_own_previous_revision(ctx, tmp
     evidence = role.evidence(results)
     assert evidence["deployment.json"]["failure"]["stage"] == "verify"
     assert evidence["deployment.json"]["failure"]["code"] == "health_probe_failed"
-    assert evidence["recovery.json"]["recoveryStatus"] == "rolled_back"
+    assert (evidence["job.json"]["status"], evidence["job.json"]["promotion"]) == ("RolledBack", "Failed")
     assert evidence["rollback-evidence.json"]["targets"][0]["rollbackDigest"] == ctx.images["app_v1"]["digest"]
     role.assert_secrets_nowhere()
 
@@ -218,8 +218,8 @@ def test_item02_rollback_of_a_superseded_deployment_is_refused(ctx, tmp_path):
     assert_same_files(ctx, y_files, "Y's committed files changed")
     ctx.assert_committed_verifies(y["manifestHash"])
     ctx.assert_runs(y, "app_v1")
-    recovery = role.evidence(results)["recovery.json"]
-    assert recovery["recoveryStatus"] != "rolled_back", recovery
+    recovery = role.evidence(results)["job.json"]
+    assert recovery["status"] != "RolledBack", recovery
     role.assert_secrets_nowhere()
 
 
@@ -707,7 +707,7 @@ def test_fault_failing_probe_rolls_back_through_the_role(ctx, tmp_path):
     assert results["rollback"]["rollbackRestored"] is True
     evidence = role.evidence(results)
     assert evidence["deployment.json"]["failure"]["stage"] == "verify"
-    assert evidence["recovery.json"]["recoveryStatus"] == "rolled_back"
+    assert (evidence["job.json"]["status"], evidence["job.json"]["promotion"]) == ("RolledBack", "Failed")
     assert_same_files(ctx, files, "v1's committed files were not restored")
     ctx.assert_committed_verifies(v1["manifestHash"])
     ctx.assert_runs(v1)
@@ -916,7 +916,8 @@ def test_fault_full_disk_at_preflight_on_a_small_tmpfs(lab, dind, tmp_path):
                 assert not apply.get("hookResults"), "a hook ran after a failed preflight"
             evidence = role.evidence(results)
             assert evidence["deployment.json"]["failure"]["stage"] == "preflight"
-            assert evidence["recovery.json"]["recoveryStatus"] == "rollback_skipped"
+            assert evidence["job.json"]["status"] == "Failed"
+            assert evidence["job.json"]["rollback"]["skipReason"] == "no_eligible_target", evidence["job.json"]
             assert not ctx.tree()["exists"], "preflight created the project directory"
             assert ar.project_containers(ctx.project, ctx.docker_argv) == {}
             role.assert_secrets_nowhere()
