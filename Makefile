@@ -71,7 +71,7 @@ molecule-run: collection $(MOLECULE_VENV)/.stamp
 
 # The integration tests mostly wait on containers, so they run as two pytest sessions at once: the fault
 # matrix, the provider tests and the fleet scenarios (each on both job store backends) with the report
-# test (they share one fleet) in one, everything else in the other. Each session starts its own lab
+# and per-target sequence tests (they share one fleet) in one, everything else in the other. Each session starts its own lab
 # targets (named after its pid). The molecule scenarios run after both (three nested engines starting at
 # once on two cores timed out once). All must pass.
 INTEGRATION_SPLIT := tests/integration/test_faults.py tests/integration/test_provider.py tests/integration/test_job_sequence.py \
