@@ -1,4 +1,5 @@
-"""Role benchmark: the ``stellaops.runtime.deploy`` role vs bare Compose vs community.docker, side by side.
+"""Role benchmark: the ``stellaops.runtime.deploy`` role and the ``stellaops.runtime.job`` playbook vs bare
+Compose vs community.docker, side by side.
 
 One run, one 5-service release (the lab's busybox httpd image from the lab registry, digest-pinned, each
 service with a container healthcheck as in playbooks/demo.yml), N rounds (default 5). Every round runs,
@@ -14,6 +15,11 @@ c) community.docker ``docker_compose_v2`` (``state: present``, ``wait: true``) o
    ``ansible-playbook``, fresh, then again as the no-op. community.docker comes from the PyPI ``ansible``
    bundle installed in the benchmark's own venv (.build/bench-venv, created when missing); it is never
    a dependency of the collection;
+d) the deployment job playbook ``stellaops.runtime.job`` through ``ansible-playbook -i <inventory>``, one
+   target (this machine: ``localhost`` in the group ``stella_targets``, local connection), the same release
+   as ``stella_release``, a job store under the temporary directory, no evidence directory: a fresh
+   deploy in a new work directory (project not running), then the same command again as the no-op (a
+   new job on the running project; nothing may be recreated);
 e) ``ansible localhost -c local -m stellaops.runtime.stella_preflight`` (the role's preflight payload
    and gates) and ``ansible localhost -c local -m ansible.builtin.ping``, same interpreter.
 
@@ -21,16 +27,18 @@ Every command runs without the caller's ANSIBLE_* settings and with Python writi
 by default; PYTHONDONTWRITEBYTECODE is removed). Only the collection's action plugin files get caches:
 ansible-core's collection loader compiles plugin_utils and module_utils from source on every import.
 
-All three deployments use the same Compose project name. What is timed is the deploy command alone; the
-``docker compose down -t 1`` that ends each a/b/c cycle is timed separately (the same command for all
-three) and only reported. After each fresh deploy the bench checks with the docker SDK that all five
-containers run healthy on the pinned image; after each no-op that no container was recreated or
-restarted (same id, same StartedAt); a role run must exit 0. Any of these failing is an error (exit 1);
-a missed goal is not (the script prints PASS/MISS per goal and exits 0).
+All four deployments use the same Compose project name (the release's ``projectName``; the job's target
+identity comes from the inventory host, not the release, but an explicit project name does not depend on
+it). What is timed is the deploy command alone; the ``docker compose down -t 1`` that ends each a/b/c/d
+cycle is timed separately (the same command for all four) and only reported. After each fresh deploy the
+bench checks with the docker SDK that all five containers run healthy on the pinned image; after each
+no-op that no container was recreated or restarted (same id, same StartedAt); a role or job run must exit
+0. Any of these failing is an error (exit 1); a missed goal is not (the script prints PASS/MISS per goal
+and exits 0).
 
 The role's runs load bench/callback_plugins/stella_bench_timer.py, which records each task's wall time;
-the median per task of the role's no-op (and fresh) runs is printed. The peer's playbook loads the same
-callback so both pay the same.
+the median per task of the role's and the job's no-op (and fresh) runs is printed. The peer's playbook
+loads the same callback so all pay the same.
 
 Needs the lab (``make lab``: engine, Compose v2, registry.lab:5001) and the ``docker`` SDK in .venv.
 
@@ -66,6 +74,7 @@ PEER_PYTHON = os.path.join(PEER_BIN, "python")
 PEER_REQUIREMENT = "ansible<13"
 COLLECTIONS = os.path.join(ROOT, ".build", "collections")
 ROLE_NAME = "stellaops.runtime.deploy"
+JOB_PLAYBOOK = "stellaops.runtime.job"
 CALLBACKS = os.path.join(ROOT, "bench", "callback_plugins")
 LAB_JSON = os.path.join(ROOT, ".lab", "lab.json")
 LOCK_FILE = "compose.stella.lock.yml"
@@ -75,15 +84,18 @@ HEALTHCHECK = {"healthcheck.test": "wget -q -O- http://127.0.0.1:8080/", "health
 MIN_ENGINE = "20.10.0"
 MIN_COMPOSE = "2.20.0"
 DOWN_TIMEOUT = "1"
-KINDS = ("role", "bare", "peer")
+KINDS = ("role", "bare", "peer", "job")
 LABELS = {"role": "a) stellaops.runtime.deploy role",
           "bare": "b) docker compose up -d --wait",
-          "peer": "c) community.docker docker_compose_v2"}
+          "peer": "c) community.docker docker_compose_v2",
+          "job": "d) stellaops.runtime.job playbook"}
 GOALS = (  # (label, numerator, denominator, goal)
     ("role fresh / bare compose fresh", ("role", "fresh"), ("bare", "fresh"), 1.35),
     ("role fresh / docker_compose_v2 fresh", ("role", "fresh"), ("peer", "fresh"), 1.0),
     ("role no-op / docker_compose_v2 no-op", ("role", "noop"), ("peer", "noop"), 0.8),
     ("preflight / ping", ("preflight", "run"), ("ping", "run"), 1.3),
+    ("job fresh / bare compose fresh", ("job", "fresh"), ("bare", "fresh"), 1.5),
+    ("job no-op / docker_compose_v2 no-op", ("job", "noop"), ("peer", "noop"), 1.0),
 )
 
 ROLE_PLAYBOOK = """\
@@ -269,11 +281,19 @@ class Bench:
         os.makedirs(self.shared_dir)
         self.peer_vars = self._write("peer-vars.json", json.dumps(
             {"bench_project_src": self.shared_dir, "bench_project": self.project.name}))
+        # The job: one target, this machine, as the inventory host ``localhost`` of ``stella_targets``;
+        # one job store for the whole run (every run is a new job in it); no evidence directory.
+        self.job_inventory = self._write("job-inventory.json", json.dumps({"all": {"children": {"stella_targets": {
+            "hosts": {"localhost": {"ansible_connection": "local", "ansible_python_interpreter": VENV_PYTHON}}}}}}))
+        self.job_store = os.path.join(self.tmp, "jobs.sqlite3")
         self.reference_lock = None
+        self.job_reference_lock = None
         self.samples = {kind: {"fresh": [], "noop": [], "down": []} for kind in KINDS}
         self.samples.update(preflight={"run": []}, ping={"run": []})
-        self.timers = {"role": {"fresh": [], "noop": []}, "peer": {"fresh": [], "noop": []}}
+        self.timers = {"role": {"fresh": [], "noop": []}, "peer": {"fresh": [], "noop": []},
+                       "job": {"fresh": [], "noop": []}}
         self.role_runs = 0
+        self.job_runs = 0
         self.load = {"start": os.getloadavg(), "end": None}
         self.others = {"start": self.other_containers(), "end": None}
 
@@ -338,6 +358,24 @@ class Bench:
             raise BenchError("%s: tasks failed although ansible-playbook exited 0: %s" % (what, failed))
         return elapsed, doc
 
+    def job_deploy(self, work_directory, what):
+        """``ansible-playbook -i <inventory> stellaops.runtime.job``: the role's release as ``stella_release``
+        (its ``target`` gives only the type; the identity is the inventory host's), the role's gates."""
+        self.job_runs += 1
+        extra = self._write("job-vars-%d.json" % self.job_runs, json.dumps({
+            "stella_release": self.release(work_directory),
+            "stella_job_store": self.job_store,
+            "stella_min_engine_version": MIN_ENGINE,
+            "stella_min_compose_version": MIN_COMPOSE,
+            "stella_insecure_registries": [self.registry],
+        }, indent=2))
+        argv = [os.path.join(VENV_BIN, "ansible-playbook"), "-i", self.job_inventory, JOB_PLAYBOOK, "-e", "@" + extra]
+        elapsed, doc = self.timed_playbook(argv, role_env, what)
+        failed = [task["name"] for task in doc["tasks"] if task["status"] in ("failed", "unreachable")]
+        if failed:
+            raise BenchError("%s: tasks failed although ansible-playbook exited 0: %s" % (what, failed))
+        return elapsed, doc
+
     def peer_deploy(self, what):
         argv = [os.path.join(PEER_BIN, "ansible-playbook"), "-i", "localhost,", "-c", "local",
                 "-e", "ansible_python_interpreter=%s" % PEER_PYTHON, "-e", "@" + self.peer_vars, self.peer_playbook]
@@ -359,12 +397,14 @@ class Bench:
 
     def cycle(self, kind, label, record=True):
         self.project.require_absent("before %s" % label)
-        if kind == "role":
-            work = os.path.join(self.tmp, "role-work-%s" % label.replace(" ", "-"))
+        if kind in ("role", "job"):
+            # a new work directory for every fresh deploy: neither the project nor its directory exists
+            work = os.path.join(self.tmp, "%s-work-%s" % (kind, label.replace(" ", "-")))
             project_dir = os.path.join(work, self.project.name)
+            run_playbook = self.role_deploy if kind == "role" else self.job_deploy
 
             def deploy(what):
-                return self.role_deploy(work, what)
+                return run_playbook(work, what)
         elif kind == "peer":
             project_dir = self.shared_dir
             deploy = self.peer_deploy
@@ -375,6 +415,8 @@ class Bench:
         before = self.project.require_healthy("%s fresh deploy (%s)" % (kind, label))
         if kind == "role":
             self.check_role_lock(project_dir, label)
+        elif kind == "job":
+            self.check_job_lock(project_dir, label)
         noop, noop_doc = deploy("%s no-op re-run (%s)" % (kind, label))
         after = self.project.require_healthy("%s no-op re-run (%s)" % (kind, label))
         require_unchanged(before, after, "%s no-op re-run (%s)" % (kind, label))
@@ -403,6 +445,23 @@ class Bench:
                 handle.write(lock)
         elif lock != self.reference_lock:
             raise BenchError("role run (%s) wrote a different lock than the one bare compose and the peer deploy" % label)
+
+    def check_job_lock(self, project_dir, label):
+        """The job's lock pins the five services to the image and is the same in every job run (it may
+        differ from the role's: the job's target identity is the inventory host's)."""
+        try:
+            with open(os.path.join(project_dir, LOCK_FILE), encoding="utf-8") as handle:
+                lock = handle.read()
+        except OSError as exc:
+            raise BenchError("job run (%s) wrote no lock in %s: %s" % (label, project_dir, exc))
+        if self.job_reference_lock is None:
+            services = (yaml.safe_load(lock) or {}).get("services") or {}
+            images = {name: spec.get("image") for name, spec in services.items()}
+            if len(images) != SERVICES or set(images.values()) != {self.image}:
+                raise BenchError("the job's lock does not pin the %d services to %s: %s" % (SERVICES, self.image, images))
+            self.job_reference_lock = lock
+        elif lock != self.job_reference_lock:
+            raise BenchError("job run (%s) wrote a different lock than the job's warm-up run" % label)
 
     # ---- preflight vs ping
 
@@ -476,8 +535,12 @@ def task_breakdown(docs):
     """``[(name, action, median seconds, statuses, changed count)]`` in playbook order."""
     rows, order = {}, []
     for doc in docs:
+        seen = {}
         for task in doc["tasks"]:
             key = task["name"].split(" : ", 1)[-1] if task["name"].startswith(ROLE_NAME + " : ") else task["name"]
+            seen[key] = seen.get(key, 0) + 1
+            if seen[key] > 1:  # the same name again in one run (another play): its own row
+                key = "%s (%d)" % (key, seen[key])
             if key not in rows:
                 rows[key] = {"action": task["action"], "seconds": [], "status": set(), "changed": 0}
                 order.append(key)
@@ -496,7 +559,7 @@ def report(bench, found):
     add("role bench: %d services on %s, container healthchecks (interval %s, retries %d); project %s"
         % (SERVICES, bench.image, HEALTHCHECK["healthcheck.interval"], HEALTHCHECK["healthcheck.retries"],
            bench.project.name))
-    add("%d rounds after one warm-up round; a/b/c order rotated each round; seconds, median (min-max)" % bench.rounds)
+    add("%d rounds after one warm-up round; a/b/c/d order rotated each round; seconds, median (min-max)" % bench.rounds)
     add("engine %s, compose %s, docker SDK %s; role: ansible-core %s (.venv); peer: ansible %s, ansible-core %s, "
         "community.docker %s (.build/bench-venv)" % (
             found["engine"], found["compose"], found["docker SDK"], found["role"].get("ansible-core", "?"),
@@ -508,8 +571,12 @@ def report(bench, found):
     add("other running containers: %s at the start, %s at the end" % tuple(
         "%d (%s)" % (len(names), ", ".join(names)) if names else "none" for names in (
             bench.others["start"], bench.others["end"] or [])))
+    add("d) the job: %s, one target (localhost in stella_targets, local connection), the role's release as"
+        % JOB_PLAYBOOK)
+    add("stella_release, job store %s, no evidence directory; every run is a new job"
+        % os.path.basename(bench.job_store))
     add("timed: the deploy command only (fresh = project not running; no-op = re-run on the running project);")
-    add("the 'docker compose down -t %s' that ends every cycle is the same command for all three and is shown apart."
+    add("the 'docker compose down -t %s' that ends every cycle is the same command for all four and is shown apart."
         % DOWN_TIMEOUT)
     add("Python writes bytecode caches as by default (PYTHONDONTWRITEBYTECODE is removed from the environment of")
     add("every command): the collection's action plugin files are cached; its plugin_utils and module_utils are")
@@ -539,16 +606,18 @@ def report(bench, found):
     add("  %-40s %5.2f   (for reference)" % ("role fresh+down / bare fresh+down",
                                              (med["role"]["fresh"] + med["role"]["down"])
                                              / (med["bare"]["fresh"] + med["bare"]["down"])))
+    add("  %-40s %5.2f   (for reference)" % ("job fresh / role fresh", med["job"]["fresh"] / med["role"]["fresh"]))
+    add("  %-40s %5.2f   (for reference)" % ("job no-op / role no-op", med["job"]["noop"] / med["role"]["noop"]))
     add("")
-    breakdowns = {}
-    for run in ("noop", "fresh"):
-        docs = bench.timers["role"][run]
+    breakdowns = {"role": {}, "job": {}}
+    for kind, run in (("role", "noop"), ("role", "fresh"), ("job", "noop"), ("job", "fresh")):
+        docs = bench.timers[kind][run]
         rows = task_breakdown(docs)
-        breakdowns[run] = [{"task": name, "action": action, "median_seconds": round(sec, 4), "status": status,
-                            "changed_runs": changed} for name, action, sec, status, changed in rows]
+        breakdowns[kind][run] = [{"task": name, "action": action, "median_seconds": round(sec, 4), "status": status,
+                                  "changed_runs": changed} for name, action, sec, status, changed in rows]
         title = "no-op re-run" if run == "noop" else "fresh deploy"
         add("%s %s, per task (median of %d runs; a task lasts from its start to the next task's start)"
-            % (ROLE_NAME, title, len(docs)))
+            % (ROLE_NAME if kind == "role" else JOB_PLAYBOOK, title, len(docs)))
         add("  %7s  %-14s %-9s %s" % ("seconds", "status", "changed", "task"))
         for name, _action, sec, status, changed in rows:
             add("  %7.3f  %-14s %-9s %s" % (sec, "/".join(status), "%d/%d" % (changed, len(docs)), name))
@@ -567,7 +636,8 @@ def report(bench, found):
         add("")
     return "\n".join(out).rstrip() + "\n", {"samples": s, "medians": med, "goals": results, "versions": found,
                                             "load_average": bench.load, "other_containers": bench.others,
-                                            "role_tasks": breakdowns, "image": bench.image, "rounds": bench.rounds}
+                                            "role_tasks": breakdowns["role"], "job_tasks": breakdowns["job"],
+                                            "image": bench.image, "rounds": bench.rounds}
 
 
 def main():

@@ -117,11 +117,22 @@ def _target(record, name):
         raise job_error("job %s has no target %r" % (record["jobId"], name)) from None
 
 
+def _batch_running(record, index):
+    """The targets of batch ``index`` that have not started are ``Running``: their batch started (a
+    deployment job's targets are recorded once, when they end, so this is what says they are under way)."""
+    if record["kind"] == "deployment" and 0 <= index < len(record["batches"]):
+        for name in record["batches"][index]:
+            if record["targets"][name]["status"] == "Pending":
+                record["targets"][name]["status"] = "Running"
+
+
 def start(record, now):
+    """The job runs; a deployment job's first batch starts."""
     new = _copy(record, now)
     _move(new, "Running")
     new["promotion"] = "Running"
     new["startedAt"] = now
+    _batch_running(new, 0)
     return new
 
 
@@ -159,11 +170,14 @@ def finish_target(record, name, succeeded, now, reason=None, code=None, facts=No
 
 
 def record_gate(record, decision, now):
-    """Persist the continuation decision after a batch; a closed gate skips every later target."""
+    """Persist the continuation decision after a batch: an open gate starts the next batch, a closed one
+    skips every later target."""
     new = _copy(record, now)
     entry = dict(decision, at=now)
     new["gates"] = [g for g in new["gates"] if g["batch"] != decision["batch"]] + [entry]
-    if not decision["proceed"]:
+    if decision["proceed"]:
+        _batch_running(new, decision["batch"] + 1)
+    else:
         for later in new["batches"][decision["batch"] + 1:]:
             for name in later:
                 target = new["targets"][name]
@@ -180,7 +194,7 @@ def fail_closed(record, code, reason, failed_targets, now):
     for name, target in new["targets"].items():
         if name in failed_targets:
             target.update(status="Failed", code=code, reason=failed_targets[name])
-        elif target["status"] == "Pending":
+        elif target["status"] in ("Pending", "Running"):  # nothing was changed: none started
             target.update(status="Skipped", reason="not started: %s" % reason)
     _move(new, "Failed")
     new.update(promotion="Failed", reason=reason, code=code, completedAt=now,

@@ -391,7 +391,7 @@ PLAYBOOK = """---
           ansible.builtin.copy:
             dest: "{{ results_file }}"
             mode: "0600"
-            content: "{{ {'plan': (deploy_job.plans | default({}))[inventory_hostname] | default(none),
+            content: "{{ {'plan': (deploy_job.plans | default({}))[inventory_hostname] | default(deploy_job | default(none)),
                           'job': deploy_job_closed.job | default(none),
                           'apply': deploy_apply_result | default(none), 'probe': deploy_probe_result | default(none),
                           'rollback': deploy_restore_result | default(none)} | to_nice_json }}"
@@ -403,6 +403,8 @@ PLAYBOOK = """---
 
 class RoleRun:
     """Runs the deploy role (``-vvv``) for one project of a :class:`FaultCtx` and reads its evidence.
+    ``results["plan"]`` is the target's plan of the role's one-target job, or the job start's failure
+    when planning failed.
 
     The release has the same shape as the context's module-level releases, plus published ports and
     probe configuration when asked, so a release planned by the test with the real planner and the

@@ -700,7 +700,7 @@ def test_fault_failing_probe_rolls_back_through_the_role(ctx, tmp_path):
     rc, results, output = role.play(role.release("app_v2", "2.0.0", hooks=[ctx.leak_hook()],
                                                  probe=role.probe_config("/no-such-page", attempts=1)))
     assert rc != 0, output[-3000:]
-    assert "rolled back to" in output
+    assert "RolledBack" in output and "(auto-rollback restored the retained previous revision)" in output
     assert not results["apply"]["failed"]
     probe = results["probe"]
     assert probe["failed"] and probe.get("code") == "health_probe_failed"

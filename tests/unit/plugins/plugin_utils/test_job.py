@@ -102,7 +102,20 @@ def test_no_eligible_target_suffixes_the_reason_and_stays_failed():
     assert record["status"] == "Failed"
     assert record["reason"] == ("target t1: boom (auto-rollback skipped: no target retained a previous revision "
                                 "to restore)")
-    assert record["rollback"]["skipped"] == {"t1": _job.NO_REVISION}
+    # t2, of t1's batch, started and never ended: failed, and it retained nothing either
+    assert record["rollback"]["skipped"] == {"t1": _job.NO_REVISION, "t2": _job.NO_REVISION}
+    assert (record["targets"]["t2"]["status"], record["targets"]["t3"]["status"]) == ("Failed", "Skipped")
+
+
+def test_a_batch_starts_its_targets_when_the_job_starts_or_the_gate_before_it_opens():
+    record = make()
+    assert [record["targets"][n]["status"] for n in ("t1", "t2", "t3")] == ["Running", "Running", "Pending"]
+    opened = _job.record_gate(record, {"batch": 0, "proceed": True, "reason": "ok"}, T0)
+    assert [opened["targets"][n]["status"] for n in ("t3", "t4", "t5")] == ["Running", "Running", "Pending"]
+    closed = _job.record_gate(record, {"batch": 0, "proceed": False, "reason": "no"}, T0)
+    assert [closed["targets"][n]["status"] for n in ("t3", "t5")] == ["Skipped", "Skipped"]
+    rollback = _job.operator_rollback(_job.finish(run(run(record, "t1", True), "t2", True), T0), "job-1-r", T0)
+    assert {t["status"] for t in rollback["targets"].values()} == {"Pending"}  # a rollback job's targets wait
 
 
 def test_disabled_auto_rollback_leaves_the_job_untouched():
