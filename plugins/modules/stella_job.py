@@ -118,7 +118,7 @@ options:
     type: dict
   readiness:
     description:
-      - O(step=start). Each host's result of the readiness check (an C(ansible.builtin.ping) with
+      - O(step=start). Each host's result of the readiness check (an C(ansible.builtin.raw) command with
         C(ignore_unreachable)); a result with C(unreachable) fails the job closed before any target changes.
     type: dict
     default: {}
