@@ -24,8 +24,7 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils import (
     _job, _job_preview, _job_store, _job_target, _job_traffic, _job_view, _projection, _report, _strategy, _traffic)
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_plan import (
     job_options, plan_job, plan_outcome, target_identity)
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._evidence import (
-    deployment_record, preflight_evidence, project_digest)
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._evidence import deployment_record, preflight_evidence
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._evidence_writer import clean, write_documents
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._inputs import load_credentials, plain, resolve_digests
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_lease import MIN_LEASE_SECONDS, start_keeper
@@ -277,7 +276,7 @@ class ActionModule(ActionBase):
             for name, status, duration, detail in outcome["phases"]:
                 record = _job.record_phase(record, args["target"], name, status, None, now, duration, now, detail)
             return _job.finish_target(record, args["target"], outcome["succeeded"], now, reason=outcome["reason"],
-                                      code=outcome["code"], facts=_target_facts(apply, files))
+                                      code=outcome["code"], facts=_job_target.target_facts(apply, files))
         record = store.update(args["job_id"], change)
         return {"jobId": args["job_id"], "targetName": args["target"], "target": record["targets"][args["target"]]}
 
@@ -400,7 +399,7 @@ class ActionModule(ActionBase):
             for name, status, duration, detail in outcome["phases"]:
                 record = _job.record_phase(record, args["target"], name, status, None, now, duration, now, detail)
             facts = {"restoredRevisionPath": rollback.get("restoredRevisionPath"),
-                     "rollbackDigest": _digest(rollback), "completedAt": now}
+                     "rollbackDigest": _job_target.services_digest(rollback), "completedAt": now}
             return _job.finish_rollback_target(record, args["target"], outcome["succeeded"], now,
                                                reason=outcome["reason"], facts=facts)
         record = store.update(args["job_id"], change)
@@ -453,23 +452,3 @@ class ActionModule(ActionBase):
             documents["rollback-evidence.json"] = rollback
         return write_documents(job_evidence_dir(root, record["jobId"]), documents)
 
-
-def _digest(result):
-    return project_digest(result.get("services") or (result.get("evidence") or {}).get("services"))
-
-
-def _target_facts(apply, evidence):
-    facts = {"evidence": dict(evidence)}
-    for key in ("versionStickerHash", "composeLockHash", "applyManifestHash", "manifestHash"):
-        if apply.get(key) and not apply.get("failed"):
-            facts.setdefault("artifacts", {})[key] = apply[key]
-    for key in ("previousRevisionPath", "projectName", "targetType", "appliedByJobId"):
-        if apply.get(key):
-            facts[key] = apply[key]
-    if apply.get("previousContainersRestored"):
-        # docker.run failed and put the replaced containers back: nothing of this job runs there.
-        facts["restoredInPlace"] = True
-    digest = _digest(apply)
-    if digest:
-        facts["currentDigest"] = digest
-    return facts

@@ -44,6 +44,8 @@ NONE_ELIGIBLE = "no target retained a previous revision to restore"
 AUTO_ROLLBACK_DISABLED = "autoRollbackOnFailure=false"
 NO_REVISION = "no retained revision: the deployment retained no previous revision on this target"
 RESTORED_IN_PLACE = "restored in place: the target agent's failed transaction put the previous release back"
+UNCHANGED = ("unchanged by this job: the target already ran the release (or the failed apply changed nothing), "
+             "so it keeps running what it ran before this job")
 
 
 def job_error(message, code="job_invalid"):
@@ -238,6 +240,13 @@ def eligible(target):
     return target["status"] in ("Succeeded", "Failed") and bool(target.get("previousRevisionPath"))
 
 
+def skip_reason(target):
+    """Why a rollback leaves a target that is not :func:`eligible` as it is."""
+    if target.get("unchangedByJob"):
+        return UNCHANGED
+    return RESTORED_IN_PLACE if target.get("restoredInPlace") else NO_REVISION
+
+
 def rollback_plan(record):
     """``{"batches": [[name, ...], ...] (reverse batch order), "skipped": {name: reason}}``."""
     batches, skipped = [], {}
@@ -248,7 +257,7 @@ def rollback_plan(record):
             if eligible(target):
                 chosen.append(name)
             elif target["status"] in ("Succeeded", "Failed"):
-                skipped[name] = RESTORED_IN_PLACE if target.get("restoredInPlace") else NO_REVISION
+                skipped[name] = skip_reason(target)
         if chosen:
             batches.append(chosen)
     return {"batches": batches, "skipped": skipped}
@@ -302,7 +311,7 @@ def operator_rollback(source, job_id, now, revision_paths=None, reason=None, own
     batches, skipped = [], {}
     for batch in reversed(source["batches"]):
         chosen = [n for n in batch if paths.get(n) or eligible(source["targets"][n])]
-        skipped.update({n: NO_REVISION for n in batch if n not in chosen})
+        skipped.update({n: skip_reason(source["targets"][n]) for n in batch if n not in chosen})
         if chosen:
             batches.append(chosen)
     targets = {}

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import first_line
 from ansible_collections.stellaops.runtime.plugins.module_utils._contract import PHASES, ROLLBACK_PHASE_NAMES
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._evidence import project_digest
 
 # Phases the agent reports; verify is also the controller's probes, evidence and cleanup are the record.
 AGENT_PHASES = PHASES[:PHASES.index("post-deploy") + 1]
@@ -123,6 +124,38 @@ def deployment_outcome(apply, probe=None, failure=None, evidence_written=False, 
     default = PROBE_FAILED if source is probe else DEPLOY_FAILED
     return {"succeeded": False, "phases": out, "failedPhase": phase, "code": source.get("code") or default,
             "reason": first_line(source.get("msg")) or "the %s phase failed" % phase}
+
+
+def services_digest(result):
+    """The digest over the services a target agent's result (or its evidence) reports, ``None`` without any."""
+    return project_digest(result.get("services") or (result.get("evidence") or {}).get("services"))
+
+
+def target_facts(apply, files):
+    """What the job keeps of a target's apply: the evidence files written for it, the artifact hashes it
+    committed, its project, the digest it runs and, only when this job changed the target, the revision
+    the apply retained (what a rollback restores). A target the apply did not change (a converged re-run,
+    or a failure that changed nothing) is marked ``unchangedByJob``: a rollback of this job leaves it as it
+    is, because what it ran before this job is what it runs."""
+    apply = apply or {}
+    facts = {"evidence": dict(files)}
+    for key in ("versionStickerHash", "composeLockHash", "applyManifestHash", "manifestHash"):
+        if apply.get(key) and not apply.get("failed"):
+            facts.setdefault("artifacts", {})[key] = apply[key]
+    for key in ("projectName", "targetType", "appliedByJobId"):
+        if apply.get(key):
+            facts[key] = apply[key]
+    if _ran(apply) and not apply.get("changed"):
+        facts["unchangedByJob"] = True
+    elif apply.get("previousRevisionPath"):
+        facts["previousRevisionPath"] = apply["previousRevisionPath"]
+    if apply.get("previousContainersRestored"):
+        # docker.run failed and put the replaced containers back: nothing of this job runs there.
+        facts["restoredInPlace"] = True
+    digest = services_digest(apply)
+    if digest:
+        facts["currentDigest"] = digest
+    return facts
 
 
 def rollback_outcome(result, failure=None):

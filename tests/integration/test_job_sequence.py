@@ -6,7 +6,8 @@ fleet's Debian 13 lab targets, through the real ``ansible-playbook``:
   job-store transaction for its outcome;
 - the job record does not depend on any task's or play's name: a copy of the collection whose every
   task and play is renamed (to misleading phase names) records the same job, success, failure and
-  rollback alike.
+  rollback alike;
+- a failed re-run of the running release rolls back only the targets it changed.
 
 Shares the session's fleet with ``test_job_fleet.py`` (both run in the same pytest session). Fails
 (never skips) when the lab is not running: run ``make lab`` first.
@@ -22,8 +23,10 @@ import subprocess
 
 import ansible_run as ar
 import fleetkit as fl
+import labkit
 from labkit import free_port
 
+from ansible_collections.stellaops.runtime.plugins.plugin_utils import _job
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_store import open_store
 
 # Ansible's own check of a role's inputs, which it runs before an entry point that declares them.
@@ -159,3 +162,42 @@ def test_one_sequence_per_target_whatever_its_tasks_are_named(lab, fleet, tmp_pa
         assert shape(after, renamed["fj"]) == shape(before, original["fj"])
     names = {task["task"]["name"] for play in renamed["docs"][1]["plays"] for task in play["tasks"]}
     assert any(re.match(r"^(%s) \| renamed \d+$" % "|".join(map(re.escape, MISLEADING)), n) for n in names), names
+
+
+def test_a_failed_rerun_rolls_back_only_the_targets_it_changed(lab, fleet, tmp_path):
+    """v1 then v2 on two targets (each retains v1); v2's containers go from the second target and its port
+    is taken. The same v2 again converges on the first target and fails on the second: the automatic
+    rollback must not put v1 back on the first (this job did not change it), and the record says why."""
+    fj = fl.FleetJob(lab, fleet[:2], tmp_path, "rerun", free_port())
+    first, second = fj.names
+    blocker = "blk-%s" % fj.application
+    try:
+        for image, version in (("app_v1", "1.0.0"), ("app_v2", "2.0.0")):
+            done = fj.run(fj.release(image, version))
+            assert done.rc == 0, done.output[-4000:]
+        record = fj.job(done.job_id)
+        before = fl.web(fj.state(first, fj.project(record, first)))
+        project = fj.project(record, second)
+        labkit.ssh(fj.by_name[second], "docker compose -p %s down -t 1 && docker run -d --name %s -p %d:8080 %s" % (
+            project, blocker, fj.port, fj.refs["app_v1"]), timeout=180)
+
+        again = fj.run(fj.release("app_v2", "2.0.0"))
+        assert again.rc != 0, again.output[-4000:]
+        rec = fj.job(again.job_id)
+        unchanged, failed = rec["targets"][first], rec["targets"][second]
+        assert unchanged["status"] == "Succeeded" and unchanged.get("unchangedByJob") is True, unchanged
+        assert "previousRevisionPath" not in unchanged
+        assert rec["rollback"]["skipped"] == {first: _job.UNCHANGED}, rec["rollback"]
+        assert unchanged["rollbackSkipped"] == _job.UNCHANGED and "rollbackPhases" not in unchanged
+        # the second target, which this job did change, was rolled back (to the v2 it ran before this job,
+        # which cannot start while its port is taken: the rollback fails, and says so)
+        assert failed["status"] == "Failed" and failed["rollbackPhases"] and failed["rollbackError"], failed
+        assert rec["rollback"]["batches"] == [[second]] and "auto-rollback failed" in rec["reason"], rec["reason"]
+        # the first target still runs v2 in the very containers it ran before this job
+        after = fl.web(fj.state(first, fj.project(rec, first)))
+        assert (after["id"], after["startedAt"], after["ref"]) == (before["id"], before["startedAt"], before["ref"])
+        assert after["ref"] == "%s@%s" % (fj.refs["app_v2"], fj.digests["app_v2"])
+    finally:
+        subprocess.run(labkit.ssh_argv(fj.by_name[second], "docker rm -f %s" % blocker), capture_output=True,
+                       check=False, timeout=120)
+        fj.cleanup()

@@ -265,9 +265,12 @@ def test_an_operator_interrupts_a_job_of_a_gone_controller_and_reads_health(job_
 
     health = stella("health", "--store", job_store_location, "--json")
     assert health.returncode == 0, health.stderr
-    assert {h["targetId"]: h["status"] for h in json.loads(health.stdout)["health"]} == {"id-a": "healthy"}
-    check = stella("health", "id-a", "id-b", "--store", job_store_location, "--check")
-    assert check.returncode == 3 and "id-b" in check.stdout and "unknown" in check.stdout
+    # b's batch had started with a's, so b was under way when its controller went: interrupted, unhealthy
+    assert {h["targetId"]: h["status"] for h in json.loads(health.stdout)["health"]} == {
+        "id-a": "healthy", "id-b": "unhealthy"}
+    check = stella("health", "id-a", "id-b", "id-c", "--store", job_store_location, "--check")
+    assert check.returncode == 3 and "id-b" in check.stdout and "unhealthy" in check.stdout
+    assert "unknown" in check.stdout  # id-c: never seen
 
 
 def _finished(store, job_id, names, at, project="shop"):

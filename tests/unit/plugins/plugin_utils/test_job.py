@@ -118,6 +118,20 @@ def test_a_batch_starts_its_targets_when_the_job_starts_or_the_gate_before_it_op
     assert {t["status"] for t in rollback["targets"].values()} == {"Pending"}  # a rollback job's targets wait
 
 
+def test_a_rollback_leaves_the_targets_this_job_did_not_change_and_says_why():
+    record = _job.finish_target(make(), "t1", True, T0, facts={"unchangedByJob": True})
+    record = _job.finish_target(record, "t2", False, T0, reason="boom", code="deploy_failed",
+                                facts={"previousRevisionPath": "/p/t2/revisions/000001-x"})
+    record = _job.auto_rollback(_job.finish(record, T0), T0)
+    assert record["status"] == "RollingBack" and record["rollback"]["batches"] == [["t2"]]
+    assert record["rollback"]["skipped"] == {"t1": _job.UNCHANGED}
+    assert record["targets"]["t1"]["rollbackSkipped"] == _job.UNCHANGED
+    source = _job.finish_target(_job.finish_target(make(), "t1", True, T0, facts={"unchangedByJob": True}),
+                                "t2", True, T0, facts={"previousRevisionPath": "/r"})
+    operator = _job.operator_rollback(_job.finish(source, T0), "job-1-r", T0)
+    assert operator["rollback"]["batches"] == [["t2"]] and operator["rollback"]["skipped"]["t1"] == _job.UNCHANGED
+
+
 def test_disabled_auto_rollback_leaves_the_job_untouched():
     record = _job.finish(run(make({"autoRollbackOnFailure": False,
                                    "autoRollbackSource": "strategyConfig.autoRollbackOnFailure"}), "t1", False), T0)

@@ -123,3 +123,32 @@ def test_a_failed_rollback_keeps_its_code_and_first_line():
     assert (outcome["succeeded"], outcome["reason"]) == (False, "rollback_superseded: a newer release runs")
     assert [(p[0], p[1]) for p in outcome["phases"]] == [("rollback-pre", "failed")]
     assert jt.rollback_outcome(None, {"failed": True, "msg": "x"})["reason"] == "rollback_failed: x"
+
+
+SERVICE = {"service": "web", "state": "running", "imageDigest": "sha256:" + "b" * 64, "containerId": "c1"}
+
+
+def test_an_apply_that_changed_the_target_keeps_the_revision_a_rollback_restores():
+    apply = {"changed": True, "previousRevisionPath": "/p/revisions/000002-x", "projectName": "p",
+             "versionStickerHash": "sha256:s", "composeLockHash": "sha256:l", "services": [SERVICE]}
+    facts = jt.target_facts(apply, {"deployment.json": {"path": "/e/d.json", "sha256": "x"}})
+    assert facts["previousRevisionPath"] == "/p/revisions/000002-x" and "unchangedByJob" not in facts
+    assert facts["artifacts"] == {"versionStickerHash": "sha256:s", "composeLockHash": "sha256:l"}
+    assert facts["evidence"] == {"deployment.json": {"path": "/e/d.json", "sha256": "x"}}
+    assert facts["currentDigest"].startswith("sha256:")
+
+
+@pytest.mark.parametrize("apply", [
+    # a converged re-run: the agent still names the revision the project retained earlier
+    {"changed": False, "previousRevisionPath": "/p/revisions/000001-x", "appliedByJobId": "job-0",
+     "services": [SERVICE]},
+    # a failure that changed nothing (a pre-deploy hook refused; the staged files were put back)
+    {"changed": False, "failed": True, "previousRevisionPath": "/p/revisions/000001-x", "code": "hook_failed"},
+])
+def test_an_apply_that_did_not_change_the_target_leaves_nothing_to_restore(apply):
+    facts = jt.target_facts(apply, {})
+    assert facts["unchangedByJob"] is True and "previousRevisionPath" not in facts
+
+
+def test_no_apply_no_facts_but_the_evidence():
+    assert jt.target_facts(None, {}) == {"evidence": {}}
