@@ -138,6 +138,12 @@ RELEASE_SCHEMA = {
                 "deployment.slot": _slot("Alias of slot."),
                 "variantId": _slot("A/B variant id (becomes the slot)."),
                 "activeSlot": _slot("Slot currently serving traffic."),
+                # JSON booleans only: a string such as "false" would otherwise read as on
+                "autoRollbackOnFailure": {"type": "boolean", "description": "One automatic rollback (default true)."},
+                "rollbackOnFailure": {"type": "boolean", "description": "Alias of autoRollbackOnFailure."},
+                "waitForHealthCheck": {"type": "boolean", "description": "Run the post-deploy probes (default true)."},
+                "requireTrafficAdapter": {"type": "boolean",
+                                          "description": "Fail closed when no traffic adapter runs (default false)."},
             },
         },
         "slot": _slot("Explicit slot: active, canary, blue, green or a variant id."),

@@ -200,3 +200,23 @@ def test_show_in_check_mode_creates_no_store(tmp_path):
     assert (results[0]["failed"], results[0]["code"]) == (True, "job_store_missing")
     assert results[0]["msg"] == "no job store at %s (check mode creates none)" % location
     assert not os.path.exists(os.path.dirname(location))
+
+
+def test_a_string_boolean_in_the_strategy_config_is_refused_before_anything_is_recorded(tmp_path):
+    """``"false"`` would read as on (``bool("false")``): the job is refused at planning, nothing recorded."""
+    location = str(tmp_path / "jobs.sqlite3")
+    tasks = [{"stellaops.runtime.stella_job": {"step": "start", "store": location, "targets": ["localhost"],
+                                               "release": dict(PINNED, strategyConfig={key: "false"})},
+              "ignore_errors": True}
+             for key in ("autoRollbackOnFailure", "rollbackOnFailure", "waitForHealthCheck", "requireTrafficAdapter")]
+    proc, results = playbook(tmp_path, tasks)
+    assert proc.returncode == 0, proc.stdout + proc.stderr  # errors ignored
+    for key, result in zip(("autoRollbackOnFailure", "rollbackOnFailure", "waitForHealthCheck",
+                            "requireTrafficAdapter"), results):
+        assert (result["failed"], result["code"]) == (True, "release_invalid"), result
+        assert "strategyConfig.%s" % key in result["msg"] and "boolean" in result["msg"], result["msg"]
+    store = _job_store.open_store(location)
+    try:
+        assert store.list() == []
+    finally:
+        store.close()

@@ -82,6 +82,15 @@ CASES = [
     ("preflight-mode", ("preflight", "registryReachabilityMode"), "ping", "preflight.registryReachabilityMode"),
     ("preflight-bool-as-int", ("preflight", "minimumFreeDiskBytes"), True, "preflight.minimumFreeDiskBytes"),
     ("strategy-config-extra-ok", ("strategyConfig",), {"waitForHealthCheck": False}, None),
+    # a string boolean would read as on ("false" is truthy): refused, whichever of the four
+    ("strategy-config-auto-rollback-string", ("strategyConfig",), {"autoRollbackOnFailure": "false"},
+     "strategyConfig.autoRollbackOnFailure"),
+    ("strategy-config-rollback-alias-string", ("strategyConfig",), {"rollbackOnFailure": "no"},
+     "strategyConfig.rollbackOnFailure"),
+    ("strategy-config-wait-string", ("strategyConfig",), {"waitForHealthCheck": "false"},
+     "strategyConfig.waitForHealthCheck"),
+    ("strategy-config-require-adapter-int", ("strategyConfig",), {"requireTrafficAdapter": 0},
+     "strategyConfig.requireTrafficAdapter"),
     ("tenant-control-char", ("tenant",), "a\nb", "tenant"),
 ]
 
