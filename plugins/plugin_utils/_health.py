@@ -16,6 +16,8 @@ job left ``Pending`` for ``Running``          ``unknown``      only for a target
 target failed with a runtime code             ``offline``      host answers, runtime missing or stopped
 (``runtime_missing``, ``runtime_daemon_unavailable``, ``compose_missing``)
 target ``Succeeded`` (verified, probes passed)  ``healthy``
+target ``Succeeded``, its probes skipped       ``unknown``      ``waitForHealthCheck=false``: nothing verified
+(``waitForHealthCheck=false``)                                 the services' health
 target ``RolledBack``                         ``degraded``     the retained revision runs, not the release
 target failed otherwise (or its rollback did)  ``unhealthy``
 target ``Skipped``, or refused ``project_busy``  unchanged
@@ -38,11 +40,18 @@ def check_status(status):
     return status
 
 
+def probes_skipped(target):
+    """The target's verify phase ran no probe because ``waitForHealthCheck`` is false."""
+    verify = [p for p in target.get("phases") or [] if p.get("name") == "verify"]
+    return bool(verify) and (verify[-1].get("detail") or {}).get("probes") == "skipped"
+
+
 def target_status(target):
     """The health status a target's persisted outcome implies, or ``None`` for no change."""
     status = target.get("status")
     if status == "Succeeded":
-        return "healthy"
+        # a deployment whose probes were switched off says nothing about the services' health
+        return UNKNOWN if probes_skipped(target) else "healthy"
     if status == "RolledBack":
         return "degraded"
     if status == "Failed":
@@ -82,6 +91,9 @@ def health_events(before, after, current=None):
         status = target_status(target) if target.get("status") != old.get("status") else None
         if status is not None:
             reason = target.get("reason") or "job %s: target %s" % (after["jobId"], target["status"])
+            if status == UNKNOWN and probes_skipped(target):
+                reason = "job %s: deployed with its probes skipped (waitForHealthCheck=false), health not verified" % (
+                    after["jobId"])
             events.append(_event(after, name, target, status, reason))
         elif answered and current.get(target.get("targetId") or name) == "unreachable":
             events.append(_event(after, name, target, UNKNOWN, "answered the readiness check of job %s; the "

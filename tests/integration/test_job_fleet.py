@@ -324,6 +324,10 @@ def test_auto_rollback_disabled_leaves_the_failed_target_on_v2(lab, fleet, tmp_p
                 probe = json.load(handle)["health"]["probe"]
             assert probe["healthProbe.status"] == "skipped", probe
             assert probe["healthProbe.reason"] == "waitForHealthCheck=false", probe
+            verify = [p for p in rec1["targets"][name]["phases"] if p["name"] == "verify"][0]
+            assert verify["detail"] == {"probes": "skipped", "reason": "waitForHealthCheck=false"}, verify
+        # deployed, but nothing verified the services' health: never "healthy"
+        assert fj.health() == dict.fromkeys(fj.names, "unknown")
         state1 = fj.states(rec1)
 
         bad_probe = {"healthProbe.path": "/no-such-page", "healthProbe.attempts": 2}

@@ -25,6 +25,12 @@ def with_target(record, name, **fields):
 
 @pytest.mark.parametrize("fields, expected", [
     ({"status": "Succeeded"}, "healthy"),
+    ({"status": "Succeeded", "phases": [{"name": "verify", "status": "succeeded", "detail": {"probes": "passed"}}]},
+     "healthy"),
+    # waitForHealthCheck=false: deployed, but nothing verified the services' health
+    ({"status": "Succeeded", "phases": [{"name": "verify", "status": "succeeded",
+                                         "detail": {"probes": "skipped", "reason": "waitForHealthCheck=false"}}]},
+     "unknown"),
     ({"status": "RolledBack"}, "degraded"),
     ({"status": "Failed", "code": "service_unhealthy", "reason": "web unhealthy"}, "unhealthy"),
     ({"status": "Failed", "code": "rollback_failed"}, "unhealthy"),
@@ -65,3 +71,12 @@ def test_every_status_is_the_contracts():
         assert _health.check_status(status) == status
     with pytest.raises(ValueError):
         _health.check_status("maintenance")
+
+
+def test_a_target_deployed_with_its_probes_skipped_is_unknown_and_says_why():
+    before = _job.start(job(("a",)), T0)
+    after = with_target(before, "a", status="Succeeded", phases=[
+        {"name": "verify", "status": "succeeded", "detail": {"probes": "skipped"}}])
+    [event] = _health.health_events(before, after)
+    assert (event["status"], event["targetId"]) == ("unknown", "id-a")
+    assert event["reason"] == "job job-1: deployed with its probes skipped (waitForHealthCheck=false), health not verified"
