@@ -451,4 +451,3 @@ class ActionModule(ActionBase):
         if rollback is not None:
             documents["rollback-evidence.json"] = rollback
         return write_documents(job_evidence_dir(root, record["jobId"]), documents)
-
