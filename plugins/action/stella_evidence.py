@@ -9,9 +9,10 @@ from __future__ import annotations
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
-from ansible_collections.stellaops.runtime.plugins.module_utils._contract import deployment_evidence_dir, utc_timestamp
+from ansible_collections.stellaops.runtime.plugins.module_utils._contract import utc_timestamp
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._evidence import deployment_record, rollback_records
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._evidence_writer import clean as _clean, write_documents
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._evidence_writer import (
+    clean as _clean, write_target_documents)
 
 ARGUMENT_SPEC = {
     "dest": {"type": "path", "required": True},
@@ -54,8 +55,7 @@ class ActionModule(ActionBase):
             result.update(failed=True, msg=exc.reason, code=exc.code)
             return result
 
-        directory = deployment_evidence_dir(args["dest"], plan.get("projectName"), plan.get("jobId"))
-        written = write_documents(directory, records, check_mode=self._task.check_mode)
+        directory, written = write_target_documents(args["dest"], plan, records, check_mode=self._task.check_mode)
         result.update(
             changed=False,
             evidenceDirectory=directory,

@@ -18,14 +18,15 @@ from ansible.plugins.action import ActionBase
 from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError, first_line, redact_text, redact_url
 from ansible_collections.stellaops.runtime.plugins.module_utils._contract import (
     DEFAULT_KEEP_REVISIONS, DEFAULT_WAIT_TIMEOUT, JOB_CHECK_MODE, JOB_INTERRUPTED, PROJECT_BUSY, ROLLBACK_TASKS,
-    deployment_evidence_dir, job_evidence_dir, keep_revisions_problem, utc_timestamp)
+    job_evidence_dir, keep_revisions_problem, utc_timestamp)
 from ansible_collections.stellaops.runtime.plugins.module_utils._versions import DEFAULT_MIN_COMPOSE, DEFAULT_MIN_ENGINE
 from ansible_collections.stellaops.runtime.plugins.plugin_utils import (
     _job, _job_preview, _job_store, _job_target, _job_traffic, _job_view, _projection, _report, _strategy, _traffic)
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_plan import (
     job_options, plan_job, plan_outcome, target_identity)
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._evidence import deployment_record, preflight_evidence
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._evidence_writer import clean, write_documents
+from ansible_collections.stellaops.runtime.plugins.plugin_utils._evidence_writer import (
+    clean, write_documents, write_target_documents)
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._inputs import load_credentials, plain, resolve_digests
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_lease import MIN_LEASE_SECONDS, start_keeper
 from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_owner import controller_owner, gone_why, interrupt_gone
@@ -267,8 +268,7 @@ class ActionModule(ActionBase):
             self._need(args, "plan")
             plan = clean(args["plan"])
             document = deployment_record(plan, apply, now, preflight=preflight_evidence(apply), probe=probe)
-            files = write_documents(deployment_evidence_dir(args["evidence_dir"], plan.get("projectName"),
-                                                            plan.get("jobId")), {"deployment.json": document})
+            _directory, files = write_target_documents(args["evidence_dir"], plan, {"deployment.json": document})
         outcome = _job_target.deployment_outcome(apply, probe, failure, evidence_written=bool(files),
                                                  probe_duration_ms=(probe or {}).get("durationMs") or 0)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 
 from ansible_collections.stellaops.runtime.plugins.module_utils._canonical import pretty_json, sha256_bytes
+from ansible_collections.stellaops.runtime.plugins.module_utils._contract import deployment_evidence_dir
 from ansible_collections.stellaops.runtime.plugins.module_utils._fsutil import atomic_write
 
 # Keys of registered results that are Ansible plumbing, not evidence.
@@ -39,3 +40,10 @@ def write_documents(directory, documents, check_mode=False):
             atomic_write(path, data, mode=0o640)
         written[name] = {"path": path, "sha256": sha256_bytes(data)}
     return written
+
+
+def write_target_documents(root, plan, documents, check_mode=False):
+    """Write one target's evidence ``documents`` into its deployment's directory under ``root``
+    (``<projectName>/<jobId>/``); ``(directory, {name: {"path", "sha256"}})``."""
+    directory = deployment_evidence_dir(root, plan.get("projectName"), plan.get("jobId"))
+    return directory, write_documents(directory, documents, check_mode=check_mode)

@@ -51,11 +51,11 @@ def probe_status(probe):
     return "none", None
 
 
-def _agent_phases(apply):
-    """The agent's phases that ran (``not_run`` ones are not recorded), by name."""
+def _agent_phases(result, names=AGENT_PHASES):
+    """The phases of ``names`` the agent ran (``not_run`` ones are not recorded), by name, in its order."""
     phases = {}
-    for entry in (apply or {}).get("deploymentPhases") or []:
-        if entry.get("phase") in AGENT_PHASES and entry.get("status") in RECORDED:
+    for entry in (result or {}).get("deploymentPhases") or []:
+        if entry.get("phase") in names and entry.get("status") in RECORDED:
             phases[entry["phase"]] = {"status": entry["status"], "durationMs": int(entry.get("durationMs") or 0)}
     return phases
 
@@ -116,8 +116,6 @@ def deployment_outcome(apply, probe=None, failure=None, evidence_written=False, 
     elif phase is None:
         out.append(("evidence", "succeeded", 0, {"written": "deployment.json" if evidence_written else "job store"}))
         out.append(("cleanup", "succeeded", 0, None))
-    order = list(PHASES)
-    out.sort(key=lambda item: order.index(item[0]))
     if phase is None:
         return {"succeeded": True, "phases": out, "failedPhase": None, "code": None, "reason": None}
     source = apply if _failed(apply) else probe if _failed(probe) else failure or {}
@@ -163,9 +161,8 @@ def rollback_outcome(result, failure=None):
     reports them (``not_run`` ones are not recorded); a target counts as restored only when the agent
     says so (``rollbackRestored``) and every service it verified runs its pinned digest."""
     result = result or {}
-    phases = [(e["phase"], e["status"], int(e.get("durationMs") or 0), None)
-              for e in result.get("deploymentPhases") or []
-              if e.get("phase") in ROLLBACK_PHASE_NAMES and e.get("status") in RECORDED]
+    phases = [(name, entry["status"], entry["durationMs"], None)
+              for name, entry in _agent_phases(result, ROLLBACK_PHASE_NAMES).items()]
     if _failed(result) or _failed(failure):
         source = result if _failed(result) else failure
         return {"succeeded": False, "phases": phases,
