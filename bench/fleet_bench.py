@@ -36,7 +36,7 @@ VENV_BIN = os.path.join(ROOT, ".venv", "bin")
 LAB = os.path.join(ROOT, "lab", "lab.sh")
 sys.path.insert(0, os.path.join(ROOT, ".build", "collections"))
 
-from ansible_collections.stellaops.runtime.plugins.plugin_utils import _job_store  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import sql as _job_store  # noqa: E402
 
 TARGETS = ["benchfleet%d" % i for i in range(1, 5)]
 SSH_ARGS = "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes -o LogLevel=ERROR"

@@ -33,7 +33,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VENV_BIN = os.path.join(ROOT, ".venv", "bin")
 sys.path.insert(0, os.path.join(ROOT, ".build", "collections"))
 
-from ansible_collections.stellaops.runtime.plugins.plugin_utils import _provider  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import protocol as _provider  # noqa: E402
 
 
 def free_port():

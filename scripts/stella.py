@@ -13,6 +13,6 @@ for candidate in (os.path.join(ROOT, ".build", "collections"),
     if os.path.isdir(os.path.join(candidate, "ansible_collections", "stellaops", "runtime")):
         sys.path.insert(0, candidate)
         break
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._provider_cli import main  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider.cli import main  # noqa: E402
 
 sys.exit(main(sys.argv))

@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Regenerate docs/schemas/release-input.schema.json from the one schema in _release.py.
+"""Regenerate docs/schemas/release-input.schema.json from the one schema in plugins/plugin_utils/release/schema.py.
 
 Run from the checkout root after ``make collection``:  .venv/bin/python docs/schemas/generate.py
 (``tests/unit/plugins/module_utils/test_release.py`` fails when the file is stale.)
@@ -16,7 +16,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, ".build", "collections"))
 
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._release import schema_document  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.schema import schema_document  # noqa: E402
 
 if __name__ == "__main__":
     with open(os.path.join(ROOT, "docs", "schemas", "release-input.schema.json"), "wb") as handle:

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
-from ansible_collections.stellaops.runtime.plugins.module_utils._contract import utc_timestamp
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._evidence import deployment_record, rollback_records
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._evidence_writer import (
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import utc_timestamp
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.deployment import deployment_record, rollback_records
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.writer import (
     clean as _clean, write_target_documents)
 
 ARGUMENT_SPEC = {

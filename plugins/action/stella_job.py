@@ -4,37 +4,22 @@
 
 """The deployment job on the controller (documentation: plugins/modules/stella_job.py).
 
-Every step reads the job record from the job store, applies one pure change from ``_job`` and
-persists the result in the same transaction, so the record never shows progress that was not
-persisted. Nothing runs on the play's host.
+The action validates the task's options and runs one step of ``plugin_utils/job/steps.py``, which
+declares what each step needs and does. Nothing runs on the play's host.
 """
 
 from __future__ import annotations
 
-import secrets
-
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError, first_line, redact_text, redact_url
-from ansible_collections.stellaops.runtime.plugins.module_utils._contract import (
-    DEFAULT_KEEP_REVISIONS, DEFAULT_WAIT_TIMEOUT, JOB_CHECK_MODE, JOB_INTERRUPTED, PROJECT_BUSY, ROLLBACK_TASKS,
-    job_evidence_dir, keep_revisions_problem, utc_timestamp)
-from ansible_collections.stellaops.runtime.plugins.module_utils._versions import DEFAULT_MIN_COMPOSE, DEFAULT_MIN_ENGINE
-from ansible_collections.stellaops.runtime.plugins.plugin_utils import (
-    _job, _job_preview, _job_store, _job_target, _job_traffic, _job_view, _projection, _report, _strategy, _traffic)
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_plan import (
-    job_options, plan_job, plan_outcome, target_identity)
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._evidence import deployment_record, preflight_evidence
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._evidence_writer import (
-    clean, write_documents, write_target_documents)
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._inputs import load_credentials, plain, resolve_digests
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_lease import MIN_LEASE_SECONDS, start_keeper
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_owner import controller_owner, gone_why, interrupt_gone
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError, redact_text, redact_url
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
+    DEFAULT_KEEP_REVISIONS, DEFAULT_WAIT_TIMEOUT)
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.versions import DEFAULT_MIN_COMPOSE, DEFAULT_MIN_ENGINE
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.steps import STEPS, JobSteps
 
 ARGUMENT_SPEC = {
-    "step": {"type": "str", "required": True,
-             "choices": ["start", "target", "traffic", "gate", "finish", "rollback_start", "rollback_target",
-                         "traffic_rollback", "close", "show", "health"]},
+    "step": {"type": "str", "required": True, "choices": list(STEPS)},
     "store": {"type": "str"},
     "job_id": {"type": "str"},
     "release": {"type": "dict"},
@@ -66,388 +51,24 @@ ARGUMENT_SPEC = {
     "min_compose_version": {"type": "str", "default": DEFAULT_MIN_COMPOSE},
 }
 
-# Steps that act for a running job: refused once the job was recorded interrupted (its projects are
-# released, and another job may hold them now).
-ACTING_STEPS = ("target", "traffic", "gate", "finish", "rollback_target", "traffic_rollback")
-# Steps that only read the job store in check mode (``show`` then records no job interrupted, and
-# ``rollback_start`` previews the rollback job it would create). The other steps of a job make a
-# preview in check mode that opens no store (_job_preview.PREVIEW_STEPS).
-READ_STEPS = ("show", "health", "rollback_start")
-
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _requires_connection = False
-    _supports_check_mode = True  # read steps, and the job's steps as a preview (READ_STEPS, PREVIEW_STEPS)
+    _supports_check_mode = True  # every step reads or previews in check mode (job/steps.py STEPS)
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         del tmp
         _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
-        self.vars = task_vars or {}
-        self.secrets = []
-        self.location = None
-        preview = self._task.check_mode and args["step"] in _job_preview.PREVIEW_STEPS
-        if self._task.check_mode and args["step"] not in READ_STEPS and not preview:
-            result.update(failed=True, code=JOB_CHECK_MODE, msg="step %s records the job in the job store, so it does "
-                          "not run in check mode: nothing was planned, persisted or changed" % args["step"])
-            return result
-        store = None
+        steps = JobSteps(task_vars, self._task.check_mode)
         try:
-            if preview:  # no store is opened: a preview persists nothing
-                result.update(self._preview(args), changed=False)
-                return result
-            self.location = args["store"] or self.vars.get("stella_job_store")
-            missing = _job_store.missing_sqlite(self.location) if self._task.check_mode else None
-            if missing:
-                raise StellaError("job_store_missing", "no job store at %s (check mode creates none)" % missing,
-                                  phase="job")
-            store = _job_store.open_store(self.location)
-            if args["step"] in ACTING_STEPS:
-                self._refuse_interrupted(self._job_of(store, args))
-            outcome = getattr(self, "_" + args["step"])(store, args)
+            outcome = steps.run(args)
         except StellaError as exc:
-            result.update(failed=True, msg=redact_text(redact_url(exc.reason), self.secrets), code=exc.code)
+            result.update(failed=True, msg=redact_text(redact_url(exc.reason), steps.secrets), code=exc.code)
             if exc.phase:
                 result["failurePhase"] = exc.phase
             return result
-        finally:
-            if store is not None:
-                store.close()
         result.update(outcome)
         result["changed"] = False
         return result
-
-    # ------------------------------------------------------------------ steps
-    def _need(self, args, *names):
-        for name in names:
-            if args.get(name) in (None, ""):
-                raise StellaError("job_invalid", "step %s needs %s" % (args["step"], name), phase="job")
-
-    def _job_of(self, store, args):
-        """The persisted record of ``job_id``; ``job_not_found`` when the store has none."""
-        self._need(args, "job_id")
-        record = store.get(args["job_id"])
-        if record is None:
-            raise StellaError("job_not_found", "no job %s in the job store" % args["job_id"], phase="job")
-        return record
-
-    @staticmethod
-    def _refuse_interrupted(record):
-        """A job recorded interrupted (its run was taken for gone) goes no further, not even to a rollback."""
-        if record.get("interrupted"):
-            raise StellaError(JOB_INTERRUPTED, "job %s was recorded interrupted, this run stops: %s" % (
-                record["jobId"], record["interrupted"]["why"]), phase="job")
-
-    @staticmethod
-    def _interrupt_gone_jobs(store, now):
-        """Record every unfinished job whose run is gone (or whose claim lease expired) interrupted, which
-        releases its projects, before a new job claims any; their job ids."""
-        return [record["jobId"] for record in store.unfinished()
-                if interrupt_gone(store, record, now)["status"] != record["status"]]
-
-    def _preview(self, args):
-        """A step of the job in check mode (_job_preview): nothing is opened, recorded or written."""
-        if args["step"] == "start":
-            self._check_start(args)
-            job_id, source, planned, options, _summary, unreachable = self._plan(args, utc_timestamp())
-            return _job_preview.start(job_id, source, planned, options, unreachable)
-        if args["step"] == "close":
-            hostvars = self.vars.get("hostvars") or {}
-            # the start's outcome, kept on localhost: stella_job_run by the job, stella_job_finish by the rollback
-            run, close, order = self.vars.get("stella_job_finish") or {}, _job_preview.rollback_close, "rollbackOrder"
-            if args["started"] is not None:  # the role's one-target job hands its start over
-                run, close, order = args["started"], _job_preview.close, "targetOrder"
-            elif run.get("kind") != "rollback":
-                run, close, order = self.vars.get("stella_job_run") or {}, _job_preview.close, "targetOrder"
-            if run.get("jobId") != args["job_id"] or not run.get("checkMode"):
-                raise StellaError("job_not_found", "no job %s was previewed in this run" % args["job_id"], phase="job")
-            # only the preview each target's recording step left on it
-            return close(run, {name: hostvars[name][_job_preview.PREVIEW_FACT] for name in run.get(order) or []
-                               if name in hostvars and _job_preview.PREVIEW_FACT in hostvars[name]})
-        if args["step"] in ("target", "rollback_target"):
-            self._need(args, "target")
-            result, failure = clean(args["result"]), clean(args["failure"])
-            preview = (_job_preview.target_preview(result, failure) if args["step"] == "target"
-                       else _job_preview.rollback_target_preview(result, failure))
-            return {"jobId": args["job_id"], "checkMode": True, "targetName": args["target"], "preview": preview,
-                    "ansible_facts": {_job_preview.PREVIEW_FACT: preview}}
-        return _job_preview.passing(args["step"], args["job_id"], args["batch"])
-
-    def _check_start(self, args):
-        """The options of a start, refused (job_invalid) before anything is planned or opened."""
-        self._need(args, "release")
-        if args["claim_lease"] < 0 or 0 < args["claim_lease"] < MIN_LEASE_SECONDS:
-            raise StellaError("job_invalid", "claim_lease must be 0 (no lease) or at least %d seconds, not %d" % (
-                MIN_LEASE_SECONDS, args["claim_lease"]), phase="job")
-        if keep_revisions_problem(args["keep_revisions"]):
-            raise StellaError("job_invalid", keep_revisions_problem(args["keep_revisions"]), phase="job")
-
-    def _plan(self, args, now):
-        """``(job id, its source, the plan, options, summary, unreachable targets)``; nothing persisted."""
-        job_id, source = (args["job_id"], "job_id") if args["job_id"] else (
-            _job.job_id_from(self.vars) if args["caller_job_id"] else (None, None))
-        if not job_id:
-            job_id, source = "job-%s-%s" % (now[:19].replace("-", "").replace(":", ""), secrets.token_hex(4)), "generated"
-        release = plain(args["release"])
-        self.secrets.extend(str(v) for v in (release.get("secretEnv") or {}).values())
-        credentials = load_credentials(plain(args["registry_credentials"], "registry_credentials"))
-        self.secrets.extend(c["password"] for c in credentials.values())
-        hostvars = self.vars.get("hostvars") or {}
-        hosts = [(name, dict(hostvars.get(name) or {})) for name in args["targets"]]
-        for name, host in hosts:  # an identity given for a host wins over its inventory variables
-            if isinstance(args["target_identities"].get(name), dict):
-                host["stella_target"] = dict(host.get("stella_target") or {}, **plain(args["target_identities"][name]))
-        probe = dict(release, target=dict(release.get("target") or {}, id="probe", name="probe",
-                                          endpoint="local", executionMode="local"))
-        probe.setdefault("target", {}).setdefault("type", "ComposeHost")
-        resolved, resolution = resolve_digests(probe, credentials, args["insecure_registries"], {}, True,
-                                               args["timeout"])
-        options = job_options(release, {"autoRollbackOnFailure": args["auto_rollback_on_failure"],
-                                        "waitForHealthCheck": args["wait_for_health_check"]})
-        options.update(claimLeaseSeconds=args["claim_lease"], keepRevisions=args["keep_revisions"],
-                       waitTimeout=args["wait_timeout"], minEngineVersion=args["min_engine_version"],
-                       minComposeVersion=args["min_compose_version"],
-                       insecureRegistries=list(args["insecure_registries"]))
-        planned = plan_job(release, hosts, resolved, job_id, options)
-        summary = {"release": release["release"], "tenant": release["tenant"], "environment": release["environment"],
-                   "application": release["application"], "strategy": release["strategy"],
-                   "strategyConfig": release.get("strategyConfig") or {}, "resolution": resolution}
-        unreachable = {name: first_line(str(ping.get("msg") or "")) or "unreachable"
-                       for name, ping in args["readiness"].items() if isinstance(ping, dict) and ping.get("unreachable")}
-        return job_id, source, planned, options, summary, unreachable
-
-    def _start(self, store, args):
-        """Plan the whole job once and persist it; fail it closed when a target is unreachable."""
-        self._check_start(args)
-        now = utc_timestamp()
-        interrupted = self._interrupt_gone_jobs(store, now)
-        job_id, source, planned, options, summary, unreachable = self._plan(args, now)
-        targets = {name: {"targetId": plan["target"]["id"], "targetName": plan["target"]["name"],
-                          "targetType": plan["target"]["type"], "endpoint": plan["target"]["endpoint"],
-                          "target": plan["target"], "projectName": plan["projectName"], "slot": plan["slot"],
-                          "manifestHash": plan["manifestHash"],
-                          "rollbackPayload": plan["payloads"][ROLLBACK_TASKS[plan["target"]["type"]]]}
-                   for name, plan in planned["plans"].items()}
-        record = _job.new_job(job_id, source, summary, planned["batches"], targets, options, now,
-                              owner=controller_owner())
-        _stored, held = store.create(record)
-        if held:
-            busy = {name: "project %s is held by unfinished job %s" % (targets[name]["projectName"], holder)
-                    for name, holder in held.items()}
-            reason = "another job is deploying the same project, nothing was changed: %s" % "; ".join(
-                "%s: %s" % item for item in sorted(busy.items()))
-            record = store.update(job_id, lambda r: _job.fail_closed(r, PROJECT_BUSY, reason, busy, utc_timestamp()))
-        elif unreachable:
-            reason = "target readiness failed before any target was changed: %s unreachable" % ", ".join(
-                sorted(unreachable))
-            record = store.update(job_id, lambda r: _job.fail_closed(r, "target_unreachable", reason, unreachable,
-                                                                     utc_timestamp()))
-        else:
-            record = store.update(job_id, lambda r: _job.start(r, utc_timestamp()))
-        keeper, warnings = None, []
-        if record["status"] == "Running" and args["claim_lease"]:
-            keeper = start_keeper(self.location, job_id, record["owner"], args["claim_lease"])
-            if keeper is None:
-                warnings.append("job %s: the claim lease keeper could not be started; only the job's steps renew "
-                                "its lease" % job_id)
-        outcome = dict(plan_outcome(planned), jobId=job_id, jobIdSource=source, proceed=record["status"] == "Running",
-                       status=record["status"], reason=record["reason"], code=record["code"], options=options,
-                       interruptedJobs=interrupted, leaseKeeperPid=keeper)
-        return dict(outcome, warnings=warnings) if warnings else outcome
-
-    def _target(self, store, args):
-        """Record one target's outcome in one transaction: the nine phases as they ran (derived from the
-        apply, the probes and the failure that stopped the target's play, _job_target), its facts, and
-        its ``deployment.json`` first when the job writes evidence (``evidence_dir``)."""
-        self._need(args, "job_id", "target")
-        apply, probe, failure = clean(args["result"]) or {}, clean(args["probe"]), clean(args["failure"])
-        now = utc_timestamp()
-        files = {}
-        if args["evidence_dir"]:
-            self._need(args, "plan")
-            plan = clean(args["plan"])
-            document = deployment_record(plan, apply, now, preflight=preflight_evidence(apply), probe=probe)
-            _directory, files = write_target_documents(args["evidence_dir"], plan, {"deployment.json": document})
-        outcome = _job_target.deployment_outcome(apply, probe, failure, evidence_written=bool(files),
-                                                 probe_duration_ms=(probe or {}).get("durationMs") or 0)
-
-        def change(record):
-            for name, status, duration, detail in outcome["phases"]:
-                record = _job.record_phase(record, args["target"], name, status, None, now, duration, now, detail)
-            return _job.finish_target(record, args["target"], outcome["succeeded"], now, reason=outcome["reason"],
-                                      code=outcome["code"], facts=_job_target.target_facts(apply, files))
-        record = store.update(args["job_id"], change)
-        return {"jobId": args["job_id"], "targetName": args["target"], "target": record["targets"][args["target"]]}
-
-    @staticmethod
-    def _batch_of(record, args):
-        """The batch ``args`` names: ``batch``, else the one batch of ``targets``."""
-        if args["batch"] is not None:
-            return args["batch"]
-        indexes = {record["targets"][n]["batch"] for n in args["targets"] if n in record["targets"]}
-        if len(indexes) != 1:
-            raise StellaError("job_invalid", "step %s needs the targets of one batch (got %s)" % (
-                args["step"], ", ".join(args["targets"]) or "none"), phase="job")
-        return indexes.pop()
-
-    def _traffic(self, store, args):
-        """After a batch, before its gate: the traffic adapter shifts to the batch's weights (only when
-        every target of the batch succeeded); without one, standby-only evidence."""
-        record = self._job_of(store, args)
-        batch = self._batch_of(record, args)
-        step = _job_traffic.shift_step(record, batch)
-        if step is None or any(record["targets"][n]["status"] != "Succeeded" for n in record["batches"][batch]):
-            return {"jobId": record["jobId"], "batch": batch, "skipped": True, "failure": None}
-        evidence, failure = self._run_adapter(record, step, args)
-        store.update(record["jobId"], lambda r: _job_traffic.record_shift(r, step, evidence, utc_timestamp(), failure))
-        return {"jobId": record["jobId"], "batch": batch, "skipped": False, "traffic": evidence, "failure": failure}
-
-    def _traffic_rollback(self, store, args):
-        """After the targets were rolled back: every request back on the control slot, through the
-        same adapter. A required adapter that is missing or fails fails the rollback closed."""
-        record = self._job_of(store, args)
-        rollback = record.get("rollback") or {}
-        planned = [n for batch in rollback.get("batches") or [] for n in batch]
-        step = _job_traffic.rollback_step(record, record.get("reason"))
-        restored = bool(planned) and all(record["targets"][n]["status"] == "RolledBack" for n in planned)
-        if step is None or record["status"] not in ("RollingBack", "Running") or not restored:
-            return {"jobId": record["jobId"], "skipped": True}
-        evidence, failure = self._run_adapter(record, step, args)
-        store.update(record["jobId"], lambda r: _job_traffic.record_rollback(r, evidence, utc_timestamp(), failure))
-        return {"jobId": record["jobId"], "skipped": False, "traffic": evidence, "failure": failure}
-
-    def _run_adapter(self, record, step, args):
-        """``(evidence, failure or None)`` of one traffic step through the job's adapter (options from
-        ``traffic_options``). Without a runnable adapter: the no-adapter evidence, and a failure only
-        when ``requireTrafficAdapter`` is set."""
-        config, required = _job_traffic.traffic_config(record)
-        options = plain(args["traffic_options"], "traffic_options")
-        self.secrets.extend(str(v) for v in (options.get("headers") or {}).values())
-        adapter, why = _traffic.resolve(config, options)
-        if adapter is None:
-            failure = {"code": why, "reason": "no traffic adapter ran: %s" % why} if required else None
-            return _traffic.no_adapter_evidence(why, step), failure
-        try:
-            return _traffic.evidence_json(adapter.shift(_job_traffic.job_facts(record), step)), None
-        except _traffic.TrafficError as exc:
-            failure = {"code": exc.code, "reason": redact_text(exc.reason, self.secrets)}
-            return _traffic.evidence_json(exc.evidence), failure
-
-    def _gate(self, store, args):
-        self._need(args, "job_id")
-        found = {}
-
-        def change(record):
-            batch = found["batch"] = self._batch_of(record, args)
-            outcomes = [(n, record["targets"][n]["status"], record["targets"][n]["reason"])
-                        for n in record["batches"][batch]]
-            decision = _strategy.gate(batch, outcomes, _job_traffic.gate_failure(record, batch))
-            return _job.record_gate(record, decision, utc_timestamp())
-        record = store.update(args["job_id"], change)
-        decision = [g for g in record["gates"] if g["batch"] == found["batch"]][0]
-        return {"jobId": args["job_id"], "proceed": decision["proceed"], "gate": decision}
-
-    def _finish(self, store, args):
-        """End the deployment; a failed job decides its one automatic rollback."""
-        record = self._job_of(store, args)
-
-        def auto_rollback(current):
-            if current["status"] == "Failed" and not current.get("isRollback") and current.get("rollback") is None:
-                return _job.auto_rollback(current, utc_timestamp())
-            return None
-        # one transaction: the job never shows Failed without its rollback decision (nor frees its projects)
-        if record["status"] == "Running":
-            record = store.update(args["job_id"], lambda r: _job.finish(r, utc_timestamp()), auto_rollback)
-        elif auto_rollback(record) is not None:
-            record = store.update(args["job_id"], auto_rollback)
-        return _job.rollback_orders(record)
-
-    def _rollback_start(self, store, args):
-        """An operator rollback of job ``job_id``: a new job of kind ``rollback`` over the source job's
-        targets that retained a revision, in reverse batch order; fails closed when none did. In check
-        mode the same job is made and checked, and not stored (_job_preview.rollback_start)."""
-        source = self._job_of(store, args)
-        now = utc_timestamp()
-        if not self._task.check_mode:
-            self._interrupt_gone_jobs(store, now)
-        record = _job.operator_rollback(source, "%s-rollback-%s" % (source["jobId"], secrets.token_hex(3)), now,
-                                        args["revision_paths"], first_line(args["reason"]), controller_owner(),
-                                        wait_timeout=args["wait_timeout"])
-        if self._task.check_mode:
-            held = _job_preview.held_projects(record, store.claims(), {
-                job["jobId"] for job in store.unfinished() if gone_why(job, now) is None})
-        else:
-            record, held = store.create(record)
-        if held:
-            raise StellaError(PROJECT_BUSY, "job %s: project held by unfinished job %s" % (
-                record["jobId"], ", ".join(sorted(set(held.values())))), phase="job")
-        if record["status"] == "Failed":
-            raise StellaError(record["code"], "job %s: %s" % (record["jobId"], record["reason"]), phase="job")
-        orders = _job.rollback_orders(record, source=source)
-        return _job_preview.rollback_start(orders, record) if self._task.check_mode else orders
-
-    def _rollback_target(self, store, args):
-        """Record one target's rollback in one transaction: the agent's rollback phases, and whether the
-        target counts as restored (the agent's verified restoration, _job_target.rollback_outcome)."""
-        self._need(args, "job_id", "target")
-        rollback = clean(args["result"]) or {}
-        outcome = _job_target.rollback_outcome(rollback, clean(args["failure"]))
-        now = utc_timestamp()
-
-        def change(record):
-            for name, status, duration, detail in outcome["phases"]:
-                record = _job.record_phase(record, args["target"], name, status, None, now, duration, now, detail)
-            facts = {"restoredRevisionPath": rollback.get("restoredRevisionPath"),
-                     "rollbackDigest": _job_target.services_digest(rollback), "completedAt": now}
-            return _job.finish_rollback_target(record, args["target"], outcome["succeeded"], now,
-                                               reason=outcome["reason"], facts=facts)
-        record = store.update(args["job_id"], change)
-        return {"jobId": args["job_id"], "targetName": args["target"], "target": record["targets"][args["target"]]}
-
-    def _close(self, store, args):
-        """Finish a rollback in progress, write the job's evidence, and return the final record."""
-        record = self._job_of(store, args)
-        if record["status"] == "RollingBack":
-            record = store.update(args["job_id"], lambda r: _job.finish_rollback(r, utc_timestamp()))
-        elif record["status"] == "Running":
-            record = store.update(args["job_id"], lambda r: _job.finish(r, utc_timestamp()))
-        files, rollback = {}, _job_view.rollback_evidence(record)
-        if args["report"]:
-            self._need(args, "evidence_dir")
-        if args["evidence_dir"]:
-            files = self._write_evidence(record, args["evidence_dir"], rollback)
-            if args["report"]:
-                files[_report.REPORT_FILE] = _report.write_report(
-                    record, job_evidence_dir(args["evidence_dir"], record["jobId"]))
-        evidence_id = "jobs/%s/rollback-evidence.json" % record["jobId"] if rollback is not None else None
-        if record["status"] in _job.TERMINAL:  # the terminal projection: after the terminal evidence exists
-            store.project_terminal(record["jobId"], _projection.strategy_evidence(record, rollback, evidence_id, files),
-                                   utc_timestamp())
-        return {"jobId": record["jobId"], "job": record, "status": record["status"], "reason": record["reason"],
-                "succeeded": record["status"] == "Succeeded", "evidenceFiles": files,
-                "outcome": _job_view.outcome(record, files), "text": _job_view.render_text(record)}
-
-    def _show(self, store, args):
-        """Read a job. A job whose controller run is gone (or whose claim lease expired) is first recorded
-        as interrupted (``Failed``), so no job is shown ``Running`` when nothing runs it; not in check mode,
-        which shows the record as it is."""
-        record = self._job_of(store, args)
-        if not self._task.check_mode:
-            record = interrupt_gone(store, record)
-        return {"jobId": record["jobId"], "job": record, "text": _job_view.render_text(record),
-                "projection": store.projection(record["jobId"])}
-
-    def _health(self, store, args):
-        """The health status the store keeps for ``targets`` (their target ids), or for every target."""
-        hostvars = self.vars.get("hostvars") or {}
-        ids = [target_identity(name, dict(hostvars[name]) if name in hostvars else {}, None)["id"]
-               for name in args["targets"]] if args["targets"] else None
-        return {"health": store.health(ids)}
-
-    @staticmethod
-    def _write_evidence(record, root, rollback):
-        documents = {"job.json": _job_view.job_evidence(record)}
-        if rollback is not None:
-            documents["rollback-evidence.json"] = rollback
-        return write_documents(job_evidence_dir(root, record["jobId"]), documents)

@@ -16,14 +16,14 @@ import os
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.stellaops.runtime.plugins.module_utils._contract import (
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
     ENV_FILE, ENV_FILE_MODE, LOCK_FILE, MANIFEST_FILE as APPLY_MANIFEST_FILE, STICKER_FILE,
 )
-from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError, redact_text, redact_url
-from ansible_collections.stellaops.runtime.plugins.module_utils._fsutil import atomic_write, read_bytes
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._inputs import load_credentials, plain, resolve_digests
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._plan import FILES_KEY, plan_release
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._release import validate_release
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError, redact_text, redact_url
+from ansible_collections.stellaops.runtime.plugins.module_utils.host.files import atomic_write, read_bytes
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.inputs import load_credentials, plain, resolve_digests
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.plan import FILES_KEY, plan_release
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.schema import validate_release
 
 ARGUMENT_SPEC = dict(
     release=dict(type="dict", required=True),

@@ -16,7 +16,7 @@ import time
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._probe import verify
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.probe.verify import verify
 
 ARGUMENT_SPEC = {
     "components": {

@@ -350,12 +350,12 @@ ipAddress:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.stellaops.runtime.plugins.module_utils import _compose_apply
-from ansible_collections.stellaops.runtime.plugins.module_utils._artifacts import env_artifact_values, render_env_artifact
-from ansible_collections.stellaops.runtime.plugins.module_utils._contract import DEFAULT_KEEP_REVISIONS
-from ansible_collections.stellaops.runtime.plugins.module_utils._module import (
+from ansible_collections.stellaops.runtime.plugins.module_utils.compose import apply as _compose_apply
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.artifacts import env_artifact_values, render_env_artifact
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import DEFAULT_KEEP_REVISIONS
+from ansible_collections.stellaops.runtime.plugins.module_utils.agent.module import (
     argument_spec, command_runner, engine_client, run_task)
-from ansible_collections.stellaops.runtime.plugins.module_utils._versions import DEFAULT_MIN_COMPOSE, DEFAULT_MIN_ENGINE
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.versions import DEFAULT_MIN_COMPOSE, DEFAULT_MIN_ENGINE
 
 ARGUMENT_SPEC = argument_spec(dict(
     task=dict(type="str", choices=["compose.up", "docker.run"], default="compose.up"),
@@ -400,7 +400,7 @@ def main():
     def task():
         if params["task"] == "docker.run":
             # imported only for this task: a compose.up run does not compile it
-            from ansible_collections.stellaops.runtime.plugins.module_utils import _docker_run  # pylint: disable=import-outside-toplevel
+            from ansible_collections.stellaops.runtime.plugins.module_utils.docker import run as _docker_run  # pylint: disable=import-outside-toplevel
 
             request = _docker_run.parse_deployment(params["payloads"] or [params["payload"]], params,
                                                    params["version_sticker"])

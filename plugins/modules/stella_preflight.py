@@ -198,10 +198,10 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
-from ansible_collections.stellaops.runtime.plugins.module_utils._module import argument_spec, engine_client
-from ansible_collections.stellaops.runtime.plugins.module_utils._preflight import ARGUMENT_SPEC as PREFLIGHT_OPTIONS
-from ansible_collections.stellaops.runtime.plugins.module_utils._preflight import preflight_with
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
+from ansible_collections.stellaops.runtime.plugins.module_utils.agent.module import argument_spec, engine_client
+from ansible_collections.stellaops.runtime.plugins.module_utils.engine.preflight import ARGUMENT_SPEC as PREFLIGHT_OPTIONS
+from ansible_collections.stellaops.runtime.plugins.module_utils.engine.preflight import preflight_with
 
 ARGUMENT_SPEC = argument_spec(PREFLIGHT_OPTIONS)
 

@@ -155,8 +155,8 @@ relayDirectory:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.stellaops.runtime.plugins.module_utils import _relay
-from ansible_collections.stellaops.runtime.plugins.module_utils._module import (
+from ansible_collections.stellaops.runtime.plugins.module_utils.relay import endpoint as _relay
+from ansible_collections.stellaops.runtime.plugins.module_utils.agent.module import (
     argument_spec, command_runner, engine_client, run_task)
 
 ARGUMENT_SPEC = argument_spec(dict(

@@ -183,8 +183,9 @@ rollbackReason:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.stellaops.runtime.plugins.module_utils import _compose_rollback, _docker_rollback
-from ansible_collections.stellaops.runtime.plugins.module_utils._module import (
+from ansible_collections.stellaops.runtime.plugins.module_utils.compose import rollback as _compose_rollback
+from ansible_collections.stellaops.runtime.plugins.module_utils.docker import rollback as _docker_rollback
+from ansible_collections.stellaops.runtime.plugins.module_utils.agent.module import (
     argument_spec, command_runner, engine_client, run_task)
 
 ARGUMENT_SPEC = argument_spec(dict(

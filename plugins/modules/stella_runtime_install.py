@@ -249,8 +249,8 @@ evidencePath:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.stellaops.runtime.plugins.module_utils import _runtime_install as ri
-from ansible_collections.stellaops.runtime.plugins.module_utils._module import command_runner, run_task
+from ansible_collections.stellaops.runtime.plugins.module_utils.engine import install as ri
+from ansible_collections.stellaops.runtime.plugins.module_utils.agent.module import command_runner, run_task
 
 ARGUMENT_SPEC = dict(
     mode=dict(type="str", choices=list(ri.MODES), default="production"),

@@ -91,9 +91,9 @@ directoryRemoved:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.stellaops.runtime.plugins.module_utils import _teardown
-from ansible_collections.stellaops.runtime.plugins.module_utils._contract import DEFAULT_WORK_DIRECTORY
-from ansible_collections.stellaops.runtime.plugins.module_utils._module import (
+from ansible_collections.stellaops.runtime.plugins.module_utils.agent import teardown as _teardown
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import DEFAULT_WORK_DIRECTORY
+from ansible_collections.stellaops.runtime.plugins.module_utils.agent.module import (
     argument_spec, command_runner, engine_client, run_task)
 
 ARGUMENT_SPEC = argument_spec(dict(

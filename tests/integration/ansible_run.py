@@ -130,7 +130,7 @@ def release_input(project, images, work_directory, target=None, hooks=None, vers
 
 def plan(release, resolved):
     """The real planner's output (``_plan.plan_release``) for ``release``."""
-    from ansible_collections.stellaops.runtime.plugins.plugin_utils import _plan
+    from ansible_collections.stellaops.runtime.plugins.plugin_utils.release import plan as _plan
     return _plan.plan_release(release, resolved)
 
 

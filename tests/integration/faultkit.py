@@ -35,7 +35,7 @@ import ansible_run as ar
 import labkit
 from labkit import free_port
 
-from ansible_collections.stellaops.runtime.plugins.module_utils._artifacts import verify_artifact_set
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.artifacts import verify_artifact_set
 
 LOCK = "compose.stella.lock.yml"
 STICKER = "stella.version.json"

@@ -27,7 +27,7 @@ import uuid
 import ansible_run as ar
 import labkit
 
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_store import open_store
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.sql import open_store
 
 PLAYBOOK = "stellaops.runtime.job"
 ROLLBACK_PLAYBOOK = "stellaops.runtime.rollback"

@@ -27,7 +27,7 @@ import yaml
 
 import ansible_run as ar
 
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_store import open_store
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.sql import open_store
 
 PROJECT = os.path.join(ar.ROOT, "extensions", "awx", "project")
 PYTHON = os.path.join(ar.VENV_BIN, "python")

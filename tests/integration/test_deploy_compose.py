@@ -17,7 +17,7 @@ import uuid
 import pytest
 
 import ansible_run as ar
-from ansible_collections.stellaops.runtime.plugins.module_utils._artifacts import verify_artifact_set
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.artifacts import verify_artifact_set
 
 UNKNOWN_DIGEST = "sha256:" + "1" * 64
 # Where the Docker CLI looks for plugins on Linux, besides ~/.docker/cli-plugins

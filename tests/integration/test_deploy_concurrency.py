@@ -12,7 +12,7 @@ import time
 import pytest
 
 import ansible_run as ar
-from ansible_collections.stellaops.runtime.plugins.module_utils._artifacts import verify_artifact_set
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.artifacts import verify_artifact_set
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ import labkit
 from labkit import free_port
 from fleetkit import PHASES, ROLLBACK_PHASES, web
 
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._rollback_evidence import verify_rollback_evidence
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.rollback import verify_rollback_evidence
 
 ROLLED_BACK_SUFFIX = " (auto-rollback restored the retained previous revision)"
 

@@ -24,7 +24,7 @@ import fleetkit as fl
 import pgkit
 from labkit import free_port
 
-from ansible_collections.stellaops.runtime.plugins.module_utils._contract import seconds_between, utc_timestamp
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import seconds_between, utc_timestamp
 
 LEASE = 6  # the keeper renews every 2 s
 HOOK_SECONDS = 35  # the second target's step: longer than the lease

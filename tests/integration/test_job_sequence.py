@@ -26,8 +26,8 @@ import fleetkit as fl
 import labkit
 from labkit import free_port
 
-from ansible_collections.stellaops.runtime.plugins.plugin_utils import _job
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_store import open_store
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.sql import open_store
 
 # Ansible's own check of a role's inputs, which it runs before an entry point that declares them.
 ARGUMENT_CHECK = ("validate_argument_spec", "ansible.builtin.validate_argument_spec")

@@ -19,9 +19,12 @@ import pytest
 import labkit
 import pgkit
 
-from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
-from ansible_collections.stellaops.runtime.plugins.module_utils._contract import PHASES
-from ansible_collections.stellaops.runtime.plugins.plugin_utils import _job, _job_schema, _job_store, _projection
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import PHASES
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import schema as _job_schema
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import sql as _job_store
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import projection as _projection
 
 T0 = "2026-01-01T00:00:00Z"
 STELLA = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "scripts", "stella.py")

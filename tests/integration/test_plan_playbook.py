@@ -17,7 +17,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "unit", "fixtures"))
 from planning_support import compose_config, minimal_release  # noqa: E402
 from test_plan_registry import auth_credentials, lab  # noqa: E402,F401 pylint: disable=unused-import
 
-from ansible_collections.stellaops.runtime.plugins.module_utils._artifacts import verify_artifact_set  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.artifacts import verify_artifact_set  # noqa: E402
 
 SECRET_ENV = "planted-secret-env-5521"
 

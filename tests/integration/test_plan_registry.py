@@ -21,9 +21,9 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "unit", "fixtures"))
 
 from planning_support import compose_config, minimal_release  # noqa: E402
 
-from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError  # noqa: E402
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._plan import plan_release  # noqa: E402
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._registry import DigestResolver  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.plan import plan_release  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.registry import DigestResolver  # noqa: E402
 
 LAB_JSON = os.path.join(ROOT, ".lab", "lab.json")
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"

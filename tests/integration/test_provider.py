@@ -20,7 +20,7 @@ import yaml
 import ansible_run as ar
 from labkit import free_port
 
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_store import open_store
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.sql import open_store
 
 
 @pytest.fixture(scope="module")

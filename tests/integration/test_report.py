@@ -26,8 +26,8 @@ import ansible_run as ar
 import fleetkit as fl
 from labkit import free_port
 
-from ansible_collections.stellaops.runtime.plugins.module_utils._canonical import sha256_bytes
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._report import STATUS_COLOURS
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.canonical import sha256_bytes
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.report import STATUS_COLOURS
 
 CHROMIUM = "/usr/bin/chromium"
 STELLA = os.path.join(ar.ROOT, "scripts", "stella.py")

@@ -29,18 +29,18 @@ import pytest
 import ansible_run as ar
 import labkit
 
-from ansible_collections.stellaops.runtime.plugins.module_utils._canonical import digest_json
-from ansible_collections.stellaops.runtime.plugins.module_utils._contract import (
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.canonical import digest_json
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
     DEPLOYMENT_PHASES, PHASES, ROLLBACK_PHASE_NAMES)
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._evidence import (
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.deployment import (
     deployment_record,
     preflight_evidence,
     verify_record,
 )
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._evidence_writer import clean
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_store import open_store
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_view import job_evidence, rollback_evidence
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._rollback_evidence import verify_rollback_evidence
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.writer import clean
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.sql import open_store
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.view import job_evidence, rollback_evidence
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.rollback import verify_rollback_evidence
 
 ROOT = ar.ROOT
 PLAYBOOK = os.path.join(ROOT, "tests", "integration", "playbooks", "deploy_role.yml")
@@ -694,9 +694,9 @@ def test_k_same_release_twice_the_failed_second_job_leaves_the_first_jobs_eviden
 
 DIGEST_SCRIPT = r"""
 import json, sys
-from ansible_collections.stellaops.runtime.plugins.module_utils._canonical import digest_json
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._evidence import deployment_record, preflight_evidence
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_view import job_evidence, rollback_evidence
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.canonical import digest_json
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.deployment import deployment_record, preflight_evidence
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.view import job_evidence, rollback_evidence
 inputs = json.load(open(sys.argv[1]))
 dep = deployment_record(inputs["plan"], inputs["apply"], inputs["createdAt"],
                         preflight=preflight_evidence(inputs["apply"]), probe=inputs["probe"])

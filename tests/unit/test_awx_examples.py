@@ -106,7 +106,8 @@ def test_project_playbooks_import_playbooks_the_collection_ships(playbook):
 
 
 def test_the_example_release_is_a_valid_release_for_an_inventory_host():
-    from ansible_collections.stellaops.runtime.plugins.plugin_utils import _job_plan, _release  # pylint: disable=import-outside-toplevel
+    from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import plan as _job_plan  # pylint: disable=import-outside-toplevel
+    from ansible_collections.stellaops.runtime.plugins.plugin_utils.release import schema as _release  # pylint: disable=import-outside-toplevel
 
     with open(os.path.join(PROJECT, "releases", "example.yml"), encoding="utf-8") as handle:
         document = yaml.safe_load(handle)

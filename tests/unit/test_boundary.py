@@ -21,9 +21,11 @@ TARGET_DIRS = ("plugins/modules", "plugins/module_utils")
 
 def _files(*dirs):
     for rel in dirs:
-        for name in sorted(os.listdir(os.path.join(ROOT, rel))):
-            if name.endswith(".py"):
-                yield os.path.join(rel, name)
+        for directory, subdirs, names in os.walk(os.path.join(ROOT, rel)):
+            subdirs[:] = sorted(d for d in subdirs if d != "__pycache__")
+            for name in sorted(names):
+                if name.endswith(".py"):
+                    yield os.path.relpath(os.path.join(directory, name), ROOT)
 
 
 def imported_modules(source):
@@ -57,8 +59,8 @@ def test_target_side_imports_only_stdlib_and_module_utils(path):
 @pytest.mark.parametrize("source,ok", [
     ("import json\nfrom os import path", True),
     ("from ansible.module_utils.basic import AnsibleModule", True),
-    ("from %s import _contract" % OWN_TARGET, True),
-    ("from ansible_collections.stellaops.runtime.plugins.plugin_utils import _plan", False),
+    ("from %s.contract import vocabulary" % OWN_TARGET, True),
+    ("from ansible_collections.stellaops.runtime.plugins.plugin_utils.release import plan", False),
     ("import requests", False),
     ("from ansible.plugins.action import ActionBase", False),
 ], ids=["stdlib", "ansible-module-utils", "own-module-utils", "plugin-utils", "third-party", "controller-api"])
@@ -67,9 +69,27 @@ def test_the_boundary_check_itself(source, ok):
 
 
 def test_controller_code_lives_in_plugin_utils():
-    names = {os.path.basename(p) for p in _files("plugins/plugin_utils")}
-    assert {"_plan.py", "_release.py", "_probe.py", "_evidence.py", "_rollback_evidence.py", "_graph_proof.py",
-            "_naming.py", "_lock.py", "_payloads.py"} <= names
+    names = set(_files("plugins/plugin_utils"))
+    assert {"plugins/plugin_utils/release/plan.py", "plugins/plugin_utils/release/schema.py",
+            "plugins/plugin_utils/probe/verify.py", "plugins/plugin_utils/evidence/deployment.py",
+            "plugins/plugin_utils/evidence/rollback.py", "plugins/plugin_utils/evidence/graph_proof.py",
+            "plugins/plugin_utils/job/record.py", "plugins/plugin_utils/store/sql.py"} <= names
+
+
+SIDES = ("plugins/plugin_utils", "plugins/module_utils")
+
+
+def test_each_side_is_grouped_into_subpackages_that_say_what_they_own():
+    """No flat module beside the subpackages; every package's ``__init__.py`` has a docstring."""
+    for side in SIDES:
+        flat = [name for name in os.listdir(os.path.join(ROOT, side)) if name.endswith(".py") and name != "__init__.py"]
+        assert not flat, "%s holds modules outside a subpackage: %s" % (side, ", ".join(sorted(flat)))
+        for directory, subdirs, _names in os.walk(os.path.join(ROOT, side)):
+            subdirs[:] = [d for d in subdirs if d != "__pycache__"]
+            init = os.path.join(directory, "__init__.py")
+            assert os.path.isfile(init), "%s is not a package" % directory
+            with open(init, encoding="utf-8") as handle:
+                assert ast.get_docstring(ast.parse(handle.read())), "%s says nothing of what it owns" % init
 
 
 def test_no_plugin_file_above_500_lines():
@@ -102,10 +122,23 @@ def test_action_plugins_import_requests_only_when_a_request_is_sent(action):
 
 def test_requests_is_loaded_at_first_use():
     code = ("import sys\n"
-            "from ansible_collections.stellaops.runtime.plugins.plugin_utils import _requests\n"
+            "from ansible_collections.stellaops.runtime.plugins.plugin_utils.execution import http as _requests\n"
             "assert 'requests' not in sys.modules\n"
             "module = _requests.load()\n"
             "print(module.__name__, 'requests' in sys.modules, _requests.available(), _requests.import_error())\n")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
     assert out.split() == ["requests", "True", "True", "None"]
+
+
+# What the controller takes from the target side: the contract and the host helpers, shared by both
+# sides, and the registry API's pure parsers (the controller's resolver reads what preflight reads).
+SHARED_WITH_CONTROLLER = (OWN_TARGET + ".contract.", OWN_TARGET + ".host.", OWN_TARGET + ".engine.registry.")
+
+
+@pytest.mark.parametrize("path", list(_files("plugins/plugin_utils", "plugins/action")))
+def test_the_controller_takes_only_the_shared_packages_from_the_target_side(path):
+    with open(os.path.join(ROOT, path), encoding="utf-8") as handle:
+        names = [n for n in imported_modules(handle.read()) if n.startswith(OWN_TARGET + ".")]
+    bad = [name for name in names if not name.startswith(SHARED_WITH_CONTROLLER)]
+    assert not bad, "%s imports %s from the target side" % (path, ", ".join(bad))

@@ -1,4 +1,4 @@
-"""The job evidence report (plugins/plugin_utils/_report.py, docs/report.md): records built through the
+"""The job evidence report (plugins/plugin_utils/evidence/report.py, docs/report.md): records built through the
 job's own state machine (``_job``, ``_job_traffic``), rendered and read back with an HTML parser."""
 
 from __future__ import annotations
@@ -14,9 +14,14 @@ import pytest
 
 from docs_support import doc_commands, doc_text, options_in, parser_options
 
-from ansible_collections.stellaops.runtime.plugins.module_utils._canonical import pretty_json, sha256_bytes
-from ansible_collections.stellaops.runtime.plugins.plugin_utils import _job, _job_store, _job_traffic, _job_view
-from ansible_collections.stellaops.runtime.plugins.plugin_utils import _provider_cli, _report, _store_cli
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.canonical import pretty_json, sha256_bytes
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import sql as _job_store
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import traffic as _job_traffic
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import view as _job_view
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import cli as _provider_cli
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence import report as _report
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import cli as _store_cli
 
 T = ["2026-03-0%dT10:00:%02d.000000Z" % (1, s) for s in range(60)]
 PHASES = ["preflight", "prepare", "pre-deploy", "deploy", "verify", "promote", "post-deploy", "evidence", "cleanup"]

@@ -9,7 +9,9 @@ import os
 import pytest
 import yaml
 
-from ansible_collections.stellaops.runtime.plugins.module_utils import _contract, _runtime_install, _versions
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract import vocabulary as _contract
+from ansible_collections.stellaops.runtime.plugins.module_utils.engine import install as _runtime_install
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract import versions as _versions
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ROLES = sorted(name for name in os.listdir(os.path.join(ROOT, "roles"))

@@ -10,8 +10,8 @@ import re
 import pytest
 import yaml
 
-from ansible_collections.stellaops.runtime.plugins.module_utils import _runtime_install as ri
-from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
+from ansible_collections.stellaops.runtime.plugins.module_utils.engine import install as ri
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PASSWORD = "planted-unit-s3cr%21t"  # as written in the URL; decoded: planted-unit-s3cr!t

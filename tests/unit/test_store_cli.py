@@ -12,9 +12,12 @@ import pytest
 
 from docs_support import doc_commands, doc_section, doc_text, options_in, parser_options
 
-from ansible_collections.stellaops.runtime.plugins.module_utils._contract import utc_timestamp
-from ansible_collections.stellaops.runtime.plugins.plugin_utils import (
-    _job, _job_owner, _job_store, _provider_cli, _store_cli)
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import utc_timestamp
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import owner as _job_owner
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import sql as _job_store
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import cli as _provider_cli
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import cli as _store_cli
 
 T0 = "2026-03-01T10:00:00.000000Z"
 T1 = "2026-03-01T10:05:00.000000Z"

@@ -10,7 +10,9 @@ import os
 import subprocess
 
 from ansible_collections.stellaops.runtime.plugins.action import stella_job as stella_job_action
-from ansible_collections.stellaops.runtime.plugins.plugin_utils import _job, _job_preview, _job_store
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import steps as _job_steps
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import sql as _job_store
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 BIN = os.path.join(ROOT, ".venv", "bin")
@@ -115,8 +117,27 @@ def test_the_job_steps_make_a_preview_in_check_mode_and_open_no_store(tmp_path):
 def test_every_step_is_either_read_or_previewed_in_check_mode():
     """A step added without a check-mode answer would be refused (job_check_mode_unsupported), never run
     for real."""
-    steps = set(stella_job_action.ARGUMENT_SPEC["step"]["choices"])
-    assert steps == set(stella_job_action.READ_STEPS) | set(_job_preview.PREVIEW_STEPS)
+    assert stella_job_action.ARGUMENT_SPEC["step"]["choices"] == list(_job_steps.STEPS)
+    assert {name: step.check_mode for name, step in _job_steps.STEPS.items()} == {
+        "start": "preview", "target": "preview", "traffic": "preview", "gate": "preview", "finish": "preview",
+        "rollback_start": "read", "rollback_target": "preview", "traffic_rollback": "preview", "close": "preview",
+        "show": "read", "health": "read"}
+    assert all(callable(getattr(_job_steps.JobSteps, "_" + name, None)) for name in _job_steps.STEPS)
+
+
+def test_a_step_is_refused_before_the_store_is_opened_when_an_option_it_needs_is_missing(tmp_path):
+    location = str(tmp_path / "jobs.sqlite3")
+    for name, step in _job_steps.STEPS.items():
+        for missing in step.needs:
+            args = {"step": name, "store": location, "job_id": "job-1", "target": "a", "release": RELEASE}
+            args[missing] = None
+            try:
+                _job_steps.JobSteps({}, False).run(args)
+            except _job_steps.StellaError as exc:
+                assert (exc.code, exc.reason) == ("job_invalid", "step %s needs %s" % (name, missing))
+            else:
+                raise AssertionError("step %s ran without %s" % (name, missing))
+    assert not os.path.exists(location)
 
 
 def test_the_operator_rollback_in_check_mode_makes_the_rollback_job_and_stores_nothing(tmp_path):

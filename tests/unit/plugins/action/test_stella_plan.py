@@ -17,10 +17,10 @@ from planning_support import (  # noqa: E402
 )
 
 from ansible_collections.stellaops.runtime.plugins.action.stella_plan import write_artifacts  # noqa: E402
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._inputs import (  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.inputs import (  # noqa: E402
     load_credentials, resolve_digests)
-from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError  # noqa: E402
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._plan import plan_release  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.plan import plan_release  # noqa: E402
 
 IMAGE = "registry.example.com/shop/web:1.0"
 SECRET = "s3cr3t-Planted-7781"

@@ -33,9 +33,10 @@ if FIXTURES not in sys.path:
 
 from planning_support import compose_config  # noqa: E402  pylint: disable=wrong-import-position
 
-from ansible_collections.stellaops.runtime.plugins.module_utils import _compose_apply, _preflight  # noqa: E402
-from ansible_collections.stellaops.runtime.plugins.module_utils._docker_cli import DockerCli  # noqa: E402
-from ansible_collections.stellaops.runtime.plugins.plugin_utils import _plan  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.module_utils.compose import apply as _compose_apply  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.module_utils.engine import preflight as _preflight  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.module_utils.engine.cli import DockerCli  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.release import plan as _plan  # noqa: E402
 
 IMAGE = "127.0.0.1:5000/stella/app:v1"
 DIGEST = "sha256:b9a6e9632066c93f491df171b17ea45ae2caeba315e7305441a9822cf67e9c79"

@@ -13,12 +13,12 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "fixtures
 
 from planning_support import compose_accepts_every_lock, DIGEST_A, ROOT, TRICKY, compose_config, compose_value, minimal_release  # noqa: E402
 
-from ansible_collections.stellaops.runtime.plugins.module_utils._artifacts import (  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.artifacts import (  # noqa: E402
     build_apply_manifest, render_env_artifact, verify_artifact_set,
 )
-from ansible_collections.stellaops.runtime.plugins.module_utils._canonical import sha256_bytes  # noqa: E402
-from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError  # noqa: E402
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._plan import plan_release  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.canonical import sha256_bytes  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.plan import plan_release  # noqa: E402
 
 SECRETS = {"DB_PASSWORD": "hunter2-$ecret\"'\\\n\tx", "API_TOKEN": "tok-${HOME}-#1", "EMPTY": ""}
 
@@ -135,10 +135,10 @@ def test_render_env_artifact_sorted_and_none_without_secrets():
 
 
 def test_artifacts_module_is_stdlib_only():
-    """Target-side deploy code imports _artifacts: only stdlib and _canonical/_common/_contract may be imported."""
-    allowed_local = {"_canonical", "_common", "_contract"}
-    for name in ("_artifacts.py", "_canonical.py", "_common.py", "_contract.py"):
-        with open(os.path.join(ROOT, "plugins", "module_utils", name), encoding="utf-8") as handle:
+    """The contract package, which the controller imports too: only stdlib and the contract itself."""
+    allowed_local = {"canonical", "errors", "vocabulary"}
+    for name in ("artifacts.py", "canonical.py", "errors.py", "vocabulary.py"):
+        with open(os.path.join(ROOT, "plugins", "module_utils", "contract", name), encoding="utf-8") as handle:
             tree = ast.parse(handle.read())
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("ansible_collections"):

@@ -8,7 +8,7 @@ import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.stellaops.runtime.plugins.module_utils._canonical import canonical_json, digest_json
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.canonical import canonical_json, digest_json
 
 _SAFE = 2 ** 53 - 1
 _floats = st.floats(allow_nan=False, allow_infinity=False)

@@ -15,13 +15,13 @@ import pytest
 
 import scripted as sc
 
-from ansible_collections.stellaops.runtime.plugins.module_utils import _compose_apply as ca
-from ansible_collections.stellaops.runtime.plugins.module_utils import _fsutil
-from ansible_collections.stellaops.runtime.plugins.module_utils._artifacts import listed_env_hash
-from ansible_collections.stellaops.runtime.plugins.module_utils._canonical import sha256_bytes
-from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
-from ansible_collections.stellaops.runtime.plugins.module_utils._contract import DEFAULT_WORK_DIRECTORY
-from ansible_collections.stellaops.runtime.plugins.plugin_utils import _plan
+from ansible_collections.stellaops.runtime.plugins.module_utils.compose import apply as ca
+from ansible_collections.stellaops.runtime.plugins.module_utils.host import files as _fsutil
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.artifacts import listed_env_hash
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.canonical import sha256_bytes
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import DEFAULT_WORK_DIRECTORY
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.release import plan as _plan
 
 D1 = sc.DIGEST
 TARGET = sc.TARGET

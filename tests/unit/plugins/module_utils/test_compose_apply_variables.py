@@ -7,8 +7,8 @@ import copy
 import pytest
 
 import scripted as sc
-from ansible_collections.stellaops.runtime.plugins.module_utils import _compose_apply as ca
-from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
+from ansible_collections.stellaops.runtime.plugins.module_utils.compose import apply as ca
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 
 
 @pytest.fixture

@@ -10,11 +10,11 @@ import pytest
 
 import scripted as sc
 
-from ansible_collections.stellaops.runtime.plugins.module_utils import _compose_project as cp
-from ansible_collections.stellaops.runtime.plugins.module_utils import _revisions
-from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
-from ansible_collections.stellaops.runtime.plugins.module_utils._docker_cli import container_summary
-from ansible_collections.stellaops.runtime.plugins.plugin_utils import _plan
+from ansible_collections.stellaops.runtime.plugins.module_utils.compose import project as cp
+from ansible_collections.stellaops.runtime.plugins.module_utils.compose import revisions as _revisions
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
+from ansible_collections.stellaops.runtime.plugins.module_utils.engine.cli import container_summary
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.release import plan as _plan
 
 D1 = sc.DIGEST
 TARGET = sc.TARGET

@@ -9,13 +9,13 @@ import pytest
 
 import scripted as sc
 
-from ansible_collections.stellaops.runtime.plugins.module_utils import _compose_apply as ca
-from ansible_collections.stellaops.runtime.plugins.module_utils import _compose_rollback as rb
-from ansible_collections.stellaops.runtime.plugins.module_utils import _revisions
-from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
-from ansible_collections.stellaops.runtime.plugins.module_utils._contract import DEFAULT_WORK_DIRECTORY
-from ansible_collections.stellaops.runtime.plugins.module_utils._fsutil import read_bytes
-from ansible_collections.stellaops.runtime.plugins.plugin_utils import _plan
+from ansible_collections.stellaops.runtime.plugins.module_utils.compose import apply as ca
+from ansible_collections.stellaops.runtime.plugins.module_utils.compose import rollback as rb
+from ansible_collections.stellaops.runtime.plugins.module_utils.compose import revisions as _revisions
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import DEFAULT_WORK_DIRECTORY
+from ansible_collections.stellaops.runtime.plugins.module_utils.host.files import read_bytes
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.release import plan as _plan
 
 D1 = sc.DIGEST
 TARGET = {"Id": "tgt-01", "Name": "vm-01", "Type": "ComposeHost", "Endpoint": "local", "ExecutionMode": "agent"}

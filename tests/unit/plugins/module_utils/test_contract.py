@@ -10,14 +10,14 @@ import pytest
 
 import scripted as sc
 
-from ansible_collections.stellaops.runtime.plugins.module_utils import _compose_apply as ca
-from ansible_collections.stellaops.runtime.plugins.module_utils import _compose_rollback as rb
-from ansible_collections.stellaops.runtime.plugins.module_utils import _contract as ct
-from ansible_collections.stellaops.runtime.plugins.module_utils import _docker_run as dr
-from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
-from ansible_collections.stellaops.runtime.plugins.module_utils._preflight import build_request
+from ansible_collections.stellaops.runtime.plugins.module_utils.compose import apply as ca
+from ansible_collections.stellaops.runtime.plugins.module_utils.compose import rollback as rb
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract import vocabulary as ct
+from ansible_collections.stellaops.runtime.plugins.module_utils.docker import run as dr
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
+from ansible_collections.stellaops.runtime.plugins.module_utils.engine.preflight import build_request
 from ansible_collections.stellaops.runtime.plugins.modules import stella_preflight
-from ansible_collections.stellaops.runtime.plugins.plugin_utils import _plan
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.release import plan as _plan
 
 T_PAYLOAD = {"Id": "tgt-01", "Name": "vm-01", "Type": "ComposeHost", "Endpoint": "local", "ExecutionMode": "agent"}
 T_OPTION = dict(sc.TARGET)

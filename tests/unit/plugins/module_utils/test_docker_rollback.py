@@ -11,9 +11,9 @@ import pytest
 import scripted as sc
 from test_docker_run import Host, read, write_committed
 
-from ansible_collections.stellaops.runtime.plugins.module_utils import _docker_rollback as rb
-from ansible_collections.stellaops.runtime.plugins.module_utils import _docker_revision as drv
-from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
+from ansible_collections.stellaops.runtime.plugins.module_utils.docker import rollback as rb
+from ansible_collections.stellaops.runtime.plugins.module_utils.docker import revision as drv
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 
 
 class Retained(Host):

@@ -9,11 +9,11 @@ import pytest
 
 import scripted as sc
 
-from ansible_collections.stellaops.runtime.plugins.module_utils import _docker_revision as drv
-from ansible_collections.stellaops.runtime.plugins.module_utils import _docker_run as dr
-from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
-from ansible_collections.stellaops.runtime.plugins.module_utils._docker_cli import container_summary
-from ansible_collections.stellaops.runtime.plugins.plugin_utils import _plan
+from ansible_collections.stellaops.runtime.plugins.module_utils.docker import revision as drv
+from ansible_collections.stellaops.runtime.plugins.module_utils.docker import run as dr
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
+from ansible_collections.stellaops.runtime.plugins.module_utils.engine.cli import container_summary
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.release import plan as _plan
 
 D1 = sc.DIGEST
 

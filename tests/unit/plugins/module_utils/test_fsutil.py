@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from ansible_collections.stellaops.runtime.plugins.module_utils import _fsutil
+from ansible_collections.stellaops.runtime.plugins.module_utils.host import files as _fsutil
 
 
 def listing(directory):

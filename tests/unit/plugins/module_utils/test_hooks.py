@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from ansible_collections.stellaops.runtime.plugins.module_utils import _hooks
-from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
+from ansible_collections.stellaops.runtime.plugins.module_utils.agent import hooks as _hooks
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 
 
 def hook(**kw):

@@ -6,9 +6,9 @@ import pytest
 
 import scripted as sc
 
-from ansible_collections.stellaops.runtime.plugins.module_utils import _identity as ident
-from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
-from ansible_collections.stellaops.runtime.plugins.module_utils._contract import endpoint_host
+from ansible_collections.stellaops.runtime.plugins.module_utils.agent import identity as ident
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import endpoint_host
 
 TARGET = sc.TARGET
 

@@ -11,9 +11,9 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "fixtures"))
 
 import planning_support as ps  # noqa: E402  pylint: disable=wrong-import-position
-from ansible_collections.stellaops.runtime.plugins.module_utils._compose_project import (  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.module_utils.compose.project import (  # noqa: E402
     read_lock_services, service_images, service_labels)
-from ansible_collections.stellaops.runtime.plugins.plugin_utils import _plan  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.release import plan as _plan  # noqa: E402
 
 
 def _lock(**overrides):

@@ -8,9 +8,9 @@ import pytest
 
 import scripted as sc
 
-from ansible_collections.stellaops.runtime.plugins.module_utils import _manager as mg
-from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
-from ansible_collections.stellaops.runtime.plugins.module_utils._contract import ROLLBACK_PHASES
+from ansible_collections.stellaops.runtime.plugins.module_utils.agent import manager as mg
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import ROLLBACK_PHASES
 
 
 def test_phase_recorder_and_deployment_phases():

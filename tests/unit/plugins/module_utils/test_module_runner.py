@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from ansible_collections.stellaops.runtime.plugins.module_utils import _module
+from ansible_collections.stellaops.runtime.plugins.module_utils.agent import module as _module
 
 
 class Command:

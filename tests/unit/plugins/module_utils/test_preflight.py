@@ -8,15 +8,15 @@ import threading
 import pytest
 import scripted as sc
 
-from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
-from ansible_collections.stellaops.runtime.plugins.module_utils._docker_cli import DockerCli
-from ansible_collections.stellaops.runtime.plugins.module_utils._preflight import (
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
+from ansible_collections.stellaops.runtime.plugins.module_utils.engine.cli import DockerCli
+from ansible_collections.stellaops.runtime.plugins.module_utils.engine.preflight import (
     CODES,
     HostObserver,
     build_request,
     evaluate,
 )
-from ansible_collections.stellaops.runtime.plugins.module_utils._imageref import oci_architecture, registry_base_url
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.imageref import oci_architecture, registry_base_url
 
 BASE_PARAMS = {
     "payload": None,

@@ -16,10 +16,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "fixtures
 
 from planning_support import FakeRegistry, image_index, image_manifest  # noqa: E402
 
-from ansible_collections.stellaops.runtime.plugins.module_utils import _registry  # noqa: E402
-from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError  # noqa: E402
-from ansible_collections.stellaops.runtime.plugins.module_utils._imageref import parse_image_ref  # noqa: E402
-from ansible_collections.stellaops.runtime.plugins.module_utils._registry import (  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.module_utils.engine import registry as _registry  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.imageref import parse_image_ref  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.module_utils.engine.registry import (  # noqa: E402
     MANIFEST_ACCEPT, RegistryApi, RegistryClient, basic_authorization, index_platforms, parse_challenge, read_manifest,
     read_token, token_url,
 )

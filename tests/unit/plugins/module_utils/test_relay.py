@@ -14,9 +14,9 @@ import time
 
 import pytest
 
-from ansible_collections.stellaops.runtime.plugins.module_utils import _relay as rl
-from ansible_collections.stellaops.runtime.plugins.module_utils import _relay_forwarder as fw
-from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
+from ansible_collections.stellaops.runtime.plugins.module_utils.relay import endpoint as rl
+from ansible_collections.stellaops.runtime.plugins.module_utils.relay import forwarder as fw
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 
 
 def request(tmp_path, **over):

@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from ansible_collections.stellaops.runtime.plugins.module_utils import _revisions as rv
-from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
+from ansible_collections.stellaops.runtime.plugins.module_utils.compose import revisions as rv
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 
 MH = "sha256:" + "ab" * 32
 FILES = {rv.LOCK_FILE: b"lock\n", rv.STICKER_FILE: b'{"s": 1}\n', rv.MANIFEST_FILE: b'{"m": 1}\n'}

@@ -8,8 +8,8 @@ import pytest
 
 import scripted as sc
 
-from ansible_collections.stellaops.runtime.plugins.module_utils import _teardown as td
-from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
+from ansible_collections.stellaops.runtime.plugins.module_utils.agent import teardown as td
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 
 PROJECT = "acme-prod-vm-01-shop"
 C1, C2 = sc.container_id("web"), sc.container_id("previous")

@@ -9,7 +9,8 @@ import pytest
 
 from modrun import run_module, sc, script_engine, warning_texts
 
-from ansible_collections.stellaops.runtime.plugins.module_utils import _compose_apply, _docker_run
+from ansible_collections.stellaops.runtime.plugins.module_utils.compose import apply as _compose_apply
+from ansible_collections.stellaops.runtime.plugins.module_utils.docker import run as _docker_run
 from ansible_collections.stellaops.runtime.plugins.modules import stella_compose_deploy as module
 
 SECRET = "hunter2-not-in-output"

@@ -6,7 +6,7 @@ import pytest
 
 from modrun import run_module, sc, script_engine
 
-from ansible_collections.stellaops.runtime.plugins.module_utils import _preflight
+from ansible_collections.stellaops.runtime.plugins.module_utils.engine import preflight as _preflight
 from ansible_collections.stellaops.runtime.plugins.modules import stella_preflight as module
 
 

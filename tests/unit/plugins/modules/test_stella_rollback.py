@@ -6,7 +6,7 @@ import pytest
 
 from modrun import run_module, sc, script_engine
 
-from ansible_collections.stellaops.runtime.plugins.module_utils import _compose_rollback
+from ansible_collections.stellaops.runtime.plugins.module_utils.compose import rollback as _compose_rollback
 from ansible_collections.stellaops.runtime.plugins.modules import stella_rollback as module
 
 TARGET_PAYLOAD = {"Id": "tgt-01", "Name": "vm-01", "Type": "ComposeHost", "Endpoint": "local",

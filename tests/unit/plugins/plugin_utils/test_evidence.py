@@ -16,8 +16,8 @@ import os
 import pytest
 
 from ansible_collections.stellaops.runtime.plugins.action.stella_evidence import _clean
-from ansible_collections.stellaops.runtime.plugins.module_utils._canonical import digest_json
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._evidence import (
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.canonical import digest_json
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.deployment import (
     DEPLOYMENT_EVIDENCE_VERSION,
     deployment_record,
     project_digest,
@@ -25,7 +25,7 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils._evidence import
     success_boundary,
     verify_record,
 )
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._rollback_evidence import (
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.rollback import (
     EVIDENCE_VERSION,
     verify_rollback_evidence,
 )

@@ -6,8 +6,9 @@ import copy
 
 import pytest
 
-from ansible_collections.stellaops.runtime.plugins.module_utils._contract import HEALTH_STATUSES
-from ansible_collections.stellaops.runtime.plugins.plugin_utils import _health, _job
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import HEALTH_STATUSES
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import health as _health
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
 
 T0 = "2026-01-01T00:00:00Z"
 

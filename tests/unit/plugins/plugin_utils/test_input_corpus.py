@@ -17,9 +17,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "fixtures
 
 from planning_support import DIGEST_A, FIXTURES, load_release  # noqa: E402
 
-from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError  # noqa: E402
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._plan import plan_release  # noqa: E402
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._release import validate_release  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.plan import plan_release  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.schema import validate_release  # noqa: E402
 
 DELETE = "__delete__"
 CODES = ("release_invalid", "health_probe_config_invalid")

@@ -6,8 +6,8 @@ import copy
 
 import pytest
 
-from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
-from ansible_collections.stellaops.runtime.plugins.plugin_utils import _job
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
 
 T0 = "2026-01-01T00:00:00Z"
 BATCHES = [["t1", "t2"], ["t3", "t4"], ["t5"]]

@@ -9,10 +9,14 @@ import sqlite3
 
 import pytest
 
-from ansible_collections.stellaops.runtime.plugins.action.stella_job import ActionModule
-from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
-from ansible_collections.stellaops.runtime.plugins.module_utils._contract import seconds_between, utc_timestamp
-from ansible_collections.stellaops.runtime.plugins.plugin_utils import _job, _job_owner, _job_schema, _job_store, _job_view
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.steps import JobSteps, interrupt_gone_jobs
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import seconds_between, utc_timestamp
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import owner as _job_owner
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import schema as _job_schema
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import sql as _job_store
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import view as _job_view
 
 T0 = "2026-03-01T10:00:00.000000Z"
 T1 = "2026-03-01T10:05:00.000000Z"
@@ -96,10 +100,10 @@ def test_an_expired_lease_releases_the_projects_to_the_next_job(tmp_path):
     store = stored(tmp_path, 900)
     try:
         # within the lease the project stays held
-        assert ActionModule._interrupt_gone_jobs(store, at(900)) == []
+        assert interrupt_gone_jobs(store, at(900)) == []
         assert new_job_for_a(store, "job-2", at(900))[1] == {"a": "job-1"}
 
-        assert ActionModule._interrupt_gone_jobs(store, at(901)) == ["job-1"]
+        assert interrupt_gone_jobs(store, at(901)) == ["job-1"]
         record = store.get("job-1")
         assert (record["status"], record["promotion"], record["code"]) == ("Failed", "Failed", "job_interrupted")
         assert record["interrupted"] == {"at": at(901), "why": "interrupted: no change or lease renewal for 901s, "
@@ -111,7 +115,7 @@ def test_an_expired_lease_releases_the_projects_to_the_next_job(tmp_path):
         _stored, held = new_job_for_a(store, "job-3", at(902))
         assert held == {} and store.claims() == {"id-a|shop": "job-3"}
         # a second pass has nothing left to do (job-3 has no lease)
-        assert ActionModule._interrupt_gone_jobs(store, at(10 ** 6)) == []
+        assert interrupt_gone_jobs(store, at(10 ** 6)) == []
     finally:
         store.close()
 
@@ -119,7 +123,7 @@ def test_an_expired_lease_releases_the_projects_to_the_next_job(tmp_path):
 def test_without_a_lease_another_controller_never_takes_the_job(tmp_path):
     store = stored(tmp_path, 0)
     try:
-        assert ActionModule._interrupt_gone_jobs(store, at(10 ** 6)) == []
+        assert interrupt_gone_jobs(store, at(10 ** 6)) == []
         assert store.get("job-1")["status"] == "Running"
         assert new_job_for_a(store, "job-2", at(10 ** 6))[1] == {"a": "job-1"}
     finally:
@@ -129,8 +133,8 @@ def test_without_a_lease_another_controller_never_takes_the_job(tmp_path):
 def test_every_step_renews_the_lease(tmp_path):
     store = stored(tmp_path, 900, updated=at(600))  # the last step persisted 600 s after T1
     try:
-        assert ActionModule._interrupt_gone_jobs(store, at(1400)) == []
-        assert ActionModule._interrupt_gone_jobs(store, at(1501)) == ["job-1"]
+        assert interrupt_gone_jobs(store, at(1400)) == []
+        assert interrupt_gone_jobs(store, at(1501)) == ["job-1"]
     finally:
         store.close()
 
@@ -138,10 +142,10 @@ def test_every_step_renews_the_lease(tmp_path):
 def test_a_run_still_alive_stops_at_its_next_step(tmp_path):
     store = stored(tmp_path, 900)
     try:
-        ActionModule._refuse_interrupted(store.get("job-1"))  # not interrupted: goes on
-        ActionModule._interrupt_gone_jobs(store, at(901))
+        JobSteps._refuse_interrupted(store.get("job-1"))  # not interrupted: goes on
+        interrupt_gone_jobs(store, at(901))
         with pytest.raises(StellaError) as caught:
-            ActionModule._refuse_interrupted(store.get("job-1"))
+            JobSteps._refuse_interrupted(store.get("job-1"))
         assert caught.value.code == "job_interrupted" and caught.value.phase == "job"
         assert caught.value.reason == ("job job-1 was recorded interrupted, this run stops: interrupted: no change "
                                        "or lease renewal for 901s, longer than its claim lease of 900s (controller "
@@ -158,7 +162,7 @@ def test_an_interrupted_rollback_is_refused_although_its_code_is_the_failure_s(t
     record = _job.interrupted(record, at(901), "interrupted: lease")
     assert record["code"] == "service_unhealthy"
     with pytest.raises(StellaError) as caught:
-        ActionModule._refuse_interrupted(record)
+        JobSteps._refuse_interrupted(record)
     assert caught.value.code == "job_interrupted"
 
 
@@ -182,8 +186,8 @@ def test_a_renewal_holds_the_job_without_writing_a_revision(tmp_path):
         assert [r.get("leaseRenewedAt") for r in store.unfinished()] == [at(800)]
         assert [r.get("leaseRenewedAt") for r in store.list()] == [at(800)]
         # past the lease counted from the last change, within it counted from the renewal
-        assert ActionModule._interrupt_gone_jobs(store, at(1700)) == []
-        assert ActionModule._interrupt_gone_jobs(store, at(1701)) == ["job-1"]
+        assert interrupt_gone_jobs(store, at(1700)) == []
+        assert interrupt_gone_jobs(store, at(1701)) == ["job-1"]
         # the renewal is never part of the stored record, and a finished job holds no lease
         assert store.get("job-1").get("leaseRenewedAt") is None
         assert all("leaseRenewedAt" not in json.loads(r[0]) for r in store._read("SELECT record FROM deployment_jobs"))

@@ -12,10 +12,13 @@ import time
 
 import pytest
 
-from ansible_collections.stellaops.runtime.plugins.module_utils import _procfs
-from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
-from ansible_collections.stellaops.runtime.plugins.module_utils._contract import utc_timestamp
-from ansible_collections.stellaops.runtime.plugins.plugin_utils import _job, _job_lease, _job_owner, _job_store
+from ansible_collections.stellaops.runtime.plugins.module_utils.host import procfs as _procfs
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import utc_timestamp
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import lease as _job_lease
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import owner as _job_owner
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import sql as _job_store
 
 COLL_ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), *[os.pardir] * 4, ".build", "collections")
 ELSEWHERE = {"host": "controller-b.invalid", "pid": 4242, "startTicks": 1}
@@ -112,7 +115,9 @@ def wait_for(condition, timeout=10.0):
 OWNER = r"""
 import os, sys, time
 sys.path.insert(0, sys.argv[1])
-from ansible_collections.stellaops.runtime.plugins.plugin_utils import _job_lease, _job_owner, _job_store
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import lease as _job_lease
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import owner as _job_owner
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import sql as _job_store
 owner = {"host": "this", "pid": os.getpid(), "startTicks": _job_owner.process_start(os.getpid())}
 store = _job_store.open_store(sys.argv[2])  # open while the keeper starts, as in the task's worker
 store.get("job-1")
@@ -193,6 +198,6 @@ def test_a_keeper_that_cannot_be_started_is_reported_as_none(monkeypatch, tmp_pa
 
 
 def test_the_keeper_finds_the_collection_where_this_one_was_found():
-    root = _job_lease.collection_root()
+    root = _job_lease.COLLECTIONS_PATH
     assert os.path.isfile(os.path.join(root, "ansible_collections", "stellaops", "runtime", "plugins", "plugin_utils",
-                                       "_job_lease.py"))
+                                       "job", "lease.py"))

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ansible_collections.stellaops.runtime.plugins.plugin_utils import _job, _job_view
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import view as _job_view
 
 T0 = "2026-01-01T00:00:00Z"
 

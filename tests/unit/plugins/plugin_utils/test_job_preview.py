@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.stellaops.runtime.plugins.plugin_utils import _job_preview as pv
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import preview as pv
 
 RUN = {"jobId": "job-1", "jobIdSource": "job_id", "checkMode": True, "proceed": True, "reason": None, "code": None,
        "batches": [["a", "b"], ["c"]], "targetOrder": ["a", "b", "c"]}

@@ -8,8 +8,9 @@ import stat
 
 import pytest
 
-from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
-from ansible_collections.stellaops.runtime.plugins.plugin_utils import _job, _job_store
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import sql as _job_store
 
 T0 = "2026-01-01T00:00:00Z"
 NAMES = ["t%02d" % i for i in range(12)]

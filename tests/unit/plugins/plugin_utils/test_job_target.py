@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.stellaops.runtime.plugins.plugin_utils import _job_target as jt
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import target as jt
 
 AGENT = ("preflight", "prepare", "pre-deploy", "deploy", "verify", "promote", "post-deploy")
 

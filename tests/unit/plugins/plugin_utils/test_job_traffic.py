@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.stellaops.runtime.plugins.plugin_utils import _job, _job_traffic, _job_view, _strategy
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import traffic as _job_traffic
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import view as _job_view
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import strategy as _strategy
 
 T0 = "2026-01-01T00:00:00Z"
 

@@ -17,11 +17,11 @@ from planning_support import (  # noqa: E402
     DIGEST_A, FIXTURES, TRICKY, compose_config, compose_value, load_release, minimal_release, resolved_for,
 )
 
-from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError  # noqa: E402
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._lock import (  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.lock import (  # noqa: E402
     emit_yaml, healthcheck, quote, render_lock,
 )
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._plan import plan_release  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.plan import plan_release  # noqa: E402
 
 _TEXT = st.text(st.characters(exclude_categories=("Cs",)))
 

@@ -11,9 +11,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "fixtures
 
 from planning_support import compose_accepts_every_lock, DIGEST_A, minimal_release  # noqa: E402
 
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._payloads import component_skips_pull  # noqa: E402
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._plan import plan_release  # noqa: E402
-from ansible_collections.stellaops.runtime.plugins.module_utils._preflight import build_request  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.payloads import component_skips_pull  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.plan import plan_release  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.module_utils.engine.preflight import build_request  # noqa: E402
 
 IMAGE = "registry.example.com/shop/web:1.0"
 PINNED = IMAGE + "@" + DIGEST_A

@@ -19,8 +19,8 @@ from planning_support import (  # noqa: E402
     DIGEST_A, DIGEST_B, ROOT, compose_config, load_release, minimal_release, resolved_for,
 )
 
-from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError  # noqa: E402
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._plan import plan_release  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.plan import plan_release  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -96,7 +96,7 @@ _SCRIPT = r"""
 import json, sys
 sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[2])
 from planning_support import load_release, resolved_for
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._plan import plan_release
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.plan import plan_release
 release = load_release()
 release["secretEnv"] = {"B": "2", "A": "1", "C": "3"}
 release["components"].extend({"name": "c%d" % i, "image": "r.example.com/x/c%d:1" % i,

@@ -8,8 +8,8 @@ import threading
 
 import pytest
 
-from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._probe import (
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.probe.verify import (
     HttpTcpProbeRunner,
     ProbeResult,
     ProbeRunner,

@@ -11,13 +11,13 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "fixtures
 
 from planning_support import load_release, resolved_for  # noqa: E402
 
-from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError  # noqa: E402
-from ansible_collections.stellaops.runtime.plugins.plugin_utils import _probe  # noqa: E402
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._plan import plan_release  # noqa: E402
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._probe import (  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.probe import verify as _probe  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.plan import plan_release  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.probe.verify import (  # noqa: E402
     parse_probe_specs, valid_host, validate_probe_config,
 )
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._release import validate_release  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.schema import validate_release  # noqa: E402
 
 INVALID = "Post-deploy health probe configuration invalid: "
 TARGET = {"endpoint": "ssh://root@10.0.0.5:22"}

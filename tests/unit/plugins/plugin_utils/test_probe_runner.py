@@ -11,9 +11,9 @@ import pytest
 import requests
 from urllib3.exceptions import ConnectTimeoutError, MaxRetryError, NewConnectionError, ProtocolError
 
-from ansible_collections.stellaops.runtime.plugins.plugin_utils import _requests
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._probe import ProbeSpec, verify
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._probe_runner import (
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.execution import http as _requests
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.probe.verify import ProbeSpec, verify
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.probe.runner import (
     HttpTcpProbeRunner, ProbeRunner, describe_request_error,
 )
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.stellaops.runtime.plugins.plugin_utils import _job, _projection
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._rollback_evidence import build_rollback_evidence
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import projection as _projection
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.rollback import build_rollback_evidence
 
 T0 = "2026-01-01T00:00:00Z"
 

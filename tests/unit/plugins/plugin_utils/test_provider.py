@@ -9,9 +9,9 @@ import json
 
 import pytest
 
-from ansible_collections.stellaops.runtime.plugins.plugin_utils import _provider as pv
-from ansible_collections.stellaops.runtime.plugins.plugin_utils import _provider_cli as cli
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._job_plan import plan_job
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import protocol as pv
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import cli as cli
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.plan import plan_job
 
 
 @pytest.mark.parametrize("argv", [

@@ -22,10 +22,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "fixtures
 
 from planning_support import FakeRegistry, image_index, image_manifest  # noqa: E402
 
-from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError  # noqa: E402
-from ansible_collections.stellaops.runtime.plugins.module_utils._registry import MANIFEST_ACCEPT, MAX_MANIFEST_BYTES  # noqa: E402
-from ansible_collections.stellaops.runtime.plugins.plugin_utils import _requests  # noqa: E402
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._registry import (  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.module_utils.engine.registry import MANIFEST_ACCEPT, MAX_MANIFEST_BYTES  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.execution import http as _requests  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.registry import (  # noqa: E402
     CHUNK_BYTES, DigestResolver, RequestsTransport, platform_strings,
 )
 

@@ -16,8 +16,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "fixtures
 
 from planning_support import ROOT, load_release, minimal_release  # noqa: E402
 
-from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError  # noqa: E402
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._release import (  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.schema import (  # noqa: E402
     DEFAULT_WORK_DIRECTORY, RELEASE_SCHEMA, field_path, normalize_release, schema_document, schema_errors,
     validate_release,
 )

@@ -10,8 +10,8 @@ import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
-from ansible_collections.stellaops.runtime.plugins.plugin_utils._rollback_evidence import (
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.rollback import (
     EVIDENCE_VERSION,
     build_recovery_record,
     build_rollback_evidence,

@@ -7,8 +7,8 @@ import pytest
 from ansible.executor.playbook_executor import PlaybookExecutor
 from ansible.playbook.play import Play
 
-from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
-from ansible_collections.stellaops.runtime.plugins.plugin_utils import _strategy
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import strategy as _strategy
 
 T4 = ["t1", "t2", "t3", "t4"]
 

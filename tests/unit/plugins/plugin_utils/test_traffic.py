@@ -15,8 +15,8 @@ import time
 import pytest
 import yaml
 
-from ansible_collections.stellaops.runtime.plugins.module_utils._common import StellaError
-from ansible_collections.stellaops.runtime.plugins.plugin_utils import _traffic as tr
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.traffic import adapters as tr
 
 JOB = {"jobId": "job-1", "release": {"id": "r1", "name": "shop", "version": "2.0.0"}, "strategy": "blue-green",
        "application": "shop", "environment": "lab"}

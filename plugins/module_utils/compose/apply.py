@@ -1,0 +1,402 @@
+# Copyright (c) Stella Ops contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+# This module_utils is PRIVATE to stellaops.runtime. It may change without notice.
+
+"""Target-side ``compose.up``: apply a planned release to a Compose project on this host.
+
+Steps (each recorded with its duration): ``write_artifacts`` (retain the committed revision, stage
+the lock and env artifact), ``pre_deploy_hooks``, ``compose_pull`` (pull missing images, verify
+RepoDigests), ``compose_up``, ``inspect_services`` (state, health, digest, labels, identity),
+``write_sticker`` (commit sticker and apply manifest only now), ``post_deploy_hooks``. A failure at
+any step puts every file of the project back exactly as it was; the retained revision stays as the
+rollback baseline. Standard library only.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import contextlib
+import json
+import os
+import re
+import time
+
+from ansible_collections.stellaops.runtime.plugins.module_utils.agent import hooks as _hooks
+from ansible_collections.stellaops.runtime.plugins.module_utils.compose import revisions as _revisions
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.artifacts import (
+    build_apply_manifest, listed_env_hash, lock_manifest_hashes, same_release, verify_artifact_set)
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.canonical import pretty_json, sha256_bytes
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError, redact_url
+from ansible_collections.stellaops.runtime.plugins.module_utils.compose.project import (
+    NOT_ASKED, ComposeProject, ServicesNotReady, check_pinned, container_fingerprint, present_image_ids, raise_problems,
+    services_evidence)
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
+    COMPOSE_STEPS, COMPOSE_UP, DEFAULT_KEEP_REVISIONS, DEFAULT_WAIT_TIMEOUT, ENV_FILE, ENV_FILE_MODE, LOCK_FILE, MANIFEST_FILE,
+    REVISION_FILES, STICKER_FILE, invalid, keep_revisions_problem)
+from ansible_collections.stellaops.runtime.plugins.module_utils.host.files import (
+    StagedFiles, project_lock, read_bytes, remove_stale_temps)
+from ansible_collections.stellaops.runtime.plugins.module_utils.agent.identity import ensure_this_host
+from ansible_collections.stellaops.runtime.plugins.module_utils.agent.manager import Manager
+from ansible_collections.stellaops.runtime.plugins.module_utils.engine.preflight import (
+    ARGUMENT_SPEC as PREFLIGHT_OPTIONS, preflight_with, raise_failures)
+
+
+def preflight_params(given):
+    """The preflight options with their defaults, from the (partial) ``preflight`` option."""
+    params = {name: spec.get("default") for name, spec in PREFLIGHT_OPTIONS.items()}
+    params.update({k: v for k, v in (given or {}).items() if v is not None})
+    return params
+
+
+def runtime_preflight(cli, rec, evidence, given):
+    """The runtime preflight of an apply task's ``preflight`` option (``given``; its payload and
+    ``target_type`` as given), as the step ``preflight``: before anything on the host changes, over the
+    task's engine client (which remembers the versions it learns here). ``evidence`` gets ``preflight``
+    and ``preflightFailures``; a failed check raises its stable code (:func:`raise_failures`)."""
+    with rec.phase("preflight"):
+        checks, failures = preflight_with(cli, preflight_params(given))
+        evidence["preflight"] = checks
+        evidence["preflightFailures"] = failures
+        raise_failures(checks, failures)
+
+
+def parse_request(payload=None, options=None):
+    """A ``compose.up`` request from the verbatim payload and/or the snake_case options."""
+    keep = (options or {}).get("keep_revisions")
+    if keep is not None and keep_revisions_problem(keep):
+        raise invalid(keep_revisions_problem(keep))
+    request = COMPOSE_UP.parse(payload, options)
+    request["hooks"] = _hooks.normalize_hooks(request["hooks"])
+    return request
+
+
+def _mismatch(problems):
+    return StellaError("artifact_hash_mismatch", "; ".join(problems), phase="validate_payload",
+                       evidence={"problems": problems})
+
+
+def variable_problems(request, actual):
+    """The payload's ``Variables`` must agree with what the task carries (pure): a variable that names
+    another project, release hash, artifact or target than the task itself is refused."""
+    variables = request.get("Variables") or {}
+    return ["Variables.%s is %r, the task carries %r" % (key, variables[key], actual[key])
+            for key in sorted(actual) if key in variables and variables[key] != actual[key]]
+
+
+def check_artifacts(request, env_bytes=None):
+    """Pure consistency checks of the artifact set before any change.
+
+    Returns ``(files, sticker)``: ``files`` maps the three revision files to their bytes (the apply
+    manifest is built when the request carries none, else verified byte for byte).
+    """
+    lock = request["compose_lock"].encode("utf-8")
+    sticker_bytes = request["version_sticker"].encode("utf-8")
+    try:
+        sticker = json.loads(sticker_bytes)
+    except ValueError as exc:
+        raise StellaError("artifact_invalid", "VersionSticker is not JSON: %s" % exc, phase="validate_payload")
+    if not isinstance(sticker, dict):
+        raise StellaError("artifact_invalid", "VersionSticker must be a JSON object", phase="validate_payload")
+    mhash = sticker.get("manifestHash")
+    problems = []
+    if sticker.get("composeHash") != sha256_bytes(lock):
+        problems.append("sticker composeHash %s != sha256 of the lock %s" % (
+            sticker.get("composeHash"), sha256_bytes(lock)))
+    if lock_manifest_hashes(lock) != [mhash]:
+        problems.append("lock stella.manifest.hash labels %s != sticker manifestHash %s" % (
+            lock_manifest_hashes(lock), mhash))
+    if request.get("manifest_hash") and request["manifest_hash"] != mhash:
+        problems.append("ManifestHash %s != sticker manifestHash %s" % (request["manifest_hash"], mhash))
+    recorded = sticker.get("target")
+    wanted = dict(request["target"], endpoint=redact_url(request["target"]["endpoint"]))
+    if isinstance(recorded, dict) and recorded != wanted:
+        problems.append("Target %s differs from the sticker's target %s" % (
+            json.dumps(request["target"], sort_keys=True), json.dumps(recorded, sort_keys=True)))
+    if sticker.get("projectName") != request["project_name"]:
+        problems.append("sticker projectName %r != ProjectName %r" % (sticker.get("projectName"),
+                                                                      request["project_name"]))
+    if sticker.get("workDirectory") not in (None, request["work_directory"]):
+        problems.append("sticker workDirectory %r != WorkDirectory %r" % (sticker.get("workDirectory"),
+                                                                          request["work_directory"]))
+    problems.extend(variable_problems(request, {
+        "projectName": request["project_name"], "workDirectory": request["work_directory"], "manifestHash": mhash,
+        "composeHash": sha256_bytes(lock), "versionStickerHash": sha256_bytes(sticker_bytes),
+        "targetId": request["target"]["id"], "targetName": request["target"]["name"],
+        "targetType": request["target"]["type"], "targetEndpoint": request["target"]["endpoint"],
+        "targetExecutionMode": request["target"]["executionMode"]}))
+    if problems:
+        raise _mismatch(problems)
+    artifacts = {LOCK_FILE: lock, STICKER_FILE: sticker_bytes, ENV_FILE: env_bytes}
+    if request.get("apply_manifest"):
+        manifest = request["apply_manifest"].encode("utf-8")
+    else:
+        manifest = pretty_json(build_apply_manifest(request["project_name"], mhash, artifacts))
+    problems = verify_artifact_set(manifest, artifacts, request["project_name"], mhash)
+    # An env artifact the manifest lists but the task does not carry may already be on the target.
+    problems = [p for p in problems if not (env_bytes is None and p.startswith(ENV_FILE + " is listed"))]
+    if problems:
+        raise _mismatch(problems)
+    return {LOCK_FILE: lock, STICKER_FILE: sticker_bytes, MANIFEST_FILE: manifest}, sticker
+
+
+# The early look: futures of the project's containers and of the lock's images, and whether it was
+# asked under the project lock.
+EarlyLook = collections.namedtuple("EarlyLook", "containers images locked")
+
+
+def project_evidence(target_evidence, layout):
+    """What every Compose task result starts with: identity and the project's logical paths."""
+    evidence = dict(target_evidence)
+    evidence.update({"projectName": layout.project_name, "projectDirectory": layout.project_dir,
+                     "composePath": layout.lock_path, "composeLockPath": layout.lock_path,
+                     "applyManifestPath": layout.manifest_path, "versionStickerPath": layout.sticker_path,
+                     "services": [], "serviceCount": 0})
+    return evidence
+
+
+def lock_diff(before, after, path):
+    return {"before": before or "", "after": after or "", "before_header": path, "after_header": path}
+
+
+class ComposeApply(Manager):
+    """``compose.up`` on this host."""
+
+    def __init__(self, cli, run_command, warn=None, secrets=(), wait_timeout=DEFAULT_WAIT_TIMEOUT, keep_revisions=DEFAULT_KEEP_REVISIONS,
+                 env_bytes=None, preflight=None):
+        super().__init__(cli, run_command, warn, secrets)
+        self.wait_timeout = wait_timeout
+        self.keep_revisions = keep_revisions
+        self.env_bytes = env_bytes
+        self.preflight = preflight
+
+    def initial_evidence(self, request):
+        self.layout = _revisions.Layout(request["work_directory"], request["project_name"])
+        self.project = ComposeProject(self.cli, self.layout, self.wait_timeout)
+        return dict(project_evidence(super().initial_evidence(request), self.layout), hookResults=[])
+
+    def execute(self, request, rec, result, check_mode, diff):
+        evidence = result["evidence"]
+        files, sticker = check_artifacts(request, self.env_bytes)
+        mhash = sticker["manifestHash"]
+        evidence.update({"manifestHash": mhash, "composeLockHash": sha256_bytes(files[LOCK_FILE]),
+                         "versionStickerHash": sha256_bytes(files[STICKER_FILE]),
+                         "applyManifestHash": sha256_bytes(files[MANIFEST_FILE]),
+                         "artifactHashes": dict(json.loads(files[MANIFEST_FILE])["artifacts"],
+                                                **{MANIFEST_FILE: sha256_bytes(files[MANIFEST_FILE])}),
+                         "slot": sticker.get("slot"), "trafficRole": sticker.get("trafficRole")})
+        with rec.phase("verify_target", record=False):
+            ensure_this_host(request["target"], self.run_command)
+        with contextlib.ExitStack() as stack:
+            early = None
+            if not check_mode:
+                # Look at the project's containers and the lock's images while the engine answers the
+                # preflight (reads only: nothing on the host changes before the preflight passed). A
+                # project that exists is looked at under its lock, taken now.
+                locked = os.path.isdir(self.layout.project_dir)
+                if locked:
+                    self._lock(stack, evidence)
+                early = self._ask(stack.enter_context(concurrent.futures.ThreadPoolExecutor(max_workers=2)), files,
+                                  locked)
+            self._preflight(rec, evidence)
+            if diff:
+                before = read_bytes(self.layout.lock_path) or b""
+                result["diff"] = lock_diff(before.decode("utf-8", "replace"), files[LOCK_FILE].decode("utf-8"),
+                                           self.layout.lock_path)
+            if check_mode:
+                return self._check_mode(request, rec, result, files, mhash)
+            if not early.locked:
+                self._lock(stack, evidence)
+            killed = _hooks.reap_stale_hooks(self.layout.project_dir)
+            if killed:
+                evidence["staleHookPidsKilled"] = killed
+            before = _revisions.read_current(self.layout)
+            before_env = read_bytes(self.layout.env_path)
+            containers, found = self._look(files, before, early)
+            converged = self._converged(files, before, before_env, containers, request["target"], mhash, found)
+            if converged is not None:
+                # Same release, every service verified: no hook runs, no container is touched, and the
+                # committed artifact set (with the sticker of the job that applied it) stays.
+                evidence.update(services_evidence(converged))
+                self._keep_committed(before, evidence)
+                rec.skip(*[name for name in COMPOSE_STEPS if name != "inspect_services"])
+                with rec.phase("inspect_services"):
+                    baseline = _revisions.latest_other(self.layout, before[STICKER_FILE])
+                if baseline:
+                    evidence["previousRevisionPath"] = baseline
+                return
+            staged = StagedFiles(self.layout.project_dir)
+            try:
+                self._apply(request, rec, result, files, before, before_env, containers, mhash, staged, found)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    restored = staged.restore()
+                    if restored:
+                        evidence["filesRestored"] = restored
+                        evidence["lockRestored"] = LOCK_FILE in restored
+                raise
+            staged.commit()
+
+    def _lock(self, stack, evidence):
+        """Hold the project lock until ``stack`` closes; the wait is evidence."""
+        wait_start = time.monotonic()
+        stack.enter_context(project_lock(self.layout.project_dir))
+        evidence["lockWaitMs"] = int((time.monotonic() - wait_start) * 1000)
+
+    def _preflight(self, rec, evidence):
+        """The runtime preflight (when asked) and the runtime facts every result records."""
+        if self.preflight is not None:
+            # The runtime preflight in the same task: nothing was touched yet.
+            runtime_preflight(self.cli, rec, evidence, self.preflight)
+        with rec.phase("preflight", record=False):
+            runtime = evidence["runtime"] = self.cli.runtime(phase="preflight")
+            evidence.update({"dockerVersion": runtime["dockerServerVersion"],
+                             "composeVersion": runtime["composeVersion"]})
+
+    def _ask(self, pool, files, locked=True):
+        """The early look: futures of the project's containers and of :meth:`ComposeProject.lock_images`
+        for the lock asked for, asked at the same time."""
+        return EarlyLook(pool.submit(self.project.containers, phase="verify_target"),
+                         pool.submit(self.project.lock_images, files[LOCK_FILE], "verify_target"), locked)
+
+    def _look(self, files, before, early):
+        """``(containers, lock images)`` for the converge check and the apply: the early look's answers.
+        An early look made before the project existed stands only while nothing was committed since
+        (another job may have applied meanwhile); otherwise they are asked again, under the lock now held."""
+        if not early.locked and before[LOCK_FILE] is not None:
+            with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+                early = self._ask(pool, files)
+                return early.containers.result(), early.images.result()
+        return early.containers.result(), early.images.result()
+
+    def _converged(self, files, before, before_env, containers, target, mhash, found=None):
+        if before[LOCK_FILE] != files[LOCK_FILE]:
+            return None
+        if before[STICKER_FILE] != files[STICKER_FILE] or before[MANIFEST_FILE] != files[MANIFEST_FILE]:
+            # Another job applied this same release: its committed set must still verify.
+            if not same_release(before[STICKER_FILE], files[STICKER_FILE]) or verify_artifact_set(
+                    before[MANIFEST_FILE] or b"", {LOCK_FILE: before[LOCK_FILE], STICKER_FILE: before[STICKER_FILE],
+                                                   ENV_FILE: before_env}, self.layout.project_name, mhash):
+                return None
+        env_hash = listed_env_hash(before[MANIFEST_FILE])
+        if env_hash and sha256_bytes(before_env or b"") != env_hash:
+            return None
+        if self.env_bytes is not None and before_env != self.env_bytes:
+            return None
+        ids = present_image_ids(*found) if found is not None else NOT_ASKED
+        return self.project.converged(containers, target, mhash, lock_bytes=files[LOCK_FILE], ids=ids)
+
+    @staticmethod
+    def _keep_committed(before, evidence):
+        """Evidence of the committed set a converged run keeps (it may name an earlier job)."""
+        committed = json.loads(before[STICKER_FILE])
+        evidence.update({"versionStickerHash": sha256_bytes(before[STICKER_FILE]),
+                         "applyManifestHash": sha256_bytes(before[MANIFEST_FILE]),
+                         "artifactHashes": dict(json.loads(before[MANIFEST_FILE])["artifacts"],
+                                                **{MANIFEST_FILE: sha256_bytes(before[MANIFEST_FILE])}),
+                         "appliedByJobId": committed.get("jobId"), "appliedByTaskId": committed.get("taskId")})
+
+    def _hook_env(self, request, mhash):
+        return {"STELLA_PROJECT_NAME": self.layout.project_name, "STELLA_PROJECT_DIRECTORY": self.layout.project_dir,
+                "STELLA_MANIFEST_HASH": mhash, "STELLA_TARGET_ID": request["target"]["id"],
+                "STELLA_COMPOSE_PATH": self.layout.lock_path}
+
+    def _apply(self, request, rec, result, files, before, before_env, before_containers, mhash, staged, found=None):
+        evidence = result["evidence"]
+        layout = self.layout
+        env_hash = listed_env_hash(files[MANIFEST_FILE])
+        hook_env = self._hook_env(request, mhash)
+        with rec.phase("write_artifacts"):
+            removed = remove_stale_temps(layout.project_dir) + _revisions.remove_stale_revision_temps(layout)
+            if removed:
+                evidence["removedStaleTemps"] = removed
+            if env_hash and self.env_bytes is None and sha256_bytes(before_env or b"") != env_hash:
+                raise StellaError("artifact_missing", "apply manifest lists %s but it was not supplied and the file "
+                                  "on the target does not match" % ENV_FILE)
+            if request["backup_existing"]:
+                baseline = _revisions.retain_baseline(layout, before, before_env, files, self.keep_revisions)
+                if baseline:
+                    evidence["previousRevisionPath"] = baseline
+            staged.write(LOCK_FILE, files[LOCK_FILE])
+            if self.env_bytes is not None and before_env != self.env_bytes:
+                staged.write(ENV_FILE, self.env_bytes, mode=ENV_FILE_MODE)
+            expected = self.project.expected(files[LOCK_FILE], "write_artifacts")
+            images = expected[0]
+            check_pinned(images, "write_artifacts")
+        with rec.phase("pre_deploy_hooks"):
+            _hooks.run_phase(request["hooks"], "pre-deploy", layout.project_dir, hook_env, self.secrets,
+                             evidence["hookResults"], result["warnings"])
+        with rec.phase("compose_pull"):
+            # What the early look found of the images stands unless a pre-deploy hook ran since (a
+            # hook may pull or remove images).
+            asked = found[1] if found is not None and not _hooks.hooks_for_phase(request["hooks"], "pre-deploy") \
+                else None
+            image_ids, pulled = self.project.ensure_images(images, request["pull_images"], "compose_pull", asked)
+            evidence.update(pulledServices=pulled, imageIds=image_ids)
+        try:
+            with rec.phase("compose_up"):
+                result["changed"] = True
+                started = self.project.up()
+        except ServicesNotReady as exc:
+            evidence.update(services_evidence(self.project.verify(expected, image_ids, request["target"], mhash,
+                                                                  "compose_up", containers=exc.containers)[1]))
+            raise
+        except StellaError as exc:
+            with contextlib.suppress(StellaError):
+                evidence.update(services_evidence(self.project.verify(expected, image_ids, request["target"], mhash,
+                                                                      "compose_up")[1]))
+            exc.code = up_failure_code(exc.reason, exc.code)
+            raise
+        with rec.phase("inspect_services"):
+            after, services, problems = self.project.verify(expected, image_ids, request["target"], mhash,
+                                                            "inspect_services", containers=started)
+            evidence.update(services_evidence(services))
+            result["changed"] = container_fingerprint(after) != container_fingerprint(before_containers)
+            raise_problems(problems, "inspect_services")
+        with rec.phase("write_sticker"):
+            artifacts = {LOCK_FILE: read_bytes(layout.lock_path), STICKER_FILE: files[STICKER_FILE],
+                         ENV_FILE: read_bytes(layout.env_path) if env_hash else None}
+            problems = verify_artifact_set(files[MANIFEST_FILE], artifacts, layout.project_name, mhash)
+            if problems:
+                raise StellaError("artifact_hash_mismatch", "; ".join(problems), phase="write_sticker")
+            for name in (STICKER_FILE, MANIFEST_FILE):
+                if before[name] != files[name]:
+                    staged.write(name, files[name])
+        if staged.names():
+            result["changed"] = True
+        with rec.phase("post_deploy_hooks"):
+            _hooks.run_phase(request["hooks"], "post-deploy", layout.project_dir, hook_env, self.secrets,
+                             evidence["hookResults"], result["warnings"])
+
+    def _check_mode(self, request, rec, result, files, mhash):
+        evidence = result["evidence"]
+        layout = self.layout
+        exists = os.path.isdir(layout.project_dir)
+        before = _revisions.read_current(layout) if exists else dict.fromkeys(REVISION_FILES)
+        containers = self.project.containers(phase="write_artifacts")
+        converged = None
+        if exists:
+            converged = self._converged(files, before, read_bytes(layout.env_path), containers, request["target"], mhash)
+        changed_files = [] if converged else sorted(name for name in REVISION_FILES if before[name] != files[name])
+        result["changed"] = converged is None
+        evidence["wouldChangeFiles"] = changed_files
+        evidence["wouldRetainRevision"] = bool(request["backup_existing"] and before[STICKER_FILE] and changed_files)
+        if converged:
+            evidence.update(services_evidence(converged))
+            self._keep_committed(before, evidence)
+        rec.skip(*COMPOSE_STEPS)
+        evidence["checkMode"] = True
+
+
+def up_failure_code(reason, code):
+    """A stable code from ``docker compose up``'s error text."""
+    text = reason or ""
+    if re.search(r"is unhealthy", text):
+        return "service_unhealthy"
+    if re.search(r"exited \(\d+\)|has exited|is not running|restarting", text):
+        return "service_not_running"
+    if re.search(r"manifest unknown|not found|pull access denied", text):
+        return "image_pull_failed"
+    return code

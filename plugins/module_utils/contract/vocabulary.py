@@ -1,0 +1,424 @@
+# Copyright (c) Stella Ops contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+# This module_utils is PRIVATE to stellaops.runtime. It may change without notice.
+
+"""The runtime contract's vocabulary, defined once for the controller and the target agent.
+
+File names, defaults and patterns; the nine deployment phases and the implementation phases that
+make them up; label names; the target identity shape; and the agent task payload schemas
+(``compose.up``, ``docker.run``, ``compose.rollback``, ``compose.preflight``). The controller builds
+payloads with :meth:`TaskSchema.payload` and the target parses them with :meth:`TaskSchema.parse`,
+so a key exists in exactly one place. One payload-versus-option rule everywhere: a value given both
+as a payload key and as the matching snake_case option must be equal, else the task is refused.
+Pure and standard library only.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import posixpath
+import re
+
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
+
+# ----------------------------------------------------------------------------------- timestamps
+# Every timestamp a job record, evidence document or sticker carries: UTC, microseconds, "Z".
+TIMESTAMP_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
+
+
+def utc_timestamp(moment=None):
+    """``moment`` (an aware ``datetime``; default: now) as the contract writes timestamps."""
+    moment = moment or datetime.datetime.now(datetime.timezone.utc)
+    return moment.astimezone(datetime.timezone.utc).strftime(TIMESTAMP_FORMAT)
+
+
+def seconds_between(start, end):
+    """Seconds from the contract timestamp ``start`` to ``end`` (negative when ``end`` is earlier);
+    ``None`` when either is not one."""
+    try:
+        delta = datetime.datetime.strptime(end, TIMESTAMP_FORMAT) - datetime.datetime.strptime(start, TIMESTAMP_FORMAT)
+    except (TypeError, ValueError):
+        return None
+    return delta.total_seconds()
+
+
+# ---------------------------------------------------------------------------------------- files
+LOCK_FILE = "compose.stella.lock.yml"
+STICKER_FILE = "stella.version.json"
+MANIFEST_FILE = "apply-manifest.json"
+ENV_FILE = ".env.stella"
+ENV_FILE_MODE = 0o600
+LOCK_MARKER = ".stella.lock"
+HOOK_MARKER = ".stella-hook.json"
+REVISIONS_DIR = "revisions"
+REVISION_RECORD = "revision.json"
+TEMP_PREFIX = ".stella-tmp-"
+REVISION_FILES = (LOCK_FILE, STICKER_FILE, MANIFEST_FILE)
+# Sticker keys that name the job which applied a release: a later job that finds the same release
+# running keeps the committed sticker (and these values) instead of rewriting it.
+STICKER_JOB_KEYS = ("jobId", "taskId")
+ARTIFACT_FILES = (LOCK_FILE, STICKER_FILE, ENV_FILE)
+# DockerHost: the release before the running one is retained as stopped containers named
+# ``<name>-stella-previous`` plus a revision directory holding its sticker and their ids.
+DOCKER_REVISION_DIR = "previous"
+DOCKER_PREVIOUS_SUFFIX = "-stella-previous"
+DOCKER_REPLACED_SUFFIX = "-stella-replaced"
+DOCKER_ROLLED_BACK_SUFFIX = "-stella-rolled-back"
+# Evidence on the controller: a target's deployment records under ``<root>/<projectName>/<jobId>/``, a
+# job's own records (job.json, rollback-evidence.json, report.html) under ``<root>/jobs/<jobId>/``.
+EVIDENCE_JOBS_DIR = "jobs"
+
+
+def deployment_evidence_dir(root, project_name, job_id):
+    """Where one target's deployment evidence of job ``job_id`` is written."""
+    return posixpath.join(root, project_name or "unknown-project", job_id or "unknown-job")
+
+
+def job_evidence_dir(root, job_id):
+    """Where the evidence of the job ``job_id`` itself is written."""
+    return posixpath.join(root, EVIDENCE_JOBS_DIR, job_id)
+
+
+APPLY_MANIFEST_SCHEMA = "stella.apply-manifest.v1"
+STICKER_SCHEMA = "stella.version.v1"
+DESIRED_STATE_SCHEMA = "stella.desired-state.v1"
+REVISION_SCHEMA = "stella.revision.v1"
+DOCKER_REVISION_SCHEMA = "stella.docker-revision.v1"
+
+# ---------------------------------------------------------------------------------------- defaults
+DEFAULT_WORK_DIRECTORY = "/var/lib/stella/projects"
+# How many retained revisions a project keeps (0: all).
+DEFAULT_KEEP_REVISIONS = 10
+DEFAULT_MINIMUM_FREE_DISK_BYTES = 1024 ** 3
+DEFAULT_REACHABILITY_MODE = "http"
+REACHABILITY_MODES = ("http", "tcp", "skip")
+DEFAULT_HOOK_INTERPRETER = "/bin/sh"
+DEFAULT_HOOK_TIMEOUT = 300
+DEFAULT_WAIT_TIMEOUT = 120
+DEFAULT_COMMAND_TIMEOUT = 60
+TARGET_TYPES = ("ComposeHost", "DockerHost")
+
+# ---------------------------------------------------------------------------------------- patterns
+DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}\Z")
+MAX_PROJECT_LENGTH = 63
+PROJECT_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}\Z")
+CONTAINER_NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]+\Z")
+
+# ---------------------------------------------------------------------------------------- phases
+PHASES = ("preflight", "prepare", "pre-deploy", "deploy", "verify", "promote", "post-deploy", "evidence", "cleanup")
+ROLLBACK_PHASE_NAMES = ("rollback-pre", "rollback-deploy", "rollback-verify", "rollback-post")
+COMPOSE_STEPS = ("write_artifacts", "pre_deploy_hooks", "compose_pull", "compose_up", "inspect_services",
+                 "write_sticker", "post_deploy_hooks")
+DOCKER_STEPS = ("pull_image", "write_artifacts", "pre_deploy_hooks", "prepare_container", "inspect_container", "write_sticker",
+                "post_deploy_hooks")
+ROLLBACK_STEPS = ("resolve_revision", "validate_revision", "restore_lock", "compose_pull", "compose_up",
+                  "inspect_services", "restore_sticker")
+DOCKER_ROLLBACK_STEPS = ("resolve_revision", "validate_revision", "restore_container", "inspect_container",
+                         "restore_sticker")
+# High-level product phases and the implementation phases (steps) that make them up.
+DEPLOYMENT_PHASES = (
+    ("preflight", ("verify_target", "preflight")),
+    ("prepare", ("write_artifacts",)),
+    ("pre-deploy", ("pre_deploy_hooks",)),
+    ("deploy", ("compose_pull", "compose_up", "pull_image", "prepare_container")),
+    ("verify", ("inspect_services", "inspect_container")),
+    ("promote", ("write_sticker",)),
+    ("post-deploy", ("post_deploy_hooks",)),
+)
+ROLLBACK_PHASES = (
+    ("rollback-pre", ("resolve_revision", "validate_revision")),
+    ("rollback-deploy", ("restore_lock", "compose_pull", "compose_up", "restore_container")),
+    ("rollback-verify", ("inspect_services", "inspect_container")),
+    ("rollback-post", ("restore_sticker",)),
+)
+
+# ---------------------------------------------------------------------------------------- codes
+PREFLIGHT_CODES = ("runtime_missing", "runtime_daemon_unavailable", "runtime_version_too_old", "compose_missing",
+                   "registry_unreachable", "platform_unsupported", "workdir_not_writable", "disk_space_low")
+INVALID_PAYLOAD = "invalid_payload"
+
+# ---------------------------------------------------------------------------------------- control plane
+# Target health statuses kept in the job store (the contract's set; migrations must preserve it).
+HEALTH_STATUSES = ("unknown", "healthy", "degraded", "unhealthy", "offline", "unreachable")
+# Preflight codes that mean the host answers but has no usable container runtime.
+OFFLINE_CODES = ("runtime_missing", "runtime_daemon_unavailable", "compose_missing")
+UNREACHABLE_CODE = "target_unreachable"
+PROJECT_BUSY = "project_busy"
+# A job whose controller run ended before it finished (recorded Failed; its projects released).
+JOB_INTERRUPTED = "job_interrupted"
+# A job step that records the job, asked in check mode: refused, nothing planned, persisted or changed.
+JOB_CHECK_MODE = "job_check_mode_unsupported"
+# Managed runtime installs (stella_runtime_install): where the target keeps its evidence and the copied
+# offline bundle, and the stable failure codes (docs/runtime-install.md).
+RUNTIME_INSTALL_EVIDENCE = "/var/lib/stella/runtime-install.json"
+RUNTIME_INSTALL_BUNDLE_DIR = "/var/lib/stella/runtime-bundle"
+RUNTIME_INSTALL_CODES = ("runtime_install_source_missing", "runtime_install_source_not_allowed",
+                         "runtime_install_source_invalid", "runtime_install_source_unreachable",
+                         "runtime_install_failed", "runtime_install_unverified")
+
+# ---------------------------------------------------------------------------------------- labels
+LABEL_MANIFEST_HASH = "stella.manifest.hash"
+TARGET_LABELS = (("stella.target.id", "id"), ("stella.target.name", "name"), ("stella.target.type", "type"),
+                 ("stella.target.endpoint", "endpoint"), ("stella.execution.mode", "executionMode"))
+REQUIRED_STELLA_LABELS = (LABEL_MANIFEST_HASH,) + tuple(label for label, _key in TARGET_LABELS)
+SLOT_LABELS = ("stella.slot", "stella.project", "stella.traffic.role")
+
+# ---------------------------------------------------------------------------------------- target identity
+TARGET_KEYS = ("id", "name", "type", "endpoint", "executionMode")
+LOCAL_ENDPOINTS = ("local", "localhost", "127.0.0.1", "::1", "[::1]")
+
+
+def invalid(message, phase="validate_payload"):
+    """The error for bad task input: nothing has been touched yet."""
+    return StellaError(INVALID_PAYLOAD, message, phase=phase)
+
+
+def _payload_key(key):
+    return key[0].upper() + key[1:]
+
+
+def parse_target(value, what="Target"):
+    """The one internal target shape (``id, name, type, endpoint, executionMode``) from the payload's
+    ``Target`` (``Id``, ``Name``...) or the snake_case option (``id``, ``name``...)."""
+    if not isinstance(value, dict):
+        raise invalid("%s must be an object with %s" % (what, ", ".join(TARGET_KEYS)))
+    allowed = set(TARGET_KEYS) | {_payload_key(k) for k in TARGET_KEYS}
+    extra = sorted(set(value) - allowed)
+    if extra:
+        raise invalid("%s has unknown key(s) %s" % (what, ", ".join(extra)))
+    out = {}
+    for key in TARGET_KEYS:
+        if _payload_key(key) in value and key in value and value[key] != value[_payload_key(key)]:
+            raise invalid("%s has both %s and %s with different values" % (what, _payload_key(key), key))
+        found = value.get(_payload_key(key), value.get(key))
+        if not isinstance(found, str) or not found:
+            raise invalid("%s.%s is required and must be a non-empty string" % (what, _payload_key(key)))
+        out[key] = found
+    if out["type"] not in TARGET_TYPES:
+        raise invalid("%s.Type %r is not one of %s" % (what, out["type"], ", ".join(TARGET_TYPES)))
+    return out
+
+
+def target_context(target):
+    """The payload's ``Target`` object (contract key names)."""
+    return {_payload_key(key): target[key] for key in TARGET_KEYS}
+
+
+def target_evidence(target):
+    """The identity every result echoes (``targetId``, ``targetName``...)."""
+    return {"target" + _payload_key(key) if key != "executionMode" else "targetExecutionMode": target[key]
+            for key in TARGET_KEYS}
+
+
+def target_labels(target):
+    """The Stella target identity labels."""
+    return {label: target[key] for label, key in TARGET_LABELS}
+
+
+def endpoint_host(endpoint):
+    """The host named by a target endpoint (``ssh://user@host:22``, ``user@host``, ``host:port``, ``local``)."""
+    text = (endpoint or "").strip()
+    if text.lower() in LOCAL_ENDPOINTS or text.startswith("unix://") or text.startswith("npipe://"):
+        return "localhost"
+    match = re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*://(?P<rest>[^/?#]*)", text)
+    rest = match.group("rest") if match else text.split("/", 1)[0]
+    rest = rest.rsplit("@", 1)[-1]
+    if rest.startswith("["):
+        return rest[1:].split("]", 1)[0].lower()
+    if rest.count(":") == 1:
+        rest = rest.split(":", 1)[0]
+    return rest.lower()
+
+
+# ---------------------------------------------------------------------------------------- values
+
+def keep_revisions_problem(value):
+    """Why ``value`` (an int, or the string a Compose option carries) is not a count of revisions to
+    keep (``0``: all), or ``None`` when it is."""
+    count = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    if count or (isinstance(value, str) and value.isdigit()):
+        return None
+    return "keep_revisions must be 0 (keep every retained revision) or more, not %r" % (value,)
+
+
+def check_work_directory(value, key="WorkDirectory"):
+    """An absolute path without ``..`` segments, returned normalised (``//`` and ``/./`` folded)."""
+    if not isinstance(value, str) or not value:
+        raise invalid("%s must be a non-empty string" % key)
+    if not value.startswith("/"):
+        raise invalid("%s %r must be an absolute path" % (key, value))
+    if ".." in value.split("/"):
+        raise invalid("%s %r must not contain '..' segments" % (key, value))
+    return posixpath.normpath("/" + value.lstrip("/"))
+
+
+def check_project_name(value, key="ProjectName"):
+    if not isinstance(value, str) or not PROJECT_RE.match(value):
+        raise invalid("%s %r must match %s (Compose project rules, at most %d characters)" % (
+            key, value, PROJECT_RE.pattern, MAX_PROJECT_LENGTH))
+    return value
+
+
+def _check(kind, value, key):
+    if kind == "text":
+        if not isinstance(value, str) or not value:
+            raise invalid("%s must be a non-empty string" % key)
+    elif kind == "bool":
+        if not isinstance(value, bool):
+            raise invalid("%s must be a boolean, got %r" % (key, value))
+    elif kind == "int":
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise invalid("%s must be a non-negative integer, got %r" % (key, value))
+    elif kind in ("dict", "strdict"):
+        if not isinstance(value, dict):
+            raise invalid("%s must be an object" % key)
+        if kind == "strdict" and not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+            raise invalid("%s must be an object of strings" % key)
+    elif kind == "list":
+        if not isinstance(value, list):
+            raise invalid("%s must be a list" % key)
+    elif kind == "digest":
+        if not isinstance(value, str) or not DIGEST_RE.match(value):
+            raise invalid("%s %r must be sha256:<64 hex>" % (key, value))
+    elif kind == "workdir":
+        return check_work_directory(value, key)
+    elif kind == "project":
+        return check_project_name(value, key)
+    elif kind == "target":
+        return parse_target(value, key)
+    return value
+
+
+class Field:
+    """One payload key: its contract name, the snake_case option, its kind, requiredness, default."""
+
+    def __init__(self, key, option, kind, required=False, default=None):
+        self.key = key
+        self.option = option
+        self.kind = kind
+        self.required = required
+        self.default = default
+
+
+class TaskSchema:
+    """One agent task payload schema, used by the controller's builder and the target's parser."""
+
+    def __init__(self, name, fields):
+        self.name = name
+        self.fields = tuple(fields)
+        self.keys = tuple(f.key for f in self.fields)
+        self.options = tuple(f.option for f in self.fields if f.option)
+
+    def payload(self, **values):
+        """Build a payload from values named by payload key; unknown keys are a programming error."""
+        unknown = sorted(set(values) - set(self.keys))
+        if unknown:
+            raise ValueError("%s has no key(s) %s" % (self.name, ", ".join(unknown)))
+        missing = [f.key for f in self.fields if f.required and values.get(f.key) is None]
+        if missing:
+            raise ValueError("%s needs %s" % (self.name, ", ".join(missing)))
+        return {f.key: values[f.key] for f in self.fields if values.get(f.key) is not None}
+
+    def parse(self, payload=None, options=None):
+        """``{option: value}`` from a verbatim payload and/or snake_case options.
+
+        Payload keys are case-exact; an unknown payload key is refused; a key given both ways must be
+        equal; required keys must be present one way or the other; defaults fill the rest.
+        """
+        options = options or {}
+        if payload is not None and not isinstance(payload, dict):
+            raise invalid("%s payload must be an object, got %s" % (self.name, type(payload).__name__))
+        from_payload = bool(payload)
+        payload = payload or {}
+        unknown = sorted(set(payload) - set(self.keys))
+        if unknown:
+            raise invalid("%s payload has unknown key(s) %s; allowed keys (case-exact): %s" % (
+                self.name, ", ".join(unknown), ", ".join(self.keys)))
+        out = {}
+        for f in self.fields:
+            given = payload.get(f.key)
+            option = options.get(f.option) if f.option else None
+            if given is not None and option is not None and _comparable(f, given) != _comparable(f, option):
+                raise invalid("%s payload key %s conflicts with option %s" % (self.name, f.key, f.option))
+            value = given if given is not None else option
+            if value is None:
+                # A required key with a default is required of payloads; snake_case options may omit it.
+                if f.required and (f.default is None or from_payload):
+                    raise invalid("%s lacks required %s (payload key %s%s)" % (
+                        self.name, f.key, f.key, ", option %s" % f.option if f.option else ""))
+                out[f.option or f.key] = copy.deepcopy(f.default)
+                continue
+            out[f.option or f.key] = _check(f.kind, value, f.key)
+        return out
+
+
+def _comparable(field, value):
+    if field.kind == "target" and isinstance(value, dict):
+        try:
+            return parse_target(value)
+        except StellaError:
+            return value
+    if field.kind == "workdir" and isinstance(value, str):
+        return posixpath.normpath("/" + value.lstrip("/"))
+    return value
+
+
+_COMMON = (
+    Field("WorkDirectory", "work_directory", "workdir", default=DEFAULT_WORK_DIRECTORY),
+    Field("Target", "target", "target", required=True),
+    Field("Variables", None, "dict", default={}),
+)
+
+COMPOSE_UP = TaskSchema("compose.up", (
+    Field("ProjectName", "project_name", "project", required=True),
+    Field("ComposeLock", "compose_lock", "text", required=True),
+    Field("VersionSticker", "version_sticker", "text", required=True),
+    Field("ApplyManifest", "apply_manifest", "text"),
+    Field("PullImages", "pull_images", "bool", required=True, default=True),
+    Field("BackupExisting", "backup_existing", "bool", required=True, default=True),
+    Field("Hooks", "hooks", "list", default=[]),
+    Field("ManifestHash", "manifest_hash", "digest"),
+) + _COMMON)
+
+DOCKER_RUN = TaskSchema("docker.run", (
+    Field("Image", "image", "text", required=True),
+    Field("Name", "name", "text", required=True),
+    Field("PullImage", "pull_image", "bool", required=True, default=True),
+    Field("Hooks", "hooks", "list", default=[]),
+    Field("Labels", "labels", "strdict", default={}),
+    Field("Environment", "environment", "strdict", default={}),
+    Field("Ports", "ports", "list", default=[]),
+    Field("Config", None, "dict", default={}),
+    Field("ManifestHash", "manifest_hash", "digest"),
+    Field("EnvFile", None, "text"),
+) + _COMMON)
+
+COMPOSE_ROLLBACK = TaskSchema("compose.rollback", (
+    Field("ProjectName", "project_name", "project", required=True),
+    Field("RevisionPath", "revision_path", "text"),
+    Field("Reason", "reason", "text"),
+    Field("ManifestHash", "manifest_hash", "digest"),
+) + _COMMON)
+
+COMPOSE_PREFLIGHT = TaskSchema("compose.preflight", (
+    Field("WorkDirectory", "work_directory", "workdir", default=DEFAULT_WORK_DIRECTORY),
+    Field("ImageReference", "image_reference", "text"),
+    Field("MinimumFreeDiskBytes", "minimum_free_disk_bytes", "int", default=DEFAULT_MINIMUM_FREE_DISK_BYTES),
+    Field("RegistryReachabilityMode", "registry_reachability_mode", "text", default=DEFAULT_REACHABILITY_MODE),
+    Field("RequireCompose", "require_compose", "bool"),
+))
+
+DOCKER_ROLLBACK = TaskSchema("docker.rollback", (
+    Field("ProjectName", "project_name", "project", required=True),
+    Field("Names", "names", "list", required=True),
+    Field("RevisionPath", "revision_path", "text"),
+    Field("Reason", "reason", "text"),
+    Field("ManifestHash", "manifest_hash", "digest"),
+) + _COMMON)
+
+TASKS = {schema.name: schema
+         for schema in (COMPOSE_UP, DOCKER_RUN, COMPOSE_ROLLBACK, DOCKER_ROLLBACK, COMPOSE_PREFLIGHT)}
+ROLLBACK_TASKS = {"ComposeHost": COMPOSE_ROLLBACK.name, "DockerHost": DOCKER_ROLLBACK.name}

@@ -1,0 +1,462 @@
+# Copyright (c) Stella Ops contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+# This module_utils is PRIVATE to stellaops.runtime. It may change without notice.
+
+"""Target-side ``docker.run``: digest-pinned containers of one DockerHost release on this host.
+
+One or more ``docker.run`` payloads (one per component, all of the same release, target and
+project) are applied as one transaction. Steps: ``preflight`` (the runtime preflight, when asked:
+before anything is pulled, listed, stopped or created), ``pull_image`` (pull and verify every digest
+BEFORE listing, stopping or creating containers), ``pre_deploy_hooks``, ``prepare_container`` (each
+container that does not already run its request is stopped and set aside as
+``<name>-stella-replaced``, not removed), ``inspect_container`` (running, not restarting, healthy
+where a healthcheck exists, image, labels), ``write_sticker`` (with a version sticker: commit it
+only now), ``post_deploy_hooks``. A failure at any step removes the new containers, starts the
+set-aside ones again under their own names and puts the sticker back.
+
+After success, when the release replaced a different one (a committed sticker of another release),
+the set-aside containers become ``<name>-stella-previous`` (stopped) and the project's
+``previous/`` revision records their ids and the old sticker: the baseline ``docker.rollback``
+restores. Standard library only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import time
+
+from ansible_collections.stellaops.runtime.plugins.module_utils.agent import hooks as _hooks
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.artifacts import same_release
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.canonical import sha256_bytes
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
+from ansible_collections.stellaops.runtime.plugins.module_utils.compose.apply import runtime_preflight
+from ansible_collections.stellaops.runtime.plugins.module_utils.compose.project import (
+    container_problems, raise_problems, stella_labels)
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
+    CONTAINER_NAME_RE, DOCKER_PREVIOUS_SUFFIX, DOCKER_REPLACED_SUFFIX, DOCKER_REVISION_DIR,
+    DOCKER_RUN, DOCKER_STEPS, ENV_FILE, ENV_FILE_MODE, LABEL_MANIFEST_HASH, REQUIRED_STELLA_LABELS, STICKER_FILE, invalid)
+from ansible_collections.stellaops.runtime.plugins.module_utils.engine.cli import repo_digests_contain
+from ansible_collections.stellaops.runtime.plugins.module_utils.docker.revision import (
+    REVISION_RECORD, remove_stale_revision_temps, write_revision)
+from ansible_collections.stellaops.runtime.plugins.module_utils.host.files import (
+    StagedFiles, atomic_write, project_lock, read_bytes, remove_stale_temps)
+from ansible_collections.stellaops.runtime.plugins.module_utils.agent.identity import ensure_this_host
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.imageref import parse_image_ref
+from ansible_collections.stellaops.runtime.plugins.module_utils.agent.manager import Manager
+
+# A container without a healthcheck must stay up (same start, no restart) this long to count as running.
+SETTLE_SECONDS = 2.0
+
+
+def parse_request(payload=None, options=None):
+    """One container's ``docker.run`` request from the verbatim payload and/or options."""
+    request = DOCKER_RUN.parse(payload, options)
+    if not parse_image_ref(request["image"]).digest:
+        raise invalid("Image %r must be pinned by digest (registry/repository:tag@sha256:...)" % request["image"])
+    if not CONTAINER_NAME_RE.match(request["name"]):
+        raise invalid("Name %r is not a valid container name" % request["name"])
+    request["hooks"] = _hooks.normalize_hooks(request["hooks"])
+    request["ports"] = [str(p) for p in request["ports"]]
+    request["manifest_hash"] = request["manifest_hash"] or request["labels"].get(LABEL_MANIFEST_HASH)
+    variables = request.pop("Variables") or {}
+    request["project_name"] = variables.get("projectName") or request["name"]
+    request["service"] = variables.get("componentName") or request["name"]
+    directory = variables.get("projectDirectory") or os.path.join(request["work_directory"], request["project_name"])
+    if not isinstance(directory, str) or not directory.startswith("/") or ".." in directory.split("/"):
+        raise invalid("project directory %r must be an absolute path without '..'" % (directory,))
+    request["project_directory"] = directory
+    request["env_file"] = request.pop("EnvFile")
+    request["config"] = request.pop("Config", None) or {}
+    return request
+
+
+def parse_deployment(payloads, options=None, version_sticker=None):
+    """The containers of one DockerHost release on this target (one ``docker.run`` payload each).
+
+    Every payload must name the same target, project directory, manifest hash and hooks (hooks run
+    once per deployment), with distinct container names. ``version_sticker``: the release's
+    ``stella.version.json``, committed after every container verified.
+    """
+    if not payloads:
+        raise invalid("docker.run needs at least one payload")
+    requests = [parse_request(payload, options) for payload in payloads]
+    first = requests[0]
+    for request in requests[1:]:
+        for key in ("target", "project_directory", "manifest_hash", "hooks", "project_name"):
+            if request[key] != first[key]:
+                raise invalid("docker.run payloads of one deployment differ in %s (%s and %s)" % (
+                    key, first["name"], request["name"]))
+    names = [r["name"] for r in requests]
+    if len(set(names)) != len(names):
+        raise invalid("docker.run payloads name the same container twice: %s" % ", ".join(sorted(names)))
+    sticker = None
+    if version_sticker is not None:
+        sticker = version_sticker.encode("utf-8")
+        try:
+            parsed = json.loads(sticker)
+        except ValueError:
+            parsed = None
+        if not isinstance(parsed, dict):
+            raise invalid("the version sticker is not a JSON object")
+        for key, want in (("manifestHash", first["manifest_hash"]), ("projectName", first["project_name"])):
+            if parsed.get(key) != want:
+                raise invalid("the version sticker's %s is %r, the payloads say %r" % (key, parsed.get(key), want))
+    return {"containers": requests, "target": first["target"], "project_name": first["project_name"],
+            "project_directory": first["project_directory"], "manifest_hash": first["manifest_hash"],
+            "hooks": first["hooks"], "sticker": sticker}
+
+
+def container_run_argv(request, name=None):
+    """``docker run`` arguments (after ``run --detach``) for a docker.run request (pure)."""
+    argv = ["--name", name or request["name"], "--restart", "unless-stopped"]
+    for key in sorted(request["labels"]):
+        argv += ["--label", "%s=%s" % (key, request["labels"][key])]
+    argv += ["--label", "stella.container.name=%s" % request["name"]]
+    for key in sorted(request["environment"]):
+        argv += ["--env", "%s=%s" % (key, request["environment"][key])]
+    if request.get("env_file"):
+        argv += ["--env-file", request["env_file"]]
+    for port in request["ports"]:
+        argv += ["--publish", port]
+    argv += health_argv(request.get("config") or {})
+    argv.append(request["image"])
+    return argv
+
+
+def health_argv(config):
+    """``docker run`` healthcheck flags from the component's ``healthcheck.*`` config keys (pure), the
+    same keys the Compose lock renders: ``test`` (a shell string, or a ``CMD``/``CMD-SHELL`` list),
+    ``interval``, ``timeout``, ``start_period``, ``start_interval``, ``retries``, ``disable``."""
+    keys = {key[len("healthcheck."):]: value for key, value in config.items() if key.startswith("healthcheck.")}
+    if keys.get("disable") in (True, "true"):
+        return ["--no-healthcheck"]
+    argv = []
+    test = keys.get("test")
+    if isinstance(test, list) and test and test[0] in ("CMD", "CMD-SHELL"):
+        test = test[1] if test[0] == "CMD-SHELL" and len(test) == 2 else shlex.join(str(t) for t in test[1:])
+    elif isinstance(test, list):
+        test = shlex.join(str(t) for t in test)
+    if test:
+        argv += ["--health-cmd", str(test)]
+    for name in ("interval", "timeout", "start_period", "start_interval"):
+        if name in keys:
+            argv += ["--health-%s" % name.replace("_", "-"), str(keys[name])]
+    if "retries" in keys:
+        argv += ["--health-retries", str(int(keys["retries"]))]
+    return argv
+
+
+def container_matches(container, request, image_id):
+    """True when an inspected container already runs this request (image, labels, running)."""
+    if not container or container.get("imageId") != image_id or not container.get("running"):
+        return False
+    if container.get("restarting"):
+        return False
+    labels = container.get("labels") or {}
+    if any(labels.get(k) != v for k, v in request["labels"].items()):
+        return False
+    return labels.get("stella.container.name") == request["name"]
+
+
+def verify_container(container, request, image_id):
+    """``(code, reason)`` problems of the new container (pure)."""
+    problems = container_problems(container, "container")
+    if not problems and container.get("restartCount"):
+        problems.append(("service_not_running", "container %s restarted %d time(s) since it was created" % (
+            container["name"], container["restartCount"])))
+    if container.get("imageId") != image_id:
+        problems.append(("digest_mismatch", "container %s runs %s, not %s" % (
+            container["name"], container.get("imageId"), image_id)))
+    for key, value in sorted(request["labels"].items()):
+        if (container.get("labels") or {}).get(key) != value:
+            problems.append(("label_mismatch", "label %s is %r, expected %r" % (
+                key, (container.get("labels") or {}).get(key), value)))
+    return problems
+
+
+def service_entry(request, container, image_id):
+    """One container in the ``services`` evidence shape Compose results use (pure)."""
+    return {"service": request["service"], "containerId": container["id"], "containerName": container["name"],
+            "state": container["state"], "health": container["health"], "exitCode": container.get("exitCode"),
+            "startedAt": container.get("startedAt"), "image": request["image"],
+            "imageDigest": parse_image_ref(request["image"]).digest if container.get("imageId") == image_id else None,
+            "imageId": container.get("imageId"), "ipAddress": container.get("ipAddress"),
+            "restartCount": container.get("restartCount"), "labels": stella_labels(container.get("labels"))}
+
+
+def sticker_job(sticker_bytes):
+    try:
+        return json.loads(sticker_bytes).get("jobId")
+    except (TypeError, ValueError, AttributeError):
+        return None
+
+
+class DockerRun(Manager):
+    """``docker.run`` of one DockerHost release on this host."""
+
+    def __init__(self, cli, run_command, warn=None, secrets=(), health_timeout=60, settle=SETTLE_SECONDS,
+                 sleep=time.sleep, clock=time.monotonic, env_bytes=None, preflight=None):
+        super().__init__(cli, run_command, warn, secrets)
+        self.env_bytes = env_bytes
+        self.preflight = preflight
+        self.health_timeout = health_timeout
+        self.settle = settle
+        self.sleep = sleep
+        self.clock = clock
+
+    def initial_evidence(self, request):
+        evidence = super().initial_evidence(request)
+        first = request["containers"][0]
+        evidence.update({"containerName": first["name"], "image": first["image"],
+                         "imageDigest": parse_image_ref(first["image"]).digest,
+                         "projectName": request["project_name"], "projectDirectory": request["project_directory"],
+                         "manifestHash": request["manifest_hash"], "hookResults": [], "services": [],
+                         "serviceCount": 0})
+        if request["sticker"] is not None:
+            evidence["versionStickerPath"] = os.path.join(request["project_directory"], STICKER_FILE)
+        return evidence
+
+    def _image_id(self, request, phase):
+        info = self.cli.image_inspect(request["image"], phase=phase)
+        if info is None:
+            return None
+        if not repo_digests_contain(info["repoDigests"], request["image"]):
+            raise StellaError("digest_mismatch", "image %s has RepoDigests %s, none is the pinned digest" % (
+                request["image"], info["repoDigests"]), phase=phase)
+        return info["id"]
+
+    def execute(self, request, rec, result, check_mode, diff):
+        evidence = result["evidence"]
+        for container in request["containers"]:
+            missing = [key for key in REQUIRED_STELLA_LABELS if key not in container["labels"]]
+            if missing:
+                raise StellaError("label_missing", "docker.run Labels of %s lack %s" % (
+                    container["name"], ", ".join(missing)), phase="validate_payload")
+        with rec.phase("verify_target", record=False):
+            ensure_this_host(request["target"], self.run_command)
+        if self.preflight is not None:
+            # The runtime preflight in the same task, as compose.up runs it: nothing was touched yet.
+            runtime_preflight(self.cli, rec, evidence, self.preflight)
+        with rec.phase("preflight", record=False):
+            docker = self.cli.version(phase="preflight")
+            evidence.update({"dockerVersion": docker["server"], "dockerClientVersion": docker["client"]})
+        directory = request["project_directory"]
+        sticker_path = os.path.join(directory, STICKER_FILE)
+        if check_mode:
+            image_ids = {c["name"]: self._image_id(c, "pull_image") for c in request["containers"]}
+            stale = [c["name"] for c in request["containers"]
+                     if not container_matches(self.cli.container(c["name"]), c, image_ids[c["name"]])]
+            committed = read_bytes(sticker_path)
+            result["changed"] = bool(stale) or (request["sticker"] is not None
+                                                and not same_release(committed, request["sticker"]))
+            evidence.update({"checkMode": True, "wouldReplaceContainers": stale})
+            rec.skip(*DOCKER_STEPS)
+            return
+        with project_lock(directory):
+            killed = _hooks.reap_stale_hooks(directory)
+            if killed:
+                evidence["staleHookPidsKilled"] = killed
+            with rec.phase("pull_image"):
+                image_ids = {c["name"]: self._pulled(c, evidence) for c in request["containers"]}
+                evidence["imageId"] = image_ids[request["containers"][0]["name"]]
+            currents = {c["name"]: self.cli.container(c["name"], phase="prepare_container")
+                        for c in request["containers"]}
+            stale = [c for c in request["containers"]
+                     if not (container_matches(currents[c["name"]], c, image_ids[c["name"]])
+                             and currents[c["name"]].get("health") in ("healthy", "none"))]
+            committed = read_bytes(sticker_path)
+            if not stale:
+                self._converged(request, rec, result, currents, image_ids, committed)
+                return
+            self._apply(request, rec, result, stale, currents, image_ids, committed)
+
+    def _pulled(self, container, evidence):
+        image_id = self._image_id(container, "pull_image")
+        if container["pull_image"] and image_id is None:
+            self.cli.pull(container["image"], phase="pull_image")
+            evidence.setdefault("pulledImages", []).append(container["image"])
+            evidence["pulled"] = True
+            image_id = self._image_id(container, "pull_image")
+        if image_id is None:
+            raise StellaError("image_missing", "image %s is not present and PullImage is false" % container["image"])
+        return image_id
+
+    def _converged(self, request, rec, result, currents, image_ids, committed):
+        """Every container already runs its request: no hook runs and no container is touched; a
+        committed sticker of the same release (maybe of an earlier job) stays."""
+        evidence = result["evidence"]
+        rec.skip("write_artifacts", "pre_deploy_hooks", "prepare_container", "post_deploy_hooks")
+        with rec.phase("inspect_container"):
+            self._record(evidence, [(c, currents[c["name"]], image_ids[c["name"]]) for c in request["containers"]])
+        sticker = request["sticker"]
+        if sticker is None:
+            return
+        with rec.phase("write_sticker"):
+            if same_release(committed, sticker):
+                evidence["appliedByJobId"] = sticker_job(committed)
+                sticker = committed
+            else:
+                atomic_write(os.path.join(request["project_directory"], STICKER_FILE), sticker)
+                result["changed"] = True
+            evidence["versionStickerHash"] = sha256_bytes(sticker)
+        baseline = self._baseline(request)
+        if baseline:
+            evidence["previousRevisionPath"] = baseline
+
+    def _apply(self, request, rec, result, stale, currents, image_ids, committed):
+        evidence = result["evidence"]
+        directory = request["project_directory"]
+        env = {"STELLA_PROJECT_NAME": request["project_name"], "STELLA_PROJECT_DIRECTORY": directory,
+               "STELLA_CONTAINER_NAME": request["containers"][0]["name"],
+               "STELLA_MANIFEST_HASH": request["manifest_hash"] or "", "STELLA_TARGET_ID": request["target"]["id"]}
+        aside = {}
+        staged = StagedFiles(directory)
+        try:
+            with rec.phase("write_artifacts"):
+                removed = remove_stale_revision_temps(directory) + remove_stale_temps(directory)
+                if removed:
+                    evidence["removedStaleTemps"] = removed
+                if self.env_bytes is not None and read_bytes(os.path.join(directory, ENV_FILE)) != self.env_bytes:
+                    staged.write(ENV_FILE, self.env_bytes, mode=ENV_FILE_MODE)
+            with rec.phase("pre_deploy_hooks"):
+                _hooks.run_phase(request["hooks"], "pre-deploy", directory, env, self.secrets,
+                                 evidence["hookResults"], result["warnings"])
+            with rec.phase("prepare_container"):
+                result["changed"] = True
+                for container in stale:
+                    current = aside[container["name"]] = currents[container["name"]]
+                    if current:
+                        evidence.setdefault("replacedContainerIds", []).append(current["id"])
+                        evidence.setdefault("replacedContainerId", current["id"])
+                    self._set_aside(container, current)
+                    self.cli.run_container(container_run_argv(container), phase="prepare_container")
+            with rec.phase("inspect_container"):
+                stale_names = {c["name"] for c in stale}
+                seen = [(c, self._wait(c["name"]) if c["name"] in stale_names else currents[c["name"]],
+                         image_ids[c["name"]]) for c in request["containers"]]
+                self._record(evidence, seen)
+                raise_problems([p for c, found, image_id in seen for p in verify_container(found, c, image_id)],
+                               "inspect_container")
+            if request["sticker"] is not None:
+                with rec.phase("write_sticker"):
+                    staged.write(STICKER_FILE, request["sticker"])
+                    evidence["versionStickerHash"] = sha256_bytes(request["sticker"])
+            with rec.phase("post_deploy_hooks"):
+                _hooks.run_phase(request["hooks"], "post-deploy", directory, env, self.secrets,
+                                 evidence["hookResults"], result["warnings"])
+        except BaseException:
+            with contextlib.suppress(OSError):
+                restored = staged.restore()
+                if restored:
+                    evidence["filesRestored"] = restored
+                    evidence["stickerRestored"] = STICKER_FILE in restored
+            self._put_back(stale, aside, evidence)
+            raise
+        staged.commit()
+        self._retain(request, aside, committed, evidence)
+
+    def _set_aside(self, container, current):
+        """Stop the running container and rename it ``<name>-stella-replaced``."""
+        if not current:
+            return
+        replaced = container["name"] + DOCKER_REPLACED_SUFFIX
+        leftover = self.cli.container(replaced, phase="prepare_container")
+        if leftover:
+            self.cli.remove_container(leftover["id"], phase="prepare_container")
+        self.cli.stop_container(current["id"], phase="prepare_container")
+        self.cli.rename_container(current["id"], replaced, phase="prepare_container")
+
+    def _put_back(self, stale, aside, evidence):
+        """Remove the new containers and start the set-aside ones again under their own names."""
+        for container in reversed(stale):
+            if container["name"] not in aside:
+                continue
+            previous = aside[container["name"]]
+            with contextlib.suppress(StellaError):
+                new = self.cli.container(container["name"])
+                if new and new["id"] != (previous or {}).get("id"):
+                    self.cli.remove_container(new["id"])
+                if previous:
+                    if not new or new["id"] != previous["id"]:
+                        self.cli.rename_container(previous["id"], container["name"])
+                    self.cli.start_container(previous["id"])
+                    evidence.setdefault("previousContainersRestored", []).append(previous["id"])
+                    evidence["previousContainerRestored"] = previous["id"]
+
+    def _retain(self, request, aside, committed, evidence):
+        """After success: keep the replaced release (another release's sticker was committed) as the
+        ``previous/`` revision with its containers stopped as ``<name>-stella-previous``; otherwise
+        remove the set-aside containers."""
+        replaced = {name: current for name, current in aside.items() if current}
+        retain = (request["sticker"] is not None and committed is not None
+                  and not same_release(committed, request["sticker"]) and bool(replaced))
+        if not retain:
+            for current in replaced.values():
+                self.cli.remove_container(current["id"], phase="cleanup")
+            return
+        kept = {}
+        for name, current in sorted(replaced.items()):
+            previous = name + DOCKER_PREVIOUS_SUFFIX
+            old = self.cli.container(previous, phase="cleanup")
+            if old:
+                self.cli.remove_container(old["id"], phase="cleanup")
+            self.cli.rename_container(current["id"], previous, phase="cleanup")
+            kept[name] = current["id"]
+        evidence["previousRevisionPath"] = write_revision(request["project_directory"], request["project_name"],
+                                                          committed, kept)
+        evidence["retainedContainerIds"] = sorted(kept.values())
+
+    def _baseline(self, request):
+        """The retained revision when it records another release than the running one."""
+        path = os.path.join(request["project_directory"], DOCKER_REVISION_DIR)
+        try:
+            with open(os.path.join(path, REVISION_RECORD), "rb") as handle:
+                record = json.loads(handle.read())
+        except (OSError, ValueError):
+            return None
+        return path if isinstance(record, dict) and record.get("manifestHash") != request["manifest_hash"] else None
+
+    def _wait(self, name):
+        return wait_settled(self.cli, name, self.health_timeout, self.settle, self.sleep, self.clock)
+
+    @staticmethod
+    def _record(evidence, seen):
+        """``services`` for every container; the first one also as the top-level container fields."""
+        services = [service_entry(request, container, image_id) for request, container, image_id in seen]
+        evidence.update({"services": services, "serviceCount": len(services)})
+        first = seen[0][1]
+        evidence.update({"containerId": first["id"], "containerName": first["name"],
+                         "containerState": first["state"], "health": first["health"],
+                         "restartCount": first.get("restartCount"), "ipAddress": first.get("ipAddress"),
+                         "startedAt": first.get("startedAt"), "labels": stella_labels(first.get("labels"))})
+
+
+def wait_settled(cli, name, timeout, settle, sleep, clock):
+    """Inspect until the container settles: healthy/unhealthy with a healthcheck, otherwise running
+    with the same start time and no restart for ``settle`` seconds (a crash loop never settles)."""
+    deadline = clock() + timeout
+    stable_since = None
+    seen = None
+    while True:
+        container = cli.container(name, phase="inspect_container")
+        if container is None:
+            raise StellaError("service_not_running", "container %s disappeared" % name, phase="inspect_container")
+        health = container.get("health")
+        if health in ("healthy", "unhealthy"):
+            return container
+        if health == "none":
+            key = (container.get("startedAt"), container.get("running"), container.get("restarting"))
+            if not container.get("running") and not container.get("restarting"):
+                return container
+            if key != seen or container.get("restarting"):
+                seen, stable_since = key, clock()
+            elif clock() - stable_since >= settle:
+                return container
+        if clock() > deadline:
+            return container
+        sleep(0.25)

@@ -1,0 +1,53 @@
+# Copyright (c) Stella Ops contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The action of the target-side modules: run the module on the target, as ``ansible.builtin.normal``
+does, with CPython's cyclic garbage collector paused for the task and the module's payload reused from
+an earlier run when nothing it is made of changed (:mod:`._payload_cache`).
+
+Before a module runs, its task's worker process builds the module's payload: Ansible parses every file
+of the module's ``module_utils`` closure into an abstract syntax tree (77 files for
+``stella_compose_deploy``, about half of them Ansible's own) to find what to ship. Those trees are
+about 76,000 young nodes, so the cyclic collector runs again and again while they are built, over
+objects that reference counting frees anyway. Measured in the role's worker on this
+project's 2-core machine: the payload build of ``stella_compose_deploy`` took 0.25 to 0.41 s with
+the collector running and 0.18 to 0.27 s with it paused.
+
+The worker is a process forked for this one task and gone after it; the collector is restored as it
+was found when the task ends, also when it fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+
+from ansible import constants as C
+from ansible.plugins.action.normal import ActionModule as NormalAction
+from ansible.utils.display import Display
+
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.execution import payload_cache as _payload_cache
+
+
+@contextlib.contextmanager
+def collector_paused():
+    """Pause the cyclic garbage collector inside the block, restoring it as it was found."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+class TargetModuleAction(NormalAction):
+    """Runs the module of the task's name on the target (check mode, diff and async as
+    ``ansible.builtin.normal``), with the collector paused (:func:`collector_paused`) and the payload
+    store of :mod:`._payload_cache` around Ansible's build of the module."""
+
+    def run(self, tmp=None, task_vars=None):
+        module = type(self).__module__.rpartition(".")[2]  # each action plugin runs the module of its name
+        with collector_paused(), _payload_cache.reused(module, C.DEFAULT_LOCAL_TMP, Display().vvvv):
+            return super().run(tmp, task_vars)

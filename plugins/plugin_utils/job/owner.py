@@ -1,0 +1,127 @@
+# Copyright (c) Stella Ops contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The controller run that owns a deployment job, and what happens when it is gone.
+
+A job records its owner when it starts: the host name, the pid of the ``ansible-playbook`` process and
+that process's start time (so a reused pid is told apart). On the owner's host a later job, or
+``stella_job step=show``, can tell that the run is gone and records the job interrupted. On another
+controller only the job's claim lease can tell: a job started with one (``claimLeaseSeconds``) whose
+run has neither persisted a change nor renewed the lease (``_job_lease``) for longer than the lease is
+taken for gone by any controller sharing the store. Without a lease an operator who knows the run is
+gone says so with ``stella interrupt JOB`` (docs/job-store.md).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+from ansible_collections.stellaops.runtime.plugins.module_utils.host import procfs as _procfs
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import seconds_between, utc_timestamp
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import projection as _projection
+
+
+def process_start(pid):
+    """The start time (clock ticks since boot) of ``pid``, or ``None`` when it does not exist."""
+    found = _procfs.stat(pid)
+    return found[1] if found else None
+
+
+def controller_owner():
+    """The ``ansible-playbook`` process this step belongs to (action plugins run in its forked workers)."""
+    pid = os.getppid()
+    return {"host": socket.gethostname(), "pid": pid, "startTicks": process_start(pid)}
+
+
+def on_this_host(owner):
+    return bool(owner) and owner.get("host") == socket.gethostname()
+
+
+def owner_gone(owner):
+    """True when ``owner`` ran on this controller and that process is gone (pid reuse included)."""
+    if not on_this_host(owner):
+        return False
+    return process_start(owner["pid"]) != owner.get("startTicks")
+
+
+def owner_state(owner):
+    """``"running"``, ``"stopped"`` (SIGSTOP, a suspended terminal, a tracer) or ``"gone"`` (ended, a zombie,
+    or its pid reused) for the controller run ``owner`` of this host."""
+    found = _procfs.stat(owner["pid"])
+    if found is None or found[1] != owner.get("startTicks") or found[0] in _procfs.EXITED:
+        return "gone"
+    return "stopped" if found[0] in ("T", "t") else "running"
+
+
+def interrupted_why(record):
+    """Why a job whose run is gone is recorded ``Failed`` (``job_interrupted``)."""
+    return "interrupted: the controller run (pid %s) ended while the job was %s" % (
+        (record.get("owner") or {}).get("pid"), record["status"])
+
+
+def lease_seconds(record):
+    """The claim lease ``record`` was started with, in seconds (0: none)."""
+    return int((record.get("options") or {}).get("claimLeaseSeconds") or 0)
+
+
+def idle_seconds(record, now):
+    """Seconds since ``record`` last persisted a change or renewed its lease (``leaseRenewedAt``, as the
+    store reads it); ``None`` when neither timestamp is readable."""
+    found = [s for s in (seconds_between(record.get(k), now) for k in ("updatedAt", _job.LEASE_FIELD)) if s is not None]
+    return min(found) if found else None
+
+
+def lease_expired(record, now):
+    """True when the unfinished ``record`` has a claim lease and has not changed for longer than it."""
+    lease = lease_seconds(record)
+    if lease <= 0 or record["status"] in _job.TERMINAL:
+        return False
+    idle = idle_seconds(record, now)
+    return idle is not None and idle > lease
+
+
+def gone_why(record, now):
+    """Why the unfinished ``record`` is recorded interrupted at ``now``: its run is gone on this host,
+    or its claim lease expired; ``None`` while nothing says its run is gone."""
+    if record["status"] in _job.TERMINAL:
+        return None
+    if owner_gone(record.get("owner")):
+        return interrupted_why(record)
+    if lease_expired(record, now):
+        owner = record.get("owner") or {}
+        return ("interrupted: no change or lease renewal for %ds, longer than its claim lease of %ds "
+                "(controller %s, pid %s)" % (idle_seconds(record, now), lease_seconds(record), owner.get("host"),
+                                             owner.get("pid")))
+    return None
+
+
+def interrupt_gone(store, record, now=None):
+    """Record ``record`` interrupted when :func:`gone_why` says its run is gone, and still says so of the
+    record read again in the writing transaction (its run may have renewed its lease meanwhile); the
+    stored record."""
+    now = now or utc_timestamp()
+    why = gone_why(record, now)
+    return record_interrupted(store, record["jobId"], why, now, recheck=True) if why else record
+
+
+def record_interrupted(store, job_id, why, now=None, recheck=False):
+    """Record the unfinished job ``job_id`` interrupted (``Failed``, ``job_interrupted``), which releases
+    its projects, and write its terminal projection: its run is gone, so nothing else will. A job that
+    finished meanwhile is left as it is, and with ``recheck`` so is one whose run :func:`gone_why` no
+    longer takes for gone. Returns the stored record."""
+    now = now or utc_timestamp()
+    done = []
+
+    def change(record):
+        if record["status"] in _job.TERMINAL or (recheck and gone_why(record, now) is None):
+            return None
+        done.append(True)
+        return _job.interrupted(record, now, why)
+
+    record = store.update(job_id, change)
+    if done:
+        store.project_terminal(job_id, _projection.strategy_evidence(record), now)
+    return record

@@ -1,0 +1,85 @@
+# Copyright (c) Stella Ops contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The ``deployments`` read model: a projection of the persisted typed job, never a state machine.
+
+- A new job is projected ``Pending``, from its first persisted revision.
+- While the job runs, :func:`refresh` mirrors what the persisted job shows (its status and, per
+  target, status, last recorded phase and progress) only when that differs from the projection; a
+  terminal job status is never mirrored by a refresh.
+- :func:`terminal` is the separate last step, after the job's terminal evidence exists: it carries
+  the terminal status and the strategy evidence, with the ``rollback.evidence.*`` keys.
+
+Progress is the share of the nine phases the job has persisted for a target, never an estimate.
+Pure, no I/O.
+"""
+
+from __future__ import annotations
+
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import PHASES
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.rollback import projection_keys
+
+TERMINAL = ("Succeeded", "Failed", "RolledBack")
+PROJECTION_VERSION = "stella.deployment.projection.v1"
+
+
+def target_view(target):
+    recorded = [p["name"] for p in target.get("phases") or [] if p.get("name") in PHASES]
+    return {"status": target.get("status"), "batch": target.get("batch"),
+            "phase": recorded[-1] if recorded else None,
+            "progress": int(100 * len(set(recorded)) / len(PHASES)),
+            "code": target.get("code"), "reason": target.get("reason")}
+
+
+def observe(record):
+    """What the projection mirrors of a persisted job record."""
+    targets = record.get("targets") or {}
+    return {"status": record["status"],
+            "targets": {name: target_view(targets[name]) for name in record.get("targetOrder") or sorted(targets)}}
+
+
+def initial(record):
+    """The projection of a newly persisted job (which is ``Pending``)."""
+    if record["status"] != "Pending":
+        raise ValueError("a new deployment is projected from its pending job, not %s" % record["status"])
+    return dict(observe(record), deploymentId=record["jobId"], jobRevision=record.get("revision", 1),
+                terminal=False, strategyEvidence=None)
+
+
+def refresh(projection, record):
+    """The new projection after ``record`` was persisted, or ``None`` when nothing it mirrors changed.
+    A terminal job status waits for :func:`terminal`; the per-target view is still mirrored."""
+    if projection is None or projection.get("terminal"):
+        return None
+    seen = observe(record)
+    if seen["status"] in TERMINAL:
+        seen["status"] = projection["status"]
+    if seen == {"status": projection["status"], "targets": projection["targets"]}:
+        return None
+    return dict(projection, jobRevision=record["revision"], **seen)
+
+
+def strategy_evidence(record, rollback_evidence=None, evidence_id=None, files=None):
+    """The terminal strategy evidence: the strategy, its batches and gates, traffic, and for a job
+    whose rollback ran, the ``rollback.evidence.*`` navigation keys."""
+    rollback = record.get("rollback") or {}
+    evidence = {"strategy": record.get("strategy"), "batches": record.get("batches"),
+                "gates": [{"batch": g["batch"], "proceed": g["proceed"], "reason": g.get("reason")}
+                          for g in record.get("gates") or []],
+                "traffic": [dict(step.get("evidence") or {}, batch=step.get("batch"))
+                            for step in record.get("traffic") or []],
+                "rollback.attempted": bool(rollback.get("attempted")), "rollback.status": rollback.get("status"),
+                "evidenceFiles": {name: entry.get("sha256") for name, entry in sorted((files or {}).items())}}
+    if rollback_evidence is not None:
+        evidence.update(projection_keys(rollback_evidence, evidence_id))
+    return evidence
+
+
+def terminal(projection, record, evidence):
+    """The terminal projection: only for a terminal job, once; ``evidence`` from :func:`strategy_evidence`."""
+    if record["status"] not in TERMINAL:
+        raise ValueError("job %s is %s: the terminal projection waits for a terminal job" % (
+            record["jobId"], record["status"]))
+    base = projection or {"deploymentId": record["jobId"]}
+    return dict(base, jobRevision=record["revision"], terminal=True, strategyEvidence=evidence, **observe(record))

@@ -1,0 +1,95 @@
+# Copyright (c) Stella Ops contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Traffic in the deployment job record. Pure: every function takes the record and returns a new one.
+
+After each batch of a blue-green, canary or A/B job, and before the strategy gate, the job asks its
+traffic adapter to shift (:func:`shift_step` says to what). The evidence lands in the record's
+``traffic`` list and, flattened, in ``strategyEvidence`` (the latest value of each
+``strategy.traffic.*`` key). A failed adapter, or a missing one when ``requireTrafficAdapter`` is
+set, is ``trafficFailure``: the gate after that batch closes with its code. After the job's targets
+were rolled back, :func:`rollback_step` asks the same adapter to put every request back on the
+control slot; its evidence is ``strategy.traffic.rollback.*``.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.traffic import adapters as _traffic
+
+DEFAULT_CONTROL_SLOT = "active"
+
+
+def traffic_config(record):
+    """``(strategy config, required)`` of the job."""
+    config = record.get("strategyConfig") or {}
+    return config, bool(config.get("requireTrafficAdapter"))
+
+
+def treatment_slot(record):
+    slots = sorted({t.get("slot") for t in record["targets"].values() if t.get("slot")})
+    return slots[0] if len(slots) == 1 else ",".join(slots)
+
+
+def shift_step(record, batch):
+    """What the adapter is asked after batch ``batch``, or ``None`` when the strategy moves no
+    traffic (rolling, all-at-once) or, for blue-green, before the last batch (the switch is one step)."""
+    strategy = record.get("strategy")
+    if strategy not in _traffic.TRAFFIC_STRATEGIES:
+        return None
+    batches = len(record["batches"])
+    if strategy == "blue-green" and batch < batches - 1:
+        return None
+    config, _required = traffic_config(record)
+    control, treatment = _traffic.step_weights(strategy, config, batch, batches)
+    return {"batch": batch, "controlSlot": config.get("controlSlot") or DEFAULT_CONTROL_SLOT,
+            "treatmentSlot": treatment_slot(record), "controlWeight": control, "treatmentWeight": treatment}
+
+
+def rollback_step(record, reason):
+    """Every request back on the control slot (``None`` when the strategy moves no traffic)."""
+    if record.get("strategy") not in _traffic.TRAFFIC_STRATEGIES:
+        return None
+    config, _required = traffic_config(record)
+    return {"batch": None, "controlSlot": config.get("controlSlot") or DEFAULT_CONTROL_SLOT,
+            "treatmentSlot": treatment_slot(record), "controlWeight": 100, "treatmentWeight": 0,
+            "rollback": True, "reason": reason}
+
+
+def job_facts(record):
+    """What a shift request says about the job."""
+    return {key: record.get(key) for key in ("jobId", "release", "strategy", "application", "environment")}
+
+
+def _copy(record, now):
+    new = copy.deepcopy(record)
+    new["updatedAt"] = now
+    return new
+
+
+def record_shift(record, step, evidence, now, failure=None):
+    """Persist one traffic step (``failure``: ``{"code", "reason"}`` when the gate must close)."""
+    new = _copy(record, now)
+    entry = {"batch": step["batch"], "at": now, "evidence": dict(evidence)}
+    if failure:
+        entry["failure"] = dict(failure)
+        new["trafficFailure"] = dict(failure, batch=step["batch"])
+    new.setdefault("traffic", []).append(entry)
+    new["strategyEvidence"] = dict(new.get("strategyEvidence") or {}, **evidence)
+    return new
+
+
+def record_rollback(record, evidence, now, failure=None):
+    """Persist the traffic rollback; a failure fails the rollback closed (the job ends ``Failed``)."""
+    new = _copy(record, now)
+    new["trafficRollback"] = {"at": now, "evidence": dict(evidence), "failure": dict(failure) if failure else None}
+    new["strategyEvidence"] = dict(new.get("strategyEvidence") or {}, **evidence)
+    return new
+
+
+def gate_failure(record, batch):
+    """``{"code", "reason"}`` of a traffic failure after ``batch`` (``None`` when there was none)."""
+    failure = record.get("trafficFailure")
+    return failure if failure and failure.get("batch") == batch else None

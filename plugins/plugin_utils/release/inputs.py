@@ -1,0 +1,60 @@
+# Copyright (c) Stella Ops contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Controller inputs every planning step shares: plain JSON data, registry credentials, and the
+digest resolution of a release's image references (one resolver, one HTTP session)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.plan import unresolved_references
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.registry import DigestResolver
+
+
+def plain(value, field="release"):
+    """Plain JSON types (drops Ansible's tagged/unsafe wrappers); non-JSON values are an error."""
+    try:
+        return json.loads(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise StellaError("release_invalid", "%s is not plain JSON data (%s)" % (field, exc), phase="plan")
+
+
+def load_credentials(raw):
+    """``{registry: {username, password}}``; ``password_file`` is read on the controller."""
+    creds = {}
+    for registry, entry in (raw or {}).items():
+        if not isinstance(entry, dict) or not entry.get("username"):
+            raise StellaError("invalid_request", "registry_credentials[%s] needs username and password or password_file"
+                              % registry)
+        password = entry.get("password")
+        if password is None and entry.get("password_file"):
+            try:
+                with open(os.path.expanduser(entry["password_file"]), "r", encoding="utf-8") as handle:
+                    password = handle.read().rstrip("\r\n")
+            except OSError as exc:
+                raise StellaError("invalid_request", "registry_credentials[%s].password_file cannot be read (%s)"
+                                  % (registry, exc.strerror))
+        creds[registry] = {"username": entry["username"], "password": password or ""}
+    return creds
+
+
+def resolve_digests(release, credentials, insecure, pre_resolved, resolve, timeout, transport=None):
+    """``(resolved map, resolution evidence)``; raises ``StellaError(image_unresolved)``."""
+    resolved = dict(pre_resolved)
+    evidence = {}
+    pending = [ref for ref in unresolved_references(release) if ref not in resolved]
+    if pending and not resolve:
+        raise StellaError("image_unresolved", "image %s has no digest and resolve=false" % pending[0], phase="resolve",
+                          evidence={"image": pending[0]})
+    with DigestResolver(credentials, insecure, transport=transport, timeout=timeout) as resolver:
+        for ref in pending:
+            info = resolver.resolve(ref)
+            resolved[ref] = info["digest"]
+            evidence[ref] = info
+    for ref in sorted(pre_resolved):
+        evidence.setdefault(ref, {"reference": ref, "digest": pre_resolved[ref], "resolved": False, "source": "input"})
+    return resolved, evidence

@@ -1,0 +1,246 @@
+# Copyright (c) Stella Ops contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+# This plugin_utils is PRIVATE to stellaops.runtime. It may change without notice.
+
+"""Digest resolution for planning on the controller, over ``requests``.
+
+:class:`DigestResolver` turns image tags into manifest digests across registries. It owns one
+``requests.Session`` (created at the first request, closed by :meth:`DigestResolver.close` or the
+``with`` block), so every image and every registry of a plan, and their token services, reuse the
+same connection pool. Basic auth and the Bearer token flow are negotiated by
+``module_utils/_registry.RegistryApi`` (one definition for targets and controller); plain HTTP is used
+for loopback and ``insecure_registries``; redirects are returned, not followed. Each request has
+connect and read timeouts of ``timeout`` seconds, the body must arrive within that deadline too, and it
+is never read beyond the manifest size limit. Credentials and tokens never reach an error, a log or
+evidence; URLs are reported without userinfo, and ``~/.netrc`` is never consulted.
+
+``requests`` is imported at the first request (``_requests.load``): a missing library fails at first
+use with ``requests is required on the controller``, never at import.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import urllib.parse
+
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError, redact_text, redact_url
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import DIGEST_RE
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.imageref import parse_image_ref
+from ansible_collections.stellaops.runtime.plugins.module_utils.engine.registry import (
+    INDEX_TYPES, MANIFEST_ACCEPT, MAX_MANIFEST_BYTES, RegistryApi, index_platforms, read_manifest,
+)
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.execution import http as _requests
+
+CHUNK_BYTES = 64 * 1024
+_ERRNO = re.compile(r"\[Errno -?\d+\] [^'\")\]]+")
+
+
+def platform_strings(index):
+    """``["linux/amd64", "linux/arm64/v8"]`` from an index / manifest list (sorted, unique)."""
+    return sorted({"/".join(p[k] for k in ("os", "architecture", "variant") if p.get(k))
+                   for p in index_platforms(index) if p.get("os")})
+
+
+def require_requests():
+    """The ``requests`` module; ``StellaError("requests_missing")`` when it cannot be imported."""
+    requests = _requests.load()
+    if requests is None:
+        raise StellaError("requests_missing", "requests is required on the controller (pip install -r "
+                          "requirements.txt of stellaops.runtime, into the Python that runs ansible): %s"
+                          % (_requests.import_error() or "ImportError"))
+    return requests
+
+
+def _describe(exc, timeout, requests):
+    """A short, credential-free reason for a ``requests`` exception."""
+    if isinstance(exc, requests.Timeout):
+        return "timed out after %g s" % timeout
+    text = str(exc)
+    found = _ERRNO.search(text)
+    if found:
+        return found.group(0).strip()
+    return "%s: %s" % (type(exc).__name__, text or "request failed")
+
+
+class _KeepHeaders:
+    """Request auth that changes nothing: the negotiated ``Authorization`` header is the only
+    credential sent, and ``requests`` never substitutes one from ``~/.netrc`` (any callable is an
+    ``auth`` for ``requests``; a set one turns the netrc lookup off)."""
+
+    def __call__(self, request):
+        return request
+
+
+_KEEP_HEADERS = _KeepHeaders()
+
+
+class RequestsTransport:
+    """The ``_registry`` transport (``(method, url, headers, timeout) -> (status, headers, body)``)
+    over one ``requests.Session``. Redirects are returned, not followed."""
+
+    def __init__(self, session=None, max_body=MAX_MANIFEST_BYTES):
+        self.requests = require_requests()
+        self.owns_session = session is None
+        self.session = session if session is not None else self.requests.Session()
+        self.max_body = max_body
+
+    def __call__(self, method, url, headers, timeout):
+        deadline = time.monotonic() + timeout
+        try:
+            response = self.session.request(method, url, headers=headers, auth=_KEEP_HEADERS, timeout=timeout,
+                                            allow_redirects=False, stream=True)
+            with response:
+                body = self._read(response, url, deadline, timeout)
+        except self.requests.RequestException as exc:
+            raise StellaError("registry_unreachable", "%s: %s" % (redact_url(url), redact_url(
+                _describe(exc, timeout, self.requests))))
+        return response.status_code, {k.lower(): v for k, v in response.headers.items()}, body
+
+    def _read(self, response, url, deadline, timeout):
+        """The body, at most ``max_body + 1`` bytes (so a caller can tell it was too large)."""
+        chunks, size = [], 0
+        for chunk in response.iter_content(CHUNK_BYTES):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > self.max_body:
+                break
+            if time.monotonic() > deadline:
+                raise StellaError("registry_unreachable", "%s: the answer took longer than %g s"
+                                  % (redact_url(url), timeout))
+        return b"".join(chunks)[:self.max_body + 1]
+
+    def close(self):
+        if self.owns_session:
+            self.session.close()
+
+
+class DigestResolver:
+    """Resolve tags to manifest digests across registries (planning on the controller).
+
+    ``credentials`` maps a registry host (``127.0.0.1:5002``) to ``{"username", "password"}``; each
+    registry gets its own :class:`RegistryApi` (its own token cache) sharing one transport: by
+    default a :class:`RequestsTransport` over ``session`` (or a new ``requests.Session``), or any
+    ``transport`` callable (tests). Every failure is ``StellaError("image_unresolved")`` with a reason
+    that never contains credentials; ``evidence["cause"]`` keeps the underlying code.
+    """
+
+    def __init__(self, credentials=None, insecure_registries=(), transport=None, timeout=15.0, session=None):
+        self.credentials = dict(credentials or {})
+        self.insecure_registries = tuple(insecure_registries or ())
+        self.transport = transport
+        self.timeout = timeout
+        self._session = session
+        self._owned = None
+        self._clients = {}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
+    def close(self):
+        """Close the session this resolver opened (an injected ``session`` stays open)."""
+        if self._owned is not None:
+            self._owned.close()
+            self._owned, self.transport = None, None
+        self._clients = {}
+
+    def _transport(self):
+        if self.transport is None:
+            self._owned = self.transport = RequestsTransport(self._session)
+        return self.transport
+
+    def _client(self, registry):
+        if registry not in self._clients:
+            cred = self.credentials.get(registry) or {}
+            self._clients[registry] = RegistryApi(cred.get("username"), cred.get("password"),
+                                                  self.insecure_registries, self.timeout, self._transport())
+        return self._clients[registry]
+
+    def _secrets(self):
+        out = []
+        for registry, cred in self.credentials.items():
+            if registry not in self._clients:
+                out.extend(RegistryApi(cred.get("username"), cred.get("password")).secrets())
+        for client in self._clients.values():
+            out.extend(client.secrets())
+        return out
+
+    def _fail(self, image, reason, cause=None, **evidence):
+        reason = redact_text(redact_url(reason), self._secrets())
+        evidence["image"] = image
+        if cause:
+            evidence["cause"] = cause
+        raise StellaError("image_unresolved", "cannot resolve image %s: %s" % (image, reason), phase="resolve",
+                          evidence=evidence)
+
+    def _call(self, text, client, method, ref, path):
+        try:
+            return client.request(method, ref.registry, path, {"Accept": MANIFEST_ACCEPT},
+                                  scope="repository:%s:pull" % ref.repository)
+        except StellaError as exc:
+            self._fail(text, "%s (%s)" % (exc.reason, exc.code), cause=exc.code)
+        except (OSError, ValueError) as exc:
+            self._fail(text, "registry %s unreachable (%s)" % (ref.registry, exc), cause="registry_unreachable")
+
+    def _check_status(self, text, client, ref, tag, status, auth):
+        if status == 200:
+            return
+        if status == 404:
+            self._fail(text, "tag %s not found in %s/%s (HTTP 404)" % (tag, ref.registry, ref.repository),
+                       status=status)
+        if status in (401, 403):
+            why = "credentials were refused" if client.has_credentials else "no credentials are configured"
+            self._fail(text, "registry %s requires authentication (%s) and %s (HTTP %d)"
+                       % (ref.registry, auth or "unknown scheme", why, status), cause="registry_auth_failed",
+                       status=status)
+        self._fail(text, "registry %s answered HTTP %d" % (ref.registry, status), status=status)
+
+    def resolve(self, text):
+        """``{reference, image (pinned), digest, mediaType, platforms, resolved}`` for one reference.
+
+        A reference with a digest is kept without any request. A tag is resolved by manifest HEAD
+        (``Docker-Content-Digest``) with GET as fallback; for an index (OCI index or Docker manifest
+        list) the pinned digest is the index's own digest and its platforms are reported. GET bodies
+        are hashed and must match ``Docker-Content-Digest``.
+        """
+        ref = parse_image_ref(text)
+        if ref.digest:
+            return {"reference": text, "image": ref.render(), "digest": ref.digest, "mediaType": None,
+                    "platforms": [], "resolved": False}
+        tag = ref.tag or "latest"
+        try:
+            client = self._client(ref.registry)
+        except StellaError as exc:
+            self._fail(text, exc.reason, cause=exc.code)
+        path = "/v2/%s/manifests/%s" % (ref.repository, urllib.parse.quote(tag, safe=""))
+        status, headers, _body, auth = self._call(text, client, "HEAD", ref, path)
+        digest, media_type, platforms = None, "", []
+        if status == 200:
+            digest = headers.get("docker-content-digest")
+            media_type = (headers.get("content-type") or "").split(";")[0].strip()
+        elif status in (401, 403, 404):
+            self._check_status(text, client, ref, tag, status, auth)
+        if not (digest and DIGEST_RE.match(digest)) or not media_type or media_type in INDEX_TYPES:
+            status, headers, body, auth = self._call(text, client, "GET", ref, path)
+            self._check_status(text, client, ref, tag, status, auth)
+            try:
+                document, computed, media_type = read_manifest(body, headers)
+            except ValueError as exc:
+                self._fail(text, str(exc))
+            if digest and digest != computed:
+                self._fail(text, "HEAD digest %s differs from GET digest %s (tag moved?)" % (digest, computed))
+            digest = computed
+            if media_type in INDEX_TYPES or "manifests" in document:
+                platforms = platform_strings(document)
+        ref.tag = tag
+        return {"reference": text, "image": ref.with_digest(digest).render(), "digest": digest,
+                "mediaType": media_type or None, "platforms": platforms, "resolved": True}
+
+    def resolve_all(self, images):
+        """``{reference: resolution}`` for every distinct reference, in sorted order."""
+        return {image: self.resolve(image) for image in sorted(set(images))}

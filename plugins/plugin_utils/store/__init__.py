@@ -1,0 +1,7 @@
+# Copyright (c) Stella Ops contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The job store: the schema and its one migration path (schema), the SQL store and SQLite (sql),
+PostgreSQL (postgres), and the ``stella`` subcommands that read it (cli).
+"""

@@ -1,0 +1,112 @@
+# Copyright (c) Stella Ops contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The job store's schema, the same on SQLite and PostgreSQL, and its one migration path.
+
+Tables: ``deployment_jobs`` (the typed job, one JSON record per job with its revision) and
+``deployment_job_history`` (every persisted status, by revision); ``deployments`` (the progress
+projection) and ``deployment_projection_history``; ``target_health`` (one contract status per
+target); ``project_claims`` (which unfinished job holds a target's Compose project);
+``job_leases`` (when the controller run of an unfinished job last renewed its claim lease);
+``stella_schema`` (the applied version).
+
+:func:`migrate` runs at every start-up inside one transaction: it applies the versions not yet
+applied, then refreshes the ``target_health`` status constraint in place when an existing database
+was created with a narrower check (data kept). Only portable SQL is used; each backend supplies
+the few catalogue questions that differ (:class:`Catalogue`).
+"""
+
+from __future__ import annotations
+
+import abc
+
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import HEALTH_STATUSES
+
+SCHEMA_VERSION = 3
+HEALTH_CONSTRAINT = "target_health_status_check"
+HEALTH_CHECK = "CHECK (status IN (%s))" % ", ".join("'%s'" % s for s in HEALTH_STATUSES)
+HEALTH_COLUMNS = (("target_id", "TEXT PRIMARY KEY"), ("target_name", "TEXT"),
+                  ("status", "TEXT NOT NULL CONSTRAINT %s %s" % (HEALTH_CONSTRAINT, HEALTH_CHECK)),
+                  ("reason", "TEXT"), ("code", "TEXT"), ("job_id", "TEXT"), ("updated_at", "TEXT"))
+
+
+def health_table(name="target_health"):
+    return "CREATE TABLE IF NOT EXISTS %s (%s)" % (name, ", ".join("%s %s" % c for c in HEALTH_COLUMNS))
+
+
+MIGRATIONS = {
+    1: (
+        """CREATE TABLE IF NOT EXISTS deployment_jobs (
+            job_id TEXT PRIMARY KEY, kind TEXT NOT NULL, status TEXT NOT NULL, release_id TEXT,
+            created_at TEXT NOT NULL, updated_at TEXT NOT NULL, revision INTEGER NOT NULL, record TEXT NOT NULL)""",
+        """CREATE TABLE IF NOT EXISTS deployment_job_history (
+            job_id TEXT NOT NULL, revision INTEGER NOT NULL, status TEXT NOT NULL, at TEXT NOT NULL,
+            PRIMARY KEY (job_id, revision))""",
+    ),
+    2: (
+        """CREATE TABLE IF NOT EXISTS deployments (
+            deployment_id TEXT PRIMARY KEY, status TEXT NOT NULL, terminal INTEGER NOT NULL,
+            job_revision INTEGER NOT NULL, projection TEXT NOT NULL, updated_at TEXT NOT NULL)""",
+        """CREATE TABLE IF NOT EXISTS deployment_projection_history (
+            deployment_id TEXT NOT NULL, seq INTEGER NOT NULL, job_revision INTEGER NOT NULL, status TEXT NOT NULL,
+            terminal INTEGER NOT NULL, at TEXT NOT NULL, PRIMARY KEY (deployment_id, seq))""",
+        health_table(),
+        """CREATE TABLE IF NOT EXISTS project_claims (
+            project_key TEXT PRIMARY KEY, job_id TEXT NOT NULL, claimed_at TEXT NOT NULL)""",
+    ),
+    3: (
+        """CREATE TABLE IF NOT EXISTS job_leases (job_id TEXT PRIMARY KEY, renewed_at TEXT NOT NULL)""",
+    ),
+}
+VERSION_TABLE = "CREATE TABLE IF NOT EXISTS stella_schema (name TEXT PRIMARY KEY, version INTEGER NOT NULL)"
+
+
+def narrow(definition):
+    """True when a status check ``definition`` (SQL text) admits fewer statuses than the contract's."""
+    return any("'%s'" % status not in definition for status in HEALTH_STATUSES)
+
+
+class Catalogue(abc.ABC):
+    """What differs between backends: asked through ``execute(sql, params)`` of an open transaction."""
+
+    @abc.abstractmethod
+    def health_checks(self, execute):
+        """``[(name, definition)]`` of the check constraints on ``target_health.status``."""
+
+    @abc.abstractmethod
+    def columns(self, execute, table):
+        """The column names of ``table``."""
+
+    @abc.abstractmethod
+    def refresh_health_check(self, execute, stale):
+        """Replace the ``stale`` constraints with the contract's check, keeping every row."""
+
+
+def migrate(execute, catalogue):
+    """Bring the schema to :data:`SCHEMA_VERSION` and the health constraint to the contract's set.
+    Returns what was done (``{"from": v, "to": v, "healthConstraint": "kept"|"created"|"refreshed"}``)."""
+    execute(VERSION_TABLE)
+    row = execute("SELECT version FROM stella_schema WHERE name = ?", ("job_store",)).fetchone()
+    version = row[0] if row else 0
+    for step in sorted(MIGRATIONS):
+        if step > version:
+            for statement in MIGRATIONS[step]:
+                execute(statement)
+    if row is None:
+        execute("INSERT INTO stella_schema (name, version) VALUES (?, ?)", ("job_store", SCHEMA_VERSION))
+    elif version < SCHEMA_VERSION:
+        execute("UPDATE stella_schema SET version = ? WHERE name = ?", (SCHEMA_VERSION, "job_store"))
+    checks = catalogue.health_checks(execute)
+    stale = [name for name, definition in checks if narrow(definition)]
+    health = "kept"
+    if not checks or stale:
+        catalogue.refresh_health_check(execute, stale)
+        health = "refreshed" if stale else "created"
+    present = set(catalogue.columns(execute, "target_health"))
+    if not {"target_id", "status"} <= present:
+        raise ValueError("table target_health has no target_id and status columns: not a health table")
+    for name, _kind in HEALTH_COLUMNS:
+        if name not in present:
+            execute("ALTER TABLE target_health ADD COLUMN %s TEXT" % name)
+    return {"from": version, "to": SCHEMA_VERSION, "healthConstraint": health}

@@ -1,0 +1,442 @@
+# Copyright (c) Stella Ops contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The job store: where deployment job records are persisted on the controller.
+
+:class:`JobStore` is what the job playbooks use. :class:`SqlJobStore` implements it once, in portable
+SQL over the schema of ``_job_schema``; :class:`SqliteJobStore` (one SQLite file, WAL journal, the
+embedded default) and ``_job_store_pg.PostgresJobStore`` (selected by a ``postgresql://`` DSN) only
+open the connection, run a transaction and name their error types.
+
+Every change is one transaction that reads the current record (locked on PostgreSQL), applies pure
+changes from ``_job`` and writes the result with the next revision, so parallel forks and other
+controllers never lose each other's updates, and readers only ever see persisted state. In the same
+transaction: the status history, the target health that the change implies (``_health``), the
+progress projection when what it mirrors changed (``_projection``), and the project claims: a job
+holds the Compose project of each of its targets from its creation until it is finished, and a
+second job for a held project is refused (``project_busy``).
+
+A claim lease is renewed apart from the record (:meth:`JobStore.renew_lease`): a renewal is not a
+change of the job, so it writes no revision and no history. Records read from the store carry the
+last renewal as ``leaseRenewedAt``; it is never part of the stored JSON.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import json
+import os
+import sqlite3
+
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError, redact_url
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import health as _health
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import schema as _job_schema
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import projection as _projection
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.record import LEASE_FIELD
+
+DEFAULT_STORE = "~/.local/state/stellaops/jobs.sqlite3"
+UNFINISHED = ("Pending", "Running", "RollingBack")
+PRUNE_CHUNK = 500  # job ids per DELETE (SQLite's older builds allow 999 parameters per statement)
+
+
+def store_error(message, code="job_store_failed"):
+    return StellaError(code, message, phase="job")
+
+
+def _marks(values):
+    """``?, ?, ...``: one parameter per value, for an ``IN (...)`` list."""
+    return ", ".join("?" * len(values))
+
+
+def _json(document):
+    return json.dumps(document, sort_keys=True, separators=(",", ":"))
+
+
+def prune_selection(finished, protected, before, keep=0):
+    """Which finished jobs a retention run removes (pure).
+
+    ``finished``: ``(job id, status, updated at)`` of every finished job; ``protected``: job ids that
+    must stay (the job a target's health names, a job holding a project claim). The ``keep`` most
+    recently updated finished jobs stay whatever their age; of the others, those last updated before
+    ``before`` (a timestamp as the store writes them) go. Returns them oldest first.
+    """
+    newest_first = sorted(finished, key=lambda row: (row[2], row[0]), reverse=True)
+    chosen = [row for row in newest_first[max(int(keep), 0):] if row[2] < before and row[0] not in protected]
+    return sorted(chosen, key=lambda row: (row[2], row[0]))
+
+
+def project_keys(record):
+    """``{target name: claim key}``: a target (by id) and the Compose project the job deploys there."""
+    return {name: "%s|%s" % (t.get("targetId") or name, t.get("projectName") or "")
+            for name, t in (record.get("targets") or {}).items()}
+
+
+def project_names(record):
+    """The Compose projects the job deployed, sorted (pure)."""
+    return sorted({t["projectName"] for t in (record.get("targets") or {}).values() if t.get("projectName")})
+
+
+class JobStore(abc.ABC):
+    """What the job playbooks need of a store (every backend implements all of it)."""
+
+    location = None
+
+    @abc.abstractmethod
+    def create(self, record):
+        """Persist a new ``Pending`` job and claim its projects: ``(stored, held)`` where ``held`` is
+        ``{target name: job id}`` of the projects another unfinished job holds (then none is claimed)."""
+
+    @abc.abstractmethod
+    def get(self, job_id):
+        """The record, or ``None``."""
+
+    @abc.abstractmethod
+    def update(self, job_id, *changes):
+        """Apply each ``change(record) -> record`` in order, atomically, one revision each (a change that
+        returns ``None`` writes nothing); returns the stored result."""
+
+    @abc.abstractmethod
+    def renew_lease(self, job_id, at):
+        """Renew the claim lease of the unfinished job ``job_id`` at ``at`` (a finished job is left as
+        it is); returns the job's status, ``None`` when there is no such job."""
+
+    @abc.abstractmethod
+    def list(self, limit=20):
+        """The newest records first."""
+
+    @abc.abstractmethod
+    def unfinished(self):
+        """Records whose status is not terminal (Pending, Running, RollingBack)."""
+
+    @abc.abstractmethod
+    def prune(self, before, keep=0, dry_run=False):
+        """Remove finished jobs last updated before ``before`` (see :func:`prune_selection`) with their
+        status history and their deployments projection, in one transaction; returns
+        ``[{"jobId", "status", "updatedAt", "projects"}]`` of what went (or would go, with ``dry_run``),
+        oldest first (``projects``: the Compose projects each deployed, where its evidence lies)."""
+
+    @abc.abstractmethod
+    def close(self):
+        """Release the connection."""
+
+
+class SqlJobStore(JobStore):
+    """The store over a DB-API connection; subclasses provide :meth:`_transaction` and :meth:`_sql`."""
+
+    LOCK = ""  # appended to the SELECT that reads a record for update
+    catalogue = None
+    errors = (sqlite3.Error,)
+
+    def _sql(self, statement):
+        return statement
+
+    def _execute(self, statement, params=()):
+        return self._db.execute(self._sql(statement), params)
+
+    @abc.abstractmethod
+    def _transaction(self, what):
+        """A context manager: one transaction, committed when the block ends, rolled back on any error."""
+
+    def _migrate(self):
+        with self._transaction("migrate the job store"):
+            self.migration = _job_schema.migrate(self._execute, self.catalogue)
+
+    # ------------------------------------------------------------------ writes
+    def _write(self, record, insert):
+        stored = {k: v for k, v in record.items() if k != LEASE_FIELD}
+        row = (record["kind"], record["status"], (record.get("release") or {}).get("id"), record["updatedAt"],
+               record["revision"], _json(stored), record["jobId"])
+        if insert:
+            self._execute("INSERT INTO deployment_jobs (kind, status, release_id, updated_at, revision, record, "
+                          "job_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", row + (record["createdAt"],))
+        else:
+            self._execute("UPDATE deployment_jobs SET kind=?, status=?, release_id=?, updated_at=?, revision=?, "
+                          "record=? WHERE job_id=?", row)
+        self._execute("INSERT INTO deployment_job_history (job_id, revision, status, at) VALUES (?, ?, ?, ?)",
+                      (record["jobId"], record["revision"], record["status"], record["updatedAt"]))
+
+    def _apply_health(self, before, after):
+        current = {}
+        if _health.started(before, after):  # only this rule reads what the store holds now
+            current = {r[0]: r[1] for r in self._execute("SELECT target_id, status FROM target_health").fetchall()}
+        for event in _health.health_events(before, after, current):
+            self._execute(
+                "INSERT INTO target_health (target_id, target_name, status, reason, code, job_id, updated_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (target_id) DO UPDATE SET target_name=excluded.target_name, "
+                "status=excluded.status, reason=excluded.reason, code=excluded.code, job_id=excluded.job_id, "
+                "updated_at=excluded.updated_at",
+                (event["targetId"], event["targetName"], event["status"], event["reason"], event["code"],
+                 event["jobId"], event["at"]))
+
+    def _put_projection(self, projection, at, insert=False):
+        if insert:
+            self._execute("INSERT INTO deployments (deployment_id, status, terminal, job_revision, projection, "
+                          "updated_at) VALUES (?, ?, ?, ?, ?, ?)",
+                          (projection["deploymentId"], projection["status"], int(projection["terminal"]),
+                           projection["jobRevision"], _json(projection), at))
+        else:
+            self._execute("UPDATE deployments SET status=?, terminal=?, job_revision=?, projection=?, updated_at=? "
+                          "WHERE deployment_id=?", (projection["status"], int(projection["terminal"]),
+                                                    projection["jobRevision"], _json(projection), at,
+                                                    projection["deploymentId"]))
+        seq = self._execute("SELECT COUNT(*) FROM deployment_projection_history WHERE deployment_id=?",
+                            (projection["deploymentId"],)).fetchone()[0] + 1
+        self._execute("INSERT INTO deployment_projection_history (deployment_id, seq, job_revision, status, terminal, "
+                      "at) VALUES (?, ?, ?, ?, ?, ?)", (projection["deploymentId"], seq, projection["jobRevision"],
+                                                        projection["status"], int(projection["terminal"]), at))
+
+    def _claim(self, record, now):
+        """Claim every project of ``record``; ``{name: holder}`` when another unfinished job holds one
+        (then the job keeps no claim). The primary key decides between two controllers inserting at
+        once; a claim left by a finished job is taken over under the claim row's lock."""
+        held = {}
+        for name, key in sorted(project_keys(record).items()):
+            if self._execute("INSERT INTO project_claims (project_key, job_id, claimed_at) VALUES (?, ?, ?) "
+                             "ON CONFLICT (project_key) DO NOTHING", (key, record["jobId"], now)).rowcount == 1:
+                continue
+            holder = self._execute("SELECT job_id FROM project_claims WHERE project_key = ?" + self.LOCK,
+                                   (key,)).fetchone()[0]
+            if holder == record["jobId"]:
+                continue
+            status = self._execute("SELECT status FROM deployment_jobs WHERE job_id = ?", (holder,)).fetchone()
+            if status is not None and status[0] in UNFINISHED:
+                held[name] = holder
+            else:
+                self._execute("UPDATE project_claims SET job_id = ?, claimed_at = ? WHERE project_key = ?",
+                              (record["jobId"], now, key))
+        if held:
+            self._execute("DELETE FROM project_claims WHERE job_id = ?", (record["jobId"],))
+        return held
+
+    def create(self, record):
+        with self._transaction("create job %s" % record["jobId"]):
+            exists = self._execute("SELECT 1 FROM deployment_jobs WHERE job_id=?", (record["jobId"],)).fetchone()
+            if exists:
+                raise store_error("job %s already exists in %s" % (record["jobId"], self.location), code="job_exists")
+            stored = dict(record, revision=1)
+            self._write(stored, insert=True)
+            held = self._claim(stored, stored["updatedAt"])
+            self._apply_health(None, stored)
+            if not stored.get("isRollback") and stored["status"] == "Pending":
+                self._put_projection(_projection.initial(stored), stored["updatedAt"], insert=True)
+        return stored, held
+
+    def update(self, job_id, *changes):
+        with self._transaction("write job %s" % job_id):
+            row = self._execute("SELECT record, revision FROM deployment_jobs WHERE job_id=?" + self.LOCK,
+                                (job_id,)).fetchone()
+            if row is None:
+                raise store_error("no job %s in %s" % (job_id, self.location), code="job_not_found")
+            record = self._leased(json.loads(row[0]), self._execute(
+                "SELECT renewed_at FROM job_leases WHERE job_id=?", (job_id,)).fetchone())
+            revision = row[1]
+            for change in changes:
+                changed = change(record)
+                if changed is None:  # this step has nothing to change
+                    continue
+                revision += 1
+                previous, record = record, dict(changed, revision=revision)
+                self._write(record, insert=False)
+                self._apply_health(previous, record)
+            self._refresh(record)
+            if record["status"] not in UNFINISHED:
+                self._execute("DELETE FROM project_claims WHERE job_id=?", (job_id,))
+                self._execute("DELETE FROM job_leases WHERE job_id=?", (job_id,))
+                record.pop(LEASE_FIELD, None)
+        return record
+
+    def renew_lease(self, job_id, at):
+        with self._transaction("renew the claim lease of job %s" % job_id):
+            row = self._execute("SELECT status FROM deployment_jobs WHERE job_id=?" + self.LOCK, (job_id,)).fetchone()
+            if row is not None and row[0] in UNFINISHED:
+                self._execute("INSERT INTO job_leases (job_id, renewed_at) VALUES (?, ?) ON CONFLICT (job_id) "
+                              "DO UPDATE SET renewed_at=excluded.renewed_at", (job_id, at))
+        return row[0] if row is not None else None
+
+    @staticmethod
+    def _leased(record, renewed):
+        """``record`` with its last lease renewal (a row ``(renewed_at,)`` or ``None``)."""
+        if renewed is not None and renewed[0]:
+            record[LEASE_FIELD] = renewed[0]
+        return record
+
+    def _refresh(self, record):
+        projection = self.projection(record["jobId"])
+        new = _projection.refresh(projection, record)
+        if new is not None:
+            self._put_projection(new, record["updatedAt"])
+
+    def project_terminal(self, job_id, evidence, at):
+        """The terminal projection of a finished job, once its terminal evidence exists."""
+        with self._transaction("project job %s" % job_id):
+            record = self.get(job_id)
+            projection = self.projection(job_id)
+            if record is None or projection is None or projection.get("terminal"):
+                return projection
+            new = _projection.terminal(projection, record, evidence)
+            self._put_projection(new, at)
+        return new
+
+    def prune(self, before, keep=0, dry_run=False):
+        with self._transaction("prune the job store"):
+            finished = self._execute("SELECT job_id, status, updated_at FROM deployment_jobs WHERE status NOT IN (%s)"
+                                     % _marks(UNFINISHED) + self.LOCK, UNFINISHED).fetchall()
+            protected = {r[0] for r in self._execute("SELECT job_id FROM target_health").fetchall()}
+            protected.update(r[0] for r in self._execute("SELECT job_id FROM project_claims").fetchall())
+            chosen = prune_selection([tuple(r) for r in finished], protected, before, keep)
+            ids = [row[0] for row in chosen]
+            projects = {}
+            for start in range(0, len(ids), PRUNE_CHUNK):
+                part = tuple(ids[start:start + PRUNE_CHUNK])
+                for job_id, record in self._execute("SELECT job_id, record FROM deployment_jobs WHERE job_id IN (%s)"
+                                                    % _marks(part), part).fetchall():
+                    projects[job_id] = project_names(json.loads(record))
+                if dry_run:
+                    continue
+                for table, column in (("deployment_job_history", "job_id"), ("job_leases", "job_id"),
+                                      ("deployment_jobs", "job_id"),
+                                      ("deployment_projection_history", "deployment_id"),
+                                      ("deployments", "deployment_id")):
+                    self._execute("DELETE FROM %s WHERE %s IN (%s)" % (table, column, _marks(part)), part)
+        return [{"jobId": job_id, "status": status, "updatedAt": at, "projects": projects.get(job_id, [])}
+                for job_id, status, at in chosen]
+
+    # ------------------------------------------------------------------ reads
+    def _read(self, statement, params=()):
+        try:
+            return self._execute(statement, params).fetchall()
+        except self.errors as exc:
+            raise store_error("cannot read the job store %s: %s" % (self.location, exc)) from None
+
+    def _records(self, where, params=(), tail=""):
+        """The records selected by ``where``, each with its last lease renewal."""
+        return [self._leased(json.loads(r[0]), r[1:]) for r in self._read(
+            "SELECT j.record, l.renewed_at FROM deployment_jobs j LEFT JOIN job_leases l ON l.job_id = j.job_id "
+            "WHERE " + where + tail, params)]
+
+    def get(self, job_id):
+        found = self._records("j.job_id=?", (job_id,))
+        return found[0] if found else None
+
+    def list(self, limit=20):
+        return self._records("1=1", (int(limit),), " ORDER BY j.created_at DESC, j.job_id LIMIT ?")
+
+    def unfinished(self):
+        return self._records("j.status IN (%s)" % _marks(UNFINISHED), UNFINISHED, " ORDER BY j.created_at")
+
+    def history(self, job_id):
+        return [{"revision": r, "status": s, "at": a} for r, s, a in self._read(
+            "SELECT revision, status, at FROM deployment_job_history WHERE job_id=? ORDER BY revision", (job_id,))]
+
+    def projection(self, deployment_id):
+        rows = self._read("SELECT projection FROM deployments WHERE deployment_id=?", (deployment_id,))
+        return json.loads(rows[0][0]) if rows else None
+
+    def projection_history(self, deployment_id):
+        return [{"seq": q, "jobRevision": r, "status": s, "terminal": bool(t), "at": a} for q, r, s, t, a in self._read(
+            "SELECT seq, job_revision, status, terminal, at FROM deployment_projection_history "
+            "WHERE deployment_id=? ORDER BY seq", (deployment_id,))]
+
+    def health(self, target_ids=None):
+        rows = self._read("SELECT target_id, target_name, status, reason, code, job_id, updated_at FROM target_health "
+                          "ORDER BY target_id")
+        found = {r[0]: {"targetId": r[0], "targetName": r[1], "status": r[2], "reason": r[3], "code": r[4],
+                        "jobId": r[5], "updatedAt": r[6]} for r in rows}
+        if target_ids is None:
+            return list(found.values())
+        return [found.get(t) or {"targetId": t, "status": _health.UNKNOWN} for t in target_ids]
+
+    def claims(self):
+        return {r[0]: r[1] for r in self._read("SELECT project_key, job_id FROM project_claims ORDER BY project_key")}
+
+
+class SqliteCatalogue(_job_schema.Catalogue):
+    def health_checks(self, execute):
+        row = execute("SELECT sql FROM sqlite_master WHERE type='table' AND name='target_health'").fetchone()
+        text = row[0] if row else ""
+        start = text.upper().find("CHECK")
+        while start >= 0 and "status" not in text[start:start + 40].lower():
+            start = text.upper().find("CHECK", start + 5)
+        return [("target_health", text[start:])] if start >= 0 else []
+
+    def columns(self, execute, table):
+        return [r[1] for r in execute("PRAGMA table_info(%s)" % table).fetchall()]
+
+    def refresh_health_check(self, execute, stale):
+        """SQLite cannot alter a constraint: the table is rebuilt with the contract's check and every row
+        copied, in the migration's transaction (SQLite's documented way to change a table's schema)."""
+        keep = [c for c in self.columns(execute, "target_health") if c in dict(_job_schema.HEALTH_COLUMNS)]
+        execute(_job_schema.health_table("target_health_new"))
+        execute("INSERT INTO target_health_new (%s) SELECT %s FROM target_health" % (", ".join(keep), ", ".join(keep)))
+        execute("DROP TABLE target_health")
+        execute("ALTER TABLE target_health_new RENAME TO target_health")
+
+
+class SqliteJobStore(SqlJobStore):
+    catalogue = SqliteCatalogue()
+
+    def __init__(self, path, timeout=30.0):
+        self.path = self.location = os.path.expanduser(path)
+        directory = os.path.dirname(self.path)
+        try:
+            if directory:
+                os.makedirs(directory, mode=0o700, exist_ok=True)
+            self._db = sqlite3.connect(self.path, timeout=timeout, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+        except (OSError, sqlite3.Error) as exc:
+            raise store_error("cannot open the job store %s: %s" % (self.path, exc)) from None
+        self._migrate()
+        try:
+            os.chmod(self.path, 0o600)
+        except OSError:
+            pass
+
+    def close(self):
+        self._db.close()
+
+    @contextlib.contextmanager
+    def _transaction(self, what):
+        """One ``BEGIN IMMEDIATE`` transaction: committed when the block ends, rolled back on any error."""
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            raise store_error("cannot %s in %s: %s" % (what, self.path, exc)) from None
+
+
+def _sqlite_path(location):
+    """The file of the SQLite store ``location`` names (a path or ``sqlite:///path``); ``None`` for a URL
+    of another kind."""
+    if location.startswith("sqlite:///"):
+        return location[len("sqlite:///"):]
+    return None if "://" in location else location
+
+
+def missing_sqlite(location=None):
+    """The path of the SQLite store that ``location`` names when no file is there; ``None`` when it is
+    there, and for PostgreSQL. For readers that must not create a store."""
+    path = _sqlite_path(location or DEFAULT_STORE)
+    return path if path is not None and not os.path.isfile(os.path.expanduser(path)) else None
+
+
+def open_store(location=None):
+    """The store at ``location``: a file path, ``sqlite:///relative`` / ``sqlite:////absolute``, or a
+    PostgreSQL DSN ``postgresql://user@host:port/db`` (default ``DEFAULT_STORE``)."""
+    location = location or DEFAULT_STORE
+    if location.startswith(("postgresql://", "postgres://")):
+        from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.postgres import (  # pylint: disable=import-outside-toplevel
+            PostgresJobStore)
+        return PostgresJobStore(location)
+    path = _sqlite_path(location)
+    if path is None:
+        raise store_error("job store %s: only SQLite (a path or sqlite:///path) and PostgreSQL (postgresql://) are "
+                          "available" % redact_url(location), code="job_store_unsupported")
+    return SqliteJobStore(path)

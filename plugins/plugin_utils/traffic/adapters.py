@@ -1,0 +1,282 @@
+# Copyright (c) Stella Ops contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Traffic adapters on the controller (contract: the traffic paragraphs of "Automatic rollback on
+failed deployment" and "Strategy Evidence Boundary").
+
+An adapter moves traffic between the active slot (control) and the slot a blue-green, canary or A/B
+job deployed (treatment) and returns evidence with the contract's keys (``strategy.traffic.*``).
+Without an adapter only standby-slot evidence is written, and nothing implies that traffic moved.
+
+Pure parts: :func:`step_weights`, :func:`standby_evidence`, :func:`resolve`, the request bodies and
+the checks of a controller's answer. The two adapters do I/O: ``local-file`` (an atomic write of
+the route state, lab verification only) and ``webhook`` (``requests`` POSTs to an operator's router
+controller). Register your own in :data:`ADAPTERS`.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import os
+
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.canonical import pretty_json
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError, redact_url
+from ansible_collections.stellaops.runtime.plugins.module_utils.host.files import atomic_write
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.execution import http as _requests
+
+TRAFFIC_STRATEGIES = ("blue-green", "canary", "a-b")
+PREFIX = "strategy.traffic."
+ROLLBACK_PREFIX = "strategy.traffic.rollback."
+MODE_STANDBY_ONLY = "standby_only"
+MODE_SHIFT = "traffic_shift"
+MODE_ROLLBACK = "traffic_rollback"
+STATUS_NOT_SHIFTED = "not_shifted"
+STATUS_SHIFTED = "shifted"
+STATUS_FAILED = "failed"
+STATUS_RESTORED = "restored"
+REASON_MISSING = "traffic_adapter_missing"
+REASON_EXECUTOR_MISSING = "traffic_adapter_executor_missing"
+REASON_DISABLED = "traffic_adapter_disabled"
+CODE_SHIFT_FAILED = "traffic_adapter_failed"
+CODE_ROLLBACK_FAILED = "traffic_adapter_rollback_failed"
+DEFAULT_CANARY_STEPS = (10, 50, 100)
+DEFAULT_TIMEOUT = 10.0
+
+
+class TrafficError(StellaError):
+    """An adapter failed closed; ``evidence`` holds what it observed (never a credential)."""
+
+
+def _weight(value, what):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 100:
+        raise StellaError("traffic_config_invalid", "%s must be a number from 0 to 100, got %r" % (what, value),
+                          phase="plan")
+    return int(value)
+
+
+def step_weights(strategy, config, batch, batches):
+    """``(controlWeight, treatmentWeight)`` after batch ``batch`` (0-based) of ``batches`` (pure).
+
+    - canary: ``strategyConfig.trafficSteps`` (default ``[10, 50, 100]``), one step per batch, the last
+      step repeats, and the last batch always ends at 100;
+    - blue-green: 0 until the treatment slot is verified, then 100 (one switch, after the last batch);
+    - a-b: ``strategyConfig.trafficWeights`` ``{control, treatment}`` (default 50/50).
+    """
+    config = config or {}
+    if strategy == "canary":
+        steps = [_weight(v, "trafficSteps[%d]" % i) for i, v in enumerate(config.get("trafficSteps")
+                                                                          or DEFAULT_CANARY_STEPS)]
+        if steps != sorted(steps):
+            raise StellaError("traffic_config_invalid", "trafficSteps must not decrease: %s" % steps, phase="plan")
+        treatment = 100 if batch >= batches - 1 else steps[min(batch, len(steps) - 1)]
+    elif strategy == "blue-green":
+        treatment = 100 if batch >= batches - 1 else 0
+    elif strategy == "a-b":
+        weights = config.get("trafficWeights") or {"control": 50, "treatment": 50}
+        control = _weight(weights.get("control"), "trafficWeights.control")
+        treatment = _weight(weights.get("treatment"), "trafficWeights.treatment")
+        if control + treatment != 100:
+            raise StellaError("traffic_config_invalid", "trafficWeights must add up to 100, got %d + %d" % (
+                control, treatment), phase="plan")
+        return control, treatment
+    else:
+        raise StellaError("traffic_config_invalid", "strategy %s moves no traffic" % strategy, phase="plan")
+    return 100 - treatment, treatment
+
+
+def standby_evidence(reason, slot):
+    """Evidence when no adapter moved traffic: exactly the contract's standby-only keys (pure)."""
+    return {PREFIX + "mode": MODE_STANDBY_ONLY, PREFIX + "status": STATUS_NOT_SHIFTED, PREFIX + "shifted": False,
+            PREFIX + "reason": reason, PREFIX + "slot": slot}
+
+
+def no_adapter_evidence(reason, step):
+    """Evidence of a step no adapter ran (pure): standby-only for a shift, ``not_shifted`` for a
+    rollback; never a word that implies traffic moved."""
+    if not step.get("rollback"):
+        return standby_evidence(reason, step["treatmentSlot"])
+    return {ROLLBACK_PREFIX + "mode": MODE_ROLLBACK, ROLLBACK_PREFIX + "status": STATUS_NOT_SHIFTED,
+            ROLLBACK_PREFIX + "shifted": False, ROLLBACK_PREFIX + "reason": reason,
+            ROLLBACK_PREFIX + "slot": step["controlSlot"]}
+
+
+def failed_evidence(kind, reason, slot, control, treatment, extra=None, rollback=False):
+    prefix = ROLLBACK_PREFIX if rollback else PREFIX
+    evidence = {prefix + "mode": MODE_ROLLBACK if rollback else MODE_SHIFT, prefix + "status": STATUS_FAILED,
+                prefix + "shifted": False, prefix + "reason": reason, prefix + "slot": slot,
+                prefix + "adapter": kind}
+    if not rollback:
+        evidence.update({prefix + "controlWeight": control, prefix + "treatmentWeight": treatment})
+    evidence.update(extra or {})
+    return evidence
+
+
+def shift_request(job, step):
+    """The JSON body of a shift (or, with ``step["rollback"]``, a rollback) request (pure)."""
+    return {"action": "rollback" if step.get("rollback") else "shift", "jobId": job["jobId"],
+            "release": job.get("release"), "strategy": job.get("strategy"), "application": job.get("application"),
+            "environment": job.get("environment"), "controlSlot": step["controlSlot"],
+            "treatmentSlot": step["treatmentSlot"], "controlWeight": step["controlWeight"],
+            "treatmentWeight": step["treatmentWeight"], "batch": step.get("batch")}
+
+
+def check_answer(answer, step):
+    """Problems (strings) of a controller's answer: JSON ``{"applied": {"controlWeight",
+    "treatmentWeight"}}`` equal to what was asked (pure)."""
+    if not isinstance(answer, dict) or not isinstance(answer.get("applied"), dict):
+        return ["the answer is not a JSON object with an 'applied' object"]
+    applied = answer["applied"]
+    problems = []
+    for key in ("controlWeight", "treatmentWeight"):
+        if applied.get(key) != step[key]:
+            problems.append("applied %s is %r, asked %r" % (key, applied.get(key), step[key]))
+    return problems
+
+
+class Adapter(abc.ABC):
+    """A traffic adapter: ``shift`` and ``rollback`` return evidence or raise :class:`TrafficError`."""
+
+    kind = None
+
+    def __init__(self, options):
+        self.options = dict(options or {})
+
+    def available(self):
+        """``None`` when the adapter can run, else why not (a reason code)."""
+        return None
+
+    @abc.abstractmethod
+    def apply(self, body):
+        """Carry out one request body; return adapter-specific evidence (keys without the prefix)."""
+
+    def shift(self, job, step):
+        body = shift_request(job, step)
+        prefix = ROLLBACK_PREFIX if step.get("rollback") else PREFIX
+        try:
+            facts = self.apply(body)
+        except TrafficError as exc:
+            exc.evidence = failed_evidence(self.kind, exc.reason, step["treatmentSlot"], step["controlWeight"],
+                                           step["treatmentWeight"], {prefix + k: v for k, v in (exc.evidence or {}).items()},
+                                           rollback=bool(step.get("rollback")))
+            exc.code = CODE_ROLLBACK_FAILED if step.get("rollback") else CODE_SHIFT_FAILED
+            raise
+        evidence = {prefix + "mode": MODE_ROLLBACK if step.get("rollback") else MODE_SHIFT,
+                    prefix + "status": STATUS_RESTORED if step.get("rollback") else STATUS_SHIFTED,
+                    prefix + "shifted": True, prefix + "adapter": self.kind,
+                    prefix + "slot": step["controlSlot"] if step.get("rollback") else step["treatmentSlot"],
+                    prefix + "controlWeight": step["controlWeight"], prefix + "treatmentWeight": step["treatmentWeight"]}
+        if step.get("rollback"):
+            evidence[prefix + "reason"] = step.get("reason") or "deployment rolled back"
+        evidence.update({prefix + k: v for k, v in facts.items()})
+        return evidence
+
+
+class LocalFileAdapter(Adapter):
+    """``local-file``: the route state as JSON in ``options.path``, written atomically. For lab
+    verification only: it moves no real traffic."""
+
+    kind = "local-file"
+
+    def available(self):
+        return None if self.options.get("path") else REASON_EXECUTOR_MISSING
+
+    def apply(self, body):
+        path = self.options["path"]
+        state = {"jobId": body["jobId"], "action": body["action"], "controlSlot": body["controlSlot"],
+                 "treatmentSlot": body["treatmentSlot"], "controlWeight": body["controlWeight"],
+                 "treatmentWeight": body["treatmentWeight"]}
+        try:
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            atomic_write(path, pretty_json(state), mode=0o644)
+        except OSError as exc:
+            raise TrafficError(CODE_SHIFT_FAILED, "cannot write route state %s: %s" % (path, exc.strerror or exc),
+                               phase="traffic")
+        return {"statePath": path}
+
+
+class WebhookAdapter(Adapter):
+    """``webhook``: POSTs each request to ``options.shiftUrl`` / ``options.rollbackUrl`` and fails
+    closed on a missing URL, a timeout, an unreachable controller, a non-2xx answer or an answer that
+    is not the expected JSON. ``options.headers`` (e.g. a bearer token) come from ``no_log`` variables
+    and are never written into evidence."""
+
+    kind = "webhook"
+
+    def __init__(self, options, session=None):
+        super().__init__(options)
+        self.session = session
+
+    def available(self):
+        if self.options.get("enabled") is False:
+            return REASON_DISABLED
+        return None if self.options.get("shiftUrl") else REASON_EXECUTOR_MISSING
+
+    def apply(self, body):
+        requests = _requests.load()
+        url = self.options.get("rollbackUrl" if body["action"] == "rollback" else "shiftUrl") or (
+            self.options.get("shiftUrl") if body["action"] == "rollback" else None)
+        facts = {"webhookUrl": redact_url(url) if url else None}
+        if not url:
+            raise TrafficError(CODE_SHIFT_FAILED, "no webhook URL for %s" % body["action"], phase="traffic",
+                               evidence=facts)
+        if requests is None:
+            raise TrafficError(CODE_SHIFT_FAILED, "requests is required on the controller for the webhook adapter: %s"
+                               % _requests.import_error(), phase="traffic", evidence=facts)
+        session = self.session or requests.Session()
+        timeout = float(self.options.get("timeoutSeconds") or DEFAULT_TIMEOUT)
+        try:
+            response = session.post(url, json=body, timeout=timeout, headers=dict(self.options.get("headers") or {}))
+        except requests.Timeout:
+            raise TrafficError(CODE_SHIFT_FAILED, "webhook %s timed out after %gs" % (facts["webhookUrl"], timeout),
+                               phase="traffic", evidence=facts) from None
+        except requests.RequestException as exc:
+            raise TrafficError(CODE_SHIFT_FAILED, "webhook %s unreachable: %s" % (
+                facts["webhookUrl"], type(exc).__name__), phase="traffic", evidence=facts) from None
+        facts["webhookStatus"] = response.status_code
+        if not 200 <= response.status_code < 300:
+            raise TrafficError(CODE_SHIFT_FAILED, "webhook %s answered HTTP %d" % (
+                facts["webhookUrl"], response.status_code), phase="traffic", evidence=facts)
+        try:
+            answer = response.json()
+        except ValueError:
+            answer = None
+        problems = check_answer(answer, body)
+        if problems:
+            raise TrafficError(CODE_SHIFT_FAILED, "webhook %s answer invalid: %s" % (
+                facts["webhookUrl"], "; ".join(problems)), phase="traffic", evidence=facts)
+        facts["appliedAt"] = answer.get("appliedAt")
+        if answer.get("dataPlaneUrl"):
+            facts["dataPlaneUrl"] = redact_url(str(answer["dataPlaneUrl"]))
+        return facts
+
+
+ADAPTERS = {LocalFileAdapter.kind: LocalFileAdapter, WebhookAdapter.kind: WebhookAdapter}
+
+
+def resolve(config, options=None, adapters=None):
+    """``(adapter or None, reason or None)`` for ``strategyConfig`` (pure but for construction).
+
+    No ``trafficAdapter``: ``traffic_adapter_missing``. A name that is not registered, or an adapter
+    whose options leave it unable to run: ``traffic_adapter_executor_missing`` (or ``_disabled``).
+    ``options``: the adapter's options from variables (credentials included), over
+    ``strategyConfig.trafficAdapterOptions``.
+    """
+    registry = ADAPTERS if adapters is None else adapters
+    name = (config or {}).get("trafficAdapter")
+    if not name:
+        return None, REASON_MISSING
+    factory = registry.get(name)
+    if factory is None:
+        return None, REASON_EXECUTOR_MISSING
+    merged = dict((config or {}).get("trafficAdapterOptions") or {})
+    merged.update(options or {})
+    adapter = factory(merged)
+    why = adapter.available()
+    return (None, why) if why else (adapter, None)
+
+
+def evidence_json(evidence):
+    """Evidence as stored: JSON-safe (the adapters only put strings, numbers and booleans in it)."""
+    return json.loads(json.dumps(evidence, sort_keys=True))
