@@ -21,7 +21,6 @@ reach is tried again at the next renewal.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys

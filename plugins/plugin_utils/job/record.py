@@ -340,7 +340,8 @@ def rollback_orders(record, source=None):
     """The rollback the playbook runs next (nothing unless the job is rolling back or is a rollback job
     that runs): its batches, ``serial``, host order, and per target the revision, payload and task;
     ``source``: the job a rollback job rolls back, whose targets carry the rollback payloads. Each
-    target's entry is what the rollback entry point of ``roles/deploy`` takes (``deploy_rollback``)."""
+    target's entry is all its play reads: what the rollback entry point of ``roles/deploy`` takes
+    (``deploy_rollback``), with the job id and the reason of the rollback."""
     targets = (source or record)["targets"]
     plan = (record.get("rollback") or {}).get("batches") or [] if record["status"] in (
         "RollingBack", "Running") else []
@@ -351,7 +352,8 @@ def rollback_orders(record, source=None):
             "rollbackTargets": {n: {"revisionPath": record["targets"][n].get("previousRevisionPath"),
                                     "payload": targets[n].get("rollbackPayload"),
                                     "task": ROLLBACK_TASKS[targets[n].get("targetType") or "ComposeHost"],
-                                    "target": targets[n].get("target"), "waitTimeout": wait}
+                                    "target": targets[n].get("target"), "waitTimeout": wait,
+                                    "jobId": record["jobId"], "reason": record["reason"] or ""}
                                 for b in plan for n in b}}
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import collections
 import secrets
 
-from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError, first_line, redact_text, redact_url
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError, first_line, redact_text
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
     JOB_CHECK_MODE, JOB_INTERRUPTED, PROJECT_BUSY, ROLLBACK_TASKS,
     job_evidence_dir, keep_revisions_problem, utc_timestamp)

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from ansible_collections.stellaops.runtime.plugins.module_utils.engine import cli as cli
+from ansible_collections.stellaops.runtime.plugins.module_utils.engine import cli
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 
 FIX = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "docker")

@@ -233,7 +233,8 @@ def test_rollback_orders_are_the_rollback_batches_with_each_targets_revision_pay
     assert orders["rollbackOrder"] == ["t3", "t1"]
     assert orders["rollbackTargets"]["t1"] == {"revisionPath": "/p/t1/revisions/000001-x", "payload": {"ProjectName": "p1"},
                                                "task": "docker.rollback", "target": None,
-                                               "waitTimeout": 120}
+                                               "waitTimeout": 120, "jobId": "job-1-rollback-a",
+                                               "reason": record["reason"] or ""}
     assert orders["rollbackTargets"]["t3"]["task"] == "compose.rollback"
     # a job that is not rolling back orders no rollback
     assert _job.rollback_orders(source)["rollbackOrder"] == [] and _job.rollback_orders(source)["rollbackTargets"] == {}

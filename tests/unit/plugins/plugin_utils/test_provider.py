@@ -10,7 +10,7 @@ import json
 import pytest
 
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import protocol as pv
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import cli as cli
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import cli
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.plan import plan_job
 
 
