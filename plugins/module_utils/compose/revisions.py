@@ -250,8 +250,19 @@ def prune_revisions(layout, keep):
     return removed
 
 
-def resolve_revision(layout, explicit=None):
-    """The revision to restore: ``explicit`` (must resolve inside ``revisions/``) or the latest.
+def revision_manifest_hash(path):
+    """The ``manifestHash`` a retained revision's record names (``None`` when unreadable)."""
+    try:
+        record = json.loads((read_bytes(os.path.join(path, REVISION_RECORD)) or b"").decode("utf-8"))
+    except ValueError:
+        return None
+    return record.get("manifestHash") if isinstance(record, dict) else None
+
+
+def resolve_revision(layout, explicit=None, other_than=None):
+    """The revision to restore: ``explicit`` (must resolve inside ``revisions/``) or the latest, and
+    with ``other_than`` (the manifest hash of the release being rolled back) the latest that is not
+    that release: a deployment whose outcome is unknown may or may not have retained one before it.
 
     Fails with ``failurePhase=resolve_revision`` (``no_revision`` / ``revision_path_rejected``).
     """
@@ -269,10 +280,12 @@ def resolve_revision(layout, explicit=None):
         if not os.path.isdir(real):
             raise StellaError("no_revision", "revision %r does not exist" % (explicit,), phase="resolve_revision")
         return real
-    revisions = list_revisions(layout)
+    revisions = [path for path in list_revisions(layout)
+                 if not other_than or revision_manifest_hash(path) != other_than]
     if not revisions:
-        raise StellaError("no_revision", "project %s has no retained revision under %s" % (
-            layout.project_name, layout.revisions_dir), phase="resolve_revision")
+        raise StellaError("no_revision", "project %s has no retained revision under %s%s" % (
+            layout.project_name, layout.revisions_dir, " other than release %s" % other_than if other_than else ""),
+            phase="resolve_revision")
     return os.path.realpath(revisions[-1])
 
 

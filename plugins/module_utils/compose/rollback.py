@@ -111,7 +111,7 @@ class ComposeRollback(Manager):
             evidence["lockWaitMs"] = int((time.monotonic() - wait_start) * 1000)
             current = _revisions.read_current(layout)
             with rec.phase("resolve_revision"):
-                path = _revisions.resolve_revision(layout, request.get("revision_path"))
+                path = _revisions.resolve_revision(layout, request.get("revision_path"), request.get("manifest_hash"))
                 evidence["restoredRevisionPath"] = path
                 record, files = _revisions.load_revision(path, phase="validate_revision")
                 why = superseded(committed_manifest_hash(current[MANIFEST_FILE]), request.get("manifest_hash"),

@@ -236,8 +236,11 @@ def finish(record, now):
 
 
 def eligible(target):
-    """The retained-revision rule: the target's deployment ran and retained a previous revision."""
-    return target["status"] in ("Succeeded", "Failed") and bool(target.get("previousRevisionPath"))
+    """The retained-revision rule: the target's deployment ran and retained a previous revision, or
+    it stopped answering during its apply (``outcomeUnknown``: it may run this job's release, and its
+    own agent finds the revision to restore)."""
+    return target["status"] in ("Succeeded", "Failed") and bool(
+        target.get("previousRevisionPath") or target.get("outcomeUnknown"))
 
 
 def skip_reason(target):

@@ -18,7 +18,8 @@ the restoration evidence the agent must return before a target counts as restore
 from __future__ import annotations
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import first_line
-from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import PHASES, ROLLBACK_PHASE_NAMES
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
+    PHASES, ROLLBACK_PHASE_NAMES, UNREACHABLE_CODE)
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.deployment import project_digest
 
 # Phases the agent reports; verify is also the controller's probes, evidence and cleanup are the record.
@@ -30,6 +31,11 @@ UNVERIFIED_ROLLBACK = "rollback_unverified"
 
 def _failed(result):
     return isinstance(result, dict) and bool(result.get("failed"))
+
+
+def unreachable(result):
+    """A registered result of a task whose target stopped answering (``ignore_unreachable``)."""
+    return isinstance(result, dict) and bool(result.get("unreachable"))
 
 
 def _ran(result):
@@ -89,6 +95,14 @@ def deployment_outcome(apply, probe=None, failure=None, evidence_written=False, 
     ``deployment.json`` was written, else what the job store keeps) and cleanup. A failed target's
     phases end with the failed one. Entries: ``(name, status, durationMs, detail or None)``.
     """
+    if unreachable(apply) or unreachable(failure):
+        # The connection dropped while the apply ran: it may have finished on the target, or not. Only
+        # the phase it started is recorded, and a rollback restores the target once it answers again.
+        cause = first_line((apply if unreachable(apply) else failure).get("msg")) or "no answer"
+        return {"succeeded": False, "phases": [("preflight", "failed", 0, {"outcome": "unknown"})],
+                "failedPhase": "preflight", "code": UNREACHABLE_CODE,
+                "reason": "the target stopped answering while its apply ran (%s): the apply may have finished "
+                          "there; a rollback restores it once it answers again" % cause}
     agent = _agent_phases(apply)
     probes, probe_reason = probe_status(probe)
     failing = _failed(apply) or _failed(probe) or _failed(failure)
@@ -134,9 +148,14 @@ def target_facts(apply, files):
     committed, its project, the digest it runs and, only when this job changed the target, the revision
     the apply retained (what a rollback restores). A target the apply did not change (a converged re-run,
     or a failure that changed nothing) is marked ``unchangedByJob``: a rollback of this job leaves it as it
-    is, because what it ran before this job is what it runs."""
+    is, because what it ran before this job is what it runs. A target that stopped answering during its
+    apply is ``outcomeUnknown``: it may run this job's release, so a rollback includes it."""
     apply = apply or {}
     facts = {"evidence": dict(files)}
+    if unreachable(apply):
+        # what the target runs is unknown: the rollback restores the newest revision that is not this release
+        facts["outcomeUnknown"] = True
+        return facts
     for key in ("versionStickerHash", "composeLockHash", "applyManifestHash", "manifestHash"):
         if apply.get(key) and not apply.get("failed"):
             facts.setdefault("artifacts", {})[key] = apply[key]
@@ -161,6 +180,11 @@ def rollback_outcome(result, failure=None):
     reports them (``not_run`` ones are not recorded); a target counts as restored only when the agent
     says so (``rollbackRestored``) and every service it verified runs its pinned digest."""
     result = result or {}
+    if unreachable(result) or unreachable(failure):
+        cause = first_line((result if unreachable(result) else failure).get("msg")) or "no answer"
+        return {"succeeded": False, "phases": [],
+                "reason": "%s: the target did not answer (%s) and may still run the release being rolled back; "
+                          "roll it back once it answers (the rollback playbook)" % (UNREACHABLE_CODE, cause)}
     phases = [(name, entry["status"], entry["durationMs"], None)
               for name, entry in _agent_phases(result, ROLLBACK_PHASE_NAMES).items()]
     if _failed(result) or _failed(failure):

@@ -150,3 +150,19 @@ def test_a_symlink_under_revisions_is_never_a_revision(layout, tmp_path):
     with pytest.raises(StellaError) as err:
         rv.resolve_revision(layout, "000009-abababababab")
     assert err.value.code == "revision_path_rejected"
+
+
+def test_a_rollback_whose_deployment_outcome_is_unknown_restores_the_newest_revision_of_another_release(layout):
+    """A target lost during its apply may or may not have retained a revision: its rollback asks for the
+    newest revision that is not the release being rolled back."""
+    other = "sha256:" + "c" * 64
+    previous = rv.retain_revision(layout, dict(FILES, **{rv.LOCK_FILE: b"previous"}), other)
+    failed = rv.retain_revision(layout, dict(FILES, **{rv.LOCK_FILE: b"failed"}), MH)
+    assert rv.revision_manifest_hash(failed) == MH and rv.revision_manifest_hash(previous) == other
+    assert rv.resolve_revision(layout) == failed
+    assert rv.resolve_revision(layout, other_than=MH) == previous
+    assert rv.resolve_revision(layout, other_than=other) == failed
+    os.rename(previous, os.path.join(os.path.dirname(previous), ".stella-tmp-gone"))
+    with pytest.raises(StellaError) as err:
+        rv.resolve_revision(layout, other_than=MH)
+    assert err.value.code == "no_revision" and "other than release %s" % MH in err.value.reason

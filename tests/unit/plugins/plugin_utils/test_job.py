@@ -258,3 +258,19 @@ def test_a_target_whose_agent_put_the_previous_release_back_is_skipped_as_restor
     record = _job.auto_rollback(_job.finish(record, T0), T0)
     assert record["status"] == "RollingBack" and record["rollback"]["batches"] == [["t1"]]
     assert record["rollback"]["skipped"] == {"t2": _job.RESTORED_IN_PLACE}
+
+
+def test_a_target_lost_during_its_apply_is_rolled_back_with_the_others_and_its_agent_finds_the_revision():
+    """It may run the failed release: the rollback includes it (no revision path: the target's own agent
+    restores the newest revision that is not this release), in reverse batch order."""
+    record = run(run(make(), "t1", True), "t2", True)
+    lost = _job.finish_target(record, "t3", False, T0, reason="stopped answering", code="target_unreachable",
+                              facts={"outcomeUnknown": True})
+    assert _job.eligible(lost["targets"]["t3"])
+    failed = _job.auto_rollback(_job.finish(lost, T0), T0)
+    assert failed["status"] == "RollingBack" and failed["rollback"]["batches"] == [["t3"], ["t1", "t2"]]
+    orders = _job.rollback_orders(failed)
+    assert orders["rollbackOrder"] == ["t3", "t1", "t2"] and orders["rollbackTargets"]["t3"]["revisionPath"] is None
+    # without outcomeUnknown and without a revision, a failed target is left alone
+    plain_failure = _job.finish_target(record, "t3", False, T0, reason="boom", code="deploy_failed")
+    assert not _job.eligible(plain_failure["targets"]["t3"])

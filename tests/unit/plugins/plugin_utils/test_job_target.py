@@ -152,3 +152,24 @@ def test_an_apply_that_did_not_change_the_target_leaves_nothing_to_restore(apply
 
 def test_no_apply_no_facts_but_the_evidence():
     assert jt.target_facts(None, {}) == {"evidence": {}}
+
+
+LOST = {"unreachable": True, "changed": False,
+        "msg": "Failed to connect to the host via ssh: Connection closed by 10.0.0.2 port 22\nmore"}
+
+
+def test_a_target_that_stopped_answering_during_its_apply_is_failed_unreachable_with_its_outcome_unknown():
+    outcome = jt.deployment_outcome(LOST, {"skipped": True, "changed": False})
+    assert (outcome["succeeded"], outcome["code"], outcome["failedPhase"]) == (False, "target_unreachable", "preflight")
+    assert outcome["phases"] == [("preflight", "failed", 0, {"outcome": "unknown"})]
+    assert "Connection closed by 10.0.0.2 port 22" in outcome["reason"] and "more" not in outcome["reason"]
+    assert "may have finished" in outcome["reason"]
+    # no unchangedByJob (it may have changed), no revision path (its agent finds the one to restore)
+    assert jt.target_facts(LOST, {}) == {"evidence": {}, "outcomeUnknown": True}
+
+
+def test_a_target_that_does_not_answer_to_its_rollback_is_not_restored():
+    outcome = jt.rollback_outcome(LOST)
+    assert outcome["succeeded"] is False and outcome["phases"] == []
+    assert outcome["reason"].startswith("target_unreachable: the target did not answer (Failed to connect")
+    assert jt.rollback_outcome({"skipped": True}, failure=LOST)["succeeded"] is False
