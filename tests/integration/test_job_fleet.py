@@ -365,8 +365,9 @@ def test_unreachable_target_fails_the_job_before_any_target_changes(lab, fleet, 
         assert t3 in record["reason"], record["reason"]
         assert record["reason"].startswith("target readiness failed before any target was changed: %s unreachable"
                                            % t3), record["reason"]
-        assert "auto-rollback" not in record["reason"], record["reason"]  # nothing changed, nothing to restore
-        assert record["rollback"] == {"attempted": False, "skipReason": "no target was changed"}
+        # nothing changed, so no target is eligible: the contract's skipped automatic rollback
+        assert record["reason"].endswith(" (auto-rollback skipped: no target retained a previous revision to restore)")
+        assert record["rollback"] == {"attempted": False, "skipReason": "no_eligible_target", "skipped": {}}
         assert (record["targets"][t3]["status"], record["targets"][t3]["code"]) == ("Failed", "target_unreachable")
         for name in (t1, t2, t4):
             assert record["targets"][name]["status"] == "Skipped", name

@@ -47,9 +47,7 @@ PLAYBOOK = os.path.join(ROOT, "tests", "integration", "playbooks", "deploy_role.
 TARGET_WORK = "/var/lib/stella-role-it"
 PROBE_KEYS = {"healthProbe.status", "healthProbe.count", "healthProbe.web.endpoint", "healthProbe.web.healthy",
               "healthProbe.web.attempts", "healthProbe.web.observed"}
-NO_REVISION = "no retained revision: the deployment retained no previous revision on this target"
 ROLLED_BACK_SUFFIX = " (auto-rollback restored the retained previous revision)"
-SKIPPED_SUFFIX = " (auto-rollback skipped: no target retained a previous revision to restore)"
 RECAP = re.compile(r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 # The contract phase each step of the target agent belongs to (compose_up -> deploy, ...).
 STEP_PHASE = {step: phase for phase, steps in DEPLOYMENT_PHASES for step in steps}
@@ -485,29 +483,33 @@ def test_c_unhealthy_image_rolls_back_to_v1(lab, tmp_path):
         sc.cleanup()
 
 
-def test_d_first_deploy_failing_skips_rollback(lab, tmp_path):
+def test_d_first_deploy_failing_attempts_its_rollback_which_fails_at_revision_resolution(lab, tmp_path):
+    """The contract's retained-revision rule: a ComposeHost target whose task ran and changed it is
+    eligible; with no revision retained (a first deploy) its agent fails at revision resolution, and the
+    job says so (auto-rollback failed), with the rollback's evidence: never RolledBack."""
     sc = Scenario(lab, tmp_path, "d")
     try:
         rc, recap, results, output = sc.play(sc.release("app_broken", "1.0.0-broken"), wait_timeout=20)
         job_id = sc.job_id(results)
         assert rc != 0 and recap["localhost"][3] == 1, output[-4000:]
-        assert not rollback_ran(results), "a rollback ran without a retained revision"
-        assert results["deploy_job_finish"]["rollbackOrder"] == []
         assert "previousRevisionPath" not in results["deploy_apply_result"]
+        assert results["deploy_job_finish"]["rollbackOrder"] == ["localhost"]
+        assert rollback_ran(results), "the eligible target's rollback did not run"
+        restore = results["deploy_restore_result"]
+        assert (restore["failed"], restore["code"], restore["failurePhase"]) == (True, "no_revision", "resolve_revision")
         files = sc.evidence(results)
-        assert set(files) == {"deployment.json", "job.json"}, "rollback evidence without a rollback"
+        assert set(files) == {"deployment.json", "job.json", "rollback-evidence.json"}, sorted(files)
         job, target, projection = assert_job_documents(sc, results, files)
-        assert (job["status"], job["promotion"], job["isRollback"]) == ("Failed", "Failed", False)
-        assert job["reason"] == "target localhost: %s%s" % (target["reason"], SKIPPED_SUFFIX), job["reason"]
-        assert job["rollback"] == {"attempted": False, "skipReason": "no_eligible_target",
-                                   "skipped": {"localhost": NO_REVISION}}
-        assert job["events"] == []
+        assert (job["status"], job["promotion"], job["isRollback"]) == ("Failed", "Failed", True)
+        assert job["reason"].startswith("target localhost: %s; auto-rollback failed: localhost: no_revision: " % (
+            target["reason"])), job["reason"]
+        assert (job["rollback"]["attempted"], job["rollback"]["status"]) == (True, "failed")
+        assert [e["kind"] for e in job["events"]] == ["RollbackStarted", "RollbackFailed"]
         assert (target["status"], target["code"]) == ("Failed", results["deploy_apply_result"]["code"])
+        assert target["rollbackError"].startswith("no_revision: "), target["rollbackError"]
         assert phase_statuses(target)[-1] == (STEP_PHASE[results["deploy_apply_result"]["failurePhase"]], "failed")
-        assert "previousRevisionPath" not in target and "rollbackPhases" not in target
-        assert "statusBeforeRollback" not in target
-        assert projection["strategyEvidence"]["rollback.attempted"] is False
-        assert "rollback.evidence.proofDigest" not in projection["strategyEvidence"]
+        assert "previousRevisionPath" not in target and "statusBeforeRollback" not in target
+        assert projection["strategyEvidence"]["rollback.attempted"] is True
         assert files["deployment.json"]["status"] == "failed"
         assert "job %s Failed: " % job_id in output, output[-4000:]
         assert "RolledBack" not in output

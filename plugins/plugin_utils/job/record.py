@@ -199,8 +199,14 @@ def fail_closed(record, code, reason, failed_targets, now):
         elif target["status"] in ("Pending", "Running"):  # nothing was changed: none started
             target.update(status="Skipped", reason="not started: %s" % reason)
     _move(new, "Failed")
-    new.update(promotion="Failed", reason=reason, code=code, completedAt=now,
-               rollback={"attempted": False, "skipReason": "no target was changed"})
+    new.update(promotion="Failed", reason=reason, code=code, completedAt=now)
+    if new["options"].get("autoRollbackOnFailure", True):
+        # no target was changed, so none is eligible: the contract's skipped automatic rollback
+        new["reason"] = suffixed_reason(reason, RECOVERY_ROLLBACK_SKIPPED, NONE_ELIGIBLE)
+        new["rollback"] = {"attempted": False, "skipReason": "no_eligible_target", "skipped": {}}
+    else:
+        new["rollback"] = {"attempted": False, "skipReason": AUTO_ROLLBACK_DISABLED,
+                           "source": new["options"].get("autoRollbackSource")}
     return new
 
 
@@ -236,11 +242,16 @@ def finish(record, now):
 
 
 def eligible(target):
-    """The retained-revision rule: the target's deployment ran and retained a previous revision, or
-    it stopped answering during its apply (``outcomeUnknown``: it may run this job's release, and its
-    own agent finds the revision to restore)."""
-    return target["status"] in ("Succeeded", "Failed") and bool(
-        target.get("previousRevisionPath") or target.get("outcomeUnknown"))
+    """The contract's retained-revision rule: the target's task ran and its result carries a previous
+    revision, or the target is a ComposeHost (its agent then resolves the revision, and a rollback with
+    none to restore fails there, with evidence), or it stopped answering during its apply
+    (``outcomeUnknown``: it may run this job's release). A target the job did not change, or whose failed
+    transaction already put the previous release back, is left as it is (:func:`skip_reason`)."""
+    if target["status"] not in ("Succeeded", "Failed") or target.get("unchangedByJob") or target.get(
+            "restoredInPlace"):
+        return False
+    return bool(target.get("previousRevisionPath") or target.get("outcomeUnknown") or (
+        target.get("applyRan") and target.get("targetType") == "ComposeHost"))
 
 
 def skip_reason(target):

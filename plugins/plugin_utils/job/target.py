@@ -162,6 +162,8 @@ def target_facts(apply, files):
     for key in ("projectName", "targetType", "appliedByJobId"):
         if apply.get(key):
             facts[key] = apply[key]
+    if _ran(apply):
+        facts["applyRan"] = True  # the contract's eligibility asks whether the task ran
     if _ran(apply) and not apply.get("changed"):
         facts["unchangedByJob"] = True
     elif apply.get("previousRevisionPath"):

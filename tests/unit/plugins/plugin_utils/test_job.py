@@ -274,3 +274,29 @@ def test_a_target_lost_during_its_apply_is_rolled_back_with_the_others_and_its_a
     # without outcomeUnknown and without a revision, a failed target is left alone
     plain_failure = _job.finish_target(record, "t3", False, T0, reason="boom", code="deploy_failed")
     assert not _job.eligible(plain_failure["targets"]["t3"])
+
+
+@pytest.mark.parametrize("facts,target_type,expected", [
+    ({"applyRan": True}, "ComposeHost", True),  # its agent resolves the revision (and fails there without one)
+    ({"applyRan": True}, "DockerHost", False),  # a DockerHost needs the revision its run retained
+    ({"applyRan": True, "previousRevisionPath": "/p/previous"}, "DockerHost", True),
+    ({}, "ComposeHost", False),  # the task never ran
+    ({"applyRan": True, "unchangedByJob": True}, "ComposeHost", False),
+    ({"applyRan": True, "restoredInPlace": True, "previousRevisionPath": "/p/previous"}, "DockerHost", False),
+], ids=["compose-ran", "docker-ran-no-revision", "docker-revision", "never-ran", "unchanged", "restored-in-place"])
+def test_the_contracts_retained_revision_rule(facts, target_type, expected):
+    record = make()
+    record["targets"]["t1"]["targetType"] = target_type
+    record = _job.finish_target(record, "t1", False, T0, reason="boom", code="deploy_failed", facts=facts)
+    assert _job.eligible(record["targets"]["t1"]) is expected
+
+
+def test_a_job_that_failed_closed_says_its_automatic_rollback_was_skipped_unless_disabled():
+    closed = _job.fail_closed(make(), "project_busy", "project held", {"t1": "held"}, T0)
+    assert closed["reason"] == "project held (auto-rollback skipped: no target retained a previous revision to restore)"
+    assert closed["rollback"] == {"attempted": False, "skipReason": "no_eligible_target", "skipped": {}}
+    disabled = _job.fail_closed(make({"autoRollbackOnFailure": False, "autoRollbackSource": "strategyConfig"}),
+                                "project_busy", "project held", {"t1": "held"}, T0)
+    assert disabled["reason"] == "project held"
+    assert disabled["rollback"] == {"attempted": False, "skipReason": "autoRollbackOnFailure=false",
+                                    "source": "strategyConfig"}
