@@ -266,6 +266,9 @@ class ComposeApply(Manager):
         An early look made before the project existed stands only while nothing was committed since
         (another job may have applied meanwhile); otherwise they are asked again, under the lock now held."""
         if not early.locked and before[LOCK_FILE] is not None:
+            # the unlocked look finishes first (its answers are discarded): the engine is never asked the
+            # same question twice at once
+            concurrent.futures.wait([early.containers, early.images])
             with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
                 early = self._ask(pool, files)
                 return early.containers.result(), early.images.result()
