@@ -83,16 +83,20 @@ class ActionModule(ActionBase):
             for value in (release.get("secretEnv") or {}).values():
                 secrets.append(str(value))
             credentials = load_credentials(plain(args["registry_credentials"], "registry_credentials"))
-            for cred in credentials.values():
-                secrets.append(cred["password"])
+            secrets.extend(credentials.secrets())
             validate_release(release)
             if args["target_types"] and release["target"]["type"] not in args["target_types"]:
                 raise StellaError("target_type_unsupported", "release target %s is a %s; this step deploys %s" % (
                     release["target"]["id"], release["target"]["type"], " or ".join(args["target_types"])),
                     phase="plan")
-            resolved, resolution = resolve_digests(
-                release, credentials, args["insecure_registries"], plain(args["resolved"], "resolved"), args["resolve"],
-                args["timeout"])
+            try:
+                resolved, resolution = resolve_digests(
+                    release, credentials, args["insecure_registries"], plain(args["resolved"], "resolved"),
+                    args["resolve"], args["timeout"])
+            finally:
+                secrets.extend(credentials.secrets())  # what the Docker config's helpers answered
+            for warning in credentials.warnings:
+                self._display.warning(warning)
             plan = plan_release(release, resolved)
         except StellaError as exc:
             result.update(failed=True, msg=redact_text(redact_url(exc.reason), secrets), code=exc.code)

@@ -75,6 +75,7 @@ class JobSteps:
         self.vars = task_vars or {}
         self.check_mode = check_mode
         self.secrets = []
+        self.warnings = []
         self.location = None
 
     def run(self, args):
@@ -162,7 +163,7 @@ class JobSteps:
         release = plain(args["release"])
         self.secrets.extend(str(v) for v in (release.get("secretEnv") or {}).values())
         credentials = load_credentials(plain(args["registry_credentials"], "registry_credentials"))
-        self.secrets.extend(c["password"] for c in credentials.values())
+        self.secrets.extend(credentials.secrets())
         hostvars = self.vars.get("hostvars") or {}
         hosts = [(name, dict(hostvars.get(name) or {})) for name in args["targets"]]
         for name, host in hosts:  # an identity given for a host wins over its inventory variables
@@ -171,8 +172,12 @@ class JobSteps:
         probe = dict(release, target=dict(release.get("target") or {}, id="probe", name="probe",
                                           endpoint="local", executionMode="local"))
         probe.setdefault("target", {}).setdefault("type", "ComposeHost")
-        resolved, resolution = resolve_digests(probe, credentials, args["insecure_registries"], {}, True,
-                                               args["timeout"])
+        try:
+            resolved, resolution = resolve_digests(probe, credentials, args["insecure_registries"], {}, True,
+                                                   args["timeout"])
+        finally:
+            self.secrets.extend(credentials.secrets())  # what the Docker config's helpers answered
+        self.warnings.extend(credentials.warnings)
         options = job_options(release, {"autoRollbackOnFailure": args["auto_rollback_on_failure"],
                                         "waitForHealthCheck": args["wait_for_health_check"]})
         options.update(claimLeaseSeconds=args["claim_lease"], keepRevisions=args["keep_revisions"],
@@ -215,7 +220,7 @@ class JobSteps:
                                                                      utc_timestamp()))
         else:
             record = store.update(job_id, lambda r: _job.start(r, utc_timestamp()))
-        keeper, warnings = None, []
+        keeper, warnings = None, list(self.warnings)
         if record["status"] == "Running" and args["claim_lease"]:
             keeper = start_keeper(self.location, job_id, record["owner"], args["claim_lease"])
             if keeper is None:

@@ -8,9 +8,9 @@ digest resolution of a release's image references (one resolver, one HTTP sessio
 from __future__ import annotations
 
 import json
-import os
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.credentials import RegistryCredentials
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.plan import unresolved_references
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.registry import DigestResolver
 
@@ -24,22 +24,9 @@ def plain(value, field="release"):
 
 
 def load_credentials(raw):
-    """``{registry: {username, password}}``; ``password_file`` is read on the controller."""
-    creds = {}
-    for registry, entry in (raw or {}).items():
-        if not isinstance(entry, dict) or not entry.get("username"):
-            raise StellaError("invalid_request", "registry_credentials[%s] needs username and password or password_file"
-                              % registry)
-        password = entry.get("password")
-        if password is None and entry.get("password_file"):
-            try:
-                with open(os.path.expanduser(entry["password_file"]), "r", encoding="utf-8") as handle:
-                    password = handle.read().rstrip("\r\n")
-            except OSError as exc:
-                raise StellaError("invalid_request", "registry_credentials[%s].password_file cannot be read (%s)"
-                                  % (registry, exc.strerror))
-        creds[registry] = {"username": entry["username"], "password": password or ""}
-    return creds
+    """The registry credentials of planning: the task's ``registry_credentials`` (``password_file`` read
+    on the controller), then Docker's client config (:class:`RegistryCredentials`)."""
+    return RegistryCredentials(raw or {})
 
 
 def resolve_digests(release, credentials, insecure, pre_resolved, resolve, timeout, transport=None):

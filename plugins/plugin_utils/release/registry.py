@@ -33,9 +33,70 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.engine.registry 
     INDEX_TYPES, MANIFEST_ACCEPT, MAX_MANIFEST_BYTES, RegistryApi, index_platforms, read_manifest,
 )
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.execution import http as _requests
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.credentials import RegistryCredentials
 
 CHUNK_BYTES = 64 * 1024
 _ERRNO = re.compile(r"\[Errno -?\d+\] [^'\")\]]+")
+
+# Answers that mean "ask again later": a rate limit (Docker Hub's 429) and a gateway or registry that is
+# briefly unavailable. Each request is tried at most RETRIES + 1 times; between tries planning waits what
+# Retry-After asks (at most RETRY_AFTER_MAX seconds), else an exponential backoff (0.5 s, 1 s, 2 s, ...).
+RETRY_STATUSES = (429, 502, 503, 504)
+RETRIES = 4
+RETRY_AFTER_MAX = 30.0
+BACKOFF_FACTOR = 0.5
+_RETRY_CLASS = {}
+
+
+def retry_policy(waits, retries=None, retry_after_max=None, backoff_factor=None):
+    """urllib3's ``Retry`` for registry requests: ``RETRY_STATUSES`` on GET, HEAD and POST (token
+    requests), Retry-After honoured up to ``retry_after_max`` seconds, the last answer returned (not
+    raised) when the tries are spent. Every wait is appended to ``waits`` as ``{url, status,
+    waitedSeconds}`` (the URL without userinfo or query)."""
+    require_requests()
+    retries = RETRIES if retries is None else retries
+    retry_after_max = RETRY_AFTER_MAX if retry_after_max is None else retry_after_max
+    backoff_factor = BACKOFF_FACTOR if backoff_factor is None else backoff_factor
+    if "class" not in _RETRY_CLASS:
+        from urllib3.util.retry import Retry  # pylint: disable=import-outside-toplevel
+
+        class RegistryRetry(Retry):
+            """Retry that caps Retry-After and records each wait in a list shared by its copies."""
+
+            waits = None
+            retry_after_cap = RETRY_AFTER_MAX
+
+            def new(self, **kw):
+                copy = super().new(**kw)
+                copy.waits, copy.retry_after_cap = self.waits, self.retry_after_cap
+                return copy
+
+            def parse_retry_after(self, retry_after):
+                return min(float(super().parse_retry_after(retry_after)), self.retry_after_cap)
+
+            def sleep(self, response=None):
+                started = time.monotonic()
+                super().sleep(response)
+                if self.waits is not None:
+                    last = self.history[-1] if self.history else None
+                    self.waits.append({"url": redact_url((last.url if last else "") or "").split("?")[0],
+                                       "status": last.status if last else None,
+                                       "waitedSeconds": round(time.monotonic() - started, 2)})
+
+        _RETRY_CLASS["class"] = RegistryRetry
+    policy = _RETRY_CLASS["class"](total=retries, connect=0, read=False, redirect=0, status=retries,
+                                   status_forcelist=RETRY_STATUSES, allowed_methods=("GET", "HEAD", "POST"),
+                                   backoff_factor=backoff_factor, raise_on_status=False,
+                                   respect_retry_after_header=True)
+    policy.waits, policy.retry_after_cap = waits, retry_after_max
+    return policy
+
+
+def describe_waits(waits):
+    """``"after 5 tries over 7.5 s"`` for the waits of one request (``""`` when there were none)."""
+    if not waits:
+        return ""
+    return " after %d tries over %g s" % (len(waits) + 1, round(sum(w["waitedSeconds"] for w in waits), 1))
 
 
 def platform_strings(index):
@@ -86,6 +147,12 @@ class RequestsTransport:
         self.owns_session = session is None
         self.session = session if session is not None else self.requests.Session()
         self.max_body = max_body
+        # every wait between tries, in order (see retry_policy); a given session keeps its own adapters
+        self.waits = []
+        if self.owns_session:
+            adapter = self.requests.adapters.HTTPAdapter(max_retries=retry_policy(self.waits))
+            self.session.mount("http://", adapter)
+            self.session.mount("https://", adapter)
 
     def __call__(self, method, url, headers, timeout):
         deadline = time.monotonic() + timeout
@@ -128,13 +195,17 @@ class DigestResolver:
     """
 
     def __init__(self, credentials=None, insecure_registries=(), transport=None, timeout=15.0, session=None):
-        self.credentials = dict(credentials or {})
+        if not isinstance(credentials, RegistryCredentials):
+            credentials = RegistryCredentials(credentials, config_path=False)
+        self.credentials = credentials
         self.insecure_registries = tuple(insecure_registries or ())
         self.transport = transport
         self.timeout = timeout
         self._session = session
         self._owned = None
         self._clients = {}
+        self._sources = {}
+        self._first_wait = 0
 
     def __enter__(self):
         return self
@@ -159,16 +230,19 @@ class DigestResolver:
             cred = self.credentials.get(registry) or {}
             self._clients[registry] = RegistryApi(cred.get("username"), cred.get("password"),
                                                   self.insecure_registries, self.timeout, self._transport())
+            self._sources[registry] = cred.get("source")
         return self._clients[registry]
 
     def _secrets(self):
-        out = []
-        for registry, cred in self.credentials.items():
-            if registry not in self._clients:
-                out.extend(RegistryApi(cred.get("username"), cred.get("password")).secrets())
+        out = list(self.credentials.secrets())
         for client in self._clients.values():
             out.extend(client.secrets())
         return out
+
+    def _waits(self):
+        """The transport's list of waits between tries (``[]`` for a transport that does not retry)."""
+        waits = getattr(self.transport, "waits", None)
+        return waits if waits is not None else []
 
     def _fail(self, image, reason, cause=None, **evidence):
         reason = redact_text(redact_url(reason), self._secrets())
@@ -198,6 +272,15 @@ class DigestResolver:
             self._fail(text, "registry %s requires authentication (%s) and %s (HTTP %d)"
                        % (ref.registry, auth or "unknown scheme", why, status), cause="registry_auth_failed",
                        status=status)
+        waits = self._waits()[self._first_wait:]
+        if status in RETRY_STATUSES:
+            what = "rate limit (HTTP 429)" if status == 429 else "HTTP %d" % status
+            self._fail(text, "registry %s answered %s%s; try again later%s" % (
+                ref.registry, what, describe_waits(waits) or " and was not asked again",
+                ", or log in (docker login / registry_credentials): a registry's rate limit is often higher for "
+                "authenticated pulls" if status == 429 else ""),
+                cause="registry_rate_limited" if status == 429 else "registry_unavailable", status=status,
+                waits=waits)
         self._fail(text, "registry %s answered HTTP %d" % (ref.registry, status), status=status)
 
     def resolve(self, text):
@@ -217,13 +300,15 @@ class DigestResolver:
             client = self._client(ref.registry)
         except StellaError as exc:
             self._fail(text, exc.reason, cause=exc.code)
+        self._first_wait = len(self._waits())
         path = "/v2/%s/manifests/%s" % (ref.repository, urllib.parse.quote(tag, safe=""))
         status, headers, _body, auth = self._call(text, client, "HEAD", ref, path)
         digest, media_type, platforms = None, "", []
         if status == 200:
             digest = headers.get("docker-content-digest")
             media_type = (headers.get("content-type") or "").split(";")[0].strip()
-        elif status in (401, 403, 404):
+        elif status in (401, 403, 404) + RETRY_STATUSES:
+            # refused, unknown, or still unavailable after the tries: a GET would be answered the same
             self._check_status(text, client, ref, tag, status, auth)
         if not (digest and DIGEST_RE.match(digest)) or not media_type or media_type in INDEX_TYPES:
             status, headers, body, auth = self._call(text, client, "GET", ref, path)
@@ -238,8 +323,14 @@ class DigestResolver:
             if media_type in INDEX_TYPES or "manifests" in document:
                 platforms = platform_strings(document)
         ref.tag = tag
-        return {"reference": text, "image": ref.with_digest(digest).render(), "digest": digest,
-                "mediaType": media_type or None, "platforms": platforms, "resolved": True}
+        found = {"reference": text, "image": ref.with_digest(digest).render(), "digest": digest,
+                 "mediaType": media_type or None, "platforms": platforms, "resolved": True}
+        if self._sources.get(ref.registry):
+            found["credentialSource"] = self._sources[ref.registry]
+        waits = self._waits()[self._first_wait:]
+        if waits:
+            found["registryWaits"] = waits
+        return found
 
     def resolve_all(self, images):
         """``{reference: resolution}`` for every distinct reference, in sorted order."""

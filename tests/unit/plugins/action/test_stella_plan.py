@@ -76,8 +76,8 @@ def test_resolve_digests_with_pre_resolved_and_registry():
 def test_load_credentials(tmp_path):
     path = tmp_path / "pw"
     path.write_text(SECRET + "\n")
-    assert load_credentials({"r:1": {"username": "u", "password_file": str(path)}}) == {
-        "r:1": {"username": "u", "password": SECRET}}
+    assert load_credentials({"r:1": {"username": "u", "password_file": str(path)}}).get("r:1") == {
+        "username": "u", "password": SECRET, "source": "registry_credentials"}
     with pytest.raises(StellaError):
         load_credentials({"r:1": {"password": "x"}})
     with pytest.raises(StellaError) as info:

@@ -25,6 +25,7 @@ from planning_support import FakeRegistry, image_index, image_manifest  # noqa: 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError  # noqa: E402
 from ansible_collections.stellaops.runtime.plugins.module_utils.engine.registry import MANIFEST_ACCEPT, MAX_MANIFEST_BYTES  # noqa: E402
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.execution import http as _requests  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.release import registry as _registry_mod  # noqa: E402
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.registry import (  # noqa: E402
     CHUNK_BYTES, DigestResolver, RequestsTransport, platform_strings,
 )
@@ -402,3 +403,85 @@ def test_missing_requests_fails_clearly_at_use_only(monkeypatch):
             resolver.resolve(HOST + "/shop/web:1.0")
     assert info.value.code == "image_unresolved" and info.value.evidence["cause"] == "requests_missing"
     assert "No module named 'requests'" in info.value.reason
+
+
+# --------------------------------------------------------------------------- retries (real session, loopback)
+
+
+def _flaky(answers):
+    """A ``special`` manifest answer: the statuses in ``answers`` first (``(status, retry_after)``), then
+    the pushed manifest; counts every call."""
+    calls = []
+
+    def answer(handler, send_body):
+        calls.append(handler.command)
+        if len(calls) <= len(answers):
+            status, retry_after = answers[len(calls) - 1]
+            headers = {"Content-Type": "application/json"}
+            if retry_after is not None:
+                headers["Retry-After"] = str(retry_after)
+            body = b'{"errors":[{"code":"TOOMANYREQUESTS","message":"You have reached your pull rate limit."}]}'
+            return handler._send(status, headers, body, send_body)
+        body, digest = handler.server.manifests[("shop/web", "1")]
+        return handler._send(200, {"Content-Type": OCI_MANIFEST, "Docker-Content-Digest": digest}, body, send_body)
+
+    answer.calls = calls
+    return answer
+
+
+def test_a_rate_limit_is_waited_out_as_retry_after_asks_and_recorded(loop):
+    server = loop()
+    digest = _push(server, "shop/web", "1", "1")
+    server.special["1"] = flaky = _flaky([(429, 1)])
+    started = time.monotonic()
+    result = DigestResolver().resolve("%s/shop/web:1" % server.address)
+    elapsed = time.monotonic() - started
+    assert result["digest"] == digest and flaky.calls == ["HEAD", "HEAD"]
+    assert elapsed >= 1.0
+    [wait] = result["registryWaits"]
+    assert wait["status"] == 429 and wait["url"].endswith("/v2/shop/web/manifests/1") and 1.0 <= wait["waitedSeconds"] < 3
+
+
+def test_retry_after_beyond_the_bound_is_capped(loop, monkeypatch):
+    monkeypatch.setattr(_registry_mod, "RETRY_AFTER_MAX", 0.2)
+    server = loop()
+    _push(server, "shop/web", "1", "1")
+    server.special["1"] = _flaky([(429, 21600)])
+    started = time.monotonic()
+    result = DigestResolver().resolve("%s/shop/web:1" % server.address)
+    assert time.monotonic() - started < 5 and result["registryWaits"][0]["waitedSeconds"] < 1
+
+
+def test_a_registry_that_keeps_answering_503_fails_after_the_bounded_tries(loop, monkeypatch):
+    monkeypatch.setattr(_registry_mod, "BACKOFF_FACTOR", 0.05)
+    server = loop()
+    _push(server, "shop/web", "1", "1")
+    server.special["1"] = flaky = _flaky([(503, None)] * 50)
+    with pytest.raises(StellaError) as info:
+        DigestResolver().resolve("%s/shop/web:1" % server.address)
+    # HEAD tried 1 + RETRIES times; no GET fallback for an answer that says "later"
+    assert flaky.calls == ["HEAD"] * (_registry_mod.RETRIES + 1)
+    reason = info.value.reason
+    assert info.value.code == "image_unresolved" and info.value.evidence["cause"] == "registry_unavailable"
+    assert server.address in reason and "HTTP 503" in reason and "after %d tries over" % (_registry_mod.RETRIES + 1) in reason
+    assert len(info.value.evidence["waits"]) == _registry_mod.RETRIES
+
+
+def test_a_rate_limit_that_does_not_end_says_to_log_in(loop, monkeypatch):
+    monkeypatch.setattr(_registry_mod, "RETRY_AFTER_MAX", 0.05)
+    server = loop()
+    _push(server, "shop/web", "1", "1")
+    server.special["1"] = _flaky([(429, 60)] * 50)
+    with pytest.raises(StellaError, match=r"rate limit \(HTTP 429\) after 5 tries over .*log in") as info:
+        DigestResolver().resolve("%s/shop/web:1" % server.address)
+    assert info.value.evidence["cause"] == "registry_rate_limited"
+
+
+def test_an_injected_session_keeps_its_own_adapters(loop):
+    server = loop()
+    _push(server, "shop/web", "1", "1")
+    server.special["1"] = flaky = _flaky([(429, 0)])
+    session = requests.Session()
+    with pytest.raises(StellaError, match="HTTP 429"):
+        DigestResolver(session=session).resolve("%s/shop/web:1" % server.address)
+    assert flaky.calls == ["HEAD"]

@@ -1,0 +1,228 @@
+# Copyright (c) Stella Ops contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+# This plugin_utils is PRIVATE to stellaops.runtime. It may change without notice.
+
+"""Registry credentials on the controller: the explicit ones a play gives, then Docker's client config.
+
+:class:`RegistryCredentials` answers "which credentials for registry R, and where did they come from"
+for planning (digest resolution) and for the target's preflight (the action plugins hand it the one
+registry's entry). The lookup order is the docker CLI's, with explicit credentials first:
+
+1. ``registry_credentials`` given to the task (``stella_registry_credentials``): ``{username, password}``
+   or ``{username, password_file}`` (read here) or ``{identitytoken}``; source ``registry_credentials``;
+2. Docker's client config (``$DOCKER_CONFIG/config.json``, else ``~/.docker/config.json``):
+   the registry's ``credHelpers`` entry, else ``credsStore`` (the ``docker-credential-<name> get``
+   protocol; source ``docker-config:credHelpers:<name>`` / ``docker-config:credsStore:<name>``), else its
+   ``auths`` entry (base64 ``auth`` or ``identitytoken``; source ``docker-config:auths``).
+
+The Docker config is parsed with the ``docker`` SDK's ``auth.load_config`` (imported the first time a
+registry is looked up there); credential helpers are run here, ``docker-credential-<name> get`` found on
+the ``PATH`` of the environment given, the server URL on stdin. Docker Hub is one registry under any of its names (``docker.io``,
+``index.docker.io``, ``registry-1.docker.io``, ``https://index.docker.io/v1/``).
+
+An entry is ``{"username", "password"}`` or ``{"identitytoken"}`` plus ``"source"`` (a label, never a
+secret). :meth:`RegistryCredentials.secrets` lists every secret value looked up, for redaction.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.imageref import DEFAULT_REGISTRY
+
+# The names Docker Hub goes by in image references, configs and credential stores.
+HUB_NAMES = ("docker.io", "index.docker.io", "registry-1.docker.io", "registry.hub.docker.com")
+HUB_SERVER_URL = "https://index.docker.io/v1/"
+TOKEN_USERNAME = "<token>"
+SOURCE_EXPLICIT = "registry_credentials"
+# What every credential helper says when it has nothing for a server (docker-credential-helpers).
+NOT_FOUND = "credentials not found in native keychain"
+HELPER_TIMEOUT = 30
+
+
+def registry_key(name):
+    """The one name of a registry: ``https://index.docker.io/v1/`` and ``index.docker.io`` are
+    ``docker.io``; a URL's scheme and path are dropped; host names are lower-cased."""
+    text = str(name or "").strip()
+    for prefix in ("https://", "http://"):
+        if text.lower().startswith(prefix):
+            text = text[len(prefix):]
+    text = text.split("/", 1)[0]
+    host, sep, port = text.partition(":")
+    text = host.lower() + sep + port
+    return DEFAULT_REGISTRY if text in HUB_NAMES else text
+
+
+def _docker_auth():
+    """The ``docker`` SDK's ``auth`` module (imported at first use: only a Docker config needs it)."""
+    try:
+        from docker import auth  # pylint: disable=import-outside-toplevel
+    except ImportError as exc:
+        raise StellaError("invalid_request", "reading Docker's client config needs the docker SDK on the controller "
+                          "(pip install -r requirements.txt of stellaops.runtime): %s" % exc)
+    return auth
+
+
+def docker_config_path(environ=None):
+    """Where the docker CLI reads its config: ``$DOCKER_CONFIG/config.json``, else ``~/.docker/config.json``;
+    ``None`` when that file does not exist."""
+    environ = os.environ if environ is None else environ
+    directory = environ.get("DOCKER_CONFIG") or os.path.join(os.path.expanduser("~"), ".docker")
+    path = os.path.join(directory, "config.json")
+    return path if os.path.isfile(path) else None
+
+
+def explicit_entry(registry, entry):
+    """One ``registry_credentials`` entry as ``{username, password}`` / ``{identitytoken}``."""
+    if not isinstance(entry, dict):
+        raise StellaError("invalid_request", "registry_credentials[%s] must be a mapping" % registry)
+    if entry.get("identitytoken"):
+        return {"identitytoken": str(entry["identitytoken"]), "source": SOURCE_EXPLICIT}
+    if not entry.get("username"):
+        raise StellaError("invalid_request", "registry_credentials[%s] needs username and password (or password_file), "
+                          "or identitytoken" % registry)
+    password = entry.get("password")
+    if password is None and entry.get("password_file"):
+        try:
+            with open(os.path.expanduser(entry["password_file"]), "r", encoding="utf-8") as handle:
+                password = handle.read().rstrip("\r\n")
+        except OSError as exc:
+            raise StellaError("invalid_request", "registry_credentials[%s].password_file cannot be read (%s)"
+                              % (registry, exc.strerror))
+    return {"username": str(entry["username"]), "password": str(password or ""), "source": SOURCE_EXPLICIT}
+
+
+class RegistryCredentials:
+    """Credentials per registry: explicit first, then Docker's client config (see the module doc).
+
+    ``explicit`` is the task's ``registry_credentials``; ``config_path`` the Docker config to read
+    (default :func:`docker_config_path`; ``False``: none); ``environ`` the environment the credential
+    helpers run with (default this process's).
+    """
+
+    def __init__(self, explicit=None, config_path=None, environ=None):
+        self.explicit = {}
+        for registry, entry in (explicit or {}).items():
+            self.explicit[registry_key(registry)] = explicit_entry(registry, entry)
+        self.environ = dict(os.environ if environ is None else environ)
+        self.config_path = docker_config_path(self.environ) if config_path is None else (config_path or None)
+        self._config = None
+        self._found = {}
+        self.warnings = []
+
+    def __bool__(self):
+        return bool(self.explicit) or bool(self.config_path)
+
+    def get(self, registry):
+        """The entry for ``registry`` (a copy) or ``None``; looked up once per registry."""
+        key = registry_key(registry)
+        if key not in self._found:
+            self._found[key] = self.explicit.get(key) or self._from_docker_config(key)
+        found = self._found[key]
+        return dict(found) if found else None
+
+    def for_registries(self, registries):
+        """``{registry: entry}`` for those of ``registries`` that have credentials (keys as given)."""
+        out = {}
+        for registry in registries:
+            entry = self.get(registry)
+            if entry:
+                out[registry] = entry
+        return out
+
+    def secrets(self):
+        """Every secret value given or looked up (for redaction)."""
+        values = []
+        for entry in list(self.explicit.values()) + [e for e in self._found.values() if e]:
+            values.extend(v for k, v in entry.items() if k in ("password", "identitytoken") and v)
+        return values
+
+    # -- Docker's client config ------------------------------------------------------------------
+
+    def _load(self):
+        if self._config is None:
+            auth = _docker_auth()
+            try:
+                self._config = auth.load_config(config_path=self.config_path, credstore_env=self.environ)
+            except Exception as exc:  # the SDK raises its own InvalidConfigFile / ValueError / binascii errors
+                raise StellaError("invalid_request", "Docker client config %s cannot be read: %s"
+                                  % (self.config_path, type(exc).__name__))
+        return self._config
+
+    def _from_docker_config(self, key):
+        if not self.config_path:
+            return None
+        config = self._load()
+        helpers = {registry_key(name): helper for name, helper in (config.cred_helpers or {}).items()}
+        if key in helpers:
+            found = self._from_helper(helpers[key], key, "docker-config:credHelpers:%s" % helpers[key])
+            if found:
+                return found
+        elif config.creds_store:
+            found = self._from_helper(config.creds_store, key, "docker-config:credsStore:%s" % config.creds_store)
+            if found:
+                return found
+        for name, entry in (config.auths or {}).items():
+            if registry_key(name) != key or not entry:
+                continue
+            if entry.get("IdentityToken"):
+                return {"identitytoken": entry["IdentityToken"], "source": "docker-config:auths"}
+            if entry.get("username"):
+                return {"username": entry["username"], "password": entry.get("password") or "",
+                        "source": "docker-config:auths"}
+        return None
+
+    def _from_helper(self, helper, key, source):
+        """``docker-credential-<helper> get`` for the registry (Docker Hub is asked by its index URL)."""
+        program = "docker-credential-" + helper
+        exe = shutil.which(program, path=self.environ.get("PATH", os.defpath))
+        if exe is None:
+            if source.startswith("docker-config:credsStore:"):
+                # the default store of a config copied from another machine (e.g. ``desktop``): planning
+                # goes on without stored credentials and says so
+                self.warnings.append("Docker client config %s names credsStore %r but %s is not installed: no "
+                                     "stored credentials for %s" % (self.config_path, helper, program, key))
+                return None
+            raise StellaError("registry_auth_failed", "Docker client config %s names credential helper %s for %s, "
+                              "and it is not on PATH: install it or remove the credHelpers entry"
+                              % (self.config_path, program, key))
+        servers = [HUB_SERVER_URL] if key == DEFAULT_REGISTRY else [key, "https://" + key]
+        for server in servers:
+            data = self._helper_get(exe, program, server, key)
+            if data is None:
+                continue
+            if data.get("Username") == TOKEN_USERNAME:
+                return {"identitytoken": data.get("Secret") or "", "source": source}
+            return {"username": data.get("Username") or "", "password": data.get("Secret") or "", "source": source}
+        return None
+
+    def _helper_get(self, exe, program, server, key):
+        """One ``get`` of the credential-helper protocol: the server URL on stdin, JSON
+        ``{ServerURL, Username, Secret}`` on stdout; ``None`` when the helper has nothing for it."""
+        try:
+            done = subprocess.run([exe, "get"], input=server.encode("utf-8"), capture_output=True,
+                                  env=self.environ, timeout=HELPER_TIMEOUT, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise StellaError("registry_auth_failed", "credential helper %s for %s did not answer: %s"
+                              % (program, key, getattr(exc, "strerror", None) or type(exc).__name__))
+        output = done.stdout.decode("utf-8", "replace").strip()
+        if done.returncode != 0:
+            if NOT_FOUND in output or NOT_FOUND in done.stderr.decode("utf-8", "replace"):
+                return None
+            # the helper's own words, first line only: helpers print errors, not secrets, on failure
+            said = (output or done.stderr.decode("utf-8", "replace").strip()).splitlines()[:1]
+            raise StellaError("registry_auth_failed", "credential helper %s failed for %s (exit %d): %s"
+                              % (program, key, done.returncode, said[0] if said else "no message"))
+        try:
+            data = json.loads(output)
+        except ValueError:
+            raise StellaError("registry_auth_failed", "credential helper %s returned no JSON for %s" % (program, key))
+        if not isinstance(data, dict) or not (data.get("Username") or data.get("Secret")):
+            return None
+        return data
