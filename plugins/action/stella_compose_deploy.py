@@ -3,7 +3,8 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 
 """Runs the target-side module stella_compose_deploy (documentation: plugins/modules/stella_compose_deploy.py) with the
-collector paused while its payload is built (plugins/plugin_utils/execution/target_action.py)."""
+collector paused while its payload is built and the registry credentials its preflight needs
+looked up on the controller (plugins/plugin_utils/execution/target_action.py)."""
 
 from __future__ import annotations
 
@@ -11,4 +12,6 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils.execution.target
 
 
 class ActionModule(TargetModuleAction):
-    """The module stella_compose_deploy, run on the target."""
+    """The module stella_compose_deploy, run on the target, with the registry credentials its preflight needs."""
+
+    PREFLIGHT_OPTION = "preflight"

@@ -27,7 +27,9 @@ from ansible import constants as C
 from ansible.plugins.action.normal import ActionModule as NormalAction
 from ansible.utils.display import Display
 
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError, redact_text
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.execution import payload_cache as _payload_cache
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.release import credentials as _credentials
 
 
 @contextlib.contextmanager
@@ -42,12 +44,55 @@ def collector_paused():
             gc.enable()
 
 
+def scrubbed(value, secrets):
+    """``value`` (a module result) with every secret of ``secrets`` replaced in every string."""
+    if not secrets:
+        return value
+    if isinstance(value, str):
+        return redact_text(value, secrets)
+    if isinstance(value, dict):
+        return {key: scrubbed(item, secrets) for key, item in value.items()}
+    if isinstance(value, list):
+        return [scrubbed(item, secrets) for item in value]
+    return value
+
+
 class TargetModuleAction(NormalAction):
     """Runs the module of the task's name on the target (check mode, diff and async as
     ``ansible.builtin.normal``), with the collector paused (:func:`collector_paused`) and the payload
-    store of :mod:`._payload_cache` around Ansible's build of the module."""
+    store of :mod:`._payload_cache` around Ansible's build of the module.
+
+    A module whose options include a preflight (``PREFLIGHT_OPTION``: the options themselves, or the
+    name of the option holding them) gets the registry credentials that preflight needs, looked up here
+    on the controller (:func:`.release.credentials.with_preflight_credentials`); the values found are
+    scrubbed from the result as well."""
+
+    PREFLIGHT_OPTION = None
 
     def run(self, tmp=None, task_vars=None):
         module = type(self).__module__.rpartition(".")[2]  # each action plugin runs the module of its name
+        secrets = []
+        if self.PREFLIGHT_OPTION is not None:
+            try:
+                secrets = self._add_registry_credentials()
+            except StellaError as exc:
+                return {"failed": True, "msg": exc.reason, "code": exc.code, "failurePhase": "preflight",
+                        "changed": False}
         with collector_paused(), _payload_cache.reused(module, C.DEFAULT_LOCAL_TMP, Display().vvvv):
-            return super().run(tmp, task_vars)
+            return scrubbed(super().run(tmp, task_vars), secrets)
+
+    def _add_registry_credentials(self):
+        """Put the registry credentials the task's preflight needs into its options; their secrets."""
+        args = dict(self._task.args)
+        options = args if self.PREFLIGHT_OPTION == "" else args.get(self.PREFLIGHT_OPTION)
+        if not isinstance(options, dict):
+            return []
+        options, secrets, warnings = _credentials.with_preflight_credentials(options)
+        for warning in warnings:
+            Display().warning(warning)
+        if self.PREFLIGHT_OPTION == "":
+            args = options
+        else:
+            args[self.PREFLIGHT_OPTION] = options
+        self._task.args = args
+        return secrets

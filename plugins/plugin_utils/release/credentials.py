@@ -34,7 +34,7 @@ import shutil
 import subprocess
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
-from ansible_collections.stellaops.runtime.plugins.module_utils.contract.imageref import DEFAULT_REGISTRY
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.imageref import DEFAULT_REGISTRY, parse_image_ref
 
 # The names Docker Hub goes by in image references, configs and credential stores.
 HUB_NAMES = ("docker.io", "index.docker.io", "registry-1.docker.io", "registry.hub.docker.com")
@@ -226,3 +226,38 @@ class RegistryCredentials:
         if not isinstance(data, dict) or not (data.get("Username") or data.get("Secret")):
             return None
         return data
+
+
+# -- the target's preflight --------------------------------------------------------------------------
+
+def preflight_registries(preflight):
+    """The registries a preflight's options ask: the one of ``registry_url`` and the one of its image
+    (``payload.ImageReference`` or ``image_reference``); none when registry reachability is skipped."""
+    payload = preflight.get("payload") or {}
+    mode = payload.get("RegistryReachabilityMode") or preflight.get("registry_reachability_mode")
+    if str(mode or "").lower() == "skip":
+        return []
+    found = []
+    if preflight.get("registry_url"):
+        found.append(registry_key(preflight["registry_url"]))
+    image = payload.get("ImageReference") or preflight.get("image_reference")
+    if image:
+        try:
+            found.append(parse_image_ref(image).registry)
+        except StellaError:
+            pass  # the preflight itself says what is wrong with the reference
+    return sorted(set(found))
+
+
+def with_preflight_credentials(preflight, environ=None, config_path=None):
+    """``(preflight options, secrets, warnings)``: the options with ``registry_credentials`` holding, for
+    the registries the preflight asks only, the entry :class:`RegistryCredentials` finds (the explicit
+    ``registry_credentials`` given in the options first, then Docker's client config on this
+    controller). Other registries' credentials never travel to the target."""
+    options = dict(preflight)
+    credentials = RegistryCredentials(options.pop("registry_credentials", None) or {}, config_path=config_path,
+                                      environ=environ)
+    entries = credentials.for_registries(preflight_registries(options))
+    if entries:
+        options["registry_credentials"] = entries
+    return options, credentials.secrets(), credentials.warnings

@@ -7,8 +7,10 @@ from __future__ import annotations
 import contextlib
 import gc
 import importlib
+import json
 import os
 import subprocess
+import types
 
 import pytest
 from ansible import constants as C
@@ -69,9 +71,55 @@ def test_the_task_runs_as_normal_with_the_collector_paused_and_the_payload_store
     monkeypatch.setattr(_target_action._payload_cache, "reused", reused)
     module = importlib.import_module("ansible_collections.stellaops.runtime.plugins.action.stella_preflight")
     action = object.__new__(module.ActionModule)
+    action._task = types.SimpleNamespace(args={"registry_reachability_mode": "skip"})
     assert action.run(task_vars={"x": 1}) == {"changed": False, "ran": True}
     assert seen == [("store", "stella_preflight", C.DEFAULT_LOCAL_TMP), (False, {"x": 1}), "store closed"]
     assert gc.isenabled()
+
+
+CONFIG = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "docker_config", "linux-docker-login.json")
+
+
+@pytest.mark.parametrize("module_name,option", [("stella_preflight", None), ("stella_compose_deploy", "preflight")])
+def test_the_preflight_gets_its_registry_s_credentials_only_and_they_are_scrubbed(module_name, option, tmp_path,
+                                                                                     monkeypatch):
+    """The Docker config on the controller holds credentials for Docker Hub and 127.0.0.1:5002; the
+    preflight asks 127.0.0.1:5002: only that entry travels, with its source, and the module's answer is
+    scrubbed of its password."""
+    (tmp_path / "config.json").write_text(open(CONFIG, encoding="utf-8").read())
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path))
+    sent = []
+
+    def normal_run(self, tmp=None, task_vars=None):
+        sent.append(self._task.args)
+        return {"changed": False, "msg": "echo auth-password-Planted", "nested": [{"x": "auth-password-Planted"}]}
+
+    monkeypatch.setattr(NormalAction, "run", normal_run)
+    module = importlib.import_module("ansible_collections.stellaops.runtime.plugins.action." + module_name)
+    action = object.__new__(module.ActionModule)
+    preflight = {"payload": {"ImageReference": "127.0.0.1:5002/stella/app:v1", "RegistryReachabilityMode": "http"}}
+    action._task = types.SimpleNamespace(args={option: preflight, "task": "compose.up"} if option else preflight)
+    result = action.run(task_vars={})
+    options = sent[0][option] if option else sent[0]
+    assert options["registry_credentials"] == {"127.0.0.1:5002": {
+        "username": "stella", "password": "auth-password-Planted", "source": "docker-config:auths"}}
+    assert "auth-password-Planted" not in json.dumps(result) and "hub-password-Planted" not in json.dumps(sent)
+
+
+def test_explicit_credentials_win_and_a_skipped_registry_check_sends_none(tmp_path, monkeypatch):
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path))
+    sent = []
+    monkeypatch.setattr(NormalAction, "run", lambda self, tmp=None, task_vars=None: sent.append(self._task.args) or {})
+    module = importlib.import_module("ansible_collections.stellaops.runtime.plugins.action.stella_preflight")
+    for mode, expected in (("http", {"127.0.0.1:5002": {"username": "u", "password": "p-Planted",
+                                                        "source": "registry_credentials"}}), ("skip", None)):
+        action = object.__new__(module.ActionModule)
+        action._task = types.SimpleNamespace(args={
+            "image_reference": "127.0.0.1:5002/stella/app:v1", "registry_reachability_mode": mode,
+            "registry_credentials": {"127.0.0.1:5002": {"username": "u", "password": "p-Planted"},
+                                     "other.example": {"username": "o", "password": "o-Planted"}}})
+        action.run(task_vars={})
+        assert sent[-1].get("registry_credentials") == expected
 
 
 def adhoc_preflight(tmp_path):
