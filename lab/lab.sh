@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The stellaops.runtime test lab: a local Docker Engine, Compose v2, three loopback/bridge registries,
-# busybox images built FROM scratch, and Docker-in-Docker "target hosts" reachable over SSH.
+# The stellaops.runtime test lab: a local Docker Engine, Compose v2, loopback/bridge registries (two answering like
+# Docker Hub and GHCR), busybox images built FROM scratch, and Docker-in-Docker "target hosts" reachable over SSH.
 #
 #   lab/lab.sh up                          prepare everything, write .lab/lab.json (idempotent)
 #   lab/lab.sh target up NAME [--no-compose] [--hostname H] [--image bookworm|trixie]
@@ -42,6 +42,16 @@ TOKEN_ADDR="127.0.0.1:$((PORT_BASE + 3))"
 TOKEN_SERVICE_ADDR="127.0.0.1:$((PORT_BASE + 4))"
 TOKEN_SERVICE=stella-lab
 TOKEN_ISSUER=stella-lab-token
+# Registries that answer like the public ones (docs/lab.md): a Docker-Hub-like registry (its own token service
+# with anonymous pull; /v2/ challenge with realm and service only) reached through a front that injects
+# faults (429 rate limits, 503) on demand, and a GHCR-like front on the same registry whose /v2/ challenge
+# carries a scope.
+HUB_ADDR="127.0.0.1:$((PORT_BASE + 5))"
+HUB_REGISTRY_ADDR="127.0.0.1:$((PORT_BASE + 6))"
+HUB_TOKEN_SERVICE_ADDR="127.0.0.1:$((PORT_BASE + 7))"
+HUB_SERVICE=stella-lab-hub
+GHCR_ADDR="127.0.0.1:$((PORT_BASE + 8))"
+GHCR_SCOPE="repository:user/image:pull"
 AUTH_SECRET="$STATE/secrets/registry-auth.json"
 TARGET_IMAGE="${STELLA_LAB_TARGET_IMAGE:-stella-target:bookworm}"
 TARGET_IMAGE_TRIXIE="${STELLA_LAB_TARGET_IMAGE_TRIXIE:-${TARGET_IMAGE%:*}:trixie}"
@@ -288,8 +298,10 @@ write_if_changed() {
   return 0
 }
 
+# registry_config ADDR STORAGE [AUTH [REALM SERVICE]]: AUTH is an htpasswd path or token:ROOTCERTBUNDLE
+# (token realm and service: the lab's token service unless given).
 registry_config() {
-  local addr=$1 storage=$2 auth=${3:-}
+  local addr=$1 storage=$2 auth=${3:-} realm=${4:-http://$TOKEN_SERVICE_ADDR/token} service=${5:-$TOKEN_SERVICE}
   cat <<EOF
 # Written by lab/lab.sh: do not edit.
 version: 0.1
@@ -315,8 +327,8 @@ EOF
     cat <<EOF
 auth:
   token:
-    realm: http://$TOKEN_SERVICE_ADDR/token
-    service: $TOKEN_SERVICE
+    realm: $realm
+    service: $service
     issuer: $TOKEN_ISSUER
     rootcertbundle: ${auth#token:}
 EOF
@@ -349,6 +361,54 @@ ensure_token_service() {
     sleep 0.1
   done
   die "token service on $TOKEN_SERVICE_ADDR does not answer (log $logf)"
+}
+
+# ensure_py_service NAME PROBE_URL WANT_REGEX SCRIPT ARG...: run the venv's python SCRIPT ARG... in the
+# background (pid $STATE/NAME.pid, log $STATE/NAME.log) unless it already runs; a running one is restarted
+# when the script, its arguments or a file named by an argument changed (fingerprint in $STATE/NAME.sum).
+# Then wait until PROBE_URL answers WANT_REGEX.
+ensure_py_service() {
+  local name=$1 url=$2 want=$3 script=$4
+  shift 3
+  local pidfile="$STATE/$name.pid" logf="$STATE/$name.log" sumf="$STATE/$name.sum" sum a
+  sum=$( { printf '%s\n' "$@"; for a in "$@"; do if [[ -f "$a" ]]; then cat "$a"; fi; done; } | sha256sum | cut -c1-64)
+  if pid_running "$pidfile" "$script" && [[ "$(cat "$sumf" 2>/dev/null || true)" != "$sum" ]]; then
+    log "$name: code or arguments changed, restarting"
+    stop_pid "$pidfile" "$script"
+  fi
+  if ! pid_running "$pidfile" "$script"; then
+    [[ "$(labtool status "$url")" == 000 ]] \
+      || die "$name: $url already answers but not from a process this lab started; stop it first"
+    setsid nohup "$VENV/bin/python" "$@" >>"$logf" 2>&1 </dev/null 9>&- &
+    echo $! >"$pidfile"
+    echo "$sum" >"$sumf"
+    log "$name: started (pid $(<"$pidfile"), log $logf)"
+  fi
+  local i st=000
+  for ((i = 0; i < 300; i++)); do  # generous, as for the token service
+    st=$(labtool status "$url")
+    [[ "$st" =~ $want ]] && return 0
+    pid_running "$pidfile" "$script" || break
+    sleep 0.1
+  done
+  tail -n 10 "$logf" >&2 || true
+  die "$name: $url does not answer (got HTTP $st, log $logf)"
+}
+
+# The Docker-Hub-like registry (token service with --anonymous-pull, its own service name), the fault front
+# clients use for it, and the GHCR-like front on the same registry (scope in the /v2/ challenge).
+ensure_field_registries() {
+  local c_hub=0
+  mkdir -p "$STATE/registry-hub-data"
+  ensure_py_service token-service-hub "http://$HUB_TOKEN_SERVICE_ADDR/token" '^200$' "$LAB_SRC/tokenserver.py" \
+    serve --anonymous-pull "$HUB_TOKEN_SERVICE_ADDR" "$STATE/token" "$AUTH_SECRET" "$HUB_SERVICE" "$TOKEN_ISSUER"
+  write_if_changed "$STATE/registry-hub.yml" "$(registry_config "$HUB_REGISTRY_ADDR" "$STATE/registry-hub-data" \
+    "token:$STATE/token/token.crt" "http://$HUB_TOKEN_SERVICE_ADDR/token" "$HUB_SERVICE")" && c_hub=1
+  start_registry hub "$HUB_REGISTRY_ADDR" "$c_hub" '^401$'
+  ensure_py_service front-hub "http://$HUB_ADDR/_lab/faults" '^200$' "$LAB_SRC/registryfront.py" \
+    serve --listen "$HUB_ADDR" --backend "$HUB_REGISTRY_ADDR"
+  ensure_py_service front-ghcr "http://$GHCR_ADDR/_lab/faults" '^200$' "$LAB_SRC/registryfront.py" \
+    serve --listen "$GHCR_ADDR" --backend "$HUB_REGISTRY_ADDR" --v2-scope "$GHCR_SCOPE"
 }
 
 # start_registry NAME ADDR CONFIG_CHANGED(0/1) WANT_STATUS_REGEX
@@ -412,6 +472,7 @@ ensure_registries() {
   start_registry shared "$SHARED_ADDR" "$c_shared" '^200$'
   start_registry auth "$AUTH_ADDR" "$c_auth" '^401$'
   start_registry token "$TOKEN_ADDR" "$c_token" '^401$'
+  ensure_field_registries
 }
 
 # build_image TAG DOCKERFILE_DIR [BUILD_ARG...]: build when the fingerprint label differs.
@@ -477,6 +538,9 @@ ensure_images() {
   DIGEST[tool]=$(push_image stella/tool:v1 "$PLAIN_ADDR")
   DIGEST[auth_app_v1]=$(push_image stella/app:v1 "$AUTH_ADDR" "$AUTH_SECRET")
   DIGEST[token_app_v1]=$(push_image stella/app:v1 "$TOKEN_ADDR" "$AUTH_SECRET")
+  DIGEST[hub_app_v1]=$(push_image stella/app:v1 "$HUB_ADDR" "$AUTH_SECRET")
+  DIGEST[hub_app_v2]=$(push_image stella/app:v2 "$HUB_ADDR" "$AUTH_SECRET")
+  DIGEST[ghcr_app_v1]=$(push_image stella/app:v1 "$GHCR_ADDR" "$AUTH_SECRET")
   local k shared
   for k in app_v1 app_v2 app_broken tool; do
     log "image $k: ${DIGEST[$k]}"
@@ -594,6 +658,9 @@ write_lab_json() {
   LJ_APP_V1="${DIGEST[app_v1]}" LJ_APP_V2="${DIGEST[app_v2]}" LJ_APP_BROKEN="${DIGEST[app_broken]}" \
   LJ_TOOL="${DIGEST[tool]}" LJ_AUTH_APP_V1="${DIGEST[auth_app_v1]}" \
   LJ_TOKEN="$TOKEN_ADDR" LJ_TOKEN_SERVICE="$TOKEN_SERVICE_ADDR" LJ_TOKEN_APP_V1="${DIGEST[token_app_v1]}" \
+  LJ_HUB="$HUB_ADDR" LJ_HUB_REGISTRY="$HUB_REGISTRY_ADDR" LJ_HUB_TOKEN_SERVICE="$HUB_TOKEN_SERVICE_ADDR" \
+  LJ_HUB_SERVICE="$HUB_SERVICE" LJ_GHCR="$GHCR_ADDR" LJ_GHCR_SCOPE="$GHCR_SCOPE" LJ_CRED_HELPER="$LAB_SRC" \
+  LJ_HUB_APP_V1="${DIGEST[hub_app_v1]}" LJ_HUB_APP_V2="${DIGEST[hub_app_v2]}" LJ_GHCR_APP_V1="${DIGEST[ghcr_app_v1]}" \
   LJ_TARGET_IMAGE="$TARGET_IMAGE" LJ_TARGET_IMAGES="$(target_images_json)" LJ_SSH_KEY="$SSH_KEY" LJ_ROOT="$ROOT" \
   LJ_PG_PORT="$PG_PORT" LJ_PG_USER="$PG_USER" LJ_PG_SECRET="$(root_rel "$PG_SECRET")" LJ_PG_CA="$(root_rel "$PG_TLS/ca.crt")" LJ_CHROMIUM="$(command -v chromium || true)" \
   "$PY" - <<'EOF' | labtool write-json "$LAB_JSON" 644
@@ -618,6 +685,13 @@ print(json.dumps({
         "auth": {"address": e["LJ_AUTH"], "username": e["LJ_AUTH_USER"], "password_file": e["LJ_AUTH_FILE"]},
         "token": {"address": e["LJ_TOKEN"], "token_service": e["LJ_TOKEN_SERVICE"], "username": e["LJ_AUTH_USER"],
                   "password_file": e["LJ_AUTH_FILE"]},
+        "hub": {"address": e["LJ_HUB"], "token_service": e["LJ_HUB_TOKEN_SERVICE"], "service": e["LJ_HUB_SERVICE"],
+                "username": e["LJ_AUTH_USER"], "password_file": e["LJ_AUTH_FILE"], "backend": e["LJ_HUB_REGISTRY"],
+                "faults": f"http://{e['LJ_HUB']}/_lab/faults", "stats": f"http://{e['LJ_HUB']}/_lab/stats"},
+        "ghcr": {"address": e["LJ_GHCR"], "token_service": e["LJ_HUB_TOKEN_SERVICE"], "service": e["LJ_HUB_SERVICE"],
+                 "scope": e["LJ_GHCR_SCOPE"], "username": e["LJ_AUTH_USER"], "password_file": e["LJ_AUTH_FILE"],
+                 "backend": e["LJ_HUB_REGISTRY"], "faults": f"http://{e['LJ_GHCR']}/_lab/faults",
+                 "stats": f"http://{e['LJ_GHCR']}/_lab/stats"},
     },
     "images": {
         "app_v1": img("stella/app", "v1", e["LJ_APP_V1"]),
@@ -626,7 +700,11 @@ print(json.dumps({
         "tool": img("stella/tool", "v1", e["LJ_TOOL"]),
         "auth_app_v1": {"ref": f"{e['LJ_AUTH']}/stella/app:v1", "digest": e["LJ_AUTH_APP_V1"]},
         "token_app_v1": {"ref": f"{e['LJ_TOKEN']}/stella/app:v1", "digest": e["LJ_TOKEN_APP_V1"]},
+        "hub_app_v1": {"ref": f"{e['LJ_HUB']}/stella/app:v1", "digest": e["LJ_HUB_APP_V1"]},
+        "hub_app_v2": {"ref": f"{e['LJ_HUB']}/stella/app:v2", "digest": e["LJ_HUB_APP_V2"]},
+        "ghcr_app_v1": {"ref": f"{e['LJ_GHCR']}/stella/app:v1", "digest": e["LJ_GHCR_APP_V1"]},
     },
+    "credential_helper": e["LJ_CRED_HELPER"],
     "target_image": e["LJ_TARGET_IMAGE"],
     "target_images": json.loads(e["LJ_TARGET_IMAGES"]),
     "ssh_key": e["LJ_SSH_KEY"],
@@ -657,6 +735,7 @@ stella lab up in $((SECONDS - t0)) s ($LAB_JSON)
   engine      $(docker version -f '{{.Server.Version}}') at ${DOCKER_HOST:-unix:///var/run/docker.sock}
   compose     $COMPOSE_VERSION
   registries  plain $PLAIN_ADDR, shared $SHARED_REF_HOST ($SHARED_ADDR), auth $AUTH_ADDR (user $AUTH_USER), token $TOKEN_ADDR (Bearer, token service $TOKEN_SERVICE_ADDR)
+              hub $HUB_ADDR (Docker-Hub-like, anonymous pull, faults at http://$HUB_ADDR/_lab/faults), ghcr $GHCR_ADDR (GHCR-like)
   images      $SHARED_REF_HOST/stella/app:{v1,v2,broken} stella/tool:v1 (digests in lab.json)
   targets     lab/lab.sh target up NAME [--image trixie]   (images $TARGET_IMAGE, $TARGET_IMAGE_TRIXIE; key $SSH_KEY)
   postgres    127.0.0.1:$PG_PORT (user $PG_USER, password in $PG_SECRET)
@@ -829,12 +908,28 @@ cmd_status() {
   fi
   echo "compose     $(docker compose version --short 2>/dev/null || echo missing)"
   local n addr
-  for n in plain shared auth token; do
-    case $n in plain) addr=$PLAIN_ADDR ;; shared) addr=$SHARED_ADDR ;; auth) addr=$AUTH_ADDR ;; token) addr=$TOKEN_ADDR ;; esac
+  for n in plain shared auth token hub; do
+    case $n in
+      plain) addr=$PLAIN_ADDR ;; shared) addr=$SHARED_ADDR ;; auth) addr=$AUTH_ADDR ;; token) addr=$TOKEN_ADDR ;;
+      hub) addr=$HUB_REGISTRY_ADDR ;;
+    esac
     if pid_running "$STATE/registry-$n.pid" "$STATE/registry-$n.yml"; then
       echo "registry    $n $addr: running (pid $(<"$STATE/registry-$n.pid"), GET /v2/ -> $(labtool status "http://$addr/v2/"))"
     else
       echo "registry    $n $addr: stopped"
+    fi
+  done
+  local s url
+  for s in token-service-hub front-hub front-ghcr; do
+    case $s in
+      token-service-hub) url="http://$HUB_TOKEN_SERVICE_ADDR/token" ;;
+      front-hub) url="http://$HUB_ADDR/_lab/faults" ;;
+      front-ghcr) url="http://$GHCR_ADDR/_lab/faults" ;;
+    esac
+    if pid_running "$STATE/$s.pid" "$LAB_SRC/"; then
+      echo "service     $s: running (pid $(<"$STATE/$s.pid"), GET $url -> $(labtool status "$url"))"
+    else
+      echo "service     $s: stopped"
     fi
   done
   if engine_up; then
@@ -855,10 +950,13 @@ cmd_down() {
   [[ "${1:-}" == --all ]] && all=true
   cmd_targets_down
   local n
-  for n in plain shared auth token; do
+  stop_pid "$STATE/front-hub.pid" "$LAB_SRC/registryfront.py"
+  stop_pid "$STATE/front-ghcr.pid" "$LAB_SRC/registryfront.py"
+  for n in plain shared auth token hub; do
     stop_pid "$STATE/registry-$n.pid" "$STATE/registry-$n.yml"
   done
   stop_pid "$STATE/token-service.pid" tokenserver.py
+  stop_pid "$STATE/token-service-hub.pid" "$LAB_SRC/tokenserver.py"
   if [[ -n "$(pg_bin)" ]] && runuser -u postgres -- "$(pg_bin)/pg_ctl" -D "$PG_DATA" status >/dev/null 2>&1; then
     runuser -u postgres -- "$(pg_bin)/pg_ctl" -D "$PG_DATA" stop -m fast -w >&2 || true
   fi

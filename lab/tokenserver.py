@@ -1,10 +1,11 @@
 """A small OCI registry token service for the lab (the Bearer flow of the distribution spec).
 
 Not part of the collection. ``init DIR`` makes an EC P-256 key and a self-signed certificate (the
-registry's ``rootcertbundle``); ``serve ADDR DIR SECRETS_JSON SERVICE ISSUER`` answers
+registry's ``rootcertbundle``); ``serve [--anonymous-pull] ADDR DIR SECRETS_JSON SERVICE ISSUER`` answers
 ``GET /token?service=...&scope=repository:NAME:ACTIONS`` with an ES256 JWT. A request with the right
-Basic credentials gets the actions it asked for; a request without credentials gets a token with no
-access (what public registries give anonymous clients); wrong credentials get HTTP 401.
+Basic credentials gets the actions it asked for; wrong credentials get HTTP 401. A request without
+credentials gets a token with no access, or with ``--anonymous-pull`` a token with ``pull`` (only) on every
+repository it asked for, as Docker Hub and GHCR answer anonymous clients for public images.
 Runs with the project's venv Python (``cryptography`` comes with ansible-core). Loopback only.
 """
 
@@ -53,7 +54,7 @@ def cmd_init(directory: str) -> None:
 
 
 class Issuer:
-    def __init__(self, directory, secrets_file, service, issuer):
+    def __init__(self, directory, secrets_file, service, issuer, anonymous_pull=False):
         with open(os.path.join(directory, "token.key"), "rb") as handle:
             self.key = serialization.load_pem_private_key(handle.read(), None)
         with open(os.path.join(directory, "token.crt"), "rb") as handle:
@@ -63,6 +64,7 @@ class Issuer:
             secrets = json.load(handle)
         self.username, self.password = secrets["username"], secrets["password"]
         self.service, self.issuer = service, issuer
+        self.anonymous_pull = anonymous_pull
 
     def check(self, header):
         """``None`` (anonymous), the user name, or ``False`` for wrong credentials."""
@@ -80,11 +82,12 @@ class Issuer:
 
     def token(self, subject, scopes):
         access = []
-        for scope in scopes if subject else []:
+        for scope in scopes if subject or self.anonymous_pull else []:
             kind, _sep, rest = scope.partition(":")
             name, _sep, actions = rest.rpartition(":")
-            if kind == "repository" and name:
-                access.append({"type": kind, "name": name, "actions": [a for a in actions.split(",") if a]})
+            granted = [a for a in actions.split(",") if a and (subject or a == "pull")]
+            if kind == "repository" and name and granted:
+                access.append({"type": kind, "name": name, "actions": granted})
         now = int(time.time())
         header = {"typ": "JWT", "alg": "ES256", "x5c": self.x5c}
         claims = {"iss": self.issuer, "sub": subject or "", "aud": self.service, "exp": now + 300, "nbf": now - 10,
@@ -127,10 +130,11 @@ def serve(addr, issuer):
 def main(argv):
     if argv[:1] == ["init"] and len(argv) == 2:
         cmd_init(argv[1])
-    elif argv[:1] == ["serve"] and len(argv) == 6:
-        serve(argv[1], Issuer(argv[2], argv[3], argv[4], argv[5]))
+    elif argv[:1] == ["serve"] and len(argv) in (6, 7) and argv[1:].count("--anonymous-pull") == len(argv) - 6:
+        args = [a for a in argv[1:] if a != "--anonymous-pull"]
+        serve(args[0], Issuer(args[1], args[2], args[3], args[4], anonymous_pull=len(argv) == 7))
     else:
-        sys.stderr.write("usage: tokenserver.py init DIR | serve ADDR DIR SECRETS_JSON SERVICE ISSUER\n")
+        sys.stderr.write("usage: tokenserver.py init DIR | serve [--anonymous-pull] ADDR DIR SECRETS_JSON SERVICE ISSUER\n")
         return 2
     return 0
 
