@@ -145,6 +145,17 @@ options:
         type: list
         elements: str
         default: []
+      registry_credentials:
+        description:
+          - Credentials per registry for the registry access and platform checks, keyed by the registry
+            host as image references name it (V(docker.io), V(127.0.0.1:5002); Docker Hub also as
+            V(index.docker.io) or V(https://index.docker.io/v1/)).
+          - Each value is C({username, password}) or C({identitytoken}) plus an optional non-secret
+            C(source) label, returned as C(credentialSource) when used. Pull access is asked anonymously
+            first; a registry's entry is used only when that is refused.
+          - The same as O(stellaops.runtime.stella_preflight#module:registry_credentials). Passwords,
+            identity tokens and tokens are never logged or returned.
+        type: dict
       timeout:
         description: Seconds each preflight check may take.
         type: float
@@ -268,8 +279,12 @@ hookResults:
   type: list
   elements: dict
 preflight:
-  description: The preflight evidence (OS, architecture, Docker and Compose versions, daemon, registry,
-    platform, work directory, disk), when O(preflight) was given (V(compose.up) and V(docker.run)).
+  description:
+    - The preflight evidence (OS, architecture, Docker and Compose versions, daemon, registry,
+      platform, work directory, disk), when O(preflight) was given (V(compose.up) and V(docker.run)).
+    - Its C(registry) has the keys of M(stellaops.runtime.stella_preflight)'s, among them C(reachable),
+      C(authRequired), C(challenge), C(rateLimited), C(retryAfter), C(pullAccess) (V(anonymous) or
+      V(credentials)) and C(credentialSource).
   returned: when O(preflight) was given
   type: dict
 preflightFailures:
@@ -356,6 +371,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabul
 from ansible_collections.stellaops.runtime.plugins.module_utils.agent.module import (
     argument_spec, command_runner, engine_client, run_task)
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.versions import DEFAULT_MIN_COMPOSE, DEFAULT_MIN_ENGINE
+from ansible_collections.stellaops.runtime.plugins.module_utils.engine.preflight_registry import mask_credentials
 
 ARGUMENT_SPEC = argument_spec(dict(
     task=dict(type="str", choices=["compose.up", "docker.run"], default="compose.up"),
@@ -373,6 +389,7 @@ ARGUMENT_SPEC = argument_spec(dict(
         min_engine_version=dict(type="str", default=DEFAULT_MIN_ENGINE),
         min_compose_version=dict(type="str", default=DEFAULT_MIN_COMPOSE),
         insecure_registries=dict(type="list", elements="str", default=[]),
+        registry_credentials=dict(type="dict", no_log=True),
         timeout=dict(type="float", default=10),
     )),
     secret_env=dict(type="dict", no_log=True),
@@ -387,6 +404,9 @@ def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True,
                            mutually_exclusive=[("secret_env", "env_artifact"), ("payload", "payloads")])
     params = module.params
+    if params["preflight"]:
+        mask_credentials(module.no_log_values, params["preflight"]["registry_credentials"],
+                         [params[name] for name, spec in ARGUMENT_SPEC.items() if spec.get("no_log")])
     if params["secret_env"] is not None:
         env_bytes = render_env_artifact({str(k): str(v) for k, v in params["secret_env"].items()})
     else:

@@ -9,6 +9,8 @@ import socket
 import subprocess
 import urllib.request
 
+import requests
+
 from ansible_run import ROOT, ansible_module
 
 GATES = {"min_engine_version": "20.10.0"}  # the lab's engine is Debian's 20.10.24 (see docs/preflight.md)
@@ -160,8 +162,14 @@ def test_auth_registry_with_and_without_credentials_and_no_leak(lab, tmp_path):
     password = lab_password(lab)
     image = lab["images"]["auth_app_v1"]["ref"]
     anonymous = preflight(dict(GATES, work_directory=str(tmp_path), image_reference=image))
-    assert codes(anonymous) == ["registry_unreachable", "platform_unsupported"]
-    assert "auth" in anonymous["failures"][0]["reason"]
+    # the registry answers (401, Basic challenge): reachable, but the repository cannot be pulled
+    assert codes(anonymous) == ["registry_auth_failed"]
+    assert "give credentials for %s" % auth["address"] in anonymous["failures"][0]["reason"]
+    assert anonymous["preflight"]["registry"]["reachable"] is True
+    wrong = preflight(dict(GATES, work_directory=str(tmp_path), image_reference=image,
+                           registry_credentials={auth["address"]: {"username": auth["username"],
+                                                                   "password": password + "-wrong"}}))
+    assert codes(wrong) == ["registry_auth_failed"] and password not in json.dumps(wrong)
 
     args = dict(GATES, work_directory=str(tmp_path), image_reference=image,
                 registry_username=auth["username"], registry_password=password)
@@ -202,11 +210,39 @@ def test_token_registry_bearer_flow_with_and_without_credentials(lab, tmp_path):
     password = lab_password(lab)
     image = lab["images"]["token_app_v1"]["ref"]
     anonymous = preflight(dict(GATES, work_directory=str(tmp_path), image_reference=image))
-    assert codes(anonymous) == ["registry_unreachable", "platform_unsupported"]
-    assert "auth required and no credentials" in anonymous["failures"][0]["reason"]
+    # the token service gives anonymous clients a token without access: the pull is refused
+    assert codes(anonymous) == ["registry_auth_failed"]
+    assert "give credentials for %s" % registry["address"] in anonymous["failures"][0]["reason"]
     result, raw = preflight(dict(GATES, work_directory=str(tmp_path), image_reference=image,
                                  registry_username=registry["username"], registry_password=password), verbosity=3, raw=True)
     assert result["failed"] is False, result.get("msg")
     assert result["preflight"]["registry"]["authenticated"] is True
     assert result["preflight"]["platform"]["available"] == ["linux/amd64"]
     assert password not in raw
+
+
+def test_a_hub_like_registry_is_reachable_and_pulled_anonymously(lab, tmp_path):
+    """Docker Hub's /v2/ answers 401 with a challenge without scope: reachable; the pull check gets an
+    anonymous token with the repository's pull scope."""
+    hub = lab["registries"]["hub"]
+    result = preflight(dict(GATES, work_directory=str(tmp_path), image_reference=lab["images"]["hub_app_v1"]["ref"]))
+    assert result["failed"] is False, result.get("msg")
+    registry = result["preflight"]["registry"]
+    assert (registry["reachable"], registry["authRequired"], registry["pullAccess"]) == (True, True, "anonymous")
+    assert registry["challenge"]["realm"] == "http://%s/token" % hub["token_service"]
+    assert "scope" not in registry["challenge"]
+    assert result["preflight"]["platform"]["compatible"] is True
+
+
+def test_a_rate_limited_registry_is_reachable_and_says_so(lab, tmp_path):
+    hub = lab["registries"]["hub"]
+    answer = requests.post(hub["faults"], json={"status": 429, "retryAfter": 7, "count": 1, "match": "/v2/",
+                                                "method": "GET"}, timeout=10)
+    try:
+        result = preflight(dict(GATES, work_directory=str(tmp_path),
+                                image_reference=lab["images"]["hub_app_v1"]["ref"]))
+    finally:
+        requests.delete("%s/%s" % (hub["faults"], answer.json()["id"]), timeout=10)
+    registry = result["preflight"]["registry"]
+    assert result["failed"] is False and registry["reachable"] is True
+    assert registry["rateLimited"] is True and registry["retryAfter"] == "7"

@@ -119,7 +119,8 @@ class Scenario:
             release["hooks"] = hooks
         return release
 
-    def play(self, release, wait_timeout=60, rollback_on_failure=True, keep_revisions=None):
+    def play(self, release, wait_timeout=60, rollback_on_failure=True, keep_revisions=None, env=None, options=(),
+             extra_vars=None):
         """Run the test playbook; return (rc, recap {host: (ok, changed, unreachable, failed)}, results, output).
 
         ``results``: what the role registered (deploy_job, deploy_apply_result, deploy_probe_result,
@@ -132,6 +133,7 @@ class Scenario:
                      "rollback_on_failure": rollback_on_failure, "results_file": str(run / "results.json")}
         if keep_revisions is not None:
             variables["keep_revisions"] = keep_revisions
+        variables.update(extra_vars or {})
         (run / "vars.json").write_text(json.dumps(variables))
         argv = [os.path.join(ar.VENV_BIN, "ansible-playbook")]
         if self.host is None:
@@ -140,9 +142,10 @@ class Scenario:
         else:
             (run / "inventory.ini").write_text(ar.inventory_text(self.host))
             argv += ["-i", str(run / "inventory.ini")]
-        argv += ["-e", "@" + str(run / "vars.json"), PLAYBOOK]
+        argv += list(options) + ["-e", "@" + str(run / "vars.json"), PLAYBOOK]
         env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=ar.COLLECTIONS, ANSIBLE_STDOUT_CALLBACK="default",
-                   ANSIBLE_NOCOLOR="1", ANSIBLE_RETRY_FILES_ENABLED="0", ANSIBLE_HOST_KEY_CHECKING="False")
+                   ANSIBLE_NOCOLOR="1", ANSIBLE_RETRY_FILES_ENABLED="0", ANSIBLE_HOST_KEY_CHECKING="False",
+                   **(env or {}))
         proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT, timeout=600, check=False)
         output = proc.stdout + proc.stderr
         (run / "output.txt").write_text(output)

@@ -14,6 +14,10 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabul
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 
 DEFAULT_REGISTRY = "docker.io"
+# The names Docker Hub goes by in image references, Docker's client config and credential stores.
+HUB_NAMES = ("docker.io", "index.docker.io", "registry-1.docker.io", "registry.hub.docker.com")
+# Where Docker Hub's registry API answers (image references say ``docker.io``).
+HUB_API_URL = "https://registry-1.docker.io"
 _TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _PATH_RE = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$")
 
@@ -91,11 +95,35 @@ def parse_image_ref(text):
     return ImageRef(registry, rest, tag, digest)
 
 
+def registry_key(name):
+    """The one name of a registry, for keying credentials and comparing registries (pure).
+
+    ``https://index.docker.io/v1/``, ``index.docker.io``, ``registry-1.docker.io`` and
+    ``registry.hub.docker.com`` are ``docker.io``; a URL's scheme, userinfo and path are dropped; the
+    host name is lower-cased, the port kept (``HTTP://Reg.Example:5000/v2/`` -> ``reg.example:5000``).
+    """
+    text = str(name or "").strip()
+    scheme, sep, rest = text.partition("://")
+    if sep and scheme.lower() in ("http", "https"):
+        text = rest
+    text = text.split("/", 1)[0].rpartition("@")[2]
+    if text.startswith("["):
+        host, sep, port = text.partition("]")
+        host, sep = host + sep, ""
+    else:
+        host, sep, port = text.partition(":")
+    text = host.lower() + sep + port
+    return DEFAULT_REGISTRY if text in HUB_NAMES else text
+
+
 def registry_base_url(registry, insecure_registries=()):
-    """Base URL of a registry's HTTP API (plain HTTP for loopback and listed insecure registries)."""
+    """Base URL of a registry's HTTP API (plain HTTP for loopback and listed insecure registries).
+
+    Docker Hub, under any of its names (:data:`HUB_NAMES`), answers at :data:`HUB_API_URL`.
+    """
     host = registry.split(":", 1)[0]
-    if registry == DEFAULT_REGISTRY:
-        return "https://registry-1.docker.io"
+    if registry_key(registry) == DEFAULT_REGISTRY:
+        return HUB_API_URL
     plain = host in ("localhost", "127.0.0.1", "::1", "[::1]") or registry in insecure_registries
     return ("http://" if plain else "https://") + registry
 

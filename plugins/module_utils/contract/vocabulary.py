@@ -136,8 +136,11 @@ ROLLBACK_PHASES = (
 )
 
 # ---------------------------------------------------------------------------------------- codes
+# The contract's stable preflight codes, and registry_auth_failed: the registry answers but refuses to let
+# the release's repository be pulled (no credentials for a private image, or credentials refused).
 PREFLIGHT_CODES = ("runtime_missing", "runtime_daemon_unavailable", "runtime_version_too_old", "compose_missing",
-                   "registry_unreachable", "platform_unsupported", "workdir_not_writable", "disk_space_low")
+                   "registry_unreachable", "registry_auth_failed", "platform_unsupported", "workdir_not_writable",
+                   "disk_space_low")
 INVALID_PAYLOAD = "invalid_payload"
 
 # ---------------------------------------------------------------------------------------- control plane

@@ -28,7 +28,9 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
     COMPOSE_PREFLIGHT, PREFLIGHT_CODES, REACHABILITY_MODES, TARGET_TYPES)
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.imageref import oci_architecture, parse_image_ref
-from ansible_collections.stellaops.runtime.plugins.module_utils.engine.registry import RegistryClient
+from ansible_collections.stellaops.runtime.plugins.module_utils.engine.preflight_registry import (
+    observe_image, redacted, registry_access, registry_evidence, request_credentials, secrets_of)
+from ansible_collections.stellaops.runtime.plugins.module_utils.engine.registry_client import RegistryClient
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.versions import (
     DEFAULT_MIN_COMPOSE, DEFAULT_MIN_ENGINE, normalize_version, parse_version, version_at_least)
 
@@ -48,6 +50,7 @@ ARGUMENT_SPEC = dict(
     registry_url=dict(type="str", no_log=True),
     registry_username=dict(type="str"),
     registry_password=dict(type="str", no_log=True),
+    registry_credentials=dict(type="dict", no_log=True),
     insecure_registries=dict(type="list", elements="str", default=[]),
     timeout=dict(type="float", default=10),
 )
@@ -81,11 +84,14 @@ def build_request(params):
         if parse_version(req[option]) is None:
             raise StellaError("invalid_request", "%s %r is not a version" % (option, req[option]))
     req["registry"] = None
+    source = "registry_username"
     if req.get("registry_url"):
         req["registry"], url_user, url_password = split_registry_url(req["registry_url"])
         if url_user and not req.get("registry_username"):
             req["registry_username"], req["registry_password"] = url_user, url_password
+            source = "registry_url"
     req["image"] = parse_image_ref(req["image_reference"]) if req.get("image_reference") else None
+    req["credentials"] = request_credentials(req, source)
     return req
 
 
@@ -142,8 +148,8 @@ class HostObserver:
     """Gathers raw observations of the host it runs on.
 
     ``cli`` is the task's engine client (:class:`_docker_cli.DockerCli`, every call bounded);
-    ``get_bin_path(name)`` returns a path or ``None``; ``registry`` has ``ping(registry)`` and
-    ``platforms(image_ref)`` (see ``_registry``).
+    ``get_bin_path(name)`` returns a path or ``None``; ``registry`` has ``ping(registry, mode)``,
+    ``platforms(image_ref)`` and ``image_access(image_ref)`` (see ``engine.registry_client``).
     """
 
     def __init__(self, cli, get_bin_path, registry, ping_timeout=5.0, docker_host=None):
@@ -175,7 +181,7 @@ class HostObserver:
                 self._use_daemon_insecure_registries(obs)
                 remote = pool.submit(self._remote, req)
             obs["compose"] = compose.result()
-            obs["registry"], obs["platform"] = remote.result()
+            obs["registry"], obs["pull"], obs["platform"] = remote.result()
             obs["workDirectory"], obs["disk"] = local.result()
         return obs
 
@@ -236,7 +242,8 @@ class HostObserver:
         return result
 
     def _remote(self, req):
-        return self._registry(req), self._platform(req)
+        """The registry's reachability, then the image's pull access and platforms (one manifest request)."""
+        return (self._registry(req),) + observe_image(self.registry, req["image"])
 
     @staticmethod
     def _target_registry(req):
@@ -257,14 +264,6 @@ class HostObserver:
         extra = [r for r in obs["docker"].get("insecureRegistries") or [] if r not in self.registry.insecure_registries]
         if extra:
             self.registry.insecure_registries = tuple(self.registry.insecure_registries) + tuple(extra)
-
-    def _platform(self, req):
-        if req["image"] is None:
-            return {"skipped": "no image_reference"}
-        try:
-            return {"platforms": self.registry.platforms(req["image"])}
-        except StellaError as exc:
-            return {"error": exc.reason}
 
     @staticmethod
     def _workdir(path):
@@ -375,6 +374,14 @@ def evaluate(req, obs):
         check("registry", "registry_unreachable", bool(registry.get("reachable")),
               "registry %s unreachable: %s" % (registry.get("registry"), reason))
 
+    # registry access: the credentials given for the registry, pull access to the image's repository
+    pull = obs.get("pull") or {"skipped": "not observed"}
+    status, code, reason = registry_access(registry, pull)
+    if status == "skipped":
+        skip("registry_access", reason)
+    else:
+        check("registry_access", code, status == "passed", reason)
+
     # platform
     wanted = "linux/%s" % arch
     plat = obs["platform"]
@@ -425,7 +432,7 @@ def evaluate(req, obs):
             "standalone": standalone,
             "required": req["require_compose"],
         },
-        "registry": _registry_evidence(req, registry),
+        "registry": registry_evidence(req, registry, pull),
         "platform": {
             "imageReference": req["image"].render() if req["image"] else None,
             "requested": wanted,
@@ -444,16 +451,6 @@ def evaluate(req, obs):
         "status": "passed" if not failures else "failed",
     }
     return evidence, failures
-
-
-def _registry_evidence(req, registry):
-    keep = ("registry", "url", "reachable", "httpStatus", "authRequired", "authenticated", "reason", "skipped")
-    data = {k: registry.get(k) for k in keep if k in registry}
-    if "url" in data:
-        data["url"] = redact_url(data["url"])
-    data["mode"] = req["registry_reachability_mode"]
-    data["credentialsSupplied"] = bool(req.get("registry_username"))
-    return data
 
 
 def _platform_matches(plat, os_name, arch):
@@ -476,12 +473,20 @@ def preflight_with(cli, params, get_bin_path=shutil.which, registry_factory=None
     """The preflight of ``params`` (the stella_preflight options) over an engine client that the task
     goes on using, so the runtime is asked each question once. Returns ``(evidence, failures)``."""
     req = build_request(params)
+    # each registry is offered only its own credentials (req["credentials"], keyed by registry_key)
     registry = (registry_factory or RegistryClient)(
-        username=req.get("registry_username"), password=req.get("registry_password"),
-        insecure_registries=req.get("insecure_registries"), timeout=req["timeout"])
+        username=None, password=None, insecure_registries=req.get("insecure_registries"), timeout=req["timeout"])
+    registry.credentials = req["credentials"]
     observer = HostObserver(cli, get_bin_path, registry, ping_timeout=req["timeout"],
                             docker_host=req.get("docker_host"))
-    return run_preflight(req, observer)
+
+    try:
+        evidence, failures = run_preflight(req, observer)
+    except StellaError as exc:
+        exc.reason, exc.evidence = redacted([exc.reason, exc.evidence], secrets_of(req["credentials"], registry))
+        raise
+    found = secrets_of(req["credentials"], registry)
+    return redacted(evidence, found), redacted(failures, found)
 
 
 def raise_failures(evidence, failures, phase="preflight"):

@@ -34,29 +34,17 @@ import shutil
 import subprocess
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
-from ansible_collections.stellaops.runtime.plugins.module_utils.contract.imageref import DEFAULT_REGISTRY, parse_image_ref
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.imageref import (
+    DEFAULT_REGISTRY, parse_image_ref, registry_key,
+)
+from ansible_collections.stellaops.runtime.plugins.module_utils.engine.registry import credential_entry
 
-# The names Docker Hub goes by in image references, configs and credential stores.
-HUB_NAMES = ("docker.io", "index.docker.io", "registry-1.docker.io", "registry.hub.docker.com")
+# The server URL credential stores keep Docker Hub's credentials under.
 HUB_SERVER_URL = "https://index.docker.io/v1/"
 TOKEN_USERNAME = "<token>"
-SOURCE_EXPLICIT = "registry_credentials"
 # What every credential helper says when it has nothing for a server (docker-credential-helpers).
 NOT_FOUND = "credentials not found in native keychain"
 HELPER_TIMEOUT = 30
-
-
-def registry_key(name):
-    """The one name of a registry: ``https://index.docker.io/v1/`` and ``index.docker.io`` are
-    ``docker.io``; a URL's scheme and path are dropped; host names are lower-cased."""
-    text = str(name or "").strip()
-    for prefix in ("https://", "http://"):
-        if text.lower().startswith(prefix):
-            text = text[len(prefix):]
-    text = text.split("/", 1)[0]
-    host, sep, port = text.partition(":")
-    text = host.lower() + sep + port
-    return DEFAULT_REGISTRY if text in HUB_NAMES else text
 
 
 def _docker_auth():
@@ -79,23 +67,17 @@ def docker_config_path(environ=None):
 
 
 def explicit_entry(registry, entry):
-    """One ``registry_credentials`` entry as ``{username, password}`` / ``{identitytoken}``."""
-    if not isinstance(entry, dict):
-        raise StellaError("invalid_request", "registry_credentials[%s] must be a mapping" % registry)
-    if entry.get("identitytoken"):
-        return {"identitytoken": str(entry["identitytoken"]), "source": SOURCE_EXPLICIT}
-    if not entry.get("username"):
-        raise StellaError("invalid_request", "registry_credentials[%s] needs username and password (or password_file), "
-                          "or identitytoken" % registry)
-    password = entry.get("password")
-    if password is None and entry.get("password_file"):
+    """One ``registry_credentials`` entry checked as the target checks it (``engine.registry.credential_entry``),
+    after ``password_file`` was read here on the controller."""
+    if isinstance(entry, dict) and entry.get("password") is None and entry.get("password_file"):
         try:
             with open(os.path.expanduser(entry["password_file"]), "r", encoding="utf-8") as handle:
                 password = handle.read().rstrip("\r\n")
         except OSError as exc:
             raise StellaError("invalid_request", "registry_credentials[%s].password_file cannot be read (%s)"
                               % (registry, exc.strerror))
-    return {"username": str(entry["username"]), "password": str(password or ""), "source": SOURCE_EXPLICIT}
+        entry = dict({k: v for k, v in entry.items() if k != "password_file"}, password=password)
+    return credential_entry(registry, entry)
 
 
 class RegistryCredentials:

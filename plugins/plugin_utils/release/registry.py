@@ -154,11 +154,11 @@ class RequestsTransport:
             self.session.mount("http://", adapter)
             self.session.mount("https://", adapter)
 
-    def __call__(self, method, url, headers, timeout):
+    def __call__(self, method, url, headers, timeout, body=None):
         deadline = time.monotonic() + timeout
         try:
-            response = self.session.request(method, url, headers=headers, auth=_KEEP_HEADERS, timeout=timeout,
-                                            allow_redirects=False, stream=True)
+            response = self.session.request(method, url, headers=headers, data=body, auth=_KEEP_HEADERS,
+                                            timeout=timeout, allow_redirects=False, stream=True)
             with response:
                 body = self._read(response, url, deadline, timeout)
         except self.requests.RequestException as exc:
@@ -229,7 +229,8 @@ class DigestResolver:
         if registry not in self._clients:
             cred = self.credentials.get(registry) or {}
             self._clients[registry] = RegistryApi(cred.get("username"), cred.get("password"),
-                                                  self.insecure_registries, self.timeout, self._transport())
+                                                  self.insecure_registries, self.timeout, self._transport(),
+                                                  identitytoken=cred.get("identitytoken"), source=cred.get("source"))
             self._sources[registry] = cred.get("source")
         return self._clients[registry]
 

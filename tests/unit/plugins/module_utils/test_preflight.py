@@ -1,8 +1,12 @@
-"""Pure preflight evaluation: every code, every check runs, evidence shape."""
+"""Pure preflight evaluation: every code, every check runs, evidence shape; registry reachability and
+pull access observed through the real client over fake registries."""
 
 from __future__ import annotations
 
 import copy
+import json
+import os
+import sys
 import threading
 
 import pytest
@@ -16,7 +20,19 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.engine.preflight
     build_request,
     evaluate,
 )
+from ansible_collections.stellaops.runtime.plugins.module_utils.engine.preflight_registry import (
+    credential_log_values,
+    mask_credentials,
+    observe_image,
+    redacted,
+)
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.imageref import oci_architecture, registry_base_url
+from ansible_collections.stellaops.runtime.plugins.module_utils.engine.registry import basic_authorization
+from ansible_collections.stellaops.runtime.plugins.module_utils.engine.registry_client import RegistryClient
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "fixtures"))
+
+from planning_support import FakeRegistry, image_index, image_manifest  # noqa: E402  pylint: disable=wrong-import-position
 
 BASE_PARAMS = {
     "payload": None,
@@ -45,6 +61,7 @@ GOOD_OBS = {
     "docker": {"binary": "/usr/bin/docker", "host": "unix:///var/run/docker.sock", "client": CLIENT, "server": SERVER},
     "compose": {"plugin": "v2.40.3"},
     "registry": {"registry": "registry.lab:5001", "url": "http://registry.lab:5001/v2/", "reachable": True, "httpStatus": 200},
+    "pull": {"registry": "registry.lab:5001", "pullAccess": "anonymous", "auth": None, "scope": "repository:stella/app:pull"},
     "platform": {"platforms": [{"os": "linux", "architecture": "amd64"}]},
     "workDirectory": {"path": "/var/lib/stella/projects", "exists": False, "probedPath": "/var/lib", "writable": True},
     "disk": {"path": "/var/lib", "freeBytes": 10 ** 10, "totalBytes": 10 ** 11},
@@ -78,10 +95,14 @@ def test_all_checks_pass_and_evidence_has_every_field():
     assert evidence["docker"]["daemonStatus"] == "running"
     assert evidence["compose"]["version"] == "2.40.3"
     assert evidence["registry"]["reachable"] is True
+    assert evidence["registry"]["pullAccess"] == "anonymous"
+    assert evidence["registry"]["pullScope"] == "repository:stella/app:pull"
     assert evidence["platform"]["compatible"] is True
     assert evidence["workDirectory"]["writable"] is True
     assert evidence["disk"]["sufficient"] is True
-    assert [c["status"] for c in evidence["checks"]] == ["passed"] * 9
+    assert [c["name"] for c in evidence["checks"]] == ["runtime", "daemon", "engine_version", "compose", "compose_version",
+                                                       "registry", "registry_access", "platform", "workdir", "disk"]
+    assert [c["status"] for c in evidence["checks"]] == ["passed"] * 10
 
 
 FAILING = [
@@ -95,6 +116,12 @@ FAILING = [
     pytest.param({"compose": {"standalone": {"path": "/usr/bin/docker-compose", "version": "1.29.2"}}}, {}, ["compose_missing"], id="compose_v1_only"),
     pytest.param({"registry": {"registry": "registry.lab:5001", "reachable": False, "reason": "connection refused"}}, {},
                  ["registry_unreachable"], id="registry_unreachable"),
+    pytest.param({"pull": {"registry": "registry.lab:5001", "error": "registry registry.lab:5001 refused anonymous pull",
+                           "code": "registry_auth_failed"}, "platform": {"skipped": "registry_auth_failed"}}, {},
+                 ["registry_auth_failed"], id="registry_auth_failed"),
+    pytest.param({"registry": {"registry": "registry.lab:5001", "reachable": True, "httpStatus": 401, "authRequired": True,
+                               "authenticated": False, "authError": "registry refused the credentials"}}, {},
+                 ["registry_auth_failed"], id="credentials_refused_on_v2"),
     pytest.param({"platform": {"platforms": [{"os": "linux", "architecture": "arm64", "variant": "v8"}]}}, {},
                  ["platform_unsupported"], id="platform_unsupported"),
     pytest.param({"platform": {"error": "manifest unknown"}}, {}, ["platform_unsupported"], id="platform_unreadable"),
@@ -122,7 +149,7 @@ def test_every_check_runs_when_many_fail():
     evidence, failures = evaluate(req(min_engine_version="24.0.0", minimum_free_disk_bytes=10 ** 12), obs)
     assert codes(failures) == ["runtime_version_too_old", "registry_unreachable", "platform_unsupported",
                                "workdir_not_writable", "disk_space_low"]
-    assert len(evidence["checks"]) == 9
+    assert len(evidence["checks"]) == 10
 
 
 def test_docker_host_does_not_require_compose():
@@ -229,6 +256,9 @@ class _OrderedRegistry:
     def platforms(self, image):
         return ["linux/amd64"]
 
+    def image_access(self, image):
+        return {"pullAccess": "anonymous", "auth": None, "scope": "repository:%s:pull" % image.repository}
+
 
 def _engine_holding_info_until(release, info_answered):
     """An engine client whose ``docker info`` answers only once ``release`` is set (at most 2 s)."""
@@ -268,3 +298,163 @@ def test_a_registry_the_daemon_may_list_as_insecure_waits_for_docker_info(monkey
     HostObserver(cli, sc.preflight_which, registry).observe(
         req(work_directory=str(tmp_path), image_reference="registry.lab:5001/stella/app:v1"))
     assert registry.info_answered_first is True
+
+
+# ---------------------------------------------------------------------------- registry credentials and access
+
+PASSWORD = "hub-pw-Planted-7Qx"
+IDENTITY_TOKEN = "idt-refresh-Planted-91c"
+HUB_CHALLENGE = 'Bearer realm="https://auth.docker.io/token",service="registry.docker.io"'
+HUB_TOKEN_EXTRAS = {"access_token": None, "expires_in": 300, "issued_at": "2025-06-02T09:14:03.535843893Z"}
+PUBLIC = "nginx:1.27"
+PRIVATE = "docker.io/acme/private:2.0"
+
+
+def hub(**kwargs):
+    """Docker Hub as its registry and token service answer: anonymous tokens pull library/nginx only."""
+    options = dict(auth=("bearer", "acme", PASSWORD), anonymous={"library/nginx"}, realm="https://auth.docker.io/token",
+                   service="registry.docker.io", challenge=HUB_CHALLENGE, token_answer=HUB_TOKEN_EXTRAS,
+                   identitytoken=IDENTITY_TOKEN)
+    options.update(kwargs)
+    registry = FakeRegistry("registry-1.docker.io", **options)
+    amd = registry.push("library/nginx", "amd", image_manifest("1"), "application/vnd.oci.image.manifest.v1+json")
+    registry.push("library/nginx", "1.27", image_index([(amd, {"os": "linux", "architecture": "amd64"})]),
+                  "application/vnd.oci.image.index.v1+json")
+    registry.push("acme/private", "2.0", image_manifest("2"), "application/vnd.oci.image.manifest.v1+json")
+    registry.blobs[("acme/private", "sha256:" + "2" * 64)] = json.dumps({"os": "linux", "architecture": "amd64"}).encode()
+    return registry
+
+
+def observed(request, transport):
+    """GOOD_OBS with the registry, pull and platform observations of the real client over ``transport``."""
+    client = RegistryClient(transport=transport)
+    client.credentials = request["credentials"]
+    observer = HostObserver(None, None, client)
+    pull, platform = observe_image(client, request["image"])
+    return with_obs(registry=observer._registry(request), pull=pull, platform=platform), client  # pylint: disable=protected-access
+
+
+def check_status(evidence):
+    return {c["name"]: (c["status"], c.get("reason")) for c in evidence["checks"] if c["name"] in ("registry", "registry_access", "platform")}
+
+
+def test_build_request_keys_credentials_by_registry_and_registry_username_wins_for_its_registry():
+    r = req(image_reference=PRIVATE, registry_credentials={
+        "https://index.docker.io/v1/": {"username": "acme", "password": PASSWORD, "source": "docker-config:auths"},
+        "127.0.0.1:5002": {"identitytoken": IDENTITY_TOKEN}})
+    assert r["credentials"] == {"docker.io": {"username": "acme", "password": PASSWORD, "source": "docker-config:auths"},
+                                "127.0.0.1:5002": {"identitytoken": IDENTITY_TOKEN, "source": "registry_credentials"}}
+    r = req(image_reference=PRIVATE, registry_username="bot", registry_password="pw2",
+            registry_credentials={"index.docker.io": {"username": "acme", "password": PASSWORD}})
+    assert r["credentials"] == {"docker.io": {"username": "bot", "password": "pw2", "source": "registry_username"}}
+    r = req(image_reference=PRIVATE, registry_url="https://bob:s3cret@mirror.example:5000/",
+            registry_credentials={"docker.io": {"username": "acme", "password": PASSWORD}})
+    assert r["credentials"] == {"docker.io": {"username": "acme", "password": PASSWORD, "source": "registry_credentials"},
+                                "mirror.example:5000": {"username": "bob", "password": "s3cret", "source": "registry_url"}}
+    assert req(image_reference=None, registry_username="bot", registry_password="pw2")["credentials"] == {}
+
+
+def test_build_request_refuses_bad_registry_credentials():
+    with pytest.raises(StellaError) as info:
+        req(registry_credentials={"docker.io": {"user": "acme", "password": PASSWORD}})
+    assert info.value.code == "invalid_request" and "unknown key(s) user" in info.value.reason
+    assert PASSWORD not in info.value.reason
+
+
+def test_docker_hub_public_image_passes_anonymously():
+    r = req(image_reference=PUBLIC, registry_credentials={"docker.io": {"username": "acme", "password": PASSWORD}})
+    obs, dummy = observed(r, hub())
+    evidence, failures = evaluate(r, obs)
+    assert failures == []
+    registry = evidence["registry"]
+    assert registry["reachable"] is True and registry["httpStatus"] == 401 and registry["authRequired"] is True
+    assert registry["challenge"] == {"scheme": "bearer", "realm": "https://auth.docker.io/token", "service": "registry.docker.io"}
+    assert registry["pullAccess"] == "anonymous" and registry["pullScope"] == "repository:library/nginx:pull"
+    # the credentials were tried on /v2/ (accepted) but the pull needed none
+    assert registry["authenticated"] is True and registry["credentialSource"] == "registry_credentials"
+    assert evidence["platform"]["available"] == ["linux/amd64"]
+
+
+def test_docker_hub_private_image_with_credentials_says_where_they_came_from():
+    r = req(image_reference=PRIVATE, registry_credentials={
+        "index.docker.io": {"identitytoken": IDENTITY_TOKEN, "source": "docker-config:credHelpers:desktop"}})
+    obs, client = observed(r, hub())
+    evidence, failures = evaluate(r, obs)
+    assert failures == [] and evidence["status"] == "passed"
+    registry = evidence["registry"]
+    assert (registry["pullAccess"], registry["credentialSource"], registry["credentialsSupplied"]) == (
+        "credentials", "docker-config:credHelpers:desktop", True)
+    assert check_status(evidence) == {"registry": ("passed", None), "registry_access": ("passed", None),
+                                      "platform": ("passed", None)}
+    assert all(secret not in repr(evidence) for secret in client.secrets())
+
+
+@pytest.mark.parametrize("credentials, reason", [
+    (None, "registry docker.io refused anonymous pull of acme/private (the registry refused an anonymous token (HTTP 401)): "
+           "give credentials for docker.io (registry_credentials)"),
+    ({"docker.io": {"username": "acme", "password": "wrong", "source": "vault:hub"}},
+     "registry docker.io: token service https://auth.docker.io/token refused the credentials from vault:hub (HTTP 401); "
+     "registry docker.io refused pull of acme/private with the credentials from vault:hub: token service "
+     "https://auth.docker.io/token refused the credentials (HTTP 401)"),
+], ids=["no-credentials", "wrong-credentials"])
+def test_a_refused_pull_is_registry_auth_failed_and_the_registry_still_reachable(credentials, reason):
+    r = req(image_reference=PRIVATE, registry_credentials=credentials)
+    obs, dummy = observed(r, hub())
+    evidence, failures = evaluate(r, obs)
+    assert failures == [{"code": "registry_auth_failed", "reason": reason}]
+    assert check_status(evidence) == {"registry": ("passed", None), "registry_access": ("failed", None),
+                                      "platform": ("skipped", "registry_auth_failed")}
+    assert evidence["registry"]["reachable"] is True and evidence["registry"]["pullAccess"] is None
+    assert evidence["registry"].get("credentialSource") == (credentials and "vault:hub")
+    assert set(codes(failures)) <= set(CODES)
+
+
+def test_a_rate_limited_registry_is_reachable_and_the_unverified_checks_say_why():
+    manifest = "https://registry-1.docker.io/v2/library/nginx/manifests/1.27"
+    r = req(image_reference=PUBLIC)
+    obs, dummy = observed(r, hub(answers={manifest: (429, {"retry-after": "3600"}, b'{"errors":[{"code":"TOOMANYREQUESTS"}]}')}))
+    evidence, failures = evaluate(r, obs)
+    assert failures == []
+    why = "registry docker.io answered HTTP 429 (rate limit; Retry-After: 3600) for docker.io/library/nginx:1.27"
+    assert check_status(evidence) == {"registry": ("passed", None), "registry_access": ("skipped", why),
+                                      "platform": ("skipped", "registry rate-limited: " + why)}
+    assert evidence["registry"]["rateLimited"] is True and evidence["registry"]["retryAfter"] == "3600"
+
+    v2 = "https://registry-1.docker.io/v2/"
+    obs, dummy = observed(r, hub(answers={v2: (429, {"retry-after": "60"}, b"")}))
+    evidence, failures = evaluate(r, obs)
+    assert failures == [] and evidence["registry"]["rateLimited"] is True and evidence["registry"]["retryAfter"] == "60"
+    assert evidence["registry"]["pullAccess"] == "anonymous"
+
+
+def test_what_is_not_a_registry_or_does_not_answer_is_unreachable():
+    r = req(image_reference=PUBLIC)
+    obs, dummy = observed(r, hub(answers={"https://registry-1.docker.io/v2/": (404, {"content-type": "text/html"}, b"<html>")}))
+    evidence, failures = evaluate(r, obs)
+    assert failures == [{"code": "registry_unreachable", "reason": "registry docker.io unreachable: unexpected HTTP 404 "
+                                                                   "from /v2/ (not a registry API answer)"}]
+
+    def down(method, url, headers, timeout, body=None):
+        raise StellaError("registry_unreachable", "%s: [Errno 111] Connection refused" % url)
+
+    evidence, failures = evaluate(r, observed(r, down)[0])
+    assert codes(failures) == ["registry_unreachable", "platform_unsupported"]
+    assert check_status(evidence)["registry_access"] == ("skipped", "registry_unreachable")
+
+
+def test_redacted_replaces_secrets_everywhere():
+    data = {"a": ["x %s y" % PASSWORD, {"b": "Bearer tok-1"}], "n": 3, "none": None}
+    assert redacted(data, [PASSWORD, "tok-1"]) == {"a": ["x ******** y", {"b": "Bearer ********"}], "n": 3, "none": None}
+
+
+def test_credential_log_values_unmask_user_names_and_labels_but_never_a_secret():
+    mapping = {"docker.io": {"username": "acme", "password": PASSWORD, "source": "docker-config:auths"},
+               "ghcr.io": {"identitytoken": IDENTITY_TOKEN, "source": "vault:ghcr"},
+               "quay.io": {"username": "same-as-secret", "password": "p"}}
+    public, secret = credential_log_values(mapping, other_secrets=["same-as-secret", {"k": ["x"]}])
+    assert public == {"acme", "docker-config:auths", "vault:ghcr"}
+    assert basic_authorization("acme", PASSWORD).split(" ", 1)[1] in secret
+    values = {"acme", PASSWORD, "docker-config:auths", IDENTITY_TOKEN, "vault:ghcr", "same-as-secret", "p"}
+    mask_credentials(values, mapping, ["same-as-secret"])
+    assert PASSWORD in values and IDENTITY_TOKEN in values and "same-as-secret" in values and "acme" not in values
+    assert credential_log_values("not a mapping") == (set(), set())

@@ -1,9 +1,12 @@
 """stella_compose_deploy through AnsibleModule (patch_module_args): input refusals, the catch-all, warnings
-that outlive a failure, secrets kept out of the output, check mode."""
+that outlive a failure, secrets kept out of the output, check mode, the preflight option (registry
+credentials included)."""
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 
 import pytest
 
@@ -11,7 +14,13 @@ from modrun import run_module, sc, script_engine, warning_texts
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.compose import apply as _compose_apply
 from ansible_collections.stellaops.runtime.plugins.module_utils.docker import run as _docker_run
+from ansible_collections.stellaops.runtime.plugins.module_utils.engine import preflight as _preflight
+from ansible_collections.stellaops.runtime.plugins.module_utils.engine.registry_client import RegistryClient
 from ansible_collections.stellaops.runtime.plugins.modules import stella_compose_deploy as module
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "fixtures"))
+
+from planning_support import FakeRegistry  # noqa: E402  pylint: disable=wrong-import-position
 
 SECRET = "hunter2-not-in-output"
 
@@ -174,3 +183,35 @@ def test_preflight_option_asks_the_daemon_the_task_uses(site, monkeypatch, capsy
     assert rc == 0, result
     assert pings == ["/run/user/1000/docker.sock"], pings
     assert result["preflight"]["docker"]["host"] == "unix:///run/user/1000/docker.sock"
+
+
+def test_preflight_registry_credentials_refused_fail_the_task_without_returning_them(site, monkeypatch, capsys):
+    """preflight.registry_credentials reach the preflight: refused credentials fail the task in phase preflight
+    with registry_auth_failed and the credentials' label, the password nowhere in the result, the user name
+    and label not masked."""
+    password = "hub-pw-Planted-2Rt"
+    registry = FakeRegistry("registry-1.docker.io", auth=("bearer", "acme", password), anonymous=(),
+                            realm="https://auth.docker.io/token", service="registry.docker.io",
+                            challenge='Bearer realm="https://auth.docker.io/token",service="registry.docker.io"')
+    plan = site.plan(secret=SECRET)
+    runner = sc.ScriptedRunner([sc.Unordered(list(sc.preflight_runtime()[0].pending) +
+                                             sc.containers(site.project(plan), []) + [sc.image_present()])])
+    script_engine(monkeypatch, module, runner)
+    sc.offline_preflight(monkeypatch)
+    monkeypatch.setattr(_preflight, "RegistryClient", lambda **kw: RegistryClient(transport=registry, **kw))
+    preflight = {"payload": {"WorkDirectory": site.work, "MinimumFreeDiskBytes": 1,
+                             "ImageReference": "docker.io/acme/private:2.0"},
+                 "min_engine_version": "20.10.0",
+                 "registry_credentials": {"index.docker.io": {"username": "acme", "password": "wrong-" + password,
+                                                              "source": "vault:hub"}}}
+    rc, result = run_module(module, {"payload": plan["payloads"]["compose.up"], "secret_env": {"DB_PASSWORD": SECRET},
+                                     "preflight": preflight}, capsys, monkeypatch)
+    runner.assert_done()
+    assert rc == 1 and result["code"] == "registry_auth_failed" and result["failurePhase"] == "preflight"
+    assert [f["code"] for f in result["preflightFailures"]] == ["registry_auth_failed"]
+    assert result["preflight"]["registry"]["credentialSource"] == "vault:hub"
+    assert result["preflight"]["registry"]["pullAccess"] is None and result["changed"] is False
+    given = result["invocation"]["module_args"]["preflight"]["registry_credentials"]["index.docker.io"]
+    assert given == {"username": "acme", "password": "VALUE_SPECIFIED_IN_NO_LOG_PARAMETER", "source": "vault:hub"}
+    out = capsys.readouterr().out + json.dumps(result)
+    assert password not in out and SECRET not in out and not os.path.exists(site.work)
