@@ -9,6 +9,7 @@ import socket
 import subprocess
 import urllib.request
 
+import pytest
 import requests
 
 from ansible_run import ROOT, ansible_module
@@ -221,16 +222,19 @@ def test_token_registry_bearer_flow_with_and_without_credentials(lab, tmp_path):
     assert password not in raw
 
 
-def test_a_hub_like_registry_is_reachable_and_pulled_anonymously(lab, tmp_path):
-    """Docker Hub's /v2/ answers 401 with a challenge without scope: reachable; the pull check gets an
-    anonymous token with the repository's pull scope."""
-    hub = lab["registries"]["hub"]
-    result = preflight(dict(GATES, work_directory=str(tmp_path), image_reference=lab["images"]["hub_app_v1"]["ref"]))
+@pytest.mark.parametrize("name,image", [("hub", "hub_app_v1"), ("ghcr", "ghcr_app_v1")])
+def test_public_registries_are_reachable_and_pulled_anonymously(lab, tmp_path, name, image):
+    """Docker Hub's /v2/ answers 401 with a challenge without scope, GHCR's with a scope of another
+    repository: both are reachable; the pull check gets an anonymous token with the image's own
+    repository's pull scope."""
+    registry_lab = lab["registries"][name]
+    result = preflight(dict(GATES, work_directory=str(tmp_path), image_reference=lab["images"][image]["ref"]))
     assert result["failed"] is False, result.get("msg")
     registry = result["preflight"]["registry"]
     assert (registry["reachable"], registry["authRequired"], registry["pullAccess"]) == (True, True, "anonymous")
-    assert registry["challenge"]["realm"] == "http://%s/token" % hub["token_service"]
-    assert "scope" not in registry["challenge"]
+    assert registry["challenge"]["realm"] == "http://%s/token" % registry_lab["token_service"]
+    assert registry["challenge"].get("scope") == registry_lab.get("scope")
+    assert registry["pullScope"] == "repository:stella/app:pull"
     assert result["preflight"]["platform"]["compatible"] is True
 
 

@@ -71,6 +71,11 @@ def retry_policy(waits, retries=None, retry_after_max=None, backoff_factor=None)
                 copy.waits, copy.retry_after_cap = self.waits, self.retry_after_cap
                 return copy
 
+            def get_backoff_time(self):
+                # from the first retry on (urllib3 waits nothing before its second try): 0.5 s, 1 s, 2 s, ...
+                tries = len(self.history)
+                return min(self.backoff_max, self.backoff_factor * (2 ** (tries - 1))) if tries else 0
+
             def parse_retry_after(self, retry_after):
                 return min(float(super().parse_retry_after(retry_after)), self.retry_after_cap)
 

@@ -464,7 +464,8 @@ def test_a_registry_that_keeps_answering_503_fails_after_the_bounded_tries(loop,
     reason = info.value.reason
     assert info.value.code == "image_unresolved" and info.value.evidence["cause"] == "registry_unavailable"
     assert server.address in reason and "HTTP 503" in reason and "after %d tries over" % (_registry_mod.RETRIES + 1) in reason
-    assert len(info.value.evidence["waits"]) == _registry_mod.RETRIES
+    waits = [wait["waitedSeconds"] for wait in info.value.evidence["waits"]]
+    assert len(waits) == _registry_mod.RETRIES and waits[0] >= 0.05 and waits[-1] >= 0.4  # 0.05 * 2 ** 3
 
 
 def test_a_rate_limit_that_does_not_end_says_to_log_in(loop, monkeypatch):
