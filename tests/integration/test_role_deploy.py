@@ -513,9 +513,19 @@ def test_d_first_deploy_failing_attempts_its_rollback_which_fails_at_revision_re
         assert phase_statuses(target)[-1] == (STEP_PHASE[results["deploy_apply_result"]["failurePhase"]], "failed")
         assert "previousRevisionPath" not in target and "statusBeforeRollback" not in target
         assert projection["strategyEvidence"]["rollback.attempted"] is True
+        assert projection["strategyEvidence"]["rollback.evidence.id"] == "jobs/%s/rollback-evidence.json" % job_id
         assert files["deployment.json"]["status"] == "failed"
         assert "job %s Failed: " % job_id in output, output[-4000:]
         assert "RolledBack" not in output
+
+        # the same without an evidence directory: no packet is written, so none is named
+        rc, _recap, again, output = sc.play(sc.release("app_broken", "1.0.0-broken"), wait_timeout=20,
+                                            extra_vars={"evidence_dir": ""})
+        assert rc != 0 and rollback_ran(again), output[-4000:]
+        _record, projection = sc.stored(sc.job_id(again))
+        strategy = projection["strategyEvidence"]
+        assert (strategy["rollback.attempted"], strategy["evidenceFiles"]) == (True, {})
+        assert "rollback.evidence.id" not in strategy and strategy["rollback.evidence.proofStatus"] == "incomplete"
     finally:
         sc.cleanup()
 

@@ -27,9 +27,12 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.host.files impor
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.view import job_evidence, rollback_evidence as \
     _rollback_evidence
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.rollback import verify_rollback_evidence
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.writer import (
+    JOB_EVIDENCE_FILE, ROLLBACK_EVIDENCE_FILE,
+)
 
 REPORT_FILE = "report.html"
-JOB_FILES = ("job.json", "rollback-evidence.json")
+JOB_FILES = (JOB_EVIDENCE_FILE, ROLLBACK_EVIDENCE_FILE)
 # Banner colours: the job's status at a glance.
 STATUS_COLOURS = {"Succeeded": "#1a7f37", "RolledBack": "#b45309", "Failed": "#b91c1c", "RollingBack": "#6d28d9",
                   "Running": "#1d4ed8", "Pending": "#57606a"}

@@ -17,6 +17,9 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabul
 from ansible_collections.stellaops.runtime.plugins.module_utils.host.files import atomic_write
 
 # Keys of registered results that are Ansible plumbing, not evidence.
+# The job's evidence documents, under <evidence dir>/jobs/<job id>/.
+JOB_EVIDENCE_FILE = "job.json"
+ROLLBACK_EVIDENCE_FILE = "rollback-evidence.json"
 PLUMBING = ("invocation", "diff", "_ansible_no_log", "_ansible_verbose_always", "ansible_facts", "warnings",
             "deprecations")
 

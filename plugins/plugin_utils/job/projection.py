@@ -19,6 +19,9 @@ from __future__ import annotations
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import PHASES
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.rollback import projection_keys
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.traffic.adapters import (
+    PREFIX as TRAFFIC_PREFIX, ROLLBACK_PREFIX as TRAFFIC_ROLLBACK_PREFIX,
+)
 
 TERMINAL = ("Succeeded", "Failed", "RolledBack")
 PROJECTION_VERSION = "stella.deployment.projection.v1"
@@ -60,17 +63,32 @@ def refresh(projection, record):
     return dict(projection, jobRevision=record["revision"], **seen)
 
 
+def traffic_keys(record):
+    """The contract's ``strategy.traffic.*`` keys: what the job's last traffic step recorded (the traffic
+    as the job left it), and the ``strategy.traffic.rollback.*`` keys of its traffic rollback. Every
+    step's evidence stays in the record's ``traffic[]``; a job without traffic steps has none."""
+    keys = {}
+    steps = record.get("traffic") or []
+    if steps:
+        keys.update((k, v) for k, v in (steps[-1].get("evidence") or {}).items() if k.startswith(TRAFFIC_PREFIX))
+        keys[TRAFFIC_PREFIX + "batch"] = steps[-1].get("batch")
+    back = (record.get("trafficRollback") or {}).get("evidence") or {}
+    keys.update((k, v) for k, v in back.items() if k.startswith(TRAFFIC_ROLLBACK_PREFIX))
+    return keys
+
+
 def strategy_evidence(record, rollback_evidence=None, evidence_id=None, files=None):
-    """The terminal strategy evidence: the strategy, its batches and gates, traffic, and for a job
-    whose rollback ran, the ``rollback.evidence.*`` navigation keys."""
+    """The terminal strategy evidence: the strategy, its batches and gates, the ``strategy.traffic.*``
+    keys (:func:`traffic_keys`), and for a job whose rollback ran, the ``rollback.evidence.*`` keys.
+    ``rollback.evidence.id`` names the stored rollback evidence packet, so it is projected only with
+    ``evidence_id``: when that packet was written."""
     rollback = record.get("rollback") or {}
     evidence = {"strategy": record.get("strategy"), "batches": record.get("batches"),
                 "gates": [{"batch": g["batch"], "proceed": g["proceed"], "reason": g.get("reason")}
                           for g in record.get("gates") or []],
-                "traffic": [dict(step.get("evidence") or {}, batch=step.get("batch"))
-                            for step in record.get("traffic") or []],
                 "rollback.attempted": bool(rollback.get("attempted")), "rollback.status": rollback.get("status"),
                 "evidenceFiles": {name: entry.get("sha256") for name, entry in sorted((files or {}).items())}}
+    evidence.update(traffic_keys(record))
     if rollback_evidence is not None:
         evidence.update(projection_keys(rollback_evidence, evidence_id))
     return evidence

@@ -33,7 +33,7 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.plan import 
     job_options, plan_job, plan_outcome, target_identity)
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.deployment import deployment_record, preflight_evidence
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.writer import (
-    clean, write_documents, write_target_documents)
+    JOB_EVIDENCE_FILE, ROLLBACK_EVIDENCE_FILE, clean, write_documents, write_target_documents)
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.inputs import load_credentials, plain, resolve_digests
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.lease import MIN_LEASE_SECONDS, start_keeper
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.owner import controller_owner, gone_why, interrupt_gone
@@ -392,7 +392,8 @@ class JobSteps:
             if args["report"]:
                 files[_report.REPORT_FILE] = _report.write_report(
                     record, job_evidence_dir(args["evidence_dir"], record["jobId"]))
-        evidence_id = "jobs/%s/rollback-evidence.json" % record["jobId"] if rollback is not None else None
+        # the id of the rollback evidence packet, only when it was written
+        evidence_id = "jobs/%s/%s" % (record["jobId"], ROLLBACK_EVIDENCE_FILE) if ROLLBACK_EVIDENCE_FILE in files else None
         if record["status"] in _job.TERMINAL:  # the terminal projection: after the terminal evidence exists
             store.project_terminal(record["jobId"], _projection.strategy_evidence(record, rollback, evidence_id, files),
                                    utc_timestamp())
@@ -419,7 +420,7 @@ class JobSteps:
 
     @staticmethod
     def _write_evidence(record, root, rollback):
-        documents = {"job.json": _job_view.job_evidence(record)}
+        documents = {JOB_EVIDENCE_FILE: _job_view.job_evidence(record)}
         if rollback is not None:
-            documents["rollback-evidence.json"] = rollback
+            documents[ROLLBACK_EVIDENCE_FILE] = rollback
         return write_documents(job_evidence_dir(root, record["jobId"]), documents)

@@ -38,7 +38,6 @@ STATUS_FAILED = "failed"
 STATUS_RESTORED = "restored"
 REASON_MISSING = "traffic_adapter_missing"
 REASON_EXECUTOR_MISSING = "traffic_adapter_executor_missing"
-REASON_DISABLED = "traffic_adapter_disabled"
 CODE_SHIFT_FAILED = "traffic_adapter_failed"
 CODE_ROLLBACK_FAILED = "traffic_adapter_rollback_failed"
 DEFAULT_CANARY_STEPS = (10, 50, 100)
@@ -157,7 +156,9 @@ class Adapter(abc.ABC):
         try:
             facts = self.apply(body)
         except TrafficError as exc:
-            exc.evidence = failed_evidence(self.kind, exc.reason, step["treatmentSlot"], step["controlWeight"],
+            # the slot the step asked for: the treatment for a shift, the control slot a rollback restores
+            slot = step["controlSlot"] if step.get("rollback") else step["treatmentSlot"]
+            exc.evidence = failed_evidence(self.kind, exc.reason, slot, step["controlWeight"],
                                            step["treatmentWeight"], {prefix + k: v for k, v in (exc.evidence or {}).items()},
                                            rollback=bool(step.get("rollback")))
             exc.code = CODE_ROLLBACK_FAILED if step.get("rollback") else CODE_SHIFT_FAILED
@@ -209,8 +210,10 @@ class WebhookAdapter(Adapter):
         self.session = session
 
     def available(self):
+        # a disabled webhook (``enabled: false``) is an executor that cannot run: the contract's
+        # traffic_adapter_executor_missing, as for a missing shiftUrl
         if self.options.get("enabled") is False:
-            return REASON_DISABLED
+            return REASON_EXECUTOR_MISSING
         return None if self.options.get("shiftUrl") else REASON_EXECUTOR_MISSING
 
     def apply(self, body):
@@ -259,7 +262,8 @@ def resolve(config, options=None, adapters=None):
     """``(adapter or None, reason or None)`` for ``strategyConfig`` (pure but for construction).
 
     No ``trafficAdapter``: ``traffic_adapter_missing``. A name that is not registered, or an adapter
-    whose options leave it unable to run: ``traffic_adapter_executor_missing`` (or ``_disabled``).
+    whose options leave it unable to run (a webhook without ``shiftUrl`` or with ``enabled: false``):
+    ``traffic_adapter_executor_missing``; the contract knows no other no-adapter reason.
     ``options``: the adapter's options from variables (credentials included), over
     ``strategyConfig.trafficAdapterOptions``.
     """

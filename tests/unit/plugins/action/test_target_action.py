@@ -81,8 +81,8 @@ CONFIG = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "docker
 
 
 @pytest.mark.parametrize("module_name,option", [("stella_preflight", None), ("stella_compose_deploy", "preflight")])
-def test_the_preflight_gets_its_registry_s_credentials_only_and_they_are_scrubbed(module_name, option, tmp_path,
-                                                                                     monkeypatch):
+def test_the_preflight_gets_its_registry_s_credentials_only_and_they_are_scrubbed(
+        module_name, option, tmp_path, monkeypatch):
     """The Docker config on the controller holds credentials for Docker Hub and 127.0.0.1:5002; the
     preflight asks 127.0.0.1:5002: only that entry travels, with its source, and the module's answer is
     scrubbed of its password."""

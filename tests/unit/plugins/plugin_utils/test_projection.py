@@ -67,3 +67,23 @@ def test_strategy_evidence_carries_the_rollback_evidence_keys():
         assert strategy["rollback.evidence." + key]
     assert strategy["evidenceFiles"] == {"job.json": "abc"}
     assert "rollback.evidence.id" not in _projection.strategy_evidence(job())
+
+
+def test_traffic_is_projected_under_the_contract_s_keys():
+    """The last traffic step's ``strategy.traffic.*`` keys (the traffic as the job left it) and the traffic
+    rollback's ``strategy.traffic.rollback.*`` keys, flat in the strategy evidence; no nested list."""
+    shifted = {"strategy.traffic.mode": "traffic_shift", "strategy.traffic.status": "shifted",
+               "strategy.traffic.shifted": True, "strategy.traffic.slot": "canary",
+               "strategy.traffic.controlWeight": 50, "strategy.traffic.treatmentWeight": 50}
+    first = dict(shifted, **{"strategy.traffic.controlWeight": 90, "strategy.traffic.treatmentWeight": 10})
+    back = {"strategy.traffic.rollback.mode": "traffic_rollback", "strategy.traffic.rollback.status": "failed",
+            "strategy.traffic.rollback.shifted": False, "strategy.traffic.rollback.slot": "active",
+            "strategy.traffic.rollback.reason": "controller answered HTTP 500"}
+    record = dict(job(), traffic=[{"batch": 0, "evidence": first}, {"batch": 1, "evidence": shifted}],
+                  trafficRollback={"at": T0, "evidence": back, "failure": {"code": "x", "reason": "y"}})
+    evidence = _projection.strategy_evidence(record)
+    assert "traffic" not in evidence
+    for key, value in list(shifted.items()) + list(back.items()):
+        assert evidence[key] == value, key
+    assert evidence["strategy.traffic.batch"] == 1
+    assert not [k for k in _projection.strategy_evidence(job()) if k.startswith("strategy.traffic")]

@@ -61,7 +61,7 @@ def test_standby_evidence_is_exactly_the_contract_keys():
     ({"trafficAdapter": "f5-bigip"}, "traffic_adapter_executor_missing"),
     ({"trafficAdapter": "webhook"}, "traffic_adapter_executor_missing"),
     ({"trafficAdapter": "webhook", "trafficAdapterOptions": {"shiftUrl": "http://x/", "enabled": False}},
-     "traffic_adapter_disabled"),
+     "traffic_adapter_executor_missing"),
     ({"trafficAdapter": "local-file"}, "traffic_adapter_executor_missing"),
 ])
 def test_resolve_without_a_runnable_adapter(config, reason):
@@ -155,6 +155,17 @@ def test_webhook_shift_and_rollback(controller):
     assert SECRET not in json.dumps([evidence, back])
 
 
+def test_a_failed_traffic_rollback_names_the_slot_it_was_to_restore(controller):
+    controller.mode = "500"
+    with pytest.raises(tr.TrafficError) as info:
+        webhook(controller).shift(JOB, dict(STEP, controlWeight=100, treatmentWeight=0, rollback=True))
+    evidence = info.value.evidence
+    assert info.value.code == "traffic_adapter_rollback_failed"
+    assert (evidence["strategy.traffic.rollback.status"], evidence["strategy.traffic.rollback.slot"]) == (
+        "failed", "active")
+    assert "strategy.traffic.slot" not in evidence
+
+
 def test_webhook_credentials_in_the_url_are_sent_but_never_recorded(controller):
     # requests turns URL userinfo into Basic auth (it takes precedence over an Authorization header)
     evidence = webhook(controller, userinfo=True, headers={}).shift(JOB, STEP)
@@ -218,7 +229,8 @@ def test_the_documented_request_body_and_route_state_have_the_keys_the_adapters_
 
 def test_no_adapter_evidence_never_says_traffic_moved():
     assert tr.no_adapter_evidence(tr.REASON_MISSING, STEP) == tr.standby_evidence(tr.REASON_MISSING, "green")
-    assert tr.no_adapter_evidence(tr.REASON_DISABLED, dict(STEP, rollback=True)) == {
+    assert tr.no_adapter_evidence(tr.REASON_EXECUTOR_MISSING, dict(STEP, rollback=True)) == {
         "strategy.traffic.rollback.mode": "traffic_rollback", "strategy.traffic.rollback.status": "not_shifted",
-        "strategy.traffic.rollback.shifted": False, "strategy.traffic.rollback.reason": "traffic_adapter_disabled",
+        "strategy.traffic.rollback.shifted": False,
+        "strategy.traffic.rollback.reason": "traffic_adapter_executor_missing",
         "strategy.traffic.rollback.slot": "active"}
