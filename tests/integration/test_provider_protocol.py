@@ -164,6 +164,14 @@ def test_pull_streams_the_local_image_and_a_truncated_stream_tags_nothing(stella
     rc, seen = FakeCompose(stella, announced, {}).run(*args)
     assert rc == 0 and types(seen) == ["info"] and "up to date" in seen[0]["message"]
 
+    # another digest in the daemon: policy missing (up) keeps what was ingested, always (pull) asks again
+    other = [a for a in args if not a.startswith("--digest=")] + ["--digest=sha256:" + "0" * 64]
+    rc, seen = FakeCompose(stella, announced, {}).run(*other)
+    assert rc == 0 and types(seen) == ["info"] and "policy missing" in seen[0]["message"], seen
+    always = [a.replace("--policy=missing", "--policy=always") for a in other]
+    rc, seen = FakeCompose(stella, announced, {"get-image": write_image(tar)}).run(*always)
+    assert rc == 0 and types(seen)[0] == "get-image", seen
+
 
 # ---- publish-endpoint and the relay endpoint, with the real networks Compose would create
 

@@ -282,26 +282,31 @@ def load_stream(channel, image, docker="docker"):
 
 
 def pull(parsed, channel):
-    """``pull``: ``source=local`` ingests the local daemon's image through ``get-image`` unless the
-    bookkeeping already holds that digest; ``source=registry`` resolves the reference upstream."""
+    """``pull``: ``source=local`` ingests the local daemon's image through ``get-image``,
+    ``source=registry`` resolves the reference upstream (with the Docker client config's credentials),
+    unless the bookkeeping says the policy is already met (:func:`protocol.pull_decision`)."""
     options = parsed["options"]
     image, source = options.get("image"), options.get("source")
     if not image or source not in ("local", "registry"):
         raise StellaError("provider_option_missing", "pull needs --image and --source=local|registry")
     path, books = _bookkeeping(parsed)
     known = books.get(image) or {}
-    if source == "local":
-        if options.get("digest") and known.get("digest") == options["digest"]:
-            channel.send("info", "%s is up to date (%s)" % (image, options["digest"]))
-            return
+    decision = _provider.pull_decision(source, options.get("policy") or "missing", known, options.get("digest"))
+    if decision == "up_to_date":
+        channel.send("info", "%s is up to date (%s, policy %s)" % (image, known.get("digest"),
+                                                                   options.get("policy") or "missing"))
+        return
+    if decision == "load":
         size, loaded = load_stream(channel, image)
         _remember(path, books, image, {"digest": options.get("digest"), "created": options.get("created"),
                                        "source": "local", "bytes": size})
         channel.send("info", "loaded %s (%d bytes): %s" % (image, size, loaded))
         return
-    from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.inputs import resolve_digests  # pylint: disable=import-outside-toplevel
+    from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.inputs import (  # pylint: disable=import-outside-toplevel
+        load_credentials, resolve_digests)
     probe = {"components": [{"name": "image", "image": image}]}
-    resolved, _resolution = resolve_digests(probe, {}, options.get("insecure_registries") or [], {}, True, 15.0)
+    resolved, _resolution = resolve_digests(probe, load_credentials({}), options.get("insecure_registries") or [], {},
+                                            True, 15.0)
     digest = resolved.get(image)
     _remember(path, books, image, {"digest": digest, "source": "registry"})
     channel.send("info", "resolved %s to %s" % (image, digest))
@@ -333,11 +338,19 @@ def compose(argv, stdin, stdout, environ):
             raise StellaError("unsupported", "stella compose %s is not implemented" % parsed["command"])
         return 0
     except StellaError as exc:
-        channel.send("error", "%s: %s" % (exc.code, exc.reason))
+        report_error(channel, "%s: %s" % (exc.code, exc.reason))
         return 1
     except Exception as exc:  # pylint: disable=broad-except
-        channel.send("error", "internal_error: %s: %s" % (type(exc).__name__, exc))
+        report_error(channel, "internal_error: %s: %s" % (type(exc).__name__, exc))
         return 1
+
+
+def report_error(channel, text):
+    """The failure as an ``error`` message, or on stderr when this Compose does not announce ``error``."""
+    try:
+        channel.send("error", text)
+    except StellaError:
+        sys.stderr.write("stella compose: %s\n" % text)
 
 
 def install(argv):

@@ -37,8 +37,18 @@ LOOPBACK = ("127.0.0.1", "::1", "localhost")
 COMMANDS = ("up", "down", "stop", "pull", "metadata")
 
 
+# Options that may be given more than once (their values are collected into a list).
+REPEATED = "repeated"
+REPEATED_OPTIONS = set()
+
+
 def _param(name, description, kind="string", required=False, default=None, enum=None):
-    entry = {"name": name, "description": description, "required": required, "type": kind}
+    """One parameter of the metadata. ``kind`` ``repeated`` is a string option that may be given more
+    than once (the metadata's documented types are string, integer and boolean: it says ``string``)."""
+    entry = {"name": name, "description": description, "required": required,
+             "type": "string" if kind == REPEATED else kind}
+    if kind == REPEATED:
+        REPEATED_OPTIONS.add(name)
     if default is not None:
         entry["default"] = default
     if enum:
@@ -49,8 +59,8 @@ def _param(name, description, kind="string", required=False, default=None, enum=
 _DEPLOY = [
     _param("image", "Image to deploy (registry/repository:tag, pinned to its digest at planning); required unless "
            "Compose answers get-service-config and the service has an image"),
-    _param("ports", "Published port HOST:CONTAINER (repeat the option for several)", "list"),
-    _param("environment", "Container environment NAME=VALUE (repeat the option for several)", "list"),
+    _param("ports", "Published port HOST:CONTAINER (repeat the option for several)", REPEATED),
+    _param("environment", "Container environment NAME=VALUE (repeat the option for several)", REPEATED),
     _param("version", "Release version recorded in the evidence", default="0.0.0"),
     _param("release_name", "Release name recorded in the evidence (default: the service name)"),
     _param("tenant", "Tenant of the deployment", default="default"),
@@ -60,7 +70,7 @@ _DEPLOY = [
     _param("health_port", "Host port the post-deploy HTTP probe checks (default: the first published port)",
            "integer"),
     _param("health_path", "Path of the post-deploy HTTP probe", default="/"),
-    _param("insecure_registries", "Registries reached over plain HTTP (repeat for several)", "list"),
+    _param("insecure_registries", "Registries reached over plain HTTP (repeat for several)", REPEATED),
     _param("work_directory", "Project directory root on the host", default=DEFAULT_WORK_DIRECTORY),
     _param("state_directory", "Where the provider keeps its job store and evidence",
            default="~/.local/state/stellaops/provider"),
@@ -72,7 +82,7 @@ _DEPLOY = [
     _param("relay", "When Compose announces publish-endpoint: auto publishes each TCP port through a relay endpoint "
            "bound to the relay-link gateway only; off publishes nothing", default="auto", enum=RELAY_MODES),
     _param("raw_environment", "NAME=FACT sent as rawsetenv NAME=<value> (FACT: %s); needs a Compose that announces "
-           "rawsetenv (repeat the option for several)" % ", ".join(FACTS), "list"),
+           "rawsetenv (repeat the option for several)" % ", ".join(FACTS), REPEATED),
 ]
 _PULL = [
     _param("image", "The image reference as Compose resolved it", required=True),
@@ -82,7 +92,7 @@ _PULL = [
            enum=("missing", "always")),
     _param("digest", "Id of the image in the local daemon cache, when it is there"),
     _param("created", "Creation time of the image in the local daemon cache, when it is there"),
-    _param("insecure_registries", "Registries reached over plain HTTP (repeat for several)", "list"),
+    _param("insecure_registries", "Registries reached over plain HTTP (repeat for several)", REPEATED),
     _param("state_directory", "Where the provider keeps its bookkeeping", default="~/.local/state/stellaops/provider"),
 ]
 METADATA = {
@@ -93,7 +103,7 @@ METADATA = {
     "stop": {"parameters": _DEPLOY},
     "pull": {"parameters": _PULL},
 }
-LIST_OPTIONS = frozenset(p["name"] for p in _DEPLOY + _PULL if p["type"] == "list")
+LIST_OPTIONS = frozenset(REPEATED_OPTIONS)
 KNOWN = frozenset(p["name"] for p in _DEPLOY + _PULL)
 _OPTION = re.compile(r"^--([A-Za-z0-9][A-Za-z0-9_.-]*)(?:=(.*))?\Z", re.S)
 
@@ -150,6 +160,31 @@ def parse_argv(argv):
     return {"command": command, "project": project, "service": service, "options": options, "unknown": unknown}
 
 
+# Messages that only render progress: left out when Compose does not announce them.
+PROGRESS_MESSAGES = ("info", "debug")
+
+
+def pull_decision(source, policy, known, digest=None):
+    """What ``pull`` does (pure): ``"up_to_date"``, ``"load"`` (ask Compose for the local image's bytes)
+    or ``"resolve"`` (resolve the reference in its registry). ``known``: the bookkeeping entry of the
+    image (``{}`` when none); ``digest``: the local daemon cache's id Compose announced.
+
+    - ``policy=missing`` (the ``up`` path): a version already ingested suffices, whatever its digest;
+    - ``policy=always`` (``docker compose pull``): the authority's latest: for ``source=local`` the
+      announced digest must be the one ingested, for ``source=registry`` the reference is resolved anew.
+    """
+    if policy not in ("missing", "always"):
+        raise ProviderError("invalid_option", "--policy must be missing or always, not %r" % (policy,))
+    ingested = bool(known) and known.get("source") == source
+    if source == "local":
+        if ingested and (policy == "missing" or (digest and known.get("digest") == digest)):
+            return "up_to_date"
+        return "load"
+    if ingested and policy == "missing" and known.get("digest"):
+        return "up_to_date"
+    return "resolve"
+
+
 def allowed_messages(environ):
     """The message types this Compose accepts: ``COMPOSE_PROVIDER_MESSAGES``, else the base four."""
     announced = environ.get("COMPOSE_PROVIDER_MESSAGES")
@@ -171,9 +206,14 @@ class Channel:
         return kind in self.allowed
 
     def send(self, kind, message, **extra):
-        """Emit one message if this Compose accepts ``kind``; ``True`` when it was sent."""
+        """Emit one message; ``True`` when it was sent. A progress message (``info``, ``debug``) this
+        Compose did not announce is left out (``False``): it only renders. Any other kind it did not
+        announce fails loudly (``compose_unsupported``): the result would be incomplete without it."""
         if not self.can(kind):
-            return False
+            if kind in PROGRESS_MESSAGES:
+                return False
+            raise ProviderError("compose_unsupported", "this Compose does not announce %s in "
+                                "COMPOSE_PROVIDER_MESSAGES, and the result needs it" % kind)
         if kind in ("setenv", "rawsetenv") and "=" not in message:
             raise ProviderError("internal_error", "%s message without '=' would abort Compose" % kind)
         line = dict({"type": kind, "message": " ".join(str(message).split()) if kind == "error" else message},

@@ -55,7 +55,8 @@ def test_metadata_declares_every_option_for_each_command():
         assert len(names) == len(set(names)) and set(names) <= pv.KNOWN
         assert command == "pull" or set(names) == deploy
         for param in doc[command]["parameters"]:
-            assert param["description"] and param["type"] in ("string", "integer", "boolean", "list")
+            # the protocol's documented parameter types only; a repeatable option is a string
+            assert param["description"] and param["type"] in ("string", "integer", "boolean")
             assert param["required"] is False or "default" not in param
 
 
@@ -83,7 +84,9 @@ def lines(out):
 def test_without_announcement_only_the_base_four_are_sent():
     chan, out = channel({})
     assert chan.send("info", "deploying") and chan.send("setenv", "URL=http://localhost:8080/")
-    assert not chan.send("rawsetenv", "TOKEN=x") and not chan.send("publish-endpoint", "80=localhost:8080")
+    for kind, message in (("rawsetenv", "TOKEN=x"), ("publish-endpoint", "80=localhost:8080")):
+        with pytest.raises(pv.ProviderError):
+            chan.send(kind, message)
     chan.send("error", "preflight failed:\nruntime_version_too_old")
     assert [(m["type"], m["message"]) for m in lines(out)] == [
         ("info", "deploying"), ("setenv", "URL=http://localhost:8080/"), ("error", "preflight failed: runtime_version_too_old")]
@@ -91,7 +94,9 @@ def test_without_announcement_only_the_base_four_are_sent():
 
 def test_an_announced_list_gates_every_type():
     chan, out = channel({"COMPOSE_PROVIDER_MESSAGES": "error,info,rawsetenv"})
-    assert chan.send("rawsetenv", "TOKEN=x") and not chan.send("debug", "detail") and not chan.send("setenv", "A=b")
+    assert chan.send("rawsetenv", "TOKEN=x") and not chan.send("debug", "detail")
+    with pytest.raises(pv.ProviderError):
+        chan.send("setenv", "A=b")
     assert [m["type"] for m in lines(out)] == ["rawsetenv"]
     with pytest.raises(pv.ProviderError):
         chan.send("rawsetenv", "no-equals-sign")
@@ -334,3 +339,41 @@ def test_the_relay_task_result_is_kept_from_the_events():
                                                     "task_action": cli.RELAY_ACTION, "host": "localhost",
                                                     "res": {"endpoints": ["8080=172.20.0.1:41000"]}}})
     assert events.results[cli.RELAY_ACTION]["endpoints"] == ["8080=172.20.0.1:41000"]
+
+
+def test_repeatable_options_are_strings_given_more_than_once():
+    assert pv.LIST_OPTIONS == {"ports", "environment", "insecure_registries", "raw_environment"}
+    parsed = pv.parse_argv(["compose", "--project-name=p", "up", "--ports=1:1", "--ports=2:2", "web"])
+    assert parsed["options"]["ports"] == ["1:1", "2:2"]
+
+
+@pytest.mark.parametrize("source, policy, known, digest, decision", [
+    ("local", "missing", {}, "sha256:a", "load"),
+    ("local", "missing", {"source": "local", "digest": "sha256:old"}, "sha256:new", "up_to_date"),
+    ("local", "always", {"source": "local", "digest": "sha256:old"}, "sha256:new", "load"),
+    ("local", "always", {"source": "local", "digest": "sha256:a"}, "sha256:a", "up_to_date"),
+    ("local", "missing", {"source": "registry", "digest": "sha256:a"}, "sha256:a", "load"),
+    ("registry", "missing", {}, None, "resolve"),
+    ("registry", "missing", {"source": "registry", "digest": "sha256:a"}, None, "up_to_date"),
+    ("registry", "always", {"source": "registry", "digest": "sha256:a"}, None, "resolve"),
+])
+def test_the_pull_policy_decides(source, policy, known, digest, decision):
+    assert pv.pull_decision(source, policy, known, digest) == decision
+
+
+def test_an_unknown_policy_is_an_option_error():
+    with pytest.raises(pv.ProviderError) as err:
+        pv.pull_decision("local", "sometimes", {})
+    assert err.value.code == "invalid_option"
+
+
+def test_a_message_compose_did_not_announce_fails_loudly_unless_it_only_renders():
+    out = io.BytesIO()
+    channel = pv.Channel(out, io.BytesIO(), {"COMPOSE_PROVIDER_MESSAGES": "error,setenv"})
+    assert channel.send("info", "progress") is False and channel.send("debug", "x") is False
+    for kind, message in (("publish-endpoint", "80=localhost:1"), ("rawsetenv", "A=b")):
+        with pytest.raises(pv.ProviderError) as err:
+            channel.send(kind, message)
+        assert err.value.code == "compose_unsupported" and kind in err.value.reason
+    assert channel.send("setenv", "URL=x") is True
+    assert [json.loads(line)["type"] for line in out.getvalue().splitlines()] == ["setenv"]
