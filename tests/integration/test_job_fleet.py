@@ -465,8 +465,32 @@ def test_check_mode_previews_the_job_and_records_or_changes_nothing(lab, fleet, 
         assert back.rc == 0, back.output[-4000:]
         [rollback_id] = back.job_ids
         rollback = fj.job(rollback_id)
-        assert (rollback["kind"], rollback["status"], rollback["sourceJobId"]) == ("rollback", "Succeeded", v2.job_id)
+        # recovery, never a deployment: the rollback job ends RolledBack and promotes nothing
+        assert (rollback["kind"], rollback["status"], rollback["sourceJobId"]) == ("rollback", "RolledBack", v2.job_id)
+        assert rollback["promotion"] == "Succeeded" and [e["kind"] for e in rollback["events"]] == [
+            "RollbackStarted", "RollbackCompleted"]
         assert {n: t["status"] for n, t in rollback["targets"].items()} == {t1: "RolledBack", t2: "RolledBack"}
+        # the deployment it rolled back went through RollingBack to RolledBack, with the Rollback* events
+        source = fj.job(v2.job_id)
+        assert (source["status"], source["promotion"]) == ("RolledBack", "Succeeded")
+        assert [(e["kind"], e.get("rollbackJobId")) for e in source["events"]] == [
+            ("RollbackStarted", rollback_id), ("RollbackCompleted", rollback_id)]
+        assert fj.statuses(v2.job_id)[-3:] == ["Succeeded", "RollingBack", "RolledBack"]
+        assert {n: source["targets"][n]["status"] for n in (t1, t2)} == {t1: "RolledBack", t2: "RolledBack"}
+        # its rollback evidence: about v2 (deploymentId), each target's digest before and after: complete
+        with open(os.path.join(fj.evidence_dir, "jobs", rollback_id, "rollback-evidence.json"), encoding="utf-8") as handle:
+            evidence = json.load(handle)
+        assert (evidence["deploymentId"], evidence["rollbackJobId"], evidence["proofStatus"]) == (
+            v2.job_id, rollback_id, "complete")
+        assert sorted(entry["target"]["targetName"] for entry in evidence["deploymentOrder"]) == [t1, t2]
+        store = fj._store()
+        try:
+            strategy = store.projection(v2.job_id)["strategyEvidence"]
+            assert store.projection(v2.job_id)["status"] == "RolledBack"
+        finally:
+            store.close()
+        assert strategy["rollback.evidence.id"] == "jobs/%s/rollback-evidence.json" % rollback_id
+        assert strategy["rollback.evidence.proofStatus"] == "complete" and strategy["rollback.jobId"] == rollback_id
         for name, state in fj.states(rec2).items():
             assert sticker(state)["manifestHash"] == sticker(before[name])["manifestHash"]
             assert web(state)["ref"] == web(before[name])["ref"] and web(state)["id"] != web(on_v2[name])["id"]

@@ -94,6 +94,15 @@ def strategy_evidence(record, rollback_evidence=None, evidence_id=None, files=No
     return evidence
 
 
+def recovery(projection, record, keys):
+    """The projection of a finished deployment after an operator rollback job ended: its status as the
+    record now says (``RolledBack`` or ``Failed``) and its strategy evidence with the rollback's keys."""
+    if record["status"] not in TERMINAL:
+        raise ValueError("job %s is %s: a recovery is projected for a finished job" % (record["jobId"], record["status"]))
+    evidence = dict((projection or {}).get("strategyEvidence") or {}, **keys)
+    return terminal(projection, record, evidence)
+
+
 def terminal(projection, record, evidence):
     """The terminal projection: only for a terminal job, once; ``evidence`` from :func:`strategy_evidence`."""
     if record["status"] not in TERMINAL:

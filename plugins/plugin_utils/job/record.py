@@ -31,14 +31,16 @@ TERMINAL = ("Succeeded", "Failed", "RolledBack")
 # The last renewal of a job's claim lease, in records read from the store (never in the stored JSON).
 LEASE_FIELD = "leaseRenewedAt"
 TRANSITIONS = {
-    "Pending": ("Running", "Failed"),
+    # a rollback job starts rolling back; a deployment an operator rolls back goes Succeeded -> RollingBack
+    "Pending": ("Running", "Failed", "RollingBack"),
     "Running": ("Succeeded", "Failed"),
     "Failed": ("RollingBack",),
     "RollingBack": ("RolledBack", "Failed"),
-    "Succeeded": (),
+    "Succeeded": ("RollingBack",),
     "RolledBack": (),
 }
 EVENTS = ("RollbackStarted", "RollbackCompleted", "RollbackFailed")
+ROLLBACK_FAILED_CODE = "rollback_failed"
 JOB_ID_SOURCES = ("awx_job_id", "tower_job_id", "stella_job_id")
 NONE_ELIGIBLE = "no target retained a previous revision to restore"
 AUTO_ROLLBACK_DISABLED = "autoRollbackOnFailure=false"
@@ -46,6 +48,12 @@ NO_REVISION = "no retained revision: the deployment retained no previous revisio
 RESTORED_IN_PLACE = "restored in place: the target agent's failed transaction put the previous release back"
 UNCHANGED = ("unchanged by this job: the target already ran the release (or the failed apply changed nothing), "
              "so it keeps running what it ran before this job")
+
+
+def succeeded(record):
+    """Whether the job did what it was for: a deployment ``Succeeded``; an operator rollback job (recovery,
+    never a deployment) ``RolledBack``. A deployment that was rolled back did not succeed."""
+    return record["status"] == ("RolledBack" if record.get("kind") == "rollback" else "Succeeded")
 
 
 def job_error(message, code="job_invalid"):
@@ -307,7 +315,8 @@ def begin_rollback(record, plan, now, automatic=False, reason=None):
     new["rollback"] = {"attempted": True, "automatic": automatic, "batches": plan["batches"],
                        "skipped": plan["skipped"], "reason": reason, "startedAt": now, "completedAt": None}
     for name, why in plan["skipped"].items():
-        new["targets"][name]["rollbackSkipped"] = why
+        if name in new["targets"]:  # an operator rollback job holds only the targets it rolls back
+            new["targets"][name]["rollbackSkipped"] = why
     new["events"].append({"kind": "RollbackStarted", "at": now,
                           "targets": [n for batch in plan["batches"] for n in batch]})
     return new
@@ -342,12 +351,62 @@ def operator_rollback(source, job_id, now, revision_paths=None, reason=None, own
                      {"autoRollbackOnFailure": False, "waitTimeout": wait_timeout}, now,
                      owner=owner, kind="rollback")
     record["reason"] = reason
-    record["rollback"] = {"attempted": bool(batches), "automatic": False, "batches": batches, "skipped": skipped,
-                          "reason": reason, "startedAt": now, "completedAt": None}
     if not batches:
+        record["rollback"] = {"attempted": False, "automatic": False, "batches": [], "skipped": skipped,
+                              "reason": reason}
         return fail_closed(record, "rollback_no_eligible_target",
                            "no target of job %s retained a revision to restore" % source["jobId"], {}, now)
-    return start(record, now)
+    # A rollback job is recovery, never a deployment: it goes Pending -> RollingBack -> RolledBack (or
+    # Failed), and its promotion is the one of the deployment it recovers (rollback promotes nothing).
+    new = begin_rollback(record, {"batches": batches, "skipped": skipped}, now, reason=reason)
+    new.update(promotion=source.get("promotion"), startedAt=now)
+    return new
+
+
+def recovery_started(source, rollback_job, now):
+    """The deployment ``source`` as an operator rollback job of it began: ``RollingBack``, with event
+    ``RollbackStarted`` at the rollback's start (the first of :func:`recovered`'s two revisions)."""
+    rollback = rollback_job["rollback"]
+    new = _copy(source, now)
+    _move(new, "RollingBack")
+    new["events"].append({"kind": "RollbackStarted", "at": rollback["startedAt"],
+                          "targets": [n for batch in rollback["batches"] for n in batch],
+                          "rollbackJobId": rollback_job["jobId"]})
+    return new
+
+
+def recovery_ended(source, rollback_job, now):
+    """The deployment ``source`` once the operator rollback job ``rollback_job`` ended: ``RolledBack``
+    when every planned target was restored, else ``Failed`` (``RollbackFailed``); each restored target is
+    ``RolledBack`` (its status before kept), each other planned one carries its ``rollbackError``. The
+    promotion and the original reason stay; ``recovery`` names the rollback job."""
+    rollback = rollback_job["rollback"]
+    new = _copy(source, now)
+    planned = [n for batch in rollback["batches"] for n in batch]
+    for name in planned:
+        done = rollback_job["targets"][name]
+        target = _target(new, name)
+        if done["status"] == "RolledBack":
+            target["statusBeforeRollback"] = target["status"]
+            target["status"] = "RolledBack"
+        else:
+            target["rollbackError"] = done.get("rollbackError") or done.get("reason") or "rollback failed"
+        target["rollback"] = dict(done.get("rollback") or {}, rollbackJobId=rollback_job["jobId"])
+    restored = rollback_job["status"] == "RolledBack"
+    _move(new, "RolledBack" if restored else "Failed")
+    event = {"kind": "RollbackCompleted" if restored else "RollbackFailed", "at": now,
+             "rollbackJobId": rollback_job["jobId"]}
+    event.update({"targets": planned} if restored else {"error": rollback_job.get("reason") or "rollback failed"})
+    new["events"].append(event)
+    new["recovery"] = {"rollbackJobId": rollback_job["jobId"], "status": "rolled_back" if restored else "rollback_failed",
+                       "reason": rollback.get("reason"), "startedAt": rollback["startedAt"], "completedAt": now}
+    return new
+
+
+def recovered(source, rollback_job, now):
+    """The two revisions of the deployment an operator rolled back, as one: :func:`recovery_started`
+    then :func:`recovery_ended`."""
+    return recovery_ended(recovery_started(source, rollback_job, now), rollback_job, now)
 
 
 def rollback_orders(record, source=None):
@@ -402,6 +461,8 @@ def finish_rollback(record, now):
         detail = "; ".join("%s: %s" % item for item in errors)
         if new["rollback"]["automatic"]:
             new["reason"] = suffixed_reason(base, RECOVERY_ROLLBACK_FAILED, detail)
+        else:
+            new.update(reason="%s; rollback failed: %s" % (base, detail), code=new.get("code") or ROLLBACK_FAILED_CODE)
         new["rollback"]["status"] = "failed"
         new["events"].append({"kind": "RollbackFailed", "at": now, "error": detail})
     else:

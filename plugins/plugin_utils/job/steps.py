@@ -384,7 +384,9 @@ class JobSteps:
             record = store.update(args["job_id"], lambda r: _job.finish_rollback(r, utc_timestamp()))
         elif record["status"] == "Running":
             record = store.update(args["job_id"], lambda r: _job.finish(r, utc_timestamp()))
-        files, rollback = {}, _job_view.rollback_evidence(record)
+        # an operator rollback job's evidence is about the deployment it rolls back (its source)
+        source = store.get(record["sourceJobId"]) if record["kind"] == "rollback" and record.get("sourceJobId") else None
+        files, rollback = {}, _job_view.rollback_evidence(record, source)
         if args["report"]:
             self._need(args, "evidence_dir")
         if args["evidence_dir"]:
@@ -397,9 +399,27 @@ class JobSteps:
         if record["status"] in _job.TERMINAL:  # the terminal projection: after the terminal evidence exists
             store.project_terminal(record["jobId"], _projection.strategy_evidence(record, rollback, evidence_id, files),
                                    utc_timestamp())
+            if source is not None and rollback is not None:
+                self._recover_source(store, record, source, rollback, evidence_id)
         return {"jobId": record["jobId"], "job": record, "status": record["status"], "reason": record["reason"],
-                "succeeded": record["status"] == "Succeeded", "evidenceFiles": files,
+                "succeeded": _job.succeeded(record), "evidenceFiles": files,
                 "outcome": _job_view.outcome(record, files), "text": _job_view.render_text(record)}
+
+    @staticmethod
+    def _recover_source(store, record, source, rollback, evidence_id):
+        """The deployment an operator rollback job rolled back goes through RollingBack to RolledBack (or
+        Failed), once per rollback job, and its projection carries the rollback's ``rollback.evidence.*``
+        keys (:func:`_job.recovered`)."""
+        if any(e.get("rollbackJobId") == record["jobId"] for e in source.get("events") or []):
+            return
+        now = utc_timestamp()
+        # two revisions, so the deployment's status history shows it rolling back, then rolled back
+        store.update(source["jobId"], lambda s: _job.recovery_started(s, record, now),
+                     lambda s: _job.recovery_ended(s, record, now))
+        keys = {"rollback.attempted": True, "rollback.status": record["rollback"].get("status"),
+                "rollback.jobId": record["jobId"]}
+        keys.update(_projection.projection_keys(rollback, evidence_id))
+        store.project_recovery(source["jobId"], keys, now)
 
     def _show(self, store, args):
         """Read a job. A job whose controller run is gone (or whose claim lease expired) is first recorded

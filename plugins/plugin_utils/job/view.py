@@ -8,7 +8,7 @@ document, and its ``release.rollback.evidence.v1`` over every target. Pure, no I
 from __future__ import annotations
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.canonical import digest_json
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.record import LEASE_FIELD, TERMINAL
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.record import LEASE_FIELD, TERMINAL, succeeded
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.rollback import build_rollback_evidence
 
 JOB_EVIDENCE_VERSION = "stella.job.evidence.v1"
@@ -29,7 +29,7 @@ def outcome(record, files=None):
     evidence digest. Only facts of the record, which holds no secret (pure)."""
     rollback = record.get("rollback") or {}
     return {"deploymentId": record["jobId"], "jobIdSource": record.get("jobIdSource"), "status": record["status"],
-            "succeeded": record["status"] == "Succeeded", "code": record.get("code"), "reason": record.get("reason"),
+            "succeeded": succeeded(record), "code": record.get("code"), "reason": record.get("reason"),
             "rolledBack": bool(rollback.get("attempted")), "rollbackStatus": rollback.get("status"),
             "targets": sorted(record.get("targets") or {}),
             "evidence": {name: dict(entry) for name, entry in sorted((files or {}).items())},
@@ -46,22 +46,26 @@ def _completed(target, key="phases"):
     return max(times) if times else None
 
 
-def rollback_evidence(record):
-    """``release.rollback.evidence.v1`` for a job whose rollback ran (``None`` otherwise)."""
+def rollback_evidence(record, source=None):
+    """``release.rollback.evidence.v1`` for a job whose rollback ran (``None`` otherwise). For an
+    operator rollback job, ``source`` is the deployment it rolls back: the evidence names that deployment
+    (``deploymentId``), its order and failure, and the digest each target ran (``currentDigest``);
+    ``rollbackJobId`` is the rollback job."""
     rollback = record.get("rollback") or {}
     if not rollback.get("attempted"):
         return None
+    deployed = source or record
     planned = [name for batch in rollback.get("batches") or [] for name in batch]
     module = record.get("application") or "release"
-    proof = (record.get("scriptGraphProof") or {}).get("proofDigest")
+    proof = (deployed.get("scriptGraphProof") or {}).get("proofDigest")
     deployment, failure = [], None
-    for name in record["targetOrder"]:
-        target = record["targets"][name]
+    for name in deployed["targetOrder"]:
+        target = deployed["targets"][name]
         if target.get("statusBeforeRollback", target["status"]) == "Skipped" or not target.get("phases"):
             continue
         status = (target.get("statusBeforeRollback") or target["status"]).lower()
         deployment.append({"moduleName": module, "target": _identity(target), "batchIndex": target["batch"],
-                           "startedAt": record.get("startedAt"), "completedAt": _completed(target),
+                           "startedAt": deployed.get("startedAt"), "completedAt": _completed(target),
                            "status": status, "failureReason": target.get("reason"), "scriptProofDigest": proof})
         if status == "failed" and failure is None:
             failure = {"moduleName": module, "target": _identity(target), "failureReason": target.get("reason")}
@@ -69,12 +73,13 @@ def rollback_evidence(record):
     for index, batch in enumerate(rollback.get("batches") or []):
         for name in batch:
             order.append(_rollback_entry(record, name, index, module, proof))
-    targets = [dict(_identity(record["targets"][n]), currentDigest=record["targets"][n].get("currentDigest"),
+    targets = [dict(_identity(record["targets"][n]), currentDigest=deployed["targets"][n].get("currentDigest"),
                     rollbackDigest=(record["targets"][n].get("rollback") or {}).get("rollbackDigest"))
                for n in planned]
     return build_rollback_evidence(targets, rollback.get("completedAt") or rollback.get("startedAt"),
                                    deployment_order=deployment, rollback_order=order, failure=failure,
-                                   deployment_id=record["jobId"], rollback_job_id=record["jobId"] + "-rollback")
+                                   deployment_id=deployed["jobId"],
+                                   rollback_job_id=record["jobId"] if source else record["jobId"] + "-rollback")
 
 
 def _rollback_entry(record, name, index, module, proof):

@@ -279,6 +279,18 @@ class SqlJobStore(JobStore):
             self._put_projection(new, at)
         return new
 
+    def project_recovery(self, job_id, keys, at):
+        """The projection of a finished job after an operator rollback of it ended (``keys``: the
+        rollback's strategy evidence keys), over its terminal projection."""
+        with self._transaction("project the rollback of job %s" % job_id):
+            record = self.get(job_id)
+            projection = self.projection(job_id)
+            if record is None or projection is None:
+                return projection
+            new = _projection.recovery(projection, record, keys)
+            self._put_projection(new, at)
+        return new
+
     def prune(self, before, keep=0, dry_run=False):
         with self._transaction("prune the job store"):
             finished = self._execute("SELECT job_id, status, updated_at FROM deployment_jobs WHERE status NOT IN (%s)"

@@ -207,8 +207,11 @@ def test_operator_rollback_is_a_rollback_job_over_the_eligible_targets():
     source = run(run(source, "t3", True), "t4", True)
     source = _job.finish(run(source, "t5", True), T0)
     record = _job.operator_rollback(source, "job-1-rollback-a", T0, reason="operator: bad release")
+    # recovery, never a deployment: it rolls back from its start, and promotes nothing
     assert (record["kind"], record["isRollback"], record["status"], record["sourceJobId"]) == (
-        "rollback", True, "Running", "job-1")
+        "rollback", True, "RollingBack", "job-1")
+    assert record["promotion"] == source["promotion"] == "Succeeded"
+    assert [e["kind"] for e in record["events"]] == ["RollbackStarted"]
     assert record["rollback"]["batches"] == [["t5"], ["t3", "t4"], ["t1"]]
     assert record["rollback"]["skipped"] == {"t2": _job.NO_REVISION}
     assert record["batches"] == [["t5"], ["t3", "t4"], ["t1"]]
@@ -216,9 +219,34 @@ def test_operator_rollback_is_a_rollback_job_over_the_eligible_targets():
     record = _job.finish_rollback_target(record, "t3", False, T0, reason="rollback_superseded: newer release")
     record = _job.finish_rollback_target(record, "t4", True, T0)
     record = _job.finish_rollback_target(record, "t1", True, T0)
-    record = _job.finish(record, T0)
+    record = _job.finish_rollback(record, T0)
     assert record["status"] == "Failed" and record["targets"]["t3"]["status"] == "Failed"
-    assert record["reason"] == "target t3: rollback_superseded: newer release"
+    assert record["reason"] == "operator: bad release; rollback failed: t3: rollback_superseded: newer release"
+    assert (record["code"], record["rollback"]["status"]) == ("rollback_failed", "failed")
+    assert [e["kind"] for e in record["events"]] == ["RollbackStarted", "RollbackFailed"]
+
+
+@pytest.mark.parametrize("restore_all", [True, False])
+def test_the_deployment_an_operator_rolled_back_goes_through_rolling_back(restore_all):
+    source = _job.finish(run(run(make(), "t1", True), "t2", True), T0)
+    rollback = _job.operator_rollback(source, "job-1-rollback-a", T0, reason="operator: bad release")
+    for name in ("t2", "t1"):
+        rollback = _job.finish_rollback_target(rollback, name, restore_all or name == "t2", T0,
+                                               reason=None if restore_all else "rollback_failed: boom")
+    rollback = _job.finish_rollback(rollback, "T1")
+    assert rollback["status"] == ("RolledBack" if restore_all else "Failed")
+    after = _job.recovered(source, rollback, "T1")
+    assert after["status"] == ("RolledBack" if restore_all else "Failed")
+    assert after["promotion"] == "Succeeded" and after["reason"] == source["reason"]
+    assert [(e["kind"], e["rollbackJobId"]) for e in after["events"]] == [
+        ("RollbackStarted", "job-1-rollback-a"),
+        ("RollbackCompleted" if restore_all else "RollbackFailed", "job-1-rollback-a")]
+    assert (after["targets"]["t2"]["status"], after["targets"]["t2"]["statusBeforeRollback"]) == ("RolledBack", "Succeeded")
+    assert after["targets"]["t1"]["status"] == ("RolledBack" if restore_all else "Succeeded")
+    assert restore_all or after["targets"]["t1"]["rollbackError"].startswith("rollback_failed")
+    assert after["recovery"]["status"] == ("rolled_back" if restore_all else "rollback_failed")
+    # what the rollback restored is never eligible again
+    assert not _job.eligible(after["targets"]["t2"])
 
 
 def test_rollback_orders_are_the_rollback_batches_with_each_targets_revision_payload_and_task():
@@ -229,7 +257,7 @@ def test_rollback_orders_are_the_rollback_batches_with_each_targets_revision_pay
     record = _job.operator_rollback(source, "job-1-rollback-a", T0)
     orders = _job.rollback_orders(record, source=source)
     assert (orders["jobId"], orders["status"], orders["rollbackBatches"], orders["rollbackSerial"]) == (
-        "job-1-rollback-a", "Running", [["t3"], ["t1"]], [1, 1])
+        "job-1-rollback-a", "RollingBack", [["t3"], ["t1"]], [1, 1])
     assert orders["rollbackOrder"] == ["t3", "t1"]
     assert orders["rollbackTargets"]["t1"] == {"revisionPath": "/p/t1/revisions/000001-x", "payload": {"ProjectName": "p1"},
                                                "task": "docker.rollback", "target": None,
@@ -245,7 +273,7 @@ def test_operator_rollback_fails_closed_without_an_eligible_target():
     record = _job.operator_rollback(source, "r", T0)
     assert (record["status"], record["code"]) == ("Failed", "rollback_no_eligible_target")
     with_path = _job.operator_rollback(source, "r2", T0, revision_paths={"t1": "/p/revisions/000003-x"})
-    assert with_path["status"] == "Running" and with_path["targets"]["t1"]["previousRevisionPath"].endswith("000003-x")
+    assert with_path["status"] == "RollingBack" and with_path["targets"]["t1"]["previousRevisionPath"].endswith("000003-x")
     with pytest.raises(StellaError):
         _job.operator_rollback(source, "r3", T0, revision_paths={"nope": "/x"})
 
