@@ -103,7 +103,7 @@ def test_the_deploy_job_template_runs_as_awx_runs_it_and_publishes_its_outcome(l
         # the survey
         "stella_release_file": "releases/lab.yml", "stella_strategy": "rolling", "stella_batch_size": 1,
         "stella_auto_rollback": "true",
-        # the credential types' injectors (extensions/awx/stellaops-runtime.awx.json)
+        # the credential types' injectors (extensions/awx/stellaops-runtime.awx.template.json)
         "stella_registry_host": lab["registries"]["plain"]["address"], "stella_registry_username": "deploy",
         "stella_registry_password": registry_secret,
         "stella_traffic_webhook_url": "http://127.0.0.1:9/shift", "stella_traffic_webhook_token": token_secret,

@@ -1,7 +1,9 @@
-"""The AWX / Automation Platform examples (extensions/awx): the ``awx import`` document refers only to
-objects it defines, its job templates run playbooks of the example project, the surveys and the credential
-types' injected extra vars are the variables those playbooks read, and the project's playbooks import
-playbooks the collection ships."""
+"""The AWX / Automation Platform examples (extensions/awx): the ``awx import`` template refers only to
+objects it defines (or that AWX ships: the Default organization, the Machine, Source Control and Container
+Registry credential types), its job templates run playbooks of the example project in the Stella EE with the credentials they
+need, the surveys and the credential types' injected variables are the variables those playbooks read, the
+project's playbooks import playbooks the collection ships, and the project installs nothing from Galaxy.
+tests/unit/test_awx_import.py imports the prepared document with awxkit's own import code."""
 
 from __future__ import annotations
 
@@ -16,81 +18,199 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 AWX = os.path.join(ROOT, "extensions", "awx")
 PROJECT = os.path.join(AWX, "project")
 
-with open(os.path.join(AWX, "stellaops-runtime.awx.json"), encoding="utf-8") as _handle:
+with open(os.path.join(AWX, "stellaops-runtime.awx.template.json"), encoding="utf-8") as _handle:
     EXPORT = json.load(_handle)
+
+ORGANIZATION = {"name": "Default", "type": "organization"}
+SHIPPED_BY_AWX = [ORGANIZATION, {"name": "Machine", "kind": "ssh", "type": "credential_type"},
+                  {"name": "Source Control", "kind": "scm", "type": "credential_type"},
+                  {"name": "Container Registry", "kind": "registry", "type": "credential_type"}]
+STORE_TEMPLATES = {"Stella | Deploy", "Stella | Roll back", "Stella | Show job", "Stella | Target health"}
+TARGET_TEMPLATES = {"Stella | Deploy", "Stella | Roll back", "Stella | Preflight"}
+TRAFFIC_TEMPLATES = {"Stella | Deploy", "Stella | Roll back"}
 
 
 def project_text(playbook):
-    """The project playbook's text with the text of the collection playbooks it imports."""
+    """The project playbook's text with the text of the collection playbooks it imports, and theirs."""
     with open(os.path.join(PROJECT, playbook), encoding="utf-8") as handle:
-        text = handle.read()
-    for imported in re.findall(r"import_playbook: stellaops\.runtime\.(\w+)", text):
-        with open(os.path.join(ROOT, "playbooks", imported + ".yml"), encoding="utf-8") as handle:
-            text += handle.read()
-    return text
+        pending = [handle.read()]
+    texts, seen = [], set()
+    while pending:
+        text = pending.pop(0)
+        texts.append(text)
+        for imported in re.findall(r"import_playbook: stellaops\.runtime\.(\w+)", text):
+            if imported not in seen:
+                seen.add(imported)
+                with open(os.path.join(ROOT, "playbooks", imported + ".yml"), encoding="utf-8") as handle:
+                    pending.append(handle.read())
+    return "".join(texts)
 
 
-def names(kind):
-    return {item["name"] for item in EXPORT[kind]}
+def natural_keys():
+    """The natural key of every object the document defines, nested ones too, and those AWX ships."""
+    keys = [json.dumps(k, sort_keys=True) for k in SHIPPED_BY_AWX]
+
+    def walk(items):
+        for item in items:
+            if "natural_key" in item:
+                keys.append(json.dumps(item["natural_key"], sort_keys=True))
+            for related in (item.get("related") or {}).values():
+                if isinstance(related, list):
+                    walk(related)
+
+    for items in EXPORT.values():
+        walk(items)
+    return keys
+
+
+OBJECT_TYPES = {"organization", "credential_type", "credential", "execution_environment", "project", "inventory",
+                "host", "group", "job_template", "workflow_job_template", "workflow_job_template_node"}
+
+
+def references(node):
+    """Every reference of the document: a natural key outside an object's own ``natural_key``."""
+    if isinstance(node, dict):
+        if node.get("type") in OBJECT_TYPES:
+            yield node
+            return
+        for key, value in node.items():
+            if key != "natural_key":
+                yield from references(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from references(value)
+
+
+def template(name):
+    return next(t for t in EXPORT["job_templates"] if t["name"] == name)
+
+
+def credential_names(job_template):
+    return {c["name"] for c in job_template["related"]["credentials"]}
 
 
 def test_the_document_has_what_awx_import_reads_and_every_object_a_natural_key():
-    assert set(EXPORT) == {"credential_types", "credentials", "projects", "inventory", "job_templates",
-                           "workflow_job_templates"}
+    assert set(EXPORT) == {"credential_types", "credentials", "execution_environments", "projects", "inventory",
+                           "job_templates", "workflow_job_templates"}
     for kind, items in EXPORT.items():
         for item in items:
             assert item["natural_key"]["name"] == item["name"], (kind, item["name"])
 
 
-@pytest.mark.parametrize("template", EXPORT["job_templates"], ids=lambda t: t["name"])
-def test_each_job_template_runs_a_project_playbook_with_known_project_inventory_and_credentials(template):
-    assert os.path.isfile(os.path.join(PROJECT, template["playbook"]))
-    assert template["project"]["name"] in names("projects")
-    assert template["inventory"]["name"] in names("inventory")
-    for credential in template["related"]["credentials"]:
-        assert credential["name"] in names("credentials")
-        assert credential["credential_type"]["name"] in names("credential_types")
-    text = project_text(template["playbook"])
-    for question in (template["related"].get("survey_spec") or {}).get("spec", []):
-        assert re.search(r"\b%s\b" % question["variable"], text), (template["name"], question["variable"])
+def test_every_reference_is_the_natural_key_of_an_object_the_document_defines_or_awx_ships():
+    known = set(natural_keys())
+    found = list(references(EXPORT))
+    assert len(found) > 40
+    for reference in found:
+        assert json.dumps(reference, sort_keys=True) in known, reference
+
+
+def test_the_group_names_its_hosts_by_their_full_natural_key():
+    (inventory,) = EXPORT["inventory"]
+    groups = {g["name"]: g for g in inventory["related"]["groups"]}
+    hosts = [h["natural_key"] for h in inventory["related"]["hosts"]]
+    assert "stella_targets" in groups
+    assert groups["stella_targets"]["related"]["hosts"] == hosts
+    for host in hosts:
+        assert host["inventory"] == inventory["natural_key"]
+
+
+@pytest.mark.parametrize("job_template", EXPORT["job_templates"], ids=lambda t: t["name"])
+def test_each_job_template_runs_a_project_playbook_in_the_stella_ee(job_template):
+    assert os.path.isfile(os.path.join(PROJECT, job_template["playbook"]))
+    assert job_template["project"] == EXPORT["projects"][0]["natural_key"]
+    assert job_template["inventory"] == EXPORT["inventory"][0]["natural_key"]
+    assert job_template["execution_environment"] == EXPORT["execution_environments"][0]["natural_key"]
+    text = project_text(job_template["playbook"])
+    survey = (job_template["related"].get("survey_spec") or {}).get("spec", [])
+    assert bool(survey) == job_template["survey_enabled"]
+    for question in survey:
+        assert re.search(r"\b%s\b" % question["variable"], text), (job_template["name"], question["variable"])
         if question["type"] == "multiplechoice":
             assert question["default"] in question["choices"]
 
 
-def test_the_credential_types_inject_secret_fields_as_the_extra_vars_the_deploy_playbook_reads():
-    deploy = project_text("deploy.yml")
+def test_each_job_template_has_the_credentials_its_playbook_needs():
+    names = {t["name"] for t in EXPORT["job_templates"]}
+    assert STORE_TEMPLATES | TARGET_TEMPLATES <= names
+    for job_template in EXPORT["job_templates"]:
+        credentials = credential_names(job_template)
+        name = job_template["name"]
+        assert ("Stella job store" in credentials) == (name in STORE_TEMPLATES), name
+        assert ("Stella targets SSH" in credentials) == (name in TARGET_TEMPLATES), name
+        assert ("Stella traffic controller" in credentials) == (name in TRAFFIC_TEMPLATES), name
+        if name in STORE_TEMPLATES:
+            assert re.search(r"\bstella_job_store\b", project_text(job_template["playbook"])), name
+    assert "Stella registry" in credential_names(template("Stella | Deploy"))
+    machine = next(c for c in EXPORT["credentials"] if c["name"] == "Stella targets SSH")
+    assert machine["credential_type"] == SHIPPED_BY_AWX[1]
+
+
+def test_the_credential_types_inject_what_the_playbooks_read_and_every_secret_field():
+    users = {c["credential_type"]["name"]: [t for t in EXPORT["job_templates"]
+                                            if c["name"] in credential_names(t)] for c in EXPORT["credentials"]}
     for credential_type in EXPORT["credential_types"]:
+        fields = {f["id"] for f in credential_type["inputs"]["fields"]}
         secret = {f["id"] for f in credential_type["inputs"]["fields"] if f.get("secret")}
         assert secret, credential_type["name"]
-        injected = credential_type["injectors"]["extra_vars"]
-        for variable, template in injected.items():
-            assert re.search(r"\b%s\b" % variable, deploy), variable
-            assert re.fullmatch(r"\{\{ (\w+) \}\}", template)
-        assert secret <= {re.fullmatch(r"\{\{ (\w+) \}\}", t).group(1) for t in injected.values()}
+        injectors = credential_type["injectors"]
+        used = set()
+        for section in ("extra_vars", "env", "file"):
+            for template_text in injectors.get(section, {}).values():
+                used |= set(re.findall(r"\b(\w+)\b", template_text)) & fields
+        assert secret <= used, credential_type["name"]
+        readers = users[credential_type["name"]]
+        assert readers, credential_type["name"]
+        for variable in injectors["extra_vars"]:
+            for job_template in readers:
+                assert re.search(r"\b%s\b" % variable, project_text(job_template["playbook"])), (variable, job_template["name"])
+
+
+def test_the_job_store_credential_type_gives_libpq_its_password_and_ca():
+    store = next(t for t in EXPORT["credential_types"] if t["name"] == "Stella job store")
+    assert store["injectors"]["extra_vars"] == {"stella_job_store": "{{ dsn }}"}
+    assert store["injectors"]["env"]["PGPASSWORD"] == "{{ password }}"
+    assert store["injectors"]["env"]["PGSSLROOTCERT"] == "{% if ca_certificate %}{{ tower.filename.ca }}{% endif %}"
+    assert store["injectors"]["file"] == {"template.ca": "{{ ca_certificate }}"}
+    assert store["inputs"]["required"] == ["dsn", "password"]
+
+
+def test_the_template_carries_no_value_of_its_own_where_a_secret_url_or_image_goes():
+    placeholder = re.compile(r"^@@[A-Z0-9_]+@@$")
     for credential in EXPORT["credentials"]:
-        kind = next(t for t in EXPORT["credential_types"] if t["name"] == credential["credential_type"]["name"])
-        for field in kind["inputs"]["fields"]:
-            if field.get("secret"):
-                assert credential["inputs"][field["id"]] == "", "an example must not carry a secret"
+        for field, value in credential["inputs"].items():
+            assert placeholder.match(value), (credential["name"], field)
+    (project,) = EXPORT["projects"]
+    assert placeholder.match(project["scm_url"])
+    assert placeholder.match(EXPORT["execution_environments"][0]["image"])
 
 
-def test_the_workflow_deploys_then_notifies_on_failure():
+def test_the_workflow_deploys_then_on_failure_notifies_and_asks_approval_to_roll_back():
     (workflow,) = EXPORT["workflow_job_templates"]
     nodes = {node["identifier"]: node for node in workflow["related"]["workflow_nodes"]}
     assert nodes["deploy"]["unified_job_template"]["name"] == "Stella | Deploy"
-    assert [n["identifier"] for n in nodes["deploy"]["related"]["failure_nodes"]] == ["notify"]
+    assert sorted(n["identifier"] for n in nodes["deploy"]["related"]["failure_nodes"]) == ["approve-rollback", "notify"]
     assert nodes["deploy"]["related"]["success_nodes"] == []
+    approval = nodes["approve-rollback"]
+    assert "unified_job_template" not in approval and approval["related"]["create_approval_template"]["name"]
+    assert [n["identifier"] for n in approval["related"]["success_nodes"]] == ["rollback"]
+    assert nodes["rollback"]["unified_job_template"]["name"] == "Stella | Roll back"
     assert nodes["notify"]["unified_job_template"]["name"] == "Stella | Notify"
-    assert {n["unified_job_template"]["name"] for n in nodes.values()} <= names("job_templates")
-    assert "stella_job_outcome" in project_text("notify.yml")
+    for node in nodes.values():
+        assert node["natural_key"]["workflow_job_template"] == workflow["natural_key"]
+    # the deploy node's outcome names the job the rollback node rolls back
+    assert "stella_job_outcome" in project_text("rollback.yml") and "stella_job_outcome" in project_text("notify.yml")
+    assert "stella_job_outcome" in project_text("deploy.yml")
+    assert nodes["deploy"]["extra_data"]["stella_auto_rollback"] == "false"
+    deploy_survey = {q["variable"] for q in template("Stella | Deploy")["related"]["survey_spec"]["spec"]}
+    assert {q["variable"] for q in workflow["related"]["survey_spec"]["spec"]} <= deploy_survey
 
 
-def test_the_inventory_has_the_target_group_the_job_runs_on():
-    (inventory,) = EXPORT["inventory"]
-    groups = {g["name"]: g for g in inventory["related"]["groups"]}
-    hosts = {h["name"] for h in inventory["related"]["hosts"]}
-    assert "stella_targets" in groups
-    assert {h["name"] for h in groups["stella_targets"]["related"]["hosts"]} <= hosts
+def test_the_project_installs_nothing_from_galaxy():
+    with open(os.path.join(PROJECT, "collections", "requirements.yml"), encoding="utf-8") as handle:
+        requirements = yaml.safe_load(handle)
+    for collection in requirements.get("collections") or []:
+        assert isinstance(collection, dict) and collection.get("type") in ("url", "file", "git"), collection
 
 
 @pytest.mark.parametrize("playbook", sorted(p for p in os.listdir(PROJECT) if p.endswith(".yml")))
