@@ -105,6 +105,10 @@ METADATA = {
 }
 LIST_OPTIONS = frozenset(REPEATED_OPTIONS)
 KNOWN = frozenset(p["name"] for p in _DEPLOY + _PULL)
+# Compose's names: a project name is lower-case; a service name may not start with '.', '-' or '_'.
+PROJECT_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,127}\Z")
+SERVICE_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}\Z")
+_CHUNK_SIZE = re.compile(rb"^[0-9A-Fa-f]{1,16}\Z")
 _OPTION = re.compile(r"^--([A-Za-z0-9][A-Za-z0-9_.-]*)(?:=(.*))?\Z", re.S)
 
 
@@ -157,7 +161,33 @@ def parse_argv(argv):
                             "[SERVICE] (got command %r)" % ("|".join(COMMANDS), command))
     if command != "metadata" and not project:
         raise ProviderError("invalid_arguments", "--project-name is required for %s" % command)
+    if project is not None and not PROJECT_NAME.match(project):
+        raise ProviderError("invalid_arguments", "project name %r is not a Compose project name (lower-case letters, "
+                            "digits, '-' and '_', starting with a letter or digit)" % project[:80])
+    if service is not None and not SERVICE_NAME.match(service):
+        raise ProviderError("invalid_arguments", "service name %r is not a Compose service name (letters, digits, "
+                            "'.', '-' and '_', starting with a letter or digit)" % service[:80])
+    check_options(command, options)
     return {"command": command, "project": project, "service": service, "options": options, "unknown": unknown}
+
+
+def check_options(command, options):
+    """Every declared option's value as metadata declares it (pure): an ``integer`` is digits, a
+    ``boolean`` is ``true`` or ``false``, an ``enum`` one of its values; ``invalid_option`` naming the
+    option otherwise, before anything runs."""
+    declared = {p["name"]: p for p in (METADATA.get(command) or {}).get("parameters") or []}
+    for name, value in sorted(options.items()):
+        param = declared.get(name)
+        if param is None:
+            continue
+        for item in value if isinstance(value, list) else [value]:
+            if param["type"] == "integer" and not re.match(r"^[0-9]{1,9}\Z", item):
+                raise ProviderError("invalid_option", "--%s=%s is not a whole number" % (name, item[:40]))
+            if param["type"] == "boolean" and item not in ("true", "false"):
+                raise ProviderError("invalid_option", "--%s=%s is not true or false" % (name, item[:40]))
+            allowed = param.get("enum", "").split(",") if param.get("enum") else None
+            if allowed and item not in allowed:
+                raise ProviderError("invalid_option", "--%s=%s is not one of %s" % (name, item[:40], ", ".join(allowed)))
 
 
 # Messages that only render progress: left out when Compose does not announce them.
@@ -267,11 +297,10 @@ class ChunkedReader:
 
     def chunks(self):
         while True:
-            header = self._line().strip().split(b";", 1)[0]
-            try:
-                size = int(header, 16)
-            except ValueError:
-                raise ProviderError("image_stream_invalid", "bad chunk size line %r" % header[:40]) from None
+            header = self._line().rstrip(b"\r\n").split(b";", 1)[0]
+            if not _CHUNK_SIZE.match(header):  # hex digits only: no sign, prefix, spaces or underscores
+                raise ProviderError("image_stream_invalid", "bad chunk size line %r" % header[:40])
+            size = int(header, 16)
             if size == 0:
                 return
             left = size
@@ -381,6 +410,22 @@ def raw_environment(values):
 def rawsetenv_lines(raw, facts):
     """``NAME=VALUE`` lines for ``rawsetenv``, sorted (facts without a value left out) (pure)."""
     return ["%s=%s" % (name, facts[raw[name]]) for name in sorted(raw) if facts.get(raw[name]) is not None]
+
+
+def service_config(answer):
+    """Compose's answer to ``get-service-config`` checked (pure): a JSON object whose ``image`` is a
+    string, ``ports`` a list, ``environment`` an object or a list and ``healthcheck`` an object, each
+    when present; ``compose_protocol`` otherwise."""
+    if not isinstance(answer, dict):
+        raise ProviderError("compose_protocol", "Compose answered get-service-config with %s, not a JSON object"
+                            % type(answer).__name__)
+    for key, kinds in (("image", (str,)), ("ports", (list,)), ("environment", (dict, list)), ("healthcheck", (dict,))):
+        if answer.get(key) is not None and not isinstance(answer[key], kinds):
+            raise ProviderError("compose_protocol", "Compose answered get-service-config with a %s that is %s"
+                                % (key, type(answer[key]).__name__))
+    if isinstance(answer.get("environment"), list):
+        answer = dict(answer, environment=_pairs(answer["environment"], "environment"))
+    return answer
 
 
 def release_from(parsed, service_config=None):

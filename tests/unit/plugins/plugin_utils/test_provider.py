@@ -377,3 +377,49 @@ def test_a_message_compose_did_not_announce_fails_loudly_unless_it_only_renders(
         assert err.value.code == "compose_unsupported" and kind in err.value.reason
     assert channel.send("setenv", "URL=x") is True
     assert [json.loads(line)["type"] for line in out.getvalue().splitlines()] == ["setenv"]
+
+
+@pytest.mark.parametrize("argv, what", [
+    (["--project-name=../escape", "up", "web"], "project name"),
+    (["--project-name=p", "up", "../../etc"], "service name"),
+    (["--project-name=p", "up", ".hidden"], "service name"),
+    (["--project-name=P", "up", "web"], "project name"),
+])
+def test_names_that_would_leave_the_state_directory_are_refused(argv, what):
+    with pytest.raises(pv.ProviderError) as err:
+        pv.parse_argv(argv)
+    assert err.value.code == "invalid_arguments" and what in err.value.reason
+
+
+@pytest.mark.parametrize("option, reason", [
+    ("--health_port=abc", "--health_port=abc is not a whole number"),
+    ("--keep_revisions=-1", "is not a whole number"),
+    ("--strategy=yolo", "--strategy=yolo is not one of rolling, all-at-once"),
+    ("--auto_rollback=maybe", "--auto_rollback=maybe is not true or false"),
+    ("--relay=sometimes", "is not one of"),
+])
+def test_each_option_is_checked_against_its_declaration(option, reason):
+    with pytest.raises(pv.ProviderError) as err:
+        pv.parse_argv(["--project-name=p", "up", option, "web"])
+    assert err.value.code == "invalid_option" and reason in err.value.reason
+    assert pv.parse_argv(["--project-name=p", "up", "--health_port=8080", "--auto_rollback=false", "web"])
+
+
+@pytest.mark.parametrize("size", [b"0x10", b"-1", b" 10", b"1_0", b"+5", b"1" * 17, b""])
+def test_chunk_sizes_are_hex_digits_only(size):
+    reader = pv.ChunkedReader(io.BytesIO(size + b"\r\n" + b"x" * 32 + b"\r\n0\r\n"))
+    with pytest.raises(pv.ProviderError) as err:
+        list(reader.chunks())
+    assert err.value.code == "image_stream_invalid"
+
+
+@pytest.mark.parametrize("answer", [[], "text", 3, {"ports": "80"}, {"environment": "A=b"}, {"image": 5},
+                                    {"healthcheck": ["CMD"]}])
+def test_a_service_config_of_the_wrong_shape_is_a_protocol_error(answer):
+    with pytest.raises(pv.ProviderError) as err:
+        pv.service_config(answer)
+    assert err.value.code == "compose_protocol"
+
+
+def test_a_service_config_environment_list_becomes_a_mapping():
+    assert pv.service_config({"environment": ["A=b", "C="]})["environment"] == {"A": "b", "C": ""}
