@@ -4,7 +4,7 @@
 #   export STELLA_STORE_PASSWORD=...            # the job store's PostgreSQL password (required)
 #   python3 extensions/awx/prepare_import.py \
 #       --scm-url https://git.acme.internal/ops/stella-deployments.git \
-#       --ee-image registry.acme.internal/stella/stellaops-runtime-ee:0.4.0 \
+#       --ee-image registry.acme.internal/stella/stellaops-runtime-ee:0.3.0 \
 #       --store-dsn 'postgresql://stella@db.acme.internal:5432/stella?sslmode=verify-full' \
 #       --store-ca-file db-ca.pem --ssh-user deploy --ssh-key-file ~/.ssh/stella_deploy \
 #       --host vm-01=10.0.0.11 --host vm-02=10.0.0.12 | awx import

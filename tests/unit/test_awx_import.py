@@ -59,7 +59,7 @@ CA = "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIU\n-----END CERTIFICATE---
 VALUES = {
     "SCM_URL": "https://git.acme.internal/ops/stella-deployments.git", "SCM_BRANCH": "main",
     "SCM_USERNAME": "stella-sync", "SCM_PASSWORD": "scm-token-1", "SCM_SSH_KEY": None,
-    "EE_IMAGE": "registry.acme.internal/stella/stellaops-runtime-ee:0.4.0",
+    "EE_IMAGE": "registry.acme.internal/stella/stellaops-runtime-ee:0.3.0",
     "EE_REGISTRY_HOST": "registry.acme.internal", "EE_REGISTRY_USERNAME": "awx-pull", "EE_REGISTRY_PASSWORD": "pull-1",
     "STORE_DSN": "postgresql://stella@db.acme.internal:5432/stella?sslmode=verify-full",
     "STORE_PASSWORD": "store-secret-1", "STORE_CA_CERTIFICATE": CA,

@@ -9,13 +9,16 @@
 each through ansible-runner in a fresh private data directory that is removed afterwards. stdout
 carries only JSON lines; the one ``error`` line is the last, after cleanup, with exit status 1.
 ``stella install [--bin-dir DIR]`` puts ``stella`` on PATH and ``docker-stella`` among the Docker CLI
-plugins. ``stella report``, ``stella health``, ``stella interrupt`` and ``stella prune`` work on the job store
-(``_store_cli``).
+plugins. ``stella list``, ``stella show``, ``stella report``, ``stella health``, ``stella interrupt`` and
+``stella prune`` work on a job store (``store.jobs_cli``, ``store.cli``; docs/stella-command.md);
+``stella --version`` prints the collection's version.
 """
 
 from __future__ import annotations
 
+import argparse
 import datetime
+import importlib
 import json
 import os
 import secrets
@@ -28,10 +31,12 @@ import tempfile
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import job_evidence_dir
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.versions import DEFAULT_MIN_COMPOSE, DEFAULT_MIN_ENGINE
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.execution.paths import COLLECTIONS_PATH
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.execution.paths import COLLECTION_ROOT, COLLECTIONS_PATH
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import protocol as _provider
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.location import STORE_FILE
 
-PLUGIN_METADATA = {"SchemaVersion": "0.1.0", "Vendor": "Stella Ops", "Version": "0.2.0",
+# the Docker CLI plugin's metadata; its Version is the collection's (collection_version)
+PLUGIN_METADATA = {"SchemaVersion": "0.1.0", "Vendor": "Stella Ops",
                    "ShortDescription": "Stella Ops runtime: Compose provider (stella compose ...)"}
 PLAYBOOKS = {"up": "stellaops.runtime.job", "down": "stellaops.runtime.teardown", "stop": "stellaops.runtime.teardown",
              "relay": "stellaops.runtime.relay"}
@@ -53,7 +58,7 @@ class PhaseEvents:
     def __init__(self, channel):
         self.channel = channel
         self.seen = set()
-        self.failure = None
+        self.failure, self.code = None, None
         self.results = {}
 
     def __call__(self, event):
@@ -64,6 +69,7 @@ class PhaseEvents:
             self.channel.send("debug", "task: %s" % task)
         elif kind in ("runner_on_failed", "runner_on_unreachable") and not data.get("ignore_errors"):
             self.failure = " ".join(str((data.get("res") or {}).get("msg") or task).split())
+            self.code = (data.get("res") or {}).get("code") or self.code  # planning's own code, when it has one
         if kind == "runner_on_ok" and data.get("task_action") == RELAY_ACTION:
             self.results[RELAY_ACTION] = data.get("res") or {}
         if kind == "runner_on_ok" and data.get("task_action") in JOB_ACTIONS:
@@ -91,7 +97,7 @@ class PhaseEvents:
 
 def run_playbook(playbooks, extravars, channel, cancelled):
     """Run ``playbooks`` (one run, in order) on this host through ansible-runner;
-    ``(rc, status, last failure message, results of the relay task)``."""
+    ``(rc, status, last failure message, results of the relay task, the failed task's code)``."""
     import ansible_runner  # pylint: disable=import-outside-toplevel
 
     private = tempfile.mkdtemp(prefix="stella-provider-")
@@ -109,7 +115,7 @@ def run_playbook(playbooks, extravars, channel, cancelled):
                                                  "ansible.builtin.import_playbook": name} for name in playbooks],
             inventory=inventory, extravars=extravars, envvars=envvars, quiet=True, event_handler=events,
             cancel_callback=lambda: cancelled["flag"])
-        return runner.rc, runner.status, events.failure, events.results
+        return runner.rc, runner.status, events.failure, events.results, events.code
     finally:
         shutil.rmtree(private, ignore_errors=True)
 
@@ -169,13 +175,13 @@ def up(parsed, channel, cancelled):
                           "prefixed variables (setenv) instead")
     config = None
     if channel.can("get-service-config"):
-        config = channel.request("get-service-config")
+        config = _provider.service_config(channel.request("get-service-config"))
     release = _provider.release_from(parsed, config)
     keep = _provider.keep_revisions(options)
     directory = state_dir(parsed)
     os.makedirs(directory, mode=0o700, exist_ok=True)
     relay = relay_plan(parsed, channel, release)
-    store = os.path.join(directory, "jobs.sqlite3")
+    store = os.path.join(directory, STORE_FILE)
     job_id = "compose-%s-%s" % (datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S"),
                                 secrets.token_hex(3))
     extravars = {"stella_release": release, "stella_job_id": job_id, "stella_job_store": store,
@@ -188,13 +194,13 @@ def up(parsed, channel, cancelled):
         extravars["stella_relay"] = relay
     channel.send("info", "deploying %s (job %s)" % (release["components"][0]["image"], job_id))
     plays = [PLAYBOOKS["up"]] + ([PLAYBOOKS["relay"]] if relay else [])
-    rc, status, failure, results = run_playbook(plays, extravars, channel, cancelled)
+    rc, status, failure, results, code = run_playbook(plays, extravars, channel, cancelled)
     record = _job(store, job_id) if os.path.exists(store) else None
     if cancelled["flag"]:
         raise StellaError("cancelled", "cancelled by Compose (job %s %s)" % (
             job_id, (record or {}).get("status", "not started")))
     if record is None:
-        raise StellaError("provider_run_failed", "the deployment job did not start: %s" % (
+        raise StellaError(code or "provider_run_failed", "the deployment job did not start: %s" % (
             failure or "ansible-runner %s, rc %s" % (status, rc)))
     if record["status"] != "Succeeded":
         raise StellaError(record.get("code") or "deploy_failed", "job %s %s: %s" % (
@@ -232,7 +238,7 @@ def down(parsed, channel, cancelled, stop=False):
     if not stop:  # stop keeps the relay endpoint, so the next up publishes the same one
         plays.append(PLAYBOOKS["relay"])
         extravars["stella_relay"] = {"name": relay_name(parsed), "state": "absent", "state_directory": state_dir(parsed)}
-    rc, status, failure, _results = run_playbook(plays, extravars, channel, cancelled)
+    rc, status, failure, _results, _code = run_playbook(plays, extravars, channel, cancelled)
     if rc != 0:
         raise StellaError("teardown_failed", "%s failed: %s" % (
             "stop" if stop else "down", failure or "ansible-runner %s, rc %s" % (status, rc)))
@@ -353,26 +359,31 @@ def report_error(channel, text):
         sys.stderr.write("stella compose: %s\n" % text)
 
 
+def install_parser():
+    """``stella install [--bin-dir DIR] [--plugin-dir DIR]``."""
+    parser = argparse.ArgumentParser(prog="stella install", description="Put a stella launcher on PATH and the "
+                                     "docker-stella Docker CLI plugin in place, both running this collection with "
+                                     "this Python (docs/provider.md).")
+    parser.add_argument("--bin-dir", metavar="DIR", default="/usr/local/bin",
+                        help="where the stella launcher goes (default /usr/local/bin)")
+    parser.add_argument("--plugin-dir", metavar="DIR", default=os.path.expanduser("~/.docker/cli-plugins"),
+                        help="where the docker-stella CLI plugin goes (default ~/.docker/cli-plugins)")
+    return parser
+
+
 def install(argv):
     """``stella install [--bin-dir DIR] [--plugin-dir DIR]``: a ``stella`` launcher on PATH and the
-    ``docker-stella`` CLI plugin, both running this collection with this Python."""
-    bin_dir, plugin_dir = "/usr/local/bin", os.path.expanduser("~/.docker/cli-plugins")
-    args = list(argv)
-    while args:
-        flag = args.pop(0)
-        if flag == "--bin-dir" and args:
-            bin_dir = args.pop(0)
-        elif flag == "--plugin-dir" and args:
-            plugin_dir = args.pop(0)
-        else:
-            sys.stderr.write("usage: stella install [--bin-dir DIR] [--plugin-dir DIR]\n")
-            return 2
+    ``docker-stella`` CLI plugin, both running this collection with this Python (2 on a usage error)."""
+    try:
+        options = install_parser().parse_args(argv)
+    except SystemExit as exc:
+        return exc.code
     launcher = ("#!%s\n# stella: the stellaops.runtime Compose provider (written by `stella install`)\n"
                 "import sys\nsys.path.insert(0, %r)\n"
                 "from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider.cli import main\n"
                 "sys.exit(main(sys.argv))\n" % (sys.executable, COLLECTIONS_PATH))
     written = []
-    for directory, name in ((bin_dir, "stella"), (plugin_dir, "docker-stella")):
+    for directory, name in ((options.bin_dir, "stella"), (options.plugin_dir, "docker-stella")):
         os.makedirs(directory, exist_ok=True)
         path = os.path.join(directory, name)
         tmp = path + ".tmp"
@@ -385,24 +396,96 @@ def install(argv):
     return 0
 
 
+# ------------------------------------------------------------------------------------ the command line
+
+# ``stella COMMAND``: what ``stella --help`` says of it, and the function that runs it (a module under
+# plugin_utils and its name; install and compose are here).
+COMMANDS = (("list", "the jobs of a job store, newest first", "store.jobs_cli:list_jobs"),
+            ("show", "one job, as the job_show playbook prints it (--follow: until it ends)", "store.jobs_cli:show"),
+            ("report", "the HTML evidence report of a job (docs/report.md)", "store.cli:report"),
+            ("health", "the health status the job store keeps for each target", "store.cli:health"),
+            ("interrupt", "record a job whose controller run is gone as interrupted", "store.cli:interrupt"),
+            ("prune", "remove finished jobs past a retention age", "store.cli:prune"),
+            ("install", "put stella on PATH and docker-stella among the Docker CLI plugins", None),
+            ("compose", "the Compose provider, as Compose runs it (stella compose -h)", None))
+SYNOPSIS = """stella [-h] [--version] COMMAND ...
+       stella list [--status STATUS] [--project PROJECT] [--limit N] [--json] [STORE]
+       stella show JOB [--json] [--follow] [STORE]
+       stella report JOB [--evidence-dir DIR] [--output FILE] [STORE]
+       stella health [TARGET ...] [--json] [--check] [STORE]
+       stella interrupt JOB [--reason TEXT] [STORE]
+       stella prune --older-than DAYS [--keep N] [--evidence-dir DIR] [--dry-run] [--json] [STORE]
+       stella install [--bin-dir DIR] [--plugin-dir DIR]
+       stella compose [--project-name=NAME] metadata|up|down|stop|pull [--option=value ...] [SERVICE]
+STORE: --store LOCATION | --compose-project PROJECT [--service SERVICE] [--state-directory DIR]"""
+EPILOG = """store: --store, else --compose-project (the Compose provider's store of that project), else
+$STELLA_JOB_STORE, else ~/.local/state/stellaops/jobs.sqlite3 (the playbooks' default).
+exit status: 0 done; 1 failed (one line `stella COMMAND: CODE: REASON` on stderr; show --follow:
+the job did not succeed); 2 usage error; 3 health --check: a target shown is not healthy.
+Each command's options: stella COMMAND -h. Documentation: docs/stella-command.md."""
+COMPOSE_HELP = ("usage: stella compose [--project-name=NAME] metadata|up|down|stop|pull [--option=value ...] "
+                "[SERVICE]\n\nThe Compose provider: Compose runs it for a service with `provider: {type: stella}`; "
+                "stdout carries only JSON lines. `stella compose metadata` lists the options (docs/provider.md).\n")
+
+
+def command_parser():
+    """``stella [-h] [--version] COMMAND``: the command's name only; each command parses its own arguments."""
+    parser = argparse.ArgumentParser(
+        prog="stella", usage=SYNOPSIS, formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
+        description="The stellaops.runtime command: the job store from a shell, and the Compose provider.\n\n"
+                    "commands:\n" + "".join("  %-10s %s\n" % command[:2] for command in COMMANDS))
+    parser.add_argument("--version", action="store_true", help="print the collection's version and exit")
+    parser.add_argument("command", metavar="COMMAND", nargs="?", choices=[command[0] for command in COMMANDS],
+                        help=argparse.SUPPRESS)
+    return parser
+
+
+def collection_version():
+    """``(version, metadata file)`` of this collection: ``MANIFEST.json`` of an installed collection, else
+    ``galaxy.yml`` of a checkout; ``(None, why)`` when neither can be read."""
+    manifest, galaxy = (os.path.join(COLLECTION_ROOT, name) for name in ("MANIFEST.json", "galaxy.yml"))
+    try:
+        if os.path.isfile(manifest):
+            with open(manifest, encoding="utf-8") as handle:
+                return str(json.load(handle)["collection_info"]["version"]), manifest
+        import yaml  # pylint: disable=import-outside-toplevel
+        with open(galaxy, encoding="utf-8") as handle:
+            return str(yaml.safe_load(handle)["version"]), galaxy
+    except (OSError, ValueError, KeyError, TypeError, ImportError) as exc:
+        return None, "no version in %s or %s: %s" % (manifest, galaxy, exc)
+
+
 def main(argv=None):
+    """``stella``: ``compose ...`` is handed to the Compose provider as Compose wrote it; every other
+    command parses its own arguments (``stella COMMAND -h``)."""
     argv = list(sys.argv if argv is None else argv)
     args = argv[1:]
     if args[:1] == ["docker-cli-plugin-metadata"]:
-        sys.stdout.write(json.dumps(PLUGIN_METADATA) + "\n")
+        sys.stdout.write(json.dumps(dict(PLUGIN_METADATA, Version=collection_version()[0] or "unknown")) + "\n")
         return 0
     if os.path.basename(argv[0]).startswith("docker-") and args[:1] == ["stella"]:
         args = args[1:]  # `docker stella compose ...` through the CLI plugin
-    if args[:1] == ["install"]:
+    if args[:1] == ["compose"]:
+        if args[1:] in (["-h"], ["--help"]):
+            sys.stdout.write(COMPOSE_HELP)
+            return 0
+        return compose(args, sys.stdin.buffer, sys.stdout.buffer, os.environ)
+    parser = command_parser()
+    try:
+        options = parser.parse_args(args[:1])
+        if not options.version and options.command is None:
+            parser.error("a command is required")
+    except SystemExit as exc:
+        return exc.code
+    if options.version:
+        version, source = collection_version()
+        if version is None:
+            sys.stderr.write("stella: version_unknown: %s\n" % source)
+            return 1
+        sys.stdout.write("stella (stellaops.runtime) %s\n" % version)
+        return 0
+    if options.command == "install":
         return install(args[1:])
-    if args[:1] in (["report"], ["health"], ["interrupt"], ["prune"]):
-        from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import cli as _store_cli  # pylint: disable=import-outside-toplevel
-        return getattr(_store_cli, args[0])(args[1:])
-    if args[:1] != ["compose"]:
-        sys.stderr.write("usage: stella compose metadata|up|down|stop ... | stella install [--bin-dir DIR] | "
-                         "stella report JOB [--store LOCATION] [--evidence-dir DIR] [--output FILE] | "
-                         "stella health [TARGET ...] [--store LOCATION] [--json] [--check] | "
-                         "stella interrupt JOB [--store LOCATION] [--reason TEXT] | "
-                         "stella prune --older-than DAYS [--keep N] [--dry-run] [--json] [--store LOCATION]\n")
-        return 2
-    return compose(args, sys.stdin.buffer, sys.stdout.buffer, os.environ)
+    module, function = dict((name, run) for name, _help, run in COMMANDS)[options.command].split(":")
+    return getattr(importlib.import_module("ansible_collections.stellaops.runtime.plugins.plugin_utils." + module),
+                   function)(args[1:])

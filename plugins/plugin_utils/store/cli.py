@@ -5,10 +5,11 @@
 """The ``stella`` subcommands of the job store: ``stella report`` (docs/report.md), ``stella health``,
 ``stella interrupt`` and ``stella prune`` (docs/job-store.md).
 
-All take ``--store LOCATION`` (a path, ``sqlite:///path`` or a PostgreSQL DSN; default
-``~/.local/state/stellaops/jobs.sqlite3``), never create a store that is not there, and end with one
-error line ``stella <command>: <code>: <reason>`` (credentials of a DSN redacted) and exit status 1
-when the store or the job cannot be read; 2 is a usage error.
+All read the store that ``--store LOCATION``, the Compose provider's options (``--compose-project P
+[--service S] [--state-directory DIR]``), ``STELLA_JOB_STORE`` or the default choose (``location``),
+never create a store that is not there, and end with one error line ``stella <command>: <code>:
+<reason>`` (credentials of a DSN redacted) and exit status 1 when the store or the job cannot be read;
+2 is a usage error (docs/stella-command.md).
 """
 
 from __future__ import annotations
@@ -29,23 +30,31 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabul
 from ansible_collections.stellaops.runtime.plugins.module_utils.host.files import atomic_write
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import owner as _job_owner
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import location as _location
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import sql as _job_store
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence import report as _report
 
-STORE_HELP = "the job store (a path, sqlite:///path or postgresql://...; default ~/.local/state/stellaops/jobs.sqlite3)"
+STORE_HELP = _location.STORE_HELP
 # stella health --check: every target shown is healthy (0), or not (this status)
 NOT_HEALTHY_RC = 3
 HEALTH_COLUMNS = (("TARGET", "targetId"), ("NAME", "targetName"), ("STATUS", "status"), ("JOB", "jobId"),
                   ("UPDATED", "updatedAt"))
 
 
+# What a missing store's error line adds, by the rule that chose the store (``--store`` adds nothing).
+MISSING_HINTS = {"default": "the default store; --store, --compose-project or $%s choose another" % _location.STORE_ENV,
+                 _location.STORE_ENV: "from $%s" % _location.STORE_ENV}
+
+
 @contextlib.contextmanager
-def existing_store(location):
+def existing_store(location, source=None):
     """The job store at ``location``, closed when the block ends; ``job_store_missing`` when a SQLite
-    store is not there (these commands never create one)."""
+    store is not there (these commands never create one). ``source``: the rule that chose it."""
     path = _job_store.missing_sqlite(location)
     if path:
-        raise StellaError("job_store_missing", "no job store at %s" % path)
+        hint = MISSING_HINTS.get(source, source) if source not in (None, "--store") else None
+        raise StellaError("job_store_missing", "no job store at %s%s" % (os.path.expanduser(path),
+                                                                          " (%s)" % hint if hint else ""))
     store = _job_store.open_store(location)
     try:
         yield store
@@ -53,14 +62,30 @@ def existing_store(location):
         store.close()
 
 
-def _parse(parser, argv):
+@contextlib.contextmanager
+def chosen_store(options, environ=None):
+    """The existing job store the parsed store options choose (``location.resolve``)."""
+    where = _location.resolve(options, environ)
+    with existing_store(where.location, where.source) as store:
+        yield store
+
+
+def parse_command(parser, argv, provider_options=True):
+    """``(options, None)``, or ``(None, exit status)`` after ``-h`` or a usage error. The parser gets the
+    Compose provider's store options unless ``provider_options`` is false (it has them already)."""
+    if provider_options:
+        _location.add_options(parser, store=False)
     try:
-        return parser.parse_args(argv), None
+        options = parser.parse_args(argv)
+        problem = _location.usage_error(options)
+        if problem:
+            parser.error(problem)
+        return options, None
     except SystemExit as exc:
         return None, exc.code
 
 
-def _fail(stderr, command, exc):
+def fail_line(stderr, command, exc):
     stderr.write("stella %s: %s: %s\n" % (command, exc.code, " ".join(redact_url(str(exc.reason)).split())))
     return 1
 
@@ -84,13 +109,13 @@ def report(argv, stdout=None, stderr=None):
     """``stella report``: 0 when the report was written, 1 with one error line when the job (or its
     store) does not exist or cannot be read, 2 on a usage error."""
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
-    options, rc = _parse(report_parser(), argv)
+    options, rc = parse_command(report_parser(), argv)
     if options is None:
         return rc
-    location = options.store or _job_store.DEFAULT_STORE
     try:
-        with existing_store(location) as store:
+        with chosen_store(options) as store:
             record = store.get(options.job)
+            location = store.location
         if record is None:
             raise StellaError("job_not_found", "no job %s in the job store %s" % (options.job, location))
         directory = job_evidence_dir(options.evidence_dir, record["jobId"]) if options.evidence_dir else None
@@ -112,7 +137,7 @@ def report(argv, stdout=None, stderr=None):
             stdout.write("report: %s\n" % options.output)
         return 0
     except StellaError as exc:
-        return _fail(stderr, "report", exc)
+        return fail_line(stderr, "report", exc)
     except OSError as exc:
         stderr.write("stella report: report_write_failed: %s\n" % exc)
         return 1
@@ -149,14 +174,14 @@ def health(argv, stdout=None, stderr=None):
     healthy), 3 with ``--check`` when one is not, 1 with one error line when the store cannot be read,
     2 on a usage error."""
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
-    options, rc = _parse(health_parser(), argv)
+    options, rc = parse_command(health_parser(), argv)
     if options is None:
         return rc
     try:
-        with existing_store(options.store) as store:
+        with chosen_store(options) as store:
             rows = store.health(options.targets or None)
     except StellaError as exc:
-        return _fail(stderr, "health", exc)
+        return fail_line(stderr, "health", exc)
     stdout.write(json.dumps({"health": rows}, indent=2, sort_keys=True) + "\n" if options.json else health_table(rows))
     if options.check and any(row.get("status") != "healthy" for row in rows):
         return NOT_HEALTHY_RC
@@ -181,11 +206,11 @@ def interrupt(argv, stdout=None, stderr=None):
     error line when it cannot be (no such job, or its run is still alive on this host), 2 on a usage
     error."""
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
-    options, rc = _parse(interrupt_parser(), argv)
+    options, rc = parse_command(interrupt_parser(), argv)
     if options is None:
         return rc
     try:
-        with existing_store(options.store) as store:
+        with chosen_store(options) as store:
             record = store.get(options.job)
             if record is None:
                 raise StellaError("job_not_found", "no job %s in the job store" % options.job)
@@ -202,7 +227,7 @@ def interrupt(argv, stdout=None, stderr=None):
                 why += ": " + " ".join(options.reason.split())
             record = _job_owner.record_interrupted(store, record["jobId"], why)
     except StellaError as exc:
-        return _fail(stderr, "interrupt", exc)
+        return fail_line(stderr, "interrupt", exc)
     stdout.write("job %s: %s (%s); its projects are released\n" % (record["jobId"], record["status"], record["code"]))
     return 0
 
@@ -214,10 +239,10 @@ def prune_parser():
     parser = argparse.ArgumentParser(prog="stella prune", description="Remove finished deployment jobs (with their "
                                      "status history and deployments projection) from the job store "
                                      "(docs/job-store.md); with --evidence-dir, their evidence too.")
-    parser.add_argument("--older-than", metavar="DAYS", type=_bounded("a number of days", float, 0, 100000),
+    parser.add_argument("--older-than", metavar="DAYS", type=bounded("a number of days", float, 0, 100000),
                         required=True,
                         help="remove finished jobs last updated more than DAYS days ago (a decimal number)")
-    parser.add_argument("--keep", metavar="N", type=_bounded("a whole number", int, 0, 10 ** 9), default=0,
+    parser.add_argument("--keep", metavar="N", type=bounded("a whole number", int, 0, 10 ** 9), default=0,
                         help="keep the N most recently updated finished jobs whatever their age (default 0)")
     parser.add_argument("--evidence-dir", metavar="DIR",
                         help="also remove the removed jobs' evidence under DIR (the jobs' evidence directory): "
@@ -262,7 +287,7 @@ def remove_evidence(root, jobs, dry_run):
     return failures
 
 
-def _bounded(kind, parse, low, high):
+def bounded(kind, parse, low, high):
     """An argparse type: ``parse(text)`` from ``low`` up to (not including) ``high``, else a usage error."""
     def convert(text):
         try:
@@ -285,15 +310,15 @@ def prune(argv, stdout=None, stderr=None, now=None):
     when it cannot be, 2 on a usage error. Unfinished jobs, the job a target's health names, jobs holding
     a project claim and the ``--keep`` newest finished jobs always stay."""
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
-    options, rc = _parse(prune_parser(), argv)
+    options, rc = parse_command(prune_parser(), argv)
     if options is None:
         return rc
     before = cutoff(now or datetime.datetime.now(datetime.timezone.utc), options.older_than)
     try:
-        with existing_store(options.store) as store:
+        with chosen_store(options) as store:
             removed = store.prune(before, keep=options.keep, dry_run=options.dry_run)
     except StellaError as exc:
-        return _fail(stderr, "prune", exc)
+        return fail_line(stderr, "prune", exc)
     evidence_dir = os.path.expanduser(options.evidence_dir) if options.evidence_dir else None
     failures = remove_evidence(evidence_dir, removed, options.dry_run) if evidence_dir else []
     if options.json:
@@ -308,6 +333,6 @@ def prune(argv, stdout=None, stderr=None, now=None):
             for directory in job.get("evidence") or ():
                 stdout.write("    evidence %s\n" % directory)
     if failures:
-        return _fail(stderr, "prune", StellaError("evidence_remove_failed", "the jobs are removed from the store, "
+        return fail_line(stderr, "prune", StellaError("evidence_remove_failed", "the jobs are removed from the store, "
                                                   "but not all of their evidence: " + "; ".join(failures)))
     return 0

@@ -73,6 +73,13 @@ def project_keys(record):
             for name, t in (record.get("targets") or {}).items()}
 
 
+def project_pattern(project):
+    """The ``LIKE`` pattern (escape character ``!``) of a record whose stored JSON names ``project`` as a
+    ``projectName`` (pure)."""
+    text = '"projectName":' + json.dumps(project)
+    return "%" + text.replace("!", "!!").replace("%", "!%").replace("_", "!_") + "%"
+
+
 def project_names(record):
     """The Compose projects the job deployed, sorted (pure)."""
     return sorted({t["projectName"] for t in (record.get("targets") or {}).values() if t.get("projectName")})
@@ -103,8 +110,9 @@ class JobStore(abc.ABC):
         it is); returns the job's status, ``None`` when there is no such job."""
 
     @abc.abstractmethod
-    def list(self, limit=20):
-        """The newest records first."""
+    def list(self, limit=20, statuses=None, project=None):
+        """The newest records first, at most ``limit`` (``None`` or 0: all); with ``statuses``, only jobs
+        in one of them; with ``project``, only jobs with a target in that Compose project."""
 
     @abc.abstractmethod
     def unfinished(self):
@@ -332,8 +340,22 @@ class SqlJobStore(JobStore):
         found = self._records("j.job_id=?", (job_id,))
         return found[0] if found else None
 
-    def list(self, limit=20):
-        return self._records("1=1", (int(limit),), " ORDER BY j.created_at DESC, j.job_id LIMIT ?")
+    def list(self, limit=20, statuses=None, project=None):
+        """One query: the status filter on its column, the project filter on the record's text (then
+        checked on the targets of each record found)."""
+        where, params = ["1=1"], []
+        if statuses:
+            where.append("j.status IN (%s)" % _marks(statuses))
+            params.extend(statuses)
+        if project:
+            where.append("j.record LIKE ? ESCAPE '!'")
+            params.append(project_pattern(project))
+        tail = " ORDER BY j.created_at DESC, j.job_id"
+        if limit:
+            tail += " LIMIT ?"
+            params.append(int(limit))
+        found = self._records(" AND ".join(where), tuple(params), tail)
+        return [record for record in found if not project or project in project_names(record)]
 
     def unfinished(self):
         return self._records("j.status IN (%s)" % _marks(UNFINISHED), UNFINISHED, " ORDER BY j.created_at")
