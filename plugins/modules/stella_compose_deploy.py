@@ -274,7 +274,7 @@ deploymentPhases:
 hookResults:
   description: One entry per hook run, with name, phase, exitCode, timedOut, durationMs, failurePolicy,
     outcome (V(succeeded), V(failed), V(ignored), V(warned), V(continued)) and stdout/stderr
-    (redacted to length and sha256 unless RedactionPolicy=none).
+    (redacted to their length unless RedactionPolicy=none).
   returned: always
   type: list
   elements: dict

@@ -24,7 +24,6 @@ import signal
 import subprocess
 import time
 
-from ansible_collections.stellaops.runtime.plugins.module_utils.contract.canonical import sha256_bytes
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError, redact_text
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
     DEFAULT_HOOK_INTERPRETER as DEFAULT_INTERPRETER, DEFAULT_HOOK_TIMEOUT as DEFAULT_TIMEOUT, HOOK_MARKER)
@@ -133,7 +132,8 @@ def outcome_for(policy, exit_code, timed_out):
 def redact_output(data, policy, secrets=()):
     """What a hook result keeps of one output stream.
 
-    ``redact`` (default): a marker with only the byte length and SHA-256. ``none``: the text
+    ``redact`` (default): a marker with only the byte length: no digest of the output is kept, since an
+    unsalted digest of a short secret line would let anyone confirm a guess of it. ``none``: the text
     (known secret values still masked, capped at 64 KiB).
     """
     if data is None:
@@ -141,7 +141,7 @@ def redact_output(data, policy, secrets=()):
     if isinstance(data, str):
         data = data.encode("utf-8", "replace")
     if policy != "none":
-        return {"redacted": True, "length": len(data), "sha256": sha256_bytes(data)}
+        return {"redacted": True, "length": len(data)}
     text = redact_text(data.decode("utf-8", "replace"), secrets)
     if len(text) > MAX_OUTPUT_CHARS:
         text = text[:MAX_OUTPUT_CHARS] + "\n[truncated]"

@@ -75,7 +75,7 @@ def test_outcome_for(policy, code, timed_out, outcome):
 
 def test_redact_output():
     marker = _hooks.redact_output(b"secret\n", "redact")
-    assert marker == {"redacted": True, "length": 7, "sha256": _hooks.sha256_bytes(b"secret\n")}
+    assert marker == {"redacted": True, "length": 7}  # no digest: a guess of the secret cannot be confirmed
     assert "secret" not in repr(marker)
     assert _hooks.redact_output("plain", "none") == "plain"
     assert _hooks.redact_output(b"pw=hunter2", "none", secrets=["hunter2"]) == "pw=********"
@@ -91,7 +91,7 @@ def test_run_hook_success_failure_and_environment(tmp_path):
     assert ok["stdout"] == "value\n%s\n" % tmp_path
     bad = _hooks.run_hook(hook(Command="echo oops >&2; exit 4", FailurePolicy="warn"), str(tmp_path))
     assert bad["exitCode"] == 4 and bad["outcome"] == "warned"
-    assert bad["stderr"] == {"redacted": True, "length": 5, "sha256": _hooks.sha256_bytes(b"oops\n")}
+    assert bad["stderr"] == {"redacted": True, "length": 5}
     workdir = tmp_path / "wd"
     workdir.mkdir()
     here = _hooks.run_hook(hook(Command="pwd", RedactionPolicy="none", WorkingDirectory=str(workdir)), str(tmp_path))
