@@ -363,6 +363,22 @@ def test_stella_prune_with_evidence_dir_removes_the_pruned_jobs_evidence(tmp_pat
     assert job_ids(path) == ["job-3", "job-5"]
 
 
+def test_stella_prune_never_follows_a_symlinked_parent_out_of_the_evidence_root(tmp_path, capsys):
+    """A project directory of the evidence root that is a link to elsewhere: what lies behind it stays."""
+    path = history_store(tmp_path)
+    root = evidence_tree(tmp_path / "evidence")
+    outside = tmp_path / "elsewhere"
+    (root / "shop-a").rename(outside)
+    (root / "shop-a").symlink_to(outside)
+    behind = sorted(p.relative_to(outside).as_posix() for p in outside.rglob("*"))
+    assert "job-1" in behind
+    rc, out, err = prune_cli(["--older-than", "30", "--store", path, "--evidence-dir", str(root)], capsys)
+    assert (rc, err) == (0, "")
+    assert sorted(p.relative_to(outside).as_posix() for p in outside.rglob("*")) == behind
+    assert "    evidence %s" % (root / "jobs" / "job-1") in out.splitlines()
+    assert "shop-a" not in out
+
+
 def test_stella_prune_json_names_each_jobs_projects_and_evidence(tmp_path, capsys):
     path = history_store(tmp_path)
     root = evidence_tree(tmp_path / "evidence")

@@ -267,6 +267,16 @@ def evidence_dirs(root, job):
         deployment_evidence_dir(root, project, job["jobId"]) for project in projects]
 
 
+def within(root, directory):
+    """Whether ``directory`` lies under ``root`` with no symbolic link on the way (neither it nor any
+    parent below ``root``): what prune may remove never leaves the evidence root."""
+    real_root = os.path.realpath(root)
+    relative = os.path.relpath(os.path.abspath(directory), os.path.abspath(root))
+    if relative == os.curdir or relative.startswith(os.pardir):
+        return False
+    return os.path.realpath(directory) == os.path.join(real_root, relative)
+
+
 def remove_evidence(root, jobs, dry_run):
     """Remove (or, with ``dry_run``, only list) the evidence directories of ``jobs`` that exist under
     ``root``; each job gets ``evidence``, the directories removed. Returns the failures as lines."""
@@ -274,7 +284,7 @@ def remove_evidence(root, jobs, dry_run):
     for job in jobs:
         job["evidence"] = []
         for directory in evidence_dirs(root, job):
-            if os.path.islink(directory) or not os.path.isdir(directory):
+            if not within(root, directory) or not os.path.isdir(directory):
                 continue
             try:
                 if not dry_run:
