@@ -85,6 +85,15 @@ def step_weights(strategy, config, batch, batches):
     return 100 - treatment, treatment
 
 
+def check_weights(strategy, config, batches):
+    """Every batch's weights of a traffic strategy computed once at planning (pure), so a bad
+    ``trafficSteps`` / ``trafficWeights`` fails the plan (``traffic_config_invalid``, nothing touched),
+    never the traffic step of a running job. Other strategies move no traffic: nothing to check."""
+    if strategy in TRAFFIC_STRATEGIES:
+        for batch in range(max(batches, 1)):
+            step_weights(strategy, config, batch, batches)
+
+
 def standby_evidence(reason, slot):
     """Evidence when no adapter moved traffic: exactly the contract's standby-only keys (pure)."""
     return {PREFIX + "mode": MODE_STANDBY_ONLY, PREFIX + "status": STATUS_NOT_SHIFTED, PREFIX + "shifted": False,

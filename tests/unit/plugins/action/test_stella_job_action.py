@@ -9,6 +9,8 @@ import json
 import os
 import subprocess
 
+import pytest
+
 from ansible_collections.stellaops.runtime.plugins.action import stella_job as stella_job_action
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import steps as _job_steps
@@ -236,6 +238,29 @@ def test_a_string_boolean_in_the_strategy_config_is_refused_before_anything_is_r
                             "requireTrafficAdapter"), results):
         assert (result["failed"], result["code"]) == (True, "release_invalid"), result
         assert "strategyConfig.%s" % key in result["msg"] and "boolean" in result["msg"], result["msg"]
+    store = _job_store.open_store(location)
+    try:
+        assert store.list() == []
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("strategy, config, reason", [
+    ("canary", {"trafficSteps": [50, 10]}, "trafficSteps must not decrease"),
+    ("a-b", {"trafficWeights": {"control": 30, "treatment": 30}}, "trafficWeights must add up to 100"),
+    ("canary", {"trafficSteps": ["ten"]}, "must be a number from 0 to 100"),
+])
+def test_bad_traffic_weights_fail_the_plan_before_anything_is_stored(tmp_path, strategy, config, reason):
+    """The weights of every batch are computed at planning: a bad one never reaches a running job's
+    traffic step (where it would abort the playbook with the job Running)."""
+    release = dict(RELEASE, strategy=strategy, strategyConfig=config,
+                   components=[{"name": "web", "image": "registry.invalid/shop/web@sha256:" + "a" * 64}])
+    location = str(tmp_path / "jobs.sqlite3")
+    start = {"stellaops.runtime.stella_job": {"step": "start", "store": location, "release": release,
+                                              "targets": ["localhost"]}, "ignore_errors": True}
+    _proc, [result] = playbook(tmp_path, [start])
+    assert result["failed"] is True and result["code"] == "traffic_config_invalid", result
+    assert reason in result["msg"]
     store = _job_store.open_store(location)
     try:
         assert store.list() == []
