@@ -520,8 +520,8 @@ def test_store_options_that_do_not_go_together_are_usage_errors(command, argv, w
 
 def test_the_provider_layout_is_the_providers_own():
     parsed = {"project": "shop", "service": "web", "options": {"state_directory": "/s"}}
-    assert _location.provider_store("shop", "web", "/s") == os.path.join(_provider_cli.state_dir(parsed),
-                                                                          "jobs.sqlite3") == "/s/shop/web/jobs.sqlite3"
+    expected = os.path.join(_provider_cli.state_dir(parsed), "jobs.sqlite3")
+    assert _location.provider_store("shop", "web", "/s") == expected == "/s/shop/web/jobs.sqlite3"
     assert _location.provider_store("shop", None, "/s") == "/s/shop/service/jobs.sqlite3"  # Compose 2.35: no service
 
 

@@ -53,8 +53,8 @@ def existing_store(location, source=None):
     path = _job_store.missing_sqlite(location)
     if path:
         hint = MISSING_HINTS.get(source, source) if source not in (None, "--store") else None
-        raise StellaError("job_store_missing", "no job store at %s%s" % (os.path.expanduser(path),
-                                                                          " (%s)" % hint if hint else ""))
+        raise StellaError("job_store_missing", "no job store at %s%s" % (
+            os.path.expanduser(path), " (%s)" % hint if hint else ""))
     store = _job_store.open_store(location)
     try:
         yield store
@@ -343,6 +343,7 @@ def prune(argv, stdout=None, stderr=None, now=None):
             for directory in job.get("evidence") or ():
                 stdout.write("    evidence %s\n" % directory)
     if failures:
-        return fail_line(stderr, "prune", StellaError("evidence_remove_failed", "the jobs are removed from the store, "
-                                                  "but not all of their evidence: " + "; ".join(failures)))
+        return fail_line(stderr, "prune", StellaError(
+            "evidence_remove_failed", "the jobs are removed from the store, but not all of their evidence: "
+            + "; ".join(failures)))
     return 0

@@ -91,8 +91,8 @@ def _cell(value):
 
 def jobs_table(rows):
     """The rows as an aligned text table (pure)."""
-    cells = [[title for title, _key in LIST_COLUMNS]] + [[_cell(row.get(key)) for _title, key in LIST_COLUMNS]
-                                                        for row in rows]
+    cells = [[title for title, _key in LIST_COLUMNS]]
+    cells += [[_cell(row.get(key)) for _title, key in LIST_COLUMNS] for row in rows]
     widths = [max(len(line[i]) for line in cells) for i in range(len(LIST_COLUMNS))]
     return "".join("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() + "\n" for line in cells)
 
