@@ -20,6 +20,7 @@ from __future__ import annotations
 import abc
 import json
 import os
+import time
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.canonical import pretty_json
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError, redact_url
@@ -42,6 +43,9 @@ CODE_SHIFT_FAILED = "traffic_adapter_failed"
 CODE_ROLLBACK_FAILED = "traffic_adapter_rollback_failed"
 DEFAULT_CANARY_STEPS = (10, 50, 100)
 DEFAULT_TIMEOUT = 10.0
+MAX_TIMEOUT = 300
+# The largest controller answer read (the answer is a small JSON object).
+MAX_ANSWER_BYTES = 64 * 1024
 
 
 class TrafficError(StellaError):
@@ -138,9 +142,32 @@ def check_answer(answer, step):
     applied = answer["applied"]
     problems = []
     for key in ("controlWeight", "treatmentWeight"):
-        if applied.get(key) != step[key]:
-            problems.append("applied %s is %r, asked %r" % (key, applied.get(key), step[key]))
+        value = applied.get(key)
+        # whole numbers only: JSON false is not 0, 50.0 is not 50
+        if type(value) is not int or value != step[key]:  # pylint: disable=unidiomatic-typecheck
+            problems.append("applied %s is %s, asked %r" % (key, json.dumps(value), step[key]))
     return problems
+
+
+def _urllib3_errors():
+    """``urllib3.exceptions`` (``requests`` is loaded, so urllib3 is): what reading a body raises."""
+    from urllib3 import exceptions  # pylint: disable=import-outside-toplevel
+    return exceptions
+
+
+def webhook_limits(options):
+    """``(total seconds, headers)`` of a webhook's options, checked (pure): ``timeoutSeconds`` a number
+    from 0.1 to 300 (default 10), ``headers`` a mapping of strings; ``TrafficError`` naming the option
+    otherwise, so a bad option fails the traffic step (and closes the gate) instead of aborting the job."""
+    timeout = options.get("timeoutSeconds", DEFAULT_TIMEOUT)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0.1 <= timeout <= MAX_TIMEOUT:
+        raise TrafficError(CODE_SHIFT_FAILED, "trafficAdapterOptions.timeoutSeconds must be a number of seconds "
+                           "from 0.1 to %d, got %s" % (MAX_TIMEOUT, json.dumps(timeout)[:40]), phase="traffic")
+    headers = options.get("headers") or {}
+    if not isinstance(headers, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
+        raise TrafficError(CODE_SHIFT_FAILED, "trafficAdapterOptions.headers must map header names to strings",
+                           phase="traffic")
+    return float(timeout), dict(headers)
 
 
 class Adapter(abc.ABC):
@@ -208,8 +235,10 @@ class LocalFileAdapter(Adapter):
 
 class WebhookAdapter(Adapter):
     """``webhook``: POSTs each request to ``options.shiftUrl`` / ``options.rollbackUrl`` and fails
-    closed on a missing URL, a timeout, an unreachable controller, a non-2xx answer or an answer that
-    is not the expected JSON. ``options.headers`` (e.g. a bearer token) come from ``no_log`` variables
+    closed on a missing URL, a bad option (:func:`webhook_limits`), a redirect (never followed), an answer
+    that takes longer than ``timeoutSeconds`` in all or is larger than ``MAX_ANSWER_BYTES``, an
+    unreachable controller, a non-2xx answer or an answer that is not the expected JSON (weights whole
+    numbers equal to those asked). ``options.headers`` (e.g. a bearer token) come from ``no_log`` variables
     and are never written into evidence."""
 
     kind = "webhook"
@@ -236,22 +265,28 @@ class WebhookAdapter(Adapter):
         if requests is None:
             raise TrafficError(CODE_SHIFT_FAILED, "requests is required on the controller for the webhook adapter: %s"
                                % _requests.import_error(), phase="traffic", evidence=facts)
+        timeout, headers = webhook_limits(self.options)
         session = self.session or requests.Session()
-        timeout = float(self.options.get("timeoutSeconds") or DEFAULT_TIMEOUT)
+        deadline = time.monotonic() + timeout
         try:
-            response = session.post(url, json=body, timeout=timeout, headers=dict(self.options.get("headers") or {}))
-        except requests.Timeout:
+            # redirects are never followed: the credential header and the body go to this URL only
+            with session.post(url, json=body, timeout=timeout, headers=headers, allow_redirects=False,
+                              stream=True) as response:
+                facts["webhookStatus"] = response.status_code
+                if not 200 <= response.status_code < 300:
+                    raise TrafficError(CODE_SHIFT_FAILED, "webhook %s answered HTTP %d%s" % (
+                        facts["webhookUrl"], response.status_code,
+                        " (redirects are not followed)" if 300 <= response.status_code < 400 else ""),
+                        phase="traffic", evidence=facts)
+                data = self._read(response, deadline, timeout, facts)
+        except (requests.Timeout, _urllib3_errors().ReadTimeoutError):
             raise TrafficError(CODE_SHIFT_FAILED, "webhook %s timed out after %gs" % (facts["webhookUrl"], timeout),
                                phase="traffic", evidence=facts) from None
-        except requests.RequestException as exc:
+        except (requests.RequestException, _urllib3_errors().HTTPError) as exc:
             raise TrafficError(CODE_SHIFT_FAILED, "webhook %s unreachable: %s" % (
                 facts["webhookUrl"], type(exc).__name__), phase="traffic", evidence=facts) from None
-        facts["webhookStatus"] = response.status_code
-        if not 200 <= response.status_code < 300:
-            raise TrafficError(CODE_SHIFT_FAILED, "webhook %s answered HTTP %d" % (
-                facts["webhookUrl"], response.status_code), phase="traffic", evidence=facts)
         try:
-            answer = response.json()
+            answer = json.loads(data.decode("utf-8"))
         except ValueError:
             answer = None
         problems = check_answer(answer, body)
@@ -262,6 +297,24 @@ class WebhookAdapter(Adapter):
         if answer.get("dataPlaneUrl"):
             facts["dataPlaneUrl"] = redact_url(str(answer["dataPlaneUrl"]))
         return facts
+
+    @staticmethod
+    def _read(response, deadline, timeout, facts):
+        """The answer's body, within the step's total deadline and at most ``MAX_ANSWER_BYTES`` (a stall
+        between two pieces is bounded by the read timeout, so the whole answer by twice ``timeout``)."""
+        chunks, size = [], 0
+        # pieces as they arrive (one receive each), so the deadline is checked while a slow answer drips
+        read1 = getattr(response.raw, "read1", None)
+        for chunk in iter(lambda: read1(8192), b"") if read1 else response.iter_content(8192):
+            size += len(chunk)
+            if size > MAX_ANSWER_BYTES:
+                raise TrafficError(CODE_SHIFT_FAILED, "webhook %s answered more than %d bytes" % (
+                    facts["webhookUrl"], MAX_ANSWER_BYTES), phase="traffic", evidence=facts)
+            if time.monotonic() > deadline:
+                raise TrafficError(CODE_SHIFT_FAILED, "webhook %s did not finish its answer within %gs" % (
+                    facts["webhookUrl"], timeout), phase="traffic", evidence=facts)
+            chunks.append(chunk)
+        return b"".join(chunks)
 
 
 ADAPTERS = {LocalFileAdapter.kind: LocalFileAdapter, WebhookAdapter.kind: WebhookAdapter}

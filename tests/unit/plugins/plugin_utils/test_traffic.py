@@ -108,11 +108,31 @@ class Controller(http.server.BaseHTTPRequestHandler):
         data = b"not json" if mode == "garbage" else json.dumps(payload).encode()
         if mode == "wrong":
             data = json.dumps({"applied": {"controlWeight": 50, "treatmentWeight": 50}}).encode()
+        if mode == "false":  # JSON false where 0 is asked
+            data = json.dumps({"applied": {"controlWeight": False if body["controlWeight"] == 0 else
+                                           body["controlWeight"], "treatmentWeight": body["treatmentWeight"]}}).encode()
+        if mode == "huge":
+            data = b" " * (2 * 1024 * 1024) + json.dumps(payload).encode()
         try:
+            if mode == "redirect":
+                self.send_response(307)
+                self.send_header("Location", "http://127.0.0.1:%d/elsewhere" % self.server.server_address[1])
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
+            if mode == "drip":  # each piece in time (0.2 s apart), the whole answer not (gives up after 1.6 s)
+                started = time.monotonic()
+                for index in range(0, len(data), 4):
+                    if time.monotonic() - started > 1.6:
+                        return
+                    self.wfile.write(data[index:index + 4])
+                    self.wfile.flush()
+                    time.sleep(0.2)
+                return
             self.wfile.write(data)
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client gave up (the timeout case)
@@ -234,3 +254,31 @@ def test_no_adapter_evidence_never_says_traffic_moved():
         "strategy.traffic.rollback.shifted": False,
         "strategy.traffic.rollback.reason": "traffic_adapter_executor_missing",
         "strategy.traffic.rollback.slot": "active"}
+
+
+@pytest.mark.parametrize("mode, needle", [
+    ("redirect", "answered HTTP 307 (redirects are not followed)"),
+    ("huge", "answered more than 65536 bytes"),
+    ("drip", "did not finish its answer within 1s"),
+    ("false", "applied controlWeight is false, asked 0"),
+])
+def test_webhook_answers_are_bounded_and_exact(controller, mode, needle):
+    controller.mode = mode
+    with pytest.raises(tr.TrafficError) as info:
+        webhook(controller).shift(JOB, STEP)
+    assert info.value.code == "traffic_adapter_failed" and needle in info.value.reason, info.value.reason
+    # a redirect is never followed: the controller saw one request, at the shift URL
+    assert [path for path, _body, _auth in controller.seen] == ["/shift"]
+
+
+@pytest.mark.parametrize("options, needle", [
+    ({"timeoutSeconds": "ten"}, "timeoutSeconds must be a number"),
+    ({"timeoutSeconds": 0}, "timeoutSeconds must be a number"),
+    ({"headers": ["Authorization: x"]}, "headers must map header names to strings"),
+    ({"headers": {"X-Retries": 3}}, "headers must map header names to strings"),
+])
+def test_bad_webhook_options_fail_the_step_not_the_job(controller, options, needle):
+    with pytest.raises(tr.TrafficError) as info:
+        webhook(controller, **options).shift(JOB, STEP)
+    assert info.value.code == "traffic_adapter_failed" and needle in info.value.reason
+    assert controller.seen == []
