@@ -60,6 +60,11 @@ STEPS = collections.OrderedDict([
 ])
 
 
+# Steps of a job already recorded: the store they open must be the one its start wrote (never a new one).
+STORE_WRITTEN_STEPS = ("target", "traffic", "gate", "finish", "rollback_start", "rollback_target", "traffic_rollback",
+                       "close")
+
+
 def interrupt_gone_jobs(store, now):
     """Record every unfinished job whose run is gone (or whose claim lease expired) interrupted, which
     releases its projects, before a new job claims any; their job ids."""
@@ -92,7 +97,8 @@ class JobSteps:
         if missing:
             raise StellaError("job_store_missing", "no job store at %s (check mode creates none)" % missing,
                               phase="job")
-        store = _job_store.open_store(self.location)
+        # a step of a recorded job needs the store its start wrote: a vanished or truncated one is an error
+        store = _job_store.open_store(self.location, existing=args["step"] in STORE_WRITTEN_STEPS)
         try:
             if step.acting:
                 self._refuse_interrupted(self._job_of(store, args))

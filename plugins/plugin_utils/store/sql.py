@@ -461,10 +461,26 @@ def missing_sqlite(location=None):
     return path if path is not None and not os.path.isfile(os.path.expanduser(path)) else None
 
 
-def open_store(location=None):
+def vanished_sqlite(location=None):
+    """The path of the SQLite store ``location`` names when it is missing or empty (``None`` when it holds
+    a database, and for PostgreSQL): a store a running job already wrote that is now gone or truncated."""
+    path = _sqlite_path(location or DEFAULT_STORE)
+    if path is None:
+        return None
+    path = os.path.expanduser(path)
+    return path if not os.path.isfile(path) or os.path.getsize(path) == 0 else None
+
+
+def open_store(location=None, existing=False):
     """The store at ``location``: a file path, ``sqlite:///relative`` / ``sqlite:////absolute``, or a
-    PostgreSQL DSN ``postgresql://user@host:port/db`` (default ``DEFAULT_STORE``)."""
+    PostgreSQL DSN ``postgresql://user@host:port/db`` (default ``DEFAULT_STORE``). With ``existing``, a
+    SQLite store that is missing or empty is ``job_store_failed`` instead of a new, empty store: the
+    steps of a job that is under way must never start over on a blank store."""
     location = location or DEFAULT_STORE
+    if existing and vanished_sqlite(location):
+        raise store_error("job store %s is missing or empty, though this job was recorded there: it was removed or "
+                          "truncated; restore it from a backup (nothing was created in its place)"
+                          % vanished_sqlite(location))
     if location.startswith(("postgresql://", "postgres://")):
         from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.postgres import (  # pylint: disable=import-outside-toplevel
             PostgresJobStore)
