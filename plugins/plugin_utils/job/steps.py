@@ -191,7 +191,7 @@ class JobSteps:
                        minComposeVersion=args["min_compose_version"],
                        insecureRegistries=list(args["insecure_registries"]))
         planned = plan_job(release, hosts, resolved, job_id, options)
-        _traffic.check_weights(release["strategy"], release.get("strategyConfig"), len(planned["batches"]))
+        _traffic.check_traffic_config(release["strategy"], release.get("strategyConfig"), len(planned["batches"]))
         summary = {"release": release["release"], "tenant": release["tenant"], "environment": release["environment"],
                    "application": release["application"], "strategy": release["strategy"],
                    "strategyConfig": release.get("strategyConfig") or {}, "resolution": resolution}

@@ -20,6 +20,7 @@ from __future__ import annotations
 import abc
 import json
 import os
+import re
 import time
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.canonical import pretty_json
@@ -89,13 +90,29 @@ def step_weights(strategy, config, batch, batches):
     return 100 - treatment, treatment
 
 
-def check_weights(strategy, config, batches):
-    """Every batch's weights of a traffic strategy computed once at planning (pure), so a bad
-    ``trafficSteps`` / ``trafficWeights`` fails the plan (``traffic_config_invalid``, nothing touched),
-    never the traffic step of a running job. Other strategies move no traffic: nothing to check."""
+# Option names that carry credentials: they belong in the adapter options from variables (no_log), never
+# in the release, which the job record, its evidence and the store keep verbatim.
+_SECRET_OPTION = re.compile(r"(password|passwd|secret|token|credential|auth|headers|cookie|api[_-]?key)", re.I)
+
+
+def check_traffic_config(strategy, config, batches):
+    """The traffic part of a release checked once at planning (pure), so it fails the plan
+    (``traffic_config_invalid``, nothing touched), never the traffic step of a running job:
+
+    - every batch's weights of a traffic strategy (``trafficSteps``, ``trafficWeights``);
+    - no credential in ``trafficAdapterOptions`` (an option named like one, or a URL with userinfo):
+      credentials go in ``stella_traffic_adapter_options``, which is never logged or stored.
+    """
+    config = config or {}
     if strategy in TRAFFIC_STRATEGIES:
         for batch in range(max(batches, 1)):
             step_weights(strategy, config, batch, batches)
+    for name, value in sorted((config.get("trafficAdapterOptions") or {}).items()):
+        userinfo = isinstance(value, str) and "@" in value.split("://", 1)[-1].split("/", 1)[0]
+        if _SECRET_OPTION.search(str(name)) or userinfo:
+            raise StellaError("traffic_config_invalid", "strategyConfig.trafficAdapterOptions.%s carries credentials, "
+                              "which the job record and its evidence would keep: give them in "
+                              "stella_traffic_adapter_options (never logged or stored) instead" % name, phase="plan")
 
 
 def standby_evidence(reason, slot):

@@ -249,6 +249,10 @@ def test_a_string_boolean_in_the_strategy_config_is_refused_before_anything_is_r
     ("canary", {"trafficSteps": [50, 10]}, "trafficSteps must not decrease"),
     ("a-b", {"trafficWeights": {"control": 30, "treatment": 30}}, "trafficWeights must add up to 100"),
     ("canary", {"trafficSteps": ["ten"]}, "must be a number from 0 to 100"),
+    ("blue-green", {"trafficAdapter": "webhook", "trafficAdapterOptions": {
+        "shiftUrl": "https://router:s3cret-Planted@router.example/shift"}}, "trafficAdapterOptions.shiftUrl carries"),
+    ("blue-green", {"trafficAdapter": "webhook", "trafficAdapterOptions": {
+        "shiftUrl": "https://router.example/shift", "password": "s3cret-Planted"}}, "trafficAdapterOptions.password"),
 ])
 def test_bad_traffic_weights_fail_the_plan_before_anything_is_stored(tmp_path, strategy, config, reason):
     """The weights of every batch are computed at planning: a bad one never reaches a running job's
@@ -260,7 +264,7 @@ def test_bad_traffic_weights_fail_the_plan_before_anything_is_stored(tmp_path, s
                                               "targets": ["localhost"]}, "ignore_errors": True}
     _proc, [result] = playbook(tmp_path, [start])
     assert result["failed"] is True and result["code"] == "traffic_config_invalid", result
-    assert reason in result["msg"]
+    assert reason in result["msg"] and "s3cret-Planted" not in json.dumps(result)
     store = _job_store.open_store(location)
     try:
         assert store.list() == []
