@@ -285,14 +285,12 @@ class JobSteps:
         return {"jobId": record["jobId"], "batch": batch, "skipped": False, "traffic": evidence, "failure": failure}
 
     def _traffic_rollback(self, store, args):
-        """After the targets were rolled back: every request back on the control slot, through the
+        """After the targets were rolled back, or after a failed job that shifted traffic and rolled no
+        target back (_job_traffic.puts_traffic_back): every request back on the control slot, through the
         same adapter. A required adapter that is missing or fails fails the rollback closed."""
         record = self._job_of(store, args)
-        rollback = record.get("rollback") or {}
-        planned = [n for batch in rollback.get("batches") or [] for n in batch]
         step = _job_traffic.rollback_step(record, record.get("reason"))
-        restored = bool(planned) and all(record["targets"][n]["status"] == "RolledBack" for n in planned)
-        if step is None or record["status"] not in ("RollingBack", "Running") or not restored:
+        if step is None or not _job_traffic.puts_traffic_back(record):
             return {"jobId": record["jobId"], "skipped": True}
         evidence, failure = self._run_adapter(record, step, args)
         store.update(record["jobId"], lambda r: _job_traffic.record_rollback(r, evidence, utc_timestamp(), failure))

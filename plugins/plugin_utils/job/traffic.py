@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.record import AUTO_ROLLBACK_DISABLED
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.traffic import adapters as _traffic
 
 DEFAULT_CONTROL_SLOT = "active"
@@ -58,6 +59,26 @@ def rollback_step(record, reason):
             "rollback": True, "reason": reason}
 
 
+def puts_traffic_back(record):
+    """Whether the job's traffic rollback runs now (pure):
+
+    - after a rollback of its targets (rolling back, or an operator rollback job): when every planned
+      target was restored;
+    - after a failed job whose targets were not rolled back (none retained a revision, e.g. a first
+      canary): when this job shifted traffic, since traffic it moved must not stay on a failed release.
+      Not when ``autoRollbackOnFailure`` is false: the job then stays as the failure left it.
+    Never twice."""
+    if record.get("trafficRollback"):
+        return False
+    rollback = record.get("rollback") or {}
+    planned = [n for batch in rollback.get("batches") or [] for n in batch]
+    if planned:
+        return record["status"] in ("RollingBack", "Running") and all(
+            record["targets"][n]["status"] == "RolledBack" for n in planned)
+    shifted = any((step.get("evidence") or {}).get(_traffic.PREFIX + "shifted") for step in record.get("traffic") or [])
+    return record["status"] == "Failed" and shifted and rollback.get("skipReason") != AUTO_ROLLBACK_DISABLED
+
+
 def job_facts(record):
     """What a shift request says about the job."""
     return {key: record.get(key) for key in ("jobId", "release", "strategy", "application", "environment")}
@@ -82,9 +103,13 @@ def record_shift(record, step, evidence, now, failure=None):
 
 
 def record_rollback(record, evidence, now, failure=None):
-    """Persist the traffic rollback; a failure fails the rollback closed (the job ends ``Failed``)."""
+    """Persist the traffic rollback; a failure fails the rollback closed (the job ends ``Failed``). For a
+    job already ``Failed`` (no target rolled back) a failure is added to its reason."""
     new = _copy(record, now)
     new["trafficRollback"] = {"at": now, "evidence": dict(evidence), "failure": dict(failure) if failure else None}
+    if failure and new["status"] == "Failed":
+        new["reason"] = "%s; traffic rollback failed: %s: %s" % (new.get("reason") or "deployment failed",
+                                                                 failure["code"], failure["reason"])
     new["strategyEvidence"] = dict(new.get("strategyEvidence") or {}, **evidence)
     return new
 

@@ -84,3 +84,34 @@ def test_job_show_prints_each_traffic_step_and_the_traffic_rollback():
     text = _job_view.render_text(record)
     assert "  traffic: traffic_shift shifted control 90 / treatment 10 slot canary (webhook)\n" in text
     assert "traffic rollback: traffic_rollback failed slot active: HTTP 500\n" in text
+
+
+def first_canary_failing_later(auto_rollback=True):
+    """A canary whose first target (no previous revision) took 10 % of the traffic in batch 1, then
+    failed its probe in batch 2: no target retained a revision, so no target is rolled back."""
+    record = job("canary", {"trafficSteps": [10, 50, 100]}, batches=(("t1",), ("t2",)))
+    record["options"]["autoRollbackOnFailure"] = auto_rollback
+    record = _job.finish_target(record, "t1", True, T0)
+    step = _job_traffic.shift_step(record, 0)
+    record = _job_traffic.record_shift(record, step, {"strategy.traffic.shifted": True,
+                                                      "strategy.traffic.treatmentWeight": 10}, T0)
+    record = _job.record_gate(record, _strategy.gate(0, [("t1", "Succeeded", None)]), T0)
+    record = _job.finish_target(record, "t2", False, T0, reason="probe failed")
+    return _job.auto_rollback(_job.finish(record, T0), T0)
+
+
+def test_traffic_this_job_moved_is_put_back_though_no_target_was_rolled_back():
+    record = first_canary_failing_later()
+    assert record["status"] == "Failed" and record["rollback"]["attempted"] is False
+    assert _job_traffic.puts_traffic_back(record)
+    back = _job_traffic.record_rollback(record, {"strategy.traffic.rollback.shifted": False}, T0,
+                                        {"code": "traffic_adapter_rollback_failed", "reason": "HTTP 500"})
+    assert back["reason"].endswith("; traffic rollback failed: traffic_adapter_rollback_failed: HTTP 500")
+    assert not _job_traffic.puts_traffic_back(back)  # never twice
+
+
+def test_no_traffic_put_back_when_none_moved_or_auto_rollback_is_off():
+    assert not _job_traffic.puts_traffic_back(first_canary_failing_later(auto_rollback=False))
+    record = job("canary", batches=(("t1",),))
+    record = _job.auto_rollback(_job.finish(_job.finish_target(record, "t1", False, T0, reason="boom"), T0), T0)
+    assert not _job_traffic.puts_traffic_back(record)  # nothing was shifted
