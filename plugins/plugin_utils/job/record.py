@@ -365,7 +365,8 @@ def operator_rollback(source, job_id, now, revision_paths=None, reason=None, own
 
 def recovery_started(source, rollback_job, now):
     """The deployment ``source`` as an operator rollback job of it began: ``RollingBack``, with event
-    ``RollbackStarted`` at the rollback's start (the first of :func:`recovered`'s two revisions)."""
+    ``RollbackStarted`` at the rollback's start (the first of two revisions;
+    :func:`recovery_ended` writes the second)."""
     rollback = rollback_job["rollback"]
     new = _copy(source, now)
     _move(new, "RollingBack")
@@ -401,12 +402,6 @@ def recovery_ended(source, rollback_job, now):
     new["recovery"] = {"rollbackJobId": rollback_job["jobId"], "status": "rolled_back" if restored else "rollback_failed",
                        "reason": rollback.get("reason"), "startedAt": rollback["startedAt"], "completedAt": now}
     return new
-
-
-def recovered(source, rollback_job, now):
-    """The two revisions of the deployment an operator rolled back, as one: :func:`recovery_started`
-    then :func:`recovery_ended`."""
-    return recovery_ended(recovery_started(source, rollback_job, now), rollback_job, now)
 
 
 def rollback_orders(record, source=None):

@@ -414,7 +414,7 @@ class JobSteps:
     def _recover_source(store, record, source, rollback, evidence_id):
         """The deployment an operator rollback job rolled back goes through RollingBack to RolledBack (or
         Failed), once per rollback job, and its projection carries the rollback's ``rollback.evidence.*``
-        keys (:func:`_job.recovered`)."""
+        keys (:func:`_job.recovery_started`, :func:`_job.recovery_ended`)."""
         if any(e.get("rollbackJobId") == record["jobId"] for e in source.get("events") or []):
             return
         now = utc_timestamp()

@@ -34,6 +34,7 @@ import shutil
 import subprocess
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import COMPOSE_PREFLIGHT
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.imageref import (
     DEFAULT_REGISTRY, parse_image_ref, registry_key,
 )
@@ -95,6 +96,7 @@ class RegistryCredentials:
         self.environ = dict(os.environ if environ is None else environ)
         self.config_path = docker_config_path(self.environ) if config_path is None else (config_path or None)
         self._config = None
+        self._raw = None
         self._found = {}
         self.warnings = []
 
@@ -137,8 +139,26 @@ class RegistryCredentials:
                                   % (self.config_path, type(exc).__name__))
         return self._config
 
+    def _mentions(self, key):
+        """Whether the Docker config can hold credentials for ``key``: a ``credsStore``, a ``credHelpers``
+        entry or an ``auths`` entry for it (a config without those sections is the legacy auths-only
+        form). Read as plain JSON once, so a task whose registry the config does not name never imports
+        the docker SDK (about 0.14 s in every apply task on a controller that has a Docker config)."""
+        if self._raw is None:
+            try:
+                with open(self.config_path, "r", encoding="utf-8") as handle:
+                    raw = json.load(handle)
+            except (OSError, ValueError) as exc:
+                raise StellaError("invalid_request", "Docker client config %s cannot be read: %s"
+                                  % (self.config_path, type(exc).__name__))
+            self._raw = raw if isinstance(raw, dict) else {}
+        raw = self._raw
+        sections = [raw.get(name) for name in ("auths", "credHelpers", "credsStore")]
+        names = list(raw) if not any(sections) else list(raw.get("auths") or {}) + list(raw.get("credHelpers") or {})
+        return bool(raw.get("credsStore")) or key in {registry_key(name) for name in names}
+
     def _from_docker_config(self, key):
-        if not self.config_path:
+        if not self.config_path or not self._mentions(key):
             return None
         config = self._load()
         helpers = {registry_key(name): helper for name, helper in (config.cred_helpers or {}).items()}
@@ -214,20 +234,17 @@ class RegistryCredentials:
 
 def preflight_registries(preflight):
     """The registries a preflight's options ask: the one of ``registry_url`` and the one of its image
-    (``payload.ImageReference`` or ``image_reference``); none when registry reachability is skipped."""
-    payload = preflight.get("payload") or {}
-    mode = payload.get("RegistryReachabilityMode") or preflight.get("registry_reachability_mode")
-    if str(mode or "").lower() == "skip":
+    (the ``compose.preflight`` payload read as the target reads it, ``COMPOSE_PREFLIGHT``); none when
+    registry reachability is skipped. Options the preflight refuses give none: it says what is wrong."""
+    try:
+        request = COMPOSE_PREFLIGHT.parse(preflight.get("payload"), preflight)
+        if str(request.get("registry_reachability_mode") or "").lower() == "skip":
+            return []
+        found = [registry_key(preflight["registry_url"])] if preflight.get("registry_url") else []
+        if request.get("image_reference"):
+            found.append(parse_image_ref(request["image_reference"]).registry)
+    except StellaError:
         return []
-    found = []
-    if preflight.get("registry_url"):
-        found.append(registry_key(preflight["registry_url"]))
-    image = payload.get("ImageReference") or preflight.get("image_reference")
-    if image:
-        try:
-            found.append(parse_image_ref(image).registry)
-        except StellaError:
-            pass  # the preflight itself says what is wrong with the reference
     return sorted(set(found))
 
 

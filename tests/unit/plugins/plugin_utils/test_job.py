@@ -235,7 +235,7 @@ def test_the_deployment_an_operator_rolled_back_goes_through_rolling_back(restor
                                                reason=None if restore_all else "rollback_failed: boom")
     rollback = _job.finish_rollback(rollback, "T1")
     assert rollback["status"] == ("RolledBack" if restore_all else "Failed")
-    after = _job.recovered(source, rollback, "T1")
+    after = _job.recovery_ended(_job.recovery_started(source, rollback, "T1"), rollback, "T1")
     assert after["status"] == ("RolledBack" if restore_all else "Failed")
     assert after["promotion"] == "Succeeded" and after["reason"] == source["reason"]
     assert [(e["kind"], e["rollbackJobId"]) for e in after["events"]] == [

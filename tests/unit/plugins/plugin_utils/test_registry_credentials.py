@@ -169,3 +169,14 @@ def test_planning_names_the_source_never_the_value(tmp_path):
     result = DigestResolver(found, transport=registry).resolve("registry.example.com/shop/web:1.0")
     assert result["credentialSource"] == "docker-config:auths"
     assert "auth-password-Planted" not in json.dumps(result)
+
+
+def test_a_registry_the_config_does_not_name_is_answered_without_the_docker_sdk(tmp_path, monkeypatch):
+    from ansible_collections.stellaops.runtime.plugins.plugin_utils.release import credentials as _credentials
+
+    imported = []
+    real = _credentials._docker_auth
+    monkeypatch.setattr(_credentials, "_docker_auth", lambda: imported.append(True) or real())
+    found = creds(tmp_path, "linux-docker-login.json")
+    assert found.get("ghcr.io") is None and imported == []
+    assert found.get("127.0.0.1:5002")["source"] == "docker-config:auths" and imported == [True]
