@@ -17,7 +17,7 @@ description:
     M(stellaops.runtime.stella_plan), M(stellaops.runtime.stella_preflight),
     M(stellaops.runtime.stella_compose_deploy), M(stellaops.runtime.stella_probe) and
     M(stellaops.runtime.stella_rollback) into evidence records and writes them atomically under
-    O(dest)C(/<projectName>/<jobId>/).
+    O(dest)C(/<projectName>/<jobId>/<target>/) (the target's id).
   - V(deployment) writes C(deployment.json) (C(stella.deployment.evidence.v1)). Its C(status) is
     V(succeeded) only when every condition of the contract's success boundary holds, preflight passed,
     images pinned and pulled, workload running, runtime verified, sticker recorded, and the health

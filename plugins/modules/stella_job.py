@@ -243,7 +243,7 @@ options:
   evidence_dir:
     description:
       - O(step=close). Where C(jobs/<job id>/job.json) (and C(rollback-evidence.json)) are written.
-      - O(step=target). Where the target's C(<project>/<job id>/deployment.json) is written.
+      - O(step=target). Where the target's C(<project>/<job id>/<target>/deployment.json) is written.
     type: path
   report:
     description:

@@ -514,7 +514,7 @@ class RoleRun:
         ``job.json`` (and ``rollback-evidence.json`` after a rollback)."""
         plan = results["plan"]
         documents = {}
-        for directory in (os.path.join(self.evidence_dir, plan["projectName"], plan["jobId"]),
+        for directory in (os.path.join(self.evidence_dir, plan["projectName"], plan["jobId"], plan["target"]["id"]),
                           os.path.join(self.evidence_dir, "jobs", plan["jobId"])):
             if os.path.isdir(directory):
                 documents.update({name: json.load(open(os.path.join(directory, name), encoding="utf-8"))

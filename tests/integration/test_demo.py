@@ -45,7 +45,7 @@ def test_demo_deploys_probes_and_is_idempotent(lab, tmp_path):
     assert recap(first)["failed"] == 0
     job = printed(first, "job")
     evidence = printed(first, "evidence")
-    assert evidence.endswith("/%s/deployment.json" % job), evidence
+    assert re.search(r"/%s/[^/]+/deployment\.json\Z" % re.escape(job), evidence), evidence
     with open(evidence, "rb") as handle:
         first_bytes = handle.read()
     record = json.loads(first_bytes)

@@ -4,7 +4,7 @@ Each scenario deploys with ``tests/integration/playbooks/deploy_role.yml`` (the 
 as extra vars from a JSON file) on localhost (``-c local``) or on a DinD lab target over SSH. Every run of
 the role is a one-target deployment job in the scenario's own job store (a SQLite file under
 ``tmp_path``); the test reads what the role registered, the job's evidence on the controller
-(``<evidence_dir>/<project>/<job id>/deployment.json``, ``<evidence_dir>/jobs/<job id>/job.json`` and,
+(``<evidence_dir>/<project>/<job id>/<target>/deployment.json``, ``<evidence_dir>/jobs/<job id>/job.json`` and,
 after a rollback, ``rollback-evidence.json``) and the state of the target's engine. Every scenario has
 its own tenant/application (so its own Compose project) and removes its project in a ``finally`` block.
 
@@ -165,7 +165,8 @@ class Scenario:
     def evidence_dirs(self, results):
         """``(the target's deployment evidence directory, the job's evidence directory)`` of the run's job."""
         job_id = self.job_id(results)
-        return (os.path.join(self.evidence_dir, self.plan(results)["projectName"], job_id),
+        plan = self.plan(results)
+        return (os.path.join(self.evidence_dir, plan["projectName"], job_id, plan["target"]["id"]),
                 os.path.join(self.evidence_dir, "jobs", job_id))
 
     def evidence(self, results):

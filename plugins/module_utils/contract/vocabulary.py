@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import datetime
+import hashlib
 import posixpath
 import re
 
@@ -67,14 +68,30 @@ DOCKER_REVISION_DIR = "previous"
 DOCKER_PREVIOUS_SUFFIX = "-stella-previous"
 DOCKER_REPLACED_SUFFIX = "-stella-replaced"
 DOCKER_ROLLED_BACK_SUFFIX = "-stella-rolled-back"
-# Evidence on the controller: a target's deployment records under ``<root>/<projectName>/<jobId>/``, a
-# job's own records (job.json, rollback-evidence.json, report.html) under ``<root>/jobs/<jobId>/``.
+# Evidence on the controller: a target's deployment records under ``<root>/<projectName>/<jobId>/<target>/``
+# (the target's part keeps targets apart when a release names one projectName for all of them), a job's
+# own records (job.json, rollback-evidence.json, report.html) under ``<root>/jobs/<jobId>/``.
 EVIDENCE_JOBS_DIR = "jobs"
+_PATH_COMPONENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}\Z")
 
 
-def deployment_evidence_dir(root, project_name, job_id):
-    """Where one target's deployment evidence of job ``job_id`` is written."""
+def path_component(name):
+    """``name`` as one plain path component: itself when it is one, else its other characters replaced
+    and a digest of the whole name appended, so two names never share a component."""
+    if _PATH_COMPONENT.match(name):
+        return name
+    cleaned = re.sub(r"[^A-Za-z0-9._-]", "_", name)[:64].lstrip("._-") or "x"
+    return "%s__%s" % (cleaned, hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:12])
+
+
+def project_evidence_dir(root, project_name, job_id):
+    """Where the deployment evidence of every target of job ``job_id`` deploying ``project_name`` lies."""
     return posixpath.join(root, project_name or "unknown-project", job_id or "unknown-job")
+
+
+def deployment_evidence_dir(root, project_name, job_id, target_id):
+    """Where the deployment evidence of target ``target_id`` in job ``job_id`` is written."""
+    return posixpath.join(project_evidence_dir(root, project_name, job_id), path_component(target_id or "unknown-target"))
 
 
 def job_evidence_dir(root, job_id):

@@ -47,6 +47,7 @@ def write_documents(directory, documents, check_mode=False):
 
 def write_target_documents(root, plan, documents, check_mode=False):
     """Write one target's evidence ``documents`` into its deployment's directory under ``root``
-    (``<projectName>/<jobId>/``); ``(directory, {name: {"path", "sha256"}})``."""
-    directory = deployment_evidence_dir(root, plan.get("projectName"), plan.get("jobId"))
+    (``<projectName>/<jobId>/<target>/``); ``(directory, {name: {"path", "sha256"}})``."""
+    directory = deployment_evidence_dir(root, plan.get("projectName"), plan.get("jobId"),
+                                        (plan.get("target") or {}).get("id"))
     return directory, write_documents(directory, documents, check_mode=check_mode)

@@ -26,7 +26,7 @@ import sys
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError, redact_url
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
-    deployment_evidence_dir, job_evidence_dir, utc_timestamp)
+    job_evidence_dir, project_evidence_dir, utc_timestamp)
 from ansible_collections.stellaops.runtime.plugins.module_utils.host.files import atomic_write
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import owner as _job_owner
@@ -264,7 +264,7 @@ def evidence_dirs(root, job):
         return []
     projects = [project for project in job.get("projects") or () if SAFE_NAME.match(project)]
     return [job_evidence_dir(root, job["jobId"])] + [
-        deployment_evidence_dir(root, project, job["jobId"]) for project in projects]
+        project_evidence_dir(root, project, job["jobId"]) for project in projects]
 
 
 def within(root, directory):

@@ -5,6 +5,7 @@ of revisions is a job option, and a negative one is refused."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -270,3 +271,33 @@ def test_bad_traffic_weights_fail_the_plan_before_anything_is_stored(tmp_path, s
         assert store.list() == []
     finally:
         store.close()
+
+
+def test_targets_sharing_an_explicit_project_name_get_their_own_deployment_evidence(tmp_path):
+    """A release that names one ``projectName`` for every target: each target's ``deployment.json`` is
+    its own file (``<projectName>/<jobId>/<target>/``), and the SHA-256 the job record keeps for it is
+    the one of that file (all targets once wrote one path, the last one's document winning)."""
+    location, evidence = str(tmp_path / "jobs.sqlite3"), str(tmp_path / "evidence")
+    release = dict(PINNED, projectName="shop-shared")
+    targets = ["tgt-a", "ops@tgt-b"]
+    tasks = [{"stellaops.runtime.stella_job": {"step": "start", "store": location, "release": release,
+                                               "targets": targets}, "register": "started"}]
+    tasks += [{"stellaops.runtime.stella_job": {
+        "step": "target", "store": location, "job_id": "{{ started.jobId }}", "target": name,
+        "plan": "{{ started.plans['%s'] }}" % name, "evidence_dir": evidence,
+        "result": {"changed": True, "deploymentPhases": [{"name": "prepare", "status": "succeeded"}]}}}
+        for name in targets]
+    proc, results = playbook(tmp_path, tasks, "-i", ",".join(targets) + ",")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    job_id = results[0]["jobId"]
+    paths = {}
+    for name, result in zip(targets, results[1:]):
+        written = result["target"]["evidence"]["deployment.json"]
+        with open(written["path"], "rb") as handle:
+            content = handle.read()
+        assert hashlib.sha256(content).hexdigest() == written["sha256"].split(":")[-1], name
+        assert json.loads(content)["target"]["targetId"] == name
+        paths[name] = written["path"]
+    assert paths["tgt-a"] == os.path.join(evidence, "shop-shared", job_id, "tgt-a", "deployment.json")
+    assert len(set(paths.values())) == 2 and all(
+        os.path.dirname(os.path.dirname(path)) == os.path.join(evidence, "shop-shared", job_id) for path in paths.values())
