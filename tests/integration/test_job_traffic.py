@@ -187,10 +187,13 @@ def test_webhook_faults_fail_closed_and_nothing_claims_traffic_moved(lab, fleet,
         green = ports["green"]
         release = fj.release("app_v2", "2.0.0", "blue-green", {"trafficAdapter": "webhook"}, port=green)
         cases = [("down", "unreachable"), ("slow", "timed out"), ("500", "answered HTTP 500"),
-                 ("garbage", "answer invalid")]
+                 ("garbage", "answer invalid"), ("headers", "headers must map header names to strings")]
         for mode, needle in cases:
             if mode == "down":
                 options = webhook_options(plane, shiftUrl="http://127.0.0.1:%d/shift" % free_port())
+            elif mode == "headers":  # the job ends (it once stayed Running: the traffic step crashed)
+                plane.mode("ok")
+                options = webhook_options(plane, headers=["Authorization: Bearer " + SECRET])
             else:
                 plane.mode(mode)
                 options = webhook_options(plane, timeoutSeconds=2)

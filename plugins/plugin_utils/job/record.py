@@ -236,6 +236,9 @@ def finish(record, now):
     traffic = (new.get("trafficRollback") or {}).get("failure")
     if traffic and not (failed or gate):
         gate = {"reason": "traffic rollback failed: %s" % traffic["reason"], "code": traffic["code"]}
+    if new.get("stepFailure") and not (failed or gate):  # a controller step failed (job/step_failure.py)
+        gate = {"reason": "controller step %(step)s failed: %(reason)s" % new["stepFailure"],
+                "code": new["stepFailure"]["code"]}
     if failed or gate:
         first = new["targets"][failed[0]] if failed else {}
         reason = ("target %s: %s" % (failed[0], first["reason"])) if failed else gate["reason"]

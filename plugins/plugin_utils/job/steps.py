@@ -27,6 +27,7 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import traff
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import view as _job_view
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import projection as _projection
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence import report as _report
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import step_failure as _step_failure
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import strategy as _strategy
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.traffic import adapters as _traffic
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.plan import (
@@ -63,6 +64,12 @@ STEPS = collections.OrderedDict([
 # Steps of a job already recorded: the store they open must be the one its start wrote (never a new one).
 STORE_WRITTEN_STEPS = ("target", "traffic", "gate", "finish", "rollback_start", "rollback_target", "traffic_rollback",
                        "close")
+
+# Steps of a running job whose own error would end the playbook before the job is closed: an error
+# inside one is recorded in the job instead (job/step_failure.py), unless it says the job cannot be
+# written or must go no further.
+RECORDED_FAILURE_STEPS = ("target", "traffic", "gate", "finish")
+UNRECORDED_CODES = (JOB_INTERRUPTED, "job_not_found", "job_store_failed")
 
 
 def interrupt_gone_jobs(store, now):
@@ -102,9 +109,41 @@ class JobSteps:
         try:
             if step.acting:
                 self._refuse_interrupted(self._job_of(store, args))
-            return getattr(self, "_" + args["step"])(store, args)
+            try:
+                return getattr(self, "_" + args["step"])(store, args)
+            except Exception as exc:  # pylint: disable=broad-except  # recorded, so the job still ends
+                if args["step"] not in RECORDED_FAILURE_STEPS or getattr(exc, "code", None) in UNRECORDED_CODES:
+                    raise
+                return self._step_failed(store, args, exc)
         finally:
             store.close()
+
+    def _step_failed(self, store, args, exc):
+        """An error inside step ``args["step"]`` of a running job, recorded in the job so that the gate
+        closes and the job is finished, its rollback decided (job/step_failure.py); the step then answers
+        as it does when the job failed, with a warning saying what happened."""
+        code = exc.code if isinstance(exc, StellaError) else _step_failure.INTERNAL_ERROR
+        text = exc.reason if isinstance(exc, StellaError) else "%s: %s" % (type(exc).__name__, exc)
+        reason = redact_text(first_line(text) or type(exc).__name__, self.secrets)
+        now, step = utc_timestamp(), args["step"]
+        record = self._job_of(store, args)
+        if step == "finish":
+            if record["status"] not in ("Running", "Failed") or record.get("rollback") is not None:
+                raise exc
+            record = store.update(args["job_id"], lambda r: _step_failure.abandoned(r, code, reason, now))
+            outcome = _job.rollback_orders(record)
+        else:
+            if record["status"] != "Running":
+                raise exc
+            batch = args["batch"] if args["batch"] is not None else next(
+                (record["targets"][n]["batch"] for n in args["targets"] if n in record["targets"]), None)
+            record = store.update(args["job_id"], lambda r: _step_failure.step_failed(
+                r, step, code, reason, now, batch=batch, target=args["target"] if step == "target" else None))
+            outcome = _step_failure.answer(record, step, args["target"], batch)
+        warning = "job %s: step %s failed (%s: %s); the error is recorded in the job, which fails" % (
+            args["job_id"], step, code, reason)
+        return dict(outcome, stepFailure={"step": step, "code": code, "reason": reason},
+                    warnings=list(outcome.get("warnings") or []) + [warning])
 
     def _need(self, args, *names):
         for name in names:
@@ -302,7 +341,7 @@ class JobSteps:
         when ``requireTrafficAdapter`` is set."""
         config, required = _job_traffic.traffic_config(record)
         options = plain(args["traffic_options"], "traffic_options")
-        self.secrets.extend(str(v) for v in (options.get("headers") or {}).values())
+        self.secrets.extend(_traffic.header_values(options))
         adapter, why = _traffic.resolve(config, options)
         if adapter is None:
             failure = {"code": why, "reason": "no traffic adapter ran: %s" % why} if required else None
@@ -320,7 +359,8 @@ class JobSteps:
             batch = found["batch"] = self._batch_of(record, args)
             outcomes = [(n, record["targets"][n]["status"], record["targets"][n]["reason"])
                         for n in record["batches"][batch]]
-            decision = _strategy.gate(batch, outcomes, _job_traffic.gate_failure(record, batch))
+            decision = _strategy.gate(batch, outcomes, _job_traffic.gate_failure(record, batch),
+                                      _step_failure.gate_failure(record))
             return _job.record_gate(record, decision, utc_timestamp())
         record = store.update(args["job_id"], change)
         decision = [g for g in record["gates"] if g["batch"] == found["batch"]][0]

@@ -92,13 +92,14 @@ def plan_batches(strategy, strategy_config, targets):
     return batches
 
 
-def gate(batch_index, outcomes, traffic_failure=None):
+def gate(batch_index, outcomes, traffic_failure=None, step_failure=None):
     """The strategy gate after batch ``batch_index`` (0-based).
 
     ``outcomes`` is ``[(target, status, reason), ...]`` for the batch's targets; ``traffic_failure``
     (``{"code", "reason"}``) a failed or required-but-missing traffic adapter after the batch. Returns
     ``{"batch": i, "proceed": bool, "reason": str, "failedTargets": [...]}`` (plus ``code`` when the
-    traffic adapter closed it).
+    traffic adapter closed it); ``step_failure`` (``{"code", "reason"}``) an error inside one of the
+    controller's steps of the job (job/step_failure.py).
     """
     failed = [(name, reason) for name, status, reason in outcomes if status != "Succeeded"]
     if not outcomes:
@@ -111,6 +112,9 @@ def gate(batch_index, outcomes, traffic_failure=None):
                 "reason": "strategy gate closed after batch %d: target %s failed: %s%s" % (
                     batch_index + 1, name, reason or "no result", more),
                 "failedTargets": [n for n, _r in failed]}
+    if step_failure:
+        return {"batch": batch_index, "proceed": False, "code": step_failure["code"], "failedTargets": [],
+                "reason": "strategy gate closed after batch %d: %s" % (batch_index + 1, step_failure["reason"])}
     if traffic_failure:
         return {"batch": batch_index, "proceed": False, "code": traffic_failure["code"], "failedTargets": [],
                 "reason": "strategy gate closed after batch %d: traffic: %s" % (batch_index + 1,

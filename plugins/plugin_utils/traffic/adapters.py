@@ -172,6 +172,13 @@ def _urllib3_errors():
     return exceptions
 
 
+def header_values(options):
+    """The values of ``options.headers`` as strings (secrets to redact), whatever its shape (pure)."""
+    headers = options.get("headers") or {}
+    values = headers.values() if isinstance(headers, dict) else headers if isinstance(headers, (list, tuple)) else [headers]
+    return [str(value) for value in values]
+
+
 def webhook_limits(options):
     """``(total seconds, headers)`` of a webhook's options, checked (pure): ``timeoutSeconds`` a number
     from 0.1 to 300 (default 10), ``headers`` a mapping of strings; ``TrafficError`` naming the option
