@@ -163,3 +163,102 @@ def test_the_provider_speaks_only_json_lines(provider_bin):
     assert [line["type"] for line in lines] == ["debug", "error"]
     metadata = subprocess.run(["stella", "compose", "metadata"], env=env, capture_output=True, check=True, timeout=60)
     assert set(json.loads(metadata.stdout)) == {"description", "up", "down", "stop", "pull"}
+
+
+# ---- an image pull loaded from the local daemon (the `local` verdict, a build-only image)
+
+def built_image(lab, tmp_path):
+    """A local-only image (in no registry, no RepoDigests): the lab's app with a label of its own."""
+    subprocess.run(["docker", "pull", "--quiet", lab["images"]["app_v1"]["loopback_ref"]], check=True, capture_output=True,
+                   timeout=300)
+    context = tmp_path / "build"
+    context.mkdir()
+    base = lab["images"]["app_v1"]["loopback_ref"]
+    (context / "Dockerfile").write_text("FROM %s\nLABEL stella.test=%s\n" % (base, uuid.uuid4().hex))
+    tag = "stella-local-%s/web:dev" % uuid.uuid4().hex[:8]
+    subprocess.run(["docker", "build", "--quiet", "--tag", tag, str(context)], check=True, capture_output=True,
+                   timeout=300, env=dict(os.environ, DOCKER_BUILDKIT="0"))
+    image_id = json.loads(subprocess.run(["docker", "image", "inspect", tag], check=True, capture_output=True,
+                                         text=True).stdout)[0]["Id"]
+    return tag, image_id
+
+
+def provider_pull(cp, image, image_id):
+    """``stella compose pull --source=local`` as a Compose with the pull hook runs it during ``up`` (2.40.3 has
+    no pull hook): the image's ``docker save`` tar answered to ``get-image`` as a chunked stream."""
+    tar = subprocess.run(["docker", "save", image], check=True, capture_output=True, timeout=300).stdout
+    subprocess.run(["docker", "rmi", image], check=True, capture_output=True)  # only the stream brings it back
+    proc = subprocess.Popen(["stella", "compose", "--project-name=%s" % cp.name, "pull", "--image=%s" % image,
+                             "--source=local", "--policy=missing", "--digest=%s" % image_id,
+                             "--state_directory=%s" % cp.state, "web"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, env=dict(cp.env, COMPOSE_PROVIDER_MESSAGES="error,info,debug,get-image"))
+    seen = []
+    for raw in proc.stdout:
+        seen.append(json.loads(raw))
+        if seen[-1]["type"] == "get-image":
+            proc.stdin.write(b'{"type": "image-stream", "encoding": "chunked", "media-type": "application/x-tar"}\n')
+            for start in range(0, len(tar), 65536):
+                block = tar[start:start + 65536]
+                proc.stdin.write(b"%x\r\n" % len(block) + block + b"\r\n")
+            proc.stdin.write(b"0\r\n")
+            proc.stdin.flush()
+    assert proc.wait(timeout=300) == 0, seen
+    return seen
+
+
+def test_compose_up_deploys_the_image_pull_loaded_pinned_by_its_id(lab, provider_bin, tmp_path):
+    image, image_id = built_image(lab, tmp_path)
+    cp = ComposeProject(tmp_path, provider_bin, lab, image=image)
+    try:
+        seen = provider_pull(cp, image, image_id)
+        assert [line["type"] for line in seen] == ["get-image", "info"] and image_id in seen[-1]["message"], seen
+        first = cp.compose("up", "-d")
+        assert first.returncode == 0, first.stdout + first.stderr
+        record = cp.jobs()[-1]
+        assert record["status"] == "Succeeded"
+        # the pin is the image id pull recorded, and the record says where it came from: no registry was asked
+        assert record["resolution"] == {image: {"reference": image, "image": image_id, "digest": image_id,
+                                                "imageId": image_id, "resolved": False, "source": "local"}}
+        evidence = cp.state / cp.name / "web" / "evidence" / "jobs" / record["jobId"] / "job.json"
+        assert json.loads(evidence.read_text())["resolution"][image]["source"] == "local"
+        _project, containers = cp.deployed(record)
+        assert [(c["Config"]["Image"], c["Image"]) for c in containers] == [(image_id, image_id)]
+        assert record["targets"]["localhost"]["currentDigest"] == image_id
+        app = cp.inspect("%s-app-1" % cp.name)
+        assert dict(item.split("=", 1) for item in app["Config"]["Env"])["WEB_DIGEST"] == image_id
+
+        # the engine no longer holds it: up fails before deploying anything, and says what to run
+        assert cp.compose("down").returncode == 0
+        subprocess.run(["docker", "rmi", image], check=True, capture_output=True)
+        failed = cp.compose("up", "-d")
+        output = failed.stdout + failed.stderr
+        assert failed.returncode != 0 and "local_image_missing" in output and "docker compose pull" in output, output
+        assert len(cp.jobs()) == 1
+    finally:
+        cp.compose("down")
+        subprocess.run(["docker", "rmi", image], capture_output=True, check=False)
+
+
+def test_a_python_without_the_providers_packages_is_named_with_the_pip_line(lab, provider_bin, tmp_path):
+    """The launcher's Python lost ansible-runner (here: a real virtual environment without any package): the
+    real Compose shows the provider's one line naming the missing modules and the command to run."""
+    venv = tmp_path / "venv"
+    subprocess.run(["python3", "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    with open(os.path.join(provider_bin, "stella"), encoding="utf-8") as handle:
+        text = handle.read()
+    (bindir / "stella").write_text("#!%s\n" % (venv / "bin" / "python") + text.split("\n", 1)[1])
+    (bindir / "stella").chmod(0o755)
+    cp = ComposeProject(tmp_path, str(bindir), lab)
+    try:
+        failed = cp.compose("up", "-d")
+        output = failed.stdout + failed.stderr
+        assert failed.returncode != 0 and cp.jobs() == []
+        python = str(venv / "bin" / "python")
+        assert ("provider_dependency_missing: stella compose up needs the Python modules ansible, ansible_runner, "
+                "requests, which %s cannot import: run %s -m pip install ansible-core ansible-runner requests"
+                % (python, python)) in output, output
+    finally:
+        cp.env["PATH"] = provider_bin + os.pathsep + os.environ["PATH"]  # a provider that can run down
+        cp.compose("down")

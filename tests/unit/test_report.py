@@ -19,7 +19,7 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import recor
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import sql as _job_store
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import traffic as _job_traffic
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import view as _job_view
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import cli as _provider_cli
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.command import main as _command
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence import report as _report
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import cli as _store_cli
 
@@ -374,7 +374,7 @@ def store_with(tmp_path, record):
 
 
 def cli(argv, capsys):
-    rc = _provider_cli.main(["stella", "report"] + argv)
+    rc = _command.main(["stella", "report"] + argv)
     out, err = capsys.readouterr()
     return rc, out, err
 

@@ -21,7 +21,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
     DEFAULT_WAIT_TIMEOUT, LABEL_MANIFEST_HASH, REQUIRED_STELLA_LABELS, target_labels)
 from ansible_collections.stellaops.runtime.plugins.module_utils.engine.cli import repo_digests_contain
-from ansible_collections.stellaops.runtime.plugins.module_utils.contract.imageref import parse_image_ref
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.imageref import image_id, pinned_digest
 
 PULL_TIMEOUT = 900
 NOT_ASKED = object()  # a question not asked yet
@@ -94,9 +94,10 @@ def service_labels(config):
 
 
 def check_pinned(images, phase):
-    """Every service image must be ``registry/repository[:tag]@sha256:...``."""
+    """Every service image must be ``registry/repository[:tag]@sha256:...``, or an image id pin
+    (``sha256:...``, a locally loaded image: ``imageref.image_id``)."""
     for service, image in sorted(images.items()):
-        if not image or not parse_image_ref(image).digest:
+        if not image or not pinned_digest(image):
             raise StellaError("image_not_pinned", "service %s image %r is not pinned by digest" % (service, image),
                               phase=phase)
 
@@ -135,7 +136,7 @@ def verify_services(expected_images, expected_labels, containers, image_ids, tar
             problems.append(("service_not_running", "service %s has no container" % service))
             continue
         image = expected_images[service]
-        digest = parse_image_ref(image).digest
+        digest = pinned_digest(image)
         for container in found:
             services.append({
                 "service": service, "containerId": container["id"], "containerName": container["name"],
@@ -213,13 +214,19 @@ def not_ready_problems(containers, waited):
     return problems or [("service_not_running", "the project has no container after %ss" % waited)]
 
 
+def holds_pin(info, image):
+    """Whether the engine's ``info`` of ``image`` is the pinned image: the same id for an image id
+    pin, a RepoDigests entry with the pinned digest otherwise (pure)."""
+    return info["id"] == image if image_id(image) else repo_digests_contain(info["repoDigests"], image)
+
+
 def present_image_ids(images, found):
     """``{service: image id}`` when every image of ``images`` (per service) is in ``found`` (what the
     engine has of each, ``None`` when absent) with its pinned digest, else ``None`` (pure)."""
     ids = {}
     for service, image in images.items():
         info = found.get(image)
-        if info is None or not repo_digests_contain(info["repoDigests"], image):
+        if info is None or not holds_pin(info, image):
             return None
         ids[service] = info["id"]
     return ids
@@ -318,7 +325,7 @@ class ComposeProject:
                 infos[service] = info
         raise_problems([("digest_mismatch", "image %s of service %s has RepoDigests %s, none is the pinned digest" % (
             images[service], service, infos[service]["repoDigests"]))
-            for service in sorted(images) if not repo_digests_contain(infos[service]["repoDigests"], images[service])],
+            for service in sorted(images) if not holds_pin(infos[service], images[service])],
             phase)
         return {service: infos[service]["id"] for service in infos}, missing
 

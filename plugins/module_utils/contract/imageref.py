@@ -95,6 +95,21 @@ def parse_image_ref(text):
     return ImageRef(registry, rest, tag, digest)
 
 
+def image_id(text):
+    """``text`` when it is an image id pin, ``sha256:<64 hex>`` (what ``docker image inspect`` calls
+    ``Id``: the digest of the image's configuration, which the engine runs as is), else ``None``.
+
+    A locally loaded image has no registry digest (no RepoDigests): the Compose provider pins it by
+    this identity instead (docs/provider.md#local-images)."""
+    return text if isinstance(text, str) and DIGEST_RE.match(text) else None
+
+
+def pinned_digest(text):
+    """The immutable identity a pinned reference names: its ``@sha256:`` digest, or the image id of an
+    id pin; ``None`` for a reference pinned by neither."""
+    return image_id(text) or parse_image_ref(text).digest
+
+
 def registry_key(name):
     """The one name of a registry, for keying credentials and comparing registries (pure).
 

@@ -2,23 +2,20 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""The ``stella`` command: the Compose provider of this collection (documentation: docs/provider.md).
+"""``stella compose ...``: the Compose provider of this collection (documentation: docs/provider.md).
 
-``stella compose metadata|up|down|stop ...`` as Compose invokes it. ``up`` runs the deployment job
-(``stellaops.runtime.job``) on this host, ``down`` the teardown playbook, ``stop`` the stop playbook,
-each through ansible-runner in a fresh private data directory that is removed afterwards. stdout
-carries only JSON lines; the one ``error`` line is the last, after cleanup, with exit status 1.
-``stella install [--bin-dir DIR]`` puts ``stella`` on PATH and ``docker-stella`` among the Docker CLI
-plugins. ``stella list``, ``stella show``, ``stella report``, ``stella health``, ``stella interrupt`` and
-``stella prune`` work on a job store (``store.jobs_cli``, ``store.cli``; docs/stella-command.md);
-``stella --version`` prints the collection's version.
+``stella compose metadata|up|down|stop|pull ...`` as Compose invokes it (``command.main`` hands the
+arguments over untouched). ``up`` runs the deployment job (``stellaops.runtime.job``) on this host,
+``down`` the teardown playbook, ``stop`` the stop playbook, each through ansible-runner in a fresh
+private data directory that is removed afterwards; ``pull`` ingests an image (``get-image``) or
+resolves it in its registry, and keeps what it ingested for ``up`` (``local_pin``). Every call first
+checks its Python dependencies (``dependencies``). stdout carries only JSON lines; the one ``error``
+line is the last, after cleanup, with exit status 1.
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime
-import importlib
 import json
 import os
 import secrets
@@ -29,15 +26,15 @@ import sys
 import tempfile
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.imageref import image_id
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import job_evidence_dir
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.versions import DEFAULT_MIN_COMPOSE, DEFAULT_MIN_ENGINE
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.execution.paths import COLLECTION_ROOT, COLLECTIONS_PATH
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.execution.paths import COLLECTIONS_PATH
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import dependencies as _dependencies
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import protocol as _provider
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.plan import LOCAL_IMAGE_KEY
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.location import STORE_FILE
 
-# the Docker CLI plugin's metadata; its Version is the collection's (collection_version)
-PLUGIN_METADATA = {"SchemaVersion": "0.1.0", "Vendor": "Stella Ops",
-                   "ShortDescription": "Stella Ops runtime: Compose provider (stella compose ...)"}
 PLAYBOOKS = {"up": "stellaops.runtime.job", "down": "stellaops.runtime.teardown", "stop": "stellaops.runtime.teardown",
              "relay": "stellaops.runtime.relay"}
 RELAY_ACTION = "stellaops.runtime.stella_relay"
@@ -177,6 +174,9 @@ def up(parsed, channel, cancelled):
     if channel.can("get-service-config"):
         config = _provider.service_config(channel.request("get-service-config"))
     release = _provider.release_from(parsed, config)
+    pinned = local_pin(parsed, release["components"][0]["image"], channel)
+    if pinned:
+        release["components"][0]["config"].update({LOCAL_IMAGE_KEY: pinned, "compose.skipPull": True})
     keep = _provider.keep_revisions(options)
     directory = state_dir(parsed)
     os.makedirs(directory, mode=0o700, exist_ok=True)
@@ -192,7 +192,8 @@ def up(parsed, channel, cancelled):
                  "stella_keep_revisions": keep}
     if relay:
         extravars["stella_relay"] = relay
-    channel.send("info", "deploying %s (job %s)" % (release["components"][0]["image"], job_id))
+    channel.send("info", "deploying %s%s (job %s)" % (release["components"][0]["image"], " as the image pull loaded, %s"
+                                                      % pinned if pinned else "", job_id))
     plays = [PLAYBOOKS["up"]] + ([PLAYBOOKS["relay"]] if relay else [])
     rc, status, failure, results, code = run_playbook(plays, extravars, channel, cancelled)
     record = _job(store, job_id) if os.path.exists(store) else None
@@ -261,6 +262,39 @@ def _remember(path, books, image, facts):
     atomic_write(path, json.dumps(books, indent=1, sort_keys=True).encode("utf-8"), mode=0o600)
 
 
+def daemon_image_id(ref, docker="docker"):
+    """The id of the image ``ref`` names in this host's engine, ``None`` when it holds none."""
+    import subprocess  # pylint: disable=import-outside-toplevel
+
+    proc = subprocess.run([docker, "image", "inspect", "--format", "{{.Id}}", ref], capture_output=True, check=False,
+                          timeout=60)
+    if proc.returncode == 0:
+        return proc.stdout.decode(errors="replace").strip() or None
+    err = " ".join(proc.stderr.decode(errors="replace").split())
+    if "no such image" in err.lower():
+        return None
+    raise StellaError("image_inspect_failed", "docker image inspect %s failed: %s" % (ref, err[:300]))
+
+
+def local_pin(parsed, image, channel, docker="docker"):
+    """The image id ``up`` pins ``image`` to when ``pull`` loaded it from Compose's local daemon (the
+    ``local`` verdict; ``None`` otherwise): the id the bookkeeping recorded, which this engine must
+    still hold (``local_image_missing`` otherwise). No registry is asked about it."""
+    known = _bookkeeping(parsed)[1].get(image) or {}
+    if known.get("source") != "local":
+        return None
+    pinned = known.get("imageId") or known.get("digest")
+    if not image_id(pinned) or daemon_image_id(pinned, docker) != pinned:
+        raise StellaError("local_image_missing", "%s was loaded by pull as %s and this engine no longer holds it: run "
+                          "`docker compose pull` (or `docker compose up --build` for a service that builds its image) "
+                          "so Compose hands it over again" % (image, pinned or "an unknown image"))
+    now = daemon_image_id(image, docker)
+    if now != pinned:
+        channel.send("info", "%s now names %s in this engine, not the image pull loaded: deploying %s; "
+                     "`docker compose pull` takes the new one" % (image, now or "no image", pinned))
+    return pinned
+
+
 def load_stream(channel, image, docker="docker"):
     """``get-image``: the chunked ``docker save`` tar from Compose, piped into ``docker load`` in
     pieces of 64 KiB. A truncated stream kills the load before it ends, so nothing is tagged."""
@@ -304,9 +338,14 @@ def pull(parsed, channel):
         return
     if decision == "load":
         size, loaded = load_stream(channel, image)
+        held = daemon_image_id(image)
+        if options.get("digest") and held != options["digest"]:
+            channel.send("debug", "Compose announced %s for %s, this engine holds %s after the load" % (
+                options["digest"], image, held))
+        # what up pins: the id this engine holds, verified again at up (local_pin)
         _remember(path, books, image, {"digest": options.get("digest"), "created": options.get("created"),
-                                       "source": "local", "bytes": size})
-        channel.send("info", "loaded %s (%d bytes): %s" % (image, size, loaded))
+                                       "imageId": held, "source": "local", "bytes": size})
+        channel.send("info", "loaded %s (%d bytes): %s (%s)" % (image, size, loaded, held))
         return
     from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.inputs import (  # pylint: disable=import-outside-toplevel
         load_credentials, resolve_digests)
@@ -326,6 +365,7 @@ def compose(argv, stdin, stdout, environ):
         cancelled["flag"] = True
     try:
         parsed = _provider.parse_argv(argv)
+        _dependencies.require(parsed["command"])
         if parsed["command"] == "metadata":
             stdout.write(json.dumps(_provider.METADATA, indent=1).encode("utf-8") + b"\n")
             stdout.flush()
@@ -357,135 +397,3 @@ def report_error(channel, text):
         channel.send("error", text)
     except StellaError:
         sys.stderr.write("stella compose: %s\n" % text)
-
-
-def install_parser():
-    """``stella install [--bin-dir DIR] [--plugin-dir DIR]``."""
-    parser = argparse.ArgumentParser(prog="stella install", description="Put a stella launcher on PATH and the "
-                                     "docker-stella Docker CLI plugin in place, both running this collection with "
-                                     "this Python (docs/provider.md).")
-    parser.add_argument("--bin-dir", metavar="DIR", default="/usr/local/bin",
-                        help="where the stella launcher goes (default /usr/local/bin)")
-    parser.add_argument("--plugin-dir", metavar="DIR", default=os.path.expanduser("~/.docker/cli-plugins"),
-                        help="where the docker-stella CLI plugin goes (default ~/.docker/cli-plugins)")
-    return parser
-
-
-def install(argv):
-    """``stella install [--bin-dir DIR] [--plugin-dir DIR]``: a ``stella`` launcher on PATH and the
-    ``docker-stella`` CLI plugin, both running this collection with this Python (2 on a usage error)."""
-    try:
-        options = install_parser().parse_args(argv)
-    except SystemExit as exc:
-        return exc.code
-    launcher = ("#!%s\n# stella: the stellaops.runtime Compose provider (written by `stella install`)\n"
-                "import sys\nsys.path.insert(0, %r)\n"
-                "from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider.cli import main\n"
-                "sys.exit(main(sys.argv))\n" % (sys.executable, COLLECTIONS_PATH))
-    written = []
-    for directory, name in ((options.bin_dir, "stella"), (options.plugin_dir, "docker-stella")):
-        os.makedirs(directory, exist_ok=True)
-        path = os.path.join(directory, name)
-        tmp = path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as handle:
-            handle.write(launcher)
-        os.chmod(tmp, 0o755)
-        os.replace(tmp, path)
-        written.append(path)
-    sys.stdout.write("installed %s\n" % ", ".join(written))
-    return 0
-
-
-# ------------------------------------------------------------------------------------ the command line
-
-# ``stella COMMAND``: what ``stella --help`` says of it, and the function that runs it (a module under
-# plugin_utils and its name; install and compose are here).
-COMMANDS = (("list", "the jobs of a job store, newest first", "store.jobs_cli:list_jobs"),
-            ("show", "one job, as the job_show playbook prints it (--follow: until it ends)", "store.jobs_cli:show"),
-            ("report", "the HTML evidence report of a job (docs/report.md)", "store.cli:report"),
-            ("health", "the health status the job store keeps for each target", "store.cli:health"),
-            ("interrupt", "record a job whose controller run is gone as interrupted", "store.cli:interrupt"),
-            ("prune", "remove finished jobs past a retention age", "store.cli:prune"),
-            ("install", "put stella on PATH and docker-stella among the Docker CLI plugins", None),
-            ("compose", "the Compose provider, as Compose runs it (stella compose -h)", None))
-SYNOPSIS = """stella [-h] [--version] COMMAND ...
-       stella list [--status STATUS] [--project PROJECT] [--limit N] [--json] [STORE]
-       stella show JOB [--json] [--follow] [STORE]
-       stella report JOB [--evidence-dir DIR] [--output FILE] [STORE]
-       stella health [TARGET ...] [--json] [--check] [STORE]
-       stella interrupt JOB [--reason TEXT] [STORE]
-       stella prune --older-than DAYS [--keep N] [--evidence-dir DIR] [--dry-run] [--json] [STORE]
-       stella install [--bin-dir DIR] [--plugin-dir DIR]
-       stella compose [--project-name=NAME] metadata|up|down|stop|pull [--option=value ...] [SERVICE]
-STORE: --store LOCATION | --compose-project PROJECT [--service SERVICE] [--state-directory DIR]"""
-EPILOG = """store: --store, else --compose-project (the Compose provider's store of that project), else
-$STELLA_JOB_STORE, else ~/.local/state/stellaops/jobs.sqlite3 (the playbooks' default).
-exit status: 0 done; 1 failed (one line `stella COMMAND: CODE: REASON` on stderr; show --follow:
-the job did not succeed); 2 usage error; 3 health --check: a target shown is not healthy.
-Each command's options: stella COMMAND -h. Documentation: docs/stella-command.md."""
-COMPOSE_HELP = ("usage: stella compose [--project-name=NAME] metadata|up|down|stop|pull [--option=value ...] "
-                "[SERVICE]\n\nThe Compose provider: Compose runs it for a service with `provider: {type: stella}`; "
-                "stdout carries only JSON lines. `stella compose metadata` lists the options (docs/provider.md).\n")
-
-
-def command_parser():
-    """``stella [-h] [--version] COMMAND``: the command's name only; each command parses its own arguments."""
-    parser = argparse.ArgumentParser(
-        prog="stella", usage=SYNOPSIS, formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
-        description="The stellaops.runtime command: the job store from a shell, and the Compose provider.\n\n"
-                    "commands:\n" + "".join("  %-10s %s\n" % command[:2] for command in COMMANDS))
-    parser.add_argument("--version", action="store_true", help="print the collection's version and exit")
-    parser.add_argument("command", metavar="COMMAND", nargs="?", choices=[command[0] for command in COMMANDS],
-                        help=argparse.SUPPRESS)
-    return parser
-
-
-def collection_version():
-    """``(version, metadata file)`` of this collection: ``MANIFEST.json`` of an installed collection, else
-    ``galaxy.yml`` of a checkout; ``(None, why)`` when neither can be read."""
-    manifest, galaxy = (os.path.join(COLLECTION_ROOT, name) for name in ("MANIFEST.json", "galaxy.yml"))
-    try:
-        if os.path.isfile(manifest):
-            with open(manifest, encoding="utf-8") as handle:
-                return str(json.load(handle)["collection_info"]["version"]), manifest
-        import yaml  # pylint: disable=import-outside-toplevel
-        with open(galaxy, encoding="utf-8") as handle:
-            return str(yaml.safe_load(handle)["version"]), galaxy
-    except (OSError, ValueError, KeyError, TypeError, ImportError) as exc:
-        return None, "no version in %s or %s: %s" % (manifest, galaxy, exc)
-
-
-def main(argv=None):
-    """``stella``: ``compose ...`` is handed to the Compose provider as Compose wrote it; every other
-    command parses its own arguments (``stella COMMAND -h``)."""
-    argv = list(sys.argv if argv is None else argv)
-    args = argv[1:]
-    if args[:1] == ["docker-cli-plugin-metadata"]:
-        sys.stdout.write(json.dumps(dict(PLUGIN_METADATA, Version=collection_version()[0] or "unknown")) + "\n")
-        return 0
-    if os.path.basename(argv[0]).startswith("docker-") and args[:1] == ["stella"]:
-        args = args[1:]  # `docker stella compose ...` through the CLI plugin
-    if args[:1] == ["compose"]:
-        if args[1:] in (["-h"], ["--help"]):
-            sys.stdout.write(COMPOSE_HELP)
-            return 0
-        return compose(args, sys.stdin.buffer, sys.stdout.buffer, os.environ)
-    parser = command_parser()
-    try:
-        options = parser.parse_args(args[:1])
-        if not options.version and options.command is None:
-            parser.error("a command is required")
-    except SystemExit as exc:
-        return exc.code
-    if options.version:
-        version, source = collection_version()
-        if version is None:
-            sys.stderr.write("stella: version_unknown: %s\n" % source)
-            return 1
-        sys.stdout.write("stella (stellaops.runtime) %s\n" % version)
-        return 0
-    if options.command == "install":
-        return install(args[1:])
-    module, function = dict((name, run) for name, _help, run in COMMANDS)[options.command].split(":")
-    return getattr(importlib.import_module("ansible_collections.stellaops.runtime.plugins.plugin_utils." + module),
-                   function)(args[1:])

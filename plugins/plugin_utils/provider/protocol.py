@@ -22,6 +22,7 @@ streams it is given).
 from __future__ import annotations
 
 import json
+import os
 import re
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
@@ -35,6 +36,20 @@ FACTS = ("URL", "HOST", "PORT", "DIGEST", "SLOT", "PROJECT", "MANIFEST_HASH")
 RELAY_MODES = ("auto", "off")
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 COMMANDS = ("up", "down", "stop", "pull", "metadata")
+
+
+def default_work_directory(environ=None, euid=None):
+    """Where ``up`` puts project directories unless ``work_directory`` says: the contract's
+    ``/var/lib/stella/projects`` for root; for any other user, who cannot write there, a directory of
+    their own, ``$XDG_STATE_HOME/stella/projects`` (``~/.local/state/stella/projects`` when unset)."""
+    environ = os.environ if environ is None else environ
+    euid = (os.geteuid() if hasattr(os, "geteuid") else 0) if euid is None else euid
+    if euid == 0:
+        return DEFAULT_WORK_DIRECTORY
+    state = environ.get("XDG_STATE_HOME") or ""
+    if not os.path.isabs(state):  # the XDG rule: a relative value is ignored
+        state = os.path.join(environ.get("HOME") or os.path.expanduser("~"), ".local", "state")
+    return os.path.join(state, "stella", "projects")
 
 
 # Options that may be given more than once (their values are collected into a list).
@@ -71,7 +86,9 @@ _DEPLOY = [
            "integer"),
     _param("health_path", "Path of the post-deploy HTTP probe", default="/"),
     _param("insecure_registries", "Registries reached over plain HTTP (repeat for several)", REPEATED),
-    _param("work_directory", "Project directory root on the host", default=DEFAULT_WORK_DIRECTORY),
+    _param("work_directory", "Project directory root on the host (default: %s for root, "
+           "$XDG_STATE_HOME/stella/projects or ~/.local/state/stella/projects for any other user)" % DEFAULT_WORK_DIRECTORY,
+           default=default_work_directory()),
     _param("state_directory", "Where the provider keeps its job store and evidence",
            default="~/.local/state/stellaops/provider"),
     _param("min_engine_version", "Oldest Docker Engine the preflight accepts", default=DEFAULT_MIN_ENGINE),
@@ -199,15 +216,17 @@ def pull_decision(source, policy, known, digest=None):
     or ``"resolve"`` (resolve the reference in its registry). ``known``: the bookkeeping entry of the
     image (``{}`` when none); ``digest``: the local daemon cache's id Compose announced.
 
-    - ``policy=missing`` (the ``up`` path): a version already ingested suffices, whatever its digest;
-    - ``policy=always`` (``docker compose pull``): the authority's latest: for ``source=local`` the
-      announced digest must be the one ingested, for ``source=registry`` the reference is resolved anew.
+    - ``source=local``: the desired state is the local daemon's image, so the announced digest must be
+      the one ingested, whatever the policy (an ``up --build`` that rebuilt the image is loaded again);
+      without an announced digest, ``missing`` takes any version already ingested, ``always`` loads;
+    - ``source=registry``: ``policy=missing`` (the ``up`` path) takes a version already ingested,
+      ``policy=always`` (``docker compose pull``) resolves the reference anew.
     """
     if policy not in ("missing", "always"):
         raise ProviderError("invalid_option", "--policy must be missing or always, not %r" % (policy,))
     ingested = bool(known) and known.get("source") == source
     if source == "local":
-        if ingested and (policy == "missing" or (digest and known.get("digest") == digest)):
+        if ingested and (known.get("digest") == digest if digest else policy == "missing"):
             return "up_to_date"
         return "load"
     if ingested and policy == "missing" and known.get("digest"):
@@ -457,7 +476,7 @@ def release_from(parsed, service_config=None):
         "tenant": options.get("tenant") or "default", "environment": options.get("environment_name") or "local",
         "application": "%s-%s" % (parsed["project"], service), "strategy": options.get("strategy") or "rolling",
         "strategyConfig": {"autoRollbackOnFailure": options.get("auto_rollback", "true") != "false"},
-        "workDirectory": options.get("work_directory") or DEFAULT_WORK_DIRECTORY,
+        "workDirectory": options.get("work_directory") or default_work_directory(),
         "target": {"type": "ComposeHost"},
         "components": [component],
     }

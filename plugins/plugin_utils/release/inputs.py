@@ -11,7 +11,7 @@ import json
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.credentials import RegistryCredentials
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.plan import unresolved_references
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.plan import local_images, unresolved_references
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.registry import DigestResolver
 
 
@@ -30,7 +30,9 @@ def load_credentials(raw):
 
 
 def resolve_digests(release, credentials, insecure, pre_resolved, resolve, timeout, transport=None):
-    """``(resolved map, resolution evidence)``; raises ``StellaError(image_unresolved)``."""
+    """``(resolved map, resolution evidence)``; raises ``StellaError(image_unresolved)``. A reference
+    pinned by a locally loaded image's id (``plan.LOCAL_IMAGE_KEY``) is not looked up: its evidence
+    says so (``source: local``, ``resolved: false``, ``imageId``)."""
     resolved = dict(pre_resolved)
     evidence = {}
     pending = [ref for ref in unresolved_references(release) if ref not in resolved]
@@ -42,6 +44,9 @@ def resolve_digests(release, credentials, insecure, pre_resolved, resolve, timeo
             info = resolver.resolve(ref)
             resolved[ref] = info["digest"]
             evidence[ref] = info
+    for ref, local in sorted(local_images(release).items()):
+        evidence[ref] = {"reference": ref, "image": local, "digest": local, "imageId": local, "resolved": False,
+                         "source": "local"}
     for ref in sorted(pre_resolved):
         evidence.setdefault(ref, {"reference": ref, "digest": pre_resolved[ref], "resolved": False, "source": "input"})
     return resolved, evidence

@@ -16,6 +16,7 @@ carry a ``Target`` context object and ``Variables``; ``compose.preflight`` carri
 
 from __future__ import annotations
 
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.imageref import image_id
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (  # noqa: F401 (re-exported)
     COMPOSE_PREFLIGHT, COMPOSE_ROLLBACK, COMPOSE_UP, DEFAULT_HOOK_INTERPRETER, DEFAULT_HOOK_TIMEOUT,
     DEFAULT_MINIMUM_FREE_DISK_BYTES, DEFAULT_REACHABILITY_MODE, DOCKER_ROLLBACK, DOCKER_RUN, target_context)
@@ -153,9 +154,10 @@ def docker_rollback(plan, names, revision_path=None):
 def compose_preflight(plan, images, preflight):
     """Exactly the contract's five keys, so ``stellaops.runtime.stella_preflight`` (which rejects
     unknown payload keys) and Agent.Core consume it unchanged. ``ImageReference`` is the first
-    component's pinned image (components sorted by name)."""
+    component's pinned image (components sorted by name), left out for an image id pin (a locally
+    loaded image, which no registry holds)."""
     return COMPOSE_PREFLIGHT.payload(
-        WorkDirectory=plan["workDirectory"], ImageReference=images[0],
+        WorkDirectory=plan["workDirectory"], ImageReference=None if image_id(images[0]) else images[0],
         MinimumFreeDiskBytes=preflight.get("minimumFreeDiskBytes", DEFAULT_MINIMUM_FREE_DISK_BYTES),
         RegistryReachabilityMode=preflight.get("registryReachabilityMode", DEFAULT_REACHABILITY_MODE),
         RequireCompose=plan["target"]["type"] == "ComposeHost")

@@ -22,24 +22,47 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils.release import p
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.canonical import digest_json, sha256_bytes
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError, redact_url
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.graph_proof import build_graph_proof
-from ansible_collections.stellaops.runtime.plugins.module_utils.contract.imageref import parse_image_ref
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.imageref import image_id, parse_image_ref
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.schema import normalize_release
 
 FILES_KEY = "_files"
+# Component config: the image id (``sha256:...``) of a locally loaded image, which pins the component
+# instead of a registry digest (the Compose provider sets it for an image ``pull`` loaded; with
+# ``compose.skipPull``, since no registry holds it).
+LOCAL_IMAGE_KEY = "image.localId"
+
+
+def local_images(release):
+    """``{reference: image id}`` of the components pinned by a locally loaded image's id (pure)."""
+    found = {}
+    for component in release.get("components") or []:
+        local = (component.get("config") or {}).get(LOCAL_IMAGE_KEY)
+        if local is not None:
+            if not image_id(local):
+                raise StellaError("release_invalid", "component %s: %s %r is not an image id (sha256:<64 hex>)" % (
+                    component.get("name"), LOCAL_IMAGE_KEY, local), phase="plan")
+            found[component.get("image")] = local
+    return found
 
 
 def unresolved_references(release):
-    """Original image references that carry no digest (what the registry must resolve)."""
+    """Original image references that carry no digest (what the registry must resolve); a reference
+    pinned by a local image id is not one of them."""
     refs = set()
+    local = local_images(release)
     for component in release.get("components") or []:
         image = component.get("image")
-        if isinstance(image, str) and "@" not in image:
+        if isinstance(image, str) and "@" not in image and image not in local:
             refs.add(image)
     return sorted(refs)
 
 
-def pin_image(image, resolved):
-    """``registry/repository:tag@sha256:...`` for ``image``: its own digest, else ``resolved[image]``."""
+def pin_image(image, resolved, local=None):
+    """``registry/repository:tag@sha256:...`` for ``image``: its own digest, else ``resolved[image]``;
+    ``local``, the image id of a locally loaded image, pins it as that id (``sha256:...``), which the
+    engine runs as is and no registry is asked about."""
+    if local:
+        return local, local
     ref = parse_image_ref(image)
     if ref.digest:
         return ref.render(), ref.digest
@@ -111,7 +134,7 @@ def plan_release(release, resolved):
 
     components = []
     for component in data["components"]:
-        pinned, digest = pin_image(component["image"], resolved)
+        pinned, digest = pin_image(component["image"], resolved, component["config"].get(LOCAL_IMAGE_KEY))
         components.append({"name": component["name"], "image": pinned, "digest": digest,
                            "reference": component["image"], "config": component["config"],
                            "ports": component["ports"]})

@@ -349,7 +349,10 @@ def test_repeatable_options_are_strings_given_more_than_once():
 
 @pytest.mark.parametrize("source, policy, known, digest, decision", [
     ("local", "missing", {}, "sha256:a", "load"),
-    ("local", "missing", {"source": "local", "digest": "sha256:old"}, "sha256:new", "up_to_date"),
+    ("local", "missing", {"source": "local", "digest": "sha256:old"}, "sha256:new", "load"),  # rebuilt
+    ("local", "missing", {"source": "local", "digest": "sha256:a"}, "sha256:a", "up_to_date"),
+    ("local", "missing", {"source": "local", "digest": "sha256:a"}, None, "up_to_date"),
+    ("local", "always", {"source": "local", "digest": "sha256:a"}, None, "load"),
     ("local", "always", {"source": "local", "digest": "sha256:old"}, "sha256:new", "load"),
     ("local", "always", {"source": "local", "digest": "sha256:a"}, "sha256:a", "up_to_date"),
     ("local", "missing", {"source": "registry", "digest": "sha256:a"}, "sha256:a", "load"),

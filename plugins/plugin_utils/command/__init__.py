@@ -1,0 +1,11 @@
+# Copyright (c) Stella Ops contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The ``stella`` command line (docs/stella-command.md): ``main`` reads the command's name and hands
+its arguments on, ``stella --help`` and ``stella --version`` (the collection's own metadata), the
+Docker CLI plugin's metadata, and ``stella install`` (the launchers, after checking the provider's
+Python dependencies). The commands themselves live with what they work on: the job store commands
+in ``store``, ``stella compose ...`` in ``provider``. Importing this package needs the standard
+library only, so a missing dependency is reported, never a traceback.
+"""
