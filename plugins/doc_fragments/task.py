@@ -36,4 +36,21 @@ options:
         C(docker compose up -d), or the container health wait of V(docker.run)).
     type: int
     default: 120
+  claim:
+    description:
+      - The claim of the job this work belongs to, C({jobId, generation}). The job store hands out a
+        generation per project that only grows, and the job playbooks pass it.
+      - The project directory keeps the claim it last accepted (C(.stella-claim.json)). Work whose
+        generation is older is refused with C(claim_superseded) before anything changes, so a job whose
+        claim another job took over (its controller was frozen past its claim lease) cannot replace
+        the newer job's release.
+      - Without it, the work is not fenced.
+    type: dict
+  job_store:
+    description:
+      - With O(claim), the job store (a path or a PostgreSQL DSN, as O(stellaops.runtime.stella_job#module:store))
+        the controller reads right before it sends the work. A job recorded interrupted, or whose project
+        another job now holds, is refused with C(claim_superseded) without contacting the target.
+      - Read on the controller only; never sent to the target. Defaults to the job store's default.
+    type: str
 """

@@ -372,6 +372,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.agent.module imp
     argument_spec, command_runner, engine_client, run_task)
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.versions import DEFAULT_MIN_COMPOSE, DEFAULT_MIN_ENGINE
 from ansible_collections.stellaops.runtime.plugins.module_utils.engine.preflight_registry import mask_credentials
+from ansible_collections.stellaops.runtime.plugins.module_utils.host.claim import parse_claim
 
 ARGUMENT_SPEC = argument_spec(dict(
     task=dict(type="str", choices=["compose.up", "docker.run"], default="compose.up"),
@@ -430,6 +431,7 @@ def main():
             request = _compose_apply.parse_request(params["payload"], params)
             manager = _compose_apply.ComposeApply(cli, run_command, module.warn, secrets, params["wait_timeout"],
                                                   params["keep_revisions"], env_bytes, preflight=preflight)
+        manager.claim = parse_claim(params["claim"])
         return manager.run(request, check_mode=module.check_mode, diff=module._diff)
 
     run_task(module, task)

@@ -185,6 +185,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.compose import rollback as _compose_rollback
 from ansible_collections.stellaops.runtime.plugins.module_utils.docker import rollback as _docker_rollback
+from ansible_collections.stellaops.runtime.plugins.module_utils.host.claim import parse_claim
 from ansible_collections.stellaops.runtime.plugins.module_utils.agent.module import (
     argument_spec, command_runner, engine_client, run_task)
 
@@ -212,6 +213,7 @@ def main():
             request = _compose_rollback.parse_request(module.params["payload"], module.params)
             manager = _compose_rollback.ComposeRollback(cli, run_command, module.warn,
                                                         wait_timeout=module.params["wait_timeout"])
+        manager.claim = parse_claim(module.params["claim"])
         return manager.run(request, check_mode=module.check_mode)
 
     run_task(module, task)

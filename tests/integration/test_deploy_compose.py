@@ -374,3 +374,29 @@ def test_missing_docker_or_compose_is_a_failure_not_a_fallback(ctx, tmp_path):
     assert result["failed"] and result["code"] == "compose_missing" and result["failurePhase"] == "preflight"
     assert not os.path.exists(os.path.join(ctx.project_dir, "stella.version.json"))
     assert ar.project_containers(ctx.project) == {}
+
+
+def test_work_of_a_superseded_claim_is_refused_and_changes_nothing(ctx):
+    """The target's fence: after a newer job's claim (generation 2) deployed v1, an older job's v2 apply
+    and its rollback (generation 1) are refused with claim_superseded; containers and files unchanged."""
+    v1 = ctx.planned()
+    newer = {"jobId": "job-newer", "generation": 2}  # no projectKey: the controller asks no job store
+    assert_ok(ctx.deploy(v1, args={"claim": newer}))
+    before, v1_files = ar.project_containers(ctx.project), files_of(ctx.project_dir)
+    older = {"jobId": "job-older", "generation": 1}
+    v2 = ctx.planned("app_v2", version="2.0.0")
+    for check in (True, False):
+        refused = ctx.deploy(v2, args={"claim": older}, check=check)
+        assert refused["failed"] and refused["code"] == "claim_superseded", refused.get("msg")
+        assert "superseded on this project by job job-newer (generation 2)" in refused["msg"]
+        assert refused["changed"] is False and refused["failurePhase"] == "preflight"
+        _assert_v1_untouched(ctx, v1, before, v1_files)
+    rollback = ar.ansible_module(ar.ROLLBACK_MODULE, {"task": "compose.rollback", "claim": older,
+                                                      "payload": v2["payloads"]["compose.rollback"]})
+    assert rollback["failed"] and rollback["code"] == "claim_superseded", rollback.get("msg")
+    _assert_v1_untouched(ctx, v1, before, v1_files)
+    with open(os.path.join(ctx.project_dir, ".stella-claim.json"), encoding="utf-8") as handle:
+        assert json.load(handle) == {"jobId": "job-newer", "generation": 2}
+    # the newer job's own later work passes the fence
+    assert_ok(ctx.deploy(v2, args={"claim": newer}))
+    assert_runs(ctx.project, ctx.images["app_v2"]["digest"], v2["manifestHash"])

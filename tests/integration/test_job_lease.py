@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
+import shutil
 import signal
 import time
 
 import pytest
 
 import fleetkit as fl
+import labkit
 import pgkit
 from labkit import free_port
 
@@ -110,6 +113,87 @@ def test_a_job_past_its_claim_lease_is_taken_over_by_another_controller(lab, fle
             facts = fl.web(fj.state(name, record_b["targets"][name]["projectName"]))
             assert facts["running"] and facts["ref"] == "%s@%s" % (fj.refs["app_v1"], fj.digests["app_v1"]), facts
     finally:
+        signal_group(proc, signal.SIGCONT)
+        signal_group(proc, signal.SIGKILL)
+        with contextlib.suppress(Exception):
+            proc.wait(30)
+        fj.cleanup()
+
+
+def ssh_gate(tmp_path):
+    """An ``ssh`` for one target of controller A: once ``armed`` exists, its next connection writes
+    ``reached`` and waits for ``go`` before it runs (so A's apply is held after the controller's last
+    look at the job store and before the work reaches the target)."""
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    script = gate / "ssh"
+    script.write_text("#!/bin/sh\n"
+                      "d=%s\n"
+                      "if [ -e \"$d/armed\" ] && [ ! -e \"$d/passed\" ]; then\n"
+                      "  : > \"$d/reached\"\n"
+                      "  while [ ! -e \"$d/go\" ]; do sleep 0.2; done\n"
+                      "  : > \"$d/passed\"\n"
+                      "fi\n"
+                      "exec %s \"$@\"\n" % (shlex.quote(str(gate)), shlex.quote(shutil.which("ssh"))))
+    script.chmod(0o755)
+    return gate, str(script)
+
+
+def project_bytes(fj, name, project):
+    """The target's committed files of ``project`` and its containers (ids, images, start times)."""
+    directory = os.path.join(fl.WORK_DIRECTORY, project)
+    script = ("cd %s && sha256sum compose.stella.lock.yml stella.version.json apply-manifest.json "
+              "&& docker ps -q --no-trunc --filter label=com.docker.compose.project=%s | sort | xargs docker inspect "
+              "--format '{{.Id}} {{.Image}} {{.State.StartedAt}}'" % (shlex.quote(directory), shlex.quote(project)))
+    return labkit.ssh(fj.by_name[name], script, timeout=120).stdout
+
+
+def test_a_job_whose_lease_was_taken_over_cannot_change_a_target_when_it_wakes(lab, fleet, tmp_path, shared_store):
+    """Controller A is frozen with its apply of 2.0.0 on its way to t2 (after its last look at the store);
+    past its lease, controller B takes the projects over and deploys 1.1.0; A, thawed, reaches t2 with
+    its older claim: the target refuses (claim_superseded), keeps B's release byte for byte, and A's job
+    ends Failed with that code."""
+    fj = fl.FleetJob(lab, fleet[:2], tmp_path, "fence", free_port(), store=shared_store)
+    t1, t2 = fj.names
+    gate, ssh = ssh_gate(tmp_path)
+    release_a = fj.release("app_v2", "2.0.0", strategy_config={"batchSize": 1})
+    release_b = fj.release("app_v1", "1.1.0", strategy_config={"batchSize": 1})
+    proc = fj.start(release_a, overrides={t2: {"ansible_ssh_executable": ssh}}, extra={"stella_job_claim_lease": LEASE})
+    try:
+        job_a = fl.wait_for(lambda: (fj.job_ids() or [None])[0], 120, what="job A recorded")
+        (gate / "armed").touch()  # t2's connection check is behind: its next connection is its apply
+        fl.wait_for((gate / "reached").exists, 240, what="A's apply of t2 on its way")
+        held = fj.job(job_a)
+        assert held["targets"][t1]["status"] == "Succeeded" and held["targets"][t2]["status"] == "Running"
+        claim_a = held["targets"][t2]["claim"]
+        signal_group(proc, signal.SIGSTOP)
+        while seconds_between(last_alive(fj.job(job_a)), utc_timestamp()) <= LEASE:
+            time.sleep(0.5)
+        took = fj.run(release_b, controller="controller-b")
+        assert took.rc == 0, took.output[-4000:]
+        record_b = fj.job(took.job_id)
+        assert record_b["status"] == "Succeeded", record_b["reason"]
+        assert record_b["targets"][t2]["claim"]["generation"] == claim_a["generation"] + 1
+        project = record_b["targets"][t2]["projectName"]
+        before = project_bytes(fj, t2, project)
+
+        (gate / "go").touch()
+        signal_group(proc, signal.SIGCONT)
+        assert proc.wait(300) != 0
+        output = proc.output_path.read_text()
+        assert (gate / "passed").exists()  # A's apply did reach t2
+        assert "claim_superseded" in output and "superseded on this project by job %s" % took.job_id in output, \
+            output[-4000:]
+        assert project_bytes(fj, t2, project) == before
+        facts = fl.web(fj.state(t2, project))
+        assert facts["running"] and facts["ref"] == "%s@%s" % (fj.refs["app_v1"], fj.digests["app_v1"]), facts
+        after = fj.job(job_a)
+        assert (after["status"], after["code"]) == ("Failed", "claim_superseded"), after["reason"]
+        assert (after["targets"][t2]["status"], after["targets"][t2]["code"]) == ("Failed", "claim_superseded")
+        assert after["interrupted"] and after["rollback"] is None
+        assert fj.job(took.job_id)["status"] == "Succeeded"
+    finally:
+        (gate / "go").touch()
         signal_group(proc, signal.SIGCONT)
         signal_group(proc, signal.SIGKILL)
         with contextlib.suppress(Exception):

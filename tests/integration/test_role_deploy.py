@@ -656,7 +656,7 @@ def test_k_same_release_twice_the_failed_second_job_leaves_the_first_jobs_eviden
     try:
         first = deploy_v1(sc)
         first_files = sc.evidence_bytes(first["results"])
-        assert set(first_files) == {"%s/%s/deployment.json" % (sc.project, first["job_id"]),
+        assert set(first_files) == {"%s/%s/%s/deployment.json" % (sc.project, first["job_id"], sc.target["id"]),
                                     "jobs/%s/job.json" % first["job_id"]}, sorted(first_files)
         # the deployed container goes away and another container takes its published port
         [container] = sc.inspect()
@@ -676,7 +676,7 @@ def test_k_same_release_twice_the_failed_second_job_leaves_the_first_jobs_eviden
         # two jobs, each with its own evidence directories
         second_dirs, first_dirs = sc.evidence_dirs(results), sc.evidence_dirs(first["results"])
         assert not set(second_dirs) & set(first_dirs)
-        assert second_dirs == (os.path.join(sc.evidence_dir, sc.project, second_id),
+        assert second_dirs == (os.path.join(sc.evidence_dir, sc.project, second_id, sc.target["id"]),
                                os.path.join(sc.evidence_dir, "jobs", second_id))
         assert "job %s Failed: " % second_id in output, output[-4000:]
         files = sc.evidence(results)

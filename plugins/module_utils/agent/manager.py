@@ -110,6 +110,8 @@ class Manager(abc.ABC):
     """Base of the target-side tasks: subclasses set ``groups`` and implement :meth:`execute`."""
 
     groups = DEPLOYMENT_PHASES
+    # The job's claim on the project (host/claim.py), fenced where the task takes the project lock.
+    claim = None
 
     def __init__(self, cli, run_command, warn=None, secrets=()):
         self.cli = cli

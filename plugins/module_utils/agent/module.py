@@ -16,6 +16,7 @@ import select
 import traceback
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.hints import next_step
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import DEFAULT_COMMAND_TIMEOUT, DEFAULT_WAIT_TIMEOUT
 from ansible_collections.stellaops.runtime.plugins.module_utils.engine.cli import DockerCli
 
@@ -30,6 +31,8 @@ TASK_ARGUMENT_SPEC = dict(
     target=dict(type="dict"),
     work_directory=dict(type="path"),
     wait_timeout=dict(type="int", default=DEFAULT_WAIT_TIMEOUT),
+    claim=dict(type="dict"),
+    job_store=dict(type="str"),
 )
 
 
@@ -101,6 +104,8 @@ def fail_with(module, exc):
     evidence = dict(exc.evidence or {})
     evidence.pop("failurePhase", None)
     changed = evidence.pop("changed", False)
+    if next_step(exc.code):
+        evidence.setdefault("next", next_step(exc.code))
     module.fail_json(msg=exc.reason, code=exc.code, failurePhase=exc.phase, changed=changed, **evidence)
 
 
@@ -111,7 +116,8 @@ def run_task(module, task):
     except StellaError as exc:
         fail_with(module, exc)
     except Exception as exc:  # pylint: disable=broad-exception-caught
-        module.fail_json(msg="unexpected error: %s" % exc, code="internal_error", exception=traceback.format_exc())
+        module.fail_json(msg="unexpected error: %s" % exc, code="internal_error", next=next_step("internal_error"),
+                         exception=traceback.format_exc())
     for warning in result["warnings"]:
         module.warn(warning)
     extra = {"diff": result["diff"]} if "diff" in result else {}

@@ -36,6 +36,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.compose.project 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
     COMPOSE_STEPS, COMPOSE_UP, DEFAULT_KEEP_REVISIONS, DEFAULT_WAIT_TIMEOUT, ENV_FILE, ENV_FILE_MODE, LOCK_FILE, MANIFEST_FILE,
     REVISION_FILES, STICKER_FILE, invalid, keep_revisions_problem)
+from ansible_collections.stellaops.runtime.plugins.module_utils.host.claim import fence
 from ansible_collections.stellaops.runtime.plugins.module_utils.host.files import (
     StagedFiles, project_lock, read_bytes, remove_stale_temps)
 from ansible_collections.stellaops.runtime.plugins.module_utils.agent.identity import ensure_this_host
@@ -201,6 +202,8 @@ class ComposeApply(Manager):
                 early = self._ask(stack.enter_context(concurrent.futures.ThreadPoolExecutor(max_workers=2)), files,
                                   locked)
             self._preflight(rec, evidence)
+            with rec.phase("preflight", record=False):  # a superseded job stops here, in check mode too
+                fence(self.layout.project_dir, self.claim, accept=False)
             if diff:
                 before = read_bytes(self.layout.lock_path) or b""
                 result["diff"] = lock_diff(before.decode("utf-8", "replace"), files[LOCK_FILE].decode("utf-8"),
@@ -209,6 +212,8 @@ class ComposeApply(Manager):
                 return self._check_mode(request, rec, result, files, mhash)
             if not early.locked:
                 self._lock(stack, evidence)
+            with rec.phase("preflight", record=False):  # under the lock: the claim the project now works for
+                fence(self.layout.project_dir, self.claim)
             killed = _hooks.reap_stale_hooks(self.layout.project_dir)
             if killed:
                 evidence["staleHookPidsKilled"] = killed

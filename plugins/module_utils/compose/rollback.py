@@ -31,6 +31,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.compose.project 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
     COMPOSE_ROLLBACK, DEFAULT_WAIT_TIMEOUT, ENV_FILE, ENV_FILE_MODE, LOCK_FILE, MANIFEST_FILE, REVISION_FILES, ROLLBACK_PHASES,
     STICKER_FILE)
+from ansible_collections.stellaops.runtime.plugins.module_utils.host.claim import fence
 from ansible_collections.stellaops.runtime.plugins.module_utils.host.files import (
     StagedFiles, project_lock, read_bytes, remove_stale_temps)
 from ansible_collections.stellaops.runtime.plugins.module_utils.agent.identity import ensure_this_host
@@ -111,6 +112,7 @@ class ComposeRollback(Manager):
             evidence["lockWaitMs"] = int((time.monotonic() - wait_start) * 1000)
             current = _revisions.read_current(layout)
             with rec.phase("resolve_revision"):
+                fence(layout.project_dir, self.claim, accept=not check_mode)
                 path = _revisions.resolve_revision(layout, request.get("revision_path"), request.get("manifest_hash"))
                 evidence["restoredRevisionPath"] = path
                 record, files = _revisions.load_revision(path, phase="validate_revision")

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.hints import with_next
+
 
 class StellaError(Exception):
     """A contract failure: a stable ``code``, a one-line ``reason`` and optional evidence.
@@ -28,7 +30,7 @@ class StellaError(Exception):
         data = {"code": self.code, "reason": self.reason}
         if self.phase:
             data["failurePhase"] = self.phase
-        return data
+        return with_next(data)
 
 
 _USERINFO_RE = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<userinfo>[^/@\s]*@)")
@@ -58,3 +60,24 @@ def first_line(text):
     """The first line of ``text`` without surrounding blanks, or ``None`` when there is none."""
     text = (text or "").strip()
     return text.splitlines()[0] if text else None
+
+
+_BYTE_UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB")
+
+
+def human_bytes(count):
+    """``count`` bytes as an operator reads them: ``512 B``, ``1.5 KiB``, ``2 MiB``, ``1 GiB`` (binary units,
+    at most one decimal, none when it is ``.0``).
+
+    >>> human_bytes(1073741824), human_bytes(2 * 1024 * 1024 - 1024), human_bytes(999)
+    ('1 GiB', '2 MiB', '999 B')
+    """
+    value = float(count)
+    if abs(value) < 1024:
+        return "%d B" % count
+    for unit in _BYTE_UNITS:
+        value /= 1024.0
+        if abs(value) < 1024 or unit == _BYTE_UNITS[-1]:
+            text = "%.1f" % value
+            return "%s %s" % (text[:-2] if text.endswith(".0") else text, unit)
+    return "%d B" % count  # not reached

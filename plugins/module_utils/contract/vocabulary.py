@@ -169,6 +169,11 @@ UNREACHABLE_CODE = "target_unreachable"
 PROJECT_BUSY = "project_busy"
 # A job whose controller run ended before it finished (recorded Failed; its projects released).
 JOB_INTERRUPTED = "job_interrupted"
+# A job's claim on a target's project (``{"jobId", "generation"}``; the job store hands out a generation
+# per project that only grows): each apply and rollback of a job carries it, and the target refuses work
+# whose generation is older than the one it last accepted for the project, kept in CLAIM_FILE.
+CLAIM_SUPERSEDED = "claim_superseded"
+CLAIM_FILE = ".stella-claim.json"
 # A job step that records the job, asked in check mode: refused, nothing planned, persisted or changed.
 JOB_CHECK_MODE = "job_check_mode_unsupported"
 # Managed runtime installs (stella_runtime_install): where the target keeps its evidence and the copied

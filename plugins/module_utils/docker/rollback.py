@@ -34,6 +34,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabul
     LABEL_MANIFEST_HASH, ROLLBACK_PHASES, STICKER_FILE, invalid)
 from ansible_collections.stellaops.runtime.plugins.module_utils.docker.revision import load_revision
 from ansible_collections.stellaops.runtime.plugins.module_utils.docker.run import SETTLE_SECONDS, wait_settled
+from ansible_collections.stellaops.runtime.plugins.module_utils.host.claim import fence
 from ansible_collections.stellaops.runtime.plugins.module_utils.host.files import StagedFiles, project_lock, read_bytes
 from ansible_collections.stellaops.runtime.plugins.module_utils.agent.identity import ensure_this_host
 from ansible_collections.stellaops.runtime.plugins.module_utils.agent.manager import Manager
@@ -126,6 +127,7 @@ class DockerRollback(Manager):
         with contextlib.nullcontext() if check_mode else project_lock(directory):
             committed = read_bytes(os.path.join(directory, STICKER_FILE))
             with rec.phase("resolve_revision"):
+                fence(directory, self.claim, accept=not check_mode)
                 evidence["restoredRevisionPath"] = revision
                 record, sticker = load_revision(revision)
                 running, _digests = sticker_facts(committed)

@@ -43,6 +43,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabul
 from ansible_collections.stellaops.runtime.plugins.module_utils.engine.cli import repo_digests_contain
 from ansible_collections.stellaops.runtime.plugins.module_utils.docker.revision import (
     REVISION_RECORD, remove_stale_revision_temps, write_revision)
+from ansible_collections.stellaops.runtime.plugins.module_utils.host.claim import fence
 from ansible_collections.stellaops.runtime.plugins.module_utils.host.files import (
     StagedFiles, atomic_write, project_lock, read_bytes, remove_stale_temps)
 from ansible_collections.stellaops.runtime.plugins.module_utils.agent.identity import ensure_this_host
@@ -247,6 +248,8 @@ class DockerRun(Manager):
             evidence.update({"dockerVersion": docker["server"], "dockerClientVersion": docker["client"]})
         directory = request["project_directory"]
         sticker_path = os.path.join(directory, STICKER_FILE)
+        with rec.phase("preflight", record=False):  # a superseded job stops here, in check mode too
+            fence(directory, self.claim, accept=False)
         if check_mode:
             image_ids = {c["name"]: self._image_id(c, "pull_image") for c in request["containers"]}
             stale = [c["name"] for c in request["containers"]
@@ -258,6 +261,8 @@ class DockerRun(Manager):
             rec.skip(*DOCKER_STEPS)
             return
         with project_lock(directory):
+            with rec.phase("preflight", record=False):  # under the lock: the claim the project now works for
+                fence(directory, self.claim)
             killed = _hooks.reap_stale_hooks(directory)
             if killed:
                 evidence["staleHookPidsKilled"] = killed

@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.hints import next_step
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
     DEFAULT_WAIT_TIMEOUT, JOB_INTERRUPTED, PHASES, ROLLBACK_PHASE_NAMES, ROLLBACK_TASKS)
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.rollback import (
@@ -175,6 +176,8 @@ def finish_target(record, name, succeeded, now, reason=None, code=None, facts=No
     target["status"] = "Succeeded" if succeeded else "Failed"
     target["reason"] = None if succeeded else (reason or "deployment failed")
     target["code"] = None if succeeded else (code or "deploy_failed")
+    if not succeeded and next_step(target["code"]):
+        target["next"] = next_step(target["code"])
     target.update(facts or {})
     return new
 
@@ -424,6 +427,7 @@ def rollback_orders(record, source=None):
                                     "payload": targets[n].get("rollbackPayload"),
                                     "task": ROLLBACK_TASKS[targets[n].get("targetType") or "ComposeHost"],
                                     "target": targets[n].get("target"), "waitTimeout": wait,
+                                    "claim": record["targets"][n].get("claim"),
                                     "jobId": record["jobId"], "reason": record["reason"] or ""}
                                 for b in plan for n in b}}
 

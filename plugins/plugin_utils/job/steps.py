@@ -27,6 +27,7 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import traff
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import view as _job_view
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import projection as _projection
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence import report as _report
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import fencing as _fencing
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import step_failure as _step_failure
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import strategy as _strategy
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.traffic import adapters as _traffic
@@ -108,42 +109,19 @@ class JobSteps:
         store = _job_store.open_store(self.location, existing=args["step"] in STORE_WRITTEN_STEPS)
         try:
             if step.acting:
-                self._refuse_interrupted(self._job_of(store, args))
+                record = self._job_of(store, args)
+                refused = _fencing.refused_work(clean(args["failure"])) if args["step"] == "target" else None
+                if refused and record.get("interrupted"):  # what the fence refused is still recorded
+                    return _fencing.record_refusal(store, args, refused)
+                self._refuse_interrupted(record)
             try:
                 return getattr(self, "_" + args["step"])(store, args)
             except Exception as exc:  # pylint: disable=broad-except  # recorded, so the job still ends
                 if args["step"] not in RECORDED_FAILURE_STEPS or getattr(exc, "code", None) in UNRECORDED_CODES:
                     raise
-                return self._step_failed(store, args, exc)
+                return _step_failure.recorded(store, args, exc, self.secrets)
         finally:
             store.close()
-
-    def _step_failed(self, store, args, exc):
-        """An error inside step ``args["step"]`` of a running job, recorded in the job so that the gate
-        closes and the job is finished, its rollback decided (job/step_failure.py); the step then answers
-        as it does when the job failed, with a warning saying what happened."""
-        code = exc.code if isinstance(exc, StellaError) else _step_failure.INTERNAL_ERROR
-        text = exc.reason if isinstance(exc, StellaError) else "%s: %s" % (type(exc).__name__, exc)
-        reason = redact_text(first_line(text) or type(exc).__name__, self.secrets)
-        now, step = utc_timestamp(), args["step"]
-        record = self._job_of(store, args)
-        if step == "finish":
-            if record["status"] not in ("Running", "Failed") or record.get("rollback") is not None:
-                raise exc
-            record = store.update(args["job_id"], lambda r: _step_failure.abandoned(r, code, reason, now))
-            outcome = _job.rollback_orders(record)
-        else:
-            if record["status"] != "Running":
-                raise exc
-            batch = args["batch"] if args["batch"] is not None else next(
-                (record["targets"][n]["batch"] for n in args["targets"] if n in record["targets"]), None)
-            record = store.update(args["job_id"], lambda r: _step_failure.step_failed(
-                r, step, code, reason, now, batch=batch, target=args["target"] if step == "target" else None))
-            outcome = _step_failure.answer(record, step, args["target"], batch)
-        warning = "job %s: step %s failed (%s: %s); the error is recorded in the job, which fails" % (
-            args["job_id"], step, code, reason)
-        return dict(outcome, stepFailure={"step": step, "code": code, "reason": reason},
-                    warnings=list(outcome.get("warnings") or []) + [warning])
 
     def _need(self, args, *names):
         for name in names:
@@ -252,7 +230,10 @@ class JobSteps:
                    for name, plan in planned["plans"].items()}
         record = _job.new_job(job_id, source, summary, planned["batches"], targets, options, now,
                               owner=controller_owner())
-        _stored, held = store.create(record)
+        stored, held = store.create(record)
+        for name, plan in planned["plans"].items():  # each target's work carries its claim (host/claim.py)
+            if stored["targets"][name].get("claim"):
+                plan["inputs"]["apply"]["claim"] = stored["targets"][name]["claim"]
         if held:
             busy = {name: "project %s is held by unfinished job %s" % (targets[name]["projectName"], holder)
                     for name, holder in held.items()}

@@ -25,6 +25,7 @@ import socket
 import sys
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError, redact_url
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.hints import next_step
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
     job_evidence_dir, project_evidence_dir, utc_timestamp)
 from ansible_collections.stellaops.runtime.plugins.module_utils.host.files import atomic_write
@@ -86,7 +87,10 @@ def parse_command(parser, argv, provider_options=True):
 
 
 def fail_line(stderr, command, exc):
-    stderr.write("stella %s: %s: %s\n" % (command, exc.code, " ".join(redact_url(str(exc.reason)).split())))
+    """The one error line of a failed command: ``stella COMMAND: CODE: REASON; next: HINT``."""
+    hint = next_step(exc.code)
+    stderr.write("stella %s: %s: %s%s\n" % (command, exc.code, " ".join(redact_url(str(exc.reason)).split()),
+                                            "; next: %s" % hint if hint else ""))
     return 1
 
 
@@ -318,7 +322,8 @@ def cutoff(now, days):
 def prune(argv, stdout=None, stderr=None, now=None):
     """``stella prune``: 0 when the store was pruned (or, with ``--dry-run``, read), 1 with one error line
     when it cannot be, 2 on a usage error. Unfinished jobs, the job a target's health names, jobs holding
-    a project claim and the ``--keep`` newest finished jobs always stay."""
+    a project claim, the deployment an unfinished rollback rolls back and the ``--keep`` newest finished
+    jobs always stay."""
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
     options, rc = parse_command(prune_parser(), argv)
     if options is None:

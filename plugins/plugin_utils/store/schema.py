@@ -9,6 +9,7 @@ Tables: ``deployment_jobs`` (the typed job, one JSON record per job with its rev
 projection) and ``deployment_projection_history``; ``target_health`` (one contract status per
 target); ``project_claims`` (which unfinished job holds a target's Compose project);
 ``job_leases`` (when the controller run of an unfinished job last renewed its claim lease);
+``claim_generations`` (per project, the last claim generation handed out: it only grows);
 ``stella_schema`` (the applied version).
 
 :func:`migrate` runs at every start-up inside one transaction: it applies the versions not yet
@@ -23,7 +24,7 @@ import abc
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import HEALTH_STATUSES
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 HEALTH_CONSTRAINT = "target_health_status_check"
 HEALTH_CHECK = "CHECK (status IN (%s))" % ", ".join("'%s'" % s for s in HEALTH_STATUSES)
 HEALTH_COLUMNS = (("target_id", "TEXT PRIMARY KEY"), ("target_name", "TEXT"),
@@ -57,6 +58,9 @@ MIGRATIONS = {
     ),
     3: (
         """CREATE TABLE IF NOT EXISTS job_leases (job_id TEXT PRIMARY KEY, renewed_at TEXT NOT NULL)""",
+    ),
+    4: (
+        """CREATE TABLE IF NOT EXISTS claim_generations (project_key TEXT PRIMARY KEY, generation INTEGER NOT NULL)""",
     ),
 }
 VERSION_TABLE = "CREATE TABLE IF NOT EXISTS stella_schema (name TEXT PRIMARY KEY, version INTEGER NOT NULL)"

@@ -25,7 +25,6 @@ last renewal as ``leaseRenewedAt``; it is never part of the stored JSON.
 from __future__ import annotations
 
 import abc
-import contextlib
 import json
 import os
 import sqlite3
@@ -216,16 +215,39 @@ class SqlJobStore(JobStore):
                               (record["jobId"], now, key))
         if held:
             self._execute("DELETE FROM project_claims WHERE job_id = ?", (record["jobId"],))
+        else:
+            self._hand_out_generations(record)
         return held
+
+    def _hand_out_generations(self, record):
+        """Each project the job claimed gets the next claim generation (they only grow, per project, and
+        outlive every job), kept in its target's record as ``claim`` (host/claim.py fences with it)."""
+        for name, key in sorted(project_keys(record).items()):
+            self._execute("INSERT INTO claim_generations (project_key, generation) VALUES (?, 1) ON CONFLICT "
+                          "(project_key) DO UPDATE SET generation = claim_generations.generation + 1", (key,))
+            generation = self._execute("SELECT generation FROM claim_generations WHERE project_key = ?",
+                                       (key,)).fetchone()[0]
+            record["targets"][name]["claim"] = {"jobId": record["jobId"], "generation": generation, "projectKey": key}
+
+    def standing(self, job_id, project_key):
+        """``(job status or None, whether it was recorded interrupted, the project's holder, its latest
+        claim generation)``: what the controller checks right before it sends a job's work to a target."""
+        with self._transaction("read the claim of job %s" % job_id):
+            row = self._execute("SELECT status, record FROM deployment_jobs WHERE job_id=?", (job_id,)).fetchone()
+            holder = self._execute("SELECT job_id FROM project_claims WHERE project_key=?", (project_key,)).fetchone()
+            generation = self._execute("SELECT generation FROM claim_generations WHERE project_key=?",
+                                       (project_key,)).fetchone()
+        return (row[0] if row else None, bool(row and json.loads(row[1]).get("interrupted")),
+                holder[0] if holder else None, generation[0] if generation else None)
 
     def create(self, record):
         with self._transaction("create job %s" % record["jobId"]):
             exists = self._execute("SELECT 1 FROM deployment_jobs WHERE job_id=?", (record["jobId"],)).fetchone()
             if exists:
                 raise store_error("job %s already exists in %s" % (record["jobId"], self.location), code="job_exists")
-            stored = dict(record, revision=1)
+            stored = dict(json.loads(json.dumps(record)), revision=1)
+            held = self._claim(stored, stored["updatedAt"])  # first: a claimed target's record keeps its claim
             self._write(stored, insert=True)
-            held = self._claim(stored, stored["updatedAt"])
             self._apply_health(None, stored)
             if not stored.get("isRollback") and stored["status"] == "Pending":
                 self._put_projection(_projection.initial(stored), stored["updatedAt"], insert=True)
@@ -305,6 +327,10 @@ class SqlJobStore(JobStore):
                                      % _marks(UNFINISHED) + self.LOCK, UNFINISHED).fetchall()
             protected = {r[0] for r in self._execute("SELECT job_id FROM target_health").fetchall()}
             protected.update(r[0] for r in self._execute("SELECT job_id FROM project_claims").fetchall())
+            # the deployment an unfinished rollback job rolls back: its close reads it and writes about it
+            protected.update(json.loads(r[0]).get("sourceJobId") for r in self._execute(
+                "SELECT record FROM deployment_jobs WHERE kind = 'rollback' AND status IN (%s)" % _marks(UNFINISHED),
+                UNFINISHED).fetchall())
             chosen = prune_selection([tuple(r) for r in finished], protected, before, keep)
             ids = [row[0] for row in chosen]
             projects = {}
@@ -386,66 +412,6 @@ class SqlJobStore(JobStore):
         return {r[0]: r[1] for r in self._read("SELECT project_key, job_id FROM project_claims ORDER BY project_key")}
 
 
-class SqliteCatalogue(_job_schema.Catalogue):
-    def health_checks(self, execute):
-        row = execute("SELECT sql FROM sqlite_master WHERE type='table' AND name='target_health'").fetchone()
-        text = row[0] if row else ""
-        start = text.upper().find("CHECK")
-        while start >= 0 and "status" not in text[start:start + 40].lower():
-            start = text.upper().find("CHECK", start + 5)
-        return [("target_health", text[start:])] if start >= 0 else []
-
-    def columns(self, execute, table):
-        return [r[1] for r in execute("PRAGMA table_info(%s)" % table).fetchall()]
-
-    def refresh_health_check(self, execute, stale):
-        """SQLite cannot alter a constraint: the table is rebuilt with the contract's check and every row
-        copied, in the migration's transaction (SQLite's documented way to change a table's schema)."""
-        keep = [c for c in self.columns(execute, "target_health") if c in dict(_job_schema.HEALTH_COLUMNS)]
-        execute(_job_schema.health_table("target_health_new"))
-        execute("INSERT INTO target_health_new (%s) SELECT %s FROM target_health" % (", ".join(keep), ", ".join(keep)))
-        execute("DROP TABLE target_health")
-        execute("ALTER TABLE target_health_new RENAME TO target_health")
-
-
-class SqliteJobStore(SqlJobStore):
-    catalogue = SqliteCatalogue()
-
-    def __init__(self, path, timeout=30.0):
-        self.path = self.location = os.path.expanduser(path)
-        directory = os.path.dirname(self.path)
-        try:
-            if directory:
-                os.makedirs(directory, mode=0o700, exist_ok=True)
-            self._db = sqlite3.connect(self.path, timeout=timeout, isolation_level=None)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
-        except (OSError, sqlite3.Error) as exc:
-            raise store_error("cannot open the job store %s: %s" % (self.path, exc)) from None
-        self._migrate()
-        try:
-            os.chmod(self.path, 0o600)
-        except OSError:
-            pass
-
-    def close(self):
-        self._db.close()
-
-    @contextlib.contextmanager
-    def _transaction(self, what):
-        """One ``BEGIN IMMEDIATE`` transaction: committed when the block ends, rolled back on any error."""
-        try:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                yield
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-        except sqlite3.Error as exc:
-            raise store_error("cannot %s in %s: %s" % (what, self.path, exc)) from None
-
-
 def _sqlite_path(location):
     """The file of the SQLite store ``location`` names (a path or ``sqlite:///path``); ``None`` for a URL
     of another kind."""
@@ -489,4 +455,6 @@ def open_store(location=None, existing=False):
     if path is None:
         raise store_error("job store %s: only SQLite (a path or sqlite:///path) and PostgreSQL (postgresql://) are "
                           "available" % redact_url(location), code="job_store_unsupported")
+    from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.sqlite import (  # pylint: disable=import-outside-toplevel
+        SqliteJobStore)
     return SqliteJobStore(path)

@@ -255,6 +255,8 @@ def test_rollback_orders_are_the_rollback_batches_with_each_targets_revision_pay
     source["targets"]["t3"].update(rollbackPayload={"ProjectName": "p3"})
     source = _job.finish(run(run(run(source, "t1", True), "t2", True, previous=False), "t3", True), T0)
     record = _job.operator_rollback(source, "job-1-rollback-a", T0)
+    claim = {"jobId": "job-1-rollback-a", "generation": 2, "projectKey": "t1|p1"}  # the rollback job's own, stored
+    record["targets"]["t1"]["claim"] = claim
     orders = _job.rollback_orders(record, source=source)
     assert (orders["jobId"], orders["status"], orders["rollbackBatches"], orders["rollbackSerial"]) == (
         "job-1-rollback-a", "RollingBack", [["t3"], ["t1"]], [1, 1])
@@ -262,7 +264,8 @@ def test_rollback_orders_are_the_rollback_batches_with_each_targets_revision_pay
     assert orders["rollbackTargets"]["t1"] == {"revisionPath": "/p/t1/revisions/000001-x", "payload": {"ProjectName": "p1"},
                                                "task": "docker.rollback", "target": None,
                                                "waitTimeout": 120, "jobId": "job-1-rollback-a",
-                                               "reason": record["reason"] or ""}
+                                               "reason": record["reason"] or "", "claim": claim}
+    assert orders["rollbackTargets"]["t3"]["claim"] is None  # a record the store never claimed carries none
     assert orders["rollbackTargets"]["t3"]["task"] == "compose.rollback"
     # a job that is not rolling back orders no rollback
     assert _job.rollback_orders(source)["rollbackOrder"] == [] and _job.rollback_orders(source)["rollbackTargets"] == {}

@@ -1,0 +1,75 @@
+"""``stella prune`` and an operator rollback under way: the deployment it rolls back is still in use
+(the rollback's close reads it, records its recovery and writes evidence about it), so neither the
+deployment nor its evidence is pruned while the rollback job is unfinished, however old it is."""
+
+from __future__ import annotations
+
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import utc_timestamp
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.command import main as _command
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import sql as _job_store
+
+OLD = "2026-01-01T09:00:00.000000Z"
+
+
+def stored(tmp_path, rollback_status):
+    """An old finished deployment ``job-1`` (target a, a retained revision) and its operator rollback,
+    ``rollback_status`` (``RollingBack``: under way; ``RolledBack``: ended), old too."""
+    path = str(tmp_path / "jobs.sqlite3")
+    store = _job_store.open_store(path)
+    try:
+        targets = {"a": {"targetId": "id-a", "targetName": "a", "projectName": "shop", "targetType": "ComposeHost"}}
+        store.create(_job.new_job("job-1", None, {"release": {"id": "r1"}}, [["a"]], targets, {}, OLD))
+        store.update("job-1", lambda r: _job.start(r, OLD),
+                     lambda r: _job.finish_target(r, "a", True, OLD, facts={"previousRevisionPath": "/p/r0"}),
+                     lambda r: _job.finish(r, OLD))
+        rollback = _job.operator_rollback(store.get("job-1"), "job-1-rollback-x", OLD)
+        store.create(rollback)
+        if rollback_status == "RolledBack":
+            store.update("job-1-rollback-x", lambda r: _job.finish_rollback_target(r, "a", True, OLD),
+                         lambda r: _job.finish_rollback(r, OLD))
+        assert store.get("job-1-rollback-x")["status"] == rollback_status
+        # a later deployment of another project on the same target: the target's health names it, not job-1
+        other = {"a": {"targetId": "id-a", "targetName": "a", "projectName": "shop-2", "targetType": "ComposeHost"}}
+        store.create(_job.new_job("job-2", None, {"release": {"id": "r2"}}, [["a"]], other, {}, utc_timestamp()))
+        store.update("job-2", lambda r: _job.start(r, utc_timestamp()),
+                     lambda r: _job.finish_target(r, "a", True, utc_timestamp()), lambda r: _job.finish(r, utc_timestamp()))
+    finally:
+        store.close()
+    return path
+
+
+def evidence(root):
+    for relative in ("jobs/job-1/job.json", "shop/job-1/a/deployment.json"):
+        (root / relative).parent.mkdir(parents=True, exist_ok=True)
+        (root / relative).write_text("{}\n")
+    return root
+
+
+def ids(path):
+    store = _job_store.open_store(path)
+    try:
+        return sorted(r["jobId"] for r in store.list(100))
+    finally:
+        store.close()
+
+
+def test_the_deployment_an_unfinished_rollback_rolls_back_and_its_evidence_stay(tmp_path, capsys):
+    path = stored(tmp_path, "RollingBack")
+    root = evidence(tmp_path / "evidence")
+    rc = _command.main(["stella", "prune", "--older-than", "1", "--store", path, "--evidence-dir", str(root)])
+    out, err = capsys.readouterr()
+    assert (rc, err) == (0, ""), err
+    assert "job-1 " not in out and out.startswith("removed 0 finished jobs")
+    assert ids(path) == ["job-1", "job-1-rollback-x", "job-2"]
+    assert (root / "jobs" / "job-1" / "job.json").is_file() and (root / "shop" / "job-1" / "a" / "deployment.json").is_file()
+
+
+def test_once_the_rollback_ended_both_may_go(tmp_path, capsys):
+    path = stored(tmp_path, "RolledBack")
+    root = evidence(tmp_path / "evidence")
+    rc = _command.main(["stella", "prune", "--older-than", "1", "--store", path, "--evidence-dir", str(root)])
+    out, err = capsys.readouterr()
+    assert (rc, err) == (0, ""), err
+    assert "  job-1  " in out and "  job-1-rollback-x  " in out and ids(path) == ["job-2"]
+    assert not (root / "jobs" / "job-1").exists() and not (root / "shop").exists()
