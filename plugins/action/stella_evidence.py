@@ -9,6 +9,7 @@ from __future__ import annotations
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.hints import with_next
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import utc_timestamp
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.deployment import deployment_record, rollback_records
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.writer import (
@@ -52,7 +53,7 @@ class ActionModule(ActionBase):
                     records["rollback-evidence.json"] = evidence
                 records["recovery.json"] = recovery
         except StellaError as exc:
-            result.update(failed=True, msg=exc.reason, code=exc.code)
+            result.update(with_next(dict(failed=True, msg=exc.reason, code=exc.code)))
             return result
 
         directory, written = write_target_documents(args["dest"], plan, records, check_mode=self._task.check_mode)

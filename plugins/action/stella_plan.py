@@ -20,6 +20,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabul
     ENV_FILE, ENV_FILE_MODE, LOCK_FILE, MANIFEST_FILE as APPLY_MANIFEST_FILE, STICKER_FILE,
 )
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError, redact_text, redact_url
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.hints import with_next
 from ansible_collections.stellaops.runtime.plugins.module_utils.host.files import atomic_write, read_bytes
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.inputs import load_credentials, plain, resolve_digests
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.plan import FILES_KEY, plan_release
@@ -99,7 +100,7 @@ class ActionModule(ActionBase):
                 self._display.warning(warning)
             plan = plan_release(release, resolved)
         except StellaError as exc:
-            result.update(failed=True, msg=redact_text(redact_url(exc.reason), secrets), code=exc.code)
+            result.update(with_next(dict(failed=True, msg=redact_text(redact_url(exc.reason), secrets), code=exc.code)))
             if exc.phase:
                 result["failurePhase"] = exc.phase
             for key, value in exc.evidence.items():

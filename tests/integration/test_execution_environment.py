@@ -48,7 +48,7 @@ def test_ansible_builder_create_makes_a_context_with_the_collection_and_a_debian
     assert [line.split()[-1] for line in dockerfile.splitlines() if line.startswith("FROM ")] == [
         "base", "galaxy", "builder", "final"]
     refs = next(line for line in dockerfile.splitlines() if line.startswith("ARG ANSIBLE_INSTALL_REFS="))
-    assert "ansible-core>=2.17" in refs and "ansible-runner" in refs
+    assert "ansible-core>=2.19" in refs and "ansible-runner" in refs
 
     requirements = yaml.safe_load((context / "_build" / "requirements.yml").read_text())
     assert requirements == {"collections": [{"name": "collections/stellaops-runtime.tar.gz", "type": "file"}]}
@@ -57,7 +57,8 @@ def test_ansible_builder_create_makes_a_context_with_the_collection_and_a_debian
         members = set(tar.getnames())
     info = manifest["collection_info"]
     assert (info["namespace"], info["name"], info["version"]) == ("stellaops", "runtime", version)
-    assert {"meta/execution-environment.yml", "requirements.txt", "bindep.txt"} <= members
+    assert {"meta/execution-environment.yml", "requirements.txt", "requirements/execution-environment.txt",
+            "requirements/postgres.txt", "bindep.txt"} <= members
     assert not any(name.startswith((".hypothesis", ".build", ".venv", ".lab")) for name in members)
 
 
@@ -73,7 +74,9 @@ def test_ansible_builder_introspection_reads_the_collection_requirements(tmp_pat
                                 str(installed)]).stdout)
     python = [line.split("#")[0].strip() for line in found["python"]]
     system = [line.split("#")[0].strip() for line in found["system"]]
-    with open(os.path.join(ar.ROOT, "requirements.txt"), encoding="utf-8") as handle:
-        wanted = [line.strip() for line in handle if line.strip() and not line.startswith("#")]
+    wanted = []
+    for name in ("requirements.txt", "requirements/postgres.txt"):  # requirements/execution-environment.txt
+        with open(os.path.join(ar.ROOT, name), encoding="utf-8") as handle:
+            wanted += [line.strip() for line in handle if line.strip() and not line.startswith("#")]
     assert python == wanted
     assert "openssh-client [platform:dpkg]" in system

@@ -30,7 +30,9 @@ done
 
 rm -rf "$root/.build/sanity"
 mkdir -p "$work"
-(cd "$root" && git ls-files -co --exclude-standard | grep -v '^\.' | tar -cf - -T -) | tar -C "$work" -xf -
+# (files deleted in the work tree but still in git's index are left out)
+(cd "$root" && git ls-files -co --exclude-standard | grep -v '^\.' | while IFS= read -r f; do [[ -e $f || -L $f ]] && printf '%s\n' "$f"; done \
+  | tar -cf - -T -) | tar -C "$work" -xf -
 cd "$work"
 git init -q . && git add -A >/dev/null
 export PIP_CERT=${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}

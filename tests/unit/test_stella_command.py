@@ -18,15 +18,17 @@ import yaml
 
 from docs_support import doc_commands, doc_text, options_in
 
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.hints import next_step
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import view as _job_view
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.command import main as _command
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import cli as _provider_cli
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import jobs_cli as _jobs_cli
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import location as _location
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import sql as _job_store
 
 T = ["2026-03-01T10:0%d:00.000000Z" % minute for minute in range(10)]
-COMMAND_NAMES = [command[0] for command in _provider_cli.COMMANDS]
+COMMAND_NAMES = [command[0] for command in _command.COMMANDS]
 STORE_COMMANDS = ["list", "show", "report", "health", "interrupt", "prune"]
 PROVIDER_OPTIONS = {"--compose-project", "--service", "--state-directory"}
 
@@ -38,7 +40,7 @@ def no_store_from_the_environment(monkeypatch):
 
 def stella(argv, capsys):
     """``stella ARGV...`` as the launcher runs it: ``(exit status, stdout, stderr)``."""
-    rc = _provider_cli.main(["stella"] + list(argv))
+    rc = _command.main(["stella"] + list(argv))
     out, err = capsys.readouterr()
     return rc, out, err
 
@@ -112,8 +114,8 @@ def test_each_command_has_its_own_help(command, flag, capsys):
 @pytest.mark.parametrize("command", [c for c in COMMAND_NAMES if c != "compose"])
 def test_the_synopsis_names_exactly_each_commands_options(command, capsys):
     """``stella --help`` shows one line per command: the options it names are the ones the command takes."""
-    line = next(line for line in _provider_cli.SYNOPSIS.splitlines() if line.strip().startswith("stella %s " % command))
-    named = options_in(line) | (options_in(_provider_cli.SYNOPSIS.splitlines()[-1]) if "[STORE]" in line else set())
+    line = next(line for line in _command.SYNOPSIS.splitlines() if line.strip().startswith("stella %s " % command))
+    named = options_in(line) | (options_in(_command.SYNOPSIS.splitlines()[-1]) if "[STORE]" in line else set())
     assert (command in STORE_COMMANDS) is ("[STORE]" in line)
     _rc, out, _err = stella([command, "-h"], capsys)
     assert named == options_in(out.split("\n\n")[0]) - {"--help"}  # the command's own usage line
@@ -135,7 +137,7 @@ def test_no_command_is_a_usage_error(capsys):
 
 
 def test_version_is_the_collections_own(capsys):
-    with open(os.path.join(_provider_cli.COLLECTION_ROOT, "galaxy.yml"), encoding="utf-8") as handle:
+    with open(os.path.join(_command.COLLECTION_ROOT, "galaxy.yml"), encoding="utf-8") as handle:
         version = yaml.safe_load(handle)["version"]
     rc, out, err = stella(["--version"], capsys)
     assert (rc, out, err) == (0, "stella (stellaops.runtime) %s\n" % version, "")
@@ -144,7 +146,7 @@ def test_version_is_the_collections_own(capsys):
 def test_version_of_an_installed_collection_comes_from_its_manifest(tmp_path, monkeypatch, capsys):
     (tmp_path / "MANIFEST.json").write_text(json.dumps({"collection_info": {"namespace": "stellaops",
                                                                             "name": "runtime", "version": "9.8.7"}}))
-    monkeypatch.setattr(_provider_cli, "COLLECTION_ROOT", str(tmp_path))
+    monkeypatch.setattr(_command, "COLLECTION_ROOT", str(tmp_path))
     assert stella(["--version"], capsys)[:2] == (0, "stella (stellaops.runtime) 9.8.7\n")
     (tmp_path / "MANIFEST.json").unlink()
     rc, out, err = stella(["--version"], capsys)
@@ -156,10 +158,10 @@ def test_compose_keeps_its_own_arguments(capsys, monkeypatch):
     CLI plugin; ``stella compose -h`` alone is help."""
     for argv in (["stella", "compose", "--project-name", "shop", "metadata", "--bogus=1", "--x"],
                  ["docker-stella", "stella", "compose", "metadata"]):
-        assert _provider_cli.main(argv) == 0
+        assert _command.main(argv) == 0
         out, _err = capsys.readouterr()
         assert json.loads(out) == _provider_cli._provider.METADATA  # pylint: disable=protected-access
-    assert stella(["compose", "-h"], capsys)[:2] == (0, _provider_cli.COMPOSE_HELP)
+    assert stella(["compose", "-h"], capsys)[:2] == (0, _command.COMPOSE_HELP)
     seen = []
     monkeypatch.setattr(_provider_cli, "compose", lambda args, *_rest: seen.append(args) or 7)
     assert stella(["compose", "up", "--project-name=p", "-h", "--ports", "1:1", "web"], capsys)[0] == 7
@@ -170,7 +172,7 @@ def test_install_writes_both_launchers_and_refuses_unknown_options(tmp_path, cap
     rc, out, _err = stella(["install", "--bin-dir", str(tmp_path / "bin"), "--plugin-dir", str(tmp_path / "p")], capsys)
     assert rc == 0 and out == "installed %s, %s\n" % (tmp_path / "bin" / "stella", tmp_path / "p" / "docker-stella")
     assert os.access(tmp_path / "bin" / "stella", os.X_OK)
-    assert "provider.cli import main" in (tmp_path / "p" / "docker-stella").read_text()
+    assert "command.main import main" in (tmp_path / "p" / "docker-stella").read_text()
     rc, out, err = stella(["install", "--bin-dir"], capsys)
     assert (rc, out) == (2, "") and err.startswith("usage: stella install")
 
@@ -271,10 +273,11 @@ def test_show_json_holds_the_record_and_its_projection(tmp_path, capsys):
 def test_show_of_an_unknown_job_or_store_is_one_error_line(tmp_path, capsys):
     path = fleet_store(tmp_path / "jobs.sqlite3")
     rc, out, err = stella(["show", "job-404", "--store", path], capsys)
-    assert (rc, out, err) == (1, "", "stella show: job_not_found: no job job-404 in the job store %s\n" % path)
+    assert (rc, out, err) == (1, "", "stella show: job_not_found: no job job-404 in the job store %s; next: %s\n" % (
+        path, next_step("job_not_found")))
     missing = tmp_path / "none" / "jobs.sqlite3"
     rc, out, err = stella(["show", "job-1", "--store", str(missing), "--follow"], capsys)
-    assert (rc, out, err) == (1, "", "stella show: job_store_missing: no job store at %s\n" % missing)
+    assert (rc, out, err) == (1, "", "stella show: job_store_missing: no job store at %s; next: %s\n" % (missing, next_step("job_store_missing")))
     assert not missing.parent.exists()
     assert stella(["show", "--store", path], capsys)[0] == 2
 
@@ -333,7 +336,7 @@ def test_show_follow_prints_each_phase_as_it_is_recorded_and_exits_with_the_outc
     monkeypatch.setattr(sys, "stdout", screen)
     thread = threading.Thread(target=controller, daemon=True)
     thread.start()
-    rc = _provider_cli.main(["stella", "show", "job-9", "--follow", "--store", path])
+    rc = _command.main(["stella", "show", "job-9", "--follow", "--store", path])
     thread.join(10)
     assert lagging == []
     final = read(path, "job-9")
@@ -370,7 +373,7 @@ def test_show_follow_stops_when_the_jobs_run_is_gone(tmp_path, capsys, monkeypat
     rc, out, err = stella(["show", "job-7", "--follow", "--store", path], capsys)
     assert rc == 1 and out.splitlines()[1:] == ["job job-7 Running", "  a: Running"]
     assert err.startswith("stella show: job_run_gone: job job-7 is Running, but the controller run (pid %d) "
-                          "ended" % gone["pid"]) and err.endswith("`stella interrupt job-7` records it interrupted\n")
+                          "ended" % gone["pid"]) and err.endswith("`stella interrupt job-7` records it interrupted; next: %s\n" % next_step("job_run_gone"))
     assert read(path, "job-7")["status"] == "Running"  # show only reads
     rc, out, _err = stella(["show", "job-7", "--store", path], capsys)
     assert rc == 0 and out.splitlines()[-1].startswith("note: job job-7 is Running, but the controller run")
@@ -393,7 +396,8 @@ def test_the_store_comes_from_the_environment_then_the_default(tmp_path, capsys,
     rc, out, err = stella(["list"], capsys)
     assert (rc, out) == (1, "")
     assert err == ("stella list: job_store_missing: no job store at %s (the default store; --store, "
-                   "--compose-project or $STELLA_JOB_STORE choose another)\n" % default)
+                   "--compose-project or $STELLA_JOB_STORE choose another); next: %s\n" % (
+                       default, next_step("job_store_missing")))
     fleet_store(default)
     rc, out, _err = stella(["show", "job-1"], capsys)
     assert rc == 0 and out.splitlines()[0] == "store: %s (default)" % default
@@ -425,8 +429,8 @@ def test_planning_s_own_code_reaches_compose(tmp_path, capsys, monkeypatch):
                         lambda *_args: (2, "failed", message, {}, "image_unresolved"))
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        rc = _provider_cli.main(["stella", "compose", "up", "--project-name", "shop", "--image=registry.example/web:1.0",
-                                 "--state_directory=%s" % (tmp_path / "state"), "web"])
+        rc = _command.main(["stella", "compose", "up", "--project-name", "shop", "--image=registry.example/web:1.0",
+                            "--state_directory=%s" % (tmp_path / "state"), "web"])
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
@@ -438,9 +442,9 @@ def test_planning_s_own_code_reaches_compose(tmp_path, capsys, monkeypatch):
 def compose_up(capsys, state, project, service):
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        rc = _provider_cli.main(["stella", "compose", "up", "--project-name", project,
-                                 "--image=registry.example/web:1.0", "--ports=18080:8080", "--version=1.0",
-                                 "--state_directory=%s" % state, service])
+        rc = _command.main(["stella", "compose", "up", "--project-name", project,
+                            "--image=registry.example/web:1.0", "--ports=18080:8080", "--version=1.0",
+                            "--state_directory=%s" % state, service])
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
@@ -489,14 +493,15 @@ def test_a_compose_project_with_several_or_no_stores(tmp_path, capsys):
     rc, out, err = stella(["list"] + located, capsys)
     assert (rc, out) == (1, "")
     assert err == ("stella list: job_store_ambiguous: the Compose provider keeps job stores for several services of "
-                   "project shop under %s (api, web): choose one with --service\n" % (state / "shop"))
+                   "project shop under %s (api, web): choose one with --service; next: %s\n" % (
+                       state / "shop", next_step("job_store_ambiguous")))
     assert stella(["list", "--service", "api"] + located, capsys)[0] == 0
     rc, out, err = stella(["health", "--compose-project", "cart", "--state-directory", str(state)], capsys)
     assert (rc, out) == (1, "") and err == ("stella health: job_store_missing: the Compose provider keeps no job "
-                                            "store for project cart under %s\n" % (state / "cart"))
+                                            "store for project cart under %s; next: %s\n" % (state / "cart", next_step("job_store_missing")))
     rc, _out, err = stella(["show", "job-1", "--service", "db"] + located, capsys)
     assert rc == 1 and err == "stella show: job_store_missing: no job store at %s (--compose-project shop " \
-                              "--service db)\n" % (state / "shop" / "db" / "jobs.sqlite3")
+                              "--service db); next: %s\n" % (state / "shop" / "db" / "jobs.sqlite3", next_step("job_store_missing"))
     assert not (state / "shop" / "db").exists()
 
 

@@ -12,11 +12,12 @@ import pytest
 
 from docs_support import doc_commands, doc_section, doc_text, options_in, parser_options
 
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.hints import next_step
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import utc_timestamp
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import owner as _job_owner
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import sql as _job_store
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import cli as _provider_cli
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.command import main as _command
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import cli as _store_cli
 
 T0 = "2026-03-01T10:00:00.000000Z"
@@ -41,7 +42,7 @@ def fed_store(tmp_path):
 
 def run(command, argv, capsys):
     """``stella COMMAND ARGV...`` as the launcher runs it: ``(exit status, stdout, stderr)``."""
-    rc = _provider_cli.main(["stella", command] + list(argv))
+    rc = _command.main(["stella", command] + list(argv))
     out, err = capsys.readouterr()
     return rc, out, err
 
@@ -78,7 +79,8 @@ def test_stella_health_never_creates_a_store_and_fails_with_one_line(tmp_path, c
     missing = tmp_path / "nowhere" / "jobs.sqlite3"
     rc, out, err = cli(["--store", str(missing)], capsys)
     assert (rc, out) == (1, "")
-    assert err == "stella health: job_store_missing: no job store at %s\n" % missing
+    assert err == "stella health: job_store_missing: no job store at %s; next: %s\n" % (
+        missing, next_step("job_store_missing"))
     assert not missing.parent.exists()
     assert cli(["--no-such-option"], capsys)[0] == 2
 
@@ -97,7 +99,7 @@ def test_the_documented_health_command_and_options_exist(tmp_path, capsys):
 
 @pytest.mark.parametrize("command", ["report", "health", "interrupt", "prune"])
 def test_the_usage_line_names_every_store_command(command, capsys):
-    assert _provider_cli.main(["stella", "nope"]) == 2
+    assert _command.main(["stella", "nope"]) == 2
     assert "stella %s " % command in capsys.readouterr().err
 
 
@@ -159,7 +161,7 @@ def test_stella_interrupt_refuses_a_run_alive_on_this_host(tmp_path, capsys):
     rc, out, err = interrupt_cli(["job-2", "--store", store_path], capsys)
     assert (rc, out) == (1, "")
     assert err == "stella interrupt: job_running: the controller run of job job-2 (pid %d) is still running on " \
-                  "this host\n" % os.getpid()
+                  "this host; next: %s\n" % (os.getpid(), next_step("job_running"))
     store = _job_store.open_store(store_path)
     try:
         assert store.get("job-2")["status"] == "Running" and set(store.claims().values()) == {"job-2"}
@@ -170,7 +172,8 @@ def test_stella_interrupt_refuses_a_run_alive_on_this_host(tmp_path, capsys):
 def test_stella_interrupt_of_an_unknown_job_or_store(tmp_path, capsys):
     store_path = running_job(tmp_path, None)
     rc, out, err = interrupt_cli(["job-404", "--store", store_path], capsys)
-    assert (rc, out, err) == (1, "", "stella interrupt: job_not_found: no job job-404 in the job store\n")
+    assert (rc, out, err) == (1, "", "stella interrupt: job_not_found: no job job-404 in the job store; next: %s\n" %
+                              next_step("job_not_found"))
     rc, _out, err = interrupt_cli(["job-2", "--store", str(tmp_path / "none.sqlite3")], capsys)
     assert rc == 1 and err.startswith("stella interrupt: job_store_missing:")
     assert interrupt_cli([], capsys)[0] == 2
@@ -298,7 +301,8 @@ def test_stella_prune_usage_errors_change_nothing(tmp_path, capsys, argv):
 def test_stella_prune_never_creates_a_store(tmp_path, capsys):
     missing = tmp_path / "nowhere" / "jobs.sqlite3"
     rc, out, err = prune_cli(["--older-than", "30", "--store", str(missing)], capsys)
-    assert (rc, out) == (1, "") and err == "stella prune: job_store_missing: no job store at %s\n" % missing
+    assert (rc, out) == (1, "") and err == "stella prune: job_store_missing: no job store at %s; next: %s\n" % (
+        missing, next_step("job_store_missing"))
     assert not missing.parent.exists()
 
 

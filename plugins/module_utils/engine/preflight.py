@@ -24,7 +24,8 @@ import socket
 import tempfile
 import urllib.parse
 
-from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError, redact_url
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError, human_bytes, redact_url
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.hints import with_next
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
     COMPOSE_PREFLIGHT, PREFLIGHT_CODES, REACHABILITY_MODES, TARGET_TYPES)
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.imageref import oci_architecture, parse_image_ref
@@ -319,7 +320,7 @@ def evaluate(req, obs):
     def check(name, code, ok, reason):
         checks.append({"name": name, "status": "passed" if ok else "failed", **({} if ok else {"code": code})})
         if not ok:
-            failures.append({"code": code, "reason": reason})
+            failures.append(with_next({"code": code, "reason": reason}))
 
     def skip(name, why):
         checks.append({"name": name, "status": "skipped", "reason": why})
@@ -407,7 +408,7 @@ def evaluate(req, obs):
     disk = obs["disk"]
     enough = disk["freeBytes"] >= req["minimum_free_disk_bytes"]
     check("disk", "disk_space_low", enough,
-          "%d bytes free at %s, %d required" % (disk["freeBytes"], disk["path"], req["minimum_free_disk_bytes"]))
+          "%s free at %s, %s required" % (human_bytes(disk["freeBytes"]), disk["path"], human_bytes(req["minimum_free_disk_bytes"])))
 
     evidence = {
         "os": {k: host.get(k) for k in ("system", "kernel", "distribution", "distributionVersion", "prettyName", "hostname")},

@@ -18,16 +18,15 @@ from __future__ import annotations
 import os
 import socket
 
-from ansible_collections.stellaops.runtime.plugins.module_utils.host import procfs as _procfs
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import seconds_between, utc_timestamp
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import process as _process
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import projection as _projection
 
 
 def process_start(pid):
-    """The start time (clock ticks since boot) of ``pid``, or ``None`` when it does not exist."""
-    found = _procfs.stat(pid)
-    return found[1] if found else None
+    """The start time (clock ticks since boot) of ``pid``, or ``None`` when it does not exist (psutil)."""
+    return _process.start_ticks(pid)
 
 
 def controller_owner():
@@ -50,10 +49,7 @@ def owner_gone(owner):
 def owner_state(owner):
     """``"running"``, ``"stopped"`` (SIGSTOP, a suspended terminal, a tracer) or ``"gone"`` (ended, a zombie,
     or its pid reused) for the controller run ``owner`` of this host."""
-    found = _procfs.stat(owner["pid"])
-    if found is None or found[1] != owner.get("startTicks") or found[0] in _procfs.EXITED:
-        return "gone"
-    return "stopped" if found[0] in ("T", "t") else "running"
+    return _process.state(owner["pid"], owner.get("startTicks"))
 
 
 def interrupted_why(record):

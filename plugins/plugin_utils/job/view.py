@@ -8,6 +8,7 @@ document, and its ``release.rollback.evidence.v1`` over every target. Pure, no I
 from __future__ import annotations
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.canonical import digest_json
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.hints import next_step
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.record import LEASE_FIELD, TERMINAL, succeeded
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.rollback import build_rollback_evidence
 
@@ -30,6 +31,7 @@ def outcome(record, files=None):
     rollback = record.get("rollback") or {}
     return {"deploymentId": record["jobId"], "jobIdSource": record.get("jobIdSource"), "status": record["status"],
             "succeeded": succeeded(record), "code": record.get("code"), "reason": record.get("reason"),
+            "next": None if succeeded(record) else next_step(record.get("code")),
             "rolledBack": bool(rollback.get("attempted")), "rollbackStatus": rollback.get("status"),
             "targets": sorted(record.get("targets") or {}),
             "evidence": {name: dict(entry) for name, entry in sorted((files or {}).items())},
@@ -106,6 +108,8 @@ def render_text(record):
                  (record.get("release") or {}).get("version"), record.get("strategy"), record.get("createdAt"))]
     if record.get("reason"):
         lines.append("reason: %s" % record["reason"])
+    if record.get("code") and next_step(record["code"]) and record["status"] not in ("Succeeded", "RolledBack"):
+        lines.append("next: %s" % next_step(record["code"]))
     lease = (record.get("options") or {}).get("claimLeaseSeconds")
     if lease and record["status"] not in TERMINAL:
         owner = record.get("owner") or {}
@@ -128,6 +132,8 @@ def render_text(record):
                 lines.append("    rollback: " + _phase_text(target, "rollbackPhases"))
             if target.get("reason"):
                 lines.append("    reason: %s" % target["reason"])
+            if target.get("code") and next_step(target["code"]):
+                lines.append("    next: %s" % next_step(target["code"]))
             if target.get("rollbackError"):
                 lines.append("    rollback error: %s" % target["rollbackError"])
     if record.get("trafficRollback"):

@@ -13,6 +13,7 @@ import pytest
 import scripted as sc
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.hints import next_step
 from ansible_collections.stellaops.runtime.plugins.module_utils.engine.cli import DockerCli
 from ansible_collections.stellaops.runtime.plugins.module_utils.engine.preflight import (
     CODES,
@@ -401,7 +402,7 @@ def test_a_refused_pull_is_registry_auth_failed_and_the_registry_still_reachable
     r = req(image_reference=PRIVATE, registry_credentials=credentials)
     obs, dummy = observed(r, hub())
     evidence, failures = evaluate(r, obs)
-    assert failures == [{"code": "registry_auth_failed", "reason": reason}]
+    assert failures == [{"code": "registry_auth_failed", "reason": reason, "next": next_step("registry_auth_failed")}]
     assert check_status(evidence) == {"registry": ("passed", None), "registry_access": ("failed", None),
                                       "platform": ("skipped", "registry_auth_failed")}
     assert evidence["registry"]["reachable"] is True and evidence["registry"]["pullAccess"] is None
@@ -432,7 +433,8 @@ def test_what_is_not_a_registry_or_does_not_answer_is_unreachable():
     obs, dummy = observed(r, hub(answers={"https://registry-1.docker.io/v2/": (404, {"content-type": "text/html"}, b"<html>")}))
     evidence, failures = evaluate(r, obs)
     assert failures == [{"code": "registry_unreachable", "reason": "registry docker.io unreachable: unexpected HTTP 404 "
-                                                                   "from /v2/ (not a registry API answer)"}]
+                                                                   "from /v2/ (not a registry API answer)",
+                         "next": next_step("registry_unreachable")}]
 
     def down(method, url, headers, timeout, body=None):
         raise StellaError("registry_unreachable", "%s: [Errno 111] Connection refused" % url)
@@ -458,3 +460,10 @@ def test_credential_log_values_unmask_user_names_and_labels_but_never_a_secret()
     mask_credentials(values, mapping, ["same-as-secret"])
     assert PASSWORD in values and IDENTITY_TOKEN in values and "same-as-secret" in values and "acme" not in values
     assert credential_log_values("not a mapping") == (set(), set())
+
+
+def test_disk_space_low_says_how_much_in_binary_units_and_what_to_do():
+    obs = with_obs(disk={"path": "/srv/stella", "freeBytes": 2 * 1024 * 1024, "totalBytes": 10 ** 11})
+    _evidence, failures = evaluate(req(minimum_free_disk_bytes=1024 ** 3), obs)
+    assert failures == [{"code": "disk_space_low", "reason": "2 MiB free at /srv/stella, 1 GiB required",
+                         "next": next_step("disk_space_low")}]

@@ -1,0 +1,11 @@
+# Copyright (c) Stella Ops contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""``python -m stellaops_runtime ARGS``: the same as ``stella ARGS``."""
+
+import sys
+
+from stellaops_runtime import main
+
+sys.exit(main())
