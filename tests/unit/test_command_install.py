@@ -13,12 +13,16 @@ import sys
 
 import pytest
 
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.hints import next_step
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.command import main as _command
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import dependencies as _dependencies
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import protocol as _protocol
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 STELLA = os.path.join(ROOT, "scripts", "stella.py")
+
+# every error line ends with the code's next step (contract/hints.py)
+HINT = "; next: " + next_step("provider_dependency_missing")
 
 
 def site_packages():
@@ -64,15 +68,15 @@ def test_install_without_ansible_runner_names_the_pip_line_and_writes_nothing(ve
     proc = run(venvs["no_runner"], "install", "--bin-dir", str(tmp_path / "bin"), "--plugin-dir", str(tmp_path / "p"))
     assert (proc.returncode, proc.stdout) == (1, "")
     assert proc.stderr == ("stella install: provider_dependency_missing: stella install needs the Python module "
-                           "ansible_runner, which {py} cannot import: run {py} -m pip install ansible-runner\n"
-                           .format(py=venvs["no_runner"]))
+                           "ansible_runner, which {py} cannot import: run {py} -m pip install ansible-runner{hint}\n"
+                           .format(py=venvs["no_runner"], hint=HINT))
     assert not (tmp_path / "bin").exists() and not (tmp_path / "p").exists()
 
 
 def test_install_in_a_bare_environment_names_every_missing_package(venvs, tmp_path):
     proc = run(venvs["bare"], "install", "--bin-dir", str(tmp_path / "bin"), "--plugin-dir", str(tmp_path / "p"))
     assert proc.returncode == 1 and "Traceback" not in proc.stderr and not (tmp_path / "p").exists()
-    assert proc.stderr.endswith("run %s -m pip install ansible-core ansible-runner requests\n" % venvs["bare"])
+    assert proc.stderr.endswith("run %s -m pip install ansible-core ansible-runner requests%s\n" % (venvs["bare"], HINT))
     assert "modules ansible, ansible_runner, requests," in proc.stderr
 
 
@@ -85,16 +89,16 @@ def test_every_provider_call_checks_first_and_answers_one_json_error(venvs, tmp_
     lines = [json.loads(line) for line in proc.stdout.splitlines()]
     assert proc.returncode == 1 and [line["type"] for line in lines] == ["error"], proc.stdout + proc.stderr
     assert lines[0]["message"] == ("provider_dependency_missing: stella compose {cmd} needs the Python module "
-                                   "ansible_runner, which {py} cannot import: run {py} -m pip install ansible-runner"
-                                   .format(cmd=command, py=venvs["no_runner"]))
+                                   "ansible_runner, which {py} cannot import: run {py} -m pip install ansible-runner{hint}"
+                                   .format(cmd=command, py=venvs["no_runner"], hint=HINT))
     assert not (tmp_path / "s").exists()
 
 
 def test_down_does_not_ask_for_requests_and_up_does(venvs):
     lines = run(venvs["bare"], "compose", "--project-name=shop", "down", "web").stdout
-    assert json.loads(lines)["message"].endswith("-m pip install ansible-core ansible-runner")
+    assert json.loads(lines)["message"].endswith("-m pip install ansible-core ansible-runner" + HINT)
     lines = run(venvs["bare"], "compose", "--project-name=shop", "up", "--image=r/w:1", "web").stdout
-    assert json.loads(lines)["message"].endswith("-m pip install ansible-core ansible-runner requests")
+    assert json.loads(lines)["message"].endswith("-m pip install ansible-core ansible-runner requests" + HINT)
 
 
 def test_the_check_finds_what_is_there():

@@ -436,7 +436,8 @@ def test_planning_s_own_code_reaches_compose(tmp_path, capsys, monkeypatch):
             signal.signal(sig, handler)
     last = json.loads(capsys.readouterr().out.splitlines()[-1])
     assert rc == 1 and last["type"] == "error"
-    assert last["message"] == "image_unresolved: the deployment job did not start: " + message
+    assert last["message"] == "image_unresolved: the deployment job did not start: %s; next: %s" % (
+        message, next_step("image_unresolved"))
 
 
 def compose_up(capsys, state, project, service):

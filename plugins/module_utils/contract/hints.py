@@ -178,3 +178,10 @@ def with_next(failure, key="code"):
     if hint and not failure.get("next"):
         failure["next"] = hint
     return failure
+
+
+def error_line(code, reason):
+    """``CODE: REASON; next: HINT`` (``; next`` only when ``code`` has a hint): how a command line prints a
+    failure, on one line."""
+    hint = next_step(code)
+    return "%s: %s%s" % (code, " ".join(str(reason).split()), "; next: %s" % hint if hint else "")

@@ -17,6 +17,7 @@ import os
 import sys
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.hints import error_line
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.execution.paths import COLLECTION_ROOT, COLLECTIONS_PATH
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import dependencies as _dependencies
 
@@ -99,7 +100,7 @@ def install(argv):
     try:
         _dependencies.require("install")
     except StellaError as exc:
-        sys.stderr.write("stella install: %s: %s\n" % (exc.code, exc.reason))
+        sys.stderr.write("stella install: %s\n" % error_line(exc.code, exc.reason))
         return 1
     bin_dir = options.bin_dir or default_bin_dir()
     launcher = ("#!%s\n# stella: the stellaops.runtime Compose provider (written by `stella install`)\n"

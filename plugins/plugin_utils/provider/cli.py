@@ -26,6 +26,7 @@ import sys
 import tempfile
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.hints import error_line
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.imageref import image_id
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import job_evidence_dir
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.versions import DEFAULT_MIN_COMPOSE, DEFAULT_MIN_ENGINE
@@ -384,7 +385,7 @@ def compose(argv, stdin, stdout, environ):
             raise StellaError("unsupported", "stella compose %s is not implemented" % parsed["command"])
         return 0
     except StellaError as exc:
-        report_error(channel, "%s: %s" % (exc.code, exc.reason))
+        report_error(channel, error_line(exc.code, exc.reason))
         return 1
     except Exception as exc:  # pylint: disable=broad-except
         report_error(channel, "internal_error: %s: %s" % (type(exc).__name__, exc))

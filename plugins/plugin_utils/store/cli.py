@@ -25,7 +25,7 @@ import socket
 import sys
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError, redact_url
-from ansible_collections.stellaops.runtime.plugins.module_utils.contract.hints import next_step
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.hints import error_line
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
     job_evidence_dir, project_evidence_dir, utc_timestamp)
 from ansible_collections.stellaops.runtime.plugins.module_utils.host.files import atomic_write
@@ -88,9 +88,7 @@ def parse_command(parser, argv, provider_options=True):
 
 def fail_line(stderr, command, exc):
     """The one error line of a failed command: ``stella COMMAND: CODE: REASON; next: HINT``."""
-    hint = next_step(exc.code)
-    stderr.write("stella %s: %s: %s%s\n" % (command, exc.code, " ".join(redact_url(str(exc.reason)).split()),
-                                            "; next: %s" % hint if hint else ""))
+    stderr.write("stella %s: %s\n" % (command, error_line(exc.code, redact_url(str(exc.reason)))))
     return 1
 
 
