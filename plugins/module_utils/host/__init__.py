@@ -3,5 +3,6 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 
 """What both sides do on the host they run on: crash-safe file writes and the per-project lock
-(files), and what Linux's ``/proc`` says of a process (procfs). Standard library only.
+(files), the project's claim fence (claim), and what Linux's ``/proc`` says of a process (procfs).
+Standard library only.
 """

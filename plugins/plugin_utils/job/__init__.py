@@ -5,6 +5,7 @@
 """The deployment job on the controller: its typed record and state machine (record), the job plan
 and each target's inputs (plan), one target's outcome from what its tasks returned (target), the
 strategies' batches and gate (strategy), health, traffic in the record, the check-mode preview, the
-views and the deployments projection, the run that owns a job and its claim lease, and the steps
-of ``stella_job`` (steps). Pure, but for owner, lease and steps.
+views and the deployments projection, the run that owns a job and its claim lease, the fence of its
+claims (fencing), an error inside one of its steps (step_failure), and the steps of ``stella_job``
+(steps). Pure, but for owner, process, lease, fencing and steps.
 """
