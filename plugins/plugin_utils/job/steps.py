@@ -13,6 +13,7 @@ reads the store (``read``) or makes a preview that opens no store (``preview``, 
 from __future__ import annotations
 
 import collections
+import importlib
 import secrets
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError, first_line, redact_text
@@ -20,25 +21,26 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabul
     JOB_CHECK_MODE, JOB_INTERRUPTED, PROJECT_BUSY, ROLLBACK_TASKS,
     job_evidence_dir, keep_revisions_problem, utc_timestamp)
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import preview as _job_preview
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import sql as _job_store
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import target as _job_target
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import traffic as _job_traffic
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import view as _job_view
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import projection as _projection
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence import report as _report
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import fencing as _fencing
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import step_failure as _step_failure
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import strategy as _strategy
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.traffic import adapters as _traffic
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.plan import (
-    job_options, plan_job, plan_outcome, target_identity)
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.deployment import deployment_record, preflight_evidence
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.writer import (
     JOB_EVIDENCE_FILE, ROLLBACK_EVIDENCE_FILE, clean, write_documents, write_target_documents)
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.inputs import load_credentials, plain, resolve_digests
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.lease import MIN_LEASE_SECONDS, start_keeper
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.owner import controller_owner, gone_why, interrupt_gone
+
+
+def _lazy(name):
+    """``plugin_utils.<name>``, imported when a step first needs it: every step runs in a task's own worker
+    process, where the collection's modules are compiled from source on import, so a step imports only
+    what it uses (planning, registry resolution, previews, traffic adapters and the report cost the
+    steps that never use them about 0.05 s each)."""
+    return importlib.import_module("ansible_collections.stellaops.runtime.plugins.plugin_utils." + name)
 
 
 Step = collections.namedtuple("Step", "needs acting check_mode")
@@ -143,31 +145,32 @@ class JobSteps:
                 record["jobId"], record["interrupted"]["why"]), phase="job")
 
     def _preview(self, args):
-        """A step of the job in check mode (_job_preview): nothing is opened, recorded or written."""
+        """A step of the job in check mode (job/preview.py): nothing is opened, recorded or written."""
+        preview = _lazy("job.preview")
         if args["step"] == "start":
             self._check_start(args)
             job_id, source, planned, options, _summary, unreachable = self._plan(args, utc_timestamp())
-            return _job_preview.start(job_id, source, planned, options, unreachable)
+            return preview.start(job_id, source, planned, options, unreachable)
         if args["step"] == "close":
             hostvars = self.vars.get("hostvars") or {}
             # the start's outcome, kept on localhost: stella_job_run by the job, stella_job_finish by the rollback
-            run, close, order = self.vars.get("stella_job_finish") or {}, _job_preview.rollback_close, "rollbackOrder"
+            run, close, order = self.vars.get("stella_job_finish") or {}, preview.rollback_close, "rollbackOrder"
             if args["started"] is not None:  # the role's one-target job hands its start over
-                run, close, order = args["started"], _job_preview.close, "targetOrder"
+                run, close, order = args["started"], preview.close, "targetOrder"
             elif run.get("kind") != "rollback":
-                run, close, order = self.vars.get("stella_job_run") or {}, _job_preview.close, "targetOrder"
+                run, close, order = self.vars.get("stella_job_run") or {}, preview.close, "targetOrder"
             if run.get("jobId") != args["job_id"] or not run.get("checkMode"):
                 raise StellaError("job_not_found", "no job %s was previewed in this run" % args["job_id"], phase="job")
             # only the preview each target's recording step left on it
-            return close(run, {name: hostvars[name][_job_preview.PREVIEW_FACT] for name in run.get(order) or []
-                               if name in hostvars and _job_preview.PREVIEW_FACT in hostvars[name]})
+            return close(run, {name: hostvars[name][preview.PREVIEW_FACT] for name in run.get(order) or []
+                               if name in hostvars and preview.PREVIEW_FACT in hostvars[name]})
         if args["step"] in ("target", "rollback_target"):
             result, failure = clean(args["result"]), clean(args["failure"])
-            preview = (_job_preview.target_preview(result, failure) if args["step"] == "target"
-                       else _job_preview.rollback_target_preview(result, failure))
-            return {"jobId": args["job_id"], "checkMode": True, "targetName": args["target"], "preview": preview,
-                    "ansible_facts": {_job_preview.PREVIEW_FACT: preview}}
-        return _job_preview.passing(args["step"], args["job_id"], args["batch"])
+            outcome = (preview.target_preview(result, failure) if args["step"] == "target"
+                       else preview.rollback_target_preview(result, failure))
+            return {"jobId": args["job_id"], "checkMode": True, "targetName": args["target"], "preview": outcome,
+                    "ansible_facts": {preview.PREVIEW_FACT: outcome}}
+        return preview.passing(args["step"], args["job_id"], args["batch"])
 
     def _check_start(self, args):
         """The options of a start, refused (job_invalid) before anything is planned or opened."""
@@ -183,32 +186,34 @@ class JobSteps:
             _job.job_id_from(self.vars) if args["caller_job_id"] else (None, None))
         if not job_id:
             job_id, source = "job-%s-%s" % (now[:19].replace("-", "").replace(":", ""), secrets.token_hex(4)), "generated"
-        release = plain(args["release"])
+        inputs, plan = _lazy("release.inputs"), _lazy("job.plan")
+        release = inputs.plain(args["release"])
         self.secrets.extend(str(v) for v in (release.get("secretEnv") or {}).values())
-        credentials = load_credentials(plain(args["registry_credentials"], "registry_credentials"))
+        credentials = inputs.load_credentials(inputs.plain(args["registry_credentials"], "registry_credentials"))
         self.secrets.extend(credentials.secrets())
         hostvars = self.vars.get("hostvars") or {}
         hosts = [(name, dict(hostvars.get(name) or {})) for name in args["targets"]]
         for name, host in hosts:  # an identity given for a host wins over its inventory variables
             if isinstance(args["target_identities"].get(name), dict):
-                host["stella_target"] = dict(host.get("stella_target") or {}, **plain(args["target_identities"][name]))
+                host["stella_target"] = dict(host.get("stella_target") or {}, **inputs.plain(args["target_identities"][name]))
         probe = dict(release, target=dict(release.get("target") or {}, id="probe", name="probe",
                                           endpoint="local", executionMode="local"))
         probe.setdefault("target", {}).setdefault("type", "ComposeHost")
         try:
-            resolved, resolution = resolve_digests(probe, credentials, args["insecure_registries"], {}, True,
-                                                   args["timeout"])
+            resolved, resolution = inputs.resolve_digests(probe, credentials, args["insecure_registries"], {}, True,
+                                                          args["timeout"])
         finally:
             self.secrets.extend(credentials.secrets())  # what the Docker config's helpers answered
         self.warnings.extend(credentials.warnings)
-        options = job_options(release, {"autoRollbackOnFailure": args["auto_rollback_on_failure"],
-                                        "waitForHealthCheck": args["wait_for_health_check"]})
+        options = plan.job_options(release, {"autoRollbackOnFailure": args["auto_rollback_on_failure"],
+                                             "waitForHealthCheck": args["wait_for_health_check"]})
         options.update(claimLeaseSeconds=args["claim_lease"], keepRevisions=args["keep_revisions"],
                        waitTimeout=args["wait_timeout"], minEngineVersion=args["min_engine_version"],
                        minComposeVersion=args["min_compose_version"],
                        insecureRegistries=list(args["insecure_registries"]))
-        planned = plan_job(release, hosts, resolved, job_id, options)
-        _traffic.check_traffic_config(release["strategy"], release.get("strategyConfig"), len(planned["batches"]))
+        planned = plan.plan_job(release, hosts, resolved, job_id, options)
+        _lazy("traffic.adapters").check_traffic_config(release["strategy"], release.get("strategyConfig"),
+                                                       len(planned["batches"]))
         summary = {"release": release["release"], "tenant": release["tenant"], "environment": release["environment"],
                    "application": release["application"], "strategy": release["strategy"],
                    "strategyConfig": release.get("strategyConfig") or {}, "resolution": resolution}
@@ -253,7 +258,8 @@ class JobSteps:
             if keeper is None:
                 warnings.append("job %s: the claim lease keeper could not be started; only the job's steps renew "
                                 "its lease" % job_id)
-        outcome = dict(plan_outcome(planned), jobId=job_id, jobIdSource=source, proceed=record["status"] == "Running",
+        outcome = dict(_lazy("job.plan").plan_outcome(planned), jobId=job_id, jobIdSource=source,
+                       proceed=record["status"] == "Running",
                        status=record["status"], reason=record["reason"], code=record["code"], options=options,
                        interruptedJobs=interrupted, leaseKeeperPid=keeper)
         return dict(outcome, warnings=warnings) if warnings else outcome
@@ -268,7 +274,8 @@ class JobSteps:
         if args["evidence_dir"]:
             self._need(args, "plan")
             plan = clean(args["plan"])
-            document = deployment_record(plan, apply, now, preflight=preflight_evidence(apply), probe=probe)
+            evidence = _lazy("evidence.deployment")
+            document = evidence.deployment_record(plan, apply, now, preflight=evidence.preflight_evidence(apply), probe=probe)
             _directory, files = write_target_documents(args["evidence_dir"], plan, {"deployment.json": document})
         outcome = _job_target.deployment_outcome(apply, probe, failure, evidence_written=bool(files),
                                                  probe_duration_ms=(probe or {}).get("durationMs") or 0)
@@ -321,17 +328,18 @@ class JobSteps:
         ``traffic_options``). Without a runnable adapter: the no-adapter evidence, and a failure only
         when ``requireTrafficAdapter`` is set."""
         config, required = _job_traffic.traffic_config(record)
-        options = plain(args["traffic_options"], "traffic_options")
-        self.secrets.extend(_traffic.header_values(options))
-        adapter, why = _traffic.resolve(config, options)
+        options = _lazy("release.inputs").plain(args["traffic_options"], "traffic_options")
+        traffic = _lazy("traffic.adapters")
+        self.secrets.extend(traffic.header_values(options))
+        adapter, why = traffic.resolve(config, options)
         if adapter is None:
             failure = {"code": why, "reason": "no traffic adapter ran: %s" % why} if required else None
-            return _traffic.no_adapter_evidence(why, step), failure
+            return traffic.no_adapter_evidence(why, step), failure
         try:
-            return _traffic.evidence_json(adapter.shift(_job_traffic.job_facts(record), step)), None
-        except _traffic.TrafficError as exc:
+            return traffic.evidence_json(adapter.shift(_job_traffic.job_facts(record), step)), None
+        except traffic.TrafficError as exc:
             failure = {"code": exc.code, "reason": redact_text(exc.reason, self.secrets)}
-            return _traffic.evidence_json(exc.evidence), failure
+            return traffic.evidence_json(exc.evidence), failure
 
     def _gate(self, store, args):
         found = {}
@@ -365,7 +373,7 @@ class JobSteps:
     def _rollback_start(self, store, args):
         """An operator rollback of job ``job_id``: a new job of kind ``rollback`` over the source job's
         targets that retained a revision, in reverse batch order; fails closed when none did. In check
-        mode the same job is made and checked, and not stored (_job_preview.rollback_start)."""
+        mode the same job is made and checked, and not stored (job/preview.py ``rollback_start``)."""
         source = self._job_of(store, args)
         now = utc_timestamp()
         if not self.check_mode:
@@ -374,7 +382,7 @@ class JobSteps:
                                         args["revision_paths"], first_line(args["reason"]), controller_owner(),
                                         wait_timeout=args["wait_timeout"])
         if self.check_mode:
-            held = _job_preview.held_projects(record, store.claims(), {
+            held = _lazy("job.preview").held_projects(record, store.claims(), {
                 job["jobId"] for job in store.unfinished() if gone_why(job, now) is None})
         else:
             record, held = store.create(record)
@@ -384,7 +392,7 @@ class JobSteps:
         if record["status"] == "Failed":
             raise StellaError(record["code"], "job %s: %s" % (record["jobId"], record["reason"]), phase="job")
         orders = _job.rollback_orders(record, source=source)
-        return _job_preview.rollback_start(orders, record) if self.check_mode else orders
+        return _lazy("job.preview").rollback_start(orders, record) if self.check_mode else orders
 
     def _rollback_target(self, store, args):
         """Record one target's rollback in one transaction: the agent's rollback phases, and whether the
@@ -418,7 +426,8 @@ class JobSteps:
         if args["evidence_dir"]:
             files = self._write_evidence(record, args["evidence_dir"], rollback)
             if args["report"]:
-                files[_report.REPORT_FILE] = _report.write_report(
+                report = _lazy("evidence.report")
+                files[report.REPORT_FILE] = report.write_report(
                     record, job_evidence_dir(args["evidence_dir"], record["jobId"]))
         # the id of the rollback evidence packet, only when it was written
         evidence_id = "jobs/%s/%s" % (record["jobId"], ROLLBACK_EVIDENCE_FILE) if ROLLBACK_EVIDENCE_FILE in files else None
@@ -460,7 +469,7 @@ class JobSteps:
     def _health(self, store, args):
         """The health status the store keeps for ``targets`` (their target ids), or for every target."""
         hostvars = self.vars.get("hostvars") or {}
-        ids = [target_identity(name, dict(hostvars[name]) if name in hostvars else {}, None)["id"]
+        ids = [_lazy("job.plan").target_identity(name, dict(hostvars[name]) if name in hostvars else {}, None)["id"]
                for name in args["targets"]] if args["targets"] else None
         return {"health": store.health(ids)}
 
