@@ -106,8 +106,8 @@ test: venv collection
 	  wait $$lab; labrc=$$?; echo "--- lab set-up:"; cat .build/lab-setup.log; \
 	  echo "unit, sanity, lint, changelog-lint rc=$$checks; lab set-up rc=$$labrc"; test $$checks -eq 0 -a $$labrc -eq 0
 	@echo "integration: two sessions ($(INTEGRATION_SPLIT) | the rest)"
-	@$(BIN)/pytest -q -p no:cacheprovider $(INTEGRATION_SPLIT) > .build/integration-split.log 2>&1 & split=$$!; \
-	  $(BIN)/pytest -q tests/integration $(addprefix --ignore=,$(INTEGRATION_SPLIT)); rest=$$?; \
+	@$(BIN)/pytest -q -p no:cacheprovider --durations=10 $(INTEGRATION_SPLIT) > .build/integration-split.log 2>&1 & split=$$!; \
+	  $(BIN)/pytest -q --durations=10 tests/integration $(addprefix --ignore=,$(INTEGRATION_SPLIT)); rest=$$?; \
 	  wait $$split; first=$$?; echo "--- $(INTEGRATION_SPLIT):"; cat .build/integration-split.log; \
 	  echo "integration: rest rc=$$rest, split rc=$$first"; \
 	  $(MAKE) --no-print-directory molecule-run; mol=$$?; echo "molecule rc=$$mol"; \

@@ -20,6 +20,7 @@ import ansible_run as ar
 from labkit import free_port
 
 BASE = "error,info,setenv,debug"
+REQUESTS = ("get-service-config", "get-image", "get-relay-info")
 
 
 @pytest.fixture(scope="module")
@@ -56,6 +57,8 @@ class FakeCompose:
                         proc.stdin.close()
                     else:
                         answer(proc.stdin, line)
+                elif line["type"] in REQUESTS and not proc.stdin.closed:
+                    proc.stdin.close()  # a request this test did not expect: EOF, so it fails instead of waiting
             rc = proc.wait(timeout=timeout)
         finally:
             if proc.poll() is None:
@@ -164,13 +167,15 @@ def test_pull_streams_the_local_image_and_a_truncated_stream_tags_nothing(stella
     rc, seen = FakeCompose(stella, announced, {}).run(*args)
     assert rc == 0 and types(seen) == ["info"] and "up to date" in seen[0]["message"]
 
-    # another digest in the daemon: policy missing (up) keeps what was ingested, always (pull) asks again
-    other = [a for a in args if not a.startswith("--digest=")] + ["--digest=sha256:" + "0" * 64]
-    rc, seen = FakeCompose(stella, announced, {}).run(*other)
-    assert rc == 0 and types(seen) == ["info"] and "policy missing" in seen[0]["message"], seen
-    always = [a.replace("--policy=missing", "--policy=always") for a in other]
-    rc, seen = FakeCompose(stella, announced, {"get-image": write_image(tar)}).run(*always)
-    assert rc == 0 and types(seen)[0] == "get-image", seen
+    # another digest in the local daemon (an `up --build` rebuilt it): whatever the policy, its bytes are asked for
+    for policy, digit in (("missing", "0"), ("always", "1")):
+        again = [a.replace("--policy=missing", "--policy=" + policy) for a in args if not a.startswith("--digest=")]
+        rc, seen = FakeCompose(stella, announced, {"get-image": write_image(tar)}).run(
+            *again + ["--digest=sha256:" + digit * 64])
+        assert rc == 0 and types(seen)[0] == "get-image", seen
+    # the digest announced last was ingested: policy always asks for nothing either
+    rc, seen = FakeCompose(stella, announced, {}).run(*again + ["--digest=sha256:" + "1" * 64])
+    assert rc == 0 and types(seen) == ["info"] and "up to date" in seen[0]["message"], seen
 
 
 # ---- publish-endpoint and the relay endpoint, with the real networks Compose would create
