@@ -24,6 +24,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabul
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.plan import plan_outcome
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.sql import project_keys
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.target import failed_phase
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.view import closing_line
 
 PREVIEW_STATUS = "Preview"
 NOT_REACHED = {"outcome": "not_run", "summary": "not reached (the play did not run on it)"}
@@ -120,7 +121,7 @@ def _closed(run, header, targets, notes, reason, succeeded, outcome_extra=None, 
                    checkMode=True, code=run.get("code"), reason=reason, rolledBack=False, targets=sorted(targets),
                    evidence={})
     return dict(extra, jobId=run["jobId"], checkMode=True, status=PREVIEW_STATUS, reason=reason, succeeded=succeeded,
-                preview=targets, evidenceFiles={}, outcome=outcome, text="\n".join(lines))
+                msg=closing_line(run["jobId"], PREVIEW_STATUS, reason), preview=targets, evidenceFiles={}, outcome=outcome, text="\n".join(lines))
 
 
 def held_projects(record, claims, alive):

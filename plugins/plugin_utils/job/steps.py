@@ -437,6 +437,7 @@ class JobSteps:
             if source is not None and rollback is not None:
                 self._recover_source(store, record, source, rollback, evidence_id)
         return {"jobId": record["jobId"], "job": record, "status": record["status"], "reason": record["reason"],
+                "msg": _job_view.closing_line(record["jobId"], record["status"], record["reason"]),
                 "succeeded": _job.succeeded(record), "evidenceFiles": files,
                 "outcome": _job_view.outcome(record, files), "text": _job_view.render_text(record)}
 

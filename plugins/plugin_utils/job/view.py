@@ -16,6 +16,12 @@ JOB_EVIDENCE_VERSION = "stella.job.evidence.v1"
 _VOLATILE = ("owner", "revision", "updatedAt", LEASE_FIELD)
 
 
+def closing_line(job_id, status, reason):
+    """The one line a closed job ends with: ``job <id> <status>`` and, when there is one, its reason (a
+    rolled-back job says why it was rolled back: a rollback is recovery, not success)."""
+    return "job %s %s: %s" % (job_id, status, reason) if reason else "job %s %s" % (job_id, status)
+
+
 def job_evidence(record):
     """The job record as evidence, with an ``evidenceDigest`` over everything but volatile fields."""
     body = {k: v for k, v in record.items() if k not in _VOLATILE}

@@ -37,3 +37,9 @@ def test_a_failed_job_publishes_its_code_and_reason():
     out = _job_view.outcome(finished(False))
     assert (out["status"], out["succeeded"]) == ("Failed", False)
     assert out["code"] and out["reason"] and out["evidence"] == {}
+
+
+def test_the_closing_line_names_the_job_its_status_and_why():
+    assert _job_view.closing_line("job-1", "Succeeded", None) == "job job-1 Succeeded"
+    assert _job_view.closing_line("job-1", "RolledBack", "target a: unhealthy (auto-rollback restored it)") == (
+        "job job-1 RolledBack: target a: unhealthy (auto-rollback restored it)")

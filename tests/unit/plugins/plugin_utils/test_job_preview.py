@@ -61,6 +61,7 @@ def test_close_fails_when_a_target_would_fail_or_was_not_reached():
     done = pv.close(RUN, previews)
     assert done["succeeded"] is False and done["reason"] == "b, c would not deploy"
     assert done["text"].splitlines()[-1] == "  b, c would not deploy"
+    assert done["msg"] == "job job-1 Preview: b, c would not deploy"  # the role's failing close says this
 
 
 def test_an_unreachable_target_stops_the_preview_at_planning():
