@@ -95,12 +95,14 @@ molecule-run: $(MOLECULE_VENV)/.stamp molecule-image
 INTEGRATION_SPLIT := tests/integration/test_faults.py tests/integration/test_provider.py tests/integration/test_job_sequence.py \
   tests/integration/test_provider_protocol.py tests/integration/test_job_fleet.py tests/integration/test_report.py
 
-# The lab (then the molecule venv) is set up in the background while the unit tests, sanity and lint run:
+# The lab (then the molecule venv and the execution environment image) is set up in the background while the
+# unit tests, sanity and lint run:
 # they need neither, and on a fresh machine the lab spends most of its minutes downloading.
 test: venv collection
 	@mkdir -p .build
 	@echo "lab set-up in the background (.build/lab-setup.log) while unit, sanity and lint run"
-	@( $(MAKE) --no-print-directory lab && $(MAKE) --no-print-directory $(MOLECULE_VENV)/.stamp ) \
+	@( $(MAKE) --no-print-directory lab && $(MAKE) --no-print-directory $(MOLECULE_VENV)/.stamp \
+	  && $(MAKE) --no-print-directory ee ) \
 	  > .build/lab-setup.log 2>&1 & lab=$$!; \
 	  $(MAKE) --no-print-directory unit sanity lint changelog-lint; checks=$$?; \
 	  wait $$lab; labrc=$$?; echo "--- lab set-up:"; cat .build/lab-setup.log; \
@@ -126,6 +128,7 @@ ee: lab build
 	rm -rf .build/ee-context
 	$(BIN)/ansible-builder build -f execution-environment.yml -c .build/ee-context --container-runtime docker
 	docker run --rm stellaops-runtime-ee:latest ansible-doc stellaops.runtime.stella_plan | head -3
+	docker run --rm stellaops-runtime-ee:latest stella --version
 
 # role_bench.py creates .build/bench-venv (the PyPI `ansible` bundle, for community.docker) on first use.
 bench: lab

@@ -26,12 +26,14 @@ description:
   - O(step=target) records one target's outcome in one transaction (the C(target) entry point of the
     C(stellaops.runtime.deploy) role calls it once per target), its nine phases, derived from the apply's
     result (O(result)), the probes' result (O(probe)) and the failure that stopped the target's play
-    (O(failure)), never from a task's name; the failed phase is the one the results name. With
-    O(evidence_dir) it first writes the target's C(deployment.json).
+    (O(failure)), never from a task's name; the failed phase is the one the results name. The target's
+    C(deployment.json) is kept in the job store in the same transaction (with O(evidence_dir) it is first
+    written there too).
   - O(step=gate) runs the strategy gate after a batch. O(step=finish) ends the deployment and decides the
     one automatic rollback. O(step=rollback_target) records one target's rollback (the agent's four
     rollback phases; the target counts as rolled back only when the agent reports a verified restoration).
-    O(step=close) ends the rollback and writes the job's evidence. O(step=show) reads a job; a job
+    O(step=close) ends the rollback and keeps the job's evidence in the job store (and writes it to
+    O(evidence_dir) when given). O(step=show) reads a job; a job
     whose C(ansible-playbook) process is gone on this controller is first recorded as interrupted (C(Failed),
     C(job_interrupted)), with its terminal projection.
   - A job holds the Compose project of each of its targets from O(step=start) until it is finished. A job
@@ -232,7 +234,7 @@ options:
         (C(ansible_failed_result) in a rescue); the target is recorded failed, at the phase the results name.
     type: dict
   plan:
-    description: O(step=target). The target's plan (for its C(deployment.json)); needed with O(evidence_dir).
+    description: O(step=target). The target's plan (for its C(deployment.json)); required with O(step=target).
     type: dict
   reason:
     description: O(step=rollback_start). Why the job is rolled back.
@@ -242,13 +244,14 @@ options:
     type: int
   evidence_dir:
     description:
-      - O(step=close). Where C(jobs/<job id>/job.json) (and C(rollback-evidence.json)) are written.
-      - O(step=target). Where the target's C(<project>/<job id>/<target>/deployment.json) is written.
+      - O(step=close). Where C(jobs/<job id>/job.json) (and C(rollback-evidence.json)) are also written;
+        the job store keeps them whether or not it is given.
+      - O(step=target). Where the target's C(<project>/<job id>/<target>/deployment.json) is also written.
     type: path
   report:
     description:
-      - O(step=close). Also write C(jobs/<job id>/report.html), the evidence report for people
-        (C(docs/report.md)); needs O(evidence_dir).
+      - O(step=close). Also keep C(jobs/<job id>/report.html), the evidence report for people
+        (C(docs/report.md)), in the job store (and in O(evidence_dir) when given).
     type: bool
     default: false
   revision_paths:
@@ -329,8 +332,16 @@ health:
   type: list
   elements: dict
 evidenceFiles:
-  description: O(step=close) with O(evidence_dir). Each evidence file written, with its C(path) and C(sha256).
+  description:
+    - O(step=close) with O(evidence_dir). Each evidence file written there, with its C(path), C(sha256) and
+      C(document) (its name in the job store).
   returned: success
+  type: dict
+evidenceDocuments:
+  description:
+    - O(step=close). Every evidence document the job store keeps for the job (C(stella evidence JOB)
+      lists or exports them), by name (its path under an evidence directory), with its SHA-256.
+  returned: step is close
   type: dict
 outcome:
   description:

@@ -519,14 +519,25 @@ def test_d_first_deploy_failing_attempts_its_rollback_which_fails_at_revision_re
         assert "job %s Failed: " % job_id in output, output[-4000:]
         assert "RolledBack" not in output
 
-        # the same without an evidence directory: no packet is written, so none is named
+        # the same without an evidence directory: the job store keeps the packet, so it is named, and
+        # the id is the packet's document in the store, whose bytes hash as the projection says
         rc, _recap, again, output = sc.play(sc.release("app_broken", "1.0.0-broken"), wait_timeout=20,
                                             extra_vars={"evidence_dir": ""})
         assert rc != 0 and rollback_ran(again), output[-4000:]
-        _record, projection = sc.stored(sc.job_id(again))
+        again_id = sc.job_id(again)
+        _record, projection = sc.stored(again_id)
         strategy = projection["strategyEvidence"]
-        assert (strategy["rollback.attempted"], strategy["evidenceFiles"]) == (True, {})
-        assert "rollback.evidence.id" not in strategy and strategy["rollback.evidence.proofStatus"] == "incomplete"
+        packet = "jobs/%s/rollback-evidence.json" % again_id
+        assert (strategy["rollback.attempted"], strategy["rollback.evidence.id"]) == (True, packet)
+        assert set(strategy["evidenceFiles"]) == {"job.json", "rollback-evidence.json"}
+        assert strategy["rollback.evidence.proofStatus"] == "incomplete"
+        store = open_store(sc.job_store)
+        try:
+            data = store.document(again_id, packet)
+        finally:
+            store.close()
+        assert strategy["evidenceFiles"]["rollback-evidence.json"] == "sha256:" + hashlib.sha256(data).hexdigest()
+        assert not os.path.exists(os.path.join(str(sc.evidence_dir), "jobs", again_id))
     finally:
         sc.cleanup()
 

@@ -126,6 +126,11 @@ CODES = {
     "job_store_unsupported": "use a path, sqlite:///PATH or postgresql://... (docs/job-store.md)",
     "psutil_missing": "python3 -m pip install -r requirements.txt in the controller's Python (docs/install.md)",
     "evidence_remove_failed": "fix the directory's permissions, then run stella prune again",
+    "evidence_immutable": "evidence is written once: run the job again (a new job) rather than re-recording this one",
+    "evidence_conflict": "export into an empty directory, or move the file named away (it is not this job's evidence)",
+    "evidence_corrupt": "restore the job store from a backup: the document no longer matches its SHA-256",
+    "evidence_invalid": "check what else writes to this job store: its document names must be relative paths",
+    "evidence_write_failed": "fix the output directory's permissions or free space, then run stella evidence again",
     # ------------------------------------------------------------------ traffic
     "traffic_adapter_missing": "configure strategyConfig.trafficAdapter, or set requireTrafficAdapter: false",
     "traffic_adapter_executor_missing": "use an adapter type the collection registers, and enable it (docs/traffic.md)",

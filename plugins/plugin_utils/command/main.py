@@ -34,6 +34,7 @@ USER_BIN_DIR = "~/.local/bin"
 COMMANDS = (("list", "the jobs of a job store, newest first", "store.jobs_cli:list_jobs"),
             ("show", "one job, as the job_show playbook prints it (--follow: until it ends)", "store.jobs_cli:show"),
             ("report", "the HTML evidence report of a job (docs/report.md)", "store.cli:report"),
+            ("evidence", "the evidence documents the job store keeps for a job: listed, or exported", "store.evidence_cli:evidence"),
             ("health", "the health status the job store keeps for each target", "store.cli:health"),
             ("interrupt", "record a job whose controller run is gone as interrupted", "store.cli:interrupt"),
             ("prune", "remove finished jobs past a retention age", "store.cli:prune"),
@@ -43,6 +44,7 @@ SYNOPSIS = """stella [-h] [--version] COMMAND ...
        stella list [--status STATUS] [--project PROJECT] [--limit N] [--json] [STORE]
        stella show JOB [--json] [--follow] [STORE]
        stella report JOB [--evidence-dir DIR] [--output FILE] [STORE]
+       stella evidence JOB [--output DIR] [--json] [STORE]
        stella health [TARGET ...] [--json] [--check] [STORE]
        stella interrupt JOB [--reason TEXT] [STORE]
        stella prune --older-than DAYS [--keep N] [--evidence-dir DIR] [--dry-run] [--json] [STORE]

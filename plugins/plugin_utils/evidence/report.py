@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import posixpath
 import urllib.parse
 
 import jinja2
@@ -23,6 +24,7 @@ import markupsafe
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.canonical import sha256_bytes
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import redact_text, redact_url
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import job_evidence_dir
 from ansible_collections.stellaops.runtime.plugins.module_utils.host.files import atomic_write
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.view import job_evidence, rollback_evidence as \
     _rollback_evidence
@@ -124,6 +126,14 @@ def _href(path, base):
     return urllib.parse.quote(os.path.relpath(path, base) if os.path.isabs(path) else path)
 
 
+def _document_href(document, job_id):
+    """A link to a document of the job store from the job's report, as the two lie in an evidence
+    directory (``stella evidence JOB --output DIR`` writes that tree), or ``None``."""
+    if not document:
+        return None
+    return urllib.parse.quote(posixpath.relpath(document, job_evidence_dir("", job_id)))
+
+
 def _phases(target, key):
     phases = target.get(key) or []
     total = sum(p.get("durationMs") or 0 for p in phases)
@@ -176,7 +186,8 @@ def _target_view(record, name, deployment, base):
     target = record["targets"][name]
     probe = ((deployment or {}).get("health") or {}).get("probe") or {}
     files = [{"name": file_name, "sha256": entry.get("sha256"), "path": entry.get("path"),
-              "href": _href(entry.get("path"), base)} for file_name, entry in sorted((target.get("evidence") or {}).items())]
+              "href": _href(entry.get("path"), base) or _document_href(entry.get("document"), record["jobId"])}
+             for file_name, entry in sorted((target.get("evidence") or {}).items())]
     rollback = target.get("rollback") or {}
     verify = next((p.get("status") for p in target.get("phases") or [] if p.get("name") == "verify"), None)
     return {"name": name, "status": target.get("status"), "badge": _badge(target.get("status")),

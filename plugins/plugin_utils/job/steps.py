@@ -19,9 +19,10 @@ import secrets
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError, first_line, redact_text
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
     JOB_CHECK_MODE, JOB_INTERRUPTED, PROJECT_BUSY, ROLLBACK_TASKS,
-    job_evidence_dir, keep_revisions_problem, utc_timestamp)
+    deployment_evidence_dir, job_evidence_dir, keep_revisions_problem, utc_timestamp)
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import sql as _job_store
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.documents import stored_evidence
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import target as _job_target
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import traffic as _job_traffic
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import view as _job_view
@@ -30,7 +31,7 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import fenci
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import step_failure as _step_failure
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import strategy as _strategy
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.writer import (
-    JOB_EVIDENCE_FILE, ROLLBACK_EVIDENCE_FILE, clean, write_documents, write_target_documents)
+    DEPLOYMENT_EVIDENCE_FILE, JOB_EVIDENCE_FILE, ROLLBACK_EVIDENCE_FILE, clean, keep_documents)
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.lease import MIN_LEASE_SECONDS, start_keeper
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.owner import controller_owner, gone_why, interrupt_gone
 
@@ -267,17 +268,16 @@ class JobSteps:
     def _target(self, store, args):
         """Record one target's outcome in one transaction: the nine phases as they ran (derived from the
         apply, the probes and the failure that stopped the target's play, _job_target), its facts, and
-        its ``deployment.json`` first when the job writes evidence (``evidence_dir``)."""
-        apply, probe, failure = clean(args["result"]) or {}, clean(args["probe"]), clean(args["failure"])
+        its ``deployment.json``, kept in the job store in the same transaction (and written first to the
+        evidence directory when the job has one, ``evidence_dir``)."""
+        self._need(args, "plan")
+        apply, probe, failure, plan = clean(args["result"]) or {}, clean(args["probe"]), clean(args["failure"]), clean(args["plan"])
         now = utc_timestamp()
-        files = {}
-        if args["evidence_dir"]:
-            self._need(args, "plan")
-            plan = clean(args["plan"])
-            evidence = _lazy("evidence.deployment")
-            document = evidence.deployment_record(plan, apply, now, preflight=evidence.preflight_evidence(apply), probe=probe)
-            _directory, files = write_target_documents(args["evidence_dir"], plan, {"deployment.json": document})
-        outcome = _job_target.deployment_outcome(apply, probe, failure, evidence_written=bool(files),
+        evidence = _lazy("evidence.deployment")
+        document = evidence.deployment_record(plan, apply, now, preflight=evidence.preflight_evidence(apply), probe=probe)
+        directory = deployment_evidence_dir("", plan.get("projectName"), plan.get("jobId"), (plan.get("target") or {}).get("id"))
+        files, stored = keep_documents(args["evidence_dir"], directory, {DEPLOYMENT_EVIDENCE_FILE: document})
+        outcome = _job_target.deployment_outcome(apply, probe, failure, evidence_written=bool(args["evidence_dir"]),
                                                  probe_duration_ms=(probe or {}).get("durationMs") or 0)
 
         def change(record):
@@ -285,7 +285,7 @@ class JobSteps:
                 record = _job.record_phase(record, args["target"], name, status, None, now, duration, now, detail)
             return _job.finish_target(record, args["target"], outcome["succeeded"], now, reason=outcome["reason"],
                                       code=outcome["code"], facts=_job_target.target_facts(apply, files))
-        record = store.update(args["job_id"], change)
+        record = store.update(args["job_id"], change, documents=stored)
         return {"jobId": args["job_id"], "targetName": args["target"], "target": record["targets"][args["target"]]}
 
     @staticmethod
@@ -420,26 +420,20 @@ class JobSteps:
             record = store.update(args["job_id"], lambda r: _job.finish(r, utc_timestamp()))
         # an operator rollback job's evidence is about the deployment it rolls back (its source)
         source = store.get(record["sourceJobId"]) if record["kind"] == "rollback" and record.get("sourceJobId") else None
-        files, rollback = {}, _job_view.rollback_evidence(record, source)
-        if args["report"]:
-            self._need(args, "evidence_dir")
-        if args["evidence_dir"]:
-            files = self._write_evidence(record, args["evidence_dir"], rollback)
-            if args["report"]:
-                report = _lazy("evidence.report")
-                files[report.REPORT_FILE] = report.write_report(
-                    record, job_evidence_dir(args["evidence_dir"], record["jobId"]))
-        # the id of the rollback evidence packet, only when it was written
-        evidence_id = "jobs/%s/%s" % (record["jobId"], ROLLBACK_EVIDENCE_FILE) if ROLLBACK_EVIDENCE_FILE in files else None
+        rollback = _job_view.rollback_evidence(record, source)
+        files, documents = self._keep_evidence(store, record, args["evidence_dir"], rollback, args["report"])
+        # the id of the rollback evidence packet (its document name in the store), only when it was written
+        evidence_id = files[ROLLBACK_EVIDENCE_FILE]["document"] if ROLLBACK_EVIDENCE_FILE in files else None
         if record["status"] in _job.TERMINAL:  # the terminal projection: after the terminal evidence exists
             store.project_terminal(record["jobId"], _projection.strategy_evidence(record, rollback, evidence_id, files),
                                    utc_timestamp())
             if source is not None and rollback is not None:
                 self._recover_source(store, record, source, rollback, evidence_id)
+        on_disk = {name: entry for name, entry in files.items() if entry.get("path")}
         return {"jobId": record["jobId"], "job": record, "status": record["status"], "reason": record["reason"],
                 "msg": _job_view.closing_line(record["jobId"], record["status"], record["reason"]),
-                "succeeded": _job.succeeded(record), "evidenceFiles": files,
-                "outcome": _job_view.outcome(record, files), "text": _job_view.render_text(record)}
+                "succeeded": _job.succeeded(record), "evidenceFiles": on_disk, "evidenceDocuments": documents,
+                "outcome": _job_view.outcome(record, on_disk), "text": _job_view.render_text(record)}
 
     @staticmethod
     def _recover_source(store, record, source, rollback, evidence_id):
@@ -475,8 +469,23 @@ class JobSteps:
         return {"health": store.health(ids)}
 
     @staticmethod
-    def _write_evidence(record, root, rollback):
+    def _keep_evidence(store, record, root, rollback, report):
+        """The job's own evidence (``job.json``, ``rollback-evidence.json`` when there is rollback evidence,
+        and with ``report`` the HTML report) kept in the job store, and written under ``root`` when the job
+        has an evidence directory. ``(files, documents)``: ``{file name: {"sha256", "document", "path"}}``
+        and ``{document name: sha256}`` of every document the store keeps for the job."""
         documents = {JOB_EVIDENCE_FILE: _job_view.job_evidence(record)}
         if rollback is not None:
             documents[ROLLBACK_EVIDENCE_FILE] = rollback
-        return write_documents(job_evidence_dir(root, record["jobId"]), documents)
+        directory = job_evidence_dir("", record["jobId"])
+        files, stored = keep_documents(root, directory, documents)
+        if report:
+            page = _lazy("evidence.report")
+            _files, deployments = stored_evidence(store, record)
+            base = job_evidence_dir(root, record["jobId"]) if root else directory
+            data = page.render_report(record, files, rollback, deployments, base=base).encode("utf-8")
+            more, stored_page = keep_documents(root, directory, {page.REPORT_FILE: data})
+            files.update(more)
+            stored.update(stored_page)
+        store.put_documents(record["jobId"], stored, utc_timestamp())
+        return files, {name: entry["sha256"] for name, entry in store.document_index(record["jobId"]).items()}

@@ -91,9 +91,9 @@ def deployment_outcome(apply, probe=None, failure=None, evidence_written=False, 
     probes' result; ``failure``: the result of the task that failed, when one did. ``phases`` lists,
     in the contract's order, only the phases that ran: the agent's, verify (the agent's inspection and
     the probes, with ``detail.probes`` saying whether probes passed, were skipped or none are
-    configured), then, for a target that succeeded, evidence (``detail.files`` when a
-    ``deployment.json`` was written, else what the job store keeps) and cleanup. A failed target's
-    phases end with the failed one. Entries: ``(name, status, durationMs, detail or None)``.
+    configured), then, for a target that succeeded, evidence (``detail.in``: where its ``deployment.json``
+    was kept: the job store and, with ``evidence_written``, the evidence directory) and cleanup. A failed
+    target's phases end with the failed one. Entries: ``(name, status, durationMs, detail or None)``.
     """
     if unreachable(apply) or unreachable(failure):
         # The connection dropped while the apply ran: it may have finished on the target, or not. Only
@@ -128,7 +128,8 @@ def deployment_outcome(apply, probe=None, failure=None, evidence_written=False, 
     if phase in ("evidence", "cleanup"):
         out.append((phase, "failed", 0, None))
     elif phase is None:
-        out.append(("evidence", "succeeded", 0, {"written": "deployment.json" if evidence_written else "job store"}))
+        kept = ["job store", "evidence directory"] if evidence_written else ["job store"]
+        out.append(("evidence", "succeeded", 0, {"written": "deployment.json", "in": kept}))
         out.append(("cleanup", "succeeded", 0, None))
     if phase is None:
         return {"succeeded": True, "phases": out, "failedPhase": None, "code": None, "reason": None}

@@ -3,6 +3,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 
 """The job store: the schema and its one migration path (schema), the SQL store and SQLite (sql),
-PostgreSQL (postgres), where a ``stella`` command finds a store (location), and the ``stella``
-subcommands that read it (cli: report, health, interrupt, prune; jobs_cli: list, show).
+PostgreSQL (postgres), each job's evidence documents (documents), where a ``stella`` command finds a
+store (location), and the ``stella`` subcommands that read it (cli: report, health, interrupt, prune;
+jobs_cli: list, show; evidence_cli: evidence).
 """

@@ -33,6 +33,7 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import recor
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import owner as _job_owner
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import location as _location
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import sql as _job_store
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.documents import stored_evidence
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence import report as _report
 
 STORE_HELP = _location.STORE_HELP
@@ -118,14 +119,19 @@ def report(argv, stdout=None, stderr=None):
         with chosen_store(options) as store:
             record = store.get(options.job)
             location = store.location
-        if record is None:
-            raise StellaError("job_not_found", "no job %s in the job store %s" % (options.job, location))
+            if record is None:
+                raise StellaError("job_not_found", "no job %s in the job store %s" % (options.job, location))
+            # without an evidence directory, the evidence the job store keeps for the job
+            files, deployments = ({}, {}) if options.evidence_dir else stored_evidence(store, record)
+            stored_rollback = files.get(_report.ROLLBACK_EVIDENCE_FILE)
+            rollback = json.loads(store.document(record["jobId"], stored_rollback["document"])) if stored_rollback else None
         directory = job_evidence_dir(options.evidence_dir, record["jobId"]) if options.evidence_dir else None
         if directory and options.output is None:
             written = _report.write_report(record, directory)
             stdout.write("report: %s\n" % written["path"])
             return 0
-        files, rollback, deployments = _report.load_evidence(record, directory)
+        if directory:
+            files, rollback, deployments = _report.load_evidence(record, directory)
         to_stdout = options.output in (None, "-")
         if to_stdout:  # links relative to the job's evidence directory (none without one)
             base = os.path.abspath(directory) if directory else None

@@ -10,6 +10,7 @@ projection) and ``deployment_projection_history``; ``target_health`` (one contra
 target); ``project_claims`` (which unfinished job holds a target's Compose project);
 ``job_leases`` (when the controller run of an unfinished job last renewed its claim lease);
 ``claim_generations`` (per project, the last claim generation handed out: it only grows);
+``job_documents`` (each job's evidence documents, by their path under an evidence directory);
 ``stella_schema`` (the applied version).
 
 :func:`migrate` runs at every start-up inside one transaction: it applies the versions not yet
@@ -24,7 +25,7 @@ import abc
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import HEALTH_STATUSES
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 HEALTH_CONSTRAINT = "target_health_status_check"
 HEALTH_CHECK = "CHECK (status IN (%s))" % ", ".join("'%s'" % s for s in HEALTH_STATUSES)
 HEALTH_COLUMNS = (("target_id", "TEXT PRIMARY KEY"), ("target_name", "TEXT"),
@@ -61,6 +62,11 @@ MIGRATIONS = {
     ),
     4: (
         """CREATE TABLE IF NOT EXISTS claim_generations (project_key TEXT PRIMARY KEY, generation INTEGER NOT NULL)""",
+    ),
+    5: (
+        """CREATE TABLE IF NOT EXISTS job_documents (
+            job_id TEXT NOT NULL, name TEXT NOT NULL, sha256 TEXT NOT NULL, size INTEGER NOT NULL, body TEXT NOT NULL,
+            written_at TEXT NOT NULL, PRIMARY KEY (job_id, name))""",
     ),
 }
 VERSION_TABLE = "CREATE TABLE IF NOT EXISTS stella_schema (name TEXT PRIMARY KEY, version INTEGER NOT NULL)"

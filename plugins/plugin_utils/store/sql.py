@@ -32,6 +32,7 @@ import sqlite3
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError, redact_url
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import health as _health
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import schema as _job_schema
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.documents import DocumentStore
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import projection as _projection
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.record import LEASE_FIELD
 
@@ -120,7 +121,7 @@ class JobStore(abc.ABC):
     @abc.abstractmethod
     def prune(self, before, keep=0, dry_run=False):
         """Remove finished jobs last updated before ``before`` (see :func:`prune_selection`) with their
-        status history and their deployments projection, in one transaction; returns
+        status history, their evidence documents and their deployments projection, in one transaction; returns
         ``[{"jobId", "status", "updatedAt", "projects"}]`` of what went (or would go, with ``dry_run``),
         oldest first (``projects``: the Compose projects each deployed, where its evidence lies)."""
 
@@ -129,7 +130,7 @@ class JobStore(abc.ABC):
         """Release the connection."""
 
 
-class SqlJobStore(JobStore):
+class SqlJobStore(DocumentStore, JobStore):
     """The store over a DB-API connection; subclasses provide :meth:`_transaction` and :meth:`_sql`."""
 
     LOCK = ""  # appended to the SELECT that reads a record for update
@@ -253,7 +254,8 @@ class SqlJobStore(JobStore):
                 self._put_projection(_projection.initial(stored), stored["updatedAt"], insert=True)
         return stored, held
 
-    def update(self, job_id, *changes):
+    def update(self, job_id, *changes, documents=None):
+        """As :meth:`JobStore.update`; ``documents`` (``{name: bytes}``) are stored in the same transaction."""
         with self._transaction("write job %s" % job_id):
             row = self._execute("SELECT record, revision FROM deployment_jobs WHERE job_id=?" + self.LOCK,
                                 (job_id,)).fetchone()
@@ -271,6 +273,8 @@ class SqlJobStore(JobStore):
                 self._write(record, insert=False)
                 self._apply_health(previous, record)
             self._refresh(record)
+            if documents:
+                self._put_documents(job_id, documents, record["updatedAt"])
             if record["status"] not in UNFINISHED:
                 self._execute("DELETE FROM project_claims WHERE job_id=?", (job_id,))
                 self._execute("DELETE FROM job_leases WHERE job_id=?", (job_id,))
@@ -342,6 +346,7 @@ class SqlJobStore(JobStore):
                 if dry_run:
                     continue
                 for table, column in (("deployment_job_history", "job_id"), ("job_leases", "job_id"),
+                                      ("job_documents", "job_id"),
                                       ("deployment_jobs", "job_id"),
                                       ("deployment_projection_history", "deployment_id"),
                                       ("deployments", "deployment_id")):

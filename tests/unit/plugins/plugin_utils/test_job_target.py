@@ -35,7 +35,8 @@ def test_a_target_that_succeeded_ran_all_nine_phases():
     assert names(outcome) == [(name, "succeeded") for name in AGENT + ("evidence", "cleanup")]
     verify = [p for p in outcome["phases"] if p[0] == "verify"][0]
     assert verify[2] == 35 and verify[3] == {"probes": "passed"}
-    assert [p for p in outcome["phases"] if p[0] == "evidence"][0][3] == {"written": "deployment.json"}
+    evidence = [p for p in outcome["phases"] if p[0] == "evidence"][0]
+    assert evidence[3] == {"written": "deployment.json", "in": ["job store", "evidence directory"]}
 
 
 @pytest.mark.parametrize("probe, probes, reason", [
@@ -48,7 +49,9 @@ def test_probes_that_did_not_run_are_recorded_as_what_they_were(probe, probes, r
     if reason:
         expected["reason"] = reason
     assert verify[1] == "succeeded" and verify[3] == expected
-    assert [p for p in outcome["phases"] if p[0] == "evidence"][0][3] == {"written": "job store"}
+    assert [p for p in outcome["phases"] if p[0] == "evidence"][0][3] == {"written": "deployment.json", "in": ["job store"]}
+    on_disk = jt.deployment_outcome(agent(), probe, evidence_written=True)
+    assert [p for p in on_disk["phases"] if p[0] == "evidence"][0][3]["in"] == ["job store", "evidence directory"]
 
 
 def test_a_failed_probe_fails_verify_and_no_later_phase_is_recorded():

@@ -47,7 +47,12 @@ def job(location):
 def succeed(location, name):
     result = {"changed": True, "previousRevisionPath": "/var/lib/stella/projects/shop/.stella/revisions/r0",
               "deploymentPhases": [{"name": phase, "status": "succeeded"} for phase in ("preflight", "deploy")]}
-    return step(location, "target", target=name, result=result, probe={"passed": True, "checks": []})
+    return step(location, "target", target=name, result=result, probe={"passed": True, "checks": []}, plan=plan(name))
+
+
+def plan(name):
+    """What the job's plan hands the recording step of target ``name`` (for its deployment.json)."""
+    return {"jobId": "job-1", "projectName": "shop", "target": {"id": name, "type": "ComposeHost"}}
 
 
 def broken(monkeypatch, name, exc):
@@ -98,7 +103,7 @@ def test_an_error_while_recording_a_target_fails_that_target_with_its_outcome_un
     location = stored(tmp_path)
     with monkeypatch.context() as patched:
         broken(patched, "target", TypeError("unexpected result"))
-        answer = step(location, "target", target="a", result={})
+        answer = step(location, "target", target="a", result={}, plan=plan("a"))
     assert answer["target"]["status"] == "Failed" and answer["target"]["outcomeUnknown"] is True
     gate = step(location, "gate", targets=["a"])
     assert gate["proceed"] is False and "target a failed" in gate["gate"]["reason"]
