@@ -7,9 +7,14 @@
 #                                          start (or reuse) target stella-target-NAME (hostname NAME or H)
 #                                          from that target image (default bookworm); prints one JSON line
 #   lab/lab.sh target down NAME            remove that target
-#   lab/lab.sh targets down                remove every target (label stella.lab=target)
+#   lab/lab.sh thin up N [--prefix P] [--image bookworm|trixie]
+#                                          start (or reuse) N thin targets P-001..P-N (default prefix thin), in
+#                                          parallel: sshd, python3 and the docker CLI (+ Compose plugin) on the
+#                                          lab's own engine through its socket, no dockerd; one JSON line each
+#   lab/lab.sh thin down [--prefix P]      remove the thin targets of that prefix (default thin)
+#   lab/lab.sh targets down                remove every target (labels stella.lab=target and stella.lab=thin)
 #   lab/lab.sh status                      what runs
-#   lab/lab.sh inventory                   Ansible YAML inventory of the running targets
+#   lab/lab.sh inventory                   Ansible YAML inventory of the running targets (thin ones too)
 #   lab/lab.sh down [--all]                stop targets and registries (--all: also the dockerd the lab started)
 #
 # Progress goes to stderr; machine-readable output (target JSON line, inventory) goes to stdout.
@@ -29,7 +34,8 @@ DAEMON_JSON=/etc/docker/daemon.json
 BRIDGE_IP=172.17.0.1
 BRIDGE_CIDR=172.17.0.1/16
 SHARED_HOST=registry.lab
-# STELLA_LAB_STATE / _PORT_BASE / _TARGET_IMAGE(_TRIXIE) / _TARGET_LABEL / _TARGET_PREFIX exist only to run
+# STELLA_LAB_STATE / _PORT_BASE / _TARGET_IMAGE(_TRIXIE) / _TARGET_LABEL / _TARGET_PREFIX / _THIN_LABEL /
+# _THIN_CONTAINER_PREFIX exist only to run
 # a second, isolated copy of the lab (e.g. to try 'down' without disturbing the shared one).
 PORT_BASE="${STELLA_LAB_PORT_BASE:-5000}"
 PLAIN_ADDR="127.0.0.1:$PORT_BASE"
@@ -57,6 +63,10 @@ TARGET_IMAGE="${STELLA_LAB_TARGET_IMAGE:-stella-target:bookworm}"
 TARGET_IMAGE_TRIXIE="${STELLA_LAB_TARGET_IMAGE_TRIXIE:-${TARGET_IMAGE%:*}:trixie}"
 TARGET_PREFIX="${STELLA_LAB_TARGET_PREFIX:-stella-target-}"
 TARGET_LABEL="${STELLA_LAB_TARGET_LABEL:-stella.lab=target}"
+# Thin targets (lab.sh thin up): containers stella-thin-<name>, label stella.lab=thin, started this many at once.
+THIN_LABEL="${STELLA_LAB_THIN_LABEL:-stella.lab=thin}"
+THIN_CONTAINER_PREFIX="${STELLA_LAB_THIN_CONTAINER_PREFIX:-stella-thin-}"
+THIN_PARALLEL="${STELLA_LAB_THIN_PARALLEL:-8}"
 SSH_KEY="$STATE/ssh/id_ed25519"
 SSH_OPTS=(-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes -o LogLevel=ERROR)
 PACKAGES=(docker.io busybox-static docker-registry debootstrap apache2-utils openssh-client shellcheck nginx-light
@@ -738,6 +748,7 @@ stella lab up in $((SECONDS - t0)) s ($LAB_JSON)
               hub $HUB_ADDR (Docker-Hub-like, anonymous pull, faults at http://$HUB_ADDR/_lab/faults), ghcr $GHCR_ADDR (GHCR-like)
   images      $SHARED_REF_HOST/stella/app:{v1,v2,broken} stella/tool:v1 (digests in lab.json)
   targets     lab/lab.sh target up NAME [--image trixie]   (images $TARGET_IMAGE, $TARGET_IMAGE_TRIXIE; key $SSH_KEY)
+              lab/lab.sh thin up N [--prefix P]            (sshd-only targets on this engine, docs/lab.md)
   postgres    127.0.0.1:$PG_PORT (user $PG_USER, password in $PG_SECRET)
 EOF
 }
@@ -865,19 +876,154 @@ cmd_target_down() {
 
 cmd_targets_down() {
   engine_up || return 0
+  local ids label
+  for label in "$TARGET_LABEL" "$THIN_LABEL"; do
+    ids=$(docker ps -aq --filter "label=$label")
+    if [[ -n "$ids" ]]; then
+      # shellcheck disable=SC2086
+      docker rm -f -v $ids >/dev/null
+      log "removed $(wc -w <<<"$ids") target(s) labelled $label"
+    fi
+  done
+}
+
+# ------------------------------------------------------------------------------------ thin targets
+# A thin target is the target image running sshd only (entrypoint with STELLA_LAB_THIN=1): its own
+# hostname, address, host key and filesystem (so its own work directory, stickers and claim files), python3
+# and the docker CLI with the Compose plugin (the venv's binary, bind-mounted read-only), talking to the
+# lab's own engine through its bind-mounted socket. Cheap enough to start a hundred on two cores.
+
+# engine_socket: the lab engine's unix socket (DOCKER_HOST's, else the default one).
+engine_socket() {
+  local h=${DOCKER_HOST:-unix:///var/run/docker.sock}
+  [[ "$h" == unix://* ]] || die "thin targets share the lab's engine through its unix socket; DOCKER_HOST is '$h'"
+  [[ -S "${h#unix://}" ]] || die "no engine socket at ${h#unix://}"
+  echo "${h#unix://}"
+}
+
+valid_thin_prefix() {
+  [[ "$1" =~ ^[a-z0-9][a-z0-9-]{0,30}$ ]] || die "invalid thin target prefix '$1' (lowercase letters, digits, '-'; at most 31)"
+}
+
+# thin_one NAME IMAGE IMAGE_ID FLAVOUR PREFIX SOCKET COMPOSE_BIN HAVE: start (or reuse) one thin target, wait
+# until it answers over SSH (its docker CLI reaching the engine, its Compose plugin), print its JSON line.
+# HAVE is what 'docker inspect' said of its container before ("missing", or "RUNNING IMAGE_ID HOSTNAME").
+thin_one() {
+  local name=$1 image=$2 image_id=$3 flavour=$4 prefix=$5 sock=$6 bin=$7 have=$8
+  local c="$THIN_CONTAINER_PREFIX$name" ip="" out="" i
+  if [[ "$have" != "true $image_id $name" ]]; then
+    [[ "$have" == missing ]] || docker rm -f -v "$c" >/dev/null
+    docker run -d --name "$c" --hostname "$name" \
+      --label "$THIN_LABEL" --label "stella.lab.name=$name" --label "stella.lab.thin.prefix=$prefix" \
+      --label "stella.lab.flavour=$flavour" \
+      --add-host "$SHARED_HOST:$BRIDGE_IP" -e STELLA_LAB_THIN=1 \
+      -v "$sock:/var/run/docker.sock" -v "$bin:$TARGET_PLUGIN:ro" \
+      "$image" >/dev/null || die "thin $name: docker run failed"
+  fi
+  ip=$(target_ip "$c")
+  [[ -n "$ip" ]] || die "thin $name has no address ($(docker logs --tail 3 "$c" 2>&1 | tr '\n' ' '))"
+  for ((i = 0; i < 150; i++)); do
+    out=$(target_ssh "$ip" "docker version -f '{{.Server.Version}}' && docker compose version --short" 2>/dev/null) \
+      && [[ "$(wc -l <<<"$out")" == 2 ]] && break
+    out=""
+    [[ "$(docker inspect -f '{{.State.Running}}' "$c" 2>/dev/null)" == true ]] || break
+    sleep 0.2
+  done
+  [[ -n "$out" ]] || die "thin $name ($ip): 'ssh root@$ip docker version; docker compose version' did not answer ($(docker logs --tail 3 "$c" 2>&1 | tr '\n' ' '))"
+  local engine cver
+  engine=$(sed -n 1p <<<"$out" | tr -d '[:space:]')
+  cver=$(sed -n 2p <<<"$out" | tr -d '[:space:]')
+  printf '{"name": "%s", "container": "%s", "hostname": "%s", "address": "%s", "ssh_user": "root", "ssh_key": "%s", "compose": true, "image": "%s", "flavour": "%s", "engine_version": "%s", "compose_version": "%s", "kind": "thin"}\n' \
+    "$name" "$c" "$name" "$ip" "$SSH_KEY" "$image" "$flavour" "$engine" "${cver#v}"
+}
+
+cmd_thin_up() {
+  local count=${1:-} prefix=thin flavour=$DEFAULT_FLAVOUR
+  if ! [[ "$count" =~ ^[0-9]+$ ]] || ((count < 1)); then
+    die "usage: lab.sh thin up N [--prefix P] [--image $(IFS='|'; echo "${TARGET_FLAVOURS[*]}")]"
+  fi
+  shift
+  while (($#)); do
+    case $1 in
+      --prefix) prefix=${2:-}; valid_thin_prefix "$prefix"; shift ;;
+      --image) flavour=${2:-}; valid_flavour "$flavour"; shift ;;
+      *) die "unknown option $1" ;;
+    esac
+    shift
+  done
+  engine_up || die "docker engine not running: run 'make lab' first"
+  local image=${FLAVOUR_IMAGE[$flavour]} image_id fp want sock bin
+  image_id=$(docker image inspect -f '{{.Id}}' "$image" 2>/dev/null) || die "image $image missing: run 'make lab' first"
+  [[ -s "$SSH_KEY" ]] || die "SSH key $SSH_KEY missing: run 'make lab' first"
+  # The image must carry this checkout's entrypoint (the one with the thin mode).
+  fp=$(docker image inspect -f '{{index .Config.Labels "stella.lab.fingerprint"}}' "$image")
+  want=$(sha256_of "${FLAVOUR_ROOTFS[$flavour]}.done" "$LAB_SRC/target/entrypoint.sh" "$SSH_KEY.pub" 2>/dev/null || true)
+  [[ "$fp" == "$want" ]] || die "image $image was imported from another entrypoint or rootfs: run 'make lab' first"
+  sock=$(engine_socket)
+  bin=$(compose_binary)
+  [[ -x "$bin" ]] || die "Compose v2 binary not found at $bin (run 'make venv')"
+  local t0 ids width=3 i name line
+  t0=$(date +%s%N)
+  declare -A have=()
+  ids=$(docker ps -aq --filter "label=$THIN_LABEL" --filter "label=stella.lab.thin.prefix=$prefix")
+  if [[ -n "$ids" ]]; then
+    local cname rest
+    # shellcheck disable=SC2086
+    while read -r cname rest; do have[${cname#/}]=$rest; done \
+      < <(docker inspect -f '{{.Name}} {{.State.Running}} {{.Image}} {{.Config.Hostname}}' $ids)
+  fi
+  ((${#count} > width)) && width=${#count}
+  local names=() reused=0
+  for ((i = 1; i <= count; i++)); do names+=("$(printf '%s-%0*d' "$prefix" "$width" "$i")"); done
+  valid_name "${names[-1]}"
+  local tmp
+  tmp=$(mktemp -d)
+  for name in "${names[@]}"; do
+    while (($(jobs -rp | wc -l) >= THIN_PARALLEL)); do wait -n || true; done
+    line=${have[$THIN_CONTAINER_PREFIX$name]:-missing}
+    [[ "$line" == "true $image_id $name" ]] && reused=$((reused + 1))
+    thin_one "$name" "$image" "$image_id" "$flavour" "$prefix" "$sock" "$bin" "$line" >"$tmp/$name.json" 2>"$tmp/$name.err" 9>&- &
+  done
+  wait
+  local failed=()
+  for name in "${names[@]}"; do
+    [[ -s "$tmp/$name.json" ]] || failed+=("$name")
+  done
+  if ((${#failed[@]})); then
+    for name in "${failed[@]:0:5}"; do cat "$tmp/$name.err" >&2; done
+    rm -rf "$tmp"
+    die "${#failed[@]} of $count thin target(s) did not come up (${failed[*]:0:10})"
+  fi
+  for name in "${names[@]}"; do cat "$tmp/$name.json"; done
+  rm -rf "$tmp"
+  local ms=$((($(date +%s%N) - t0) / 1000000))
+  log "$count thin target(s) $prefix-* ready in $((ms / 1000)).$(printf '%03d' $((ms % 1000))) s ($((count - reused)) started, $reused reused; engine $(docker version -f '{{.Server.Version}}') through $sock)"
+}
+
+cmd_thin_down() {
+  local prefix=thin
+  while (($#)); do
+    case $1 in
+      --prefix) prefix=${2:-}; valid_thin_prefix "$prefix"; shift ;;
+      *) die "unknown option $1" ;;
+    esac
+    shift
+  done
+  engine_up || return 0
   local ids
-  ids=$(docker ps -aq --filter "label=$TARGET_LABEL")
+  ids=$(docker ps -aq --filter "label=$THIN_LABEL" --filter "label=stella.lab.thin.prefix=$prefix")
   if [[ -n "$ids" ]]; then
     # shellcheck disable=SC2086
     docker rm -f -v $ids >/dev/null
-    log "removed $(wc -w <<<"$ids") target(s)"
+    log "removed $(wc -w <<<"$ids") thin target(s) $prefix-*"
   fi
 }
 
 cmd_inventory() {
   engine_up || die "docker engine not running"
   local ids id name ip
-  ids=$(docker ps -q --filter "label=$TARGET_LABEL" --filter status=running)
+  ids="$(docker ps -q --filter "label=$TARGET_LABEL" --filter status=running) $(docker ps -q --filter "label=$THIN_LABEL" --filter status=running)"
+  ids=$(xargs <<<"$ids")
   echo "# Generated by lab/lab.sh inventory"
   echo "all:"
   echo "  children:"
@@ -941,6 +1087,8 @@ cmd_status() {
     docker ps -a --filter "label=$TARGET_LABEL" --format 'target      {{.Names}} {{.Status}}' | while read -r _ cname rest; do
       echo "target      $cname $(target_ip "$cname") $(target_flavour "$cname") $rest"
     done
+    docker ps -a --filter "label=$THIN_LABEL" --format '{{.Label "stella.lab.thin.prefix"}} {{.State}}' | sort | uniq -c \
+      | while read -r n p st; do echo "thin        $p-*: $n $st"; done
   fi
   [[ -f "$LAB_JSON" ]] && echo "lab.json    $LAB_JSON" || echo "lab.json    missing (run 'make lab')"
 }
@@ -969,7 +1117,7 @@ cmd_down() {
   fi
 }
 
-usage() { sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 main() {
   local cmd=${1:-}
@@ -982,6 +1130,14 @@ main() {
       case $sub in
         up) cmd_target_up "$@" ;;
         down) cmd_target_down "$@" ;;
+        *) usage ;;
+      esac ;;
+    thin)
+      local sub=${1:-}
+      (($#)) && shift
+      case $sub in
+        up) cmd_thin_up "$@" ;;
+        down) cmd_thin_down "$@" ;;
         *) usage ;;
       esac ;;
     targets)
