@@ -26,7 +26,7 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import recor
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import view as _job_view
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import cli as _store_cli
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import location as _location
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.sql import project_names
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.rows import project_names
 
 FOLLOW_INTERVAL = 1.0  # seconds between two reads of the store by ``show --follow``
 INTERRUPTED_RC = 130  # ``show --follow`` stopped by Ctrl-C (SIGINT)

@@ -82,7 +82,7 @@ class PostgresJobStore(SqlJobStore):
             self.migration = _job_schema.migrate(self._execute, self.catalogue)
 
     @contextlib.contextmanager
-    def _transaction(self, what):
+    def _begin(self, what):
         try:
             with self._db.transaction():
                 yield

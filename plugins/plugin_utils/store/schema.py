@@ -11,10 +11,13 @@ target); ``project_claims`` (which unfinished job holds a target's Compose proje
 ``job_leases`` (when the controller run of an unfinished job last renewed its claim lease);
 ``claim_generations`` (per project, the last claim generation handed out: it only grows);
 ``job_documents`` (each job's evidence documents, by their path under an evidence directory);
+``job_targets`` and ``deployment_targets`` (one row per target of a job and of its projection, so
+recording one target writes that target's row, see :mod:`.rows`);
 ``stella_schema`` (the applied version).
 
 :func:`migrate` runs at every start-up inside one transaction: it applies the versions not yet
-applied, then refreshes the ``target_health`` status constraint in place when an existing database
+applied (a version may also move data: 6 splits each stored record and projection into a header and
+one row per target), then refreshes the ``target_health`` status constraint in place when an existing database
 was created with a narrower check (data kept). Only portable SQL is used; each backend supplies
 the few catalogue questions that differ (:class:`Catalogue`).
 """
@@ -24,8 +27,9 @@ from __future__ import annotations
 import abc
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import HEALTH_STATUSES
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.rows import split_stored
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 HEALTH_CONSTRAINT = "target_health_status_check"
 HEALTH_CHECK = "CHECK (status IN (%s))" % ", ".join("'%s'" % s for s in HEALTH_STATUSES)
 HEALTH_COLUMNS = (("target_id", "TEXT PRIMARY KEY"), ("target_name", "TEXT"),
@@ -68,8 +72,28 @@ MIGRATIONS = {
             job_id TEXT NOT NULL, name TEXT NOT NULL, sha256 TEXT NOT NULL, size INTEGER NOT NULL, body TEXT NOT NULL,
             written_at TEXT NOT NULL, PRIMARY KEY (job_id, name))""",
     ),
+    6: (
+        """CREATE TABLE IF NOT EXISTS job_targets (
+            job_id TEXT NOT NULL, name TEXT NOT NULL, position INTEGER NOT NULL, body TEXT NOT NULL,
+            PRIMARY KEY (job_id, name))""",
+        """CREATE TABLE IF NOT EXISTS deployment_targets (
+            deployment_id TEXT NOT NULL, name TEXT NOT NULL, position INTEGER NOT NULL, body TEXT NOT NULL,
+            PRIMARY KEY (deployment_id, name))""",
+        lambda execute: split_rows(execute, "deployment_jobs", "job_id", "record", "job_targets"),
+        lambda execute: split_rows(execute, "deployments", "deployment_id", "projection", "deployment_targets"),
+    ),
 }
 VERSION_TABLE = "CREATE TABLE IF NOT EXISTS stella_schema (name TEXT PRIMARY KEY, version INTEGER NOT NULL)"
+
+
+def split_rows(execute, table, key, column, targets):
+    """Schema 6: move the targets of every document ``table`` keeps whole into rows of ``targets``."""
+    for ident, head in execute("SELECT %s, %s FROM %s" % (key, column, table)).fetchall():
+        text, rows = split_stored(head)
+        for name, position, body in rows:
+            execute("INSERT INTO %s (%s, name, position, body) VALUES (?, ?, ?, ?)" % (targets, key),
+                    (ident, name, position, body))
+        execute("UPDATE %s SET %s = ? WHERE %s = ?" % (table, column, key), (text, ident))
 
 
 def narrow(definition):
@@ -102,7 +126,10 @@ def migrate(execute, catalogue):
     for step in sorted(MIGRATIONS):
         if step > version:
             for statement in MIGRATIONS[step]:
-                execute(statement)
+                if callable(statement):
+                    statement(execute)
+                else:
+                    execute(statement)
     if row is None:
         execute("INSERT INTO stella_schema (name, version) VALUES (?, ?)", ("job_store", SCHEMA_VERSION))
     elif version < SCHEMA_VERSION:

@@ -5,32 +5,34 @@
 """The job store: where deployment job records are persisted on the controller.
 
 :class:`JobStore` is what the job playbooks use. :class:`SqlJobStore` implements it once, in portable
-SQL over the schema of ``_job_schema``; :class:`SqliteJobStore` (one SQLite file, WAL journal, the
-embedded default) and ``_job_store_pg.PostgresJobStore`` (selected by a ``postgresql://`` DSN) only
-open the connection, run a transaction and name their error types.
+SQL over the schema of :mod:`.schema`; ``sqlite.SqliteJobStore`` (one file, WAL journal, the embedded
+default) and ``postgres.PostgresJobStore`` (a ``postgresql://`` DSN) only open the connection, run a
+transaction and name their error types.
 
 Every change is one transaction that reads the current record (locked on PostgreSQL), applies pure
-changes from ``_job`` and writes the result with the next revision, so parallel forks and other
-controllers never lose each other's updates, and readers only ever see persisted state. In the same
-transaction: the status history, the target health that the change implies (``_health``), the
-progress projection when what it mirrors changed (``_projection``), and the project claims: a job
-holds the Compose project of each of its targets from its creation until it is finished, and a
-second job for a held project is refused (``project_busy``).
-
-A claim lease is renewed apart from the record (:meth:`JobStore.renew_lease`): a renewal is not a
-change of the job, so it writes no revision and no history. Records read from the store carry the
-last renewal as ``leaseRenewedAt``; it is never part of the stored JSON.
+changes from ``job.record`` and writes each result as the next revision: the record's header and the
+rows of the targets it changed (:mod:`.rows`), so parallel forks and other controllers never lose each
+other's updates and readers only see persisted state. In the same transaction: the status history,
+the target health the change implies, the progress projection when what it mirrors changed, and the
+project claims (a second job for a project an unfinished job holds is refused, ``project_busy``).
+A claim lease is renewed apart from the record (:meth:`JobStore.renew_lease`): no revision, no
+history; records read from the store carry it as ``leaseRenewedAt``, never in the stored JSON.
 """
 
 from __future__ import annotations
 
 import abc
+import contextlib
 import json
 import os
 import sqlite3
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError, redact_url
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import health as _health
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import rows as _rows
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.meter import Meter
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.rows import (  # noqa: F401 (their old home)
+    project_keys, project_names, project_pattern)
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import schema as _job_schema
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.documents import DocumentStore
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import projection as _projection
@@ -50,8 +52,7 @@ def _marks(values):
     return ", ".join("?" * len(values))
 
 
-def _json(document):
-    return json.dumps(document, sort_keys=True, separators=(",", ":"))
+_json = _rows.dumps
 
 
 def prune_selection(finished, protected, before, keep=0):
@@ -65,24 +66,6 @@ def prune_selection(finished, protected, before, keep=0):
     newest_first = sorted(finished, key=lambda row: (row[2], row[0]), reverse=True)
     chosen = [row for row in newest_first[max(int(keep), 0):] if row[2] < before and row[0] not in protected]
     return sorted(chosen, key=lambda row: (row[2], row[0]))
-
-
-def project_keys(record):
-    """``{target name: claim key}``: a target (by id) and the Compose project the job deploys there."""
-    return {name: "%s|%s" % (t.get("targetId") or name, t.get("projectName") or "")
-            for name, t in (record.get("targets") or {}).items()}
-
-
-def project_pattern(project):
-    """The ``LIKE`` pattern (escape character ``!``) of a record whose stored JSON names ``project`` as a
-    ``projectName`` (pure)."""
-    text = '"projectName":' + json.dumps(project)
-    return "%" + text.replace("!", "!!").replace("%", "!%").replace("_", "!_") + "%"
-
-
-def project_names(record):
-    """The Compose projects the job deployed, sorted (pure)."""
-    return sorted({t["projectName"] for t in (record.get("targets") or {}).values() if t.get("projectName")})
 
 
 class JobStore(abc.ABC):
@@ -141,29 +124,59 @@ class SqlJobStore(DocumentStore, JobStore):
         return statement
 
     def _execute(self, statement, params=()):
+        self._meter.count(statement, params)
         return self._db.execute(self._sql(statement), params)
 
     @abc.abstractmethod
-    def _transaction(self, what):
+    def _begin(self, what):
         """A context manager: one transaction, committed when the block ends, rolled back on any error."""
+
+    @property
+    def _meter(self):
+        return self.__dict__.setdefault("_metered", Meter())
+
+    @contextlib.contextmanager
+    def _transaction(self, what):
+        """One transaction (the backend's :meth:`_begin`); what it wrote is metered once it committed."""
+        self._meter.discard()
+        with self._begin(what):
+            yield
+        self._meter.committed()
 
     def _migrate(self):
         with self._transaction("migrate the job store"):
             self.migration = _job_schema.migrate(self._execute, self.catalogue)
 
     # ------------------------------------------------------------------ writes
-    def _write(self, record, insert):
-        stored = {k: v for k, v in record.items() if k != LEASE_FIELD}
-        row = (record["kind"], record["status"], (record.get("release") or {}).get("id"), record["updatedAt"],
-               record["revision"], _json(stored), record["jobId"])
-        if insert:
-            self._execute("INSERT INTO deployment_jobs (kind, status, release_id, updated_at, revision, record, "
-                          "job_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", row + (record["createdAt"],))
+    def _write(self, record, previous=None):
+        """Write revision ``record`` of a job over ``previous`` (``None``: a new job): its columns and
+        history row always; its header and its targets' rows only where they changed (:mod:`.rows`)."""
+        head, targets, gone = _rows.changed_parts(previous, record)
+        columns = (record["status"], record["updatedAt"], record["revision"])
+        if previous is None:
+            self._execute("INSERT INTO deployment_jobs (kind, release_id, record, status, updated_at, revision, "
+                          "job_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                          (record["kind"], (record.get("release") or {}).get("id"),
+                           _json(_rows.record_header(record))) + columns + (record["jobId"], record["createdAt"]))
+        elif head:
+            self._execute("UPDATE deployment_jobs SET record=?, status=?, updated_at=?, revision=? WHERE job_id=?",
+                          (_json(_rows.record_header(record)),) + columns + (record["jobId"],))
         else:
-            self._execute("UPDATE deployment_jobs SET kind=?, status=?, release_id=?, updated_at=?, revision=?, "
-                          "record=? WHERE job_id=?", row)
+            self._execute("UPDATE deployment_jobs SET status=?, updated_at=?, revision=? WHERE job_id=?",
+                          columns + (record["jobId"],))
+        self._put_rows("job_targets", "job_id", record["jobId"], record, targets, gone)
         self._execute("INSERT INTO deployment_job_history (job_id, revision, status, at) VALUES (?, ?, ?, ?)",
                       (record["jobId"], record["revision"], record["status"], record["updatedAt"]))
+
+    def _put_rows(self, table, key, ident, document, targets, gone):
+        """Upsert the rows of the ``targets`` that changed, delete those ``gone``."""
+        places = _rows.positions(document)
+        for name, entry in targets.items():
+            self._execute("INSERT INTO %s (%s, name, position, body) VALUES (?, ?, ?, ?) ON CONFLICT (%s, name) "
+                          "DO UPDATE SET position=excluded.position, body=excluded.body" % (table, key, key),
+                          (ident, name, places[name], _json(entry)))
+        for name in gone:
+            self._execute("DELETE FROM %s WHERE %s=? AND name=?" % (table, key), (ident, name))
 
     def _apply_health(self, before, after):
         current = {}
@@ -178,17 +191,22 @@ class SqlJobStore(DocumentStore, JobStore):
                 (event["targetId"], event["targetName"], event["status"], event["reason"], event["code"],
                  event["jobId"], event["at"]))
 
-    def _put_projection(self, projection, at, insert=False):
-        if insert:
-            self._execute("INSERT INTO deployments (deployment_id, status, terminal, job_revision, projection, "
-                          "updated_at) VALUES (?, ?, ?, ?, ?, ?)",
-                          (projection["deploymentId"], projection["status"], int(projection["terminal"]),
-                           projection["jobRevision"], _json(projection), at))
+    def _put_projection(self, projection, at, previous=None):
+        """Write ``projection`` over ``previous`` (``None``: a new one), its target views as rows."""
+        head, targets, gone = _rows.changed_parts(previous, projection)
+        columns = (projection["status"], int(projection["terminal"]), projection["jobRevision"], at)
+        if previous is None:
+            self._execute("INSERT INTO deployments (projection, status, terminal, job_revision, updated_at, "
+                          "deployment_id) VALUES (?, ?, ?, ?, ?, ?)",
+                          (_json(_rows.projection_header(projection)),) + columns + (projection["deploymentId"],))
+        elif head:
+            self._execute("UPDATE deployments SET projection=?, status=?, terminal=?, job_revision=?, updated_at=? "
+                          "WHERE deployment_id=?",
+                          (_json(_rows.projection_header(projection)),) + columns + (projection["deploymentId"],))
         else:
-            self._execute("UPDATE deployments SET status=?, terminal=?, job_revision=?, projection=?, updated_at=? "
-                          "WHERE deployment_id=?", (projection["status"], int(projection["terminal"]),
-                                                    projection["jobRevision"], _json(projection), at,
-                                                    projection["deploymentId"]))
+            self._execute("UPDATE deployments SET status=?, terminal=?, job_revision=?, updated_at=? "
+                          "WHERE deployment_id=?", columns + (projection["deploymentId"],))
+        self._put_rows("deployment_targets", "deployment_id", projection["deploymentId"], projection, targets, gone)
         seq = self._execute("SELECT COUNT(*) FROM deployment_projection_history WHERE deployment_id=?",
                             (projection["deploymentId"],)).fetchone()[0] + 1
         self._execute("INSERT INTO deployment_projection_history (deployment_id, seq, job_revision, status, terminal, "
@@ -248,29 +266,27 @@ class SqlJobStore(DocumentStore, JobStore):
                 raise store_error("job %s already exists in %s" % (record["jobId"], self.location), code="job_exists")
             stored = dict(json.loads(json.dumps(record)), revision=1)
             held = self._claim(stored, stored["updatedAt"])  # first: a claimed target's record keeps its claim
-            self._write(stored, insert=True)
+            self._write(stored)
             self._apply_health(None, stored)
             if not stored.get("isRollback") and stored["status"] == "Pending":
-                self._put_projection(_projection.initial(stored), stored["updatedAt"], insert=True)
+                self._put_projection(_projection.initial(stored), stored["updatedAt"])
         return stored, held
 
     def update(self, job_id, *changes, documents=None):
         """As :meth:`JobStore.update`; ``documents`` (``{name: bytes}``) are stored in the same transaction."""
         with self._transaction("write job %s" % job_id):
-            row = self._execute("SELECT record, revision FROM deployment_jobs WHERE job_id=?" + self.LOCK,
-                                (job_id,)).fetchone()
-            if row is None:
+            if self._execute("SELECT revision FROM deployment_jobs WHERE job_id=?" + self.LOCK,
+                             (job_id,)).fetchone() is None:
                 raise store_error("no job %s in %s" % (job_id, self.location), code="job_not_found")
-            record = self._leased(json.loads(row[0]), self._execute(
-                "SELECT renewed_at FROM job_leases WHERE job_id=?", (job_id,)).fetchone())
-            revision = row[1]
+            record = self.get(job_id)
+            revision = record["revision"]
             for change in changes:
                 changed = change(record)
                 if changed is None:  # this step has nothing to change
                     continue
                 revision += 1
                 previous, record = record, dict(changed, revision=revision)
-                self._write(record, insert=False)
+                self._write(record, previous)
                 self._apply_health(previous, record)
             self._refresh(record)
             if documents:
@@ -300,7 +316,7 @@ class SqlJobStore(DocumentStore, JobStore):
         projection = self.projection(record["jobId"])
         new = _projection.refresh(projection, record)
         if new is not None:
-            self._put_projection(new, record["updatedAt"])
+            self._put_projection(new, record["updatedAt"], projection)
 
     def project_terminal(self, job_id, evidence, at):
         """The terminal projection of a finished job, once its terminal evidence exists."""
@@ -310,7 +326,7 @@ class SqlJobStore(DocumentStore, JobStore):
             if record is None or projection is None or projection.get("terminal"):
                 return projection
             new = _projection.terminal(projection, record, evidence)
-            self._put_projection(new, at)
+            self._put_projection(new, at, projection)
         return new
 
     def project_recovery(self, job_id, keys, at):
@@ -322,7 +338,7 @@ class SqlJobStore(DocumentStore, JobStore):
             if record is None or projection is None:
                 return projection
             new = _projection.recovery(projection, record, keys)
-            self._put_projection(new, at)
+            self._put_projection(new, at, projection)
         return new
 
     def prune(self, before, keep=0, dry_run=False):
@@ -340,14 +356,13 @@ class SqlJobStore(DocumentStore, JobStore):
             projects = {}
             for start in range(0, len(ids), PRUNE_CHUNK):
                 part = tuple(ids[start:start + PRUNE_CHUNK])
-                for job_id, record in self._execute("SELECT job_id, record FROM deployment_jobs WHERE job_id IN (%s)"
-                                                    % _marks(part), part).fetchall():
-                    projects[job_id] = project_names(json.loads(record))
+                for record in self._records("j.job_id IN (%s)" % _marks(part), part):
+                    projects[record["jobId"]] = project_names(record)
                 if dry_run:
                     continue
                 for table, column in (("deployment_job_history", "job_id"), ("job_leases", "job_id"),
-                                      ("job_documents", "job_id"),
-                                      ("deployment_jobs", "job_id"),
+                                      ("job_documents", "job_id"), ("job_targets", "job_id"),
+                                      ("deployment_jobs", "job_id"), ("deployment_targets", "deployment_id"),
                                       ("deployment_projection_history", "deployment_id"),
                                       ("deployments", "deployment_id")):
                     self._execute("DELETE FROM %s WHERE %s IN (%s)" % (table, column, _marks(part)), part)
@@ -361,11 +376,25 @@ class SqlJobStore(DocumentStore, JobStore):
         except self.errors as exc:
             raise store_error("cannot read the job store %s: %s" % (self.location, exc)) from None
 
+    def _target_rows(self, table, key, ids):
+        """``{id: [(name, body)]}`` of the target rows of the jobs or projections ``ids``, in position order."""
+        found = {}
+        for start in range(0, len(ids), PRUNE_CHUNK):
+            part = tuple(ids[start:start + PRUNE_CHUNK])
+            for ident, name, body in self._read("SELECT %s, name, body FROM %s WHERE %s IN (%s) ORDER BY %s, position"
+                                                % (key, table, key, _marks(part), key), part):
+                found.setdefault(ident, []).append((name, body))
+        return found
+
     def _records(self, where, params=(), tail=""):
-        """The records selected by ``where``, each with its last lease renewal."""
-        return [self._leased(json.loads(r[0]), r[1:]) for r in self._read(
-            "SELECT j.record, l.renewed_at FROM deployment_jobs j LEFT JOIN job_leases l ON l.job_id = j.job_id "
-            "WHERE " + where + tail, params)]
+        """The records selected by ``where``, each with its targets' rows and its last lease renewal."""
+        heads = self._read("SELECT j.job_id, j.record, j.status, j.revision, j.updated_at, l.renewed_at FROM "
+                           "deployment_jobs j LEFT JOIN job_leases l ON l.job_id = j.job_id WHERE " + where + tail,
+                           params)
+        targets = self._target_rows("job_targets", "job_id", [h[0] for h in heads])
+        return [self._leased(_rows.assemble(head, {"status": status, "revision": revision, "updatedAt": at},
+                                            targets.get(job_id, ())), (renewed,))
+                for job_id, head, status, revision, at, renewed in heads]
 
     def get(self, job_id):
         found = self._records("j.job_id=?", (job_id,))
@@ -379,7 +408,7 @@ class SqlJobStore(DocumentStore, JobStore):
             where.append("j.status IN (%s)" % _marks(statuses))
             params.extend(statuses)
         if project:
-            where.append("j.record LIKE ? ESCAPE '!'")
+            where.append("j.job_id IN (SELECT t.job_id FROM job_targets t WHERE t.body LIKE ? ESCAPE '!')")
             params.append(project_pattern(project))
         tail = " ORDER BY j.created_at DESC, j.job_id"
         if limit:
@@ -396,8 +425,13 @@ class SqlJobStore(DocumentStore, JobStore):
             "SELECT revision, status, at FROM deployment_job_history WHERE job_id=? ORDER BY revision", (job_id,))]
 
     def projection(self, deployment_id):
-        rows = self._read("SELECT projection FROM deployments WHERE deployment_id=?", (deployment_id,))
-        return json.loads(rows[0][0]) if rows else None
+        rows = self._read("SELECT projection, status, job_revision FROM deployments WHERE deployment_id=?",
+                          (deployment_id,))
+        if not rows:
+            return None
+        views = self._target_rows("deployment_targets", "deployment_id", [deployment_id])
+        return _rows.assemble(rows[0][0], {"status": rows[0][1], "jobRevision": rows[0][2]},
+                              views.get(deployment_id, ()))
 
     def projection_history(self, deployment_id):
         return [{"seq": q, "jobRevision": r, "status": s, "terminal": bool(t), "at": a} for q, r, s, t, a in self._read(

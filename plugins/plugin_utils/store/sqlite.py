@@ -61,7 +61,7 @@ class SqliteJobStore(SqlJobStore):
         self._db.close()
 
     @contextlib.contextmanager
-    def _transaction(self, what):
+    def _begin(self, what):
         """One ``BEGIN IMMEDIATE`` transaction: committed when the block ends, rolled back on any error."""
         try:
             self._db.execute("BEGIN IMMEDIATE")
