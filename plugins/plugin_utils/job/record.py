@@ -16,8 +16,7 @@ suffixed exactly as the contract writes it.
 
 from __future__ import annotations
 
-import copy
-
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.canonical import clone
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.hints import next_step
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
@@ -109,7 +108,7 @@ def new_job(job_id, job_id_source, summary, batches, targets, options, now, owne
 
 
 def _copy(record, now):
-    new = copy.deepcopy(record)
+    new = clone(record)
     new["updatedAt"] = now
     return new
 

@@ -8,7 +8,7 @@ import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.stellaops.runtime.plugins.module_utils.contract.canonical import canonical_json, digest_json
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.canonical import canonical_json, clone, digest_json
 
 _SAFE = 2 ** 53 - 1
 _floats = st.floats(allow_nan=False, allow_infinity=False)
@@ -50,3 +50,19 @@ def test_known_vectors():
 def test_digest_is_sha256_over_canonical_bytes():
     assert digest_json({"b": 1, "a": [1.5, "x"]}) == digest_json({"a": [1.5, "x"], "b": 1})
     assert digest_json({}).startswith("sha256:") and len(digest_json({})) == 71
+
+
+def test_clone_is_a_deep_copy_in_order_of_json_like_documents_and_falls_back_for_other_types():
+    document = {"b": [1, 2.5, None, True, {"x": "é"}], "a": {"nested": ["t"]}, "z": (1, 2)}
+    copied = clone(document)
+    assert copied == document and list(copied) == ["b", "a", "z"]
+    copied["b"][4]["x"] = "changed"
+    copied["a"]["nested"].append("u")
+    assert document == {"b": [1, 2.5, None, True, {"x": "é"}], "a": {"nested": ["t"]}, "z": (1, 2)}
+
+    class Tagged(str):
+        pass
+
+    tagged = {"value": Tagged("kept"), "list": [Tagged("x")]}
+    again = clone(tagged)
+    assert type(again["value"]) is Tagged and again == tagged and again["list"] is not tagged["list"]
