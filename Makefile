@@ -137,6 +137,7 @@ bench: lab
 	$(BIN)/python bench/deploy_bench.py
 	$(BIN)/python bench/rollback_bench.py
 	$(BIN)/python bench/fleet_bench.py
+	$(BIN)/python bench/scale_bench.py
 	$(BIN)/python bench/provider_bench.py
 
 clean:

@@ -1,0 +1,776 @@
+"""Scale benchmark: the ``stellaops.runtime.job`` playbook over 10, 50 and 100 thin lab targets.
+
+Starts the thin targets once, for the largest size (``lab/lab.sh thin up N --prefix P``: SSH hosts that
+share the lab's engine through its socket, docs/lab.md), and uses the first N of them for each smaller
+size. For each job store (SQLite, then the lab's PostgreSQL), each strategy (``all-at-once``, then
+``rolling`` with ``strategyConfig.batchSize: "10%"``) and each size N (ascending) it runs:
+
+a) a fresh deployment: ``ansible-playbook -i <inventory of N targets> stellaops.runtime.job -e @vars.json``
+   with a new application name, so every target gets a new project (one service, the lab's busybox httpd
+   image from the lab registry, digest-pinned, with a container healthcheck, no published port);
+   ``target.type`` ComposeHost when the lab's engine has room for a Compose network per target (about 30
+   with Engine 20.10's default address pools, docs/lab.md), else DockerHost (``--target-type``);
+b) at the smallest and the largest size, a no-op re-run: the same command with the same release again
+   (a new job; every target must report ``changed=0`` in the PLAY RECAP);
+
+then removes that application's projects (containers and networks by project label, project directories).
+Default forks (no ``-f``), the default stdout callback.
+
+Measured per run, from this process: wall time; the controller's CPU seconds (``getrusage(RUSAGE_CHILDREN)``
+deltas: this process reaps ``ansible-playbook``, which reaps its forks; this process makes itself a child
+subreaper, so the SSH ControlMaster processes that outlive the run are reparented to it, closed after the
+run and reaped, their CPU counted too); bytes written to the job store (the store's meter: every
+transaction that writes appends its byte count to the file ``STELLA_JOB_STORE_METER`` names; a fresh file
+per run); for PostgreSQL also the delta of ``pg_stat_wal.wal_bytes`` (cluster-wide); the peak of the summed
+PSS and RSS of ``ansible-playbook`` and its descendants (``/proc/PID/smaps_rollup``, sampled every 0.1 s),
+and apart from it the PSS of the SSH masters.
+
+Goals per store and strategy (PASS/MISS, not errors): CPU seconds per target at the largest size ÷ at the
+smallest (fresh) <= 1.25; job-store bytes per target, the same ratio, <= 1.25; peak PSS at the largest
+size < 400 MiB; no-op wall time per target at the largest size ÷ at the smallest <= 1.0.
+
+Errors (exit 1): a run that does not exit 0, a job not ``Succeeded`` with every target ``Succeeded``, a fresh
+run where some target changed nothing, a no-op where some target changed something. Projects and thin
+targets are removed at the end, also after an error or SIGTERM (``--keep`` keeps the targets).
+
+Usage: .venv/bin/python bench/scale_bench.py [--sizes 10,50,100] [--stores sqlite,postgresql]
+       [--strategies all-at-once,rolling] [--target-type auto|ComposeHost|DockerHost] [--json FILE] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import contextlib
+import ctypes
+import glob
+import json
+import os
+import re
+import resource
+import shlex
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+
+import psutil
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+VENV_BIN = os.path.join(ROOT, ".venv", "bin")
+LAB = os.path.join(ROOT, "lab", "lab.sh")
+LAB_JSON = os.path.join(ROOT, ".lab", "lab.json")
+COLLECTIONS = os.path.join(ROOT, ".build", "collections")
+sys.path.insert(0, COLLECTIONS)
+
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import sql as _job_store  # noqa: E402
+
+PLAYBOOK = "stellaops.runtime.job"
+WORK_DIRECTORY = "/var/lib/stella/projects"
+SSH_ARGS = "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes -o LogLevel=ERROR"
+RECAP = re.compile(r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
+# One small service per target. Every thin target's container runs on the lab's one engine, so the interval
+# is 2 s (as role_bench.py's) rather than 1 s: 100 healthchecks a second would load this 2-core machine.
+HEALTHCHECK = {"healthcheck.test": "wget -q -O- http://127.0.0.1:8080/", "healthcheck.interval": "2s",
+               "healthcheck.retries": 15}
+# The thin targets drive the lab's own engine (Engine 20.10 on these machines), below the contract's default
+# gate (24.0.0): the bench sets the gate as role_bench.py does.
+MIN_ENGINE = "20.10.0"
+GOAL_CPU, GOAL_BYTES, GOAL_MEMORY_MIB, GOAL_NOOP = 1.25, 1.25, 400.0, 1.0
+PR_SET_CHILD_SUBREAPER = 36
+MIB = 1024.0 * 1024.0
+
+
+class BenchError(Exception):
+    """A check failed: exit 1 (after cleanup)."""
+
+
+def log(message):
+    print("[scale_bench %s] %s" % (time.strftime("%H:%M:%S"), message), file=sys.stderr, flush=True)
+
+
+def tail(text, limit=4000):
+    return text if len(text) <= limit else "...\n" + text[-limit:]
+
+
+def csv(text, cast=str):
+    return [cast(item.strip()) for item in text.split(",") if item.strip()]
+
+
+# ------------------------------------------------------------------------------------------ targets
+
+def thin_available():
+    """``lab/lab.sh thin up`` exists (its usage header names it)."""
+    with open(LAB, encoding="utf-8") as handle:
+        header = handle.read(8000)
+    return "thin up" in header
+
+
+def start_targets(count, prefix):
+    """``count`` lab targets as the dicts ``lab.sh`` prints (name, container, address, ssh_user, ssh_key...):
+    thin targets (``lab.sh thin up N --prefix P``), or, on a lab without them, Debian 13 Docker-in-Docker
+    targets (``lab.sh target up P<i> --image trixie``; for small sizes only, while developing)."""
+    if thin_available():
+        log("starting %d thin targets (lab/lab.sh thin up %d --prefix %s)" % (count, count, prefix))
+        proc = subprocess.run([LAB, "thin", "up", str(count), "--prefix", prefix], capture_output=True, text=True,
+                              cwd=ROOT, timeout=300 + 10 * count, check=False)
+        if proc.returncode != 0:
+            raise BenchError("lab/lab.sh thin up %d failed (rc %d):\n%s" % (count, proc.returncode, tail(proc.stderr)))
+        targets = [json.loads(line) for line in proc.stdout.splitlines() if line.strip().startswith("{")]
+        if len(targets) != count:
+            raise BenchError("lab/lab.sh thin up %d printed %d targets" % (count, len(targets)))
+        return targets
+    log("lab/lab.sh has no 'thin up': starting %d Docker-in-Docker targets instead (fine for small sizes only)"
+        % count)
+    names = ["%s%d" % (prefix, i) for i in range(1, count + 1)]
+
+    def one(name):
+        proc = subprocess.run([LAB, "target", "up", name, "--image", "trixie"], capture_output=True, text=True,
+                              cwd=ROOT, timeout=300, check=False)
+        if proc.returncode != 0:
+            raise BenchError("lab/lab.sh target up %s failed:\n%s" % (name, tail(proc.stderr)))
+        return dict(json.loads(proc.stdout.strip().splitlines()[-1]), kind="dind")
+    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+        return list(pool.map(one, names))
+
+
+def stop_targets(targets, prefix):
+    if thin_available() and any(t.get("kind") == "thin" for t in targets):
+        subprocess.run([LAB, "thin", "down", "--prefix", prefix], capture_output=True, cwd=ROOT, timeout=600,
+                       check=False)
+    for target in targets:
+        if target.get("kind") != "thin":
+            subprocess.run([LAB, "target", "down", target["name"]], capture_output=True, cwd=ROOT, timeout=120,
+                           check=False)
+
+
+def inventory(targets, path):
+    hosts = {t["name"]: {"ansible_host": t["address"], "ansible_user": t.get("ssh_user", "root"),
+                         "ansible_ssh_private_key_file": t["ssh_key"], "ansible_ssh_common_args": SSH_ARGS,
+                         "ansible_python_interpreter": "/usr/bin/python3"} for t in targets}
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump({"all": {"children": {"stella_targets": {"hosts": hosts}}}}, handle)
+
+
+def remove_projects(targets, projects):
+    """Remove each target's project (``{target name: project}``): its containers (Compose's project label, or
+    ``stella.project`` for DockerHost) and networks by project label, through the target's own ``docker``
+    CLI (``docker exec``; a thin target's CLI drives the lab's engine), and its project directory."""
+    def one(target):
+        project = projects.get(target["name"])
+        if not project:
+            return
+        script = ("ids=$( (docker ps -aq --filter label=com.docker.compose.project=%(p)s; "
+                  "docker ps -aq --filter label=stella.project=%(p)s) | sort -u); "
+                  "[ -z \"$ids\" ] || docker rm -f -v $ids >/dev/null; "
+                  "nets=$(docker network ls -q --filter label=com.docker.compose.project=%(p)s); "
+                  "[ -z \"$nets\" ] || docker network rm $nets >/dev/null; rm -rf %(dir)s"
+                  % {"p": shlex.quote(project), "dir": shlex.quote(os.path.join(WORK_DIRECTORY, project))})
+        subprocess.run(["docker", "exec", target["container"], "sh", "-c", script], capture_output=True,
+                       timeout=300, check=False)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(one, targets))
+
+
+def sweep_engine(applications):
+    """Whatever is left on the lab's own engine (thin targets' containers) of the bench's applications."""
+    for application in applications:
+        ids = subprocess.run(["docker", "ps", "-aq", "--filter", "label=stella.application=" + application],
+                             capture_output=True, text=True, timeout=120, check=False).stdout.split()
+        if ids:
+            subprocess.run(["docker", "rm", "-f", "-v"] + ids, capture_output=True, timeout=300, check=False)
+    listing = subprocess.run(["docker", "network", "ls", "--filter", "label=com.docker.compose.project", "--format",
+                              '{{.ID}} {{.Label "com.docker.compose.project"}}'], capture_output=True, text=True,
+                             timeout=120, check=False).stdout
+    nets = [line.split()[0] for line in listing.splitlines()
+            if len(line.split()) == 2 and any(app in line.split()[1] for app in applications)]
+    if nets:
+        subprocess.run(["docker", "network", "rm"] + nets, capture_output=True, timeout=300, check=False)
+
+
+def network_room():
+    """About how many more bridge networks the lab's engine can create from its default address pools:
+    ``default-address-pools`` of /etc/docker/daemon.json, else the engine's built-in ones (172.17-31.0.0/16
+    in /16s, 192.168.0.0/16 in /20s), less the pool the default bridge sits in, less the user-defined bridge
+    networks that exist. ``None`` when unknown. Every ComposeHost project on a thin target creates one."""
+    try:
+        with open("/etc/docker/daemon.json", encoding="utf-8") as handle:
+            pools = json.load(handle).get("default-address-pools")
+    except (OSError, ValueError):
+        pools = None
+    try:
+        if pools:
+            capacity = sum(2 ** (int(p["size"]) - int(p["base"].split("/")[1])) for p in pools)
+        else:
+            capacity = 15 + 16 - 1  # 172.17..31 /16 (the default bridge takes 172.17) and 192.168.0.0/16 in /20s
+        listing = subprocess.run(["docker", "network", "ls", "-q", "--filter", "driver=bridge"], capture_output=True,
+                                 text=True, timeout=60, check=True).stdout.split()
+    except (KeyError, ValueError, IndexError, OSError, subprocess.SubprocessError):
+        return None
+    return capacity - max(0, len(listing) - 1)
+
+
+# ------------------------------------------------------------------------------------------ job stores
+
+class Store:
+    """One job store for the whole bench per backend, created (schema and all) before any measured run."""
+
+    def __init__(self, kind, lab, work):
+        self.kind, self.lab, self.work = kind, lab, work
+        self.database = None
+        self.wal_error = None
+        if kind == "sqlite":
+            self.location = os.path.join(work, "jobs.sqlite3")
+        elif kind == "postgresql":
+            pg = lab["postgres"]
+            password_file = pg["password_file"]
+            if not os.path.isabs(password_file):
+                password_file = os.path.join(lab.get("root", ROOT), password_file)
+            with open(password_file, encoding="utf-8") as handle:
+                password = handle.read().strip()
+            pgpass = os.path.join(work, "pgpass")
+            with open(os.open(pgpass, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as handle:
+                handle.write("%s:%d:*:%s:%s\n" % (pg["host"], pg["port"], pg["user"], password))
+            os.environ["PGPASSFILE"] = pgpass  # this process, and ansible-playbook's forks through its environment
+            self.admin = "postgresql://%s@%s:%d/%s" % (pg["user"], pg["host"], pg["port"], pg["database"])
+            self.database = "scale_bench_%s" % uuid.uuid4().hex[:10]
+            self._admin("CREATE DATABASE \"%s\"" % self.database)
+            self.location = "postgresql://%s@%s:%d/%s" % (pg["user"], pg["host"], pg["port"], self.database)
+        else:
+            raise BenchError("unknown store %r (sqlite, postgresql)" % kind)
+        _job_store.open_store(self.location).close()
+
+    def _admin(self, statement):
+        import psycopg  # pylint: disable=import-outside-toplevel
+        with psycopg.connect(self.admin, autocommit=True) as db:
+            cursor = db.execute(statement)
+            return cursor.fetchall() if cursor.description else None
+
+    def wal_bytes(self):
+        """``pg_stat_wal.wal_bytes`` (the whole cluster's WAL), ``None`` on SQLite or when unavailable."""
+        if self.kind != "postgresql":
+            return None
+        try:
+            return int(self._admin("SELECT wal_bytes FROM pg_stat_wal")[0][0])
+        except Exception as exc:  # pylint: disable=broad-except
+            self.wal_error = str(exc).splitlines()[0]
+            return None
+
+    def newest(self):
+        store = _job_store.open_store(self.location)
+        try:
+            jobs = store.list(limit=1)
+            return jobs[0] if jobs else None
+        finally:
+            store.close()
+
+    def drop(self):
+        if self.database:
+            with contextlib.suppress(Exception):
+                self._admin("DROP DATABASE IF EXISTS \"%s\" WITH (FORCE)" % self.database)
+            self.database = None
+
+
+# ------------------------------------------------------------------------------------------ processes
+
+def make_subreaper():
+    """Orphans of our descendants (SSH ControlMaster processes that detach) become our children."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+
+
+def proc_children(pid):
+    """Child pids of ``pid`` from ``/proc/PID/task/*/children`` (cheap: no scan of every process)."""
+    found = []
+    for path in glob.glob("/proc/%d/task/*/children" % pid):
+        with contextlib.suppress(OSError):
+            with open(path, encoding="ascii") as handle:
+                found.extend(int(p) for p in handle.read().split())
+    return found
+
+
+def memory(pid):
+    """``(rss, pss)`` bytes of one process from ``/proc/PID/smaps_rollup`` (``(0, 0)`` when it is gone)."""
+    rss = pss = 0
+    try:
+        with open("/proc/%d/smaps_rollup" % pid, encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("Rss:"):
+                    rss = int(line.split()[1]) * 1024
+                elif line.startswith("Pss:"):
+                    pss = int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return rss, pss
+
+
+class Sampler(threading.Thread):
+    """Every ``interval`` s: the summed RSS and PSS of ``root`` and all its descendants, and the summed PSS of
+    this process's other children (the SSH masters reparented to it); keeps the peaks."""
+
+    def __init__(self, root, known, interval):
+        super().__init__(daemon=True)
+        self.root, self.known, self.interval = root, set(known), interval
+        self.peak_rss = self.peak_pss = self.peak_masters_pss = 0
+        self.peak_processes = self.peak_masters = self.samples = 0
+        self.cpu = 0.0
+        self._halt = threading.Event()
+
+    def run(self):
+        start = time.thread_time()
+        me = os.getpid()
+        while True:
+            tree, todo = [], [self.root]
+            while todo:
+                pid = todo.pop()
+                tree.append(pid)
+                todo.extend(proc_children(pid))
+            rss = pss = 0
+            for pid in tree:
+                one = memory(pid)
+                rss, pss = rss + one[0], pss + one[1]
+            masters = [p for p in proc_children(me) if p != self.root and p not in self.known]
+            masters_pss = sum(memory(p)[1] for p in masters)
+            self.peak_rss, self.peak_pss = max(self.peak_rss, rss), max(self.peak_pss, pss)
+            self.peak_processes = max(self.peak_processes, len(tree))
+            self.peak_masters_pss = max(self.peak_masters_pss, masters_pss)
+            self.peak_masters = max(self.peak_masters, len(masters))
+            self.samples += 1
+            if self._halt.wait(self.interval):
+                break
+        self.cpu = time.thread_time() - start
+
+    def stop(self):
+        self._halt.set()
+        self.join(30)
+
+
+def reap_orphans(known, grace=5.0):
+    """End and reap this process's children that appeared during a run (not in ``known``): the SSH masters
+    at once (SIGTERM), anything else after ``grace`` s. Their CPU then counts in RUSAGE_CHILDREN. Returns
+    how many SSH masters there were."""
+    me = psutil.Process()
+    orphans = [p for p in me.children() if p.pid not in known]
+    masters = 0
+    for proc in orphans:
+        with contextlib.suppress(psutil.Error):
+            # ssh daemonizes its master with a double fork: the intermediate process is a zombie here
+            if proc.name() == "ssh" and proc.status() != psutil.STATUS_ZOMBIE:
+                masters += 1
+                proc.terminate()
+    deadline = time.monotonic() + grace
+    for proc in orphans:
+        with contextlib.suppress(psutil.Error):
+            proc.wait(max(0.1, deadline - time.monotonic()))
+            continue
+        with contextlib.suppress(psutil.Error):
+            proc.terminate()
+            proc.wait(5)
+            continue
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+            proc.wait(5)
+    for proc in orphans:  # psutil's wait reaps; make sure nothing is left a zombie
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(proc.pid, os.WNOHANG)
+    return masters
+
+
+def cpu_seconds(usage):
+    return usage.ru_utime + usage.ru_stime
+
+
+# ------------------------------------------------------------------------------------------ the bench
+
+class Bench:
+    def __init__(self, args, lab, work):
+        self.args, self.lab, self.work = args, lab, work
+        app = lab["images"]["app_v1"]
+        self.image = app["ref"] if "@sha256:" in app["ref"] else "%s@%s" % (app["ref"], app["digest"])
+        self.registry = lab["registries"]["shared"]["address"]
+        self.samples = []
+        self.applications = []
+        self.current = None
+        self.deployed = {}  # the projects of the application now deployed: {target name: project}
+        self.targets = []
+        self.runs = 0
+        self.seen_jobs = set()
+        self.meter_seen = False
+        self.target_type = "ComposeHost"
+
+    # ---- inputs
+
+    def release(self, application, strategy):
+        config = {"strategy": strategy}
+        if strategy == "rolling":
+            config["batchSize"] = self.args.batch_size
+        return {
+            "release": {"id": "rel-scale-1", "name": "scale", "version": "1.0.0"}, "tenant": "bench",
+            "environment": "lab", "application": application, "strategy": strategy, "strategyConfig": config,
+            "target": {"type": self.target_type},
+            "components": [{"name": "web", "image": self.image, "config": dict(HEALTHCHECK)}],
+        }
+
+    def env(self, meter, control_dir):
+        """The caller's environment without its ANSIBLE_* settings (as role_bench.py), lab addresses not
+        proxied, the default stdout callback, this bench's own SSH control socket directory, the meter."""
+        env = {key: value for key, value in os.environ.items()
+               if not key.startswith("ANSIBLE_") and key not in ("PYTHONDONTWRITEBYTECODE", "STELLA_JOB_STORE_METER")}
+        no_proxy = "127.0.0.1,localhost,registry.lab,172.17.0.1"
+        if env.get("NO_PROXY"):
+            no_proxy += "," + env["NO_PROXY"]
+        env.update(NO_PROXY=no_proxy, no_proxy=no_proxy, ANSIBLE_NOCOLOR="1", ANSIBLE_RETRY_FILES_ENABLED="0",
+                   ANSIBLE_DEPRECATION_WARNINGS="0", ANSIBLE_COLLECTIONS_PATH=COLLECTIONS,
+                   ANSIBLE_STDOUT_CALLBACK="default", ANSIBLE_HOST_KEY_CHECKING="False",
+                   ANSIBLE_SSH_CONTROL_PATH_DIR=control_dir, STELLA_JOB_STORE_METER=meter,
+                   PATH=VENV_BIN + os.pathsep + env.get("PATH", ""))
+        return env
+
+    # ---- one run
+
+    def run(self, store, strategy, targets, application, kind):
+        self.runs += 1
+        label = "%s %s N=%d %s" % (store.kind, strategy, len(targets), kind)
+        run_dir = os.path.join(self.work, "run%03d" % self.runs)
+        os.makedirs(run_dir)
+        inventory(targets, os.path.join(run_dir, "inventory.json"))
+        variables = {"stella_release": self.release(application, strategy), "stella_job_store": store.location,
+                     "stella_insecure_registries": [self.registry], "stella_min_engine_version": MIN_ENGINE}
+        with open(os.path.join(run_dir, "vars.json"), "w", encoding="utf-8") as handle:
+            json.dump(variables, handle, indent=1)
+        meter = os.path.join(run_dir, "meter.txt")
+        control_dir = os.path.join(run_dir, "cp")
+        os.makedirs(control_dir)
+        argv = [os.path.join(VENV_BIN, "ansible-playbook"), "-i", os.path.join(run_dir, "inventory.json"), PLAYBOOK,
+                "-e", "@" + os.path.join(run_dir, "vars.json")]
+        output_path = os.path.join(run_dir, "output.txt")
+        log("%s: ansible-playbook over %d targets (application %s)" % (label, len(targets), application))
+        known = {p.pid for p in psutil.Process().children()}
+        wal_before = store.wal_bytes()
+        usage_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        with open(output_path, "w", encoding="utf-8") as output:
+            start = time.monotonic()
+            env = self.env(meter, control_dir)
+            self.current = subprocess.Popen(  # pylint: disable=consider-using-with
+                argv, stdout=output, stderr=subprocess.STDOUT, cwd=run_dir, env=env, start_new_session=True)
+            sampler = Sampler(self.current.pid, known, self.args.sample_interval)
+            sampler.start()
+            try:
+                rc = self.current.wait(timeout=self.args.timeout)
+            except subprocess.TimeoutExpired:
+                rc = None
+            wall = time.monotonic() - start
+            sampler.stop()
+            if rc is None:
+                self.abort_current()
+                raise BenchError("%s: ansible-playbook did not end within %d s (output: %s)" % (
+                    label, self.args.timeout, output_path))
+            self.current = None
+        masters = reap_orphans(known)
+        usage_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        wal_after = store.wal_bytes()
+        with open(output_path, encoding="utf-8", errors="replace") as handle:
+            text = handle.read()
+        recap = {m.group(1): tuple(int(g) for g in m.groups()[1:]) for m in RECAP.finditer(text)}
+        names = [t["name"] for t in targets]
+        if rc != 0:
+            raise BenchError("%s: ansible-playbook exited %d (output: %s):\n%s" % (label, rc, output_path, tail(text)))
+        missing = [n for n in names if n not in recap]
+        if missing:
+            raise BenchError("%s: no PLAY RECAP line for %s:\n%s" % (label, ", ".join(missing[:10]), tail(text)))
+        if kind == "noop":
+            changed = sorted(n for n in names if recap[n][1] != 0)
+            if changed:
+                raise BenchError("%s: the no-op re-run changed %d targets (%s; output: %s)" % (
+                    label, len(changed), ", ".join("%s changed=%d" % (n, recap[n][1]) for n in changed[:10]),
+                    output_path))
+        else:
+            unchanged = sorted(n for n in names if recap[n][1] == 0)
+            if unchanged:
+                raise BenchError("%s: the fresh deployment changed nothing on %s (output: %s)" % (
+                    label, ", ".join(unchanged[:10]), output_path))
+        record = store.newest()
+        if record is None or record["jobId"] in self.seen_jobs:
+            raise BenchError("%s: the run left no new job in %s" % (label, store.kind))
+        self.seen_jobs.add(record["jobId"])
+        if (record.get("release") or {}).get("id") != "rel-scale-1" or not all(
+                application in (record["targets"].get(n) or {}).get("projectName", "") for n in names):
+            raise BenchError("%s: the newest job %s is not this run's" % (label, record["jobId"]))
+        not_ok = {n: (record["targets"].get(n) or {}).get("status") for n in names}
+        not_ok = {n: s for n, s in not_ok.items() if s != "Succeeded"}
+        if record["status"] != "Succeeded" or not_ok or len(record["targets"]) != len(names):
+            raise BenchError("%s: job %s is %s (%s), targets not Succeeded: %s" % (
+                label, record["jobId"], record["status"], record.get("reason"),
+                ", ".join("%s %s" % item for item in sorted(not_ok.items())[:10]) or "none"))
+        self.deployed = {n: record["targets"][n]["projectName"] for n in names}
+        store_bytes = None
+        if os.path.exists(meter):
+            self.meter_seen = True
+            with open(meter, encoding="ascii") as handle:
+                store_bytes = sum(int(line) for line in handle if line.strip())
+        cpu = cpu_seconds(usage_after) - cpu_seconds(usage_before)
+        n = len(targets)
+        sample = {
+            "store": store.kind, "strategy": strategy, "targets": n, "run": kind, "application": application,
+            "jobId": record["jobId"], "batches": len(record.get("batches") or []), "rc": rc,
+            "wall_seconds": round(wall, 3), "wall_per_target": round(wall / n, 4),
+            "cpu_seconds": round(cpu, 3), "cpu_user": round(usage_after.ru_utime - usage_before.ru_utime, 3),
+            "cpu_system": round(usage_after.ru_stime - usage_before.ru_stime, 3),
+            "cpu_per_target": round(cpu / n, 4),
+            "store_bytes": store_bytes,
+            "store_bytes_per_target": None if store_bytes is None else round(store_bytes / n, 1),
+            "wal_bytes": None if wal_before is None or wal_after is None else wal_after - wal_before,
+            "peak_pss_mib": round(sampler.peak_pss / MIB, 1), "peak_rss_mib": round(sampler.peak_rss / MIB, 1),
+            "peak_processes": sampler.peak_processes, "ssh_masters": masters,
+            "peak_ssh_masters_pss_mib": round(sampler.peak_masters_pss / MIB, 1),
+            "sampler_samples": sampler.samples, "sampler_cpu_seconds": round(sampler.cpu, 3),
+            "load_after": [round(x, 2) for x in os.getloadavg()],
+        }
+        self.samples.append(sample)
+        log("%s: %.1f s wall, %.1f CPU s (%.3f per target), store %s B, peak PSS %.0f MiB (RSS %.0f MiB), "
+            "%d ssh masters, job %s" % (label, wall, cpu, cpu / n, "n/a" if store_bytes is None else store_bytes,
+                                        sample["peak_pss_mib"], sample["peak_rss_mib"], masters, record["jobId"]))
+        return sample
+
+    def abort_current(self):
+        proc, self.current = self.current, None
+        if proc is None or proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(20)
+        reap_orphans(set(), grace=2.0)
+
+    def clean(self, targets):
+        if self.deployed:
+            remove_projects(targets, self.deployed)
+            self.deployed = {}
+
+    # ---- the whole bench
+
+    def measure(self, stores):
+        sizes = sorted(set(self.args.sizes))
+        noop_sizes = set(self.args.noop_sizes if self.args.noop_sizes is not None else [sizes[0], sizes[-1]])
+        for store in stores:
+            for strategy in self.args.strategies:
+                for n in sizes:
+                    self.size(store, strategy, n, self.args.noop_runs if n in noop_sizes else 0)
+
+    def size(self, store, strategy, n, noop_runs):
+        """A fresh deployment over the first ``n`` targets, ``noop_runs`` no-op re-runs, the projects removed."""
+        subset = self.targets[:n]
+        application = "s%s" % uuid.uuid4().hex[:7]
+        self.applications.append(application)
+        try:
+            self.run(store, strategy, subset, application, "fresh")
+            for _round in range(noop_runs):
+                self.run(store, strategy, subset, application, "noop")
+        finally:
+            self.clean(subset)
+
+    def cleanup(self):
+        self.abort_current()
+        if self.targets:
+            self.clean(self.targets)
+            if any(t.get("kind") == "thin" for t in self.targets):
+                sweep_engine(self.applications)
+
+
+# ------------------------------------------------------------------------------------------ the report
+
+def ratio(over, under):
+    return None if over is None or under in (None, 0) else over / under
+
+
+def fmt(value, spec="%.2f", none="n/a"):
+    return none if value is None else spec % value
+
+
+def goals(samples, sizes):
+    """The four goals per (store, strategy), from the smallest and the largest size."""
+    small, large = min(sizes), max(sizes)
+    results = []
+    keys = []
+    for s in samples:
+        if (s["store"], s["strategy"]) not in keys:
+            keys.append((s["store"], s["strategy"]))
+
+    def pick(store, strategy, n, run):
+        return [s for s in samples if (s["store"], s["strategy"], s["targets"], s["run"]) == (store, strategy, n, run)]
+
+    def middle(chosen, key):
+        values = [s[key] for s in chosen]
+        return None if not values or None in values else statistics.median(values)
+    for store, strategy in keys:
+        fs, fl = pick(store, strategy, small, "fresh"), pick(store, strategy, large, "fresh")
+        ns, nl = pick(store, strategy, small, "noop"), pick(store, strategy, large, "noop")
+        cpu = ratio(middle(fl, "cpu_per_target"), middle(fs, "cpu_per_target"))
+        data = ratio(middle(fl, "store_bytes_per_target"), middle(fs, "store_bytes_per_target"))
+        peaks = [s["peak_pss_mib"] for s in fl + nl]
+        peak = max(peaks) if peaks else None
+        noop = ratio(middle(nl, "wall_per_target"), middle(ns, "wall_per_target"))
+        for name, value, goal, ok, text in (
+                ("cpu_per_target_ratio", cpu, GOAL_CPU, cpu is not None and cpu <= GOAL_CPU,
+                 "CPU s per target, N=%d / N=%d (fresh)" % (large, small)),
+                ("store_bytes_per_target_ratio", data, GOAL_BYTES, data is not None and data <= GOAL_BYTES,
+                 "job-store bytes per target, N=%d / N=%d (fresh)" % (large, small)),
+                ("peak_pss_mib", peak, GOAL_MEMORY_MIB, peak is not None and peak < GOAL_MEMORY_MIB,
+                 "peak controller PSS at N=%d, MiB" % large),
+                ("noop_wall_per_target_ratio", noop, GOAL_NOOP, noop is not None and noop <= GOAL_NOOP,
+                 "no-op wall per target, N=%d / N=%d" % (large, small) + (
+                     " (medians)" if len(nl) > 1 or len(ns) > 1 else ""))):
+            results.append({"store": store, "strategy": strategy, "goal": name, "text": text, "value": value,
+                            "limit": goal, "verdict": "n/a" if value is None else ("PASS" if ok else "MISS")})
+    return results
+
+
+def report(samples, verdicts, meta):
+    lines = []
+    add = lines.append
+    add("scale bench: %s targets (%s), sizes %s, %s releases of one service per target (%s), default forks" % (
+        meta["target_kind"], meta["targets_started"], ",".join(str(n) for n in meta["sizes"]),
+        meta.get("target_type", "?"), meta["image"]))
+    add("load average at start %s, at end %s" % (meta["load_start"], meta["load_end"]))
+    add("")
+    header = ("%-10s %-11s %4s %-5s %5s %8s %7s %7s %11s %8s %11s %8s %8s %7s" % (
+        "store", "strategy", "N", "run", "batch", "wall s", "wall/t", "CPU s", "CPU s/tgt", "store B",
+        "store B/tgt", "WAL B", "PSS MiB", "RSS MiB"))
+    add(header)
+    add("-" * len(header))
+    for s in samples:
+        add("%-10s %-11s %4d %-5s %5d %8.2f %7.3f %7.1f %11.3f %8s %11s %8s %8.1f %7.1f" % (
+            s["store"], s["strategy"], s["targets"], s["run"], s["batches"], s["wall_seconds"], s["wall_per_target"],
+            s["cpu_seconds"], s["cpu_per_target"], fmt(s["store_bytes"], "%d"),
+            fmt(s["store_bytes_per_target"], "%.0f"), fmt(s["wal_bytes"], "%d"), s["peak_pss_mib"], s["peak_rss_mib"]))
+    add("")
+    add("CPU: ansible-playbook, its forks and the SSH masters it left (closed and reaped after each run).")
+    add("PSS/RSS: peak of the sum over ansible-playbook and its descendants, every %.2f s; SSH masters apart:"
+        % meta["sample_interval"])
+    for s in samples:
+        if s["ssh_masters"]:
+            add("  %s %s N=%d %s: %d ssh masters, peak PSS %.1f MiB" % (
+                s["store"], s["strategy"], s["targets"], s["run"], s["ssh_masters"], s["peak_ssh_masters_pss_mib"]))
+    if not meta["meter_seen"]:
+        add("store B: n/a, the job store wrote no meter file (STELLA_JOB_STORE_METER had no effect)")
+    if any(s["store"] == "postgresql" for s in samples):
+        add("WAL B: delta of pg_stat_wal.wal_bytes, the whole PostgreSQL cluster (others' writes included)%s"
+            % ("" if not meta.get("wal_error") else "; n/a: " + meta["wal_error"]))
+    add("")
+    add("goals:")
+    for v in verdicts:
+        limit = ("< %.0f" if v["goal"] == "peak_pss_mib" else "<= %.2f") % v["limit"]
+        add("  %-10s %-11s %-48s %8s  (%s)  %s" % (v["store"], v["strategy"], v["text"],
+                                                   fmt(v["value"], "%.1f" if v["goal"] == "peak_pss_mib" else "%.2f"),
+                                                   limit, v["verdict"]))
+    return "\n".join(lines)
+
+
+def target_type(args, largest):
+    """``--target-type``; ``auto``: ComposeHost when the lab's engine can hold a Compose network for each of
+    ``largest`` thin targets at once (docs/lab.md: about 30 with Engine 20.10's default pools), else
+    DockerHost (``docker.run`` on the default bridge: no network per project)."""
+    if args.target_type != "auto":
+        return args.target_type
+    if not thin_available():
+        return "ComposeHost"  # Docker-in-Docker targets: an engine, so address pools, of their own
+    room = network_room()
+    if room is not None and room < largest + 2:
+        log("the lab's engine has room for about %d more bridge networks, fewer than %d ComposeHost projects "
+            "(one network each) on thin targets: the release is DockerHost (--target-type to choose)"
+            % (room, largest))
+        return "DockerHost"
+    return "ComposeHost"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", type=lambda t: csv(t, int), default=[10, 50, 100])
+    parser.add_argument("--noop-sizes", type=lambda t: csv(t, int), default=None,
+                        help="sizes with a no-op re-run (default: the smallest and the largest)")
+    parser.add_argument("--stores", type=csv, default=["sqlite", "postgresql"])
+    parser.add_argument("--noop-runs", type=int, default=1,
+                        help="no-op re-runs at each of those sizes (the goal takes their median)")
+    parser.add_argument("--strategies", type=csv, default=["all-at-once", "rolling"])
+    parser.add_argument("--target-type", choices=["auto", "ComposeHost", "DockerHost"], default="auto",
+                        help="the release's target.type (auto: ComposeHost when the engine has a network for each "
+                             "target, else DockerHost)")
+    parser.add_argument("--batch-size", default="10%", help="strategyConfig.batchSize of the rolling runs")
+    parser.add_argument("--prefix", default="scalebench", help="name prefix of the thin targets")
+    parser.add_argument("--timeout", type=int, default=1800, help="seconds per ansible-playbook run")
+    parser.add_argument("--sample-interval", type=float, default=0.1)
+    parser.add_argument("--json", help="write every sample and verdict to this file")
+    parser.add_argument("--keep", action="store_true", help="keep the targets running")
+    args = parser.parse_args()
+    for strategy in args.strategies:
+        if strategy not in ("all-at-once", "rolling"):
+            parser.error("--strategies: all-at-once, rolling")
+    if not args.sizes or min(args.sizes) < 1:
+        parser.error("--sizes: positive integers")
+    if not os.path.isfile(LAB_JSON):
+        sys.exit("scale_bench: the lab is not set up (%s is missing): run `make lab` first" % LAB_JSON)
+    with open(LAB_JSON, encoding="utf-8") as handle:
+        lab = json.load(handle)
+
+    def stop(signum, _frame):
+        raise BenchError("stopped by signal %d" % signum)
+    signal.signal(signal.SIGTERM, stop)
+    if not make_subreaper():
+        log("could not become a child subreaper: SSH masters that outlive a run are not counted")
+    work = tempfile.mkdtemp(prefix="stella-scale-bench-")
+    bench = Bench(args, lab, work)
+    meta = {"sizes": sorted(set(args.sizes)), "image": bench.image,
+            "load_start": [round(x, 2) for x in os.getloadavg()],
+            "sample_interval": args.sample_interval, "batch_size": args.batch_size}
+    stores, error = [], None
+    try:
+        bench.target_type = target_type(args, max(args.sizes))
+        meta["target_type"] = bench.target_type
+        bench.targets = start_targets(max(args.sizes), args.prefix)
+        meta["target_kind"] = bench.targets[0].get("kind", "dind")
+        meta["targets_started"] = len(bench.targets)
+        for kind in args.stores:
+            stores.append(Store(kind, lab, work))
+        bench.measure(stores)
+    except (BenchError, KeyboardInterrupt) as exc:
+        error = str(exc) or exc.__class__.__name__
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the cleanup runs to its end
+        log("cleaning up")
+        try:
+            bench.cleanup()
+        finally:
+            for store in stores:
+                store.drop()
+            if bench.targets and not args.keep:
+                log("removing the targets")
+                stop_targets(bench.targets, args.prefix)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    meta.update(load_end=[round(x, 2) for x in os.getloadavg()], meter_seen=bench.meter_seen,
+                wal_error=next((s.wal_error for s in stores if s.wal_error), None))
+    meta.setdefault("target_kind", "none")
+    meta.setdefault("targets_started", 0)
+    verdicts = goals(bench.samples, meta["sizes"]) if bench.samples else []
+    if bench.samples:
+        print(report(bench.samples, verdicts, meta), flush=True)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump({"meta": meta, "samples": bench.samples, "goals": verdicts, "error": error}, handle, indent=1)
+    if error:
+        print("scale_bench: ERROR: %s" % error, file=sys.stderr)
+        print("scale_bench: work directory kept: %s" % work, file=sys.stderr)
+        sys.exit(1)
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
