@@ -66,7 +66,7 @@ def assert_reverse_batch_order(rollback_batches, done, rollback_order, deployed_
 
 
 def test_twenty_thin_targets_rolling_failure_in_batch_two_skips_the_rest_and_rolls_back_in_reverse(
-        lab, thin_fleet, tmp_path):
+        lab, thin_fleet, tmp_path):  # pylint: disable=redefined-outer-name
     fj = thinkit.ThinFleetJob(lab, thin_fleet, tmp_path, "scale", labkit.free_port())
     names = fj.names
     planned = batches_of(names)

@@ -72,7 +72,7 @@ def engine_containers(label: str, value: str) -> list[str]:
 class ThinFleetJob(fleetkit.FleetJob):
     """A :class:`fleetkit.FleetJob` over thin targets (one engine underneath)."""
 
-    def release(self, *args, **kwargs):  # pylint: disable=signature-differs
+    def release(self, *args, **kwargs):  # pylint: disable=arguments-differ
         release = super().release(*args, **kwargs)
         for component in release["components"]:
             component.pop("ports", None)
