@@ -128,8 +128,8 @@ class RegistryPusher:
         answer = self._call("PUT", "%s/manifests/%s" % (self.base, tag), data=manifest,
                             headers={"Content-Type": MEDIA_MANIFEST})
         if answer.status_code != 201:
-            raise RuntimeError("PUT %s/manifests/%s: HTTP %d %s" % (self.base, tag, answer.status_code,
-                                                                     answer.text[:200]))
+            raise RuntimeError("PUT %s/manifests/%s: HTTP %d %s"
+                               % (self.base, tag, answer.status_code, answer.text[:200]))
         got = answer.headers.get("Docker-Content-Digest")
         if got != expected:
             raise RuntimeError("PUT %s/manifests/%s: registry digest %s, expected %s" % (self.base, tag, got, expected))
