@@ -716,7 +716,7 @@ def target_type(args, largest):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--sizes", type=lambda t: csv(t, int), default=[10, 50, 100])
     parser.add_argument("--noop-sizes", type=lambda t: csv(t, int), default=None,
                         help="sizes with a no-op re-run (default: the smallest and the largest)")

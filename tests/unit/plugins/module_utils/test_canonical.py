@@ -65,4 +65,4 @@ def test_clone_is_a_deep_copy_in_order_of_json_like_documents_and_falls_back_for
 
     tagged = {"value": Tagged("kept"), "list": [Tagged("x")]}
     again = clone(tagged)
-    assert type(again["value"]) is Tagged and again == tagged and again["list"] is not tagged["list"]
+    assert isinstance(again["value"], Tagged) and again == tagged and again["list"] is not tagged["list"]
