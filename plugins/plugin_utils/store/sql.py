@@ -117,6 +117,7 @@ class SqlJobStore(DocumentStore, JobStore):
     """The store over a DB-API connection; subclasses provide :meth:`_transaction` and :meth:`_sql`."""
 
     LOCK = ""  # appended to the SELECT that reads a record for update
+    _meter = None  # what the store writes (store/meter.py), from its first transaction on
     catalogue = None
     errors = (sqlite3.Error,)
 
@@ -124,20 +125,19 @@ class SqlJobStore(DocumentStore, JobStore):
         return statement
 
     def _execute(self, statement, params=()):
-        self._meter.count(statement, params)
+        if self._meter is not None:
+            self._meter.count(statement, params)
         return self._db.execute(self._sql(statement), params)
 
     @abc.abstractmethod
     def _begin(self, what):
         """A context manager: one transaction, committed when the block ends, rolled back on any error."""
 
-    @property
-    def _meter(self):
-        return self.__dict__.setdefault("_metered", Meter())
-
     @contextlib.contextmanager
     def _transaction(self, what):
         """One transaction (the backend's :meth:`_begin`); what it wrote is metered once it committed."""
+        if self._meter is None:
+            self._meter = Meter()
         self._meter.discard()
         with self._begin(what):
             yield

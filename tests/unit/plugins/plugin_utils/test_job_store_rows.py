@@ -103,7 +103,7 @@ def test_recording_one_target_writes_its_row_only(tmp_path, monkeypatch):
             store.create(new_record(count))
             store.update("job-1", lambda r: _job.start(r, T0))
             monkeypatch.setenv(_meter.VARIABLE, str(meter))
-            store._metered = _meter.Meter()
+            store._meter = _meter.Meter()
             store.update("job-1", lambda r: outcome(r, "host-003", T0))
             sizes[count] = _meter.total(str(meter))
         finally:
