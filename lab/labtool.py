@@ -126,8 +126,15 @@ def atomic_write_text(path: str, text: str, mode: int = 0o644) -> None:
         raise
 
 
+# The lab engine's pools for user-defined networks: 256 networks of /24 (Engine 20.10's built-in pools hold
+# about 30), so a hundred thin targets can each hold a Compose project's network (docs/lab.md). Outside
+# 172.17.0.0/16 (the default bridge) and the DinD targets' own 10.231/10.232 ranges.
+ADDRESS_POOLS = [{"base": "10.224.0.0/16", "size": 24}]
+
+
 def cmd_daemon_json(argv: list[str]) -> int:
-    """daemon-json PATH BIP REGISTRY: merge bip and an insecure registry into dockerd's config."""
+    """daemon-json PATH BIP REGISTRY: merge bip, the lab's address pools (unless the file names pools of its
+    own) and an insecure registry into dockerd's config."""
     path, bip, registry = argv
     data = {}
     if os.path.exists(path):
@@ -136,6 +143,7 @@ def cmd_daemon_json(argv: list[str]) -> int:
         data = json.loads(text) if text else {}
     new = dict(data)
     new["bip"] = bip
+    new.setdefault("default-address-pools", ADDRESS_POOLS)
     regs = list(new.get("insecure-registries", []))
     if registry not in regs:
         regs.append(registry)
