@@ -8,8 +8,9 @@ size. For each job store (SQLite, then the lab's PostgreSQL), each strategy (``a
 a) a fresh deployment: ``ansible-playbook -i <inventory of N targets> stellaops.runtime.job -e @vars.json``
    with a new application name, so every target gets a new project (one service, the lab's busybox httpd
    image from the lab registry, digest-pinned, with a container healthcheck, no published port);
-   ``target.type`` ComposeHost when the lab's engine has room for a Compose network per target (about 30
-   with Engine 20.10's default address pools, docs/lab.md), else DockerHost (``--target-type``);
+   ``target.type`` ComposeHost when the lab's engine has room for a Compose network per target (the lab's
+   address pools hold 256, Engine 20.10's built-in ones about 30: docs/lab.md), else DockerHost
+   (``--target-type``);
 b) at the smallest and the largest size, a no-op re-run: the same command with the same release again
    (a new job; every target must report ``changed=0`` in the PLAY RECAP);
 
@@ -73,6 +74,9 @@ COLLECTIONS = os.path.join(ROOT, ".build", "collections")
 sys.path.insert(0, COLLECTIONS)
 
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import sql as _job_store  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import machine_cpu  # noqa: E402  pylint: disable=wrong-import-position
 
 PLAYBOOK = "stellaops.runtime.job"
 WORK_DIRECTORY = "/var/lib/stella/projects"
@@ -444,6 +448,8 @@ class Bench:
                    ANSIBLE_STDOUT_CALLBACK="default", ANSIBLE_HOST_KEY_CHECKING="False",
                    ANSIBLE_SSH_CONTROL_PATH_DIR=control_dir, STELLA_JOB_STORE_METER=meter,
                    PATH=VENV_BIN + os.pathsep + env.get("PATH", ""))
+        if self.args.control_persist:
+            env["ANSIBLE_SSH_ARGS"] = "-C -o ControlMaster=auto -o ControlPersist=%s" % self.args.control_persist
         return env
 
     # ---- one run
@@ -469,6 +475,7 @@ class Bench:
         wal_before = store.wal_bytes()
         usage_before = resource.getrusage(resource.RUSAGE_CHILDREN)
         host_before = host_cpu()
+        machine_before = machine_cpu.snapshot()
         with open(output_path, "w", encoding="utf-8") as output:
             start = time.monotonic()
             env = self.env(meter, control_dir)
@@ -482,6 +489,7 @@ class Bench:
                 rc = None
             wall = time.monotonic() - start
             host_after = host_cpu()
+            machine = machine_cpu.delta(machine_before, machine_cpu.snapshot())
             sampler.stop()
             if rc is None:
                 self.abort_current()
@@ -551,6 +559,9 @@ class Bench:
                                    / max(1e-9, host_after[1] - host_before[1]), 1),
             "load_after": [round(x, 2) for x in os.getloadavg()],
         }
+        for part in ("thin", "apps", "engine"):  # the targets' side of the machine (bench/machine_cpu.py)
+            sample["%s_cpu_seconds" % part] = None if machine[part] is None else round(machine[part], 2)
+            sample["%s_cpu_per_target" % part] = None if machine[part] is None else round(machine[part] / n, 4)
         self.samples.append(sample)
         log("%s: %.1f s wall, %.1f CPU s (%.3f per target), store %s B, peak PSS %.0f MiB (RSS %.0f MiB), "
             "%d ssh masters, job %s" % (label, wall, cpu, cpu / n, "n/a" if store_bytes is None else store_bytes,
@@ -662,21 +673,24 @@ def report(samples, verdicts, meta):
         meta.get("target_type", "?"), meta["image"]))
     add("load average at start %s, at end %s" % (meta["load_start"], meta["load_end"]))
     add("")
-    header = ("%-10s %-11s %4s %-5s %5s %8s %7s %7s %11s %8s %11s %8s %8s %7s %5s" % (
+    header = ("%-10s %-11s %4s %-5s %5s %8s %7s %7s %11s %8s %11s %8s %8s %7s %5s %6s %6s %6s" % (
         "store", "strategy", "N", "run", "batch", "wall s", "wall/t", "CPU s", "CPU s/tgt", "store B",
-        "store B/tgt", "WAL B", "PSS MiB", "RSS MiB", "host%"))
+        "store B/tgt", "WAL B", "PSS MiB", "RSS MiB", "host%", "thin/t", "apps/t", "eng/t"))
     add(header)
     add("-" * len(header))
     for s in samples:
-        add("%-10s %-11s %4d %-5s %5d %8.2f %7.3f %7.1f %11.3f %8s %11s %8s %8.1f %7.1f %5.0f" % (
+        add("%-10s %-11s %4d %-5s %5d %8.2f %7.3f %7.1f %11.3f %8s %11s %8s %8.1f %7.1f %5.0f %6s %6s %6s" % (
             s["store"], s["strategy"], s["targets"], s["run"], s["batches"], s["wall_seconds"], s["wall_per_target"],
             s["cpu_seconds"], s["cpu_per_target"], fmt(s["store_bytes"], "%d"),
             fmt(s["store_bytes_per_target"], "%.0f"), fmt(s["wal_bytes"], "%d"), s["peak_pss_mib"], s["peak_rss_mib"],
-            s["host_busy_pct"]))
+            s["host_busy_pct"], fmt(s.get("thin_cpu_per_target"), "%.3f"),
+            fmt(s.get("apps_cpu_per_target"), "%.3f"), fmt(s.get("engine_cpu_per_target"), "%.3f")))
     add("")
     add("CPU: ansible-playbook, its forks and the SSH masters it left (closed and reaped after each run);")
     add("host%%: the whole machine's CPU busy during the run (every core; the engine and targets included); "
-        "healthcheck interval %s" % meta["health_interval"])
+        "healthcheck interval %s; SSH ControlPersist %s" % (meta["health_interval"], meta["control_persist"]))
+    add("thin/t, apps/t, eng/t: CPU s per target of the thin targets' containers (sshd, modules, docker CLI), the "
+        "deployed containers (healthchecks included) and the engine (dockerd, containerd, shims, runc)")
     add("PSS/RSS: peak of the sum over ansible-playbook and its descendants, every %.2f s; SSH masters apart:"
         % meta["sample_interval"])
     for s in samples:
@@ -700,7 +714,8 @@ def report(samples, verdicts, meta):
 
 def target_type(args, largest):
     """``--target-type``; ``auto``: ComposeHost when the lab's engine can hold a Compose network for each of
-    ``largest`` thin targets at once (docs/lab.md: about 30 with Engine 20.10's default pools), else
+    ``largest`` thin targets at once (docs/lab.md: 256 with the lab's pools, about 30 with Engine 20.10's
+    built-in ones), else
     DockerHost (``docker.run`` on the default bridge: no network per project)."""
     if args.target_type != "auto":
         return args.target_type
@@ -730,6 +745,10 @@ def main():
     parser.add_argument("--health-interval", default="10s",
                         help="the container healthcheck's interval (default 10s: every target's container runs on "
                              "the lab's one engine)")
+    parser.add_argument("--control-persist", default=None,
+                        help="the SSH masters' ControlPersist (ANSIBLE_SSH_ARGS '-C -o ControlMaster=auto -o "
+                             "ControlPersist=VALUE'; default: Ansible's own, 60s); docs/jobs.md's sizing advises "
+                             "longer for large fleets")
     parser.add_argument("--batch-size", default="10%", help="strategyConfig.batchSize of the rolling runs")
     parser.add_argument("--prefix", default="scalebench", help="name prefix of the thin targets")
     parser.add_argument("--timeout", type=int, default=1800, help="seconds per ansible-playbook run")
@@ -757,7 +776,7 @@ def main():
     meta = {"sizes": sorted(set(args.sizes)), "image": bench.image,
             "load_start": [round(x, 2) for x in os.getloadavg()],
             "sample_interval": args.sample_interval, "batch_size": args.batch_size,
-            "health_interval": args.health_interval}
+            "health_interval": args.health_interval, "control_persist": args.control_persist or "60s (Ansible's)"}
     stores, error = [], None
     try:
         bench.target_type = target_type(args, max(args.sizes))
