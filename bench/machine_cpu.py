@@ -45,12 +45,13 @@ def cgroup_seconds(container_id, root="/sys/fs/cgroup"):
     return None
 
 
-def stat_seconds(text):
-    """``utime + stime + cutime + cstime`` in seconds from one ``/proc/PID/stat`` line, and its command."""
+def stat_seconds(text, children=True):
+    """``utime + stime`` (and ``cutime + cstime``, the children it reaped, unless ``children`` is false) in
+    seconds from one ``/proc/PID/stat`` line, and its command."""
     command = text[text.index("(") + 1:text.rindex(")")]
     fields = text[text.rindex(")") + 2:].split()
     # after the command: state(0) ppid(1) ... utime(11) stime(12) cutime(13) cstime(14)
-    return command, sum(int(fields[i]) for i in (11, 12, 13, 14)) / CLOCK_TICKS
+    return command, sum(int(fields[i]) for i in ((11, 12, 13, 14) if children else (11, 12))) / CLOCK_TICKS
 
 
 def engine_seconds(proc="/proc"):

@@ -324,9 +324,19 @@ def memory(pid):
     return rss, pss
 
 
+def own_cpu_seconds(pid):
+    """The user + system CPU seconds ``pid`` used itself (not its reaped children), ``None`` once it is gone."""
+    try:
+        with open("/proc/%d/stat" % pid, encoding="ascii", errors="replace") as handle:
+            return machine_cpu.stat_seconds(handle.read(), children=False)[1]
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 class Sampler(threading.Thread):
     """Every ``interval`` s: the summed RSS and PSS of ``root`` and all its descendants, and the summed PSS of
-    this process's other children (the SSH masters reparented to it); keeps the peaks."""
+    this process's other children (the SSH masters reparented to it); keeps the peaks, and the last reading
+    of ``root``'s own CPU seconds (``ansible-playbook``'s main process: its scheduling, not its forks)."""
 
     def __init__(self, root, known, interval):
         super().__init__(daemon=True)
@@ -334,6 +344,7 @@ class Sampler(threading.Thread):
         self.peak_rss = self.peak_pss = self.peak_masters_pss = 0
         self.peak_processes = self.peak_masters = self.samples = 0
         self.cpu = 0.0
+        self.root_cpu = None
         self._halt = threading.Event()
 
     def run(self):
@@ -356,6 +367,7 @@ class Sampler(threading.Thread):
             self.peak_masters_pss = max(self.peak_masters_pss, masters_pss)
             self.peak_masters = max(self.peak_masters, len(masters))
             self.samples += 1
+            self.root_cpu = own_cpu_seconds(self.root) or self.root_cpu
             if self._halt.wait(self.interval):
                 break
         self.cpu = time.thread_time() - start
@@ -561,6 +573,8 @@ class Bench:
             "peak_processes": sampler.peak_processes, "ssh_masters": masters,
             "peak_ssh_masters_pss_mib": round(sampler.peak_masters_pss / MIB, 1),
             "sampler_samples": sampler.samples, "sampler_cpu_seconds": round(sampler.cpu, 3),
+            "main_cpu_seconds": None if sampler.root_cpu is None else round(sampler.root_cpu, 2),
+            "main_cpu_per_target": None if sampler.root_cpu is None else round(sampler.root_cpu / n, 4),
             "host_cpu_seconds": round(host_after[0] - host_before[0], 1),
             "host_busy_pct": round(100.0 * (host_after[0] - host_before[0])
                                    / max(1e-9, host_after[1] - host_before[1]), 1),
@@ -698,17 +712,17 @@ def report(samples, verdicts, meta):
         meta.get("target_type", "?"), meta["image"]))
     add("load average at start %s, at end %s" % (meta["load_start"], meta["load_end"]))
     add("")
-    header = ("%-10s %-11s %4s %-5s %4s %5s %8s %7s %7s %11s %8s %11s %8s %8s %7s %5s %6s %6s %6s" % (
+    header = ("%-10s %-11s %4s %-5s %4s %5s %8s %7s %7s %11s %8s %11s %8s %8s %7s %5s %6s %6s %6s %6s" % (
         "store", "strategy", "N", "run", "dep", "batch", "wall s", "wall/t", "CPU s", "CPU s/tgt", "store B",
-        "store B/tgt", "WAL B", "PSS MiB", "RSS MiB", "host%", "thin/t", "apps/t", "eng/t"))
+        "store B/tgt", "WAL B", "PSS MiB", "RSS MiB", "host%", "main/t", "thin/t", "apps/t", "eng/t"))
     add(header)
     add("-" * len(header))
     for s in samples:
-        add("%-10s %-11s %4d %-5s %4d %5d %8.2f %7.3f %7.1f %11.3f %8s %11s %8s %8.1f %7.1f %5.0f %6s %6s %6s" % (
+        add("%-10s %-11s %4d %-5s %4d %5d %8.2f %7.3f %7.1f %11.3f %8s %11s %8s %8.1f %7.1f %5.0f %6s %6s %6s %6s" % (
             s["store"], s["strategy"], s["targets"], s["run"], s.get("deployed", s["targets"]), s["batches"], s["wall_seconds"], s["wall_per_target"],
             s["cpu_seconds"], s["cpu_per_target"], fmt(s["store_bytes"], "%d"),
             fmt(s["store_bytes_per_target"], "%.0f"), fmt(s["wal_bytes"], "%d"), s["peak_pss_mib"], s["peak_rss_mib"],
-            s["host_busy_pct"], fmt(s.get("thin_cpu_per_target"), "%.3f"),
+            s["host_busy_pct"], fmt(s.get("main_cpu_per_target"), "%.3f"), fmt(s.get("thin_cpu_per_target"), "%.3f"),
             fmt(s.get("apps_cpu_per_target"), "%.3f"), fmt(s.get("engine_cpu_per_target"), "%.3f")))
     add("")
     add("dep: targets holding the measured application's deployment during the run (their containers "
@@ -716,6 +730,7 @@ def report(samples, verdicts, meta):
     add("CPU: ansible-playbook, its forks and the SSH masters it left (closed and reaped after each run);")
     add("host%%: the whole machine's CPU busy during the run (every core; the engine and targets included); "
         "healthcheck interval %s; SSH ControlPersist %s" % (meta["health_interval"], meta["control_persist"]))
+    add("main/t: CPU s per target of ansible-playbook's main process alone (its scheduling; part of CPU s)")
     add("thin/t, apps/t, eng/t: CPU s per target of the thin targets' containers (sshd, modules, docker CLI), the "
         "deployed containers (healthchecks included) and the engine (dockerd, containerd, shims, runc)")
     add("PSS/RSS: peak of the sum over ansible-playbook and its descendants, every %.2f s; SSH masters apart:"

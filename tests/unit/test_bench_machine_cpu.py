@@ -33,6 +33,12 @@ def test_stat_seconds_sums_own_and_reaped_children():
     assert seconds == pytest.approx(10.0)
 
 
+def test_stat_seconds_without_children_is_the_process_alone():
+    _command, seconds = machine_cpu.stat_seconds(stat_line(7, "ansible-playboo", TICKS, 2 * TICKS, 30 * TICKS, 40 * TICKS),
+                                                 children=False)
+    assert seconds == pytest.approx(3.0)
+
+
 def test_stat_seconds_reads_a_command_with_spaces_and_parentheses():
     command, seconds = machine_cpu.stat_seconds(stat_line(8, "a (b) c", TICKS, 0, 0, 0))
     assert command == "a (b) c"
