@@ -18,7 +18,7 @@ c) at the largest size, after its no-op re-run, a no-op re-run over the first N 
    their healthchecks running) under a job of N targets;
 
 then removes that application's projects (containers and networks by project label, project directories).
-Default forks (no ``-f``), the default stdout callback.
+Default forks (no ``-f``; ``--forks`` to choose), the default stdout callback.
 
 Measured per run, from this process: wall time; the controller's CPU seconds (``getrusage(RUSAGE_CHILDREN)``
 deltas: this process reaps ``ansible-playbook``, which reaps its forks; this process makes itself a child
@@ -486,7 +486,8 @@ class Bench:
         control_dir = os.path.join(run_dir, "cp")
         os.makedirs(control_dir)
         argv = [os.path.join(VENV_BIN, "ansible-playbook"), "-i", os.path.join(run_dir, "inventory.json"), PLAYBOOK,
-                "-e", "@" + os.path.join(run_dir, "vars.json")]
+                "-e", "@" + os.path.join(run_dir, "vars.json")] + (
+                    ["--forks", str(self.args.forks)] if self.args.forks else [])
         output_path = os.path.join(run_dir, "output.txt")
         log("%s: ansible-playbook over %d targets (application %s)" % (label, len(targets), application))
         known = {p.pid for p in psutil.Process().children()}
@@ -707,9 +708,10 @@ def goals(samples, sizes):
 def report(samples, verdicts, meta):
     lines = []
     add = lines.append
-    add("scale bench: %s targets (%s), sizes %s, %s releases of one service per target (%s), default forks" % (
+    add("scale bench: %s targets (%s), sizes %s, %s releases of one service per target (%s), %s" % (
         meta["target_kind"], meta["targets_started"], ",".join(str(n) for n in meta["sizes"]),
-        meta.get("target_type", "?"), meta["image"]))
+        meta.get("target_type", "?"), meta["image"],
+        "%d forks" % meta["forks"] if meta.get("forks") else "default forks"))
     add("load average at start %s, at end %s" % (meta["load_start"], meta["load_end"]))
     add("")
     header = ("%-10s %-11s %4s %-5s %4s %5s %8s %7s %7s %11s %8s %11s %8s %8s %7s %5s %6s %6s %6s %6s" % (
@@ -792,6 +794,8 @@ def main():
                         help="the SSH masters' ControlPersist (ANSIBLE_SSH_ARGS '-C -o ControlMaster=auto -o "
                              "ControlPersist=VALUE'; default: Ansible's own, 60s); docs/jobs.md's sizing advises "
                              "longer for large fleets")
+    parser.add_argument("--forks", type=int, default=None,
+                        help="ansible-playbook --forks (default: none given, Ansible's 5; the memory goal is for that)")
     parser.add_argument("--batch-size", default="10%", help="strategyConfig.batchSize of the rolling runs")
     parser.add_argument("--prefix", default="scalebench", help="name prefix of the thin targets")
     parser.add_argument("--timeout", type=int, default=1800, help="seconds per ansible-playbook run")
@@ -819,7 +823,8 @@ def main():
     meta = {"sizes": sorted(set(args.sizes)), "image": bench.image,
             "load_start": [round(x, 2) for x in os.getloadavg()],
             "sample_interval": args.sample_interval, "batch_size": args.batch_size,
-            "health_interval": args.health_interval, "control_persist": args.control_persist or "60s (Ansible's)"}
+            "health_interval": args.health_interval, "control_persist": args.control_persist or "60s (Ansible's)",
+            "forks": args.forks}
     stores, error = [], None
     try:
         bench.target_type = target_type(args, max(args.sizes))
