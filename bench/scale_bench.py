@@ -751,7 +751,7 @@ def report(samples, verdicts, meta):
     for v in verdicts:
         limit = "-" if v["limit"] is None else (
             ("< %.0f" if v["goal"] == "peak_pss_mib" else "<= %.2f") % v["limit"])
-        add("  %-10s %-11s %-56s %8s  (%s)  %s" % (v["store"], v["strategy"], v["text"],
+        add("  %-10s %-11s %-76s %8s  (%s)  %s" % (v["store"], v["strategy"], v["text"],
                                                    fmt(v["value"], "%.1f" if v["goal"] == "peak_pss_mib" else "%.2f"),
                                                    limit, v["verdict"]))
     return "\n".join(lines)
