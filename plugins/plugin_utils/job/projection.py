@@ -60,6 +60,9 @@ def refresh(projection, record):
         seen["status"] = projection["status"]
     if seen == {"status": projection["status"], "targets": projection["targets"]}:
         return None
+    # a view that did not change stays the projection's own object: the store writes the changed ones only
+    old = projection["targets"]
+    seen["targets"] = {name: old[name] if old.get(name) == view else view for name, view in seen["targets"].items()}
     return dict(projection, jobRevision=record["revision"], **seen)
 
 

@@ -107,8 +107,12 @@ def new_job(job_id, job_id_source, summary, batches, targets, options, now, owne
     return record
 
 
-def _copy(record, now):
-    new = clone(record)
+def _copy(record, now, target=None):
+    """``record``'s next revision at ``now``: a deep copy; for a change of one ``target``, that target copied
+    and the rest shared (nothing here changes a record in place), at a cost that is not the job's size."""
+    new = clone(record) if target is None else dict(record, targets=dict(record["targets"]))
+    if target is not None:
+        new["targets"][target] = clone(_target(record, target))
     new["updatedAt"] = now
     return new
 
@@ -150,7 +154,7 @@ def record_phase(record, name, phase, status, started_at, completed_at, duration
     """A phase of one target ran (``status`` passed/failed/skipped); the target becomes Running."""
     if phase not in PHASES + ROLLBACK_PHASE_NAMES:
         raise job_error("unknown phase %r" % phase)
-    new = _copy(record, now)
+    new = _copy(record, now, name)
     target = _target(new, name)
     if target["status"] == "Pending":
         target["status"] = "Running"
@@ -168,7 +172,7 @@ def record_phase(record, name, phase, status, started_at, completed_at, duration
 
 def finish_target(record, name, succeeded, now, reason=None, code=None, facts=None):
     """The target's deployment ended: ``Succeeded`` or ``Failed`` with reason and code."""
-    new = _copy(record, now)
+    new = _copy(record, now, name)
     target = _target(new, name)
     if target["status"] not in ("Pending", "Running"):
         raise job_error("target %s already ended as %s" % (name, target["status"]), code="job_state_invalid")
@@ -432,7 +436,7 @@ def rollback_orders(record, source=None):
 
 
 def finish_rollback_target(record, name, succeeded, now, reason=None, facts=None):
-    new = _copy(record, now)
+    new = _copy(record, now, name)
     target = _target(new, name)
     if succeeded:
         target["statusBeforeRollback"] = target["status"]

@@ -111,8 +111,8 @@ class JobSteps:
         # a step of a recorded job needs the store its start wrote: a vanished or truncated one is an error
         store = _job_store.open_store(self.location, existing=args["step"] in STORE_WRITTEN_STEPS)
         try:
-            if step.acting:
-                record = self._job_of(store, args)
+            if step.acting:  # the job's header only: the step reads what it changes under the store's lock
+                record = self._job_of(store, args, targets=False)
                 refused = _fencing.refused_work(clean(args["failure"])) if args["step"] == "target" else None
                 if refused and record.get("interrupted"):  # what the fence refused is still recorded
                     return _fencing.record_refusal(store, args, refused)
@@ -131,9 +131,10 @@ class JobSteps:
             if args.get(name) in (None, ""):
                 raise StellaError("job_invalid", "step %s needs %s" % (args["step"], name), phase="job")
 
-    def _job_of(self, store, args):
-        """The persisted record of ``job_id``; ``job_not_found`` when the store has none."""
-        record = store.get(args["job_id"])
+    def _job_of(self, store, args, targets=True):
+        """The persisted record of ``job_id`` (without ``targets``: its header only, ``JobStore.head``);
+        ``job_not_found`` when the store has none."""
+        record = store.get(args["job_id"]) if targets else store.head(args["job_id"])
         if record is None:
             raise StellaError("job_not_found", "no job %s in the job store" % args["job_id"], phase="job")
         return record

@@ -45,14 +45,17 @@ def projection_header(projection):
 
 def changed_parts(before, after):
     """``(header changed, {name: target to write}, [names to delete])`` between two versions of a record
-    or projection: ``before`` ``None`` writes everything (a new row set)."""
+    or projection: ``before`` ``None`` writes everything (a new row set). A target entry ``after`` shares
+    with ``before`` (the same object: a change of another target, job/record.py) is unchanged without
+    being compared."""
     targets = after.get("targets") or {}
     if before is None:
         return True, dict(targets), []
     old = before.get("targets") or {}
     columns = RECORD_COLUMNS if "revision" in after else PROJECTION_COLUMNS
     return (dumps(header(before, columns)) != dumps(header(after, columns)),
-            {name: entry for name, entry in targets.items() if name not in old or dumps(old[name]) != dumps(entry)},
+            {name: entry for name, entry in targets.items()
+             if name not in old or (old[name] is not entry and dumps(old[name]) != dumps(entry))},
             sorted(set(old) - set(targets)))
 
 
@@ -63,10 +66,11 @@ def positions(document):
 
 def assemble(head, values, rows):
     """A document from its stored header (JSON text), its column ``values`` (``{field: value}``) and its
-    target ``rows`` (``[(name, JSON text)]``, in position order)."""
+    target ``rows`` (``[(name, JSON text)]``, in position order; ``None``: the document without ``targets``)."""
     document = json.loads(head)
     document.update(values)
-    document["targets"] = {name: json.loads(body) for name, body in rows}
+    if rows is not None:
+        document["targets"] = {name: json.loads(body) for name, body in rows}
     return document
 
 

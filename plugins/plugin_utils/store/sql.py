@@ -56,13 +56,10 @@ _json = _rows.dumps
 
 
 def prune_selection(finished, protected, before, keep=0):
-    """Which finished jobs a retention run removes (pure).
-
-    ``finished``: ``(job id, status, updated at)`` of every finished job; ``protected``: job ids that
-    must stay (the job a target's health names, a job holding a project claim). The ``keep`` most
-    recently updated finished jobs stay whatever their age; of the others, those last updated before
-    ``before`` (a timestamp as the store writes them) go. Returns them oldest first.
-    """
+    """Which finished jobs a retention run removes, oldest first (pure). ``finished``: ``(job id, status,
+    updated at)`` of every finished job; ``protected``: job ids that must stay (named by a target's health,
+    holding a project claim). The ``keep`` most recently updated stay whatever their age; of the others,
+    those last updated before ``before`` (a timestamp as the store writes them) go."""
     newest_first = sorted(finished, key=lambda row: (row[2], row[0]), reverse=True)
     chosen = [row for row in newest_first[max(int(keep), 0):] if row[2] < before and row[0] not in protected]
     return sorted(chosen, key=lambda row: (row[2], row[0]))
@@ -81,6 +78,10 @@ class JobStore(abc.ABC):
     @abc.abstractmethod
     def get(self, job_id):
         """The record, or ``None``."""
+
+    @abc.abstractmethod
+    def head(self, job_id):
+        """The record without its ``targets`` (read at a cost that is not the job's size), or ``None``."""
 
     @abc.abstractmethod
     def update(self, job_id, *changes):
@@ -386,18 +387,22 @@ class SqlJobStore(DocumentStore, JobStore):
                 found.setdefault(ident, []).append((name, body))
         return found
 
-    def _records(self, where, params=(), tail=""):
-        """The records selected by ``where``, each with its targets' rows and its last lease renewal."""
+    def _records(self, where, params=(), tail="", targets=True):
+        """The records selected by ``where``, with their targets' rows (``targets``) and last lease renewal."""
         heads = self._read("SELECT j.job_id, j.record, j.status, j.revision, j.updated_at, l.renewed_at FROM "
                            "deployment_jobs j LEFT JOIN job_leases l ON l.job_id = j.job_id WHERE " + where + tail,
                            params)
-        targets = self._target_rows("job_targets", "job_id", [h[0] for h in heads])
+        rows = self._target_rows("job_targets", "job_id", [h[0] for h in heads]) if targets else None
         return [self._leased(_rows.assemble(head, {"status": status, "revision": revision, "updatedAt": at},
-                                            targets.get(job_id, ())), (renewed,))
+                                            None if rows is None else rows.get(job_id, ())), (renewed,))
                 for job_id, head, status, revision, at, renewed in heads]
 
     def get(self, job_id):
         found = self._records("j.job_id=?", (job_id,))
+        return found[0] if found else None
+
+    def head(self, job_id):
+        found = self._records("j.job_id=?", (job_id,), targets=False)
         return found[0] if found else None
 
     def list(self, limit=20, statuses=None, project=None):
@@ -452,28 +457,23 @@ class SqlJobStore(DocumentStore, JobStore):
 
 
 def _sqlite_path(location):
-    """The file of the SQLite store ``location`` names (a path or ``sqlite:///path``); ``None`` for a URL
-    of another kind."""
+    """The file of the SQLite store ``location`` (a path or ``sqlite:///path``); ``None`` for another URL."""
     if location.startswith("sqlite:///"):
         return location[len("sqlite:///"):]
     return None if "://" in location else location
 
 
 def missing_sqlite(location=None):
-    """The path of the SQLite store that ``location`` names when no file is there; ``None`` when it is
-    there, and for PostgreSQL. For readers that must not create a store."""
+    """The SQLite store ``location`` names when no file is there, else ``None`` (for readers that create none)."""
     path = _sqlite_path(location or DEFAULT_STORE)
     return path if path is not None and not os.path.isfile(os.path.expanduser(path)) else None
 
 
 def vanished_sqlite(location=None):
-    """The path of the SQLite store ``location`` names when it is missing or empty (``None`` when it holds
-    a database, and for PostgreSQL): a store a running job already wrote that is now gone or truncated."""
+    """The SQLite store ``location`` names when it is missing or empty (a running job's store, now gone)."""
     path = _sqlite_path(location or DEFAULT_STORE)
-    if path is None:
-        return None
-    path = os.path.expanduser(path)
-    return path if not os.path.isfile(path) or os.path.getsize(path) == 0 else None
+    path = path and os.path.expanduser(path)
+    return path if path and (not os.path.isfile(path) or os.path.getsize(path) == 0) else None
 
 
 def open_store(location=None, existing=False):

@@ -45,6 +45,20 @@ def test_functions_never_change_their_input():
     assert record == before
 
 
+def test_a_change_of_one_target_copies_that_target_and_shares_the_rest():
+    record = make()
+    before = copy.deepcopy(record)
+    one = _job.record_phase(record, "t3", "deploy", "passed", T0, T0, 5, T0)
+    ended = _job.finish_target(one, "t3", False, T0, reason="boom", code="deploy_failed")
+    assert record == before  # the input is never changed
+    assert one["targets"]["t3"] is not record["targets"]["t3"] and one["targets"] is not record["targets"]
+    assert all(one["targets"][n] is record["targets"][n] for n in ("t1", "t2", "t4", "t5"))
+    assert ended["targets"]["t3"]["status"] == "Failed" and one["targets"]["t3"]["status"] == "Running"
+    assert ended["updatedAt"] == T0 and [p["name"] for p in ended["targets"]["t3"]["phases"]] == ["deploy"]
+    rolled = _job.finish_rollback_target(ended, "t3", True, T0)
+    assert rolled["targets"]["t3"]["status"] == "RolledBack" and ended["targets"]["t3"]["status"] == "Failed"
+
+
 def test_all_targets_succeed():
     record = make()
     for name in ("t1", "t2", "t3", "t4", "t5"):

@@ -134,6 +134,66 @@ def test_the_measure_sees_a_store_that_rewrites_the_whole_job(tmp_path, monkeypa
     assert large / small > 4, (small, large)
 
 
+def test_recording_one_target_serialises_and_copies_that_target_only(tmp_path, monkeypatch):
+    """The work of recording one target's outcome, not only its bytes, stays flat with the fleet: the
+    target entries serialised to find what changed and the entries copied are the same at 10 and at
+    100 targets (a job of 100 targets otherwise compares and copies 100 entries per recorded target)."""
+    counts = {}
+    for count in (10, 100):
+        store = _job_store.open_store(str(tmp_path / ("work-%d.sqlite3" % count)))
+        try:
+            store.create(new_record(count))
+            store.update("job-1", lambda r: _job.start(r, T0))
+            seen = {"dumps": 0, "cloned": 0}
+            dumps, clone = _rows.dumps, _job.clone
+
+            def counted_dumps(document):
+                seen["dumps"] += 1
+                return dumps(document)
+
+            def counted_clone(document):
+                seen["cloned"] += len(document.get("targets") or {}) or 1
+                return clone(document)
+            monkeypatch.setattr(_rows, "dumps", counted_dumps)
+            monkeypatch.setattr(_job, "clone", counted_clone)
+            final = store.update("job-1", lambda r: outcome(r, "host-003", T0))
+            monkeypatch.undo()
+            assert final["targets"]["host-003"]["status"] == "Succeeded"
+            assert store.get("job-1") == final
+            counts[count] = seen
+        finally:
+            store.close()
+    assert counts[10]["dumps"] > 0 and counts[10]["cloned"] > 0
+    assert counts[100] == counts[10], counts
+
+
+def test_a_target_entry_shared_with_the_previous_revision_is_not_compared(monkeypatch):
+    before = new_record(3)
+    one = _job.record_phase(before, "host-001", "deploy", "passed", T0, T0, 1, T0)
+    assert one["targets"]["host-000"] is before["targets"]["host-000"]
+    compared = []
+    dumps = _rows.dumps
+    monkeypatch.setattr(_rows, "dumps", lambda document: compared.append(document) or dumps(document))
+    assert _rows.changed_parts(before, one)[1] == {"host-001": one["targets"]["host-001"]}
+    assert before["targets"]["host-000"] not in compared and one["targets"]["host-001"] in compared
+    # an equal entry that is another object is compared, and left unwritten
+    copied = dict(one, targets=dict(one["targets"], **{"host-002": dict(one["targets"]["host-002"])}))
+    assert _rows.changed_parts(one, copied)[1] == {}
+
+
+def test_the_head_of_a_job_is_its_record_without_targets(tmp_path):
+    store = _job_store.open_store(str(tmp_path / "head.sqlite3"))
+    try:
+        assert store.head("job-1") is None
+        store.create(new_record(5))
+        record = store.update("job-1", lambda r: _job.start(r, T0))
+        head = store.head("job-1")
+        assert "targets" not in head and head["targetOrder"] == names(5)
+        assert head == {k: v for k, v in record.items() if k != "targets"}
+    finally:
+        store.close()
+
+
 def test_a_header_is_rewritten_only_when_more_than_its_columns_changed():
     before = new_record(3)
     after = dict(before, revision=2, updatedAt="2026-01-01T00:00:01Z", status="Running")
