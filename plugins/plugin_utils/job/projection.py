@@ -58,11 +58,12 @@ def refresh(projection, record):
     seen = observe(record)
     if seen["status"] in TERMINAL:
         seen["status"] = projection["status"]
-    if seen == {"status": projection["status"], "targets": projection["targets"]}:
-        return None
     # a view that did not change stays the projection's own object: the store writes the changed ones only
     old = projection["targets"]
     seen["targets"] = {name: old[name] if old.get(name) == view else view for name, view in seen["targets"].items()}
+    if seen["status"] == projection["status"] and seen["targets"].keys() == old.keys() and all(
+            view is old[name] for name, view in seen["targets"].items()):
+        return None
     return dict(projection, jobRevision=record["revision"], **seen)
 
 

@@ -110,9 +110,10 @@ def new_job(job_id, job_id_source, summary, batches, targets, options, now, owne
 def _copy(record, now, target=None):
     """``record``'s next revision at ``now``: a deep copy; for a change of one ``target``, that target copied
     and the rest shared (nothing here changes a record in place), at a cost that is not the job's size."""
-    new = clone(record) if target is None else dict(record, targets=dict(record["targets"]))
-    if target is not None:
-        new["targets"][target] = clone(_target(record, target))
+    if target is None:
+        new = clone(record)
+    else:
+        new = dict(record, targets=dict(record["targets"], **{target: clone(_target(record, target))}))
     new["updatedAt"] = now
     return new
 
