@@ -116,7 +116,8 @@ class FleetJob:
             hosts[target["name"]].update((overrides or {}).get(target["name"]) or {})
         return {"all": {"children": {"stella_targets": {"hosts": hosts}}}}
 
-    def _argv(self, release, overrides, extra, verbose=False, controller=None, check=False, playbook=PLAYBOOK):
+    def _argv(self, release, overrides, extra, verbose=False, controller=None, check=False, playbook=PLAYBOOK,
+              env=None):
         self.runs += 1
         run = self.tmp / ("run%d" % self.runs)
         run.mkdir()
@@ -132,16 +133,17 @@ class FleetJob:
             # another controller host: the same machine under another host name (a private UTS namespace)
             argv = ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', controller] + argv
         env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=ar.COLLECTIONS, ANSIBLE_STDOUT_CALLBACK="default",
-                   ANSIBLE_NOCOLOR="1", ANSIBLE_RETRY_FILES_ENABLED="0", ANSIBLE_HOST_KEY_CHECKING="False")
+                   ANSIBLE_NOCOLOR="1", ANSIBLE_RETRY_FILES_ENABLED="0", ANSIBLE_HOST_KEY_CHECKING="False",
+                   **(env or {}))
         env.pop("ANSIBLE_CALLBACKS_ENABLED", None)
         return argv, env, run
 
     def run(self, release, overrides=None, extra=None, timeout=420, verbose=False, controller=None, check=False,
-            playbook=PLAYBOOK):
+            playbook=PLAYBOOK, env=None):
         """Run the job playbook (or ``playbook``) to its end (as the controller host ``controller``, when
-        given; in check mode with ``check``); returns a :class:`Run`."""
+        given; in check mode with ``check``; ``env`` added to its environment); returns a :class:`Run`."""
         before = set(self.job_ids())
-        argv, env, run = self._argv(release, overrides, extra, verbose, controller, check, playbook)
+        argv, env, run = self._argv(release, overrides, extra, verbose, controller, check, playbook, env)
         start = time.monotonic()
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                                 cwd=ar.ROOT, start_new_session=True)

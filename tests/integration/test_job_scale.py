@@ -161,3 +161,54 @@ def test_twenty_thin_targets_rolling_failure_in_batch_two_skips_the_rest_and_rol
             assert state2[name]["sticker"] == state1[name]["sticker"], name
     finally:
         fj.cleanup()
+
+
+def control_sockets(directory):
+    """The SSH masters' control sockets Ansible left in ``directory`` (ANSIBLE_SSH_CONTROL_PATH_DIR)."""
+    return sorted(str(p) for p in directory.iterdir() if p.is_socket()) if directory.exists() else []
+
+
+def raw_check_commands(output, address):
+    """The readiness check's SSH command lines (``-vvv``) for the target at ``address``."""
+    return [line for line in output.splitlines()
+            if "SSH: EXEC ssh" in line and " %s " % address in line and "true" in line.split(" %s " % address, 1)[1]]
+
+
+def test_the_job_keeps_its_ssh_connections_for_its_length_unless_the_operator_chose_ssh_args(
+        lab, thin_fleet, tmp_path):  # pylint: disable=redefined-outer-name
+    """With Ansible's own ssh_args (ControlPersist=60s) the job opens each target's SSH master for its length
+    (ControlPersist=30m) and closes it when it ends; a target whose inventory sets ansible_ssh_args, and a
+    run whose ANSIBLE_SSH_ARGS is set, keep the operator's choice, and the job leaves those masters alone."""
+    pair = thin_fleet[-2:]  # never touched by the test above (batch 4)
+    fj = thinkit.ThinFleetJob(lab, pair, tmp_path, "scale-ssh", labkit.free_port())
+    chosen, default = pair
+    operator_args = "-C -o ControlMaster=auto -o ControlPersist=119s"
+    cp = tmp_path / "cp"
+    env = {"ANSIBLE_SSH_CONTROL_PATH_DIR": str(cp)}
+    try:
+        first = fj.run(fj.release(strategy_config={"batchSize": 2}), extra=ENGINE_GATE, verbose=True, env=env,
+                       overrides={chosen["name"]: {"ansible_ssh_args": operator_args}})
+        assert first.rc == 0, first.output[-4000:]
+        assert fj.job(first.job_id)["status"] == "Succeeded"
+        kept = raw_check_commands(first.output, default["address"])
+        assert kept and all("ControlPersist=30m" in line for line in kept), kept
+        own = raw_check_commands(first.output, chosen["address"])
+        assert own and all("ControlPersist=119s" in line and "30m" not in line for line in own), own
+        # the job closed the master it kept; the operator's master is left to its own ControlPersist
+        left = control_sockets(cp)
+        assert len(left) == 1, left
+        assert thinkit.ssh_master_alive(left[0]), left
+
+        # ANSIBLE_SSH_ARGS set: no target's master is changed or closed by the job
+        env_args = dict(env, ANSIBLE_SSH_ARGS="-C -o ControlMaster=auto -o ControlPersist=118s")
+        second = fj.run(fj.release(strategy_config={"batchSize": 2}), extra=ENGINE_GATE, verbose=True, env=env_args)
+        assert second.rc == 0, second.output[-4000:]
+        assert all(r[1] == 0 for r in second.recap.values()), second.recap  # a no-op
+        assert "ControlPersist=30m" not in second.output
+        assert all("ControlPersist=118s" in line for line in raw_check_commands(second.output, default["address"]))
+        left = control_sockets(cp)
+        assert len(left) == 2 and all(thinkit.ssh_master_alive(s) for s in left), left
+    finally:
+        for socket in control_sockets(cp):
+            thinkit.ssh_master_exit(socket)
+        fj.cleanup()

@@ -62,6 +62,19 @@ def remove_orphans() -> None:
             stop_thin(prefix)
 
 
+def ssh_master_alive(control_path: str) -> bool:
+    """Whether an SSH master answers on ``control_path`` (``ssh -O check``)."""
+    proc = subprocess.run(["ssh", "-o", "ControlPath=" + control_path, "-O", "check", "master"],
+                          capture_output=True, text=True, check=False, timeout=30)
+    return proc.returncode == 0
+
+
+def ssh_master_exit(control_path: str) -> None:
+    """Ask the SSH master on ``control_path`` to exit (``ssh -O exit``; no error when none answers)."""
+    subprocess.run(["ssh", "-o", "ControlPath=" + control_path, "-O", "exit", "master"],
+                   capture_output=True, check=False, timeout=30)
+
+
 def engine_containers(label: str, value: str) -> list[str]:
     """Ids of the containers on the lab's engine whose ``label`` is ``value`` (read on the controller)."""
     proc = subprocess.run(["docker", "ps", "-aq", "--no-trunc", "--filter", "label=%s=%s" % (label, value)],
