@@ -572,6 +572,7 @@ class Bench:
             "wal_bytes": None if wal_before is None or wal_after is None else wal_after - wal_before,
             "peak_pss_mib": round(sampler.peak_pss / MIB, 1), "peak_rss_mib": round(sampler.peak_rss / MIB, 1),
             "peak_processes": sampler.peak_processes, "ssh_masters": masters,
+            "peak_ssh_masters": sampler.peak_masters,
             "peak_ssh_masters_pss_mib": round(sampler.peak_masters_pss / MIB, 1),
             "sampler_samples": sampler.samples, "sampler_cpu_seconds": round(sampler.cpu, 3),
             "main_cpu_seconds": None if sampler.root_cpu is None else round(sampler.root_cpu, 2),
@@ -729,7 +730,7 @@ def report(samples, verdicts, meta):
     add("")
     add("dep: targets holding the measured application's deployment during the run (their containers "
         "healthchecked on this machine)")
-    add("CPU: ansible-playbook, its forks and the SSH masters it left (closed and reaped after each run);")
+    add("CPU: ansible-playbook, its forks and the SSH masters (those left at its end closed and reaped after each run);")
     add("host%%: the whole machine's CPU busy during the run (every core; the engine and targets included); "
         "healthcheck interval %s; SSH ControlPersist %s" % (meta["health_interval"], meta["control_persist"]))
     add("main/t: CPU s per target of ansible-playbook's main process alone (its scheduling; part of CPU s)")
@@ -738,9 +739,11 @@ def report(samples, verdicts, meta):
     add("PSS/RSS: peak of the sum over ansible-playbook and its descendants, every %.2f s; SSH masters apart:"
         % meta["sample_interval"])
     for s in samples:
-        if s["ssh_masters"]:
-            add("  %s %s N=%d %s: %d ssh masters left at the end, peak PSS of the masters %.1f MiB" % (
-                s["store"], s["strategy"], s["targets"], s["run"], s["ssh_masters"], s["peak_ssh_masters_pss_mib"]))
+        if s["ssh_masters"] or s["peak_ssh_masters_pss_mib"]:
+            add("  %s %s N=%d %s: peak PSS of the masters %.1f MiB%s, %d left at the end" % (
+                s["store"], s["strategy"], s["targets"], s["run"], s["peak_ssh_masters_pss_mib"],
+                " (at most %d at once)" % s["peak_ssh_masters"] if "peak_ssh_masters" in s else "",
+                s["ssh_masters"]))
     if not meta["meter_seen"]:
         add("store B: n/a, the job store wrote no meter file (STELLA_JOB_STORE_METER had no effect)")
     if any(s["store"] == "postgresql" for s in samples):
