@@ -309,6 +309,15 @@ previousRevisionPath:
   description: Retained revision that is the rollback baseline.
   returned: when a baseline exists
   type: str
+appliedBecause:
+  description:
+    - Why the apply ran although the committed artifact set was the one asked for or nothing was
+      committed yet, one line each (for example a container whose health was still V(starting)).
+    - The apply then reports C(changed) only when C(docker compose up) replaced or restarted a
+      container or a file's contents differ.
+  returned: compose.up, when the project was not already converged
+  type: list
+  elements: str
 versionStickerPath:
   description: Path of C(stella.version.json) (RV(versionStickerHash) is its SHA-256).
   returned: compose.up

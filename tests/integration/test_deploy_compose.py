@@ -136,6 +136,27 @@ def test_v1_deploy_then_identical_rerun_is_a_noop(ctx):
     assert again["hookResults"] == []
 
 
+def test_rerun_over_a_restarted_container_applies_and_reports_no_change(ctx):
+    """The operator restarted the container: the re-run's first look finds its health ``starting`` (the
+    healthcheck runs every 10 s), so it applies (and says why); ``docker compose up`` leaves the running
+    container alone, the committed files are not rewritten, and the result is ``changed: false``."""
+    planned = ctx.planned(config={"web": {"healthcheck.interval": "10s"}})
+    assert_ok(ctx.deploy(planned))
+    files = files_of(ctx.project_dir)
+    stats = {n: os.stat(os.path.join(ctx.project_dir, n)) for n in files}
+    ar.docker("restart", ar.project_containers(ctx.project)["web"][0])
+    restarted = ar.project_containers(ctx.project)
+    again = ctx.deploy(planned)
+    assert_ok(again)
+    assert "compose_up" in again["completedPhases"], "the first look verified the restarted container"
+    assert len(again["appliedBecause"]) == 1 and again["appliedBecause"][0].endswith("health is starting")
+    assert again["changed"] is False
+    assert again["services"][0]["health"] == "healthy"
+    assert ar.project_containers(ctx.project) == restarted, "compose up recreated or restarted the container"
+    assert {n: (s.st_ino, s.st_mtime_ns) for n, s in stats.items()} == {
+        n: (s.st_ino, s.st_mtime_ns) for n, s in ((n, os.stat(os.path.join(ctx.project_dir, n))) for n in files)}
+
+
 def test_check_mode_and_diff_change_nothing(ctx):
     v1 = ctx.planned()
     assert_ok(ctx.deploy(v1))

@@ -220,7 +220,8 @@ class ComposeApply(Manager):
             before = _revisions.read_current(self.layout)
             before_env = read_bytes(self.layout.env_path)
             containers, found = self._look(files, before, early)
-            converged = self._converged(files, before, before_env, containers, request["target"], mhash, found)
+            converged, reasons = self._converged(files, before, before_env, containers, request["target"], mhash,
+                                                 found)
             if converged is not None:
                 # Same release, every service verified: no hook runs, no container is touched, and the
                 # committed artifact set (with the sticker of the job that applied it) stays.
@@ -232,6 +233,7 @@ class ComposeApply(Manager):
                 if baseline:
                     evidence["previousRevisionPath"] = baseline
                 return
+            evidence["appliedBecause"] = reasons
             staged = StagedFiles(self.layout.project_dir)
             try:
                 self._apply(request, rec, result, files, before, before_env, containers, mhash, staged, found)
@@ -280,21 +282,28 @@ class ComposeApply(Manager):
         return early.containers.result(), early.images.result()
 
     def _converged(self, files, before, before_env, containers, target, mhash, found=None):
+        """``(services evidence, [])`` when the committed set is this release and runs exactly, else
+        ``(None, reasons)``: one line each, why it must be applied."""
+        if before[LOCK_FILE] is None:
+            return None, ["nothing is committed in the project"]
         if before[LOCK_FILE] != files[LOCK_FILE]:
-            return None
+            return None, ["the committed lock is another one"]
         if before[STICKER_FILE] != files[STICKER_FILE] or before[MANIFEST_FILE] != files[MANIFEST_FILE]:
             # Another job applied this same release: its committed set must still verify.
-            if not same_release(before[STICKER_FILE], files[STICKER_FILE]) or verify_artifact_set(
-                    before[MANIFEST_FILE] or b"", {LOCK_FILE: before[LOCK_FILE], STICKER_FILE: before[STICKER_FILE],
-                                                   ENV_FILE: before_env}, self.layout.project_name, mhash):
-                return None
+            if not same_release(before[STICKER_FILE], files[STICKER_FILE]):
+                return None, ["the committed sticker records another release"]
+            problems = verify_artifact_set(before[MANIFEST_FILE] or b"", {
+                LOCK_FILE: before[LOCK_FILE], STICKER_FILE: before[STICKER_FILE], ENV_FILE: before_env},
+                self.layout.project_name, mhash)
+            if problems:
+                return None, ["the committed artifact set does not verify: %s" % problem for problem in problems]
         env_hash = listed_env_hash(before[MANIFEST_FILE])
         if env_hash and sha256_bytes(before_env or b"") != env_hash:
-            return None
+            return None, ["%s is not the committed one" % ENV_FILE]
         if self.env_bytes is not None and before_env != self.env_bytes:
-            return None
+            return None, ["%s is another one" % ENV_FILE]
         ids = present_image_ids(*found) if found is not None else NOT_ASKED
-        return self.project.converged(containers, target, mhash, lock_bytes=files[LOCK_FILE], ids=ids)
+        return self.project.convergence(containers, target, mhash, lock_bytes=files[LOCK_FILE], ids=ids)
 
     @staticmethod
     def _keep_committed(before, evidence):
@@ -327,7 +336,8 @@ class ComposeApply(Manager):
                 baseline = _revisions.retain_baseline(layout, before, before_env, files, self.keep_revisions)
                 if baseline:
                     evidence["previousRevisionPath"] = baseline
-            staged.write(LOCK_FILE, files[LOCK_FILE])
+            if before[LOCK_FILE] != files[LOCK_FILE]:
+                staged.write(LOCK_FILE, files[LOCK_FILE])
             if self.env_bytes is not None and before_env != self.env_bytes:
                 staged.write(ENV_FILE, self.env_bytes, mode=ENV_FILE_MODE)
             expected = self.project.expected(files[LOCK_FILE], "write_artifacts")
@@ -386,7 +396,8 @@ class ComposeApply(Manager):
         containers = self.project.containers(phase="write_artifacts")
         converged = None
         if exists:
-            converged = self._converged(files, before, read_bytes(layout.env_path), containers, request["target"], mhash)
+            converged = self._converged(files, before, read_bytes(layout.env_path), containers, request["target"],
+                                        mhash)[0]
         changed_files = [] if converged else sorted(name for name in REVISION_FILES if before[name] != files[name])
         result["changed"] = converged is None
         evidence["wouldChangeFiles"] = changed_files

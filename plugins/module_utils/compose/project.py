@@ -378,20 +378,27 @@ class ComposeProject:
 
     def converged(self, containers, target, manifest_hash, lock_bytes=None, phase="inspect_services", ids=NOT_ASKED):
         """Services evidence when the committed lock already runs exactly (images, labels, health), else
-        ``None``. ``lock_bytes`` (the hash-verified committed lock) spares asking Compose to render it;
-        ``ids`` is :meth:`image_ids` of the lock's images when the caller already asked.
+        ``None``: the first item of :meth:`convergence`."""
+        return self.convergence(containers, target, manifest_hash, lock_bytes, phase, ids)[0]
+
+    def convergence(self, containers, target, manifest_hash, lock_bytes=None, phase="inspect_services",
+                    ids=NOT_ASKED):
+        """``(services evidence, [])`` when the committed lock already runs exactly (images, labels,
+        health), else ``(None, reasons)``: one line each, why it does not. ``lock_bytes`` (the
+        hash-verified committed lock) spares asking Compose to render it; ``ids`` is :meth:`image_ids`
+        of the lock's images when the caller already asked.
 
         Any engine error counts as "not converged": the caller then applies and reports that error.
         """
         if not containers:
-            return None
+            return None, ["the project has no containers"]
         try:
             images, expected_labels = self.expected(lock_bytes, phase)
             if ids is NOT_ASKED:
                 ids = self.image_ids(images, phase)
-        except StellaError:
-            return None
+        except StellaError as exc:
+            return None, ["the engine did not answer (%s): %s" % (exc.code, exc.reason)]
         if ids is None:
-            return None
+            return None, ["not every image of the lock is present with its pinned digest"]
         services, problems = verify_services(images, expected_labels, containers, ids, target, manifest_hash)
-        return None if problems else services
+        return (None, [reason for _code, reason in problems]) if problems else (services, [])

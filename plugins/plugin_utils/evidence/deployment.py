@@ -149,6 +149,9 @@ def deployment_record(plan, apply, created_at, preflight=None, probe=None, deplo
         "status": "succeeded" if succeeded else "failed",
         "failure": failure,
     }
+    if apply.get("appliedBecause"):
+        # the same release ran again but the first look did not verify it: why the apply ran
+        record["appliedBecause"] = list(apply["appliedBecause"])
     if plan.get("scriptGraphProof"):
         record["scriptGraphProofDigest"] = plan["scriptGraphProof"]["proofDigest"]
     record["evidenceDigest"] = digest_json(record)

@@ -240,6 +240,50 @@ def test_converged_project_is_a_no_op(site):
         {n: (s.st_ino, s.st_mtime_ns) for n, s in before.items()}
 
 
+@pytest.mark.parametrize("early_state,because", [
+    ({"health": "starting"}, "container of service web: {name} health is starting"),
+    ({"restarting": True}, "container of service web: {name} is restarting (exit code 0)"),
+], ids=["health-starting", "restarting"])
+def test_same_release_not_verified_at_first_look_is_applied_and_changes_nothing_when_up_touches_nothing(
+        site, early_state, because):
+    """The committed set is the one asked for, but the first look finds the container not ready: the apply
+    runs (``compose up``, inspection), says why, and reports ``changed: false`` when ``up`` left the same
+    container running and no file differs; the committed files are not rewritten."""
+    plan = site.plan(secret="s1")
+    running = [site.container(plan, "a1")]
+    deploy(site, plan, [], running)
+    directory = site.directory(plan)
+    before = {name: os.stat(os.path.join(directory, name)) for name in os.listdir(directory)}
+    content = sc.snapshot(directory)
+    not_ready = [site.container(plan, "a1", **early_state)]
+
+    runner = sc.ScriptedRunner(site.apply_steps(plan, not_ready, running))
+    result = apply(site, plan, runner)
+
+    runner.assert_done()
+    assert "compose up" in runner.verbs()
+    evidence = result["evidence"]
+    assert result["changed"] is False and evidence["failurePhase"] is None
+    assert evidence["appliedBecause"] == [because.format(name=site.project(plan) + "-web-1")]
+    assert "compose_up" in evidence["completedPhases"]
+    assert sc.snapshot(directory) == content
+    after = {name: os.stat(os.path.join(directory, name)) for name in os.listdir(directory)}
+    assert {n: (s.st_ino, s.st_mtime_ns) for n, s in after.items()} == \
+        {n: (s.st_ino, s.st_mtime_ns) for n, s in before.items()}
+
+
+def test_same_release_whose_container_up_replaced_is_a_change(site):
+    """Same committed set, the first look finds the container exited, ``up`` starts another one: changed."""
+    plan = site.plan(secret="s1")
+    deploy(site, plan, [], [site.container(plan, "a1")])
+    runner = sc.ScriptedRunner(site.apply_steps(plan, [site.container(plan, "a1", base="exited")],
+                                                [site.container(plan, "a2")]))
+    result = apply(site, plan, runner)
+    runner.assert_done()
+    assert result["changed"] is True
+    assert result["evidence"]["appliedBecause"][0].startswith("container of service web:")
+
+
 def test_a_likely_no_op_looks_at_the_containers_while_the_engine_answers(site):
     """The committed lock is the one asked for: the containers are asked before ``docker version`` has
     answered (the script holds that answer back until ``ps`` came, so asking in turn would fail)."""

@@ -387,3 +387,15 @@ def test_order_entries_carry_the_timestamps(runs):
     without, dummy = rollback_records(run["plan"], run["apply"], run["rollback"], CREATED, failed_probe=run["probe"])
     assert without["orderProofDigest"] != evidence["orderProofDigest"]
     assert without["proofDigest"] == evidence["proofDigest"]
+
+
+def test_why_an_apply_ran_is_recorded_only_when_the_apply_says_it(runs):
+    """``appliedBecause`` of the apply is kept in the record (and digested); an apply without it adds no key."""
+    run = runs["deploy_succeeded"]
+    plain = dep(run)
+    assert "appliedBecause" not in plain
+    because = ["container of service web: shop-web-1 health is starting"]
+    record = deployment_record(run["plan"], dict(run["apply"], appliedBecause=because), CREATED,
+                               preflight=run["preflight"], probe=run["probe"])
+    assert record["appliedBecause"] == because and verify_record(record)
+    assert record["evidenceDigest"] != plain["evidenceDigest"]
