@@ -109,6 +109,21 @@ def log(message):
     print("[scale_bench %s] %s" % (time.strftime("%H:%M:%S"), message), file=sys.stderr, flush=True)
 
 
+def applied_again(record, names):
+    """``{target: appliedBecause}`` of the targets whose deployment evidence says the apply ran (a no-op
+    re-run whose first look did not verify the running release; such an apply still changed nothing)."""
+    found = {}
+    for name in names:
+        path = (((record["targets"].get(name) or {}).get("evidence") or {}).get("deployment.json") or {}).get("path")
+        if not path:
+            continue
+        with open(path, encoding="utf-8") as handle:
+            because = json.load(handle).get("appliedBecause")
+        if because:
+            found[name] = because
+    return found
+
+
 def tail(text, limit=4000):
     return text if len(text) <= limit else "...\n" + text[-limit:]
 
@@ -552,6 +567,9 @@ class Bench:
                 label, record["jobId"], record["status"], record.get("reason"),
                 ", ".join("%s %s" % item for item in sorted(not_ok.items())[:10]) or "none"))
         self.deployed.update({n: record["targets"][n]["projectName"] for n in names})
+        reapplied = applied_again(record, names) if kind == "noop" else {}
+        for name, because in sorted(reapplied.items())[:10]:
+            log("%s: %s applied again, changing nothing: %s" % (label, name, "; ".join(because)))
         store_bytes = None
         if os.path.exists(meter):
             self.meter_seen = True
@@ -572,6 +590,7 @@ class Bench:
             "wal_bytes": None if wal_before is None or wal_after is None else wal_after - wal_before,
             "peak_pss_mib": round(sampler.peak_pss / MIB, 1), "peak_rss_mib": round(sampler.peak_rss / MIB, 1),
             "peak_processes": sampler.peak_processes, "ssh_masters": masters,
+            "applied_again": len(reapplied), "applied_again_because": reapplied,
             "peak_ssh_masters": sampler.peak_masters,
             "peak_ssh_masters_pss_mib": round(sampler.peak_masters_pss / MIB, 1),
             "sampler_samples": sampler.samples, "sampler_cpu_seconds": round(sampler.cpu, 3),
@@ -744,6 +763,10 @@ def report(samples, verdicts, meta):
                 s["store"], s["strategy"], s["targets"], s["run"], s["peak_ssh_masters_pss_mib"],
                 " (at most %d at once)" % s["peak_ssh_masters"] if "peak_ssh_masters" in s else "",
                 s["ssh_masters"]))
+    again = [s for s in samples if s.get("applied_again")]
+    add("no-op runs whose targets applied again (the first look did not verify the running release; "
+        "changed=0 still): %s" % (", ".join("%s %s N=%d: %d" % (s["store"], s["strategy"], s["targets"],
+                                                                s["applied_again"]) for s in again) or "none"))
     if not meta["meter_seen"]:
         add("store B: n/a, the job store wrote no meter file (STELLA_JOB_STORE_METER had no effect)")
     if any(s["store"] == "postgresql" for s in samples):
