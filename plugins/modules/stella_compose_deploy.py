@@ -318,6 +318,12 @@ appliedBecause:
   returned: compose.up, when the project was not already converged
   type: list
   elements: str
+wouldApplyBecause:
+  description:
+    - Check mode only, when the apply would run - the reasons RV(appliedBecause) would give.
+  returned: compose.up in check mode, when the project is not already converged
+  type: list
+  elements: str
 versionStickerPath:
   description: Path of C(stella.version.json) (RV(versionStickerHash) is its SHA-256).
   returned: compose.up

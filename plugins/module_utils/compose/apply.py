@@ -394,10 +394,10 @@ class ComposeApply(Manager):
         exists = os.path.isdir(layout.project_dir)
         before = _revisions.read_current(layout) if exists else dict.fromkeys(REVISION_FILES)
         containers = self.project.containers(phase="write_artifacts")
-        converged = None
-        if exists:
-            converged = self._converged(files, before, read_bytes(layout.env_path), containers, request["target"],
-                                        mhash)[0]
+        converged, reasons = self._converged(files, before, read_bytes(layout.env_path), containers,
+                                             request["target"], mhash)
+        if converged is None:
+            evidence["wouldApplyBecause"] = reasons
         changed_files = [] if converged else sorted(name for name in REVISION_FILES if before[name] != files[name])
         result["changed"] = converged is None
         evidence["wouldChangeFiles"] = changed_files

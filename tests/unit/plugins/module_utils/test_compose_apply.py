@@ -662,8 +662,28 @@ def test_check_mode_runs_nothing_and_writes_nothing(site):
     runner.assert_done()
     assert result["changed"] is True and result["evidence"]["checkMode"] is True
     assert result["evidence"]["wouldChangeFiles"] == sorted([sc.LOCK, STICKER, MANIFEST])
+    assert result["evidence"]["wouldApplyBecause"] == ["nothing is committed in the project"]
     assert result["diff"]["after"] == plan["lock"] and result["diff"]["before"] == ""
     assert not os.path.exists(site.work)
+
+
+def test_check_mode_says_why_the_same_release_would_be_applied(site):
+    """Check mode over the committed release whose container is still starting: it would apply (changed),
+    no file would change, and it says why; a verified one would not apply and says nothing."""
+    plan = site.plan(secret="s1")
+    deploy(site, plan, [], [site.container(plan, "a1")])
+    request = ca.parse_request(plan["payloads"]["compose.up"])
+    for state, changed in (({"health": "starting"}, True), ({}, False)):
+        runner = sc.ScriptedRunner(sc.runtime() + sc.containers(site.project(plan), [site.container(plan, "a1", **state)]),
+                                   keyed=[sc.image_present()])
+        result = ca.ComposeApply(sc.engine(runner), runner, env_bytes=site.env(plan)).run(request, check_mode=True)
+        evidence = result["evidence"]
+        assert result["changed"] is changed and evidence["wouldChangeFiles"] == []
+        if changed:
+            assert evidence["wouldApplyBecause"] == [
+                "container of service web: %s-web-1 health is starting" % site.project(plan)]
+        else:
+            assert "wouldApplyBecause" not in evidence
 
 
 # --------------------------------------------------------------------------- a lock the reader declines
