@@ -308,6 +308,9 @@ class Store:
 
 # ------------------------------------------------------------------------------------------ processes
 
+MASTERS_SECONDS = 2.0  # how often the sampler looks at the SSH masters (their count and PSS)
+
+
 def make_subreaper():
     """Orphans of our descendants (SSH ControlMaster processes that detach) become our children."""
     libc = ctypes.CDLL(None, use_errno=True)
@@ -339,6 +342,16 @@ def memory(pid):
     return rss, pss
 
 
+def zombie(pid):
+    """Whether ``pid`` has exited and waits to be reaped (or is gone). The ``ssh`` that started a master
+    exits once its command ended; reparented to this process, it waits here until the run's end."""
+    try:
+        with open("/proc/%d/stat" % pid, encoding="ascii", errors="replace") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (OSError, IndexError):
+        return True
+
+
 def own_cpu_seconds(pid):
     """The user + system CPU seconds ``pid`` used itself (not its reaped children), ``None`` once it is gone."""
     try:
@@ -358,6 +371,7 @@ class Sampler(threading.Thread):
         self.root, self.known, self.interval = root, set(known), interval
         self.peak_rss = self.peak_pss = self.peak_masters_pss = 0
         self.peak_processes = self.peak_masters = self.samples = 0
+        self.masters_every = max(1, int(round(MASTERS_SECONDS / interval)))
         self.cpu = 0.0
         self.root_cpu = None
         self._halt = threading.Event()
@@ -375,12 +389,15 @@ class Sampler(threading.Thread):
             for pid in tree:
                 one = memory(pid)
                 rss, pss = rss + one[0], pss + one[1]
-            masters = [p for p in proc_children(me) if p != self.root and p not in self.known]
-            masters_pss = sum(memory(p)[1] for p in masters)
+            if self.samples % self.masters_every == 0:
+                # the masters sit idle between the job's tasks: every MASTERS_SECONDS is enough, and a
+                # look at a hundred of them every sample would take the job's CPU on a small machine
+                masters = [p for p in proc_children(me) if p != self.root and p not in self.known and not zombie(p)]
+                masters_pss = sum(memory(p)[1] for p in masters)
+                self.peak_masters_pss = max(self.peak_masters_pss, masters_pss)
+                self.peak_masters = max(self.peak_masters, len(masters))
             self.peak_rss, self.peak_pss = max(self.peak_rss, rss), max(self.peak_pss, pss)
             self.peak_processes = max(self.peak_processes, len(tree))
-            self.peak_masters_pss = max(self.peak_masters_pss, masters_pss)
-            self.peak_masters = max(self.peak_masters, len(masters))
             self.samples += 1
             self.root_cpu = own_cpu_seconds(self.root) or self.root_cpu
             if self._halt.wait(self.interval):
@@ -818,8 +835,8 @@ def main():
                              "the lab's one engine)")
     parser.add_argument("--control-persist", default=None,
                         help="the SSH masters' ControlPersist (ANSIBLE_SSH_ARGS '-C -o ControlMaster=auto -o "
-                             "ControlPersist=VALUE'; default: Ansible's own, 60s); docs/jobs.md's sizing advises "
-                             "longer for large fleets")
+                             "ControlPersist=VALUE', which the job keeps as the operator's choice); default: none "
+                             "given, so the job keeps its masters for its length (30m) and closes them at its end")
     parser.add_argument("--forks", type=int, default=None,
                         help="ansible-playbook --forks (default: none given, Ansible's 5; the memory goal is for that)")
     parser.add_argument("--batch-size", default="10%", help="strategyConfig.batchSize of the rolling runs")
@@ -849,7 +866,8 @@ def main():
     meta = {"sizes": sorted(set(args.sizes)), "image": bench.image,
             "load_start": [round(x, 2) for x in os.getloadavg()],
             "sample_interval": args.sample_interval, "batch_size": args.batch_size,
-            "health_interval": args.health_interval, "control_persist": args.control_persist or "60s (Ansible's)",
+            "health_interval": args.health_interval, "control_persist": (args.control_persist + " (ANSIBLE_SSH_ARGS)") if args.control_persist
+            else "30m, the job's own (Ansible's ssh_args left unset), closed at the job's end",
             "forks": args.forks}
     stores, error = [], None
     try:
