@@ -109,19 +109,12 @@ def log(message):
     print("[scale_bench %s] %s" % (time.strftime("%H:%M:%S"), message), file=sys.stderr, flush=True)
 
 
-def applied_again(record, names):
-    """``{target: appliedBecause}`` of the targets whose deployment evidence says the apply ran (a no-op
-    re-run whose first look did not verify the running release; such an apply still changed nothing)."""
-    found = {}
-    for name in names:
-        path = (((record["targets"].get(name) or {}).get("evidence") or {}).get("deployment.json") or {}).get("path")
-        if not path:
-            continue
-        with open(path, encoding="utf-8") as handle:
-            because = json.load(handle).get("appliedBecause")
-        if because:
-            found[name] = because
-    return found
+def applied_because(deployments):
+    """``{target: appliedBecause}`` of the targets whose deployment evidence says the apply ran, and why
+    (``deployments``: ``{target: deployment.json}``). After a no-op re-run, such an apply found the
+    running release not verified at its first look, and still changed nothing."""
+    return {name: document["appliedBecause"] for name, document in deployments.items()
+            if document.get("appliedBecause")}
 
 
 def tail(text, limit=4000):
@@ -296,6 +289,22 @@ class Store:
         try:
             jobs = store.list(limit=1)
             return jobs[0] if jobs else None
+        finally:
+            store.close()
+
+    def deployments(self, record, names):
+        """``{target: deployment.json}`` of ``names`` in job ``record``, read from the job store (the bench
+        gives the job no evidence directory, so the store is where the documents are)."""
+        store = _job_store.open_store(self.location)
+        try:
+            found = {}
+            for name in names:
+                entry = ((record["targets"].get(name) or {}).get("evidence") or {}).get("deployment.json") or {}
+                data = store.document(record["jobId"], entry["document"]) if entry.get("document") else None
+                if data is None:
+                    raise BenchError("job %s: the store has no deployment.json of %s" % (record["jobId"], name))
+                found[name] = json.loads(data)
+            return found
         finally:
             store.close()
 
@@ -584,7 +593,14 @@ class Bench:
                 label, record["jobId"], record["status"], record.get("reason"),
                 ", ".join("%s %s" % item for item in sorted(not_ok.items())[:10]) or "none"))
         self.deployed.update({n: record["targets"][n]["projectName"] for n in names})
-        reapplied = applied_again(record, names) if kind == "noop" else {}
+        reapplied = applied_because(store.deployments(record, names))
+        if kind != "noop":
+            # every fresh apply says why it ran: proof that the no-op's reading of the same field works
+            silent = sorted(set(names) - set(reapplied))
+            if silent:
+                raise BenchError("%s: the deployment evidence of %s does not say why the apply ran (appliedBecause)"
+                                 % (label, ", ".join(silent[:10])))
+            reapplied = {}
         for name, because in sorted(reapplied.items())[:10]:
             log("%s: %s applied again, changing nothing: %s" % (label, name, "; ".join(because)))
         store_bytes = None
