@@ -311,8 +311,8 @@ previousRevisionPath:
   type: str
 appliedBecause:
   description:
-    - Why the apply ran although the committed artifact set was the one asked for or nothing was
-      committed yet, one line each (for example a container whose health was still V(starting)).
+    - Why the apply ran, one line each - nothing committed yet, another lock, or the release asked for
+      not verified at the first look (for example a container whose health was still V(starting)).
     - The apply then reports C(changed) only when C(docker compose up) replaced or restarted a
       container or a file's contents differ.
   returned: compose.up, when the project was not already converged

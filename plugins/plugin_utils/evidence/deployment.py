@@ -150,7 +150,7 @@ def deployment_record(plan, apply, created_at, preflight=None, probe=None, deplo
         "failure": failure,
     }
     if apply.get("appliedBecause"):
-        # the same release ran again but the first look did not verify it: why the apply ran
+        # why the apply ran: nothing committed yet, another release, or this one not verified at first look
         record["appliedBecause"] = list(apply["appliedBecause"])
     if plan.get("scriptGraphProof"):
         record["scriptGraphProofDigest"] = plan["scriptGraphProof"]["proofDigest"]
