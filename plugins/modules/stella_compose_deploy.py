@@ -315,13 +315,16 @@ appliedBecause:
       not verified at the first look (for example a container whose health was still V(starting)).
     - The apply then reports C(changed) only when C(docker compose up) replaced or restarted a
       container or a file's contents differ.
-  returned: compose.up, when the project was not already converged
+    - For C(docker.run), why containers were replaced - missing, another image, other labels, not
+      running, restarting or unhealthy. A container of the same request whose health is V(starting) is
+      waited for first, and replaced only when it does not turn healthy.
+  returned: compose.up, when the project was not already converged; docker.run, when a container was replaced
   type: list
   elements: str
 wouldApplyBecause:
   description:
     - Check mode only, when the apply would run - the reasons RV(appliedBecause) would give.
-  returned: compose.up in check mode, when the project is not already converged
+  returned: compose.up in check mode, when the project is not already converged; docker.run in check mode, when a container would be replaced
   type: list
   elements: str
 versionStickerPath:

@@ -22,9 +22,9 @@ def env():
     resolved = {v["loopback_ref"]: v["digest"] for v in lab["images"].values() if "loopback_ref" in v}
     target = {"id": "tgt-dh", "name": "dockerhost", "type": "DockerHost", "endpoint": "local", "executionMode": "ssh"}
 
-    def payload(image, version="1.0.0", hooks=None):
+    def payload(image, version="1.0.0", hooks=None, config=None):
         release = ar.release_input(project, {"web": image}, work, target=target, version=version, hooks=hooks,
-                                   config={"web": {"env.GREETING": "hello"}})
+                                   config={"web": dict({"env.GREETING": "hello"}, **(config or {}))})
         return ar.plan(release, resolved)["payloads"]["docker.run"][0]
 
     try:
@@ -74,6 +74,24 @@ def test_docker_run_deploy_idempotence_and_replace(env):
     assert not upgraded["failed"] and upgraded["changed"] is True
     assert upgraded["replacedContainerId"] == first[0]
     assert inspect(project + "-web")["Config"]["Image"].endswith(lab["images"]["app_v2"]["digest"])
+
+
+def test_rerun_over_a_restarted_container_waits_for_it_and_reports_no_change(env):
+    """The operator restarted the container: the re-run finds its health ``starting`` (the healthcheck runs
+    every 10 s) and waits for it to turn healthy instead of replacing it with the same release."""
+    lab, project, payload = env
+    v1 = payload(lab["images"]["app_v1"]["loopback_ref"], config={"healthcheck.interval": "10s"})
+    assert not run(v1)["failed"]
+    ar.docker("restart", project + "-web")
+    restarted = inspect(project + "-web")
+    assert restarted["State"]["Health"]["Status"] == "starting"
+    again = run(v1)
+    assert not again["failed"], again.get("msg")
+    assert again["changed"] is False and "appliedBecause" not in again, again.get("appliedBecause")
+    assert again["health"] == "healthy" and again["completedPhases"] == ["pull_image", "inspect_container"]
+    after = inspect(project + "-web")
+    assert (after["Id"], after["State"]["StartedAt"]) == (restarted["Id"], restarted["State"]["StartedAt"])
+    assert after["State"]["Health"]["Status"] == "healthy"
 
 
 def test_unknown_digest_fails_in_pull_before_touching_the_container(env):

@@ -152,16 +152,35 @@ def health_argv(config):
     return argv
 
 
+HEALTH_VERIFIED = ("healthy", "none")  # Docker's health of a container that runs its request ("none": no healthcheck)
+
+
+def container_gaps(container, request, image_id, health=HEALTH_VERIFIED):
+    """Why an inspected container does not already run this request, one line each (image, labels,
+    running, and its Docker health one of ``health`` unless that is ``None``); ``[]`` when it does (pure)."""
+    name = request["name"]
+    if not container:
+        return ["container %s does not exist" % name]
+    gaps = []
+    if container.get("imageId") != image_id:
+        gaps.append("container %s runs image %s, not %s" % (name, container.get("imageId"), image_id))
+    labels = container.get("labels") or {}
+    expected = dict(request["labels"], **{"stella.container.name": name})
+    differing = sorted(key for key, value in expected.items() if labels.get(key) != value)
+    if differing:
+        gaps.append("container %s has other values of the labels %s" % (name, ", ".join(differing)))
+    if container.get("restarting"):
+        gaps.append("container %s is restarting" % name)
+    elif not container.get("running"):
+        gaps.append("container %s is not running (%s)" % (name, container.get("state")))
+    elif health is not None and container.get("health") not in health:
+        gaps.append("container %s is %s" % (name, container.get("health")))
+    return gaps
+
+
 def container_matches(container, request, image_id):
     """True when an inspected container already runs this request (image, labels, running)."""
-    if not container or container.get("imageId") != image_id or not container.get("running"):
-        return False
-    if container.get("restarting"):
-        return False
-    labels = container.get("labels") or {}
-    if any(labels.get(k) != v for k, v in request["labels"].items()):
-        return False
-    return labels.get("stella.container.name") == request["name"]
+    return not container_gaps(container, request, image_id, health=None)
 
 
 def verify_container(container, request, image_id):
@@ -252,12 +271,17 @@ class DockerRun(Manager):
             fence(directory, self.claim, accept=False)
         if check_mode:
             image_ids = {c["name"]: self._image_id(c, "pull_image") for c in request["containers"]}
-            stale = [c["name"] for c in request["containers"]
-                     if not container_matches(self.cli.container(c["name"]), c, image_ids[c["name"]])]
+            # a container whose healthcheck is still starting is waited for by the apply, not replaced
+            gaps = {c["name"]: container_gaps(self.cli.container(c["name"]), c, image_ids[c["name"]],
+                                              health=HEALTH_VERIFIED + ("starting",))
+                    for c in request["containers"]}
+            stale = [c["name"] for c in request["containers"] if gaps[c["name"]]]
             committed = read_bytes(sticker_path)
             result["changed"] = bool(stale) or (request["sticker"] is not None
                                                 and not same_release(committed, request["sticker"]))
             evidence.update({"checkMode": True, "wouldReplaceContainers": stale})
+            if stale:
+                evidence["wouldApplyBecause"] = [gap for name in stale for gap in gaps[name]]
             rec.skip(*DOCKER_STEPS)
             return
         with project_lock(directory):
@@ -269,16 +293,31 @@ class DockerRun(Manager):
             with rec.phase("pull_image"):
                 image_ids = {c["name"]: self._pulled(c, evidence) for c in request["containers"]}
                 evidence["imageId"] = image_ids[request["containers"][0]["name"]]
-            currents = {c["name"]: self.cli.container(c["name"], phase="prepare_container")
-                        for c in request["containers"]}
-            stale = [c for c in request["containers"]
-                     if not (container_matches(currents[c["name"]], c, image_ids[c["name"]])
-                             and currents[c["name"]].get("health") in ("healthy", "none"))]
+            currents = {c["name"]: self._first_look(c, image_ids[c["name"]]) for c in request["containers"]}
+            gaps = {c["name"]: container_gaps(currents[c["name"]], c, image_ids[c["name"]])
+                    for c in request["containers"]}
+            stale = [c for c in request["containers"] if gaps[c["name"]]]
             committed = read_bytes(sticker_path)
             if not stale:
                 self._converged(request, rec, result, currents, image_ids, committed)
                 return
+            evidence["appliedBecause"] = [gap for c in stale for gap in gaps[c["name"]]]
             self._apply(request, rec, result, stale, currents, image_ids, committed)
+
+    def _first_look(self, container, image_id):
+        """The container of this name as it runs now. One that already runs this request with its
+        healthcheck still starting (just started or restarted) is waited for until its health is
+        decided, not replaced: replacing it would restart the same release."""
+        current = self.cli.container(container["name"], phase="prepare_container")
+        if current and current.get("health") == "starting" and container_matches(current, container, image_id):
+            try:
+                return wait_settled(self.cli, container["name"], self.health_timeout, self.settle, self.sleep,
+                                    self.clock, phase="prepare_container")
+            except StellaError as exc:
+                if exc.code != "service_not_running":
+                    raise
+                return None  # it disappeared while waited for: a new one is started
+        return current
 
     def _pulled(self, container, evidence):
         image_id = self._image_id(container, "pull_image")
@@ -441,16 +480,16 @@ class DockerRun(Manager):
                          "startedAt": first.get("startedAt"), "labels": stella_labels(first.get("labels"))})
 
 
-def wait_settled(cli, name, timeout, settle, sleep, clock):
+def wait_settled(cli, name, timeout, settle, sleep, clock, phase="inspect_container"):
     """Inspect until the container settles: healthy/unhealthy with a healthcheck, otherwise running
     with the same start time and no restart for ``settle`` seconds (a crash loop never settles)."""
     deadline = clock() + timeout
     stable_since = None
     seen = None
     while True:
-        container = cli.container(name, phase="inspect_container")
+        container = cli.container(name, phase=phase)
         if container is None:
-            raise StellaError("service_not_running", "container %s disappeared" % name, phase="inspect_container")
+            raise StellaError("service_not_running", "container %s disappeared" % name, phase=phase)
         health = container.get("health")
         if health in ("healthy", "unhealthy"):
             return container

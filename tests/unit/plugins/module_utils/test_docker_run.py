@@ -180,6 +180,92 @@ def host(tmp_path):
     return Host(tmp_path)
 
 
+def test_container_gaps_name_every_difference():
+    request = {"name": "shop-web", "labels": {"stella.slot": "active"}}
+    labels = {"stella.slot": "active", "stella.container.name": "shop-web"}
+    ok = summary(labels=labels)
+    assert dr.container_gaps(ok, request, "sha256:img") == []
+    assert dr.container_gaps(dict(ok, health="none"), request, "sha256:img") == []
+    assert dr.container_gaps(None, request, "sha256:img") == ["container shop-web does not exist"]
+    assert dr.container_gaps(dict(ok, health="starting"), request, "sha256:img") == ["container shop-web is starting"]
+    assert dr.container_gaps(dict(ok, health="starting"), request, "sha256:img", health=None) == []
+    assert dr.container_gaps(dict(ok, health="unhealthy"), request, "sha256:img", health=None) == []
+    assert dr.container_gaps(dict(ok, health="starting"), request, "sha256:img",
+                             health=("healthy", "none", "starting")) == []
+    assert dr.container_gaps(dict(ok, health="unhealthy"), request, "sha256:img") == [
+        "container shop-web is unhealthy"]
+    assert dr.container_gaps(dict(ok, running=False, state="exited", labels={"stella.slot": "green"}),
+                             request, "sha256:other") == [
+        "container shop-web runs image sha256:img, not sha256:other",
+        "container shop-web has other values of the labels stella.container.name, stella.slot",
+        "container shop-web is not running (exited)"]
+    assert dr.container_gaps(dict(ok, restarting=True, health="unhealthy"), request, "sha256:img") == [
+        "container shop-web is restarting"]
+
+
+def test_a_container_of_the_request_still_starting_is_waited_for_not_replaced(host):
+    starting, healthy = host.container("current", health="starting"), host.container("current")
+    runner = sc.ScriptedRunner([sc.docker_version(), sc.image_present(), host.ps([starting]), sc.inspect([starting]),
+                                host.ps([starting]), sc.inspect([starting]), host.ps([healthy]), sc.inspect([healthy])])
+    result = host.run(runner, health_timeout=30)
+    runner.assert_done()
+    assert "run" not in runner.docker_verbs() and "stop" not in runner.docker_verbs()
+    assert result["changed"] is False and "appliedBecause" not in result["evidence"]
+    assert result["evidence"]["health"] == "healthy" and result["evidence"]["containerId"] == healthy["Id"]
+    assert result["evidence"]["completedPhases"] == ["pull_image", "inspect_container"]
+    assert host.clock.sleeps == [0.25]
+
+
+def test_a_container_still_starting_that_turns_unhealthy_is_replaced_and_says_why(host):
+    starting, unhealthy = host.container("current", health="starting"), host.container("current", health="unhealthy")
+    new = host.container("new")
+    steps = ([sc.docker_version(), sc.image_present(), host.ps([starting]), sc.inspect([starting]),
+              host.ps([unhealthy]), sc.inspect([unhealthy])] + host.replace(unhealthy, new) + host.watch(new, 1)
+             + [sc.Step(["docker", "rm", "--force", unhealthy["Id"]])])
+    runner = sc.ScriptedRunner(steps)
+    result = host.run(runner, health_timeout=30)
+    runner.assert_done()
+    assert result["changed"] is True and result["evidence"]["containerId"] == new["Id"]
+    assert result["evidence"]["appliedBecause"] == ["container %s is unhealthy" % host.name]
+
+
+def test_replacing_another_release_says_why_and_check_mode_says_the_same(host):
+    old = host.old()
+    runner = sc.ScriptedRunner([sc.docker_version(), sc.image_present(), host.ps([old]), sc.inspect([old])])
+    manager = dr.DockerRun(sc.engine(runner), runner, health_timeout=0, sleep=host.clock.sleep, clock=host.clock)
+    checked = manager.run(dr.parse_deployment([host.payload]), check_mode=True)
+    runner.assert_done()
+    reasons = checked["evidence"]["wouldApplyBecause"]
+    assert checked["changed"] is True and checked["evidence"]["wouldReplaceContainers"] == [host.name]
+    assert len(reasons) == 1 and reasons[0].startswith("container %s has other values of the labels " % host.name)
+    new = host.container("new")
+    runner = sc.ScriptedRunner([sc.docker_version(), sc.image_present(), host.ps([old]), sc.inspect([old])]
+                               + host.replace(old, new) + host.watch(new, 1)
+                               + [sc.Step(["docker", "rm", "--force", old["Id"]])])
+    assert host.run(runner)["evidence"]["appliedBecause"] == reasons
+    runner.assert_done()
+
+
+def test_check_mode_counts_an_unhealthy_container_as_replaced(host):
+    unhealthy = host.container("current", health="unhealthy")
+    runner = sc.ScriptedRunner([sc.docker_version(), sc.image_present(), host.ps([unhealthy]), sc.inspect([unhealthy])])
+    manager = dr.DockerRun(sc.engine(runner), runner, health_timeout=0, sleep=host.clock.sleep, clock=host.clock)
+    checked = manager.run(dr.parse_deployment([host.payload]), check_mode=True)
+    runner.assert_done()
+    assert checked["changed"] is True and checked["evidence"]["wouldReplaceContainers"] == [host.name]
+    assert checked["evidence"]["wouldApplyBecause"] == ["container %s is unhealthy" % host.name]
+
+
+def test_check_mode_counts_a_container_still_starting_as_running_its_request(host):
+    starting = host.container("current", health="starting")
+    runner = sc.ScriptedRunner([sc.docker_version(), sc.image_present(), host.ps([starting]), sc.inspect([starting])])
+    manager = dr.DockerRun(sc.engine(runner), runner, health_timeout=0, sleep=host.clock.sleep, clock=host.clock)
+    checked = manager.run(dr.parse_deployment([host.payload]), check_mode=True)
+    runner.assert_done()
+    assert checked["changed"] is False and checked["evidence"]["wouldReplaceContainers"] == []
+    assert "wouldApplyBecause" not in checked["evidence"]
+
+
 @pytest.mark.parametrize("state", [
     {"restarting": True, "restart_count": 4, "health": None},
     {"restart_count": 3, "health": None},
