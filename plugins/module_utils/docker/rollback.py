@@ -33,7 +33,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabul
     CONTAINER_NAME_RE, DEFAULT_WAIT_TIMEOUT, DOCKER_PREVIOUS_SUFFIX, DOCKER_REVISION_DIR, DOCKER_ROLLBACK, DOCKER_ROLLED_BACK_SUFFIX,
     LABEL_MANIFEST_HASH, ROLLBACK_PHASES, STICKER_FILE, invalid)
 from ansible_collections.stellaops.runtime.plugins.module_utils.docker.revision import load_revision
-from ansible_collections.stellaops.runtime.plugins.module_utils.docker.run import SETTLE_SECONDS, wait_settled
+from ansible_collections.stellaops.runtime.plugins.module_utils.docker.container import SETTLE_SECONDS, wait_settled
 from ansible_collections.stellaops.runtime.plugins.module_utils.host.claim import fence
 from ansible_collections.stellaops.runtime.plugins.module_utils.host.files import StagedFiles, project_lock, read_bytes
 from ansible_collections.stellaops.runtime.plugins.module_utils.agent.identity import ensure_this_host

@@ -9,6 +9,7 @@ import pytest
 
 import scripted as sc
 
+from ansible_collections.stellaops.runtime.plugins.module_utils.docker import container as dc
 from ansible_collections.stellaops.runtime.plugins.module_utils.docker import revision as drv
 from ansible_collections.stellaops.runtime.plugins.module_utils.docker import run as dr
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
@@ -52,10 +53,10 @@ def test_docker_run_payload_from_the_real_planner():
     assert argv[-1] == request["image"]
     labels = dict(request["labels"], **{"stella.container.name": request["name"]})
     running = summary(imageId="sha256:img", labels=labels)
-    assert dr.container_matches(running, request, "sha256:img")
-    assert not dr.container_matches(running, request, "sha256:other")
-    assert not dr.container_matches(dict(running, running=False), request, "sha256:img")
-    assert not dr.container_matches(dict(running, restarting=True), request, "sha256:img")
+    assert dc.container_matches(running, request, "sha256:img")
+    assert not dc.container_matches(running, request, "sha256:other")
+    assert not dc.container_matches(dict(running, running=False), request, "sha256:img")
+    assert not dc.container_matches(dict(running, restarting=True), request, "sha256:img")
     bad = dict(payload, Image="127.0.0.1:5000/stella/app:v1")
     with pytest.raises(StellaError) as err:
         dr.parse_request(bad)
@@ -100,12 +101,12 @@ def test_env_file_and_ports_in_argv():
 def test_verify_container(change, codes):
     request = {"labels": {"stella.slot": "active"}}
     container = summary(**dict({"labels": {"stella.slot": "active"}}, **change))
-    assert [code for code, _reason in dr.verify_container(container, request, "sha256:img")] == codes
+    assert [code for code, _reason in dc.verify_container(container, request, "sha256:img")] == codes
 
 
 def test_verify_container_over_captured_inspect_output():
     exited = container_summary(sc.fixture_json("inspect_container_exited.json")[0])
-    problems = dr.verify_container(exited, {"labels": {}}, exited["imageId"])
+    problems = dc.verify_container(exited, {"labels": {}}, exited["imageId"])
     assert [p[0] for p in problems] == ["service_not_running"] and "exit code 3" in problems[0][1]
 
 
@@ -184,22 +185,22 @@ def test_container_gaps_name_every_difference():
     request = {"name": "shop-web", "labels": {"stella.slot": "active"}}
     labels = {"stella.slot": "active", "stella.container.name": "shop-web"}
     ok = summary(labels=labels)
-    assert dr.container_gaps(ok, request, "sha256:img") == []
-    assert dr.container_gaps(dict(ok, health="none"), request, "sha256:img") == []
-    assert dr.container_gaps(None, request, "sha256:img") == ["container shop-web does not exist"]
-    assert dr.container_gaps(dict(ok, health="starting"), request, "sha256:img") == ["container shop-web is starting"]
-    assert dr.container_gaps(dict(ok, health="starting"), request, "sha256:img", health=None) == []
-    assert dr.container_gaps(dict(ok, health="unhealthy"), request, "sha256:img", health=None) == []
-    assert dr.container_gaps(dict(ok, health="starting"), request, "sha256:img",
+    assert dc.container_gaps(ok, request, "sha256:img") == []
+    assert dc.container_gaps(dict(ok, health="none"), request, "sha256:img") == []
+    assert dc.container_gaps(None, request, "sha256:img") == ["container shop-web does not exist"]
+    assert dc.container_gaps(dict(ok, health="starting"), request, "sha256:img") == ["container shop-web is starting"]
+    assert dc.container_gaps(dict(ok, health="starting"), request, "sha256:img", health=None) == []
+    assert dc.container_gaps(dict(ok, health="unhealthy"), request, "sha256:img", health=None) == []
+    assert dc.container_gaps(dict(ok, health="starting"), request, "sha256:img",
                              health=("healthy", "none", "starting")) == []
-    assert dr.container_gaps(dict(ok, health="unhealthy"), request, "sha256:img") == [
+    assert dc.container_gaps(dict(ok, health="unhealthy"), request, "sha256:img") == [
         "container shop-web is unhealthy"]
-    assert dr.container_gaps(dict(ok, running=False, state="exited", labels={"stella.slot": "green"}),
+    assert dc.container_gaps(dict(ok, running=False, state="exited", labels={"stella.slot": "green"}),
                              request, "sha256:other") == [
         "container shop-web runs image sha256:img, not sha256:other",
         "container shop-web has other values of the labels stella.container.name, stella.slot",
         "container shop-web is not running (exited)"]
-    assert dr.container_gaps(dict(ok, restarting=True, health="unhealthy"), request, "sha256:img") == [
+    assert dc.container_gaps(dict(ok, restarting=True, health="unhealthy"), request, "sha256:img") == [
         "container shop-web is restarting"]
 
 
