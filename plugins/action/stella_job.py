@@ -19,6 +19,13 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabul
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.versions import DEFAULT_MIN_COMPOSE, DEFAULT_MIN_ENGINE
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.steps import STEPS, JobSteps
 
+# The PostgreSQL driver is loaded here, not when a step opens a PostgreSQL store: ansible-core's linear
+# and free strategies import a task's action plugin in the controller's main process before they fork
+# the task's workers, so the driver (``psycopg``, about 0.2 s of CPU to import) is loaded once per run
+# and shared by every target's worker, which would otherwise each load it again. Without ``psycopg`` on
+# the controller this loads nothing more (docs/jobs.md, sizing).
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import postgres as _postgres  # pylint: disable=unused-import
+
 ARGUMENT_SPEC = {
     "step": {"type": "str", "required": True, "choices": list(STEPS)},
     "store": {"type": "str"},

@@ -301,3 +301,13 @@ def test_targets_sharing_an_explicit_project_name_get_their_own_deployment_evide
     assert paths["tgt-a"] == os.path.join(evidence, "shop-shared", job_id, "tgt-a", "deployment.json")
     assert len(set(paths.values())) == 2 and all(
         os.path.dirname(os.path.dirname(path)) == os.path.join(evidence, "shop-shared", job_id) for path in paths.values())
+
+
+def test_loading_the_action_loads_the_postgresql_driver_once_for_every_worker():
+    """The strategy imports the action in the controller's main process before it forks a task's workers:
+    the driver loaded with it is shared by every target's worker instead of being imported in each."""
+    code = ("import sys; from ansible_collections.stellaops.runtime.plugins.action import stella_job; "
+            "print('psycopg' in sys.modules)")
+    env = dict(os.environ, PYTHONPATH=COLLECTIONS)
+    loaded = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert loaded.stdout.strip() == "True"
