@@ -155,6 +155,11 @@ class Host:
         manager = dr.DockerRun(sc.engine(runner), runner, sleep=self.clock.sleep, clock=self.clock, **kw)
         return manager.run(request or dr.parse_deployment([self.payload]))
 
+    def check(self, runner):
+        """The payload in check mode."""
+        manager = dr.DockerRun(sc.engine(runner), runner, health_timeout=0, sleep=self.clock.sleep, clock=self.clock)
+        return manager.run(dr.parse_deployment([self.payload]), check_mode=True)
+
     def ps(self, entries, name=None):
         return sc.ps_name(name or self.name, entries)
 
@@ -233,8 +238,7 @@ def test_a_container_still_starting_that_turns_unhealthy_is_replaced_and_says_wh
 def test_replacing_another_release_says_why_and_check_mode_says_the_same(host):
     old = host.old()
     runner = sc.ScriptedRunner([sc.docker_version(), sc.image_present(), host.ps([old]), sc.inspect([old])])
-    manager = dr.DockerRun(sc.engine(runner), runner, health_timeout=0, sleep=host.clock.sleep, clock=host.clock)
-    checked = manager.run(dr.parse_deployment([host.payload]), check_mode=True)
+    checked = host.check(runner)
     runner.assert_done()
     reasons = checked["evidence"]["wouldApplyBecause"]
     assert checked["changed"] is True and checked["evidence"]["wouldReplaceContainers"] == [host.name]
@@ -250,8 +254,7 @@ def test_replacing_another_release_says_why_and_check_mode_says_the_same(host):
 def test_check_mode_counts_an_unhealthy_container_as_replaced(host):
     unhealthy = host.container("current", health="unhealthy")
     runner = sc.ScriptedRunner([sc.docker_version(), sc.image_present(), host.ps([unhealthy]), sc.inspect([unhealthy])])
-    manager = dr.DockerRun(sc.engine(runner), runner, health_timeout=0, sleep=host.clock.sleep, clock=host.clock)
-    checked = manager.run(dr.parse_deployment([host.payload]), check_mode=True)
+    checked = host.check(runner)
     runner.assert_done()
     assert checked["changed"] is True and checked["evidence"]["wouldReplaceContainers"] == [host.name]
     assert checked["evidence"]["wouldApplyBecause"] == ["container %s is unhealthy" % host.name]
@@ -260,8 +263,7 @@ def test_check_mode_counts_an_unhealthy_container_as_replaced(host):
 def test_check_mode_counts_a_container_still_starting_as_running_its_request(host):
     starting = host.container("current", health="starting")
     runner = sc.ScriptedRunner([sc.docker_version(), sc.image_present(), host.ps([starting]), sc.inspect([starting])])
-    manager = dr.DockerRun(sc.engine(runner), runner, health_timeout=0, sleep=host.clock.sleep, clock=host.clock)
-    checked = manager.run(dr.parse_deployment([host.payload]), check_mode=True)
+    checked = host.check(runner)
     runner.assert_done()
     assert checked["changed"] is False and checked["evidence"]["wouldReplaceContainers"] == []
     assert "wouldApplyBecause" not in checked["evidence"]
