@@ -21,6 +21,12 @@ modification time). A target-side module imports nothing else (``tests/unit/test
 change to what a payload holds is a new key. Only the :data:`KEEP` keys used last are kept: a key per
 version (or checkout) of the collection and ansible-core.
 
+A run builds each module once and Ansible reuses that payload for the rest of the run, even when the
+collection or ansible-core changes under it (an upgrade while a long job runs). So the run's cache is
+bound to the key of its first task here (the file :data:`RUN_KEY` in it, written once): a task whose
+key differs from it neither seeds nor stores, and an entry is stored only when the key is the same
+after the build as before it. An entry is never filed under a key that does not describe it.
+
 The store is trusted only when it is a directory of the controller's user that no other user may
 write (the entries are Python pickles, as in Ansible's own cache). Anything that goes wrong here
 leaves the task to Ansible's own build: the store is a shortcut, never a dependency. Entries are
@@ -41,6 +47,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.host.files impor
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.execution.paths import COLLECTION_ROOT
 
 STORE_NAME = "stellaops-runtime-payloads"
+RUN_KEY = "stellaops-runtime.key"  # in a run's ansiballz_cache: the key of the sources its payloads come from
 KEEP = 8
 MODULE_FQN = "ansible_collections.stellaops.runtime.plugins.modules.%s"
 
@@ -130,6 +137,21 @@ def prune(root, keep_keys=KEEP):
     return removed
 
 
+def run_key(cache, key):
+    """The key the run's cache ``cache`` is bound to: ``key`` when this is the run's first task here
+    (written once, never replaced), else the one its first task wrote ("" while that is being written,
+    which differs from every key)."""
+    path = os.path.join(cache, RUN_KEY)
+    try:
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        with open(path, encoding="ascii") as handle:
+            return handle.read()
+    with os.fdopen(descriptor, "w", encoding="ascii") as handle:
+        handle.write(key)
+    return key
+
+
 def _this_key():
     import ansible.module_utils
     from ansible.release import __version__
@@ -153,9 +175,13 @@ def reused(module_name, local_tmp, log=None):
         if root is None:
             log("payload store: %s is not a private directory of this user, not used" % STORE_NAME)
         else:
-            store = private_directory(os.path.join(root, _this_key()), create=True)
-        if store is not None:
+            key = _this_key()
             os.makedirs(cache, exist_ok=True)
+            if run_key(cache, key) != key:
+                log("payload store: the collection or ansible-core changed during this run, not used")
+            else:
+                store = private_directory(os.path.join(root, key), create=True)
+        if store is not None:
             os.utime(store)
             log("payload store: seeded %s" % (copy_missing(store, cache, prefix) or "nothing"))
     except OSError as error:
@@ -166,9 +192,11 @@ def reused(module_name, local_tmp, log=None):
     finally:
         if store is not None:
             try:
-                kept = copy_missing(cache, store, prefix)
-                if kept:
-                    log("payload store: kept %s" % kept)
+                built = [name for name in entries(cache, prefix) if not os.path.exists(os.path.join(store, name))]
+                if built and _this_key() != os.path.basename(store):  # the key again, only when there is to keep
+                    log("payload store: the collection or ansible-core changed during the build, not kept")
+                elif built:
+                    log("payload store: kept %s" % copy_missing(cache, store, prefix))
                     prune(os.path.dirname(store))
             except OSError as error:
                 log("payload store: not kept: %s" % error)

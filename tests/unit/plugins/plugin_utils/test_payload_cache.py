@@ -222,3 +222,45 @@ def test_every_module_of_the_collection_shares_one_key(tmp_path):
     [key] = os.listdir(tmp_path / _payload_cache.STORE_NAME)
     assert sorted(os.listdir(tmp_path / _payload_cache.STORE_NAME / key)) == [
         _payload_cache.MODULE_FQN % name + "-ZIP_DEFLATED-none" for name in ("stella_preflight", "stella_rollback")]
+
+
+def test_a_run_whose_sources_change_under_it_never_files_its_payload_under_the_new_key(tmp_path, monkeypatch):
+    """A run builds a module once and Ansible reuses that payload to the run's end: after an upgrade in
+    the middle of the run, its payload describes the old sources and must not be kept under the new key."""
+    heard = []
+    keys = iter(["old", "old", "new", "new", "new", "new"])  # each task once, and again after a build
+    monkeypatch.setattr(_payload_cache, "_this_key", lambda: next(keys))
+    local_tmp = tmp_path / "ansible-local-1"
+    local_tmp.mkdir()
+    with _payload_cache.reused("stella_preflight", str(local_tmp), heard.append):
+        (local_tmp / "ansiballz_cache" / ENTRY).write_bytes(b"old payload")
+    root = tmp_path / _payload_cache.STORE_NAME
+    assert os.listdir(root) == ["old"] and (root / "old" / ENTRY).read_bytes() == b"old payload"
+    # the collection is upgraded; the same run's next task reuses its old payload: nothing is seeded or kept
+    with _payload_cache.reused("stella_preflight", str(local_tmp), heard.append):
+        pass
+    other = _payload_cache.MODULE_FQN % "stella_rollback" + "-ZIP_DEFLATED-none"
+    with _payload_cache.reused("stella_rollback", str(local_tmp), heard.append):
+        (local_tmp / "ansiballz_cache" / other).write_bytes(b"built from the new sources, in the old run")
+    assert os.listdir(root) == ["old"] and os.listdir(root / "old") == [ENTRY]
+    assert heard[-2:] == ["payload store: the collection or ansible-core changed during this run, not used"] * 2
+    # a new run of the new sources builds its own
+    next_run = tmp_path / "ansible-local-2"
+    next_run.mkdir()
+    with _payload_cache.reused("stella_preflight", str(next_run), heard.append):
+        assert not (next_run / "ansiballz_cache" / ENTRY).exists()
+        (next_run / "ansiballz_cache" / ENTRY).write_bytes(b"new payload")
+    assert (root / "new" / ENTRY).read_bytes() == b"new payload"
+
+
+def test_a_payload_built_while_the_sources_changed_is_not_kept(tmp_path, monkeypatch):
+    heard = []
+    keys = iter(["before", "after"])
+    monkeypatch.setattr(_payload_cache, "_this_key", lambda: next(keys))
+    local_tmp = tmp_path / "ansible-local-1"
+    local_tmp.mkdir()
+    with _payload_cache.reused("stella_preflight", str(local_tmp), heard.append):
+        (local_tmp / "ansiballz_cache" / ENTRY).write_bytes(b"a payload of both")
+    assert os.listdir(tmp_path / _payload_cache.STORE_NAME / "before") == []
+    assert heard == ["payload store: seeded nothing",
+                     "payload store: the collection or ansible-core changed during the build, not kept"]
