@@ -315,12 +315,21 @@ appliedBecause:
       not verified at the first look (for example a container whose health was still V(starting)).
     - The apply then reports C(changed) only when C(docker compose up) replaced or restarted a
       container or a file's contents differ.
-    - For C(docker.run), why containers were replaced - missing, another image, other labels, not
-      running, restarting or unhealthy. A container of the same request whose health is V(starting) is
-      waited for first, and replaced only when it does not turn healthy.
+    - For C(docker.run), why containers were replaced - missing, another image, each label of another
+      value, not running, restarting or unhealthy. A container of the same request whose health is
+      V(starting) is waited for first (RV(startingWaitMs)), and replaced only when it does not turn healthy.
   returned: compose.up, when the project was not already converged; docker.run, when a container was replaced
   type: list
   elements: str
+startingWaitMs:
+  description:
+    - C(docker.run) - how long each container that already ran its request, with its health still
+      V(starting) at the first look, was waited for, in milliseconds.
+    - The time is counted in RV(phaseDurationsMs) of C(inspect_container) when the container turned
+      healthy, of C(prepare_container) when it was replaced.
+  returned: docker.run, when such a container was waited for
+  type: dict
+  sample: {"acme_prod_tgt-01_shop-web": 4250}
 wouldApplyBecause:
   description:
     - Check mode only, when the apply would run - the reasons RV(appliedBecause) would give.

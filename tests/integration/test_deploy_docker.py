@@ -89,6 +89,9 @@ def test_rerun_over_a_restarted_container_waits_for_it_and_reports_no_change(env
     assert not again["failed"], again.get("msg")
     assert again["changed"] is False and "appliedBecause" not in again, again.get("appliedBecause")
     assert again["health"] == "healthy" and again["completedPhases"] == ["pull_image", "inspect_container"]
+    # the wait is said, and counted in the verification's duration (the first check comes about 10 s in)
+    waited = again["startingWaitMs"][project + "-web"]
+    assert 1000 < waited <= again["phaseDurationsMs"]["inspect_container"], (waited, again["phaseDurationsMs"])
     after = inspect(project + "-web")
     assert (after["Id"], after["State"]["StartedAt"]) == (restarted["Id"], restarted["State"]["StartedAt"])
     assert after["State"]["Health"]["Status"] == "healthy"

@@ -68,6 +68,12 @@ class PhaseRecorder:
         self.skipped = []
         self.failure_phase = None
         self.current = None
+        self.carried = {}
+
+    def carry(self, name, milliseconds):
+        """Time spent on step ``name``'s behalf before it starts (a wait that decided how it runs),
+        counted in its duration when it runs; not counted when it never runs."""
+        self.carried[name] = self.carried.get(name, 0) + int(milliseconds)
 
     @contextlib.contextmanager
     def phase(self, name, record=True):
@@ -86,7 +92,8 @@ class PhaseRecorder:
             raise io_error(exc, name) from exc
         finally:
             if record:
-                self.durations[name] = self.durations.get(name, 0) + int((time.monotonic() - start) * 1000)
+                self.durations[name] = (self.durations.get(name, 0) + int((time.monotonic() - start) * 1000)
+                                        + self.carried.pop(name, 0))
             self.current = None
         if record:
             self.completed.append(name)

@@ -107,13 +107,17 @@ def stella_labels(labels):
             if k.startswith("stella.") or k in ("com.docker.compose.project", "com.docker.compose.service")}
 
 
-def container_problems(container, what):
-    """``(code, reason)`` problems of one container's runtime state: running, not restarting, healthy."""
+HEALTH_VERIFIED = ("healthy", "none")  # Docker's health of a container verified running ("none": no healthcheck)
+
+
+def container_problems(container, what, health=HEALTH_VERIFIED):
+    """``(code, reason)`` problems of one container's runtime state: running, not restarting, and its
+    Docker health one of ``health`` (not looked at when ``None``)."""
     name = container.get("name")
     if not container.get("running") or container.get("restarting"):
         return [("service_not_running", "%s %s is %s (exit code %s)" % (
             what, name, container.get("state"), container.get("exitCode")))]
-    if container.get("health") not in ("healthy", "none"):
+    if health is not None and container.get("health") not in health:
         return [("service_unhealthy", "%s %s health is %s" % (what, name, container.get("health")))]
     return []
 

@@ -11,7 +11,8 @@ and the wait until it settles. Standard library only.
 
 from __future__ import annotations
 
-from ansible_collections.stellaops.runtime.plugins.module_utils.compose.project import container_problems, stella_labels
+from ansible_collections.stellaops.runtime.plugins.module_utils.compose.project import (
+    HEALTH_VERIFIED, container_problems, stella_labels)
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.imageref import parse_image_ref
 
@@ -19,35 +20,29 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.imagere
 SETTLE_SECONDS = 2.0
 
 
-HEALTH_VERIFIED = ("healthy", "none")  # Docker's health of a container that runs its request ("none": no healthcheck)
+def identity_problems(container, labels, image_id):
+    """``(code, reason)`` differences of an inspected container from what it must run: the image
+    ``image_id`` and every label of ``labels`` (pure)."""
+    name = container.get("name")
+    problems = []
+    if container.get("imageId") != image_id:
+        problems.append(("digest_mismatch", "container %s runs %s, not %s" % (name, container.get("imageId"), image_id)))
+    found = container.get("labels") or {}
+    for key, value in sorted(labels.items()):
+        if found.get(key) != value:
+            problems.append(("label_mismatch", "container %s label %s is %r, expected %r" % (
+                name, key, found.get(key), value)))
+    return problems
 
 
 def container_gaps(container, request, image_id, health=HEALTH_VERIFIED):
     """Why an inspected container does not already run this request, one line each (image, labels,
     running, and its Docker health one of ``health`` unless that is ``None``); ``[]`` when it does (pure)."""
-    name = request["name"]
     if not container:
-        return ["container %s does not exist" % name]
-    gaps = []
-    if container.get("imageId") != image_id:
-        gaps.append("container %s runs image %s, not %s" % (name, container.get("imageId"), image_id))
-    labels = container.get("labels") or {}
-    expected = dict(request["labels"], **{"stella.container.name": name})
-    differing = sorted(key for key, value in expected.items() if labels.get(key) != value)
-    if differing:
-        gaps.append("container %s has other values of the labels %s" % (name, ", ".join(differing)))
-    if container.get("restarting"):
-        gaps.append("container %s is restarting" % name)
-    elif not container.get("running"):
-        gaps.append("container %s is not running (%s)" % (name, container.get("state")))
-    elif health is not None and container.get("health") not in health:
-        gaps.append("container %s is %s" % (name, container.get("health")))
-    return gaps
-
-
-def container_matches(container, request, image_id):
-    """True when an inspected container already runs this request (image, labels, running)."""
-    return not container_gaps(container, request, image_id, health=None)
+        return ["container %s does not exist" % request["name"]]
+    labels = dict(request["labels"], **{"stella.container.name": request["name"]})
+    return [reason for _code, reason in identity_problems(container, labels, image_id)
+            + container_problems(container, "container", health)]
 
 
 def verify_container(container, request, image_id):
@@ -56,14 +51,7 @@ def verify_container(container, request, image_id):
     if not problems and container.get("restartCount"):
         problems.append(("service_not_running", "container %s restarted %d time(s) since it was created" % (
             container["name"], container["restartCount"])))
-    if container.get("imageId") != image_id:
-        problems.append(("digest_mismatch", "container %s runs %s, not %s" % (
-            container["name"], container.get("imageId"), image_id)))
-    for key, value in sorted(request["labels"].items()):
-        if (container.get("labels") or {}).get(key) != value:
-            problems.append(("label_mismatch", "label %s is %r, expected %r" % (
-                key, (container.get("labels") or {}).get(key), value)))
-    return problems
+    return problems + identity_problems(container, request["labels"], image_id)
 
 
 def service_entry(request, container, image_id):

@@ -35,9 +35,9 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.artifac
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.canonical import sha256_bytes
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils.compose.apply import runtime_preflight
-from ansible_collections.stellaops.runtime.plugins.module_utils.compose.project import raise_problems, stella_labels
+from ansible_collections.stellaops.runtime.plugins.module_utils.compose.project import HEALTH_VERIFIED, raise_problems, stella_labels
 from ansible_collections.stellaops.runtime.plugins.module_utils.docker.container import (
-    HEALTH_VERIFIED, SETTLE_SECONDS, container_gaps, container_matches, service_entry, verify_container, wait_settled)
+    SETTLE_SECONDS, container_gaps, service_entry, verify_container, wait_settled)
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
     CONTAINER_NAME_RE, DOCKER_PREVIOUS_SUFFIX, DOCKER_REPLACED_SUFFIX, DOCKER_REVISION_DIR,
     DOCKER_RUN, DOCKER_STEPS, ENV_FILE, ENV_FILE_MODE, LABEL_MANIFEST_HASH, REQUIRED_STELLA_LABELS, STICKER_FILE, invalid)
@@ -234,11 +234,16 @@ class DockerRun(Manager):
             with rec.phase("pull_image"):
                 image_ids = {c["name"]: self._pulled(c, evidence) for c in request["containers"]}
                 evidence["imageId"] = image_ids[request["containers"][0]["name"]]
-            currents = {c["name"]: self._first_look(c, image_ids[c["name"]]) for c in request["containers"]}
-            gaps = {c["name"]: container_gaps(currents[c["name"]], c, image_ids[c["name"]])
-                    for c in request["containers"]}
+            looks = {c["name"]: self._first_look(c, image_ids[c["name"]]) for c in request["containers"]}
+            currents = {name: current for name, (current, _gaps, _waited) in looks.items()}
+            gaps = {name: found for name, (_current, found, _waited) in looks.items()}
+            waited = {name: ms for name, (_current, _gaps, ms) in looks.items() if ms is not None}
+            if waited:
+                evidence["startingWaitMs"] = waited
             stale = [c for c in request["containers"] if gaps[c["name"]]]
             committed = read_bytes(sticker_path)
+            # the wait decided the step: the verification of the running release, or the replacement
+            rec.carry("prepare_container" if stale else "inspect_container", sum(waited.values()))
             if not stale:
                 self._converged(request, rec, result, currents, image_ids, committed)
                 return
@@ -246,19 +251,24 @@ class DockerRun(Manager):
             self._apply(request, rec, result, stale, currents, image_ids, committed)
 
     def _first_look(self, container, image_id):
-        """The container of this name as it runs now. One that already runs this request with its
-        healthcheck still starting (just started or restarted) is waited for until its health is
-        decided, not replaced: replacing it would restart the same release."""
+        """``(container of this name as it runs now, why it does not run this request, ms waited or
+        None)``. One that already runs this request with its healthcheck still starting (just started
+        or restarted) is waited for until its health is decided, not replaced: replacing it would
+        restart the same release."""
         current = self.cli.container(container["name"], phase="prepare_container")
-        if current and current.get("health") == "starting" and container_matches(current, container, image_id):
+        waited = None
+        if (current and current.get("health") == "starting"
+                and not container_gaps(current, container, image_id, health=None)):
+            start = self.clock()
             try:
-                return wait_settled(self.cli, container["name"], self.health_timeout, self.settle, self.sleep,
-                                    self.clock, phase="prepare_container")
+                current = wait_settled(self.cli, container["name"], self.health_timeout, self.settle, self.sleep,
+                                       self.clock, phase="prepare_container")
             except StellaError as exc:
                 if exc.code != "service_not_running":
                     raise
-                return None  # it disappeared while waited for: a new one is started
-        return current
+                current = None  # it disappeared while waited for: a new one is started
+            waited = int((self.clock() - start) * 1000)
+        return current, container_gaps(current, container, image_id), waited
 
     def _pulled(self, container, evidence):
         image_id = self._image_id(container, "pull_image")

@@ -152,6 +152,9 @@ def deployment_record(plan, apply, created_at, preflight=None, probe=None, deplo
     if apply.get("appliedBecause"):
         # why the apply ran: nothing committed yet, another release, or this one not verified at first look
         record["appliedBecause"] = list(apply["appliedBecause"])
+    if apply.get("startingWaitMs"):
+        # DockerHost: how long a container of the release, still starting at the first look, was waited for
+        record["startingWaitMs"] = dict(apply["startingWaitMs"])
     if plan.get("scriptGraphProof"):
         record["scriptGraphProofDigest"] = plan["scriptGraphProof"]["proofDigest"]
     record["evidenceDigest"] = digest_json(record)

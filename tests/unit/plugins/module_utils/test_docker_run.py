@@ -53,10 +53,10 @@ def test_docker_run_payload_from_the_real_planner():
     assert argv[-1] == request["image"]
     labels = dict(request["labels"], **{"stella.container.name": request["name"]})
     running = summary(imageId="sha256:img", labels=labels)
-    assert dc.container_matches(running, request, "sha256:img")
-    assert not dc.container_matches(running, request, "sha256:other")
-    assert not dc.container_matches(dict(running, running=False), request, "sha256:img")
-    assert not dc.container_matches(dict(running, restarting=True), request, "sha256:img")
+    assert dc.container_gaps(running, request, "sha256:img", health=None) == []
+    assert dc.container_gaps(running, request, "sha256:other", health=None)
+    assert dc.container_gaps(dict(running, running=False), request, "sha256:img", health=None)
+    assert dc.container_gaps(dict(running, restarting=True), request, "sha256:img", health=None)
     bad = dict(payload, Image="127.0.0.1:5000/stella/app:v1")
     with pytest.raises(StellaError) as err:
         dr.parse_request(bad)
@@ -189,24 +189,26 @@ def host(tmp_path):
 def test_container_gaps_name_every_difference():
     request = {"name": "shop-web", "labels": {"stella.slot": "active"}}
     labels = {"stella.slot": "active", "stella.container.name": "shop-web"}
-    ok = summary(labels=labels)
+    ok = summary(name="shop-web", labels=labels)
     assert dc.container_gaps(ok, request, "sha256:img") == []
     assert dc.container_gaps(dict(ok, health="none"), request, "sha256:img") == []
     assert dc.container_gaps(None, request, "sha256:img") == ["container shop-web does not exist"]
-    assert dc.container_gaps(dict(ok, health="starting"), request, "sha256:img") == ["container shop-web is starting"]
+    assert dc.container_gaps(dict(ok, health="starting"), request, "sha256:img") == [
+        "container shop-web health is starting"]
     assert dc.container_gaps(dict(ok, health="starting"), request, "sha256:img", health=None) == []
     assert dc.container_gaps(dict(ok, health="unhealthy"), request, "sha256:img", health=None) == []
     assert dc.container_gaps(dict(ok, health="starting"), request, "sha256:img",
                              health=("healthy", "none", "starting")) == []
     assert dc.container_gaps(dict(ok, health="unhealthy"), request, "sha256:img") == [
-        "container shop-web is unhealthy"]
-    assert dc.container_gaps(dict(ok, running=False, state="exited", labels={"stella.slot": "green"}),
+        "container shop-web health is unhealthy"]
+    assert dc.container_gaps(dict(ok, running=False, state="exited", exitCode=1, labels={"stella.slot": "green"}),
                              request, "sha256:other") == [
-        "container shop-web runs image sha256:img, not sha256:other",
-        "container shop-web has other values of the labels stella.container.name, stella.slot",
-        "container shop-web is not running (exited)"]
-    assert dc.container_gaps(dict(ok, restarting=True, health="unhealthy"), request, "sha256:img") == [
-        "container shop-web is restarting"]
+        "container shop-web runs sha256:img, not sha256:other",
+        "container shop-web label stella.container.name is None, expected 'shop-web'",
+        "container shop-web label stella.slot is 'green', expected 'active'",
+        "container shop-web is exited (exit code 1)"]
+    assert dc.container_gaps(dict(ok, restarting=True, state="restarting", health="unhealthy"), request,
+                             "sha256:img") == ["container shop-web is restarting (exit code 0)"]
 
 
 def test_a_container_of_the_request_still_starting_is_waited_for_not_replaced(host):
@@ -220,6 +222,9 @@ def test_a_container_of_the_request_still_starting_is_waited_for_not_replaced(ho
     assert result["evidence"]["health"] == "healthy" and result["evidence"]["containerId"] == healthy["Id"]
     assert result["evidence"]["completedPhases"] == ["pull_image", "inspect_container"]
     assert host.clock.sleeps == [0.25]
+    # the wait is in the evidence and in the verification's duration (the clock moved 0.25 s while waiting)
+    assert result["evidence"]["startingWaitMs"] == {host.name: 250}
+    assert result["evidence"]["phaseDurationsMs"]["inspect_container"] >= 250
 
 
 def test_a_container_still_starting_that_turns_unhealthy_is_replaced_and_says_why(host):
@@ -232,7 +237,8 @@ def test_a_container_still_starting_that_turns_unhealthy_is_replaced_and_says_wh
     result = host.run(runner, health_timeout=30)
     runner.assert_done()
     assert result["changed"] is True and result["evidence"]["containerId"] == new["Id"]
-    assert result["evidence"]["appliedBecause"] == ["container %s is unhealthy" % host.name]
+    assert result["evidence"]["appliedBecause"] == ["container %s health is unhealthy" % host.name]
+    assert result["evidence"]["startingWaitMs"] == {host.name: 0}
 
 
 def test_replacing_another_release_says_why_and_check_mode_says_the_same(host):
@@ -242,7 +248,7 @@ def test_replacing_another_release_says_why_and_check_mode_says_the_same(host):
     runner.assert_done()
     reasons = checked["evidence"]["wouldApplyBecause"]
     assert checked["changed"] is True and checked["evidence"]["wouldReplaceContainers"] == [host.name]
-    assert len(reasons) == 1 and reasons[0].startswith("container %s has other values of the labels " % host.name)
+    assert reasons and all(r.startswith("container %s label stella." % host.name) for r in reasons), reasons
     new = host.container("new")
     runner = sc.ScriptedRunner([sc.docker_version(), sc.image_present(), host.ps([old]), sc.inspect([old])]
                                + host.replace(old, new) + host.watch(new, 1)
@@ -257,7 +263,7 @@ def test_check_mode_counts_an_unhealthy_container_as_replaced(host):
     checked = host.check(runner)
     runner.assert_done()
     assert checked["changed"] is True and checked["evidence"]["wouldReplaceContainers"] == [host.name]
-    assert checked["evidence"]["wouldApplyBecause"] == ["container %s is unhealthy" % host.name]
+    assert checked["evidence"]["wouldApplyBecause"] == ["container %s health is unhealthy" % host.name]
 
 
 def test_check_mode_counts_a_container_still_starting_as_running_its_request(host):

@@ -41,6 +41,22 @@ def test_phase_recorder_keeps_an_inner_phase_and_unrecorded_steps():
     assert rec.completed == [] and "verify_target" not in rec.durations
 
 
+def test_phase_recorder_counts_carried_time_in_the_step_that_runs_only():
+    rec = mg.PhaseRecorder()
+    rec.carry("inspect_container", 1500)
+    rec.carry("inspect_container", 500)
+    rec.carry("prepare_container", 700)  # never runs: its carried time is in no duration
+    with rec.phase("verify_target", record=False):
+        pass
+    with rec.phase("inspect_container"):
+        pass
+    durations = rec.evidence()["phaseDurationsMs"]
+    assert 2000 <= durations["inspect_container"] < 2500 and "prepare_container" not in durations
+    with rec.phase("inspect_container"):  # carried once: a second run of the step adds only its own time
+        pass
+    assert rec.evidence()["phaseDurationsMs"]["inspect_container"] < 2500
+
+
 @pytest.mark.parametrize("number,code", [
     (errno.ENOSPC, "disk_full"), (errno.EDQUOT, "disk_full"), (errno.EACCES, "workdir_not_writable"),
     (errno.EPERM, "workdir_not_writable"), (errno.EROFS, "workdir_not_writable"), (errno.EIO, "io_error"),

@@ -399,3 +399,13 @@ def test_why_an_apply_ran_is_recorded_only_when_the_apply_says_it(runs):
                                preflight=run["preflight"], probe=run["probe"])
     assert record["appliedBecause"] == because and verify_record(record)
     assert record["evidenceDigest"] != plain["evidenceDigest"]
+
+
+def test_a_wait_for_a_starting_container_is_recorded_only_when_the_apply_says_it(runs):
+    run = runs["deploy_succeeded"]
+    plain = dep(run)
+    assert "startingWaitMs" not in plain
+    record = deployment_record(run["plan"], dict(run["apply"], startingWaitMs={"shop-web": 4250}), CREATED,
+                               preflight=run["preflight"], probe=run["probe"])
+    assert record["startingWaitMs"] == {"shop-web": 4250} and verify_record(record)
+    assert record["evidenceDigest"] != plain["evidenceDigest"]
