@@ -33,6 +33,11 @@ The container healthcheck's interval is 10 s (``--health-interval``): every thin
 lab's one engine, and 100 healthchecks every 2 s would need more than this 2-core machine. ``host%`` in the report
 is the whole machine's CPU busy during each run.
 
+Before each run the bench waits until the machine has settled: at most ``--settle-busy`` % busy (default 50,
+one core of two) over two 1-s windows in a row, for at most ``--settle-limit`` s (default 30). A run's tail
+(its SSH masters closing, the targets' sessions ending, the store's last writes) is then not billed to the
+run after it; each sample records the wait and the last window's busy %.
+
 Goals per store and strategy (PASS/MISS, not errors): CPU seconds per target at the largest size ÷ at the
 smallest (fresh) <= 1.25; job-store bytes per target, the same ratio, <= 1.25; peak PSS at the largest
 size < 400 MiB; no-op wall time per target at the largest size ÷ at the smallest <= 1.0, both on the same
@@ -462,6 +467,24 @@ def host_cpu():
     return busy / tick, sum(fields) / tick
 
 
+def settle(limit, busy_max, window=1.0, windows=2, clock=time.monotonic, sleep=time.sleep, read=host_cpu):
+    """Wait until the whole machine's CPU busy share, over ``windows`` windows of ``window`` s in a row, is
+    at most ``busy_max`` (0..1), or ``limit`` s have passed: the work a run left behind (masters closing,
+    sshd sessions ending, the store's writes) is not billed to the next. ``(seconds waited, last share)``."""
+    start = clock()
+    quiet = 0
+    share = None
+    before = read()
+    while True:
+        sleep(window)
+        after = read()
+        share = (after[0] - before[0]) / max(1e-9, after[1] - before[1])
+        before = after
+        quiet = quiet + 1 if share <= busy_max else 0
+        if quiet >= windows or clock() - start >= limit:
+            return round(clock() - start, 1), round(share, 3)
+
+
 # ------------------------------------------------------------------------------------------ the bench
 
 class Bench:
@@ -531,6 +554,7 @@ class Bench:
                     ["--forks", str(self.args.forks)] if self.args.forks else [])
         output_path = os.path.join(run_dir, "output.txt")
         log("%s: ansible-playbook over %d targets (application %s)" % (label, len(targets), application))
+        settled, settled_share = settle(self.args.settle_limit, self.args.settle_busy / 100.0)
         known = {p.pid for p in psutil.Process().children()}
         wal_before = store.wal_bytes()
         usage_before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -633,6 +657,7 @@ class Bench:
             "host_busy_pct": round(100.0 * (host_after[0] - host_before[0])
                                    / max(1e-9, host_after[1] - host_before[1]), 1),
             "load_after": [round(x, 2) for x in os.getloadavg()],
+            "settle_seconds": settled, "settle_busy_pct": round(100.0 * settled_share, 1),
         }
         for part in ("thin", "apps", "engine"):  # the targets' side of the machine (bench/machine_cpu.py)
             sample["%s_cpu_seconds" % part] = None if machine[part] is None else round(machine[part], 2)
@@ -738,18 +763,22 @@ def goals(samples, sizes):
         peaks = [s["peak_pss_mib"] for s in fl + nl]
         peak = max(peaks) if peaks else None
         noop = ratio(middle(nl, "wall_per_target"), middle(ns, "wall_per_target"))
-        for name, value, goal, ok, text in (
-                ("cpu_per_target_ratio", cpu, GOAL_CPU, cpu is not None and cpu <= GOAL_CPU,
+        for name, value, parts, goal, ok, text in (
+                ("cpu_per_target_ratio", cpu, (middle(fl, "cpu_per_target"), middle(fs, "cpu_per_target")),
+                 GOAL_CPU, cpu is not None and cpu <= GOAL_CPU,
                  "CPU s per target, N=%d / N=%d (fresh)" % (large, small)),
-                ("store_bytes_per_target_ratio", data, GOAL_BYTES, data is not None and data <= GOAL_BYTES,
+                ("store_bytes_per_target_ratio", data,
+                 (middle(fl, "store_bytes_per_target"), middle(fs, "store_bytes_per_target")), GOAL_BYTES, data is not None and data <= GOAL_BYTES,
                  "job-store bytes per target, N=%d / N=%d (fresh)" % (large, small)),
-                ("peak_pss_mib", peak, GOAL_MEMORY_MIB, peak is not None and peak < GOAL_MEMORY_MIB,
+                ("peak_pss_mib", peak, None, GOAL_MEMORY_MIB, peak is not None and peak < GOAL_MEMORY_MIB,
                  "peak controller PSS at N=%d, MiB" % large),
-                ("noop_wall_per_target_ratio", noop, GOAL_NOOP, noop is not None and noop <= GOAL_NOOP,
+                ("noop_wall_per_target_ratio", noop, (middle(nl, "wall_per_target"), middle(ns, "wall_per_target")),
+                 GOAL_NOOP, noop is not None and noop <= GOAL_NOOP,
                  "no-op wall per target, N=%d / N=%d, %d targets deployed" % (
                      large, small, ns[0].get("deployed", small) if ns else small) + (
-                     " (medians)" if len(nl) > 1 or len(ns) > 1 else ""))):
+                     " (medians of %d and %d)" % (len(nl), len(ns)) if len(nl) > 1 or len(ns) > 1 else ""))):
             results.append({"store": store, "strategy": strategy, "goal": name, "text": text, "value": value,
+                            "parts": None if value is None else parts,
                             "limit": goal, "verdict": "n/a" if value is None else ("PASS" if ok else "MISS")})
         if small != large and nq and nq != ns:
             results.append({"store": store, "strategy": strategy, "goal": "noop_wall_per_target_ratio_quiet",
@@ -786,6 +815,13 @@ def report(samples, verdicts, meta):
     add("host%%: the whole machine's CPU busy during the run (every core; the engine and targets included); "
         "healthcheck interval %s; SSH ControlPersist %s" % (meta["health_interval"], meta["control_persist"]))
     add("main/t: CPU s per target of ansible-playbook's main process alone (its scheduling; part of CPU s)")
+    if "settle" in meta:
+        waits = [s["settle_seconds"] for s in samples if "settle_seconds" in s]
+        limit = meta["settle"]["limit_seconds"]
+        add("before each run: waited until the machine was at most %.0f%% busy for 2 s (at most %.0f s): %s to %s s; "
+            "%d runs started at the limit" % (
+                meta["settle"]["busy_pct"], limit, fmt(min(waits) if waits else None, "%.1f"),
+                fmt(max(waits) if waits else None, "%.1f"), sum(1 for w in waits if w >= limit)))
     add("thin/t, apps/t, eng/t: CPU s per target of the thin targets' containers (sshd, modules, docker CLI), the "
         "deployed containers (healthchecks included) and the engine (dockerd, containerd, shims, runc)")
     add("PSS/RSS: peak of the sum over ansible-playbook and its descendants, every %.2f s; SSH masters apart:"
@@ -810,9 +846,11 @@ def report(samples, verdicts, meta):
     for v in verdicts:
         limit = "-" if v["limit"] is None else (
             ("< %.0f" if v["goal"] == "peak_pss_mib" else "<= %.2f") % v["limit"])
-        add("  %-10s %-11s %-76s %8s  (%s)  %s" % (v["store"], v["strategy"], v["text"],
-                                                   fmt(v["value"], "%.1f" if v["goal"] == "peak_pss_mib" else "%.2f"),
-                                                   limit, v["verdict"]))
+        # three decimals: a ratio of 1.002 is a miss of a limit of 1.00, and must not print as 1.00
+        add("  %-10s %-11s %-80s %8s  (%s)  %s%s" % (
+            v["store"], v["strategy"], v["text"], fmt(v["value"], "%.1f" if v["goal"] == "peak_pss_mib" else "%.3f"),
+            limit, v["verdict"], "  [%s / %s]" % tuple(fmt(p, "%.0f" if p is not None and p >= 100 else "%.3f") for p in v["parts"])
+            if v.get("parts") else ""))
     return "\n".join(lines)
 
 
@@ -859,6 +897,12 @@ def main():
     parser.add_argument("--prefix", default="scalebench", help="name prefix of the thin targets")
     parser.add_argument("--timeout", type=int, default=1800, help="seconds per ansible-playbook run")
     parser.add_argument("--sample-interval", type=float, default=0.1)
+    parser.add_argument("--settle-busy", type=float, default=50.0,
+                        help="before each run, wait until the machine's CPU busy %% stays at most this over two "
+                             "1-s windows in a row (default 50: one core of two; the healthchecks of the deployed "
+                             "containers keep some of it busy)")
+    parser.add_argument("--settle-limit", type=float, default=30.0,
+                        help="seconds at most that wait lasts (the run then starts, its wait and busy %% recorded)")
     parser.add_argument("--json", help="write every sample and verdict to this file")
     parser.add_argument("--keep", action="store_true", help="keep the targets running")
     args = parser.parse_args()
@@ -882,6 +926,7 @@ def main():
     meta = {"sizes": sorted(set(args.sizes)), "image": bench.image,
             "load_start": [round(x, 2) for x in os.getloadavg()],
             "sample_interval": args.sample_interval, "batch_size": args.batch_size,
+            "settle": {"busy_pct": args.settle_busy, "limit_seconds": args.settle_limit},
             "health_interval": args.health_interval, "control_persist": (args.control_persist + " (ANSIBLE_SSH_ARGS)") if args.control_persist
             else "30m, the job's own (Ansible's ssh_args left unset), closed at the job's end",
             "forks": args.forks}
