@@ -473,7 +473,6 @@ def settle(limit, busy_max, window=1.0, windows=2, clock=time.monotonic, sleep=t
     sshd sessions ending, the store's writes) is not billed to the next. ``(seconds waited, last share)``."""
     start = clock()
     quiet = 0
-    share = None
     before = read()
     while True:
         sleep(window)
@@ -758,22 +757,20 @@ def goals(samples, sizes):
         ns = pick(store, strategy, small, "noop", large) or pick(store, strategy, small, "noop", small)
         nq = pick(store, strategy, small, "noop", small)
         quiet = ratio(middle(nl, "wall_per_target"), middle(nq, "wall_per_target"))
-        cpu = ratio(middle(fl, "cpu_per_target"), middle(fs, "cpu_per_target"))
-        data = ratio(middle(fl, "store_bytes_per_target"), middle(fs, "store_bytes_per_target"))
+        cpu_parts = (middle(fl, "cpu_per_target"), middle(fs, "cpu_per_target"))
+        data_parts = (middle(fl, "store_bytes_per_target"), middle(fs, "store_bytes_per_target"))
+        noop_parts = (middle(nl, "wall_per_target"), middle(ns, "wall_per_target"))
+        cpu, data, noop = ratio(*cpu_parts), ratio(*data_parts), ratio(*noop_parts)
         peaks = [s["peak_pss_mib"] for s in fl + nl]
         peak = max(peaks) if peaks else None
-        noop = ratio(middle(nl, "wall_per_target"), middle(ns, "wall_per_target"))
         for name, value, parts, goal, ok, text in (
-                ("cpu_per_target_ratio", cpu, (middle(fl, "cpu_per_target"), middle(fs, "cpu_per_target")),
-                 GOAL_CPU, cpu is not None and cpu <= GOAL_CPU,
+                ("cpu_per_target_ratio", cpu, cpu_parts, GOAL_CPU, cpu is not None and cpu <= GOAL_CPU,
                  "CPU s per target, N=%d / N=%d (fresh)" % (large, small)),
-                ("store_bytes_per_target_ratio", data,
-                 (middle(fl, "store_bytes_per_target"), middle(fs, "store_bytes_per_target")), GOAL_BYTES, data is not None and data <= GOAL_BYTES,
+                ("store_bytes_per_target_ratio", data, data_parts, GOAL_BYTES, data is not None and data <= GOAL_BYTES,
                  "job-store bytes per target, N=%d / N=%d (fresh)" % (large, small)),
                 ("peak_pss_mib", peak, None, GOAL_MEMORY_MIB, peak is not None and peak < GOAL_MEMORY_MIB,
                  "peak controller PSS at N=%d, MiB" % large),
-                ("noop_wall_per_target_ratio", noop, (middle(nl, "wall_per_target"), middle(ns, "wall_per_target")),
-                 GOAL_NOOP, noop is not None and noop <= GOAL_NOOP,
+                ("noop_wall_per_target_ratio", noop, noop_parts, GOAL_NOOP, noop is not None and noop <= GOAL_NOOP,
                  "no-op wall per target, N=%d / N=%d, %d targets deployed" % (
                      large, small, ns[0].get("deployed", small) if ns else small) + (
                      " (medians of %d and %d)" % (len(nl), len(ns)) if len(nl) > 1 or len(ns) > 1 else ""))):
