@@ -129,6 +129,34 @@ pid_running() {
   tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -F -- "$needle" >/dev/null
 }
 
+# spawn PIDFILE NEEDLE LOGFILE CMD...: start CMD in its own session, its output appended to LOGFILE, record its
+# pid, and return once its command line shows NEEDLE or it has exited. Until the background child has exec'd,
+# its /proc cmdline is this script's (or empty mid-exec), and pid_running would call a live start "not running".
+spawn() {
+  local pidfile=$1 needle=$2 logf=$3 pid i
+  shift 3
+  setsid nohup "$@" >>"$logf" 2>&1 </dev/null 9>&- &
+  pid=$!
+  echo "$pid" >"$pidfile"
+  for ((i = 0; i < 600; i++)); do
+    kill -0 "$pid" 2>/dev/null || return 0
+    pid_running "$pidfile" "$needle" && return 0
+    sleep 0.05
+  done
+  die "pid $pid (${1##*/}) did not exec within 30 s"
+}
+
+# wait_failed NAME PIDFILE NEEDLE LOGFILE WHAT: the last lines of LOGFILE, then die saying whether the process
+# exited or still runs without answering WHAT.
+wait_failed() {
+  local name=$1 pidfile=$2 needle=$3 logf=$4 what=$5
+  tail -n 10 "$logf" >&2 || true
+  if pid_running "$pidfile" "$needle"; then
+    die "$name (pid $(<"$pidfile")) runs but $what (log $logf)"
+  fi
+  die "$name exited before it answered: $what (log $logf)"
+}
+
 # stop_pid PIDFILE NEEDLE [TIMEOUT]: TERM (then KILL) the recorded process, remove the pid file.
 stop_pid() {
   local pidfile=$1 needle=$2 timeout=${3:-10} pid i
@@ -245,8 +273,7 @@ ensure_engine() {
     fi
     if ! [[ -f /var/run/docker.pid ]]; then
       log "starting dockerd (log $DOCKERD_LOG)"
-      setsid nohup dockerd >>"$DOCKERD_LOG" 2>&1 </dev/null 9>&- &
-      echo $! >"$DOCKERD_PIDFILE"
+      spawn "$DOCKERD_PIDFILE" dockerd "$DOCKERD_LOG" dockerd
     fi
     local i
     for ((i = 0; i < 180; i++)); do
@@ -359,18 +386,18 @@ ensure_token_service() {
   if ! pid_running "$pidfile" tokenserver.py; then
     [[ "$(labtool status "http://$TOKEN_SERVICE_ADDR/token")" == 000 ]] \
       || die "token service: $TOKEN_SERVICE_ADDR already answers but not from a process this lab started; stop it first"
-    setsid nohup "$VENV/bin/python" "$LAB_SRC/tokenserver.py" serve "$TOKEN_SERVICE_ADDR" "$dir" "$AUTH_SECRET" \
-      "$TOKEN_SERVICE" "$TOKEN_ISSUER" >>"$logf" 2>&1 </dev/null 9>&- &
-    echo $! >"$pidfile"
+    spawn "$pidfile" tokenserver.py "$logf" "$VENV/bin/python" "$LAB_SRC/tokenserver.py" serve "$TOKEN_SERVICE_ADDR" \
+      "$dir" "$AUTH_SECRET" "$TOKEN_SERVICE" "$TOKEN_ISSUER"
     log "token service: started on $TOKEN_SERVICE_ADDR (pid $(<"$pidfile"))"
   fi
   local i
   # generous: make test sets the lab up while sanity keeps both cores busy
   for ((i = 0; i < 300; i++)); do
     [[ "$(labtool status "http://$TOKEN_SERVICE_ADDR/token")" == 200 ]] && return 0
+    pid_running "$pidfile" tokenserver.py || break
     sleep 0.1
   done
-  die "token service on $TOKEN_SERVICE_ADDR does not answer (log $logf)"
+  wait_failed "token service" "$pidfile" tokenserver.py "$logf" "http://$TOKEN_SERVICE_ADDR/token does not answer 200"
 }
 
 # ensure_py_service NAME PROBE_URL WANT_REGEX SCRIPT ARG...: run the venv's python SCRIPT ARG... in the
@@ -389,8 +416,7 @@ ensure_py_service() {
   if ! pid_running "$pidfile" "$script"; then
     [[ "$(labtool status "$url")" == 000 ]] \
       || die "$name: $url already answers but not from a process this lab started; stop it first"
-    setsid nohup "$VENV/bin/python" "$@" >>"$logf" 2>&1 </dev/null 9>&- &
-    echo $! >"$pidfile"
+    spawn "$pidfile" "$script" "$logf" "$VENV/bin/python" "$@"
     echo "$sum" >"$sumf"
     log "$name: started (pid $(<"$pidfile"), log $logf)"
   fi
@@ -401,8 +427,7 @@ ensure_py_service() {
     pid_running "$pidfile" "$script" || break
     sleep 0.1
   done
-  tail -n 10 "$logf" >&2 || true
-  die "$name: $url does not answer (got HTTP $st, log $logf)"
+  wait_failed "$name" "$pidfile" "$script" "$logf" "$url does not answer $want (got HTTP $st)"
 }
 
 # The Docker-Hub-like registry (token service with --anonymous-pull, its own service name), the fault front
@@ -433,8 +458,7 @@ start_registry() {
     local st
     st=$(labtool status "http://$addr/v2/")
     [[ "$st" == 000 ]] || die "registry $name: $addr already answers (HTTP $st) but not from a process this lab started; stop it first"
-    setsid nohup docker-registry serve "$cfg" >>"$logf" 2>&1 </dev/null 9>&- &
-    echo $! >"$pidfile"
+    spawn "$pidfile" "$cfg" "$logf" docker-registry serve "$cfg"
     log "registry $name: started on $addr (pid $(<"$pidfile"), log $logf)"
   fi
   local i st=000
@@ -444,10 +468,8 @@ start_registry() {
     pid_running "$pidfile" "$cfg" || break
     sleep 0.1
   done
-  if ! [[ "$st" =~ $want ]]; then
-    tail -n 10 "$logf" >&2 || true
-    die "registry $name on $addr does not answer GET /v2/ (got HTTP $st)"
-  fi
+  [[ "$st" =~ $want ]] || wait_failed "registry $name" "$pidfile" "$cfg" "$logf" \
+    "GET http://$addr/v2/ does not answer $want (got HTTP $st)"
 }
 
 ensure_registries() {
@@ -1150,4 +1172,7 @@ main() {
   esac
 }
 
-main "$@"
+# Sourced (tests), it only defines its functions.
+if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
+  main "$@"
+fi
