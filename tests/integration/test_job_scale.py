@@ -21,6 +21,7 @@ Fails (never skips) when the lab is not running: run ``make lab`` first.
 from __future__ import annotations
 
 import json
+import re
 import os
 
 import pytest
@@ -65,6 +66,46 @@ def assert_reverse_batch_order(rollback_batches, done, rollback_order, deployed_
     assert seen == [set(deployed_batches[1]), set(deployed_batches[0])], seen
 
 
+# The facts a job run can leave on a host, and what the job playbook is run inside to read them after it.
+JOB_FACTS = ("stella_job_start", "stella_job_run", "stella_job_ssh", "stella_job_ssh_args", "stella_job_targets",
+             "stella_job_target", "stella_job_finish", "stella_job_closed", "stella_job_rollback")
+HELD_BY_HOSTS = """
+- name: The job
+  ansible.builtin.import_playbook: stellaops.runtime.job
+
+- name: What each host holds of the job after it
+  hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Write it
+      ansible.builtin.copy:
+        dest: %(dest)s
+        mode: "0600"
+        content: >-
+          {{ {'localhost': {'stella_job_start': stella_job_start | default('(not set)'), 'stella_job_run': stella_job_run},
+              'targets': dict(stella_job_run.targetOrder | zip(stella_job_run.targetOrder | map('extract', hostvars)
+                | map('stella_held', %(names)s)))} | to_json }}
+"""
+
+
+def held_by_hosts_playbook(tmp_path):
+    """A playbook that runs the job, then writes ``held.json``: per target, which of :data:`JOB_FACTS` it holds
+    as its own (set on it, not an inventory or extra variable) and whose plan its ``stella_job_target`` is."""
+    plugins = tmp_path / "filter_plugins"
+    plugins.mkdir(exist_ok=True)
+    (plugins / "held.py").write_text(
+        "def held(hostvars, names):\n"
+        "    own = {n: hostvars[n] for n in names if n in hostvars}\n"
+        "    plan = own.get('stella_job_target') or {}\n"
+        "    return {'job': sorted(own), 'planFor': (plan.get('target') or {}).get('name')}\n\n\n"
+        "class FilterModule:\n"
+        "    def filters(self):\n"
+        "        return {'stella_held': held}\n")
+    path = tmp_path / "job_held.yml"
+    path.write_text(HELD_BY_HOSTS % {"dest": tmp_path / "held.json", "names": json.dumps(list(JOB_FACTS))})
+    return str(path)
+
+
 def test_twenty_thin_targets_rolling_failure_in_batch_two_skips_the_rest_and_rolls_back_in_reverse(
         lab, thin_fleet, tmp_path):  # pylint: disable=redefined-outer-name
     fj = thinkit.ThinFleetJob(lab, thin_fleet, tmp_path, "scale", labkit.free_port())
@@ -74,10 +115,22 @@ def test_twenty_thin_targets_rolling_failure_in_batch_two_skips_the_rest_and_rol
     failing = planned[1][0]
     assert len({t["address"] for t in thin_fleet}) == len({t["hostname"] for t in thin_fleet}) == COUNT
     try:
-        # ---- v1 on the ten targets of batches 1 and 2: two batches of five
+        # ---- v1 on the ten targets of batches 1 and 2: two batches of five; after the job, what each host
+        # holds of it (held_by_hosts)
         v1 = fj.run(fj.release(strategy_config={"batchSize": BATCH}),
-                    extra=dict(ENGINE_GATE, stella_hosts=",".join(changed)))
+                    extra=dict(ENGINE_GATE, stella_hosts=",".join(changed)),
+                    playbook=held_by_hosts_playbook(tmp_path))
         assert v1.rc == 0, v1.output[-4000:]
+        held = json.loads((tmp_path / "held.json").read_text())
+        # no target holds the job's plan, its summary or another target's plan: only its own plan (and the
+        # SSH arguments of its own connection)
+        assert sorted(held["targets"]) == sorted(changed), held["targets"]
+        for name, facts in held["targets"].items():
+            assert facts == {"job": ["stella_job_ssh_args", "stella_job_target"], "planFor": name}, (name, facts)
+        # localhost keeps the job's summary, not the plans it handed out
+        assert held["localhost"]["stella_job_start"] is None
+        assert "plans" not in held["localhost"]["stella_job_run"]
+        assert held["localhost"]["stella_job_run"]["targetOrder"] == changed
         rec1 = fj.job(v1.job_id)
         assert rec1["status"] == "Succeeded", rec1["reason"]
         assert rec1["batches"] == planned[:2] and sorted(rec1["targets"]) == sorted(changed)
@@ -208,6 +261,36 @@ def test_the_job_keeps_its_ssh_connections_for_its_length_unless_the_operator_ch
         assert all("ControlPersist=118s" in line for line in raw_check_commands(second.output, default["address"]))
         left = control_sockets(cp)
         assert len(left) == 2 and all(thinkit.ssh_master_alive(s) for s in left), left
+    finally:
+        for socket in control_sockets(cp):
+            thinkit.ssh_master_exit(socket)
+        fj.cleanup()
+
+
+def test_a_job_whose_planning_fails_records_nothing_closes_its_connections_and_says_why(
+        lab, thin_fleet, tmp_path):  # pylint: disable=redefined-outer-name
+    """An image tag that does not resolve fails the planning: no job is recorded and no target is touched,
+    the SSH masters the readiness check opened for the job are closed, and the job's outcome carries the
+    planning task's own code and reason."""
+    pair = thin_fleet[-2:]
+    fj = thinkit.ThinFleetJob(lab, pair, tmp_path, "scale-plan", labkit.free_port())
+    release = fj.release(strategy_config={"batchSize": 2})
+    missing = fj.refs["app_v1"].rsplit(":", 1)[0] + ":no-such-tag-" + os.urandom(4).hex()
+    release["components"][0]["image"] = missing
+    cp = tmp_path / "cp"
+    try:
+        run = fj.run(release, extra=ENGINE_GATE, env={"ANSIBLE_SSH_CONTROL_PATH_DIR": str(cp)})
+        assert run.rc != 0, run.output[-4000:]
+        assert run.job_ids == [], run.job_ids
+        shown = re.search(r"job \(not planned\) Failed: planning failed: ([a-z_]+): (.+)", run.output)
+        assert shown, run.output[-4000:]
+        assert shown.group(1) not in ("error", "job_not_planned"), shown.group(0)
+        assert missing.rsplit(":", 1)[1] in shown.group(2), shown.group(0)
+        # the readiness check's masters were opened for the job, and the job closed them
+        assert "Close the connection to this target" in run.output
+        assert control_sockets(cp) == [], control_sockets(cp)
+        # nothing of the application on the engine or in the targets' work directories
+        assert thinkit.engine_containers("stella.application", fj.application) == []
     finally:
         for socket in control_sockets(cp):
             thinkit.ssh_master_exit(socket)
