@@ -130,20 +130,23 @@ pid_running() {
 }
 
 # spawn PIDFILE NEEDLE LOGFILE CMD...: start CMD in its own session, its output appended to LOGFILE, record its
-# pid, and return once its command line shows NEEDLE or it has exited. Until the background child has exec'd,
-# its /proc cmdline is this script's (or empty mid-exec), and pid_running would call a live start "not running".
+# pid, and return once CMD itself runs (its command line starts with CMD's first word and shows NEEDLE) or it
+# has exited. The child execs setsid, then nohup, then CMD: each of the first two already shows NEEDLE among
+# its arguments, and during each exec the cmdline reads empty for a moment, so a check made before CMD's own
+# exec would call a live start "not running".
 spawn() {
-  local pidfile=$1 needle=$2 logf=$3 pid i
+  local pidfile=$1 needle=$2 logf=$3 pid i argv0
   shift 3
   setsid nohup "$@" >>"$logf" 2>&1 </dev/null 9>&- &
   pid=$!
   echo "$pid" >"$pidfile"
   for ((i = 0; i < 600; i++)); do
     kill -0 "$pid" 2>/dev/null || return 0
-    pid_running "$pidfile" "$needle" && return 0
+    argv0=$(tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | head -n 1)
+    [[ "$argv0" == "$1" ]] && pid_running "$pidfile" "$needle" && return 0
     sleep 0.05
   done
-  die "pid $pid (${1##*/}) did not exec within 30 s"
+  die "pid $pid ($1) did not exec within 30 s"
 }
 
 # wait_failed NAME PIDFILE NEEDLE LOGFILE WHAT: the last lines of LOGFILE, then die saying whether the process

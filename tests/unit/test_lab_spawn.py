@@ -1,7 +1,8 @@
 """lab/lab.sh's background starts: a process just started is never taken for one that is not running.
 
-Until a background child has exec'd, its /proc cmdline is the script's own (or empty mid-exec); a check by
-command line made in that window called a live registry "not running" and the lab set-up gave up on it.
+Until a background child has exec'd its command, its /proc cmdline is the script's own, setsid's or nohup's
+(or empty, mid-exec); a check by command line made in that window called a live registry "not running" and
+the lab set-up gave up on it.
 """
 
 import pathlib
@@ -19,14 +20,16 @@ def _bash(script, tmp_path):
 
 
 def test_a_spawned_process_is_running_as_soon_as_spawn_returns(tmp_path):
-    # 60 starts, each checked at once, with no delay that would hide the window.
+    # 200 starts, each checked at once (running, and running the command itself rather than setsid or
+    # nohup before it), with no delay that would hide the window.
     # The needle is built at run time: the test's own bash -c text must not contain it.
     res = _bash(
         """
         needle="stella-$((6 * 7))-needle" miss=0
-        for ((n = 0; n < 60; n++)); do
+        for ((n = 0; n < 200; n++)); do
           spawn "$STATE/p.pid" "$needle" "$STATE/p.log" bash -c 'sleep 5; :' "$needle"
-          pid_running "$STATE/p.pid" "$needle" || miss=$((miss + 1))
+          argv0=$(tr '\\0' '\\n' <"/proc/$(<"$STATE/p.pid")/cmdline" | head -n 1)
+          pid_running "$STATE/p.pid" "$needle" && [[ $argv0 == bash ]] || miss=$((miss + 1))
           kill "$(<"$STATE/p.pid")" 2>/dev/null
         done
         echo "miss=$miss"
