@@ -68,7 +68,7 @@ def assert_reverse_batch_order(rollback_batches, done, rollback_order, deployed_
 
 # The facts a job run can leave on a host, and what the job playbook is run inside to read them after it.
 JOB_FACTS = ("stella_job_start", "stella_job_run", "stella_job_ssh", "stella_job_ssh_args", "stella_job_targets",
-             "stella_job_target", "stella_job_finish", "stella_job_closed", "stella_job_rollback")
+             "stella_job_inputs", "stella_job_target", "stella_job_finish", "stella_job_closed", "stella_job_rollback")
 HELD_BY_HOSTS = """
 - name: The job
   ansible.builtin.import_playbook: stellaops.runtime.job
@@ -82,7 +82,8 @@ HELD_BY_HOSTS = """
         dest: %(dest)s
         mode: "0600"
         content: >-
-          {{ {'localhost': {'stella_job_start': stella_job_start | default('(not set)'), 'stella_job_run': stella_job_run},
+          {{ {'localhost': {'stella_job_start': stella_job_start | default('(not set)'), 'stella_job_run': stella_job_run,
+                            'stella_job_inputs': stella_job_inputs | default('(not set)')},
               'targets': dict(stella_job_run.targetOrder | zip(stella_job_run.targetOrder | map('extract', hostvars)
                 | map('stella_held', %(names)s)))} | to_json }}
 """
@@ -127,8 +128,9 @@ def test_twenty_thin_targets_rolling_failure_in_batch_two_skips_the_rest_and_rol
         assert sorted(held["targets"]) == sorted(changed), held["targets"]
         for name, facts in held["targets"].items():
             assert facts == {"job": ["stella_job_ssh_args", "stella_job_target"], "planFor": name}, (name, facts)
-        # localhost keeps the job's summary, not the plans it handed out
+        # localhost keeps the job's summary, not the plans it handed out nor the inputs it planned from
         assert held["localhost"]["stella_job_start"] is None
+        assert held["localhost"]["stella_job_inputs"] is None
         assert "plans" not in held["localhost"]["stella_job_run"]
         assert held["localhost"]["stella_job_run"]["targetOrder"] == changed
         rec1 = fj.job(v1.job_id)
