@@ -119,14 +119,16 @@ compose_binary() {
 
 sha256_of() { sha256sum "$@" | sha256sum | cut -c1-64; }
 
-# pid_running PIDFILE NEEDLE: the pid in PIDFILE is alive and its command line contains NEEDLE.
+# pid_running PIDFILE NEEDLE [ARGV0]: the pid in PIDFILE is alive, its command line contains NEEDLE and, when
+# ARGV0 is given, starts with that word.
 pid_running() {
-  local pidfile=$1 needle=$2 pid
+  local pidfile=$1 needle=$2 argv0=${3-} pid cmdline
   [[ -s "$pidfile" ]] || return 1
   pid=$(<"$pidfile")
   [[ "$pid" =~ ^[0-9]+$ ]] || return 1
   kill -0 "$pid" 2>/dev/null || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -F -- "$needle" >/dev/null
+  cmdline=$(tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null) || return 1
+  [[ -z "$argv0" || "${cmdline%%$'\n'*}" == "$argv0" ]] && [[ "$cmdline" == *"$needle"* ]]
 }
 
 # spawn PIDFILE NEEDLE LOGFILE CMD...: start CMD in its own session, its output appended to LOGFILE, record its
@@ -135,15 +137,14 @@ pid_running() {
 # its arguments, and during each exec the cmdline reads empty for a moment, so a check made before CMD's own
 # exec would call a live start "not running".
 spawn() {
-  local pidfile=$1 needle=$2 logf=$3 pid i argv0
+  local pidfile=$1 needle=$2 logf=$3 pid i
   shift 3
   setsid nohup "$@" >>"$logf" 2>&1 </dev/null 9>&- &
   pid=$!
   echo "$pid" >"$pidfile"
   for ((i = 0; i < 600; i++)); do
     kill -0 "$pid" 2>/dev/null || return 0
-    argv0=$(tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | head -n 1)
-    [[ "$argv0" == "$1" ]] && pid_running "$pidfile" "$needle" && return 0
+    pid_running "$pidfile" "$needle" "$1" && return 0
     sleep 0.05
   done
   die "pid $pid ($1) did not exec within 30 s"
