@@ -48,10 +48,16 @@ def index_rows():
     return rows
 
 
+# A code printed at the start of a ``stella`` command's error line: ``stella report: report_write_failed: ...``.
+PRINTED_RE = re.compile(r"^stella( [a-z-]+)?: (?P<code>[a-z][a-z0-9]*(_[a-z0-9]+)+): ")
+
+
 def raised_codes():
-    """Every code string the collection's Python raises or returns: the first argument of ``StellaError``,
-    a ``code=`` keyword, a ``"code":`` dict value, directly or through a module-level constant."""
-    constants, trees = {}, []
+    """Every code string the collection's Python raises or returns: the first argument of ``StellaError`` or
+    of any of its subclasses (``ProviderError``, ``TrafficError``, ...), a ``code=`` keyword, a ``"code":``
+    dict value, directly or through a module-level constant, and a code a ``stella`` command prints at the
+    start of its error line."""
+    constants, trees, bases = {}, [], {}
     for path in glob.glob(os.path.join(ROOT, "plugins", "**", "*.py"), recursive=True):
         with open(path, encoding="utf-8") as handle:
             tree = ast.parse(handle.read())
@@ -60,6 +66,17 @@ def raised_codes():
             if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
                     and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
                 constants.setdefault(node.targets[0].id, set()).add(node.value.value)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                bases.setdefault(node.name, set()).update(
+                    base.id if isinstance(base, ast.Name) else base.attr for base in node.bases
+                    if isinstance(base, (ast.Name, ast.Attribute)))
+    errors = {"StellaError"}
+    while True:
+        more = {name for name, parents in bases.items() if parents & errors} - errors
+        if not more:
+            break
+        errors |= more
 
     def values(node):
         if isinstance(node, ast.Constant):
@@ -78,9 +95,13 @@ def raised_codes():
         for node in ast.walk(tree):
             candidates = []
             if isinstance(node, ast.Call):
-                if isinstance(node.func, ast.Name) and node.func.id == "StellaError" and node.args:
+                func = node.func.id if isinstance(node.func, ast.Name) else \
+                    node.func.attr if isinstance(node.func, ast.Attribute) else None
+                if func in errors and node.args:
                     candidates += values(node.args[0])
                 candidates += [v for kw in node.keywords if kw.arg == "code" for v in values(kw.value)]
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and PRINTED_RE.match(node.value):
+                candidates.append(PRINTED_RE.match(node.value).group("code"))
             elif isinstance(node, ast.Dict):
                 candidates += [v for key, value in zip(node.keys, node.values)
                                if isinstance(key, ast.Constant) and key.value == "code" for v in values(value)]
@@ -95,6 +116,21 @@ def test_every_code_the_collection_raises_has_its_entry():
     assert len(found) > 80  # the scan sees the codes (it would pass on nothing otherwise)
     missing = {code: path for code, path in found.items() if code not in CODES}
     assert not missing, "add these codes to plugins/module_utils/contract/hints.py CODES and docs/faults.md: %s" % missing
+    # the scan follows subclasses of StellaError and the codes a stella command prints
+    for code in ("compose_protocol", "image_stream_truncated", "invalid_arguments", "invalid_option",
+                 "report_write_failed", "traffic_adapter_failed"):
+        assert code in found, code
+
+
+def test_every_code_the_collection_raises_has_a_hint_and_a_line_in_the_index():
+    """A code the collection raises tells the operator what to do next (``None`` only for the Compose
+    provider's one-word answers, which are the answer itself), and docs/faults.md indexes it."""
+    indexed = {ROW_RE.match(row).group("code") for row in index_rows() if ROW_RE.match(row)}
+    found = raised_codes()
+    no_hint = sorted(code for code in found if next_step(code) is None and code not in ONE_WORD_CODES)
+    assert not no_hint, "give these codes a next hint in plugins/module_utils/contract/hints.py: %s" % no_hint
+    not_indexed = sorted(code for code in found if code not in indexed)
+    assert not not_indexed, "add these codes to docs/faults.md's index by code: %s" % not_indexed
 
 
 def test_every_code_the_vocabulary_names_has_its_entry():

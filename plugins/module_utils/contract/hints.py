@@ -164,6 +164,16 @@ CODES = {
     "image_inspect_failed": "check the local Docker daemon (docker image ls), then up again",
     "relay_failed": "read the relay's error in the message, then up again",
     "teardown_failed": "check the target's Docker daemon, then down again",
+    "image_stream_truncated": "docker compose pull (or docker compose up --build) again: nothing of the cut stream "
+                              "was loaded",
+    "compose_protocol": "upgrade the Docker Compose plugin: its answer to the provider was not the JSON line "
+                        "expected (docs/provider.md)",
+    "invalid_arguments": "call the provider as Compose does: stella compose --project-name=NAME COMMAND SERVICE "
+                         "(stella compose --help)",
+    "invalid_option": "fix the service's provider.options named in the message in the compose file (docs/provider.md)",
+    # ------------------------------------------------------------------ the stella command
+    "report_write_failed": "give stella report an --output path in a writable directory with free space, or --output -",
+    "version_unknown": "reinstall the collection (docs/install.md): its MANIFEST.json or galaxy.yml has no version",
     # ------------------------------------------------------------------ anything else
     "cancelled": None,
     "unsupported": None,
