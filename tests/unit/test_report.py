@@ -429,3 +429,21 @@ def test_the_documented_command_and_options_exist(tmp_path, capsys):
         rc, _out, err = cli(argv, capsys)
         assert rc == 0, (command, err)
     assert (job_dir / "report.html").exists()
+
+
+def test_stella_report_shows_a_changed_or_garbled_evidence_file_as_corrupt(tmp_path, capsys):
+    """In an evidence directory: a deployment.json that no longer hashes to the SHA-256 of the record, and a
+    rollback-evidence.json that is no JSON document, are shown as corrupt (exit 1), never read as evidence."""
+    record = rolled_back()
+    root, job_dir = write_job_evidence(tmp_path, record)
+    store = store_with(tmp_path, record)
+    changed = record["targets"]["t1"]["evidence"]["deployment.json"]["path"]
+    with open(changed, "w", encoding="utf-8") as handle:
+        json.dump(dict(deployment("t1"), containers=[{"service": "web", "imageDigest": h("tampered")}]), handle)
+    (job_dir / "rollback-evidence.json").write_text("<not JSON>")
+    rc, out, err = cli([record["jobId"], "--store", store, "--evidence-dir", str(root)], capsys)
+    assert rc == 1 and out == "report: %s\n" % (job_dir / "report.html")
+    assert err.startswith("stella report: evidence_corrupt: ") and err.count("\n") == 1, err
+    assert changed in err and str(job_dir / "rollback-evidence.json") in err
+    page = (job_dir / "report.html").read_text()
+    assert h("tampered") not in page and 'id="corrupt"' in page and page.count(">corrupt</span>") == 2

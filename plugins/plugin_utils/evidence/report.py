@@ -9,7 +9,9 @@ job's ``release.rollback.evidence.v1`` and each target's ``deployment.json``) in
 inline CSS only, no script and no external address; every value is escaped, links are relative, and
 values under secret-bearing keys (``secretEnv``, registry credentials, passwords, tokens, headers) are
 never shown: they are collected first and masked wherever they would appear. :func:`load_evidence` and
-:func:`write_report` read the job's evidence directory and write ``report.html`` beside ``job.json``.
+:func:`write_report` read the job's evidence directory and write ``report.html`` beside ``job.json``. An
+evidence document that does not hash to the SHA-256 recorded with it, or is no JSON document, is shown as
+corrupt and its contents are never used (``evidence_corrupt``).
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ import jinja2
 import markupsafe
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.canonical import sha256_bytes
-from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import redact_text, redact_url
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError, redact_text, \
+    redact_url
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import job_evidence_dir
 from ansible_collections.stellaops.runtime.plugins.module_utils.host.files import atomic_write
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.view import job_evidence, rollback_evidence as \
@@ -44,6 +47,7 @@ BADGES = {"succeeded": "ok", "passed": "ok", "shifted": "ok", "restored": "ok", 
 SECRET_KEYS = ("secretenv", "registrycredentials", "registry_credentials", "credentials", "password", "passwd",
                "token", "secret", "headers", "authorization", "apikey", "api_key", "privatekey", "private_key")
 MASK = "********"
+CORRUPT = "evidence_corrupt"
 ARTIFACT_KEYS = ("manifestHash", "composeLockHash", "versionStickerHash", "applyManifestHash", "currentDigest")
 PHASE_COLOURS = {"ok": "#2da44e", "bad": "#cf222e", "muted": "#afb8c1", "warn": "#d97706", "info": "#218bff"}
 
@@ -182,11 +186,17 @@ def _hashes(target, deployment):
     return rows
 
 
-def _target_view(record, name, deployment, base):
+def _corrupt(entry, corrupt):
+    """Whether the evidence file ``entry`` (``{"path", "document", "corrupt"}``) failed its check."""
+    return bool(entry.get("corrupt") or any(entry.get(k) and entry[k] in corrupt for k in ("path", "document")))
+
+
+def _target_view(record, name, deployment, base, corrupt):
     target = record["targets"][name]
     probe = ((deployment or {}).get("health") or {}).get("probe") or {}
     files = [{"name": file_name, "sha256": entry.get("sha256"), "path": entry.get("path"),
-              "href": _href(entry.get("path"), base) or _document_href(entry.get("document"), record["jobId"])}
+              "href": _href(entry.get("path"), base) or _document_href(entry.get("document"), record["jobId"]),
+              "corrupt": _corrupt(entry, corrupt)}
              for file_name, entry in sorted((target.get("evidence") or {}).items())]
     rollback = target.get("rollback") or {}
     verify = next((p.get("status") for p in target.get("phases") or [] if p.get("name") == "verify"), None)
@@ -230,7 +240,7 @@ def _rollback_view(record, evidence):
     return view
 
 
-def _view(record, evidence_files, rollback, deployments, base):
+def _view(record, evidence_files, rollback, deployments, base, corrupt):
     release = record.get("release") or {}
     gates = {g.get("batch"): g for g in record.get("gates") or []}
     batches = []
@@ -246,10 +256,11 @@ def _view(record, evidence_files, rollback, deployments, base):
     if back:
         traffic.append(dict(_traffic(back.get("evidence"), "strategy.traffic.rollback."), batch="rollback",
                             at=back.get("at"), failure=back.get("failure")))
-    targets = [_target_view(record, name, (deployments or {}).get(name), base)
+    targets = [_target_view(record, name, (deployments or {}).get(name), base, corrupt)
                for name in record.get("targetOrder") or sorted(record.get("targets") or {})]
     files = [{"name": name, "sha256": entry.get("sha256"), "href": _href(entry.get("path") or name, base) or
-              urllib.parse.quote(name)} for name, entry in sorted((evidence_files or {}).items())]
+              urllib.parse.quote(name), "corrupt": _corrupt(entry, corrupt)}
+             for name, entry in sorted((evidence_files or {}).items())]
     job_hashes = [("job evidenceDigest", job_evidence(record)["evidenceDigest"])]
     if (record.get("scriptGraphProof") or {}).get("proofDigest"):
         job_hashes.append(("scriptGraphProof proofDigest", record["scriptGraphProof"]["proofDigest"]))
@@ -277,7 +288,7 @@ def _view(record, evidence_files, rollback, deployments, base):
         "rollback": _rollback_view(record, rollback), "events": [
             (e.get("kind"), e.get("at"), ", ".join(e.get("targets") or []) or e.get("error")) for e in
             record.get("events") or []], "files": files, "jobHashes": [(k, v) for k, v in job_hashes if v],
-        "colours": STATUS_COLOURS, "phaseColours": PHASE_COLOURS}
+        "corrupt": sorted(corrupt), "colours": STATUS_COLOURS, "phaseColours": PHASE_COLOURS}
 
 
 TEMPLATE = r"""<!DOCTYPE html>
@@ -318,6 +329,8 @@ table.kv th{width:210px}
 {% if v.kind == "rollback" %} (rollback of job {{ v.sourceJob }}){% endif %}
  &middot; promotion {{ v.promotion }}{% if v.code %} &middot; code {{ v.code }}{% endif %}</p>
 {% if v.reason %}<p class="reason">{{ v.reason }}</p>{% endif %}
+{% if v.corrupt %}<p class="reason" id="corrupt">Corrupt evidence (it does not hash to the SHA-256 recorded with it,
+or is no JSON document; nothing of it is shown): {{ v.corrupt|join(", ") }}</p>{% endif %}
 {% if v.rollback.status or v.rollback.proof %}<p>Rollback {{ v.rollback.status or "not finished" }}
 {% if v.rollback.proof %} &middot; proofStatus {{ v.rollback.proof.proofStatus }}
  &middot; orderProofStatus {{ v.rollback.proof.orderProofStatus }}{% endif %}</p>{% endif %}
@@ -411,10 +424,12 @@ table.kv th{width:210px}
 </table></section>
 
 <section id="evidence"><h2>Evidence files</h2><table><tr><th>File</th><th>SHA-256</th></tr>
-{% for f in v.files %}<tr><td><a href="{{ f.href }}">{{ f.name }}</a></td><td class="mono">{{ f.sha256 }}</td></tr>
+{% for f in v.files %}<tr><td><a href="{{ f.href }}">{{ f.name }}</a>{% if f.corrupt %} {{ badge("corrupt", "bad") }}
+{% endif %}</td><td class="mono">{{ f.sha256 }}</td></tr>
 {% endfor %}
 {% for t in v.targets %}{% for f in t.files %}<tr><td>{% if f.href %}<a href="{{ f.href }}">{{ t.name }}: {{ f.name }}</a>
-{% else %}{{ t.name }}: {{ f.name }} <span class="note mono">{{ f.path }}</span>{% endif %}</td>
+{% else %}{{ t.name }}: {{ f.name }} <span class="note mono">{{ f.path }}</span>{% endif %}
+{% if f.corrupt %} {{ badge("corrupt", "bad") }}{% endif %}</td>
 <td class="mono">{{ f.sha256 }}</td></tr>{% endfor %}{% endfor %}
 </table>{% if not v.files %}
 <p class="note">The job's own evidence files were not given (stella report --evidence-dir DIR links them).</p>
@@ -423,12 +438,13 @@ table.kv th{width:210px}
 """
 
 
-def render_report(record, evidence_files=None, rollback_evidence=None, deployments=None, base=None):
+def render_report(record, evidence_files=None, rollback_evidence=None, deployments=None, base=None, corrupt=()):
     """The report page (str) of ``record``. ``evidence_files``: ``{name: {"path", "sha256"}}`` of the job's
     evidence (``job.json``, ``rollback-evidence.json``); ``rollback_evidence``: the parsed
     ``rollback-evidence.json`` (else derived from the record when its rollback ran); ``deployments``:
     ``{target: deployment.json}`` for probe details and lock / sticker hashes; ``base``: the directory
-    the page will live in, so every link is relative to it. Pure."""
+    the page will live in, so every link is relative to it; ``corrupt``: the paths or store names of
+    evidence documents that failed their check (shown as corrupt; their contents are not given). Pure."""
     if rollback_evidence is None:
         rollback_evidence = _rollback_evidence(record)
     secrets = collect_secrets([record, deployments, rollback_evidence])
@@ -441,7 +457,7 @@ def render_report(record, evidence_files=None, rollback_evidence=None, deploymen
         return redact_text(redact_url(value if isinstance(value, str) else str(value)), secrets)
     environment = jinja2.Environment(autoescape=True, finalize=finalize, undefined=jinja2.StrictUndefined,
                                      trim_blocks=True, lstrip_blocks=True)
-    view = _view(record, evidence_files, rollback_evidence, deployments, base)
+    view = _view(record, evidence_files, rollback_evidence, deployments, base, set(corrupt or ()))
     return environment.from_string(TEMPLATE).render(v=view)
 
 
@@ -457,32 +473,56 @@ def _read_json(path):
         return data, None
 
 
-def load_evidence(record, directory):
+def _check(path, data, sha256, corrupt):
+    """The JSON document of the evidence file ``path`` (``data``: its bytes) when it hashes to ``sha256``
+    (``None``: not known) and is JSON, else ``None`` with its ``evidence_corrupt`` error in ``corrupt``."""
+    if sha256 and sha256_bytes(data) != sha256:
+        corrupt[path] = StellaError(CORRUPT, "the evidence file %s does not hash to the SHA-256 recorded with it "
+                                    "(%s)" % (path, sha256))
+        return None
+    try:
+        return json.loads(data)
+    except ValueError:
+        corrupt[path] = StellaError(CORRUPT, "the evidence file %s is no JSON document" % path)
+        return None
+
+
+def load_evidence(record, directory, recorded=None, corrupt=None):
     """``(evidence_files, rollback evidence, deployments)`` read from the job's evidence ``directory``
-    (``<evidence_dir>/jobs/<jobId>``; ``None``: none) and each target's ``deployment.json`` the record names."""
-    files, rollback = {}, None
+    (``<evidence_dir>/jobs/<jobId>``; ``None``: none) and each target's ``deployment.json`` the record names.
+    Each file is checked against the SHA-256 recorded with it (a ``deployment.json``'s in the record, the
+    job's own files' in ``recorded``, ``{file name: sha256}``, when known) and must be JSON: one that is not
+    is never read as evidence, its entry gets ``"corrupt": True`` and its ``evidence_corrupt`` error is added
+    to ``corrupt`` (``{path: error}``) when given."""
+    files, rollback, corrupt = {}, None, {} if corrupt is None else corrupt
     for name in JOB_FILES if directory else ():
         path = os.path.join(directory, name)
-        data, document = _read_json(path)
+        data, _document = _read_json(path)
         if data is not None:
             files[name] = {"path": path, "sha256": sha256_bytes(data)}
-            if name == "rollback-evidence.json":
+            document = _check(path, data, (recorded or {}).get(name), corrupt)
+            if path in corrupt:
+                files[name]["corrupt"] = True
+            elif name == ROLLBACK_EVIDENCE_FILE:
                 rollback = document
     deployments = {}
     for name, target in (record.get("targets") or {}).items():
         entry = (target.get("evidence") or {}).get("deployment.json") or {}
-        _data, document = _read_json(entry["path"]) if entry.get("path") else (None, None)
+        data, _document = _read_json(entry["path"]) if entry.get("path") else (None, None)
+        document = None if data is None else _check(entry["path"], data, entry.get("sha256"), corrupt)
         if isinstance(document, dict):
             deployments[name] = document
     return files, rollback, deployments
 
 
-def write_report(record, directory):
+def write_report(record, directory, recorded=None, corrupt=None):
     """Write ``<directory>/report.html`` atomically (``directory``: the job's evidence directory, where
-    ``job.json`` is); returns ``{"path", "sha256"}``."""
+    ``job.json`` is); returns ``{"path", "sha256"}``. ``recorded``, ``corrupt``: as :func:`load_evidence`'s."""
     os.makedirs(directory, mode=0o750, exist_ok=True)
-    files, rollback, deployments = load_evidence(record, directory)
-    data = render_report(record, files, rollback, deployments, base=os.path.abspath(directory)).encode("utf-8")
+    corrupt = {} if corrupt is None else corrupt
+    files, rollback, deployments = load_evidence(record, directory, recorded, corrupt)
+    data = render_report(record, files, rollback, deployments, base=os.path.abspath(directory),
+                         corrupt=corrupt).encode("utf-8")
     path = os.path.join(directory, REPORT_FILE)
     atomic_write(path, data, mode=0o640)
     return {"path": path, "sha256": sha256_bytes(data)}

@@ -33,23 +33,52 @@ def evidence_path(root, path):
     return posixpath.relpath(path, root) if root else posixpath.normpath(path)
 
 
-def stored_evidence(store, record):
+EVIDENCE_CORRUPT = "evidence_corrupt"
+
+
+def checked_document(store, job_id, name, index):
+    """The parsed JSON document ``name`` of job ``job_id`` once its bytes hash to the SHA-256 ``index``
+    (``document_index``) recorded with it; ``evidence_corrupt`` when they do not or are no JSON document
+    (its contents are never returned then)."""
+    data = store.document(job_id, name)
+    if data is None or sha256_bytes(data) != index[name]["sha256"]:
+        raise StellaError(EVIDENCE_CORRUPT, "the job store's document %s of job %s does not hash to the SHA-256 "
+                          "recorded with it" % (name, job_id))
+    try:
+        return json.loads(data)
+    except ValueError:
+        raise StellaError(EVIDENCE_CORRUPT, "the job store's document %s of job %s is no JSON document"
+                          % (name, job_id)) from None
+
+
+def stored_evidence(store, record, corrupt=None):
     """``(evidence_files, deployments)`` of ``record`` from the job store: the job's own documents
     (``job.json``, ``rollback-evidence.json``: ``{name: {"sha256", "document"}}``) and each target's
-    ``deployment.json`` its record names (``{target: document}``)."""
+    ``deployment.json`` its record names (``{target: document}``). Every document is checked
+    (:func:`checked_document`): one that fails is left out of ``deployments``, its file entry gets
+    ``"corrupt": True``, and its ``evidence_corrupt`` error is added to ``corrupt`` (``{document: error}``)
+    when given."""
     index = store.document_index(record["jobId"])
     directory = job_evidence_dir("", record["jobId"])
+    problems = {} if corrupt is None else corrupt
     files = {}
     for name in (JOB_EVIDENCE_FILE, ROLLBACK_EVIDENCE_FILE):
         document = posixpath.join(directory, name)
         if document in index:
             files[name] = {"sha256": index[document]["sha256"], "document": document}
+            try:
+                checked_document(store, record["jobId"], document, index)
+            except StellaError as exc:
+                files[name]["corrupt"] = True
+                problems[document] = exc
     deployments = {}
     for name, target in (record.get("targets") or {}).items():
         document = ((target.get("evidence") or {}).get(DEPLOYMENT_EVIDENCE_FILE) or {}).get("document")
-        data = store.document(record["jobId"], document) if document in index else None
-        if data is not None:
-            deployments[name] = json.loads(data)
+        if document in index:
+            try:
+                deployments[name] = checked_document(store, record["jobId"], document, index)
+            except StellaError as exc:
+                problems[document] = exc
     return files, deployments
 
 

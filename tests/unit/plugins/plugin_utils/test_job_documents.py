@@ -221,3 +221,24 @@ def test_no_url_credentials_reach_the_record_or_a_stored_document(tmp_path):
 def test_the_store_name_of_an_evidence_file():
     assert _documents.evidence_path("/ev", "/ev/jobs/job-1/job.json") == "jobs/job-1/job.json"
     assert _documents.evidence_path("", "jobs/job-1/job.json") == "jobs/job-1/job.json"
+
+
+@pytest.mark.parametrize("name,body,rehash", [
+    (DEPLOYMENT, '{"health": {"probe": {"healthProbe.status": "passed", "planted": "tampered-probe"}}}', False),
+    (DEPLOYMENT, "tampered-probe: not JSON", True),
+    ("jobs/job-1/job.json", "tampered-probe", False),
+], ids=["deployment-changed", "deployment-not-json", "job-json-changed"])
+def test_stella_report_shows_a_document_that_fails_its_check_as_corrupt(tmp_path, capsys, name, body, rehash):
+    """A stored document that no longer hashes to its SHA-256 (or is no JSON document) is shown as corrupt with
+    a non-zero exit, never its contents; no traceback."""
+    location = running_job(tmp_path)
+    deploy(location)
+    with sqlite3.connect(location) as db:
+        db.execute("UPDATE job_documents SET body = ? WHERE name = ?", (body, name))
+        if rehash:
+            db.execute("UPDATE job_documents SET sha256 = ? WHERE name = ?",
+                       ("sha256:" + hashlib.sha256(body.encode()).hexdigest(), name))
+    rc, page, err = stella(["report", "job-1", "--store", location], capsys)
+    assert rc == 1 and err.startswith("stella report: evidence_corrupt: ") and err.count("\n") == 1, err
+    assert name in err and "tampered-probe" not in err
+    assert "tampered-probe" not in page and 'id="corrupt"' in page and name in page
