@@ -38,12 +38,16 @@ options:
     default: 120
   claim:
     description:
-      - The claim of the job this work belongs to, C({jobId, generation}). The job store hands out a
-        generation per project that only grows, and the job playbooks pass it.
-      - The project directory keeps the claim it last accepted (C(.stella-claim.json)). Work whose
-        generation is older is refused with C(claim_superseded) before anything changes, so a job whose
-        claim another job took over (its controller was frozen past its claim lease) cannot replace
-        the newer job's release.
+      - The claim of the job this work belongs to, C({jobId, generation, storeId}). The job store
+        (C(storeId)) hands out a generation per project that only grows, and the job playbooks pass it.
+      - The project directory keeps the claim it last accepted and the newest claim of each store
+        (C(.stella-claim.json)). Work whose generation is older than its store's newest is refused with
+        C(claim_superseded) before anything changes, so a job whose claim another job took over (its
+        controller was frozen past its claim lease) cannot replace the newer job's release. A claim of
+        another store takes the project over, returned as C(claimTakeover).
+      - A claim file that is missing or unreadable where a job's sticker runs refuses work of a job that
+        started before the sticker's job (and, with a damaged file, of one not shown newer) with
+        C(claim_lost).
       - Without it, the work is not fenced.
     type: dict
   job_store:

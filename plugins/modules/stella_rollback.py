@@ -105,6 +105,16 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+claimTakeover:
+  description: With O(claim), the claim of another job store this work took the project over from
+    (C({storeId, jobId, generation})); the project's claim file keeps it among its C(takeovers).
+  returned: when a claim of another store was accepted
+  type: dict
+claimFileRecreated:
+  description: With O(claim), the project's claim file was missing or unreadable where a job's sticker runs,
+    and this work, shown newer than the sticker's job (or its own), wrote it again (C({was, stickerJobId})).
+  returned: when the claim file was written again
+  type: dict
 rollbackRestored:
   description: V(true) once the revision runs, is verified, and its sticker is restored.
   returned: always

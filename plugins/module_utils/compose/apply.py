@@ -213,7 +213,7 @@ class ComposeApply(Manager):
             if not early.locked:
                 self._lock(stack, evidence)
             with rec.phase("preflight", record=False):  # under the lock: the claim the project now works for
-                fence(self.layout.project_dir, self.claim)
+                evidence.update(fence(self.layout.project_dir, self.claim))
             killed = _hooks.reap_stale_hooks(self.layout.project_dir)
             if killed:
                 evidence["staleHookPidsKilled"] = killed

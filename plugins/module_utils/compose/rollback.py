@@ -112,7 +112,7 @@ class ComposeRollback(Manager):
             evidence["lockWaitMs"] = int((time.monotonic() - wait_start) * 1000)
             current = _revisions.read_current(layout)
             with rec.phase("resolve_revision"):
-                fence(layout.project_dir, self.claim, accept=not check_mode)
+                evidence.update(fence(layout.project_dir, self.claim, accept=not check_mode))
                 path = _revisions.resolve_revision(layout, request.get("revision_path"), request.get("manifest_hash"))
                 evidence["restoredRevisionPath"] = path
                 record, files = _revisions.load_revision(path, phase="validate_revision")

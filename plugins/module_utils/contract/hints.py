@@ -107,6 +107,8 @@ CODES = {
     "project_busy": "stella show JOB (the job named) to see it; stella interrupt JOB if its run is gone, or wait",
     "claim_superseded": "stella show JOB of the job that holds the project now; re-run only if its release "
                         "should be replaced",
+    "claim_lost": "restore the project's .stella-claim.json from its backup, or run a new job of the project "
+                  "once no older job of it can still be running (docs/job-store.md)",
     "target_unreachable": "check SSH to the target (ansible HOST -m ping), then run the job again",
     "strategy_gate_closed": _SHOW,
     "controller_step_failed": _SHOW,

@@ -169,11 +169,49 @@ UNREACHABLE_CODE = "target_unreachable"
 PROJECT_BUSY = "project_busy"
 # A job whose controller run ended before it finished (recorded Failed; its projects released).
 JOB_INTERRUPTED = "job_interrupted"
-# A job's claim on a target's project (``{"jobId", "generation"}``; the job store hands out a generation
-# per project that only grows): each apply and rollback of a job carries it, and the target refuses work
-# whose generation is older than the one it last accepted for the project, kept in CLAIM_FILE.
+# A job's claim on a target's project (``{"jobId", "generation", "storeId"}``): the job store that holds
+# the job (``storeId``, created with the store) hands out a generation per project that only grows (the
+# last one plus one, or the store's clock in milliseconds when that is higher, so a store restored from
+# a backup never hands one out twice). Each apply and rollback of a job carries it; the target keeps,
+# in CLAIM_FILE, the claim it last accepted and the newest one of each store, and refuses work whose
+# generation is older than its store's newest (CLAIM_SUPERSEDED). A claim of another store takes the
+# project over (recorded on both sides). A claim file that is missing or unreadable where a job's sticker
+# runs refuses work of a job not shown newer than the sticker's (CLAIM_LOST).
 CLAIM_SUPERSEDED = "claim_superseded"
+CLAIM_LOST = "claim_lost"
 CLAIM_FILE = ".stella-claim.json"
+CLAIM_STORES_KEPT = 16  # the stores whose newest claim CLAIM_FILE keeps, most recently accepted first
+
+# ---------------------------------------------------------------------------------------- job ids
+# The job ids that tell their order: one the job store generates (the UTC second it was planned and 8
+# random hex digits) and an AWX or Tower job's (``awx-<id>``, ``tower-<id>``).
+GENERATED_JOB_ID = re.compile(r"^job-(\d{8}T\d{6})-[0-9a-f]{8}$")
+CALLER_JOB_ID = re.compile(r"^(awx|tower)-(\d+)$")
+
+
+def generated_job_id(now, token):
+    """The id of a job planned at the contract timestamp ``now``: ``job-YYYYMMDDTHHMMSS-<token>``."""
+    return "job-%s-%s" % (now[:19].replace("-", "").replace(":", ""), token)
+
+
+def _job_rank(job_id):
+    """``(scheme, rank)`` of a job id whose order is known, else ``None``."""
+    text = job_id if isinstance(job_id, str) else ""
+    generated, caller = GENERATED_JOB_ID.match(text), CALLER_JOB_ID.match(text)
+    if generated:
+        return ("generated", generated.group(1))
+    if caller:
+        return (caller.group(1), int(caller.group(2)))
+    return None
+
+
+def job_is_newer(job_id, than):
+    """``True`` when job ``job_id`` is known to have started after job ``than``, ``False`` when known not
+    to (started before it, or in the same second), ``None`` when their ids cannot tell (pure)."""
+    mine, theirs = _job_rank(job_id), _job_rank(than)
+    if mine is None or theirs is None or mine[0] != theirs[0]:
+        return None
+    return mine[1] > theirs[1]
 # A job step that records the job, asked in check mode: refused, nothing planned, persisted or changed.
 JOB_CHECK_MODE = "job_check_mode_unsupported"
 # Managed runtime installs (stella_runtime_install): where the target keeps its evidence and the copied

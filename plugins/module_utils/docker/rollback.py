@@ -127,7 +127,7 @@ class DockerRollback(Manager):
         with contextlib.nullcontext() if check_mode else project_lock(directory):
             committed = read_bytes(os.path.join(directory, STICKER_FILE))
             with rec.phase("resolve_revision"):
-                fence(directory, self.claim, accept=not check_mode)
+                evidence.update(fence(directory, self.claim, accept=not check_mode))
                 evidence["restoredRevisionPath"] = revision
                 record, sticker = load_revision(revision)
                 running, _digests = sticker_facts(committed)

@@ -227,7 +227,7 @@ class DockerRun(Manager):
             return
         with project_lock(directory):
             with rec.phase("preflight", record=False):  # under the lock: the claim the project now works for
-                fence(directory, self.claim)
+                evidence.update(fence(directory, self.claim))
             killed = _hooks.reap_stale_hooks(directory)
             if killed:
                 evidence["staleHookPidsKilled"] = killed

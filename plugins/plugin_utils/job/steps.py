@@ -19,7 +19,7 @@ import secrets
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError, first_line, redact_text
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
     JOB_CHECK_MODE, JOB_INTERRUPTED, PROJECT_BUSY, ROLLBACK_TASKS,
-    deployment_evidence_dir, job_evidence_dir, keep_revisions_problem, utc_timestamp)
+    deployment_evidence_dir, generated_job_id, job_evidence_dir, keep_revisions_problem, utc_timestamp)
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import sql as _job_store
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.documents import stored_evidence
@@ -187,7 +187,7 @@ class JobSteps:
         job_id, source = (args["job_id"], "job_id") if args["job_id"] else (
             _job.job_id_from(self.vars) if args["caller_job_id"] else (None, None))
         if not job_id:
-            job_id, source = "job-%s-%s" % (now[:19].replace("-", "").replace(":", ""), secrets.token_hex(4)), "generated"
+            job_id, source = generated_job_id(now, secrets.token_hex(4)), "generated"
         inputs, plan = _lazy("release.inputs"), _lazy("job.plan")
         release = inputs.plain(args["release"])
         self.secrets.extend(str(v) for v in (release.get("secretEnv") or {}).values())

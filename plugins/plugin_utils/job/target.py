@@ -160,7 +160,7 @@ def target_facts(apply, files):
     for key in ("versionStickerHash", "composeLockHash", "applyManifestHash", "manifestHash"):
         if apply.get(key) and not apply.get("failed"):
             facts.setdefault("artifacts", {})[key] = apply[key]
-    for key in ("projectName", "targetType", "appliedByJobId"):
+    for key in ("projectName", "targetType", "appliedByJobId", "claimTakeover", "claimFileRecreated"):
         if apply.get(key):
             facts[key] = apply[key]
     if _ran(apply):

@@ -47,6 +47,9 @@ class PostgresCatalogue(_job_schema.Catalogue):
         execute("ALTER TABLE target_health ADD CONSTRAINT %s %s" % (
             _job_schema.HEALTH_CONSTRAINT, _job_schema.HEALTH_CHECK))
 
+    def widen_integer(self, execute, table, column):
+        execute("ALTER TABLE %s ALTER COLUMN %s TYPE BIGINT" % (table, column))
+
 
 class PostgresJobStore(SqlJobStore):
     LOCK = " FOR UPDATE"

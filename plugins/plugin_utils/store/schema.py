@@ -9,7 +9,9 @@ Tables: ``deployment_jobs`` (the typed job, one JSON record per job with its rev
 projection) and ``deployment_projection_history``; ``target_health`` (one contract status per
 target); ``project_claims`` (which unfinished job holds a target's Compose project);
 ``job_leases`` (when the controller run of an unfinished job last renewed its claim lease);
-``claim_generations`` (per project, the last claim generation handed out: it only grows);
+``claim_generations`` (per project, the last claim generation handed out: it only grows, and is at
+least the store's clock in milliseconds when it was handed out); ``store_identity`` (the store's id,
+created with the store: the targets tell claims of different stores apart by it);
 ``job_documents`` (each job's evidence documents, by their path under an evidence directory);
 ``job_targets`` and ``deployment_targets`` (one row per target of a job and of its projection, so
 recording one target writes that target's row, see :mod:`.rows`);
@@ -25,11 +27,13 @@ the few catalogue questions that differ (:class:`Catalogue`).
 from __future__ import annotations
 
 import abc
+import uuid
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import HEALTH_STATUSES
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.rows import split_stored
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
+STORE_ID = "store_id"
 HEALTH_CONSTRAINT = "target_health_status_check"
 HEALTH_CHECK = "CHECK (status IN (%s))" % ", ".join("'%s'" % s for s in HEALTH_STATUSES)
 HEALTH_COLUMNS = (("target_id", "TEXT PRIMARY KEY"), ("target_name", "TEXT"),
@@ -65,7 +69,7 @@ MIGRATIONS = {
         """CREATE TABLE IF NOT EXISTS job_leases (job_id TEXT PRIMARY KEY, renewed_at TEXT NOT NULL)""",
     ),
     4: (
-        """CREATE TABLE IF NOT EXISTS claim_generations (project_key TEXT PRIMARY KEY, generation INTEGER NOT NULL)""",
+        """CREATE TABLE IF NOT EXISTS claim_generations (project_key TEXT PRIMARY KEY, generation BIGINT NOT NULL)""",
     ),
     5: (
         """CREATE TABLE IF NOT EXISTS job_documents (
@@ -82,7 +86,11 @@ MIGRATIONS = {
         lambda execute: split_rows(execute, "deployment_jobs", "job_id", "record", "job_targets"),
         lambda execute: split_rows(execute, "deployments", "deployment_id", "projection", "deployment_targets"),
     ),
+    7: (
+        """CREATE TABLE IF NOT EXISTS store_identity (name TEXT PRIMARY KEY, value TEXT NOT NULL)""",
+    ),
 }
+WIDENED = 7  # from this version on, claim generations are 64-bit (4 to 6 created them 32-bit on PostgreSQL)
 VERSION_TABLE = "CREATE TABLE IF NOT EXISTS stella_schema (name TEXT PRIMARY KEY, version INTEGER NOT NULL)"
 
 
@@ -116,10 +124,28 @@ class Catalogue(abc.ABC):
     def refresh_health_check(self, execute, stale):
         """Replace the ``stale`` constraints with the contract's check, keeping every row."""
 
+    @abc.abstractmethod
+    def widen_integer(self, execute, table, column):
+        """Make ``table.column`` hold 64-bit integers, keeping every row."""
 
-def migrate(execute, catalogue):
+
+def new_store_id():
+    """A new store's id: 16 random hex digits."""
+    return uuid.uuid4().hex[:16]
+
+
+def store_id(execute, new_id=None):
+    """The store's id, created (``new_id`` or :func:`new_store_id`) when the store has none: a new store,
+    or one whose tables were emptied."""
+    execute("INSERT INTO store_identity (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING",
+            (STORE_ID, new_id or new_store_id()))
+    return execute("SELECT value FROM store_identity WHERE name = ?", (STORE_ID,)).fetchone()[0]
+
+
+def migrate(execute, catalogue, new_id=None):
     """Bring the schema to :data:`SCHEMA_VERSION` and the health constraint to the contract's set.
-    Returns what was done (``{"from": v, "to": v, "healthConstraint": "kept"|"created"|"refreshed"}``)."""
+    Returns what was done and the store's id (``{"from": v, "to": v, "healthConstraint":
+    "kept"|"created"|"refreshed", "storeId": id}``)."""
     execute(VERSION_TABLE)
     row = execute("SELECT version FROM stella_schema WHERE name = ?", ("job_store",)).fetchone()
     version = row[0] if row else 0
@@ -130,6 +156,8 @@ def migrate(execute, catalogue):
                     statement(execute)
                 else:
                     execute(statement)
+    if 4 <= version < WIDENED:
+        catalogue.widen_integer(execute, "claim_generations", "generation")
     if row is None:
         execute("INSERT INTO stella_schema (name, version) VALUES (?, ?)", ("job_store", SCHEMA_VERSION))
     elif version < SCHEMA_VERSION:
@@ -146,4 +174,4 @@ def migrate(execute, catalogue):
     for name, _kind in HEALTH_COLUMNS:
         if name not in present:
             execute("ALTER TABLE target_health ADD COLUMN %s TEXT" % name)
-    return {"from": version, "to": SCHEMA_VERSION, "healthConstraint": health}
+    return {"from": version, "to": SCHEMA_VERSION, "healthConstraint": health, "storeId": store_id(execute, new_id)}

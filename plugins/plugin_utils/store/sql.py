@@ -26,6 +26,7 @@ import contextlib
 import json
 import os
 import sqlite3
+import time
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError, redact_url
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import health as _health
@@ -118,6 +119,7 @@ class SqlJobStore(DocumentStore, JobStore):
     """The store over a DB-API connection; subclasses provide :meth:`_transaction` and :meth:`_sql`."""
 
     LOCK = ""  # appended to the SELECT that reads a record for update
+    clock = staticmethod(time.time)  # seconds since the epoch: claim generations are at least its milliseconds
     _meter = None  # what the store writes (store/meter.py), from its first transaction on
     catalogue = None
     errors = (sqlite3.Error,)
@@ -239,15 +241,26 @@ class SqlJobStore(DocumentStore, JobStore):
             self._hand_out_generations(record)
         return held
 
+    @property
+    def store_id(self):
+        """The store's id (schema.store_id): each claim it hands out names it."""
+        return self.migration["storeId"]
+
     def _hand_out_generations(self, record):
-        """Each project the job claimed gets the next claim generation (they only grow, per project, and
-        outlive every job), kept in its target's record as ``claim`` (host/claim.py fences with it)."""
+        """Each project the job claimed gets the next claim generation, kept in its target's record as
+        ``claim`` with the store's id (host/claim.py fences with it). A generation is the last one plus one,
+        or the store's clock in milliseconds when that is higher: they only grow, per project, outlive every
+        job, and a store restored from a backup never hands out one it handed out before."""
+        clock = max(int(self.clock() * 1000), 1)
         for name, key in sorted(project_keys(record).items()):
-            self._execute("INSERT INTO claim_generations (project_key, generation) VALUES (?, 1) ON CONFLICT "
-                          "(project_key) DO UPDATE SET generation = claim_generations.generation + 1", (key,))
+            self._execute("INSERT INTO claim_generations (project_key, generation) VALUES (?, ?) ON CONFLICT "
+                          "(project_key) DO UPDATE SET generation = CASE WHEN claim_generations.generation >= "
+                          "excluded.generation THEN claim_generations.generation + 1 ELSE excluded.generation END",
+                          (key, clock))
             generation = self._execute("SELECT generation FROM claim_generations WHERE project_key = ?",
                                        (key,)).fetchone()[0]
-            record["targets"][name]["claim"] = {"jobId": record["jobId"], "generation": generation, "projectKey": key}
+            record["targets"][name]["claim"] = {"jobId": record["jobId"], "generation": generation, "projectKey": key,
+                                                "storeId": self.store_id}
 
     def standing(self, job_id, project_key):
         """``(job status or None, whether it was recorded interrupted, the project's holder, its latest

@@ -36,6 +36,9 @@ class SqliteCatalogue(_job_schema.Catalogue):
         execute("DROP TABLE target_health")
         execute("ALTER TABLE target_health_new RENAME TO target_health")
 
+    def widen_integer(self, execute, table, column):
+        """Nothing to do: an SQLite INTEGER holds 64 bits."""
+
 
 class SqliteJobStore(SqlJobStore):
     catalogue = SqliteCatalogue()

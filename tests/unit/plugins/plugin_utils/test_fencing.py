@@ -33,18 +33,76 @@ def finish(store, job_id):
 
 
 def test_each_claimed_project_gets_the_next_generation_and_generations_only_grow(store):
+    store.clock = lambda: 1000.0  # generations are at least the store's clock in milliseconds
     first, held = store.create(new("job-1"))
     assert held == {}
-    assert first["targets"]["a"]["claim"] == {"jobId": "job-1", "generation": 1, "projectKey": "id-a|shop"}
-    assert store.get("job-1")["targets"]["b"]["claim"]["generation"] == 1  # persisted with the record
+    assert first["targets"]["a"]["claim"] == {"jobId": "job-1", "generation": 1000000, "projectKey": "id-a|shop",
+                                              "storeId": store.store_id}
+    assert store.get("job-1")["targets"]["b"]["claim"]["generation"] == 1000000  # persisted with the record
     busy, held = store.create(new("job-2", ("a",)))
     assert held == {"a": "job-1"} and "claim" not in busy["targets"]["a"]  # a refused job claims nothing
     finish(store, "job-1")
     third, _held = store.create(new("job-3", ("a",)))
-    assert third["targets"]["a"]["claim"]["generation"] == 2
+    assert third["targets"]["a"]["claim"]["generation"] == 1000001  # the clock did not move: the last one plus one
     finish(store, "job-3")
     fourth, _held = store.create(new("job-4", ("a", "b")))
-    assert [fourth["targets"][n]["claim"]["generation"] for n in ("a", "b")] == [3, 2]  # per project
+    assert [fourth["targets"][n]["claim"]["generation"] for n in ("a", "b")] == [1000002, 1000001]  # per project
+    finish(store, "job-4")
+    store.clock = lambda: 2000.5
+    assert store.create(new("job-5", ("a",)))[0]["targets"]["a"]["claim"]["generation"] == 2000500
+    finish(store, "job-5")
+    store.clock = lambda: 10.0  # a clock set back: generations still only grow
+    assert store.create(new("job-6", ("a",)))[0]["targets"]["a"]["claim"]["generation"] == 2000501
+
+
+def test_a_store_restored_from_a_backup_never_hands_out_a_generation_twice(tmp_path):
+    """The backup keeps the store's id and its old counters; the clock has moved on since it was taken."""
+    location = tmp_path / "jobs.sqlite3"
+    store = _job_store.open_store(str(location))
+    store.clock = lambda: 1000.0
+    finish_claim = store.create(new("job-1", ("a",)))[0]["targets"]["a"]["claim"]
+    finish(store, "job-1")
+    store.close()
+    backup = (tmp_path / "backup.sqlite3")
+    backup.write_bytes(location.read_bytes())
+    store = _job_store.open_store(str(location))
+    store.clock = lambda: 1005.0
+    handed = []
+    for n in (2, 3):
+        handed.append(store.create(new("job-%d" % n, ("a",)))[0]["targets"]["a"]["claim"])
+        finish(store, "job-%d" % n)
+    store.close()
+    for suffix in ("-wal", "-shm"):
+        (tmp_path / ("jobs.sqlite3" + suffix)).unlink(missing_ok=True)
+    location.write_bytes(backup.read_bytes())
+    restored = _job_store.open_store(str(location))
+    try:
+        restored.clock = lambda: 1010.0
+        after = restored.create(new("job-4", ("a",)))[0]["targets"]["a"]["claim"]
+    finally:
+        restored.close()
+    assert [c["generation"] for c in handed] == [1005000, 1005001]
+    assert after["generation"] == 1010000 > max(c["generation"] for c in handed)
+    assert after["storeId"] == finish_claim["storeId"] == handed[0]["storeId"]
+
+
+def test_a_store_has_an_id_of_its_own_kept_with_it(tmp_path):
+    first = _job_store.open_store(str(tmp_path / "one.sqlite3"))
+    second = _job_store.open_store(str(tmp_path / "two.sqlite3"))
+    try:
+        ids = (first.store_id, second.store_id)
+        assert ids[0] != ids[1] and all(len(i) == 16 and int(i, 16) >= 0 for i in ids)
+        first._execute("DELETE FROM store_identity")  # a store whose tables were emptied gets a new id
+    finally:
+        first.close()
+        second.close()
+    again = _job_store.open_store(str(tmp_path / "two.sqlite3"))
+    emptied = _job_store.open_store(str(tmp_path / "one.sqlite3"))
+    try:
+        assert again.store_id == ids[1] and emptied.store_id not in ids
+    finally:
+        again.close()
+        emptied.close()
 
 
 def test_the_caller_s_record_is_left_as_it_was(store):
@@ -57,7 +115,7 @@ def test_the_store_says_whether_a_job_still_holds_its_project(store, tmp_path):
     claim = store.create(new("job-1"))[0]["targets"]["a"]["claim"]
     store.update("job-1", lambda r: _job.start(r, T0))
     location = str(tmp_path / "jobs.sqlite3")
-    assert store.standing("job-1", "id-a|shop") == ("Running", False, "job-1", 1)
+    assert store.standing("job-1", "id-a|shop") == ("Running", False, "job-1", claim["generation"])
     _fencing.check(location, claim)  # it does
     store.update("job-1", lambda r: _job.interrupted(r, T0, "its claim lease expired"))
     with pytest.raises(StellaError) as err:

@@ -239,7 +239,7 @@ def test_a_store_made_before_leases_is_migrated_and_keeps_its_jobs(tmp_path):
     old.close()
     store = _job_store.open_store(str(path))
     try:
-        assert store.migration["from"] == 2 and store.migration["to"] == _job_schema.SCHEMA_VERSION == 6
+        assert store.migration["from"] == 2 and store.migration["to"] == _job_schema.SCHEMA_VERSION == 7
         store.create(pending_job(900))
         store.update("job-1", lambda r: _job.start(r, T0))
         assert store.renew_lease("job-1", T1) == "Running" and store.get("job-1")["leaseRenewedAt"] == T1

@@ -227,7 +227,8 @@ def test_a_schema_5_store_is_split_into_rows_and_reads_back_the_same(tmp_path):
     old.close()
     store = _job_store.open_store(str(path))
     try:
-        assert store.migration == {"from": 5, "to": 6, "healthConstraint": store.migration["healthConstraint"]}
+        assert store.migration == {"from": 5, "to": 7, "healthConstraint": store.migration["healthConstraint"],
+                                   "storeId": store.store_id}
         assert store.get("job-1") == record and list(store.get("job-1")["targets"]) == names(4)
         assert store.projection("job-1") == projection
         assert [n for (n,) in store._read("SELECT name FROM job_targets ORDER BY position")] == names(4)
