@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.schema import STRATEGIES
 
 DEFAULT_BATCH_SIZE = {"rolling": 1, "canary": [1, "100%"], "all-at-once": "100%", "blue-green": "100%",
                       "a-b": "100%"}
@@ -49,8 +50,18 @@ def _check_size(value):
     raise _invalid("must be a positive integer or a percentage such as \"25%%\" (got %r)" % (value,))
 
 
+def check_strategy(strategy):
+    """``strategy`` when it is one of :data:`STRATEGIES`, else ``release_invalid`` naming the field."""
+    if not isinstance(strategy, str) or strategy not in DEFAULT_BATCH_SIZE:
+        raise StellaError("release_invalid", "release input field strategy must be one of %s (got %s)" % (
+            ", ".join(STRATEGIES), "nothing" if strategy in (None, "") else repr(strategy)),
+            phase="plan", evidence={"field": "strategy"})
+    return strategy
+
+
 def batch_size_spec(strategy, strategy_config):
     """The validated size spec (a list of counts or percentages) for ``strategy``; raises release_invalid."""
+    check_strategy(strategy)
     config = strategy_config or {}
     value = config.get("batchSize", DEFAULT_BATCH_SIZE[strategy])
     items = value if isinstance(value, list) else [value]

@@ -138,6 +138,8 @@ RELEASE_SCHEMA = {
                 "deployment.slot": _slot("Alias of slot."),
                 "variantId": _slot("A/B variant id (becomes the slot)."),
                 "activeSlot": _slot("Slot currently serving traffic."),
+                "controlSlot": _slot("Slot that keeps the control traffic and gets it all back on a rollback "
+                                     "(default active)."),
                 # JSON booleans only: a string such as "false" would otherwise read as on
                 "autoRollbackOnFailure": {"type": "boolean", "description": "One automatic rollback (default true)."},
                 "rollbackOnFailure": {"type": "boolean", "description": "Alias of autoRollbackOnFailure."},

@@ -122,3 +122,19 @@ def test_a_docker_host_plan_applies_every_components_payload_and_commits_the_sti
         120, 10, "24.0.0")
     assert plan["inputs"]["rollback"]["task"] == "docker.rollback"
     assert plan["inputs"]["probe"]["wait_for_health_check"] is True
+
+
+@pytest.mark.parametrize("strategy", ["yolo", "", None, 7])
+def test_an_unknown_or_empty_strategy_is_release_invalid_naming_the_field(strategy):
+    release = minimal_release(strategy=strategy)
+    with pytest.raises(StellaError) as info:
+        _job_plan.plan_job(release, hosts(1), resolved_for(release), "job-x")
+    assert info.value.code == "release_invalid" and "release input field strategy" in info.value.reason, info.value
+
+
+@pytest.mark.parametrize("slot", ["Blue", "", "../x", 5])
+def test_a_bad_control_slot_is_release_invalid_like_every_slot(slot):
+    release = minimal_release(strategy="canary", strategyConfig={"controlSlot": slot})
+    with pytest.raises(StellaError) as info:
+        _job_plan.plan_job(release, hosts(1), resolved_for(release), "job-x")
+    assert info.value.code == "release_invalid" and "strategyConfig.controlSlot" in info.value.reason, info.value

@@ -91,6 +91,7 @@ CASES = [
      "strategyConfig.waitForHealthCheck"),
     ("strategy-config-require-adapter-int", ("strategyConfig",), {"requireTrafficAdapter": 0},
      "strategyConfig.requireTrafficAdapter"),
+    ("strategy-config-control-slot", ("strategyConfig",), {"controlSlot": "Blue"}, "strategyConfig.controlSlot"),
     ("tenant-control-char", ("tenant",), "a\nb", "tenant"),
 ]
 
