@@ -80,6 +80,10 @@ def normalize_hook(entry, index=0):
     workdir = entry.get("WorkingDirectory")
     if workdir is not None and (not isinstance(workdir, str) or not workdir):
         raise _invalid(index, "WorkingDirectory must be a non-empty string when given")
+    if workdir is not None and ".." in workdir.split("/"):
+        # the code planning gives the same directory (release input field hooks[].workingDirectory)
+        raise StellaError("release_invalid", "Hooks[%d]: WorkingDirectory %r must not contain .. segments"
+                          % (index, workdir), phase="validate_payload")
     return {
         "Name": entry["Name"],
         "Phase": phase,

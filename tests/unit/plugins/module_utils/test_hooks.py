@@ -183,3 +183,14 @@ def test_a_recycled_pid_is_not_killed(tmp_path):
     finally:
         other.kill()
         other.wait()
+
+
+@pytest.mark.parametrize("workdir", ["/srv/app/../../etc", "/..", "../x", "/srv/app/..", "/srv/./../etc"])
+def test_a_working_directory_with_dot_dot_is_refused_as_planning_refuses_it(workdir):
+    """The target refuses what planning refuses (a task built by hand, or by an older controller), with the
+    code planning gives it."""
+    with pytest.raises(StellaError) as err:
+        _hooks.normalize_hook({"Name": "h", "Phase": "pre-deploy", "Command": "x", "WorkingDirectory": workdir}, 2)
+    assert err.value.code == "release_invalid" and err.value.phase == "validate_payload"
+    assert "Hooks[2]" in err.value.reason and "WorkingDirectory" in err.value.reason and ".." in err.value.reason
+    assert hook(WorkingDirectory="/srv/app..d/x..y")["WorkingDirectory"] == "/srv/app..d/x..y"
