@@ -21,6 +21,8 @@ import abc
 import json
 import os
 import re
+import socket
+import threading
 import time
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.canonical import pretty_json
@@ -257,19 +259,97 @@ class LocalFileAdapter(Adapter):
         return {"statePath": path}
 
 
+class _Deadline:
+    """One webhook exchange's deadline: every socket the exchange opens is registered here and shut down
+    (both ways) when the deadline passes, so a read or write blocked on it returns at once, however
+    the peer paces its bytes (``expire``, run by a timer thread)."""
+
+    def __init__(self, seconds):
+        self.at = time.monotonic() + seconds
+        self.expired = False
+        self._sockets = []
+        self._lock = threading.Lock()
+
+    def remaining(self):
+        return max(self.at - time.monotonic(), 0.001)
+
+    def opened(self, sock):
+        with self._lock:
+            self._sockets.append(sock)
+            expired = self.expired
+        if expired:
+            _shut(sock)
+
+    def expire(self):
+        with self._lock:
+            self.expired = True
+            sockets = list(self._sockets)
+        for sock in sockets:
+            _shut(sock)
+
+
+def _shut(sock):
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass  # already closed, or handed over to the TLS socket that is registered too
+
+
+def _deadline_http_adapter(requests, deadline):
+    """A ``requests`` transport adapter whose connections register their sockets with ``deadline`` and
+    connect, shake hands and send within what is left of it (the TLS handshake and ``sendall`` of
+    Python's sockets are bounded as a whole by the socket's timeout)."""
+    # pylint: disable=import-outside-toplevel
+    from urllib3.connection import HTTPConnection, HTTPSConnection
+    from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+
+    def new_conn(base):
+        class Connection(base):
+            def _new_conn(self):
+                self.timeout = deadline.remaining()
+                sock = super()._new_conn()
+                sock.settimeout(deadline.remaining())
+                deadline.opened(sock)
+                return sock
+
+            def connect(self):
+                super().connect()
+                deadline.opened(self.sock)  # the TLS socket, which took the plain one's place
+        return Connection
+
+    class HTTPPool(HTTPConnectionPool):
+        ConnectionCls = new_conn(HTTPConnection)
+
+    class HTTPSPool(HTTPSConnectionPool):
+        ConnectionCls = new_conn(HTTPSConnection)
+
+    pools = {"http": HTTPPool, "https": HTTPSPool}
+
+    class DeadlineAdapter(requests.adapters.HTTPAdapter):
+        def init_poolmanager(self, *args, **kwargs):
+            super().init_poolmanager(*args, **kwargs)
+            self.poolmanager.pool_classes_by_scheme = dict(pools)
+
+        def proxy_manager_for(self, proxy, **proxy_kwargs):
+            manager = super().proxy_manager_for(proxy, **proxy_kwargs)
+            if not proxy.lower().startswith("socks"):  # a SOCKS proxy's pools speak SOCKS
+                manager.pool_classes_by_scheme = dict(pools)
+            return manager
+
+    return DeadlineAdapter()
+
+
 class WebhookAdapter(Adapter):
     """``webhook``: POSTs each request to ``options.shiftUrl`` / ``options.rollbackUrl`` and fails
     closed on a missing URL, a bad option (:func:`webhook_limits`), a redirect (never followed), an answer
     that takes longer than ``timeoutSeconds`` in all or is larger than ``MAX_ANSWER_BYTES``, an
     unreachable controller, a non-2xx answer or an answer that is not the expected JSON (weights whole
-    numbers equal to those asked). ``options.headers`` (e.g. a bearer token) come from ``no_log`` variables
-    and are never written into evidence."""
+    numbers equal to those asked). ``timeoutSeconds`` bounds the whole exchange: connecting, sending,
+    the status line, the headers and the body (:class:`_Deadline`), however slowly the peer sends them.
+    ``options.headers`` (e.g. a bearer token) come from ``no_log`` variables and are never written into
+    evidence."""
 
     kind = "webhook"
-
-    def __init__(self, options, session=None):
-        super().__init__(options)
-        self.session = session
 
     def available(self):
         # a disabled webhook (``enabled: false``) is an executor that cannot run: the contract's
@@ -290,12 +370,20 @@ class WebhookAdapter(Adapter):
             raise TrafficError(CODE_SHIFT_FAILED, "requests is required on the controller for the webhook adapter: %s"
                                % _requests.import_error(), phase="traffic", evidence=facts)
         timeout, headers = webhook_limits(self.options)
-        session = self.session or requests.Session()
-        deadline = time.monotonic() + timeout
+        deadline = _Deadline(timeout)
+        session = requests.Session()
+        adapter = _deadline_http_adapter(requests, deadline)
+        session.mount("http://", adapter)
+        session.mount("https://", adapter)
+        timer = threading.Timer(timeout, deadline.expire)
+        timer.daemon = True
+        timer.start()
+        answered = False
         try:
             # redirects are never followed: the credential header and the body go to this URL only
             with session.post(url, json=body, timeout=timeout, headers=headers, allow_redirects=False,
                               stream=True) as response:
+                answered = not deadline.expired  # else the deadline cut the status line or the headers
                 facts["webhookStatus"] = response.status_code
                 if not 200 <= response.status_code < 300:
                     raise TrafficError(CODE_SHIFT_FAILED, "webhook %s answered HTTP %d%s" % (
@@ -304,11 +392,17 @@ class WebhookAdapter(Adapter):
                         phase="traffic", evidence=facts)
                 data = self._read(response, deadline, timeout, facts)
         except (requests.Timeout, _urllib3_errors().ReadTimeoutError):
-            raise TrafficError(CODE_SHIFT_FAILED, "webhook %s timed out after %gs" % (facts["webhookUrl"], timeout),
-                               phase="traffic", evidence=facts) from None
+            self._timed_out(facts, timeout, answered)
         except (requests.RequestException, _urllib3_errors().HTTPError) as exc:
+            if deadline.expired:
+                self._timed_out(facts, timeout, answered)
             raise TrafficError(CODE_SHIFT_FAILED, "webhook %s unreachable: %s" % (
                 facts["webhookUrl"], type(exc).__name__), phase="traffic", evidence=facts) from None
+        finally:
+            timer.cancel()
+            session.close()
+        if deadline.expired:  # the answer was cut at the deadline: what arrived is not the answer
+            self._timed_out(facts, timeout, answered)
         try:
             answer = json.loads(data.decode("utf-8"))
         except ValueError:
@@ -323,9 +417,17 @@ class WebhookAdapter(Adapter):
         return facts
 
     @staticmethod
+    def _timed_out(facts, timeout, answered):
+        if answered:
+            raise TrafficError(CODE_SHIFT_FAILED, "webhook %s did not finish its answer within %gs" % (
+                facts["webhookUrl"], timeout), phase="traffic", evidence=facts) from None
+        raise TrafficError(CODE_SHIFT_FAILED, "webhook %s timed out after %gs" % (facts["webhookUrl"], timeout),
+                           phase="traffic", evidence=facts) from None
+
+    @staticmethod
     def _read(response, deadline, timeout, facts):
-        """The answer's body, within the step's total deadline and at most ``MAX_ANSWER_BYTES`` (a stall
-        between two pieces is bounded by the read timeout, so the whole answer by twice ``timeout``)."""
+        """The answer's body, within the exchange's deadline (a read blocked when it passes is cut by
+        :meth:`_Deadline.expire`) and at most ``MAX_ANSWER_BYTES``."""
         chunks, size = [], 0
         # pieces as they arrive (one receive each), so the deadline is checked while a slow answer drips
         read1 = getattr(response.raw, "read1", None)
@@ -334,7 +436,7 @@ class WebhookAdapter(Adapter):
             if size > MAX_ANSWER_BYTES:
                 raise TrafficError(CODE_SHIFT_FAILED, "webhook %s answered more than %d bytes" % (
                     facts["webhookUrl"], MAX_ANSWER_BYTES), phase="traffic", evidence=facts)
-            if time.monotonic() > deadline:
+            if deadline.expired or time.monotonic() > deadline.at:
                 raise TrafficError(CODE_SHIFT_FAILED, "webhook %s did not finish its answer within %gs" % (
                     facts["webhookUrl"], timeout), phase="traffic", evidence=facts)
             chunks.append(chunk)

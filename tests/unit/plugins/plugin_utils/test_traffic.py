@@ -282,3 +282,66 @@ def test_bad_webhook_options_fail_the_step_not_the_job(controller, options, need
         webhook(controller, **options).shift(JOB, STEP)
     assert info.value.code == "traffic_adapter_failed" and needle in info.value.reason
     assert controller.seen == []
+
+
+# ------------------------------------------------------------------ a router controller that trickles its answer
+
+@pytest.fixture
+def trickler():
+    """A raw HTTP peer on loopback that reads the request, then sends its answer one byte every 0.1 s
+    (``server.stage``: ``status`` trickles from the status line on, ``headers`` sends the status line at
+    once and trickles the headers); it stops when the client goes away or the test ends."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    stop = threading.Event()
+    state = {"stage": "headers", "closed": None}
+
+    def serve():
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _addr = listener.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.settimeout(5)
+                seen = b""
+                while b"\r\n\r\n" not in seen:
+                    seen += conn.recv(65536) or b"\r\n\r\n"
+                status = b"HTTP/1.1 200 OK\r\n"
+                rest = b"Content-Type: application/json\r\n" + b"".join(
+                    b"X-Slow-%d: %s\r\n" % (i, b"a" * 20) for i in range(40)) + b"\r\n"
+                try:
+                    if state["stage"] == "headers":
+                        conn.sendall(status)
+                    for byte in (status + rest if state["stage"] == "status" else rest):
+                        if stop.is_set():
+                            break
+                        conn.sendall(bytes([byte]))
+                        time.sleep(0.1)
+                except OSError:
+                    state["closed"] = time.monotonic()  # the client gave up
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    state["port"] = listener.getsockname()[1]
+    yield state
+    stop.set()
+    thread.join(10)
+    listener.close()
+
+
+@pytest.mark.parametrize("stage", ["status", "headers"])
+def test_webhook_timeout_bounds_the_whole_exchange_headers_included(trickler, stage):
+    # every byte arrives well within the read timeout, the whole answer would take about 90 s
+    trickler["stage"] = stage
+    adapter, _why = tr.resolve({"trafficAdapter": "webhook"}, {
+        "shiftUrl": "http://127.0.0.1:%d/shift" % trickler["port"], "timeoutSeconds": 1})
+    started = time.monotonic()
+    with pytest.raises(tr.TrafficError) as info:
+        adapter.shift(JOB, STEP)
+    took = time.monotonic() - started
+    assert info.value.code == "traffic_adapter_failed" and "timed out after 1s" in info.value.reason, info.value.reason
+    assert took < 2.0, took
+    assert info.value.evidence["strategy.traffic.shifted"] is False
