@@ -312,6 +312,7 @@ def test_a_planted_secret_is_never_rendered():
               "trafficAdapterOptions": {"shiftUrl": "https://ops:pl4nted-url-pw@traffic.lab/shift",
                                         "headers": {"Authorization": "Bearer pl4nted-token"}}}
     record = rolled_back(release={"id": "rel-2", "name": "shop", "version": "2.0.0", **planted}, config=config)
+    record["strategyConfig"] = config  # as a record kept before its strategyConfig was masked at creation
     record["registry_credentials"] = {"registry.lab:5001": {"password": "pl4nted-registry-pw"}}
     record["targets"]["t2"]["reason"] = "hook printed pl4nted-db-secret and pl4nted-token"
     deployments = {"t1": dict(deployment("t1"), release={"secretEnv": {"API_KEY": "pl4nted-deploy-secret"}})}

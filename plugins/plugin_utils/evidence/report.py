@@ -31,6 +31,9 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabul
 from ansible_collections.stellaops.runtime.plugins.module_utils.host.files import atomic_write
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.view import job_evidence, rollback_evidence as \
     _rollback_evidence
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.masking import (  # noqa: F401 (used by callers)
+    MASK, SECRET_KEYS, collect_secrets, masked,
+)
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.rollback import verify_rollback_evidence
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.writer import (
     JOB_EVIDENCE_FILE, ROLLBACK_EVIDENCE_FILE,
@@ -44,47 +47,9 @@ STATUS_COLOURS = {"Succeeded": "#1a7f37", "RolledBack": "#b45309", "Failed": "#b
 BADGES = {"succeeded": "ok", "passed": "ok", "shifted": "ok", "restored": "ok", "complete": "ok", "proceed": "ok",
           "failed": "bad", "stop": "bad", "incomplete": "bad", "rolledback": "warn", "rollingback": "warn",
           "running": "info", "pending": "muted", "skipped": "muted", "not_shifted": "muted", "not_run": "muted"}
-SECRET_KEYS = ("secretenv", "registrycredentials", "registry_credentials", "credentials", "password", "passwd",
-               "token", "secret", "headers", "authorization", "apikey", "api_key", "privatekey", "private_key")
-MASK = "********"
 CORRUPT = "evidence_corrupt"
 ARTIFACT_KEYS = ("manifestHash", "composeLockHash", "versionStickerHash", "applyManifestHash", "currentDigest")
 PHASE_COLOURS = {"ok": "#2da44e", "bad": "#cf222e", "muted": "#afb8c1", "warn": "#d97706", "info": "#218bff"}
-
-
-def _secret_key(key):
-    text = str(key).lower().replace("-", "").replace(".", "")
-    return any(word.replace("_", "") in text.replace("_", "") for word in SECRET_KEYS)
-
-
-def collect_secrets(value, inside=False):
-    """Every string under a secret-bearing key of ``value`` (any depth), and URL passwords (pure)."""
-    found = []
-    if isinstance(value, dict):
-        for key, item in value.items():
-            found.extend(collect_secrets(item, inside or _secret_key(key)))
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            found.extend(collect_secrets(item, inside))
-    elif isinstance(value, str):
-        text = value
-        if inside and text:
-            found.append(text)
-            words = text.split()
-            if len(words) == 2 and words[0].lower() in ("bearer", "basic", "token"):  # an Authorization value
-                found.append(words[1])
-        elif "://" in text and "@" in text:
-            found.extend(p for p in (urllib.parse.urlsplit(text).password,) if p)
-    return found
-
-
-def _scrubbed(value):
-    """``value`` without the values of secret-bearing keys (pure)."""
-    if isinstance(value, dict):
-        return {k: (MASK if _secret_key(k) else _scrubbed(v)) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_scrubbed(v) for v in value]
-    return value
 
 
 def _flat(value, prefix=""):
@@ -283,7 +248,7 @@ def _view(record, evidence_files, rollback, deployments, base, corrupt):
             ("Job id source", record.get("jobIdSource")), ("Created", record.get("createdAt")),
             ("Started", record.get("startedAt")), ("Completed", record.get("completedAt")),
             ("Record revision", record.get("revision"))],
-        "config": _flat(_scrubbed(record.get("strategyConfig") or {})), "options": _flat(_scrubbed(
+        "config": _flat(masked(record.get("strategyConfig") or {})), "options": _flat(masked(
             record.get("options") or {})), "batches": batches, "targets": targets, "traffic": traffic,
         "rollback": _rollback_view(record, rollback), "events": [
             (e.get("kind"), e.get("at"), ", ".join(e.get("targets") or []) or e.get("error")) for e in

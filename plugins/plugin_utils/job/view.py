@@ -11,6 +11,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.canonic
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.hints import next_step
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.record import LEASE_FIELD, TERMINAL, succeeded
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.rollback import build_rollback_evidence
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.masking import masked
 
 JOB_EVIDENCE_VERSION = "stella.job.evidence.v1"
 _VOLATILE = ("owner", "revision", "updatedAt", LEASE_FIELD)
@@ -25,6 +26,8 @@ def closing_line(job_id, status, reason):
 def job_evidence(record):
     """The job record as evidence, with an ``evidenceDigest`` over everything but volatile fields."""
     body = {k: v for k, v in record.items() if k not in _VOLATILE}
+    if "strategyConfig" in body:  # a record kept before new_job masked it (evidence/masking.py)
+        body["strategyConfig"] = masked(body["strategyConfig"])
     body["evidenceVersion"] = JOB_EVIDENCE_VERSION
     body["evidenceDigest"] = digest_json({k: v for k, v in body.items() if k not in ("createdAt",)})
     return body

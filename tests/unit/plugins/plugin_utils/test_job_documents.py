@@ -24,13 +24,14 @@ T0 = "2026-01-01T00:00:00.000000Z"
 SECRET = "s3cret-Planted-registry-password"
 DEPLOYMENT = "shop/job-1/id-a/deployment.json"
 JOB_DOCS = ("jobs/job-1/job.json", "jobs/job-1/report.html")
+MASK = "********"
 
 
-def running_job(tmp_path):
+def running_job(tmp_path, **summary):
     location = str(tmp_path / "jobs.sqlite3")
     store = _job_store.open_store(location)
     targets = {"a": {"targetId": "id-a", "targetName": "a", "targetType": "ComposeHost", "projectName": "shop"}}
-    store.create(_job.new_job("job-1", None, {"release": {"id": "r1"}}, [["a"]], targets, {}, T0))
+    store.create(_job.new_job("job-1", None, dict({"release": {"id": "r1"}}, **summary), [["a"]], targets, {}, T0))
     store.update("job-1", lambda r: _job.start(r, T0))
     store.close()
     return location
@@ -242,3 +243,37 @@ def test_stella_report_shows_a_document_that_fails_its_check_as_corrupt(tmp_path
     assert rc == 1 and err.startswith("stella report: evidence_corrupt: ") and err.count("\n") == 1, err
     assert name in err and "tampered-probe" not in err
     assert "tampered-probe" not in page and 'id="corrupt"' in page and name in page
+
+
+def test_a_secret_anywhere_in_the_strategy_config_is_masked_in_the_record_and_the_evidence(tmp_path):
+    """``password``, ``token``, ``secret`` (any spelling, any depth) of the release's strategyConfig reach
+    neither the job store nor any evidence document: masked as the report masks them, the rest kept."""
+    config = {"batchSize": 1, "notify": {"password": SECRET, "targets": [{"apiToken": SECRET, "url": "u"}]},
+              "client_secret": SECRET, "Token": SECRET, "controlSlot": "active"}
+    location = running_job(tmp_path, strategyConfig=config)
+    deploy(location)
+    store = _job_store.open_store(location)
+    try:
+        kept = store.get("job-1")["strategyConfig"]
+    finally:
+        store.close()
+    assert kept == {"batchSize": 1, "notify": {"password": MASK, "targets": [{"apiToken": MASK, "url": "u"}]},
+                    "client_secret": MASK, "Token": MASK, "controlSlot": "active"}
+    assert config["notify"]["password"] == SECRET  # the caller's release is not changed
+    documents_kept = documents(location)
+    assert json.loads(documents_kept["jobs/job-1/job.json"])["strategyConfig"] == kept
+    assert all(SECRET.encode() not in data for data in documents_kept.values())
+    with open(location, "rb") as handle:
+        assert SECRET.encode() not in handle.read()
+
+
+def test_the_evidence_of_a_job_recorded_before_the_masking_masks_its_strategy_config_too(tmp_path):
+    location = running_job(tmp_path)
+    store = _job_store.open_store(location)
+    try:
+        store.update("job-1", lambda r: dict(r, strategyConfig={"notify": {"token": SECRET}}))
+    finally:
+        store.close()
+    deploy(location)
+    assert json.loads(documents(location)["jobs/job-1/job.json"])["strategyConfig"] == {"notify": {"token": MASK}}
+    assert all(SECRET.encode() not in data for data in documents(location).values())
