@@ -115,3 +115,26 @@ def test_no_traffic_put_back_when_none_moved_or_auto_rollback_is_off():
     record = job("canary", batches=(("t1",),))
     record = _job.auto_rollback(_job.finish(_job.finish_target(record, "t1", False, T0, reason="boom"), T0), T0)
     assert not _job_traffic.puts_traffic_back(record)  # nothing was shifted
+
+
+def test_traffic_is_put_back_though_the_targets_rollback_found_no_revision():
+    """A first canary: t1 took 10 %, t2 failed its probe; both applied (ComposeHost), so both are rolled
+    back, and neither retained a revision: the targets' rollback fails, the traffic rollback still runs."""
+    record = job("canary", {"trafficSteps": [10, 50, 100]}, batches=(("t1",), ("t2",)))
+    applied = {"applyRan": True, "targetType": "ComposeHost"}
+    record = _job.finish_target(record, "t1", True, T0, facts=applied)
+    step = _job_traffic.shift_step(record, 0)
+    record = _job_traffic.record_shift(record, step, {"strategy.traffic.shifted": True,
+                                                      "strategy.traffic.treatmentWeight": 10}, T0)
+    record = _job.record_gate(record, _strategy.gate(0, [("t1", "Succeeded", None)]), T0)
+    record = _job.finish_target(record, "t2", False, T0, reason="probe failed", facts=applied)
+    record = _job.auto_rollback(_job.finish(record, T0), T0)
+    assert record["status"] == "RollingBack" and sorted(n for b in record["rollback"]["batches"] for n in b) == [
+        "t1", "t2"]
+    for name in ("t2", "t1"):
+        record = _job.finish_rollback_target(record, name, False, T0, reason="no_revision: no retained revision")
+    assert _job_traffic.puts_traffic_back(record)
+    step = _job_traffic.rollback_step(record, record["reason"])
+    assert (step["controlSlot"], step["controlWeight"], step["treatmentWeight"]) == ("active", 100, 0)
+    back = _job_traffic.record_rollback(record, {"strategy.traffic.rollback.shifted": True}, T0)
+    assert not _job_traffic.puts_traffic_back(back)  # never twice
