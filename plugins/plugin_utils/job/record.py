@@ -21,7 +21,6 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.hints import next_step
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
     DEFAULT_WAIT_TIMEOUT, JOB_INTERRUPTED, PHASES, ROLLBACK_PHASE_NAMES, ROLLBACK_TASKS)
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.masking import masked
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.rollback import (
     RECOVERY_ROLLBACK_FAILED, RECOVERY_ROLLBACK_SKIPPED, RECOVERY_ROLLED_BACK, suffixed_reason)
 
@@ -99,8 +98,6 @@ def new_job(job_id, job_id_source, summary, batches, targets, options, now, owne
         "owner": owner, "createdAt": now, "updatedAt": now, "startedAt": None, "completedAt": None,
     }
     record.update(summary)
-    if "strategyConfig" in summary:  # no secret of the release's strategyConfig is kept (evidence/masking.py)
-        record["strategyConfig"] = masked(summary["strategyConfig"])
     for index, batch in enumerate(batches):
         for name in batch:
             entry = {"batch": index, "order": order.index(name), "status": "Pending", "phases": [],

@@ -218,7 +218,8 @@ class JobSteps:
                                                        len(planned["batches"]))
         summary = {"release": release["release"], "tenant": release["tenant"], "environment": release["environment"],
                    "application": release["application"], "strategy": release["strategy"],
-                   "strategyConfig": release.get("strategyConfig") or {}, "resolution": resolution}
+                   "strategyConfig": _lazy("evidence.masking").masked(release.get("strategyConfig") or {}),
+                   "resolution": resolution}  # no secret of the strategyConfig is kept (evidence/masking.py)
         unreachable = {name: first_line(str(ping.get("msg") or "")) or "unreachable"
                        for name, ping in args["readiness"].items() if isinstance(ping, dict) and ping.get("unreachable")}
         return job_id, source, planned, options, summary, unreachable

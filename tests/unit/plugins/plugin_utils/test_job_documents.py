@@ -27,11 +27,11 @@ JOB_DOCS = ("jobs/job-1/job.json", "jobs/job-1/report.html")
 MASK = "********"
 
 
-def running_job(tmp_path, **summary):
+def running_job(tmp_path):
     location = str(tmp_path / "jobs.sqlite3")
     store = _job_store.open_store(location)
     targets = {"a": {"targetId": "id-a", "targetName": "a", "targetType": "ComposeHost", "projectName": "shop"}}
-    store.create(_job.new_job("job-1", None, dict({"release": {"id": "r1"}}, **summary), [["a"]], targets, {}, T0))
+    store.create(_job.new_job("job-1", None, {"release": {"id": "r1"}}, [["a"]], targets, {}, T0))
     store.update("job-1", lambda r: _job.start(r, T0))
     store.close()
     return location
@@ -250,19 +250,26 @@ def test_a_secret_anywhere_in_the_strategy_config_is_masked_in_the_record_and_th
     neither the job store nor any evidence document: masked as the report masks them, the rest kept."""
     config = {"batchSize": 1, "notify": {"password": SECRET, "targets": [{"apiToken": SECRET, "url": "u"}]},
               "client_secret": SECRET, "Token": SECRET, "controlSlot": "active"}
-    location = running_job(tmp_path, strategyConfig=config)
-    deploy(location)
+    release = {"release": {"id": "r1", "name": "shop", "version": "1.0.0"}, "tenant": "t", "environment": "lab",
+               "application": "shop", "strategy": "rolling", "target": {"type": "ComposeHost"}, "strategyConfig": config,
+               "components": [{"name": "web", "image": "registry.invalid/shop/web:1@sha256:" + "a" * 64}]}
+    location = str(tmp_path / "jobs.sqlite3")
+    args = {key: spec.get("default") for key, spec in ARGUMENT_SPEC.items()}
+    args.update(step="start", store=location, job_id="job-1", release=release, targets=["localhost"], claim_lease=0)
+    started = JobSteps({"hostvars": {"localhost": {"ansible_connection": "local"}}}, False).run(args)
+    assert started["status"] == "Running", started
+    step(location, "close", report=True)
     store = _job_store.open_store(location)
     try:
         kept = store.get("job-1")["strategyConfig"]
     finally:
         store.close()
+    stored = documents(location)
     assert kept == {"batchSize": 1, "notify": {"password": MASK, "targets": [{"apiToken": MASK, "url": "u"}]},
                     "client_secret": MASK, "Token": MASK, "controlSlot": "active"}
     assert config["notify"]["password"] == SECRET  # the caller's release is not changed
-    documents_kept = documents(location)
-    assert json.loads(documents_kept["jobs/job-1/job.json"])["strategyConfig"] == kept
-    assert all(SECRET.encode() not in data for data in documents_kept.values())
+    assert json.loads(stored["jobs/job-1/job.json"])["strategyConfig"] == kept
+    assert stored and all(SECRET.encode() not in data for data in stored.values())
     with open(location, "rb") as handle:
         assert SECRET.encode() not in handle.read()
 
