@@ -14,7 +14,8 @@ changes from ``job.record`` and writes each result as the next revision: the rec
 rows of the targets it changed (:mod:`.rows`), so parallel forks and other controllers never lose each
 other's updates and readers only see persisted state. In the same transaction: the status history,
 the target health the change implies, the progress projection when what it mirrors changed, and the
-project claims (a second job for a project an unfinished job holds is refused, ``project_busy``).
+project claims (a second job for a project an unfinished job holds is refused, ``project_busy``:
+:mod:`.claims`).
 A claim lease is renewed apart from the record (:meth:`JobStore.renew_lease`): no revision, no
 history; records read from the store carry it as ``leaseRenewedAt``, never in the stored JSON.
 """
@@ -26,7 +27,6 @@ import contextlib
 import json
 import os
 import sqlite3
-import time
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError, redact_url
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import health as _health
@@ -35,12 +35,12 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.meter impo
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.rows import (  # noqa: F401 (their old home)
     project_keys, project_names, project_pattern)
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import schema as _job_schema
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.claims import ClaimStore
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.documents import DocumentStore
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import projection as _projection
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.record import LEASE_FIELD
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.record import LEASE_FIELD, UNFINISHED
 
 DEFAULT_STORE = "~/.local/state/stellaops/jobs.sqlite3"
-UNFINISHED = ("Pending", "Running", "RollingBack")
 PRUNE_CHUNK = 500  # job ids per DELETE (SQLite's older builds allow 999 parameters per statement)
 
 
@@ -115,11 +115,10 @@ class JobStore(abc.ABC):
         """Release the connection."""
 
 
-class SqlJobStore(DocumentStore, JobStore):
+class SqlJobStore(DocumentStore, ClaimStore, JobStore):
     """The store over a DB-API connection; subclasses provide :meth:`_transaction` and :meth:`_sql`."""
 
     LOCK = ""  # appended to the SELECT that reads a record for update
-    clock = staticmethod(time.time)  # seconds since the epoch: claim generations are at least its milliseconds
     _meter = None  # what the store writes (store/meter.py), from its first transaction on
     catalogue = None
     errors = (sqlite3.Error,)
@@ -215,63 +214,6 @@ class SqlJobStore(DocumentStore, JobStore):
         self._execute("INSERT INTO deployment_projection_history (deployment_id, seq, job_revision, status, terminal, "
                       "at) VALUES (?, ?, ?, ?, ?, ?)", (projection["deploymentId"], seq, projection["jobRevision"],
                                                         projection["status"], int(projection["terminal"]), at))
-
-    def _claim(self, record, now):
-        """Claim every project of ``record``; ``{name: holder}`` when another unfinished job holds one
-        (then the job keeps no claim). The primary key decides between two controllers inserting at
-        once; a claim left by a finished job is taken over under the claim row's lock."""
-        held = {}
-        for name, key in sorted(project_keys(record).items()):
-            if self._execute("INSERT INTO project_claims (project_key, job_id, claimed_at) VALUES (?, ?, ?) "
-                             "ON CONFLICT (project_key) DO NOTHING", (key, record["jobId"], now)).rowcount == 1:
-                continue
-            holder = self._execute("SELECT job_id FROM project_claims WHERE project_key = ?" + self.LOCK,
-                                   (key,)).fetchone()[0]
-            if holder == record["jobId"]:
-                continue
-            status = self._execute("SELECT status FROM deployment_jobs WHERE job_id = ?", (holder,)).fetchone()
-            if status is not None and status[0] in UNFINISHED:
-                held[name] = holder
-            else:
-                self._execute("UPDATE project_claims SET job_id = ?, claimed_at = ? WHERE project_key = ?",
-                              (record["jobId"], now, key))
-        if held:
-            self._execute("DELETE FROM project_claims WHERE job_id = ?", (record["jobId"],))
-        else:
-            self._hand_out_generations(record)
-        return held
-
-    @property
-    def store_id(self):
-        """The store's id (schema.store_id): each claim it hands out names it."""
-        return self.migration["storeId"]
-
-    def _hand_out_generations(self, record):
-        """Each project the job claimed gets the next claim generation, kept in its target's record as
-        ``claim`` with the store's id (host/claim.py fences with it). A generation is the last one plus one,
-        or the store's clock in milliseconds when that is higher: they only grow, per project, outlive every
-        job, and a store restored from a backup never hands out one it handed out before."""
-        clock = max(int(self.clock() * 1000), 1)
-        for name, key in sorted(project_keys(record).items()):
-            self._execute("INSERT INTO claim_generations (project_key, generation) VALUES (?, ?) ON CONFLICT "
-                          "(project_key) DO UPDATE SET generation = CASE WHEN claim_generations.generation >= "
-                          "excluded.generation THEN claim_generations.generation + 1 ELSE excluded.generation END",
-                          (key, clock))
-            generation = self._execute("SELECT generation FROM claim_generations WHERE project_key = ?",
-                                       (key,)).fetchone()[0]
-            record["targets"][name]["claim"] = {"jobId": record["jobId"], "generation": generation, "projectKey": key,
-                                                "storeId": self.store_id}
-
-    def standing(self, job_id, project_key):
-        """``(job status or None, whether it was recorded interrupted, the project's holder, its latest
-        claim generation)``: what the controller checks right before it sends a job's work to a target."""
-        with self._transaction("read the claim of job %s" % job_id):
-            row = self._execute("SELECT status, record FROM deployment_jobs WHERE job_id=?", (job_id,)).fetchone()
-            holder = self._execute("SELECT job_id FROM project_claims WHERE project_key=?", (project_key,)).fetchone()
-            generation = self._execute("SELECT generation FROM claim_generations WHERE project_key=?",
-                                       (project_key,)).fetchone()
-        return (row[0] if row else None, bool(row and json.loads(row[1]).get("interrupted")),
-                holder[0] if holder else None, generation[0] if generation else None)
 
     def create(self, record):
         with self._transaction("create job %s" % record["jobId"]):
@@ -464,9 +406,6 @@ class SqlJobStore(DocumentStore, JobStore):
         if target_ids is None:
             return list(found.values())
         return [found.get(t) or {"targetId": t, "status": _health.UNKNOWN} for t in target_ids]
-
-    def claims(self):
-        return {r[0]: r[1] for r in self._read("SELECT project_key, job_id FROM project_claims ORDER BY project_key")}
 
 
 def _sqlite_path(location):
