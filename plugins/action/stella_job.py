@@ -52,6 +52,7 @@ ARGUMENT_SPEC = {
     "claim_lease": {"type": "int", "default": 0},
     "keep_revisions": {"type": "int", "default": DEFAULT_KEEP_REVISIONS},
     "wait_timeout": {"type": "int", "default": DEFAULT_WAIT_TIMEOUT},
+    "task_timeout": {"type": "int", "default": 0},
     "target_identities": {"type": "dict", "default": {}},
     "caller_job_id": {"type": "bool", "default": True},
     "started": {"type": "dict"},

@@ -152,6 +152,15 @@ options:
         on a target, for its apply and its rollback. Kept in the job's options as C(waitTimeout).
     type: int
     default: 120
+  task_timeout:
+    description:
+      - O(step=start). Seconds after which the controller gives up on a target's apply or rollback task that
+        does not answer (a host that hangs while its connection stays up); the target is then recorded
+        C(target_unreachable), its outcome unknown. V(0) (the default) derives it from the release as twice
+        O(wait_timeout), plus every hook's C(timeoutSeconds), plus 600 seconds for pulls and container starts.
+        Kept in the job's options as C(taskTimeout).
+    type: int
+    default: 0
   target_identities:
     description:
       - O(step=start). A target identity per inventory host, which wins over what the host's inventory variables

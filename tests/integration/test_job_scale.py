@@ -67,7 +67,8 @@ def assert_reverse_batch_order(rollback_batches, done, rollback_order, deployed_
 
 
 # The facts a job run can leave on a host, and what the job playbook is run inside to read them after it.
-JOB_FACTS = ("stella_job_start", "stella_job_run", "stella_job_ssh", "stella_job_ssh_args", "stella_job_targets",
+JOB_FACTS = ("stella_job_start", "stella_job_run", "stella_job_ssh", "stella_job_ssh_args", "stella_job_ssh_run",
+             "stella_job_targets",
              "stella_job_inputs", "stella_job_target", "stella_job_finish", "stella_job_closed", "stella_job_rollback")
 HELD_BY_HOSTS = """
 - name: The job
@@ -127,7 +128,8 @@ def test_twenty_thin_targets_rolling_failure_in_batch_two_skips_the_rest_and_rol
         # SSH arguments of its own connection)
         assert sorted(held["targets"]) == sorted(changed), held["targets"]
         for name, facts in held["targets"].items():
-            assert facts == {"job": ["stella_job_ssh_args", "stella_job_target"], "planFor": name}, (name, facts)
+            assert facts == {"job": ["stella_job_ssh_args", "stella_job_ssh_run", "stella_job_target"],
+                             "planFor": name}, (name, facts)
         # localhost keeps the job's summary, not the plans it handed out nor the inputs it planned from
         assert held["localhost"]["stella_job_start"] is None
         assert held["localhost"]["stella_job_inputs"] is None
@@ -223,6 +225,12 @@ def control_sockets(directory):
     return sorted(str(p) for p in directory.iterdir() if p.is_socket()) if directory.exists() else []
 
 
+def control_path(line):
+    """The ``ControlPath`` an SSH command line names."""
+    match = re.search(r'ControlPath="?([^" ]+)', line)
+    return match.group(1) if match else None
+
+
 def raw_check_commands(output, address):
     """The readiness check's SSH command lines (``-vvv``) for the target at ``address``."""
     return [line for line in output.splitlines()
@@ -249,10 +257,12 @@ def test_the_job_keeps_its_ssh_connections_for_its_length_unless_the_operator_ch
         assert kept and all("ControlPersist=30m" in line for line in kept), kept
         own = raw_check_commands(first.output, chosen["address"])
         assert own and all("ControlPersist=119s" in line and "30m" not in line for line in own), own
+        assert "ServerAliveInterval=15 -o ServerAliveCountMax=4" in kept[0], kept[0]  # keep-alives
         # the job closed the master it kept; the operator's master is left to its own ControlPersist
         left = control_sockets(cp)
         assert len(left) == 1, left
         assert thinkit.ssh_master_alive(left[0]), left
+        assert control_path(own[0]) == left[0] != control_path(kept[0]), (own[0], kept[0], left)
 
         # ANSIBLE_SSH_ARGS set: no target's master is changed or closed by the job
         env_args = dict(env, ANSIBLE_SSH_ARGS="-C -o ControlMaster=auto -o ControlPersist=118s")

@@ -19,7 +19,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabul
     COMPOSE_PREFLIGHT, COMPOSE_UP, DEFAULT_KEEP_REVISIONS, DEFAULT_WAIT_TIMEOUT, DOCKER_RUN, ENV_FILE, ROLLBACK_TASKS)
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.versions import DEFAULT_MIN_COMPOSE, DEFAULT_MIN_ENGINE
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import strategy as _strategy
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.record import rollback_options
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.timeouts import task_timeout
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.plan import FILES_KEY, plan_release
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.schema import validate_release
 
@@ -33,7 +33,7 @@ PLAN_KEYS = ("projectName", "slot", "trafficRole", "strategy", "release", "targe
 # defaults: the contract's.
 DEFAULT_SETTINGS = {"waitForHealthCheck": True, "waitTimeout": DEFAULT_WAIT_TIMEOUT, "keepRevisions": DEFAULT_KEEP_REVISIONS,
                     "minEngineVersion": DEFAULT_MIN_ENGINE, "minComposeVersion": DEFAULT_MIN_COMPOSE,
-                    "insecureRegistries": []}
+                    "insecureRegistries": [], "taskTimeout": 0}
 # The agent task that applies a release, per target type.
 APPLY_TASKS = {"ComposeHost": COMPOSE_UP.name, "DockerHost": DOCKER_RUN.name}
 
@@ -52,6 +52,18 @@ def target_identity(name, host, target_type):
     identity = {"id": name, "name": name, "type": target_type, "endpoint": endpoint, "executionMode": mode}
     identity.update(given)
     return identity
+
+
+def rollback_options(strategy_config, override=None):
+    """``(autoRollbackOnFailure, source)``: the release's strategyConfig (alias rollbackOnFailure),
+    default on; ``override`` (the role variable) wins only when it is set."""
+    config = strategy_config or {}
+    if override is not None:
+        return bool(override), "override"
+    for key in ("autoRollbackOnFailure", "rollbackOnFailure"):
+        if key in config:
+            return bool(config[key]), "strategyConfig." + key
+    return True, "default"
 
 
 def job_options(release, overrides):
@@ -80,13 +92,14 @@ def target_inputs(plan, release, settings):
     """What one target's play hands to each of its tasks, as the tasks' own options, so no play
     branches on the target type: ``apply`` (stella_compose_deploy: the agent task, its payload or
     payloads, the sticker a DockerHost commits, the preflight that runs first in the same task, the
-    wait timeout and the revisions kept), ``probe`` (stella_probe: each component's name and config,
+    wait timeout, the revisions kept and the task's own timeout, :func:`.timeouts.task_timeout`), ``probe`` (stella_probe: each component's name and config,
     the target, whether probes run) and ``rollback`` (stella_rollback: the agent task, its payload
     and the wait timeout). ``settings``: the job's options (:data:`DEFAULT_SETTINGS` where they say nothing)."""
     settings = dict(DEFAULT_SETTINGS, **{k: v for k, v in (settings or {}).items() if k in DEFAULT_SETTINGS})
     target_type = plan["target"]["type"]
     payloads = plan["payloads"]
-    apply = {"task": APPLY_TASKS[target_type], "wait_timeout": settings["waitTimeout"],
+    timeout = task_timeout(settings["waitTimeout"], release.get("hooks"), settings["taskTimeout"])
+    apply = {"task": APPLY_TASKS[target_type], "wait_timeout": settings["waitTimeout"], "task_timeout": timeout,
              "keep_revisions": settings["keepRevisions"],
              "preflight": {"payload": payloads[COMPOSE_PREFLIGHT.name], "target_type": target_type,
                            "min_engine_version": settings["minEngineVersion"],
@@ -99,7 +112,7 @@ def target_inputs(plan, release, settings):
     probe = {"components": [{"name": c["name"], "config": c.get("config") or {}} for c in release["components"]],
              "target": plan["target"], "wait_for_health_check": bool(settings["waitForHealthCheck"])}
     rollback = {"task": ROLLBACK_TASKS[target_type], "payload": payloads[ROLLBACK_TASKS[target_type]],
-                "wait_timeout": settings["waitTimeout"]}
+                "wait_timeout": settings["waitTimeout"], "task_timeout": timeout}
     return {"apply": apply, "probe": probe, "rollback": rollback}
 
 

@@ -21,6 +21,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.hints import next_step
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
     DEFAULT_WAIT_TIMEOUT, JOB_INTERRUPTED, PHASES, ROLLBACK_PHASE_NAMES, ROLLBACK_TASKS)
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.timeouts import task_timeout
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.rollback import (
     RECOVERY_ROLLBACK_FAILED, RECOVERY_ROLLBACK_SKIPPED, RECOVERY_ROLLED_BACK, suffixed_reason)
 
@@ -28,6 +29,7 @@ JOB_SCHEMA = "stella.job.v1"
 JOB_STATUSES = ("Pending", "Running", "Succeeded", "Failed", "RollingBack", "RolledBack")
 TARGET_STATUSES = ("Pending", "Running", "Succeeded", "Failed", "Skipped", "RolledBack")
 TERMINAL = ("Succeeded", "Failed", "RolledBack")
+UNFINISHED = ("Pending", "Running", "RollingBack")  # a job in one of these holds its projects
 # The last renewal of a job's claim lease, in records read from the store (never in the stored JSON).
 LEASE_FIELD = "leaseRenewedAt"
 TRANSITIONS = {
@@ -70,18 +72,6 @@ def job_id_from(variables):
             text = str(value)
             return (text if name == "stella_job_id" else "%s-%s" % (name.split("_", 1)[0], text)), name
     return None, None
-
-
-def rollback_options(strategy_config, override=None):
-    """``(autoRollbackOnFailure, source)``: the release's strategyConfig (alias rollbackOnFailure),
-    default on; ``override`` (the role variable) wins only when it is set."""
-    config = strategy_config or {}
-    if override is not None:
-        return bool(override), "override"
-    for key in ("autoRollbackOnFailure", "rollbackOnFailure"):
-        if key in config:
-            return bool(config[key]), "strategyConfig." + key
-    return True, "default"
 
 
 def new_job(job_id, job_id_source, summary, batches, targets, options, now, owner=None, kind="deployment"):
@@ -424,6 +414,8 @@ def rollback_orders(record, source=None):
     plan = (record.get("rollback") or {}).get("batches") or [] if record["status"] in (
         "RollingBack", "Running") else []
     wait = record["options"].get("waitTimeout") or DEFAULT_WAIT_TIMEOUT
+    timeout = (record["options"].get("taskTimeout") or ((source or {}).get("options") or {}).get("taskTimeout")
+               or task_timeout(wait))
     return {"jobId": record["jobId"], "status": record["status"], "reason": record["reason"],
             "rollbackBatches": plan, "rollbackSerial": [len(b) for b in plan],
             "rollbackOrder": [n for b in plan for n in b],
@@ -431,6 +423,7 @@ def rollback_orders(record, source=None):
                                     "payload": targets[n].get("rollbackPayload"),
                                     "task": ROLLBACK_TASKS[targets[n].get("targetType") or "ComposeHost"],
                                     "target": targets[n].get("target"), "waitTimeout": wait,
+                                    "taskTimeout": timeout,
                                     "claim": record["targets"][n].get("claim"),
                                     "jobId": record["jobId"], "reason": record["reason"] or ""}
                                 for b in plan for n in b}}

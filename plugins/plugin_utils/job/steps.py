@@ -21,6 +21,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabul
     JOB_CHECK_MODE, JOB_INTERRUPTED, PROJECT_BUSY, ROLLBACK_TASKS,
     deployment_evidence_dir, generated_job_id, job_evidence_dir, keep_revisions_problem, utc_timestamp)
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.timeouts import task_timeout
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import sql as _job_store
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.documents import stored_evidence
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import target as _job_target
@@ -211,6 +212,7 @@ class JobSteps:
                                              "waitForHealthCheck": args["wait_for_health_check"]})
         options.update(claimLeaseSeconds=args["claim_lease"], keepRevisions=args["keep_revisions"],
                        waitTimeout=args["wait_timeout"], minEngineVersion=args["min_engine_version"],
+                       taskTimeout=task_timeout(args["wait_timeout"], release.get("hooks"), args["task_timeout"]),
                        minComposeVersion=args["min_compose_version"],
                        insecureRegistries=list(args["insecure_registries"]))
         planned = plan.plan_job(release, hosts, resolved, job_id, options)

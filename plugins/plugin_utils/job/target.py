@@ -34,8 +34,10 @@ def _failed(result):
 
 
 def unreachable(result):
-    """A registered result of a task whose target stopped answering (``ignore_unreachable``)."""
-    return isinstance(result, dict) and bool(result.get("unreachable"))
+    """A registered result of a task whose target stopped answering: its connection dropped
+    (``ignore_unreachable``), or the task ran past its timeout (a host that hangs while its connection
+    stays up)."""
+    return isinstance(result, dict) and bool(result.get("unreachable") or result.get("timedout"))
 
 
 def _ran(result):

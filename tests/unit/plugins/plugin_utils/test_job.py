@@ -8,6 +8,8 @@ import pytest
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import timeouts as _timeouts
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import plan as _job_plan
 
 T0 = "2026-01-01T00:00:00Z"
 BATCHES = [["t1", "t2"], ["t3", "t4"], ["t5"]]
@@ -163,7 +165,7 @@ def test_disabled_auto_rollback_leaves_the_job_untouched():
     ({"autoRollbackOnFailure": True}, False, (False, "override")),
 ])
 def test_rollback_options(config, override, expected):
-    assert _job.rollback_options(config, override) == expected
+    assert _job_plan.rollback_options(config, override) == expected
 
 
 @pytest.mark.parametrize("variables, expected", [
@@ -277,12 +279,22 @@ def test_rollback_orders_are_the_rollback_batches_with_each_targets_revision_pay
     assert orders["rollbackOrder"] == ["t3", "t1"]
     assert orders["rollbackTargets"]["t1"] == {"revisionPath": "/p/t1/revisions/000001-x", "payload": {"ProjectName": "p1"},
                                                "task": "docker.rollback", "target": None,
-                                               "waitTimeout": 120, "jobId": "job-1-rollback-a",
+                                               "waitTimeout": 120, "taskTimeout": 840, "jobId": "job-1-rollback-a",
                                                "reason": record["reason"] or "", "claim": claim}
     assert orders["rollbackTargets"]["t3"]["claim"] is None  # a record the store never claimed carries none
+    source["options"]["taskTimeout"] = 1500  # the job rolled back knew its hooks: its task timeout is kept
+    assert _job.rollback_orders(record, source=source)["rollbackTargets"]["t1"]["taskTimeout"] == 1500
     assert orders["rollbackTargets"]["t3"]["task"] == "compose.rollback"
     # a job that is not rolling back orders no rollback
     assert _job.rollback_orders(source)["rollbackOrder"] == [] and _job.rollback_orders(source)["rollbackTargets"] == {}
+
+
+def test_a_task_timeout_is_the_waits_the_hooks_and_the_allowance_unless_given():
+    assert _timeouts.task_timeout(120) == 2 * 120 + _timeouts.TASK_ALLOWANCE == 840
+    hooks = [{"name": "a", "timeoutSeconds": 30}, {"name": "b"}]  # b: the hook default, 300 s
+    assert _timeouts.task_timeout(60, hooks) == 120 + 30 + 300 + 600
+    assert _timeouts.task_timeout(60, hooks, given=45) == 45
+    assert _timeouts.task_timeout(None) == 840
 
 
 def test_operator_rollback_fails_closed_without_an_eligible_target():

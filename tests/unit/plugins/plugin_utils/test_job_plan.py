@@ -99,6 +99,7 @@ def test_each_target_plan_carries_its_tasks_options_for_a_compose_host():
     inputs = plan["inputs"]
     assert inputs["apply"] == {
         "task": "compose.up", "payload": plan["payloads"]["compose.up"], "wait_timeout": 30, "keep_revisions": 3,
+        "task_timeout": 2 * 30 + 600,  # no hooks: the waits and the allowance (record.task_timeout)
         "preflight": {"payload": plan["payloads"]["compose.preflight"], "target_type": "ComposeHost",
                       "min_engine_version": "25.0.0", "min_compose_version": "2.30.0",
                       "insecure_registries": ["registry.lab:5001"]}}
@@ -106,7 +107,9 @@ def test_each_target_plan_carries_its_tasks_options_for_a_compose_host():
                                                                          "healthProbe.tcp.port": "80"}}],
                                "target": plan["target"], "wait_for_health_check": False}
     assert inputs["rollback"] == {"task": "compose.rollback", "payload": plan["payloads"]["compose.rollback"],
-                                  "wait_timeout": 30}
+                                  "wait_timeout": 30, "task_timeout": 660}
+    given = _job_plan.plan_job(release, hosts(1), resolved_for(release), "job-x", dict(settings, taskTimeout=90))
+    assert given["plans"]["vm1"]["inputs"]["apply"]["task_timeout"] == 90
 
 
 def test_a_docker_host_plan_applies_every_components_payload_and_commits_the_sticker():

@@ -171,6 +171,18 @@ def test_a_target_that_stopped_answering_during_its_apply_is_failed_unreachable_
     assert jt.target_facts(LOST, {}) == {"evidence": {}, "outcomeUnknown": True}
 
 
+TIMED_OUT = {"failed": True, "changed": False, "msg": "Timed out after 840 seconds.", "timedout": {"period": 840}}
+
+
+def test_an_apply_past_its_task_timeout_is_a_target_that_stopped_answering():
+    """A host that hangs with its connection up: the task's timeout ends the wait, as unreachable."""
+    outcome = jt.deployment_outcome(TIMED_OUT, failure=TIMED_OUT)
+    assert (outcome["succeeded"], outcome["code"]) == (False, "target_unreachable")
+    assert "Timed out after 840 seconds" in outcome["reason"] and "may have finished" in outcome["reason"]
+    assert jt.target_facts(TIMED_OUT, {}) == {"evidence": {}, "outcomeUnknown": True}
+    assert jt.rollback_outcome({}, failure=TIMED_OUT)["reason"].startswith("target_unreachable")
+
+
 def test_a_target_that_does_not_answer_to_its_rollback_is_not_restored():
     outcome = jt.rollback_outcome(LOST)
     assert outcome["succeeded"] is False and outcome["phases"] == []
