@@ -40,7 +40,8 @@ _ERRNO = re.compile(r"\[Errno -?\d+\] [^'\")\]]+")
 
 # Answers that mean "ask again later": a rate limit (Docker Hub's 429) and a gateway or registry that is
 # briefly unavailable. Each request is tried at most RETRIES + 1 times; between tries planning waits what
-# Retry-After asks (at most RETRY_AFTER_MAX seconds), else an exponential backoff (0.5 s, 1 s, 2 s, ...).
+# Retry-After asks (at most RETRY_AFTER_MAX seconds), else (no Retry-After, one in the past, or one that is
+# neither seconds nor an HTTP date) an exponential backoff (0.5 s, 1 s, 2 s, ...).
 RETRY_STATUSES = (429, 502, 503, 504)
 RETRIES = 4
 RETRY_AFTER_MAX = 30.0
@@ -58,6 +59,7 @@ def retry_policy(waits, retries=None, retry_after_max=None, backoff_factor=None)
     retry_after_max = RETRY_AFTER_MAX if retry_after_max is None else retry_after_max
     backoff_factor = BACKOFF_FACTOR if backoff_factor is None else backoff_factor
     if "class" not in _RETRY_CLASS:
+        from urllib3.exceptions import InvalidHeader  # pylint: disable=import-outside-toplevel
         from urllib3.util.retry import Retry  # pylint: disable=import-outside-toplevel
 
         class RegistryRetry(Retry):
@@ -78,6 +80,14 @@ def retry_policy(waits, retries=None, retry_after_max=None, backoff_factor=None)
 
             def parse_retry_after(self, retry_after):
                 return min(float(super().parse_retry_after(retry_after)), self.retry_after_cap)
+
+            def get_retry_after(self, response):
+                # a Retry-After that is neither a count of seconds nor an HTTP date (``soon``, ``-5``, ``1.5``)
+                # asks for no particular wait: the default back-off, never "unreachable"
+                try:
+                    return super().get_retry_after(response)
+                except (InvalidHeader, ValueError, OverflowError):
+                    return None
 
             def sleep(self, response=None):
                 started = time.monotonic()

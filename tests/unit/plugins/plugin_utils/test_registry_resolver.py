@@ -486,3 +486,29 @@ def test_an_injected_session_keeps_its_own_adapters(loop):
     with pytest.raises(StellaError, match="HTTP 429"):
         DigestResolver(session=session).resolve("%s/shop/web:1" % server.address)
     assert flaky.calls == ["HEAD"]
+
+
+@pytest.mark.parametrize("retry_after", ["soon", "-5", "1.5", "Wed, 99 Foo 2026 99:00:00 GMT", ""])
+def test_a_rate_limit_with_a_retry_after_that_is_no_wait_is_retried_with_the_backoff(loop, monkeypatch, retry_after):
+    # a Retry-After that is not a count of seconds or an HTTP date, or is negative, is not the registry
+    # being unreachable: the default back-off, then the manifest
+    monkeypatch.setattr(_registry_mod, "BACKOFF_FACTOR", 0.05)
+    server = loop()
+    digest = _push(server, "shop/web", "1", "1")
+    server.special["1"] = flaky = _flaky([(429, retry_after), (429, retry_after)])
+    result = DigestResolver().resolve("%s/shop/web:1" % server.address)
+    assert result["digest"] == digest and flaky.calls == ["HEAD"] * 3
+    assert [wait["status"] for wait in result["registryWaits"]] == [429, 429]
+    assert all(wait["waitedSeconds"] < 1 for wait in result["registryWaits"])
+
+
+@pytest.mark.parametrize("retry_after", ["soon", "-5"])
+def test_a_rate_limit_with_a_bad_retry_after_that_does_not_end_is_registry_rate_limited(loop, monkeypatch, retry_after):
+    monkeypatch.setattr(_registry_mod, "BACKOFF_FACTOR", 0.01)
+    server = loop()
+    _push(server, "shop/web", "1", "1")
+    server.special["1"] = flaky = _flaky([(429, retry_after)] * 50)
+    with pytest.raises(StellaError, match=r"rate limit \(HTTP 429\) after 5 tries over") as info:
+        DigestResolver().resolve("%s/shop/web:1" % server.address)
+    assert info.value.evidence["cause"] == "registry_rate_limited" and info.value.evidence["status"] == 429
+    assert flaky.calls == ["HEAD"] * (_registry_mod.RETRIES + 1)
