@@ -30,8 +30,11 @@ from __future__ import annotations
 
 import json
 import os
+import selectors
 import shutil
+import signal
 import subprocess
+import time
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import COMPOSE_PREFLIGHT
@@ -44,7 +47,12 @@ HUB_SERVER_URL = "https://index.docker.io/v1/"
 TOKEN_USERNAME = "<token>"
 # What every credential helper says when it has nothing for a server (docker-credential-helpers).
 NOT_FOUND = "credentials not found in native keychain"
+# How long a helper (and whatever it starts) may take to answer, in seconds; and the most of its stdout
+# read (an answer is a small JSON object; ECR's and GCR's are a few KiB). Of stderr, only the first
+# STDERR_KEPT bytes are looked at (for NOT_FOUND); the rest is read and dropped.
 HELPER_TIMEOUT = 30
+MAX_HELPER_OUTPUT = 1024 * 1024
+STDERR_KEPT = 4096
 
 
 def _docker_auth():
@@ -101,6 +109,7 @@ class RegistryCredentials:
         self._raw = None
         self._found = {}
         self.warnings = []
+        self._warned = {}
 
     def __bool__(self):
         return bool(self.explicit) or bool(self.config_path)
@@ -121,6 +130,11 @@ class RegistryCredentials:
             if entry:
                 out[registry] = entry
         return out
+
+    def warning_for(self, registry):
+        """The warning looking ``registry`` up gave (a ``credsStore`` whose helper is not installed), or
+        ``None``: a failure for want of credentials names it."""
+        return self._warned.get(registry_key(registry))
 
     def secrets(self):
         """Every secret value given or looked up (for redaction)."""
@@ -190,8 +204,9 @@ class RegistryCredentials:
             if source.startswith("docker-config:credsStore:"):
                 # the default store of a config copied from another machine (e.g. ``desktop``): planning
                 # goes on without stored credentials and says so
-                self.warnings.append("Docker client config %s names credsStore %r but %s is not installed: no "
+                self._warned[key] = ("Docker client config %s names credsStore %r but %s is not installed: no "
                                      "stored credentials for %s" % (self.config_path, helper, program, key))
+                self.warnings.append(self._warned[key])
                 return None
             raise StellaError("registry_auth_failed", "Docker client config %s names credential helper %s for %s, "
                               "and it is not on PATH: install it or remove the credHelpers entry"
@@ -208,28 +223,93 @@ class RegistryCredentials:
 
     def _helper_get(self, exe, program, server, key):
         """One ``get`` of the credential-helper protocol: the server URL on stdin, JSON
-        ``{ServerURL, Username, Secret}`` on stdout; ``None`` when the helper has nothing for it."""
+        ``{ServerURL, Username, Secret}`` on stdout; ``None`` when the helper has nothing for it.
+
+        Nothing the helper prints reaches an error (a failing helper may print the secret it read): a
+        failure names the helper, the registry and the exit status only. The helper and whatever it
+        starts get ``HELPER_TIMEOUT`` seconds in all, in a process group of their own that is killed
+        when the time is up or the answer grows beyond ``MAX_HELPER_OUTPUT`` bytes."""
         try:
-            done = subprocess.run([exe, "get"], input=server.encode("utf-8"), capture_output=True,
-                                  env=self.environ, timeout=HELPER_TIMEOUT, check=False)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise StellaError("registry_auth_failed", "credential helper %s for %s did not answer: %s"
-                              % (program, key, getattr(exc, "strerror", None) or type(exc).__name__))
-        output = done.stdout.decode("utf-8", "replace").strip()
-        if done.returncode != 0:
-            if NOT_FOUND in output or NOT_FOUND in done.stderr.decode("utf-8", "replace"):
+            process = subprocess.Popen(  # pylint: disable=consider-using-with
+                [exe, "get"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.environ,
+                start_new_session=True)
+        except OSError as exc:
+            raise StellaError("registry_auth_failed", "credential helper %s for %s could not be started: %s"
+                              % (program, key, exc.strerror or type(exc).__name__))
+        stdout, stderr, problem = b"", b"", "did not answer"
+        try:
+            stdout, stderr, problem = _exchange(process, server.encode("utf-8"))
+        except OSError as exc:
+            problem = "could not be read: %s" % (exc.strerror or type(exc).__name__)
+        finally:
+            if problem:  # a bound passed: the helper and everything it started (a helper that answered in
+                _kill_group(process)  # time may leave a daemon of its own, such as gpg-agent, running)
+            for pipe in (process.stdin, process.stdout, process.stderr):
+                try:
+                    pipe.close()
+                except OSError:
+                    pass  # stdin of a helper that exited without reading it
+            process.wait()
+        if problem:
+            raise StellaError("registry_auth_failed", "credential helper %s for %s %s" % (program, key, problem))
+        if process.returncode != 0:
+            if NOT_FOUND.encode() in stdout[:STDERR_KEPT] or NOT_FOUND.encode() in stderr:
                 return None
-            # the helper's own words, first line only: helpers print errors, not secrets, on failure
-            said = (output or done.stderr.decode("utf-8", "replace").strip()).splitlines()[:1]
-            raise StellaError("registry_auth_failed", "credential helper %s failed for %s (exit %d): %s"
-                              % (program, key, done.returncode, said[0] if said else "no message"))
+            raise StellaError("registry_auth_failed", "credential helper %s failed for %s (exit %d; what it printed "
+                              "is not shown: it may hold a secret)" % (program, key, process.returncode))
         try:
-            data = json.loads(output)
+            data = json.loads(stdout.decode("utf-8"))
         except ValueError:
             raise StellaError("registry_auth_failed", "credential helper %s returned no JSON for %s" % (program, key))
         if not isinstance(data, dict) or not (data.get("Username") or data.get("Secret")):
             return None
         return data
+
+
+def _kill_group(process):
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except OSError:
+        pass  # the group is gone
+
+
+def _exchange(process, data):
+    """``(stdout, stderr kept, problem)``: ``data`` written to the helper's stdin, its output read until
+    both pipes close, within ``HELPER_TIMEOUT`` seconds and ``MAX_HELPER_OUTPUT`` bytes of stdout;
+    ``problem`` says which bound was passed (``None`` when none was)."""
+    deadline = time.monotonic() + HELPER_TIMEOUT
+    try:
+        process.stdin.write(data)
+        process.stdin.close()
+    except OSError:
+        pass  # a helper that does not read its stdin says so in its exit status
+    out, err, size = [], [], 0
+    kept = 0
+    with selectors.DefaultSelector() as selector:
+        selector.register(process.stdout, selectors.EVENT_READ)
+        selector.register(process.stderr, selectors.EVENT_READ)
+        while selector.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return b"", b"", "did not answer within %g s" % HELPER_TIMEOUT
+            for item, _events in selector.select(left):
+                chunk = os.read(item.fd, 65536)
+                if not chunk:
+                    selector.unregister(item.fileobj)
+                elif item.fileobj is process.stdout:
+                    size += len(chunk)
+                    if size > MAX_HELPER_OUTPUT:
+                        return b"", b"", "answered more than %d MiB" % (MAX_HELPER_OUTPUT // (1024 * 1024))
+                    out.append(chunk)
+                elif kept < STDERR_KEPT:
+                    err.append(chunk[:STDERR_KEPT - kept])
+                    kept += len(err[-1])
+    left = deadline - time.monotonic()
+    try:
+        process.wait(max(left, 0.001))
+    except subprocess.TimeoutExpired:
+        return b"", b"", "did not answer within %g s" % HELPER_TIMEOUT
+    return b"".join(out), b"".join(err), None
 
 
 # -- the target's preflight --------------------------------------------------------------------------

@@ -285,6 +285,8 @@ class DigestResolver:
                        status=status)
         if status in (401, 403):
             why = "credentials were refused" if client.has_credentials else "no credentials are configured"
+            if not client.has_credentials and self.credentials.warning_for(ref.registry):
+                why += " (%s)" % self.credentials.warning_for(ref.registry)
             self._fail(text, "registry %s requires authentication (%s) and %s (HTTP %d)"
                        % (ref.registry, auth or "unknown scheme", why, status), cause="registry_auth_failed",
                        status=status)

@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import stat
+import time
 
 import sys
 
@@ -180,3 +181,89 @@ def test_a_registry_the_config_does_not_name_is_answered_without_the_docker_sdk(
     found = creds(tmp_path, "linux-docker-login.json")
     assert found.get("ghcr.io") is None and imported == []
     assert found.get("127.0.0.1:5002")["source"] == "docker-config:auths" and imported == [True]
+
+
+# --------------------------------------------------------------------------- what a helper prints, how long it runs
+
+PLANTED = "helper-Secret-Planted"
+
+
+def script_helper(tmp_path, name, body):
+    """A ``docker-credential-<name>`` running the shell ``body`` on a PATH of its own, named by a
+    ``credHelpers`` entry for ghcr.io in a config of its own."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    path = bindir / ("docker-credential-" + name)
+    path.write_text("#!/bin/sh\nread -r server\n" + body + "\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    directory = tmp_path / "docker"
+    directory.mkdir(exist_ok=True)
+    (directory / "config.json").write_text(json.dumps({"credHelpers": {"ghcr.io": name}}))
+    return RegistryCredentials(environ={"PATH": "%s:/usr/bin:/bin" % bindir, "DOCKER_CONFIG": str(directory),
+                                        "HOME": str(tmp_path)})
+
+
+@pytest.mark.parametrize("body", [
+    'echo "token %s expired" ; echo "stderr %s" >&2 ; exit 1' % (PLANTED, PLANTED),
+    'echo "stderr only %s" >&2 ; exit 3' % PLANTED,
+    'echo "{\\"Username\\": \\"u\\", \\"Secret\\": \\"%s\\"" ; exit 0' % PLANTED,  # cut JSON
+])
+def test_nothing_a_helper_prints_reaches_the_error(tmp_path, body):
+    found = script_helper(tmp_path, "leaky", body)
+    with pytest.raises(StellaError) as info:
+        found.get("ghcr.io")
+    assert info.value.code == "registry_auth_failed" and "docker-credential-leaky" in info.value.reason
+    assert PLANTED not in json.dumps(info.value.as_dict()), info.value.reason
+
+
+def test_a_helper_s_answer_is_read_with_a_bound(tmp_path):
+    import resource
+
+    found = script_helper(tmp_path, "huge", "head -c 300000000 /dev/zero")
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(StellaError) as info:
+        found.get("ghcr.io")
+    grown_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert info.value.code == "registry_auth_failed" and "more than 1 MiB" in info.value.reason, info.value.reason
+    assert grown_mib < 50, grown_mib
+
+
+def _alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid, encoding="utf-8") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def test_a_helper_that_does_not_answer_is_stopped_with_its_children(tmp_path, monkeypatch):
+    from ansible_collections.stellaops.runtime.plugins.plugin_utils.release import credentials as _credentials
+
+    monkeypatch.setattr(_credentials, "HELPER_TIMEOUT", 1)
+    pidfile = tmp_path / "child.pid"
+    found = script_helper(tmp_path, "stuck", "sleep 300 & echo $! > %s\nsleep 300" % pidfile)
+    started = time.monotonic()
+    with pytest.raises(StellaError) as info:
+        found.get("ghcr.io")
+    assert time.monotonic() - started < 5
+    assert info.value.code == "registry_auth_failed" and "did not answer within 1 s" in info.value.reason
+    child = int(pidfile.read_text())
+    deadline = time.monotonic() + 2
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(child), "the helper's child %d outlived its timeout" % child
+
+
+def test_a_missing_default_store_is_named_when_planning_then_lacks_credentials(tmp_path):
+    """The warning a missing ``credsStore`` gives reaches the operator with the failure it explains."""
+    registry = FakeRegistry(auth=("basic", "stella", "pw"))
+    registry.push("shop/web", "1.0", image_manifest("1"), "application/vnd.oci.image.manifest.v1+json")
+    directory = tmp_path / "docker"
+    directory.mkdir()
+    (directory / "config.json").write_text(json.dumps({"auths": {"registry.example.com": {}}, "credsStore": "desktop"}))
+    found = RegistryCredentials(environ={"DOCKER_CONFIG": str(directory), "PATH": str(tmp_path)})
+    with pytest.raises(StellaError) as info:
+        DigestResolver(found, transport=registry).resolve("registry.example.com/shop/web:1.0")
+    assert "no credentials are configured" in info.value.reason
+    assert "docker-credential-desktop is not installed" in info.value.reason, info.value.reason
+    assert found.warnings and "docker-credential-desktop is not installed" in found.warnings[0]
