@@ -154,6 +154,8 @@ CODES = {
     "runtime_install_unverified": "docker version and docker compose version on the target say what is missing",
     # ------------------------------------------------------------------ the Compose provider
     "collection_missing": "ansible-galaxy collection install stellaops.runtime (docs/install.md)",
+    "collection_incompatible": "install the collection and the pip package of one version: pip install "
+                               "stellaops-runtime==VERSION, VERSION the collection's (docs/install.md)",
     "provider_dependency_missing": "run the pip install line in the message (docs/install.md)",
     "provider_option_missing": "add the option named to the service's provider.options in the compose file",
     "provider_run_failed": "stella show JOB --compose-project PROJECT shows the job the provider ran",
