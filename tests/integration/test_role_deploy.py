@@ -816,3 +816,29 @@ def test_i_release_with_secret_env_deploys_and_its_secret_stays_on_the_target(la
                     assert secret.encode() not in handle.read(), name
     finally:
         sc.cleanup()
+
+
+def test_l_the_role_honours_the_release_strategy_config_and_runs_its_traffic_step(lab, tmp_path):
+    """A blue-green release through the role, its strategyConfig asking for no automatic rollback and
+    requiring a traffic adapter it does not name; the role's own rollback variable left unset. The role runs
+    the traffic step: the missing adapter closes the gate, so the job never ends Succeeded without traffic
+    evidence; it fails with traffic_adapter_missing, and no rollback runs, as the release asked."""
+    sc = Scenario(lab, tmp_path, "l")
+    try:
+        release = sc.release()
+        release.update(strategy="blue-green", strategyConfig={"requireTrafficAdapter": True,
+                                                              "autoRollbackOnFailure": False})
+        rc, recap, results, output = sc.play(release, rollback_on_failure=None)
+        sc.project = sc.plan(results)["projectName"]  # the green slot's project
+        assert rc != 0 and recap["localhost"][3] == 1, output[-4000:]
+        job, _projection = sc.stored(sc.job_id(results))
+        assert (job["status"], job["code"]) == ("Failed", "traffic_adapter_missing"), (job["status"], job["reason"])
+        assert job["targets"]["localhost"]["status"] == "Succeeded"  # the target itself deployed
+        assert [g["proceed"] for g in job["gates"]] == [False]
+        assert job["traffic"] and job["traffic"][0]["evidence"]["strategy.traffic.shifted"] is False
+        assert job["options"]["autoRollbackOnFailure"] is False
+        assert job["options"]["autoRollbackSource"] == "strategyConfig.autoRollbackOnFailure"
+        assert job["rollback"]["skipReason"] == "autoRollbackOnFailure=false"
+        assert not rollback_ran(results)
+    finally:
+        sc.cleanup()
