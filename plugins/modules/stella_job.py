@@ -256,6 +256,9 @@ options:
       - O(step=close). Where C(jobs/<job id>/job.json) (and C(rollback-evidence.json)) are also written;
         the job store keeps them whether or not it is given.
       - O(step=target). Where the target's C(<project>/<job id>/<target>/deployment.json) is also written.
+      - O(step=start). A new job whose C(jobs/<job id>/) already exists there (a job of the same id in another
+        job store sharing the directory) fails with C(evidence_conflict) before anything is recorded or changed.
+        An evidence file is never replaced by other contents (C(evidence_conflict)).
     type: path
   report:
     description:

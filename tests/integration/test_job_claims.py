@@ -156,3 +156,21 @@ def test_a_lost_claim_file_refuses_a_job_older_than_the_stickers_and_a_new_job_r
         assert fj.claim_file(repaired)["jobId"] == repaired["jobId"]
     finally:
         fj.cleanup()
+
+
+def test_two_stores_sharing_an_evidence_directory_with_one_caller_job_id_never_replace_each_others_files(
+        lab, thin_one, tmp_path):  # pylint: disable=redefined-outer-name
+    fj = Claims(lab, thin_one, tmp_path, "claims-evidence", labkit.free_port(), store=str(tmp_path / "a.sqlite3"))
+    try:
+        first = succeeded(fj, fj.deploy("1.0.0", stella_job_id="awx-4242"))
+        job_json = os.path.join(fj.evidence_dir, "jobs", "awx-4242", "job.json")
+        kept = open(job_json, "rb").read()
+        sticker = fj.sticker_job(first)
+        fj.use(str(tmp_path / "b.sqlite3"))  # a second AWX: its own store, the same evidence directory
+        second = fj.deploy("2.0.0", stella_job_id="awx-4242")
+        assert second.rc != 0, second.output[-3000:]
+        assert "evidence_conflict" in second.output and "nothing was changed" in second.output, second.output[-3000:]
+        assert fj.job_ids() == []  # nothing recorded in the second store
+        assert open(job_json, "rb").read() == kept and fj.sticker_job(first) == sticker  # nothing replaced
+    finally:
+        fj.cleanup()

@@ -129,7 +129,8 @@ CODES = {
     "psutil_missing": "python3 -m pip install -r requirements.txt in the controller's Python (docs/install.md)",
     "evidence_remove_failed": "fix the directory's permissions, then run stella prune again",
     "evidence_immutable": "evidence is written once: run the job again (a new job) rather than re-recording this one",
-    "evidence_conflict": "export into an empty directory, or move the file named away (it is not this job's evidence)",
+    "evidence_conflict": "use an empty evidence directory (stella_evidence_dir, or the export's) or another job "
+                         "id: the file named is another job's evidence",
     "evidence_corrupt": "restore the job store from a backup: the document no longer matches its SHA-256",
     "evidence_invalid": "check what else writes to this job store: its document names must be relative paths",
     "evidence_write_failed": "fix the output directory's permissions or free space, then run stella evidence again",

@@ -17,8 +17,9 @@ import os
 import posixpath
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.canonical import pretty_json, sha256_bytes
-from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import redact_url
-from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import deployment_evidence_dir
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError, redact_url
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
+    deployment_evidence_dir, job_evidence_dir)
 from ansible_collections.stellaops.runtime.plugins.module_utils.host.files import atomic_write
 
 # The job's evidence documents, under <evidence dir>/jobs/<job id>/; each target's, under
@@ -26,6 +27,9 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.host.files impor
 JOB_EVIDENCE_FILE = "job.json"
 ROLLBACK_EVIDENCE_FILE = "rollback-evidence.json"
 DEPLOYMENT_EVIDENCE_FILE = "deployment.json"
+# An evidence file on disk that another job wrote (a job of the same id in another job store sharing the
+# evidence directory): it is never replaced.
+EVIDENCE_CONFLICT = "evidence_conflict"
 # Keys of registered results that are Ansible plumbing, not evidence.
 PLUMBING = ("invocation", "diff", "_ansible_no_log", "_ansible_verbose_always", "ansible_facts", "warnings",
             "deprecations")
@@ -77,10 +81,18 @@ def keep_documents(root, directory, documents, check_mode=False):
     directory, ``directory`` relative to an evidence root (as the vocabulary's helpers build it with
     ``root=""``). Returns ``(entries, stored)``: ``entries`` ``{file name: {"sha256", "document", "path"}}``
     (``path`` only when ``root`` is given and the file was written under it; nothing is written in check
-    mode) and ``stored`` ``{document name: bytes}`` for the job store."""
+    mode) and ``stored`` ``{document name: bytes}`` for the job store. A file already there with other
+    bytes is never replaced: ``evidence_conflict``, before any of ``documents`` is written."""
     entries, stored = {}, {}
-    for name, document in documents.items():
-        data = document if isinstance(document, bytes) else pretty_json(document)
+    documents = {name: doc if isinstance(doc, bytes) else pretty_json(doc) for name, doc in documents.items()}
+    if root:
+        for name, data in documents.items():
+            path = posixpath.join(root, directory, name)
+            if os.path.exists(path) and _read(path) != data:
+                raise StellaError(EVIDENCE_CONFLICT, "evidence file %s exists with other contents (a job of the "
+                                  "same id in another job store wrote it): it is kept, nothing was written" % path,
+                                  phase="job")
+    for name, data in documents.items():
         relative = posixpath.join(directory, name)
         entry = {"sha256": sha256_bytes(data), "document": relative}
         if root:
@@ -92,3 +104,20 @@ def keep_documents(root, directory, documents, check_mode=False):
         entries[name] = entry
         stored[relative] = data
     return entries, stored
+
+
+def _read(path):
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
+def check_new_job_directory(root, job_id):
+    """Refuse (``evidence_conflict``) a new job ``job_id`` whose evidence directory under ``root`` exists: a job of
+    the same id in another job store (two AWX, two stores sharing one evidence directory) wrote there."""
+    directory = job_evidence_dir(root, job_id) if root else None
+    if directory and os.path.exists(directory):
+        raise StellaError(EVIDENCE_CONFLICT, "job %s already has evidence in %s, written by a job of the same id in "
+                          "another job store: nothing was changed" % (job_id, directory), phase="job")

@@ -32,7 +32,7 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import fenci
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import step_failure as _step_failure
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import strategy as _strategy
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.writer import (
-    DEPLOYMENT_EVIDENCE_FILE, JOB_EVIDENCE_FILE, ROLLBACK_EVIDENCE_FILE, clean, keep_documents)
+    DEPLOYMENT_EVIDENCE_FILE, JOB_EVIDENCE_FILE, ROLLBACK_EVIDENCE_FILE, check_new_job_directory, clean, keep_documents)
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.lease import MIN_LEASE_SECONDS, start_keeper
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.owner import controller_owner, gone_why, interrupt_gone
 
@@ -232,6 +232,8 @@ class JobSteps:
         now = utc_timestamp()
         interrupted = interrupt_gone_jobs(store, now)
         job_id, source, planned, options, summary, unreachable = self._plan(args, now)
+        if store.head(job_id) is None:  # an id this store holds is job_exists; another store's, evidence_conflict
+            check_new_job_directory(args["evidence_dir"], job_id)
         targets = {name: {"targetId": plan["target"]["id"], "targetName": plan["target"]["name"],
                           "targetType": plan["target"]["type"], "endpoint": plan["target"]["endpoint"],
                           "target": plan["target"], "projectName": plan["projectName"], "slot": plan["slot"],
