@@ -22,6 +22,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabul
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import process as _process
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import projection as _projection
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import recovery as _recovery
 
 
 def process_start(pid):
@@ -81,8 +82,9 @@ def lease_expired(record, now):
 
 def gone_why(record, now):
     """Why the unfinished ``record`` is recorded interrupted at ``now``: its run is gone on this host,
-    or its claim lease expired; ``None`` while nothing says its run is gone."""
-    if record["status"] in _job.TERMINAL:
+    or its claim lease expired; ``None`` while nothing says its run is gone. A deployment an operator
+    rollback job is rolling back is run by that job: it is never taken for gone itself."""
+    if record["status"] in _job.TERMINAL or _recovery.recovering(record):
         return None
     if owner_gone(record.get("owner")):
         return interrupted_why(record)
@@ -107,7 +109,8 @@ def record_interrupted(store, job_id, why, now=None, recheck=False):
     """Record the unfinished job ``job_id`` interrupted (``Failed``, ``job_interrupted``), which releases
     its projects, and write its terminal projection: its run is gone, so nothing else will. A job that
     finished meanwhile is left as it is, and with ``recheck`` so is one whose run :func:`gone_why` no
-    longer takes for gone. Returns the stored record."""
+    longer takes for gone. The deployment an interrupted operator rollback job was rolling back ends
+    ``Failed`` (job/recovery.py). Returns the stored record."""
     now = now or utc_timestamp()
     done = []
 
@@ -120,4 +123,5 @@ def record_interrupted(store, job_id, why, now=None, recheck=False):
     record = store.update(job_id, change)
     if done:
         store.project_terminal(job_id, _projection.strategy_evidence(record), now)
+        _recovery.interrupted(store, record, now)
     return record

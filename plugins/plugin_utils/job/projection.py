@@ -10,6 +10,9 @@
   terminal job status is never mirrored by a refresh.
 - :func:`terminal` is the separate last step, after the job's terminal evidence exists: it carries
   the terminal status and the strategy evidence, with the ``rollback.evidence.*`` keys.
+- An operator rollback of a finished deployment makes its record ``RollingBack`` when it starts: the
+  refresh of that revision projects it ``RollingBack`` (no longer terminal); :func:`recovery` writes its
+  end.
 
 Progress is the share of the nine phases the job has persisted for a target, never an estimate.
 Pure, no I/O.
@@ -52,9 +55,15 @@ def initial(record):
 
 def refresh(projection, record):
     """The new projection after ``record`` was persisted, or ``None`` when nothing it mirrors changed.
-    A terminal job status waits for :func:`terminal`; the per-target view is still mirrored."""
-    if projection is None or projection.get("terminal"):
+    A terminal job status waits for :func:`terminal`; the per-target view is still mirrored. A finished
+    deployment that an operator rollback started rolling back (its record now ``RollingBack``) is projected
+    ``RollingBack`` again, no longer terminal, until :func:`recovery`."""
+    if projection is None:
         return None
+    if projection.get("terminal"):
+        if record["status"] != "RollingBack" or record["revision"] <= projection["jobRevision"]:
+            return None
+        return dict(projection, jobRevision=record["revision"], terminal=False, **observe(record))
     seen = observe(record)
     if seen["status"] in TERMINAL:
         seen["status"] = projection["status"]

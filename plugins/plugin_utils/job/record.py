@@ -363,47 +363,6 @@ def operator_rollback(source, job_id, now, revision_paths=None, reason=None, own
     return new
 
 
-def recovery_started(source, rollback_job, now):
-    """The deployment ``source`` as an operator rollback job of it began: ``RollingBack``, with event
-    ``RollbackStarted`` at the rollback's start (the first of two revisions;
-    :func:`recovery_ended` writes the second)."""
-    rollback = rollback_job["rollback"]
-    new = _copy(source, now)
-    _move(new, "RollingBack")
-    new["events"].append({"kind": "RollbackStarted", "at": rollback["startedAt"],
-                          "targets": [n for batch in rollback["batches"] for n in batch],
-                          "rollbackJobId": rollback_job["jobId"]})
-    return new
-
-
-def recovery_ended(source, rollback_job, now):
-    """The deployment ``source`` once the operator rollback job ``rollback_job`` ended: ``RolledBack``
-    when every planned target was restored, else ``Failed`` (``RollbackFailed``); each restored target is
-    ``RolledBack`` (its status before kept), each other planned one carries its ``rollbackError``. The
-    promotion and the original reason stay; ``recovery`` names the rollback job."""
-    rollback = rollback_job["rollback"]
-    new = _copy(source, now)
-    planned = [n for batch in rollback["batches"] for n in batch]
-    for name in planned:
-        done = rollback_job["targets"][name]
-        target = _target(new, name)
-        if done["status"] == "RolledBack":
-            target["statusBeforeRollback"] = target["status"]
-            target["status"] = "RolledBack"
-        else:
-            target["rollbackError"] = done.get("rollbackError") or done.get("reason") or "rollback failed"
-        target["rollback"] = dict(done.get("rollback") or {}, rollbackJobId=rollback_job["jobId"])
-    restored = rollback_job["status"] == "RolledBack"
-    _move(new, "RolledBack" if restored else "Failed")
-    event = {"kind": "RollbackCompleted" if restored else "RollbackFailed", "at": now,
-             "rollbackJobId": rollback_job["jobId"]}
-    event.update({"targets": planned} if restored else {"error": rollback_job.get("reason") or "rollback failed"})
-    new["events"].append(event)
-    new["recovery"] = {"rollbackJobId": rollback_job["jobId"], "status": "rolled_back" if restored else "rollback_failed",
-                       "reason": rollback.get("reason"), "startedAt": rollback["startedAt"], "completedAt": now}
-    return new
-
-
 def rollback_orders(record, source=None):
     """The rollback the playbook runs next (nothing unless the job is rolling back or is a rollback job
     that runs): its batches, ``serial``, host order, and per target the revision, payload and task;

@@ -397,6 +397,8 @@ class JobSteps:
                 record["jobId"], ", ".join(sorted(set(held.values())))), phase="job")
         if record["status"] == "Failed":
             raise StellaError(record["code"], "job %s: %s" % (record["jobId"], record["reason"]), phase="job")
+        if not self.check_mode:  # the deployment is RollingBack from now on (job/recovery.py)
+            _lazy("job.recovery").started(store, record, now)
         orders = _job.rollback_orders(record, source=source)
         return _lazy("job.preview").rollback_start(orders, record) if self.check_mode else orders
 
@@ -443,19 +445,13 @@ class JobSteps:
 
     @staticmethod
     def _recover_source(store, record, source, rollback, evidence_id):
-        """The deployment an operator rollback job rolled back goes through RollingBack to RolledBack (or
-        Failed), once per rollback job, and its projection carries the rollback's ``rollback.evidence.*``
-        keys (:func:`_job.recovery_started`, :func:`_job.recovery_ended`)."""
-        if any(e.get("rollbackJobId") == record["jobId"] for e in source.get("events") or []):
-            return
-        now = utc_timestamp()
-        # two revisions, so the deployment's status history shows it rolling back, then rolled back
-        store.update(source["jobId"], lambda s: _job.recovery_started(s, record, now),
-                     lambda s: _job.recovery_ended(s, record, now))
+        """The deployment an operator rollback job rolled back, RollingBack since the rollback started, ends
+        RolledBack (or Failed), once per rollback job, and its projection carries the rollback's
+        ``rollback.evidence.*`` keys (job/recovery.py)."""
         keys = {"rollback.attempted": True, "rollback.status": record["rollback"].get("status"),
                 "rollback.jobId": record["jobId"]}
         keys.update(_projection.projection_keys(rollback, evidence_id))
-        store.project_recovery(source["jobId"], keys, now)
+        _lazy("job.recovery").ended(store, record, keys, utc_timestamp())
 
     def _show(self, store, args):
         """Read a job. A job whose controller run is gone (or whose claim lease expired) is first recorded

@@ -8,6 +8,7 @@ import pytest
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import recovery as _recovery
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import timeouts as _timeouts
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import plan as _job_plan
 
@@ -251,7 +252,7 @@ def test_the_deployment_an_operator_rolled_back_goes_through_rolling_back(restor
                                                reason=None if restore_all else "rollback_failed: boom")
     rollback = _job.finish_rollback(rollback, "T1")
     assert rollback["status"] == ("RolledBack" if restore_all else "Failed")
-    after = _job.recovery_ended(_job.recovery_started(source, rollback, "T1"), rollback, "T1")
+    after = _recovery.recovery_ended(_recovery.recovery_started(source, rollback, "T1"), rollback, "T1")
     assert after["status"] == ("RolledBack" if restore_all else "Failed")
     assert after["promotion"] == "Succeeded" and after["reason"] == source["reason"]
     assert [(e["kind"], e["rollbackJobId"]) for e in after["events"]] == [
