@@ -29,7 +29,7 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import sql
 
 T = ["2026-03-01T10:0%d:00.000000Z" % minute for minute in range(10)]
 COMMAND_NAMES = [command[0] for command in _command.COMMANDS]
-STORE_COMMANDS = ["list", "show", "report", "evidence", "health", "interrupt", "prune"]
+STORE_COMMANDS = ["list", "show", "report", "evidence", "health", "interrupt", "close", "prune"]
 PROVIDER_OPTIONS = {"--compose-project", "--service", "--state-directory"}
 
 
@@ -257,7 +257,10 @@ def test_show_prints_the_job_as_job_show_does(tmp_path, capsys):
     path = fleet_store(tmp_path / "jobs.sqlite3")
     rc, out, err = stella(["show", "job-2", "--store", path], capsys)
     assert (rc, err) == (0, "")
-    assert out == "store: %s (--store)\n" % path + _job_view.render_text(read(path, "job-2"))
+    # job-2 ended without its close (the store holds no job.json of it): the line after the job says so
+    assert out == "store: %s (--store)\n" % path + _job_view.render_text(read(path, "job-2")) + (
+        "evidence: missing: the job's close did not finish, so its job.json was never written; "
+        "`stella close job-2` writes it\n")
     assert "job job-2  Failed" in out and "reason: target a: boom" in out
 
 
@@ -518,7 +521,8 @@ def test_a_compose_project_with_several_or_no_stores(tmp_path, capsys):
 ], ids=["two-stores", "service-alone", "state-alone", "project-path", "project-upper-case", "service-dots",
         "service-path"])
 def test_store_options_that_do_not_go_together_are_usage_errors(command, argv, why, capsys):
-    required = {"show": ["job-1"], "report": ["job-1"], "evidence": ["job-1"], "interrupt": ["job-1"], "prune": ["--older-than", "1"]}
+    required = {"show": ["job-1"], "report": ["job-1"], "evidence": ["job-1"], "interrupt": ["job-1"], "close": ["job-1"],
+                "prune": ["--older-than", "1"]}
     rc, out, err = stella([command] + required.get(command, []) + argv, capsys)
     assert (rc, out) == (2, "")
     assert err.startswith("usage: stella %s" % command) and ("stella %s: error: %s" % (command, why)) in err

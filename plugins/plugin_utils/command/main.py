@@ -37,6 +37,7 @@ COMMANDS = (("list", "the jobs of a job store, newest first", "store.jobs_cli:li
             ("evidence", "the evidence documents the job store keeps for a job: listed, or exported", "store.evidence_cli:evidence"),
             ("health", "the health status the job store keeps for each target", "store.cli:health"),
             ("interrupt", "record a job whose controller run is gone as interrupted", "store.cli:interrupt"),
+            ("close", "close a job whose close did not finish: its evidence written", "store.cli:close"),
             ("prune", "remove finished jobs past a retention age", "store.cli:prune"),
             ("install", "put stella on PATH and docker-stella among the Docker CLI plugins", None),
             ("compose", "the Compose provider, as Compose runs it (stella compose -h)", None))
@@ -47,6 +48,7 @@ SYNOPSIS = """stella [-h] [--version] COMMAND ...
        stella evidence JOB [--output DIR] [--json] [STORE]
        stella health [TARGET ...] [--json] [--check] [STORE]
        stella interrupt JOB [--reason TEXT] [STORE]
+       stella close JOB [--evidence-dir DIR] [--report] [STORE]
        stella prune --older-than DAYS [--keep N] [--evidence-dir DIR] [--dry-run] [--json] [STORE]
        stella install [--bin-dir DIR] [--plugin-dir DIR]
        stella compose [--project-name=NAME] metadata|up|down|stop|pull [--option=value ...] [SERVICE]

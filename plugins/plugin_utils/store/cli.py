@@ -265,6 +265,50 @@ def interrupt(argv, stdout=None, stderr=None):
     return 0
 
 
+# -------------------------------------------------------------------------------------------- close
+
+def close_parser():
+    """``stella close JOB [--evidence-dir DIR] [--report] [--store LOCATION]`` (docs/stella-command.md)."""
+    parser = argparse.ArgumentParser(prog="stella close", description="Close a job whose close step did not "
+                                     "finish (a job store that was unreachable, a controller run killed at its "
+                                     "end): finish it as its record says, and write its evidence (job.json, the "
+                                     "rollback evidence, with --report the report) in the job store and, with "
+                                     "--evidence-dir, there too (docs/stella-command.md).")
+    parser.add_argument("job", metavar="JOB", help="the job id")
+    parser.add_argument("--store", metavar="LOCATION", help=STORE_HELP)
+    parser.add_argument("--evidence-dir", metavar="DIR", help="also write the evidence files under DIR")
+    parser.add_argument("--report", action="store_true", help="also keep jobs/JOB/report.html")
+    return parser
+
+
+def close(argv, stdout=None, stderr=None):
+    """``stella close``: 0 when the job is closed (its evidence written) and succeeded, 1 with one line when
+    it cannot be closed (no such job, its run still alive on this host) or closed otherwise, 2 on a usage
+    error. An unfinished job whose run is gone is first recorded interrupted, as ``stella show`` does."""
+    stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
+    options, rc = parse_command(close_parser(), argv)
+    if options is None:
+        return rc
+    from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.steps import (  # pylint: disable=import-outside-toplevel
+        JobSteps)
+    try:
+        where = _location.resolve(options)
+        with existing_store(where.location, where.source) as store:
+            record = store.get(options.job)
+            if record is None:
+                raise StellaError("job_not_found", "no job %s in the job store" % options.job)
+            record = _job_owner.interrupt_gone(store, record)
+            if record["status"] not in _job.TERMINAL:
+                raise StellaError("job_running", "job %s is %s and its controller run may still be alive: it closes "
+                                  "itself (stella interrupt JOB if its run is gone)" % (record["jobId"], record["status"]))
+        closed = JobSteps({}, False).run({"step": "close", "store": where.location, "job_id": options.job,
+                                          "evidence_dir": options.evidence_dir, "report": options.report})
+    except StellaError as exc:
+        return fail_line(stderr, "close", exc)
+    stdout.write(closed["text"] + "evidence: %s\n" % ", ".join(sorted(closed["evidenceDocuments"])))
+    return 0 if closed["succeeded"] else 1
+
+
 # -------------------------------------------------------------------------------------------- prune
 
 def prune_parser():

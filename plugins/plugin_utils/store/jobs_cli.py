@@ -34,6 +34,11 @@ LIST_COLUMNS = (("JOB", "jobId"), ("KIND", "kind"), ("STATUS", "status"), ("RELE
                 ("VERSION", "version"), ("TARGETS", "targets"), ("STARTED", "startedAt"), ("ENDED", "completedAt"))
 
 
+# What stella show adds for an ended job whose close did not finish (its job.json is not in the store).
+UNCLOSED = ("evidence: missing: the job's close did not finish, so its job.json was never written; "
+            "`stella close %s` writes it\n")
+
+
 def _where(location):
     return "store: %s\n" % _location.describe(location)
 
@@ -226,13 +231,17 @@ def show(argv, stdout=None, stderr=None):
             if options.follow:
                 return follow(store, record, where, options.json, stdout)
             projection = store.projection(record["jobId"])
+            unclosed = record["status"] in _job.TERMINAL and store.document(
+                record["jobId"], "jobs/%s/job.json" % record["jobId"]) is None
     except StellaError as exc:
         return _store_cli.fail_line(stderr, "show", exc)
     gone = _run_gone(record)
     if options.json:
         stdout.write(json.dumps({"store": _location.shown(where), "storeSource": where.source, "job": record,
-                                 "projection": projection, "runGone": gone.reason if gone else None},
+                                 "projection": projection, "runGone": gone.reason if gone else None,
+                                 "evidenceMissing": unclosed},
                                 indent=2, sort_keys=True) + "\n")
     else:
-        stdout.write(_where(where) + _job_view.render_text(record) + ("note: %s\n" % gone.reason if gone else ""))
+        stdout.write(_where(where) + _job_view.render_text(record) + ("note: %s\n" % gone.reason if gone else "")
+                     + (UNCLOSED % record["jobId"] if unclosed else ""))
     return 0
