@@ -1,12 +1,18 @@
 """``stella prune`` and an operator rollback under way: the deployment it rolls back is still in use
 (the rollback's close reads it, records its recovery and writes evidence about it), so neither the
-deployment nor its evidence is pruned while the rollback job is unfinished, however old it is."""
+deployment nor its evidence is pruned while the rollback job is unfinished, however old it is. Once it
+ended, the rollback job (whose evidence document the deployment's projection names) stays as long as the
+deployment does."""
 
 from __future__ import annotations
 
+import pytest
+
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import utc_timestamp
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.command import main as _command
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import projection as _projection
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import recovery as _recovery
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import sql as _job_store
 
 OLD = "2026-01-01T09:00:00.000000Z"
@@ -37,6 +43,14 @@ def stored(tmp_path, rollback_status):
     finally:
         store.close()
     return path
+
+
+def later(store):
+    """A later deployment of another project on the same target: the target's health names it, not job-1."""
+    other = {"a": {"targetId": "id-a", "targetName": "a", "projectName": "shop-2", "targetType": "ComposeHost"}}
+    store.create(_job.new_job("job-2", None, {"release": {"id": "r2"}}, [["a"]], other, {}, utc_timestamp()))
+    store.update("job-2", lambda r: _job.start(r, utc_timestamp()),
+                 lambda r: _job.finish_target(r, "a", True, utc_timestamp()), lambda r: _job.finish(r, utc_timestamp()))
 
 
 def evidence(root):
@@ -73,3 +87,60 @@ def test_once_the_rollback_ended_both_may_go(tmp_path, capsys):
     assert (rc, err) == (0, ""), err
     assert "  job-1  " in out and "  job-1-rollback-x  " in out and ids(path) == ["job-2"]
     assert not (root / "jobs" / "job-1").exists() and not (root / "shop").exists()
+
+
+def recovered(tmp_path):
+    """``job-1`` rolled back by the operator rollback job ``job-1-rollback-x``, both old; job-1's projection
+    names the rollback's evidence document (the rollback job's) and job-1 was updated last (the rollback's
+    close ends the deployment's recovery after the rollback job itself)."""
+    path = str(tmp_path / "jobs.sqlite3")
+    store = _job_store.open_store(path)
+    times = ["2026-01-01T09:00:0%d.000000Z" % n for n in range(4)]
+    try:
+        targets = {"a": {"targetId": "id-a", "targetName": "a", "projectName": "shop", "targetType": "ComposeHost"}}
+        store.create(_job.new_job("job-1", None, {"release": {"id": "r1"}}, [["a"]], targets, {}, times[0]))
+        store.update("job-1", lambda r: _job.start(r, times[0]),
+                     lambda r: _job.finish_target(r, "a", True, times[0], facts={"previousRevisionPath": "/p/r0"}),
+                     lambda r: _job.finish(r, times[0]))
+        store.project_terminal("job-1", _projection.strategy_evidence(store.get("job-1")), times[0])
+        rollback, _held = store.create(_job.operator_rollback(store.get("job-1"), "job-1-rollback-x", times[1]))
+        _recovery.started(store, rollback, times[1])
+        rollback = store.update("job-1-rollback-x", lambda r: _job.finish_rollback_target(r, "a", True, times[2]),
+                                lambda r: _job.finish_rollback(r, times[2]), documents={EVIDENCE_ID: b"{}\n"})
+        _recovery.ended(store, rollback, {"rollback.evidence.id": EVIDENCE_ID}, times[3])
+        later(store)
+    finally:
+        store.close()
+    return path
+
+
+EVIDENCE_ID = "jobs/job-1-rollback-x/rollback-evidence.json"
+
+
+@pytest.mark.parametrize("keep", [2, 0])
+def test_no_rollback_evidence_id_is_left_pointing_at_a_removed_document(tmp_path, capsys, keep):
+    path = recovered(tmp_path)
+    rc = _command.main(["stella", "prune", "--older-than", "1", "--keep", str(keep), "--store", path])
+    out, err = capsys.readouterr()
+    assert (rc, err) == (0, ""), err
+    store = _job_store.open_store(path)
+    try:
+        projection = store.projection("job-1")
+        # --keep 2 keeps job-2 and the deployment, and with it the rollback job whose document its projection names
+        assert (projection is not None) == bool(keep)
+        if projection is not None:
+            assert projection["strategyEvidence"]["rollback.evidence.id"] == EVIDENCE_ID
+            assert store.document("job-1-rollback-x", EVIDENCE_ID) == b"{}\n"
+        assert sorted(r["jobId"] for r in store.list(100)) == (["job-1", "job-1-rollback-x", "job-2"] if keep else ["job-2"])
+    finally:
+        store.close()
+
+
+def test_prune_selection_keeps_a_rollback_job_while_the_job_it_rolled_back_stays():
+    finished = [("job-1", "RolledBack", "t3"), ("job-1-rb", "RolledBack", "t2"), ("job-9-rb", "RolledBack", "t1")]
+    # job-9 (job-9-rb's source) is no longer stored: nothing holds job-9-rb
+    sources = {"job-1-rb": "job-1"}
+    assert [r[0] for r in _job_store.prune_selection(finished, set(), "t9", 1, sources)] == ["job-9-rb"]
+    assert [r[0] for r in _job_store.prune_selection(finished, set(), "t9", 0, sources)] == [
+        "job-9-rb", "job-1-rb", "job-1"]
+    assert [r[0] for r in _job_store.prune_selection(finished, {"job-1"}, "t9", 0, sources)] == ["job-9-rb"]

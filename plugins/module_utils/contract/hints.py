@@ -94,6 +94,7 @@ CODES = {
     "no_revision": "no retained revision to restore: deploy the release to restore instead",
     "revision_tampered": "restore another revision (revision_path), or deploy the release again",
     "revision_path_rejected": "give a revision_path under the project's revisions/ directory",
+    "rollback_already_done": "nothing to roll back: stella show JOB shows the rollback that ran (or runs); deploy again",
     "rollback_superseded": "nothing to undo: a newer deployment runs; stella list --project PROJECT shows it",
     "rollback_failed": "stella show JOB names the target; run stellaops.runtime.rollback -e stella_job_id=JOB",
     "rollback_unverified": "check the target's containers (docker ps), then run stellaops.runtime.rollback again",

@@ -107,6 +107,20 @@ def strategy_evidence(record, rollback_evidence=None, evidence_id=None, files=No
     return evidence
 
 
+def recovery_keys(rollback_job, rollback_evidence=None, evidence_id=None):
+    """The keys an operator rollback job adds to the strategy evidence of the deployment it rolled back:
+    ``rollback.attempted``, ``rollback.status``, ``rollback.jobId``, its ``rollback.evidence.*`` keys (with
+    ``rollback_evidence``) and its traffic rollback's ``strategy.traffic.rollback.*`` keys."""
+    rollback = rollback_job.get("rollback") or {}
+    keys = {"rollback.attempted": True, "rollback.jobId": rollback_job["jobId"],
+            "rollback.status": rollback.get("status") or ("failed" if rollback_job["status"] == "Failed" else None)}
+    back = (rollback_job.get("trafficRollback") or {}).get("evidence") or {}
+    keys.update((k, v) for k, v in back.items() if k.startswith(TRAFFIC_ROLLBACK_PREFIX))
+    if rollback_evidence is not None:
+        keys.update(projection_keys(rollback_evidence, evidence_id))
+    return keys
+
+
 def recovery(projection, record, keys):
     """The projection of a finished deployment after an operator rollback job ended: its status as the
     record now says (``RolledBack`` or ``Failed``) and its strategy evidence with the rollback's keys."""

@@ -43,6 +43,7 @@ TRANSITIONS = {
 }
 EVENTS = ("RollbackStarted", "RollbackCompleted", "RollbackFailed")
 ROLLBACK_FAILED_CODE = "rollback_failed"
+ROLLBACK_ALREADY_DONE = "rollback_already_done"
 JOB_ID_SOURCES = ("awx_job_id", "tower_job_id", "stella_job_id")
 NONE_ELIGIBLE = "no target retained a previous revision to restore"
 AUTO_ROLLBACK_DISABLED = "autoRollbackOnFailure=false"
@@ -322,11 +323,25 @@ def begin_rollback(record, plan, now, automatic=False, reason=None):
     return new
 
 
+def _rolled_back(source):
+    """Why ``source`` is no deployment an operator may roll back now, else ``None``."""
+    if source.get("kind") == "rollback":
+        return "is a rollback job"
+    return {"RolledBack": "is RolledBack: it was already rolled back",
+            "RollingBack": "is RollingBack: a rollback of it is under way"}.get(source["status"])
+
+
 def operator_rollback(source, job_id, now, revision_paths=None, reason=None, owner=None,
                       wait_timeout=DEFAULT_WAIT_TIMEOUT):
     """A ``rollback`` job for an operator: the source job's targets that retained a revision (or were
     given one in ``revision_paths``), in reverse batch order; the others are ``Skipped`` with the
-    no-revision reason. ``Failed`` (code ``rollback_no_eligible_target``) when no target is eligible."""
+    no-revision reason. ``Failed`` (code ``rollback_no_eligible_target``) when no target is eligible.
+    ``rollback_already_done`` (raised, nothing made) for a deployment already rolled back, one whose
+    rollback is under way, or a rollback job."""
+    done = _rolled_back(source)
+    if done:
+        raise job_error("job %s %s: it is not rolled back again (nothing was stored or changed)" % (
+            source["jobId"], done), code=ROLLBACK_ALREADY_DONE)
     paths = dict(revision_paths or {})
     unknown = sorted(set(paths) - set(source["targets"]))
     if unknown:

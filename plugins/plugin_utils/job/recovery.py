@@ -18,7 +18,9 @@ through the job store.
 from __future__ import annotations
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.canonical import clone
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import utc_timestamp
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import projection as _projection
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
 
 ENDED = ("RollbackCompleted", "RollbackFailed")
@@ -95,7 +97,12 @@ def started(store, rollback_job, now=None):
         if recovering(source) == rollback_job["jobId"] or ended_by(source, rollback_job["jobId"]):
             return None
         return recovery_started(source, rollback_job, now)
-    return store.update(rollback_job["sourceJobId"], change)
+    try:
+        return store.update(rollback_job["sourceJobId"], change)
+    except StellaError as exc:  # rolled back meanwhile: the rollback job ends before any target changes
+        store.update(rollback_job["jobId"], lambda r: _job.fail_closed(r, _job.ROLLBACK_ALREADY_DONE, exc.reason,
+                                                                        {}, now))
+        raise _job.job_error(exc.reason, code=_job.ROLLBACK_ALREADY_DONE) from None
 
 
 def ended(store, rollback_job, keys, now=None):
@@ -125,5 +132,4 @@ def interrupted(store, rollback_job, now=None):
     source = store.head(rollback_job["sourceJobId"])
     if source is None or recovering(source) != rollback_job["jobId"]:
         return None
-    keys = {"rollback.attempted": True, "rollback.status": "failed", "rollback.jobId": rollback_job["jobId"]}
-    return ended(store, rollback_job, keys, now)
+    return ended(store, rollback_job, _projection.recovery_keys(rollback_job), now)

@@ -447,11 +447,9 @@ class JobSteps:
     def _recover_source(store, record, source, rollback, evidence_id):
         """The deployment an operator rollback job rolled back, RollingBack since the rollback started, ends
         RolledBack (or Failed), once per rollback job, and its projection carries the rollback's
-        ``rollback.evidence.*`` keys (job/recovery.py)."""
-        keys = {"rollback.attempted": True, "rollback.status": record["rollback"].get("status"),
-                "rollback.jobId": record["jobId"]}
-        keys.update(_projection.projection_keys(rollback, evidence_id))
-        _lazy("job.recovery").ended(store, record, keys, utc_timestamp())
+        ``rollback.evidence.*`` and traffic rollback keys (job/recovery.py, :func:`_projection.recovery_keys`)."""
+        _lazy("job.recovery").ended(store, record, _projection.recovery_keys(record, rollback, evidence_id),
+                                    utc_timestamp())
 
     def _show(self, store, args):
         """Read a job. A job whose controller run is gone (or whose claim lease expired) is first recorded

@@ -32,8 +32,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors 
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import health as _health
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import rows as _rows
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.meter import Meter
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.rows import (  # noqa: F401 (their old home)
-    project_keys, project_names, project_pattern)
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.rows import project_names, project_pattern
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import schema as _job_schema
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.claims import ClaimStore
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.documents import DocumentStore
@@ -56,13 +55,18 @@ def _marks(values):
 _json = _rows.dumps
 
 
-def prune_selection(finished, protected, before, keep=0):
+def prune_selection(finished, protected, before, keep=0, sources=None):
     """Which finished jobs a retention run removes, oldest first (pure). ``finished``: ``(job id, status,
     updated at)`` of every finished job; ``protected``: job ids that must stay (named by a target's health,
     holding a project claim). The ``keep`` most recently updated stay whatever their age; of the others,
-    those last updated before ``before`` (a timestamp as the store writes them) go."""
+    those last updated before ``before`` (a timestamp as the store writes them) go. ``sources``: ``{rollback
+    job id: the job it rolled back}``; a rollback job stays as long as the job it rolled back stays (that
+    job's projection names the rollback job's evidence document, ``rollback.evidence.id``)."""
     newest_first = sorted(finished, key=lambda row: (row[2], row[0]), reverse=True)
     chosen = [row for row in newest_first[max(int(keep), 0):] if row[2] < before and row[0] not in protected]
+    going = {row[0] for row in chosen}
+    sources = sources or {}
+    chosen = [row for row in chosen if row[0] not in sources or sources[row[0]] in going]
     return sorted(chosen, key=lambda row: (row[2], row[0]))
 
 
@@ -105,7 +109,8 @@ class JobStore(abc.ABC):
 
     @abc.abstractmethod
     def prune(self, before, keep=0, dry_run=False):
-        """Remove finished jobs last updated before ``before`` (see :func:`prune_selection`) with their
+        """Remove finished jobs last updated before ``before`` (see :func:`prune_selection`: a rollback job stays
+        while the job it rolled back does) with their
         status history, their evidence documents and their deployments projection, in one transaction; returns
         ``[{"jobId", "status", "updatedAt", "projects"}]`` of what went (or would go, with ``dry_run``),
         oldest first (``projects``: the Compose projects each deployed, where its evidence lies)."""
@@ -307,7 +312,13 @@ class SqlJobStore(DocumentStore, ClaimStore, JobStore):
             protected.update(json.loads(r[0]).get("sourceJobId") for r in self._execute(
                 "SELECT record FROM deployment_jobs WHERE kind = 'rollback' AND status IN (%s)" % _marks(UNFINISHED),
                 UNFINISHED).fetchall())
-            chosen = prune_selection([tuple(r) for r in finished], protected, before, keep)
+            # the rollback jobs whose source is still stored (finished, or unfinished and so staying)
+            stored = {r[0] for r in finished} | {r[0] for r in self._execute(
+                "SELECT job_id FROM deployment_jobs WHERE status IN (%s)" % _marks(UNFINISHED), UNFINISHED).fetchall()}
+            sources = {job_id: source for job_id, source in ((r[0], json.loads(r[1]).get("sourceJobId")) for r in
+                       self._execute("SELECT job_id, record FROM deployment_jobs WHERE kind = 'rollback'").fetchall())
+                       if source in stored}
+            chosen = prune_selection([tuple(r) for r in finished], protected, before, keep, sources)
             ids = [row[0] for row in chosen]
             projects = {}
             for start in range(0, len(ids), PRUNE_CHUNK):

@@ -1,13 +1,18 @@
 """An operator rollback of a finished deployment, on a real SQLite store through the steps' own entry
 point: the deployment (its record and its ``deployments`` projection) is ``RollingBack`` from the
-rollback's start, and ends ``RolledBack`` (or ``Failed``) with it."""
+rollback's start, and ends ``RolledBack`` (or ``Failed``) with it, its projection carrying the rollback's
+traffic rollback; a deployment already rolled back (or being rolled back) is not rolled back again."""
 
 from __future__ import annotations
 
+import pytest
+
 from ansible_collections.stellaops.runtime.plugins.action.stella_job import ARGUMENT_SPEC
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import owner as _owner
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import projection as _projection
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import traffic as _job_traffic
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.steps import JobSteps
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import sql as _job_store
 
@@ -101,3 +106,48 @@ def test_an_interrupted_rollback_job_ends_the_deployment_s_recovery_failed(tmp_p
     assert [e["kind"] for e in source["events"]] == ["RollbackStarted", "RollbackFailed"]
     assert (projection["status"], projection["terminal"]) == ("Failed", True)
     assert projection["strategyEvidence"]["rollback.status"] == "failed"
+
+
+def rolled_back(location):
+    """``job-1`` rolled back by an operator rollback job that ended ``RolledBack``; its id."""
+    orders = step(location, "rollback_start", job_id="job-1")
+    for name in orders["rollbackOrder"]:
+        step(location, "rollback_target", job_id=orders["jobId"], target=name, result=restored())
+    step(location, "close", job_id=orders["jobId"])
+    assert read(location, "get", "job-1")["status"] == "RolledBack"
+    return orders["jobId"]
+
+
+def test_rolling_back_a_deployment_already_rolled_back_is_refused_before_anything_is_stored(tmp_path):
+    location = finished_deployment(tmp_path)
+    first = rolled_back(location)
+    before = read(location, "get", "job-1")
+    with pytest.raises(StellaError) as caught:  # even with a revision given for a target
+        step(location, "rollback_start", job_id="job-1", revision_paths={"a": "/p/a/r0"})
+    assert caught.value.code == "rollback_already_done" and "RolledBack" in caught.value.reason
+    assert sorted(r["jobId"] for r in read(location, "list", 100)) == sorted(["job-1", first])
+    assert read(location, "get", "job-1") == before and read(location, "claims") == {}
+    # so is the rollback of a deployment whose rollback is under way, and of a rollback job
+    location = finished_deployment(tmp_path / "again")
+    started = step(location, "rollback_start", job_id="job-1")["jobId"]
+    for job_id in ("job-1", started):
+        with pytest.raises(StellaError) as caught:
+            step(location, "rollback_start", job_id=job_id, revision_paths={"a": "/p/a/r0"})
+        assert caught.value.code == "rollback_already_done"
+
+
+def test_the_operator_rollback_s_traffic_rollback_is_projected_onto_the_deployment(tmp_path):
+    location = finished_deployment(tmp_path)
+    orders = step(location, "rollback_start", job_id="job-1")
+    back = {"strategy.traffic.rollback.mode": "traffic_rollback", "strategy.traffic.rollback.status": "restored",
+            "strategy.traffic.rollback.shifted": True, "strategy.traffic.rollback.slot": "active"}
+    store = _job_store.open_store(location)
+    try:
+        store.update(orders["jobId"], lambda r: _job_traffic.record_rollback(r, back, T0))
+    finally:
+        store.close()
+    for name in orders["rollbackOrder"]:
+        step(location, "rollback_target", job_id=orders["jobId"], target=name, result=restored())
+    step(location, "close", job_id=orders["jobId"])
+    evidence = read(location, "projection", "job-1")["strategyEvidence"]
+    assert {key: evidence.get(key) for key in back} == back
