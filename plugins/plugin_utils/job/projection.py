@@ -14,8 +14,10 @@
   refresh of that revision projects it ``RollingBack`` (no longer terminal); :func:`recovery` writes its
   end.
 
-Progress is the share of the nine phases the job has persisted for a target, never an estimate.
-Pure, no I/O.
+Progress is the share of the nine phases the job has persisted for a target, never an estimate. Where
+the contract names a spelling, the projection uses it: ``deploymentStatus`` (``rolling_back``) next to
+``status`` (``RollingBack``), and each target's ``error`` next to its ``reason``; ``status`` and
+``reason`` stay for one release. Pure, no I/O.
 """
 
 from __future__ import annotations
@@ -28,14 +30,19 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils.traffic.adapters
 
 TERMINAL = ("Succeeded", "Failed", "RolledBack")
 PROJECTION_VERSION = "stella.deployment.projection.v1"
+# The contract's spelling of each job status (``deploymentStatus``); ``status`` keeps the job's, for one release.
+DEPLOYMENT_STATUS = {"Pending": "pending", "Running": "running", "Succeeded": "succeeded", "Failed": "failed",
+                     "RollingBack": "rolling_back", "RolledBack": "rolled_back"}
 
 
 def target_view(target):
+    """One target's view: ``error`` is the contract's ``targets[].error``; ``reason`` (the same) is kept for
+    one release."""
     recorded = [p["name"] for p in target.get("phases") or [] if p.get("name") in PHASES]
     return {"status": target.get("status"), "batch": target.get("batch"),
             "phase": recorded[-1] if recorded else None,
             "progress": int(100 * len(set(recorded)) / len(PHASES)),
-            "code": target.get("code"), "reason": target.get("reason")}
+            "code": target.get("code"), "error": target.get("reason"), "reason": target.get("reason")}
 
 
 def observe(record):
@@ -45,12 +52,17 @@ def observe(record):
             "targets": {name: target_view(targets[name]) for name in record.get("targetOrder") or sorted(targets)}}
 
 
+def _spelled(projection):
+    """``projection`` with ``deploymentStatus``: its status as the contract spells it (``rolling_back``)."""
+    return dict(projection, deploymentStatus=DEPLOYMENT_STATUS.get(projection["status"]))
+
+
 def initial(record):
     """The projection of a newly persisted job (which is ``Pending``)."""
     if record["status"] != "Pending":
         raise ValueError("a new deployment is projected from its pending job, not %s" % record["status"])
-    return dict(observe(record), deploymentId=record["jobId"], jobRevision=record.get("revision", 1),
-                terminal=False, strategyEvidence=None)
+    return _spelled(dict(observe(record), deploymentId=record["jobId"], jobRevision=record.get("revision", 1),
+                         terminal=False, strategyEvidence=None))
 
 
 def refresh(projection, record):
@@ -63,7 +75,7 @@ def refresh(projection, record):
     if projection.get("terminal"):
         if record["status"] != "RollingBack" or record["revision"] <= projection["jobRevision"]:
             return None
-        return dict(projection, jobRevision=record["revision"], terminal=False, **observe(record))
+        return _spelled(dict(projection, jobRevision=record["revision"], terminal=False, **observe(record)))
     seen = observe(record)
     if seen["status"] in TERMINAL:
         seen["status"] = projection["status"]
@@ -73,7 +85,7 @@ def refresh(projection, record):
     if seen["status"] == projection["status"] and seen["targets"].keys() == old.keys() and all(
             view is old[name] for name, view in seen["targets"].items()):
         return None
-    return dict(projection, jobRevision=record["revision"], **seen)
+    return _spelled(dict(projection, jobRevision=record["revision"], **seen))
 
 
 def traffic_keys(record):
@@ -136,4 +148,5 @@ def terminal(projection, record, evidence):
         raise ValueError("job %s is %s: the terminal projection waits for a terminal job" % (
             record["jobId"], record["status"]))
     base = projection or {"deploymentId": record["jobId"]}
-    return dict(base, jobRevision=record["revision"], terminal=True, strategyEvidence=evidence, **observe(record))
+    return _spelled(dict(base, jobRevision=record["revision"], terminal=True, strategyEvidence=evidence,
+                         **observe(record)))

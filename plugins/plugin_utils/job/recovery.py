@@ -100,8 +100,8 @@ def started(store, rollback_job, now=None):
     try:
         return store.update(rollback_job["sourceJobId"], change)
     except StellaError as exc:  # rolled back meanwhile: the rollback job ends before any target changes
-        store.update(rollback_job["jobId"], lambda r: _job.fail_closed(r, _job.ROLLBACK_ALREADY_DONE, exc.reason,
-                                                                        {}, now))
+        store.update(rollback_job["jobId"],
+                     lambda r: _job.fail_closed(r, _job.ROLLBACK_ALREADY_DONE, exc.reason, {}, now))
         raise _job.job_error(exc.reason, code=_job.ROLLBACK_ALREADY_DONE) from None
 
 

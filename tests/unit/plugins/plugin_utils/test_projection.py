@@ -20,7 +20,7 @@ def test_a_new_deployment_is_projected_pending_from_its_first_revision():
     projection = _projection.initial(job())
     assert projection["status"] == "Pending" and projection["jobRevision"] == 1 and not projection["terminal"]
     assert projection["targets"]["a"] == {"status": "Pending", "batch": 0, "phase": None, "progress": 0,
-                                          "code": None, "reason": None}
+                                          "code": None, "error": None, "reason": None}
     with pytest.raises(ValueError):
         _projection.initial(dict(_job.start(job(), T0), revision=2))
 
@@ -87,3 +87,28 @@ def test_traffic_is_projected_under_the_contract_s_keys():
         assert evidence[key] == value, key
     assert evidence["strategy.traffic.batch"] == 1
     assert not [k for k in _projection.strategy_evidence(job()) if k.startswith("strategy.traffic")]
+
+
+def test_the_projection_uses_the_contract_s_spellings_with_the_current_keys_as_aliases():
+    """``deploymentStatus`` spells the status as the contract does (``rolling_back``), ``status`` keeps the
+    job's spelling; each target's failure is ``error`` (the contract's ``targets[].error``), ``reason``
+    kept with the same value."""
+    record = job()
+    projection = _projection.initial(record)
+    assert (projection["status"], projection["deploymentStatus"]) == ("Pending", "pending")
+    running = dict(_job.start(record, T0), revision=2)
+    failed = dict(_job.finish_target(running, "a", False, T0, reason="probe failed", code="probe_failed"), revision=3)
+    projection = _projection.refresh(projection, failed)
+    assert projection["deploymentStatus"] == "running"
+    assert projection["targets"]["a"]["error"] == projection["targets"]["a"]["reason"] == "probe failed"
+    assert projection["targets"]["b"]["error"] is None
+    done = dict(_job.finish(failed, T0), revision=4)
+    assert _projection.refresh(projection, done)["deploymentStatus"] == "running"  # waits for the terminal step
+    projection = _projection.terminal(projection, done, _projection.strategy_evidence(done))
+    assert (projection["status"], projection["deploymentStatus"]) == ("Failed", "failed")
+    rolling = dict(done, status="RollingBack", revision=5)
+    projection = _projection.refresh(projection, rolling)
+    assert (projection["status"], projection["deploymentStatus"]) == ("RollingBack", "rolling_back")
+    projection = _projection.recovery(projection, dict(done, status="RolledBack", revision=6), {})
+    assert (projection["status"], projection["deploymentStatus"]) == ("RolledBack", "rolled_back")
+    assert set(_projection.DEPLOYMENT_STATUS) == set(_job.JOB_STATUSES)
