@@ -212,6 +212,8 @@ def job_is_newer(job_id, than):
     if mine is None or theirs is None or mine[0] != theirs[0]:
         return None
     return mine[1] > theirs[1]
+
+
 # A job step that records the job, asked in check mode: refused, nothing planned, persisted or changed.
 JOB_CHECK_MODE = "job_check_mode_unsupported"
 # Managed runtime installs (stella_runtime_install): where the target keeps its evidence and the copied

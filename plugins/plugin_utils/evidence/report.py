@@ -31,9 +31,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabul
 from ansible_collections.stellaops.runtime.plugins.module_utils.host.files import atomic_write
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.view import job_evidence, rollback_evidence as \
     _rollback_evidence
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.masking import (  # noqa: F401 (used by callers)
-    MASK, SECRET_KEYS, collect_secrets, masked,
-)
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.masking import collect_secrets, masked
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.rollback import verify_rollback_evidence
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.writer import (
     JOB_EVIDENCE_FILE, ROLLBACK_EVIDENCE_FILE,
