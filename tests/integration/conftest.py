@@ -14,6 +14,7 @@ import pytest
 
 import labkit
 import pgkit
+import thinkit
 
 
 @pytest.fixture(scope="session")
@@ -119,3 +120,16 @@ def fleet(target_factory):  # pylint: disable=redefined-outer-name
 def target(target_factory):  # pylint: disable=redefined-outer-name
     """One DinD target host with Compose v2, shared by the session."""
     return target_factory("main")
+
+
+@pytest.fixture(scope="session")
+def thin_pair(lab):  # pylint: disable=redefined-outer-name,unused-argument
+    """Two thin targets of this pytest session (``it<pid>-pair-001``, ``-002``), shared by the job tests that
+    deploy an application of their own to one or two targets (claims, variables, a first canary, a silent
+    target); removed at the end."""
+    thinkit.remove_orphans()
+    prefix = thinkit.session_prefix("pair")
+    try:
+        yield thinkit.start_thin(2, prefix)
+    finally:
+        thinkit.stop_thin(prefix)

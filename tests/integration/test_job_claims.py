@@ -17,8 +17,6 @@ import json
 import os
 import shlex
 
-import pytest
-
 import labkit
 import pgkit
 import thinkit
@@ -27,17 +25,6 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabul
 
 ENGINE_GATE = {"stella_min_engine_version": "20.10.0"}
 WORK = "/var/lib/stella/projects"
-
-
-@pytest.fixture(scope="module")
-def thin_one(lab):  # pylint: disable=unused-argument
-    """One thin target ``it<pid>-claims-001``; removed at the end."""
-    thinkit.remove_orphans()
-    prefix = thinkit.session_prefix("claims")
-    try:
-        yield thinkit.start_thin(1, prefix)
-    finally:
-        thinkit.stop_thin(prefix)
 
 
 class Claims(thinkit.ThinFleetJob):
@@ -71,8 +58,8 @@ def succeeded(fj, run):
 
 
 def test_jobs_of_a_restored_store_and_of_other_stores_are_accepted_and_each_takeover_is_recorded(
-        lab, thin_one, tmp_path, pg_passfile):  # pylint: disable=redefined-outer-name,unused-argument
-    fj = Claims(lab, thin_one, tmp_path, "claims", labkit.free_port(), store=str(tmp_path / "a.sqlite3"))
+        lab, thin_pair, tmp_path, pg_passfile):  # pylint: disable=redefined-outer-name,unused-argument
+    fj = Claims(lab, thin_pair[:1], tmp_path, "claims", labkit.free_port(), store=str(tmp_path / "a.sqlite3"))
     name = fj.names[0]
     try:
         first = succeeded(fj, fj.deploy("1.0.0"))
@@ -127,8 +114,8 @@ def test_jobs_of_a_restored_store_and_of_other_stores_are_accepted_and_each_take
 
 
 def test_a_lost_claim_file_refuses_a_job_older_than_the_stickers_and_a_new_job_repairs_it(
-        lab, thin_one, tmp_path):  # pylint: disable=redefined-outer-name
-    fj = Claims(lab, thin_one, tmp_path, "claims-lost", labkit.free_port())
+        lab, thin_pair, tmp_path):  # pylint: disable=redefined-outer-name
+    fj = Claims(lab, thin_pair[:1], tmp_path, "claims-lost", labkit.free_port())
     try:
         current = succeeded(fj, fj.deploy("2.0.0"))
         directory = fj.project_dir(current)
@@ -151,16 +138,16 @@ def test_a_lost_claim_file_refuses_a_job_older_than_the_stickers_and_a_new_job_r
             assert fj.sticker_job(current) == current["jobId"]
         # a new job (a generated id: newer than the sticker's job) is accepted and writes the file again
         repaired = succeeded(fj, fj.deploy("1.0.0"))
-        assert repaired["targets"][fj.names[0]]["claimFileRecreated"] == {"was": "unreadable",
-                                                                           "stickerJobId": current["jobId"]}
+        recreated = {"was": "unreadable", "stickerJobId": current["jobId"]}
+        assert repaired["targets"][fj.names[0]]["claimFileRecreated"] == recreated
         assert fj.claim_file(repaired)["jobId"] == repaired["jobId"]
     finally:
         fj.cleanup()
 
 
 def test_two_stores_sharing_an_evidence_directory_with_one_caller_job_id_never_replace_each_others_files(
-        lab, thin_one, tmp_path):  # pylint: disable=redefined-outer-name
-    fj = Claims(lab, thin_one, tmp_path, "claims-evidence", labkit.free_port(), store=str(tmp_path / "a.sqlite3"))
+        lab, thin_pair, tmp_path):  # pylint: disable=redefined-outer-name
+    fj = Claims(lab, thin_pair[:1], tmp_path, "claims-evidence", labkit.free_port(), store=str(tmp_path / "a.sqlite3"))
     try:
         first = succeeded(fj, fj.deploy("1.0.0", stella_job_id="awx-4242"))
         job_json = os.path.join(fj.evidence_dir, "jobs", "awx-4242", "job.json")

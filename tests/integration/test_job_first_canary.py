@@ -10,28 +10,15 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 import labkit
 import thinkit
 
 ENGINE_GATE = {"stella_min_engine_version": "20.10.0"}
 
 
-@pytest.fixture(scope="module")
-def thin_two(lab):  # pylint: disable=unused-argument
-    """Two thin targets ``it<pid>-canary-001``, ``-002``; removed at the end."""
-    thinkit.remove_orphans()
-    prefix = thinkit.session_prefix("canary")
-    try:
-        yield thinkit.start_thin(2, prefix)
-    finally:
-        thinkit.stop_thin(prefix)
-
-
 def test_a_failed_first_canary_puts_its_traffic_back_though_no_target_could_be_rolled_back(
-        lab, thin_two, tmp_path):  # pylint: disable=redefined-outer-name
-    fj = thinkit.ThinFleetJob(lab, thin_two, tmp_path, "canary-first", labkit.free_port())
+        lab, thin_pair, tmp_path):  # pylint: disable=redefined-outer-name
+    fj = thinkit.ThinFleetJob(lab, thin_pair, tmp_path, "canary-first", labkit.free_port())
     t1, t2 = fj.names
     route = tmp_path / "route.json"
     hook = {"name": "fail-second", "phase": "post-deploy", "failurePolicy": "fail",

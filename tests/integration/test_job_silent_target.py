@@ -18,25 +18,12 @@ import contextlib
 import subprocess
 import time
 
-import pytest
-
 import fleetkit as fl
 import labkit
 import thinkit
 
 ENGINE_GATE = {"stella_min_engine_version": "20.10.0"}
 KEEPALIVE = {"stella_job_ssh_keepalive_interval": 3, "stella_job_ssh_keepalive_count": 3}  # silent for 9 s
-
-
-@pytest.fixture(scope="module")
-def thin_one(lab):  # pylint: disable=unused-argument
-    """One thin target ``it<pid>-silent-001``; removed at the end."""
-    thinkit.remove_orphans()
-    prefix = thinkit.session_prefix("silent")
-    try:
-        yield thinkit.start_thin(1, prefix)
-    finally:
-        thinkit.stop_thin(prefix)
 
 
 def sleeping_hook(seconds):
@@ -51,10 +38,10 @@ def hook_running(container, seconds):
 
 
 def test_a_target_frozen_mid_apply_is_unreachable_within_the_keepalive_bound_and_blocks_no_other_job(
-        lab, thin_one, tmp_path):  # pylint: disable=redefined-outer-name
-    container = thin_one[0]["container"]
-    first = thinkit.ThinFleetJob(lab, thin_one, tmp_path / "a", "silent", labkit.free_port())
-    second = thinkit.ThinFleetJob(lab, thin_one, tmp_path / "b", "silent-other", labkit.free_port())
+        lab, thin_pair, tmp_path):  # pylint: disable=redefined-outer-name
+    container = thin_pair[1]["container"]
+    first = thinkit.ThinFleetJob(lab, thin_pair[1:], tmp_path / "a", "silent", labkit.free_port())
+    second = thinkit.ThinFleetJob(lab, thin_pair[1:], tmp_path / "b", "silent-other", labkit.free_port())
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     proc = first.start(first.release(hooks=[sleeping_hook(171)], strategy_config={"batchSize": 1}),
@@ -92,8 +79,8 @@ def test_a_target_frozen_mid_apply_is_unreachable_within_the_keepalive_bound_and
         second.cleanup()
 
 
-def test_an_apply_past_the_task_timeout_is_recorded_unreachable(lab, thin_one, tmp_path):  # pylint: disable=redefined-outer-name
-    fj = thinkit.ThinFleetJob(lab, thin_one, tmp_path, "timeout", labkit.free_port())
+def test_an_apply_past_the_task_timeout_is_recorded_unreachable(lab, thin_pair, tmp_path):  # pylint: disable=redefined-outer-name
+    fj = thinkit.ThinFleetJob(lab, thin_pair[1:], tmp_path, "timeout", labkit.free_port())
     try:
         start = time.monotonic()
         run = fj.run(fj.release(hooks=[sleeping_hook(172)], strategy_config={"batchSize": 1}),

@@ -27,17 +27,6 @@ ENGINE_GATE = {"stella_min_engine_version": "20.10.0"}
 JOB_KEYS = ("stella_job_store", "stella_evidence_dir", "stella_job_report", "stella_traffic_adapter_options")
 
 
-@pytest.fixture(scope="module")
-def thin_one(lab):  # pylint: disable=unused-argument
-    """One thin target ``it<pid>-vars-001``; removed at the end."""
-    thinkit.remove_orphans()
-    prefix = thinkit.session_prefix("vars")
-    try:
-        yield thinkit.start_thin(1, prefix)
-    finally:
-        thinkit.stop_thin(prefix)
-
-
 class PlacedJob(thinkit.ThinFleetJob):
     """Runs the job with the job's variables (``JOB_KEYS``) placed as ``layout`` says: ``group`` (group
     variables of ``stella_targets``), ``host`` (host variables of each target) or ``extra``."""
@@ -86,8 +75,8 @@ def job_files(fj, job_id):
 
 
 @pytest.mark.parametrize("layout", ["group", "host", "extra"])
-def test_the_job_reads_its_variables_wherever_they_are_given(lab, thin_one, tmp_path, layout):
-    fj = placed_job(lab, thin_one, tmp_path, layout)
+def test_the_job_reads_its_variables_wherever_they_are_given(lab, thin_pair, tmp_path, layout):
+    fj = placed_job(lab, thin_pair[:1], tmp_path, layout)
     route = tmp_path / "route.json"
     try:
         ok = fj.run(release(fj, "app_v1", "1.0.0"), extra=ENGINE_GATE)
