@@ -48,6 +48,7 @@ JOB_ID_SOURCES = ("awx_job_id", "tower_job_id", "stella_job_id")
 NONE_ELIGIBLE = "no target retained a previous revision to restore"
 AUTO_ROLLBACK_DISABLED = "autoRollbackOnFailure=false"
 NO_REVISION = "no retained revision: the deployment retained no previous revision on this target"
+NOT_STARTED = "not started by this job: it runs what it ran before, nothing to roll back"
 RESTORED_IN_PLACE = "restored in place: the target agent's failed transaction put the previous release back"
 UNCHANGED = ("unchanged by this job: the target already ran the release (or the failed apply changed nothing), "
              "so it keeps running what it ran before this job")
@@ -264,7 +265,10 @@ def eligible(target):
 
 
 def skip_reason(target):
-    """Why a rollback leaves a target that is not :func:`eligible` as it is."""
+    """Why a rollback leaves a target that is not :func:`eligible` as it is (no retained revision only when
+    that is known: the target's deployment ended)."""
+    if target["status"] not in ("Succeeded", "Failed"):
+        return NOT_STARTED
     if target.get("unchangedByJob"):
         return UNCHANGED
     return RESTORED_IN_PLACE if target.get("restoredInPlace") else NO_REVISION
@@ -450,15 +454,25 @@ def finish_rollback(record, now):
 
 def interrupted(record, now, why):
     """A job whose controller run ended before it finished: ``Failed`` (never Running forever), with
-    ``interrupted`` saying when and why (a run still alive reads it and stops)."""
+    ``interrupted`` saying when and why (a run still alive reads it and stops). A deployment's targets
+    that were under way are ``outcomeUnknown`` (their apply may have changed them: :func:`eligible`), and
+    a deployment that had no rollback decision gets one: no automatic rollback (no run is left to run
+    it, ``skipReason: job_interrupted``), with the batches and skipped targets an operator's would have."""
     new = _copy(record, now)
+    deployment = new["kind"] == "deployment"
     for target in new["targets"].values():
         if target["status"] == "Running":
             target.update(status="Failed", code=JOB_INTERRUPTED, reason=why)
+            if deployment:
+                target["outcomeUnknown"] = True
         elif target["status"] == "Pending":
             target.update(status="Skipped", reason="not started: " + why)
     if new["status"] == "RollingBack":
         new["events"].append({"kind": "RollbackFailed", "at": now, "error": why})
+    elif deployment and new.get("rollback") is None:
+        plan = rollback_plan(new)
+        new["rollback"] = {"attempted": False, "skipReason": JOB_INTERRUPTED, "batches": plan["batches"],
+                           "skipped": plan["skipped"]}
     new["status"] = "Failed"
     if new["promotion"] in ("Pending", "Running"):
         new["promotion"] = "Failed"

@@ -209,6 +209,30 @@ def test_interrupted_job_is_failed_never_running():
     assert record["targets"]["t5"]["status"] == "Skipped"
 
 
+def test_an_interrupted_job_gets_its_rollback_decision_and_its_mid_apply_targets_are_outcome_unknown():
+    """t1 finished with a retained revision, t2 without one (known), t3 and t4 were mid-apply when the run
+    ended (their batch had started), t5 never started."""
+    record = _job.record_gate(run(run(make(), "t1", True), "t2", True, previous=False),
+                              {"batch": 0, "proceed": True, "reason": None}, T0)
+    record = _job.record_phase(record, "t4", "preflight", "passed", T0, T0, 1, T0)
+    assert [record["targets"][n]["status"] for n in ("t3", "t4", "t5")] == ["Running", "Running", "Pending"]
+    record = _job.interrupted(record, T0, "interrupted: the controller run ended (pid 9)")
+    for name in ("t3", "t4"):
+        assert record["targets"][name]["outcomeUnknown"] is True and _job.eligible(record["targets"][name])
+    assert not record["targets"]["t1"].get("outcomeUnknown") and _job.eligible(record["targets"]["t1"])
+    # its rollback decision: no automatic rollback (no run is left to run one), what an operator's would do
+    assert record["rollback"] == {"attempted": False, "skipReason": "job_interrupted",
+                                  "batches": [["t3", "t4"], ["t1"]],
+                                  "skipped": {"t2": _job.NO_REVISION}}
+    rollback = _job.operator_rollback(record, "job-1-rollback-a", T0)
+    assert rollback["rollback"]["batches"] == [["t3", "t4"], ["t1"]]
+    assert rollback["rollback"]["skipped"] == {"t2": _job.NO_REVISION, "t5": _job.NOT_STARTED}
+    # an interrupted rollback keeps the decision it made
+    rolling = _job.auto_rollback(_job.finish(run(run(run(run(run(make(), "t1", False), "t2", True), "t3", True),
+                                                         "t4", True), "t5", True), T0), T0)
+    assert _job.interrupted(rolling, T0, "gone")["rollback"]["attempted"] is True
+
+
 def test_phases_are_kept_in_contract_order():
     record = make()
     for phase in ("verify", "preflight", "deploy", "cleanup"):
