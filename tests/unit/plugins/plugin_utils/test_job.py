@@ -228,8 +228,8 @@ def test_an_interrupted_job_gets_its_rollback_decision_and_its_mid_apply_targets
     assert rollback["rollback"]["batches"] == [["t3", "t4"], ["t1"]]
     assert rollback["rollback"]["skipped"] == {"t2": _job.NO_REVISION, "t5": _job.NOT_STARTED}
     # an interrupted rollback keeps the decision it made
-    rolling = _job.auto_rollback(_job.finish(run(run(run(run(run(make(), "t1", False), "t2", True), "t3", True),
-                                                         "t4", True), "t5", True), T0), T0)
+    ran = run(run(run(run(run(make(), "t1", False), "t2", True), "t3", True), "t4", True), "t5", True)
+    rolling = _job.auto_rollback(_job.finish(ran, T0), T0)
     assert _job.interrupted(rolling, T0, "gone")["rollback"]["attempted"] is True
 
 
