@@ -62,20 +62,22 @@ def rollback_step(record, reason):
 def puts_traffic_back(record):
     """Whether the job's traffic rollback runs now (pure):
 
-    - after a rollback of its targets (rolling back, or an operator rollback job), whatever the targets'
-      rollback found (restored, no revision to restore, failed): the control slot never ran the release
-      being rolled back, so traffic left on the treatment slot would stay on a release the job failed;
-    - after a failed job whose targets were not rolled back (none retained a revision, e.g. a first
-      canary): when this job shifted traffic, since traffic it moved must not stay on a failed release.
-      Not when ``autoRollbackOnFailure`` is false: the job then stays as the failure left it.
+    - after a rollback of its targets (rolling back, or an operator rollback job): when every planned
+      target was restored, and also when one was not (no revision to restore, a failed rollback) if this
+      job shifted traffic: the control slot never ran the release being rolled back, so traffic it moved
+      must not stay on a release the job failed (a first canary that took 10 %, then failed);
+    - after a failed job whose targets were not rolled back (none retained a revision): when this job
+      shifted traffic, for the same reason. Not when ``autoRollbackOnFailure`` is false: the job then
+      stays as the failure left it.
     Never twice."""
     if record.get("trafficRollback"):
         return False
     rollback = record.get("rollback") or {}
     planned = [n for batch in rollback.get("batches") or [] for n in batch]
-    if planned:
-        return record["status"] in ("RollingBack", "Running")
     shifted = any((step.get("evidence") or {}).get(_traffic.PREFIX + "shifted") for step in record.get("traffic") or [])
+    if planned:
+        restored = all(record["targets"][n]["status"] == "RolledBack" for n in planned)
+        return record["status"] in ("RollingBack", "Running") and (restored or shifted)
     return record["status"] == "Failed" and shifted and rollback.get("skipReason") != AUTO_ROLLBACK_DISABLED
 
 

@@ -138,3 +138,22 @@ def test_traffic_is_put_back_though_the_targets_rollback_found_no_revision():
     assert (step["controlSlot"], step["controlWeight"], step["treatmentWeight"]) == ("active", 100, 0)
     back = _job_traffic.record_rollback(record, {"strategy.traffic.rollback.shifted": True}, T0)
     assert not _job_traffic.puts_traffic_back(back)  # never twice
+
+
+def test_no_traffic_rollback_after_a_failed_target_rollback_when_the_job_moved_no_traffic():
+    """A blue-green job whose shift failed (the webhook down): its target's rollback found no revision;
+    nothing was moved, so nothing is put back."""
+    record = job("blue-green", batches=(("t1",),))
+    record = _job.finish_target(record, "t1", True, T0, facts={"applyRan": True, "targetType": "ComposeHost"})
+    step = _job_traffic.shift_step(record, 0)
+    record = _job_traffic.record_shift(record, step, {"strategy.traffic.shifted": False}, T0,
+                                       {"code": "traffic_adapter_failed", "reason": "unreachable"})
+    record = _job.record_gate(record, _strategy.gate(0, [("t1", "Succeeded", None)],
+                                                     _job_traffic.gate_failure(record, 0)), T0)
+    record = _job.auto_rollback(_job.finish(record, T0), T0)
+    record = _job.finish_rollback_target(record, "t1", False, T0, reason="no_revision: no retained revision")
+    assert record["status"] == "RollingBack" and not _job_traffic.puts_traffic_back(record)
+    failed = _job.finish_target(job("blue-green", batches=(("t1",),)), "t1", False, T0,
+                                facts={"previousRevisionPath": "/p"})
+    restored = _job.finish_rollback_target(_job.auto_rollback(_job.finish(failed, T0), T0), "t1", True, T0)
+    assert _job_traffic.puts_traffic_back(restored)  # every planned target restored: put back as always
