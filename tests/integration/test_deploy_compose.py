@@ -417,7 +417,9 @@ def test_work_of_a_superseded_claim_is_refused_and_changes_nothing(ctx):
     assert rollback["failed"] and rollback["code"] == "claim_superseded", rollback.get("msg")
     _assert_v1_untouched(ctx, v1, before, v1_files)
     with open(os.path.join(ctx.project_dir, ".stella-claim.json"), encoding="utf-8") as handle:
-        assert json.load(handle) == {"jobId": "job-newer", "generation": 2}
+        kept = json.load(handle)  # the accepted claim at the top, as a file before stores had ids
+    assert (kept["jobId"], kept["generation"], kept["stores"]) == (
+        "job-newer", 2, [{"storeId": None, "jobId": "job-newer", "generation": 2}])
     # the newer job's own later work passes the fence
     assert_ok(ctx.deploy(v2, args={"claim": newer}))
     assert_runs(ctx.project, ctx.images["app_v2"]["digest"], v2["manifestHash"])

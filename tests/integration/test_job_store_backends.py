@@ -65,7 +65,8 @@ def run_all(target, arglists):
 def test_the_same_behaviour_on_both_backends(job_store_location):
     store = _job_store.open_store(job_store_location)
     try:
-        assert store.migration == {"from": 0, "to": _job_schema.SCHEMA_VERSION, "healthConstraint": "kept"}
+        assert store.migration == {"from": 0, "to": _job_schema.SCHEMA_VERSION, "healthConstraint": "kept",
+                                   "storeId": store.store_id}
         stored, held = store.create(job("job-1", ["a", "b"]))
         assert held == {} and stored["revision"] == 1 and store.get("job-1") == stored
         with pytest.raises(StellaError) as info:
@@ -90,7 +91,8 @@ def test_the_same_behaviour_on_both_backends(job_store_location):
     finally:
         store.close()
     again = _job_store.open_store(job_store_location)  # a second start-up migrates nothing
-    assert again.migration == {"from": _job_schema.SCHEMA_VERSION, "to": _job_schema.SCHEMA_VERSION, "healthConstraint": "kept"}
+    assert again.migration == {"from": _job_schema.SCHEMA_VERSION, "to": _job_schema.SCHEMA_VERSION, "healthConstraint": "kept",
+                               "storeId": again.store_id}
     again.close()
 
 
@@ -195,7 +197,8 @@ def test_a_legacy_health_constraint_is_refreshed_in_place_at_start_up_with_every
             job_store_location, "degraded")
     store = _job_store.open_store(job_store_location)
     try:
-        assert store.migration == {"from": 0, "to": _job_schema.SCHEMA_VERSION, "healthConstraint": "refreshed"}
+        assert store.migration == {"from": 0, "to": _job_schema.SCHEMA_VERSION, "healthConstraint": "refreshed",
+                                   "storeId": store.store_id}
         assert [(h["targetId"], h["status"], h["updatedAt"]) for h in store.health()] == ROWS
         store.create(job("job-1", ["d", "e"]))
         store.update("job-1", lambda r: _job.start(r, T0), lambda r: _job.finish_target(r, "d", True, T0),
