@@ -320,7 +320,8 @@ def prune_parser():
                         required=True,
                         help="remove finished jobs last updated more than DAYS days ago (a decimal number)")
     parser.add_argument("--keep", metavar="N", type=bounded("a whole number", int, 0, 10 ** 9), default=0,
-                        help="keep the N most recently updated finished jobs whatever their age (default 0)")
+                        help="keep the N most recently updated finished jobs whatever their age (default 0); an "
+                             "operator rollback job stays while the job it rolled back stays")
     parser.add_argument("--evidence-dir", metavar="DIR",
                         help="also remove the removed jobs' evidence under DIR (the jobs' evidence directory): "
                              "DIR/jobs/JOB and DIR/PROJECT/JOB")
