@@ -20,7 +20,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.canonic
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError, redact_url
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
     deployment_evidence_dir, job_evidence_dir)
-from ansible_collections.stellaops.runtime.plugins.module_utils.host.files import atomic_write
+from ansible_collections.stellaops.runtime.plugins.module_utils.host.files import atomic_write, read_bytes
 
 # The job's evidence documents, under <evidence dir>/jobs/<job id>/; each target's, under
 # <evidence dir>/<projectName>/<job id>/<target>/.
@@ -88,7 +88,7 @@ def keep_documents(root, directory, documents, check_mode=False):
     if root:
         for name, data in documents.items():
             path = posixpath.join(root, directory, name)
-            if os.path.exists(path) and _read(path) != data:
+            if read_bytes(path) not in (None, data):
                 raise StellaError(EVIDENCE_CONFLICT, "evidence file %s exists with other contents (a job of the "
                                   "same id in another job store wrote it): it is kept, nothing was written" % path,
                                   phase="job")
@@ -104,14 +104,6 @@ def keep_documents(root, directory, documents, check_mode=False):
         entries[name] = entry
         stored[relative] = data
     return entries, stored
-
-
-def _read(path):
-    try:
-        with open(path, "rb") as handle:
-            return handle.read()
-    except OSError:
-        return None
 
 
 def check_new_job_directory(root, job_id):
