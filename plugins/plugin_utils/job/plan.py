@@ -92,9 +92,10 @@ def target_inputs(plan, release, settings):
     """What one target's play hands to each of its tasks, as the tasks' own options, so no play
     branches on the target type: ``apply`` (stella_compose_deploy: the agent task, its payload or
     payloads, the sticker a DockerHost commits, the preflight that runs first in the same task, the
-    wait timeout, the revisions kept and the task's own timeout, :func:`.timeouts.task_timeout`), ``probe`` (stella_probe: each component's name and config,
-    the target, whether probes run) and ``rollback`` (stella_rollback: the agent task, its payload
-    and the wait timeout). ``settings``: the job's options (:data:`DEFAULT_SETTINGS` where they say nothing)."""
+    wait timeout, the revisions kept and the task's own timeout, :func:`.timeouts.task_timeout`),
+    ``probe`` (stella_probe: each component's name and config, the target, whether probes run) and
+    ``rollback`` (stella_rollback: the agent task, its payload, the wait timeout and the task timeout).
+    ``settings``: the job's options (:data:`DEFAULT_SETTINGS` where they say nothing)."""
     settings = dict(DEFAULT_SETTINGS, **{k: v for k, v in (settings or {}).items() if k in DEFAULT_SETTINGS})
     target_type = plan["target"]["type"]
     payloads = plan["payloads"]
