@@ -4,11 +4,11 @@
 
 """Runs the target-side module stella_compose_deploy (documentation: plugins/modules/stella_compose_deploy.py) with the
 collector paused while its payload is built and the registry credentials its preflight needs
-looked up on the controller (plugins/plugin_utils/execution/target_action.py)."""
+looked up on the controller (plugins/plugin_utils/run/target_action.py)."""
 
 from __future__ import annotations
 
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.execution.target_action import TargetModuleAction
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.target_action import TargetModuleAction
 
 
 class ActionModule(TargetModuleAction):

@@ -4,8 +4,9 @@
 
 """The deployment job on the controller (documentation: plugins/modules/stella_job.py).
 
-The action validates the task's options and runs one step of ``plugin_utils/job/steps.py``, which
-declares what each step needs and does. Nothing runs on the play's host.
+The action validates the task's options and hands them to the runner (``plugin_utils/run/runner.py``),
+which looks the step up in its declared table (``plugin_utils/run/steps.py``). Nothing runs on the play's
+host.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.hints i
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
     DEFAULT_KEEP_REVISIONS, DEFAULT_WAIT_TIMEOUT)
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.versions import DEFAULT_MIN_COMPOSE, DEFAULT_MIN_ENGINE
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.steps import STEPS, JobSteps
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.runner import JobRunner
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.steps import STEPS
 
 # The PostgreSQL driver is loaded here, not when a step opens a PostgreSQL store: ansible-core's linear
 # and free strategies import a task's action plugin in the controller's main process before they fork
@@ -64,13 +66,13 @@ ARGUMENT_SPEC = {
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _requires_connection = False
-    _supports_check_mode = True  # every step reads or previews in check mode (job/steps.py STEPS)
+    _supports_check_mode = True  # every step reads or previews in check mode (run/step.py)
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         del tmp
         _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
-        steps = JobSteps(task_vars, self._task.check_mode)
+        steps = JobRunner(task_vars, self._task.check_mode)
         try:
             outcome = steps.run(args)
         except StellaError as exc:

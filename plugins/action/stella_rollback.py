@@ -3,11 +3,11 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 
 """Runs the target-side module stella_rollback (documentation: plugins/modules/stella_rollback.py) with the
-collector paused while its payload is built (plugins/plugin_utils/execution/target_action.py)."""
+collector paused while its payload is built (plugins/plugin_utils/run/target_action.py)."""
 
 from __future__ import annotations
 
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.execution.target_action import TargetModuleAction
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.target_action import TargetModuleAction
 
 
 class ActionModule(TargetModuleAction):

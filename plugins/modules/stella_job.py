@@ -176,8 +176,9 @@ options:
     default: true
   started:
     description:
-      - O(step=close) in check mode. The preview's start outcome, when it is not the C(stella_job_run)
-        variable the job playbook keeps (the C(stellaops.runtime.deploy) role passes its own).
+      - O(step=close) in check mode. The outcome of the job's O(step=start) (of O(step=rollback_start) for an
+        operator rollback), which the preview sums up with what each target's recording step left on it;
+        required there.
     type: dict
   min_engine_version:
     description: O(step=start). Oldest acceptable Docker Engine, for every target's preflight.

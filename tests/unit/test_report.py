@@ -1,4 +1,4 @@
-"""The job evidence report (plugins/plugin_utils/evidence/report.py, docs/report.md): records built through the
+"""The job evidence report (plugins/plugin_utils/job/report.py, docs/report.md): records built through the
 job's own state machine (``_job``, ``_job_traffic``), rendered and read back with an HTML parser."""
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import sql
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import traffic as _job_traffic
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import view as _job_view
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.command import main as _command
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence import report as _report
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import cli as _store_cli
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import report as _report
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.command import store as _store_cli
 
 T = ["2026-03-0%dT10:00:%02d.000000Z" % (1, s) for s in range(60)]
 PHASES = ["preflight", "prepare", "pre-deploy", "deploy", "verify", "promote", "post-deploy", "evidence", "cleanup"]

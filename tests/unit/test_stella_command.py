@@ -23,8 +23,8 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import recor
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import view as _job_view
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.command import main as _command
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import cli as _provider_cli
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import jobs_cli as _jobs_cli
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import location as _location
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.command import jobs as _jobs_cli
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import location as _location
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import sql as _job_store
 
 T = ["2026-03-01T10:0%d:00.000000Z" % minute for minute in range(10)]
@@ -530,7 +530,7 @@ def test_store_options_that_do_not_go_together_are_usage_errors(command, argv, w
 
 def test_the_provider_layout_is_the_providers_own():
     parsed = {"project": "shop", "service": "web", "options": {"state_directory": "/s"}}
-    expected = os.path.join(_provider_cli.state_dir(parsed), "jobs.sqlite3")
+    expected = os.path.join(_location.state_dir(parsed), "jobs.sqlite3")
     assert _location.provider_store("shop", "web", "/s") == expected == "/s/shop/web/jobs.sqlite3"
     assert _location.provider_store("shop", None, "/s") == "/s/shop/service/jobs.sqlite3"  # Compose 2.35: no service
 

@@ -15,10 +15,10 @@ from docs_support import doc_commands, doc_section, doc_text, options_in, parser
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.hints import next_step
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import utc_timestamp
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import owner as _job_owner
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.run import owner as _job_owner
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import sql as _job_store
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.command import main as _command
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import cli as _store_cli
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.command import store as _store_cli
 
 T0 = "2026-03-01T10:00:00.000000Z"
 T1 = "2026-03-01T10:05:00.000000Z"

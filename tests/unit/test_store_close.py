@@ -80,5 +80,5 @@ def test_close_refuses_an_unknown_job_and_a_job_still_running_here(tmp_path, cap
 
 
 def _job_owner_here():
-    from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.owner import controller_owner  # pylint: disable=import-outside-toplevel
+    from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.owner import controller_owner  # pylint: disable=import-outside-toplevel
     return controller_owner()

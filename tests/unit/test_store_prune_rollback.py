@@ -12,7 +12,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabul
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.command import main as _command
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import projection as _projection
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import recovery as _recovery
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.run import recovery as _recovery
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import sql as _job_store
 
 OLD = "2026-01-01T09:00:00.000000Z"

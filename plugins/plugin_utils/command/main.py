@@ -31,14 +31,14 @@ USER_BIN_DIR = "~/.local/bin"
 
 # ``stella COMMAND``: what ``stella --help`` says of it, and the function that runs it (a module under
 # plugin_utils and its name; install and compose are here).
-COMMANDS = (("list", "the jobs of a job store, newest first", "store.jobs_cli:list_jobs"),
-            ("show", "one job, as the job_show playbook prints it (--follow: until it ends)", "store.jobs_cli:show"),
-            ("report", "the HTML evidence report of a job (docs/report.md)", "store.cli:report"),
-            ("evidence", "the evidence documents the job store keeps for a job: listed, or exported", "store.evidence_cli:evidence"),
-            ("health", "the health status the job store keeps for each target", "store.cli:health"),
-            ("interrupt", "record a job whose controller run is gone as interrupted", "store.cli:interrupt"),
-            ("close", "close a job whose close did not finish: its evidence written", "store.cli:close"),
-            ("prune", "remove finished jobs past a retention age", "store.cli:prune"),
+COMMANDS = (("list", "the jobs of a job store, newest first", "command.jobs:list_jobs"),
+            ("show", "one job, as the job_show playbook prints it (--follow: until it ends)", "command.jobs:show"),
+            ("report", "the HTML evidence report of a job (docs/report.md)", "command.store:report"),
+            ("evidence", "the evidence documents the job store keeps for a job: listed, or exported", "command.evidence:evidence"),
+            ("health", "the health status the job store keeps for each target", "command.store:health"),
+            ("interrupt", "record a job whose controller run is gone as interrupted", "command.store:interrupt"),
+            ("close", "close a job whose close did not finish: its evidence written", "command.store:close"),
+            ("prune", "remove finished jobs past a retention age", "command.store:prune"),
             ("install", "put stella on PATH and docker-stella among the Docker CLI plugins", None),
             ("compose", "the Compose provider, as Compose runs it (stella compose -h)", None))
 SYNOPSIS = """stella [-h] [--version] COMMAND ...

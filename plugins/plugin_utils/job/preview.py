@@ -22,7 +22,7 @@ from __future__ import annotations
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import first_line
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import PHASES, ROLLBACK_PHASE_NAMES
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.plan import plan_outcome
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.rows import project_keys
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.projects import project_keys
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.target import failed_phase
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.view import closing_line
 

@@ -82,31 +82,3 @@ def answer(record, step, target, batch):
     if step == "traffic":
         return {"jobId": record["jobId"], "batch": batch, "skipped": False, "failure": failure}
     return {"jobId": record["jobId"], "proceed": False, "gate": dict(gate_failure(record), batch=batch, proceed=False)}
-
-
-def recorded(store, args, exc, secrets):
-    """The error ``exc`` inside step ``args["step"]`` of a running job, recorded in the job (``secrets``
-    redacted) so that the gate closes and the job is finished, its rollback decided; the step's answer
-    is then what it answers when the job failed, with a warning saying what happened. An error of a
-    job that is not running (or, for ``finish``, whose rollback was already decided) is raised again."""
-    code = exc.code if isinstance(exc, StellaError) else INTERNAL_ERROR
-    text = exc.reason if isinstance(exc, StellaError) else "%s: %s" % (type(exc).__name__, exc)
-    reason = redact_text(first_line(text) or type(exc).__name__, secrets)
-    now, step = utc_timestamp(), args["step"]
-    record = store.get(args["job_id"])
-    if step == "finish":
-        if record is None or record["status"] not in ("Running", "Failed") or record.get("rollback") is not None:
-            raise exc
-        record = store.update(args["job_id"], lambda r: abandoned(r, code, reason, now))
-        outcome = _job.rollback_orders(record)
-    else:
-        if record is None or record["status"] != "Running":
-            raise exc
-        batch = args["batch"] if args["batch"] is not None else next(
-            (record["targets"][n]["batch"] for n in args["targets"] if n in record["targets"]), None)
-        record = store.update(args["job_id"], lambda r: step_failed(
-            r, step, code, reason, now, batch=batch, target=args["target"] if step == "target" else None))
-        outcome = answer(record, step, args["target"], batch)
-    warning = "job %s: step %s failed (%s: %s); the error is recorded in the job, which fails" % (
-        args["job_id"], step, code, reason)
-    return dict(outcome, stepFailure={"step": step, "code": code, "reason": reason}, warnings=[warning])

@@ -34,18 +34,13 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils.execution.paths 
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import dependencies as _dependencies
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import protocol as _provider
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.plan import LOCAL_IMAGE_KEY
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.location import STORE_FILE
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider.location import STORE_FILE, state_dir
 
 PLAYBOOKS = {"up": "stellaops.runtime.job", "down": "stellaops.runtime.teardown", "stop": "stellaops.runtime.teardown",
              "relay": "stellaops.runtime.relay"}
 RELAY_ACTION = "stellaops.runtime.stella_relay"
 JOB_ACTIONS = ("stellaops.runtime.stella_job", "stella_job")
 PHASE_WORDS = {"succeeded": "ok", "failed": "failed", "skipped": "skipped"}
-
-
-def state_dir(parsed):
-    base = os.path.expanduser(parsed["options"].get("state_directory") or "~/.local/state/stellaops/provider")
-    return os.path.join(base, parsed["project"], parsed["service"] or "service")
 
 
 class PhaseEvents:

@@ -8,7 +8,7 @@ A job holds the Compose project of each of its targets while it is unfinished: a
 them is refused (``project_busy``). Each project a job claims gets the project's next claim generation,
 kept in its target's record as ``claim`` with the store's id (``storeId``, :func:`.schema.store_id`); the
 target fences the job's work with it (module_utils/host/claim.py) and the controller reads where a claim
-stands right before it sends work (:meth:`ClaimStore.standing`, job/fencing.py). Mixed into
+stands right before it sends work (:meth:`ClaimStore.standing`, run/fencing.py). Mixed into
 :class:`.sql.SqlJobStore`, inside its transactions.
 """
 
@@ -18,7 +18,7 @@ import json
 import time
 
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.record import UNFINISHED
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.rows import project_keys
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.projects import project_keys
 
 
 class ClaimStore:

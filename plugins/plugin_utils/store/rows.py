@@ -82,19 +82,8 @@ def split_stored(head):
     return dumps(document), [(name, index, dumps(entry)) for index, (name, entry) in enumerate(targets.items())]
 
 
-def project_keys(record):
-    """``{target name: claim key}``: a target (by id) and the Compose project the job deploys there."""
-    return {name: "%s|%s" % (t.get("targetId") or name, t.get("projectName") or "")
-            for name, t in (record.get("targets") or {}).items()}
-
-
 def project_pattern(project):
     """The ``LIKE`` pattern (escape character ``!``) of a record whose stored JSON names ``project`` as a
     ``projectName`` (pure)."""
     text = '"projectName":' + json.dumps(project)
     return "%" + text.replace("!", "!!").replace("%", "!%").replace("_", "!_") + "%"
-
-
-def project_names(record):
-    """The Compose projects the job deployed, sorted (pure)."""
-    return sorted({t["projectName"] for t in (record.get("targets") or {}).values() if t.get("projectName")})

@@ -32,7 +32,8 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors 
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import health as _health
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import rows as _rows
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.meter import Meter
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.rows import project_names, project_pattern
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.projects import project_names
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.rows import project_pattern
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import schema as _job_schema
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.claims import ClaimStore
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.documents import DocumentStore

@@ -13,7 +13,7 @@ import re
 import pytest
 import yaml
 
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.execution.target_action import TargetModuleAction
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.target_action import TargetModuleAction
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
 MODULES = os.path.join(ROOT, "plugins", "modules")

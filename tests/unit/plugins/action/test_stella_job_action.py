@@ -14,7 +14,9 @@ import pytest
 
 from ansible_collections.stellaops.runtime.plugins.action import stella_job as stella_job_action
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import steps as _job_steps
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.run import steps as _job_steps
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.runner import JobRunner
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import sql as _job_store
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
@@ -90,10 +92,9 @@ def test_the_job_steps_make_a_preview_in_check_mode_and_open_no_store(tmp_path):
     def step(name, **args):
         return {"stellaops.runtime.stella_job": dict(args, step=name, store=location, job_id="job-p")}
     tasks = [dict(step("start", release=PINNED, targets=["localhost"], keep_revisions=4), register="started"),
-             {"ansible.builtin.set_fact": {"stella_job_run": "{{ started }}"}},
              step("target", target="localhost", result={"changed": True, "wouldChangeFiles": ["stella.version.json"]}),
              step("traffic", targets=["localhost"]),
-             step("gate", targets=["localhost"]), step("finish"), step("traffic_rollback"), step("close"),
+             step("gate", targets=["localhost"]), step("finish"), step("traffic_rollback"), step("close", started="{{ started }}"),
              dict(step("rollback_start"), ignore_errors=True),
              dict(step("rollback_target", target="localhost"), ignore_errors=True)]
     proc, results = playbook(tmp_path, tasks, "--check")
@@ -125,7 +126,7 @@ def test_every_step_is_either_read_or_previewed_in_check_mode():
         "start": "preview", "target": "preview", "traffic": "preview", "gate": "preview", "finish": "preview",
         "rollback_start": "read", "rollback_target": "preview", "traffic_rollback": "preview", "close": "preview",
         "show": "read", "health": "read"}
-    assert all(callable(getattr(_job_steps.JobSteps, "_" + name, None)) for name in _job_steps.STEPS)
+    assert all(step.name == name for name, step in _job_steps.STEPS.items())
 
 
 def test_a_step_is_refused_before_the_store_is_opened_when_an_option_it_needs_is_missing(tmp_path):
@@ -135,8 +136,8 @@ def test_a_step_is_refused_before_the_store_is_opened_when_an_option_it_needs_is
             args = {"step": name, "store": location, "job_id": "job-1", "target": "a", "release": RELEASE}
             args[missing] = None
             try:
-                _job_steps.JobSteps({}, False).run(args)
-            except _job_steps.StellaError as exc:
+                JobRunner({}, False).run(args)
+            except StellaError as exc:
                 assert (exc.code, exc.reason) == ("job_invalid", "step %s needs %s" % (name, missing))
             else:
                 raise AssertionError("step %s ran without %s" % (name, missing))
@@ -149,7 +150,7 @@ def test_the_operator_rollback_in_check_mode_makes_the_rollback_job_and_stores_n
     def rollback_start(**args):
         return {"stellaops.runtime.stella_job": dict(args, step="rollback_start", store=location, job_id="job-1"),
                 "register": "stella_job_finish", "ignore_errors": True}
-    close = {"stellaops.runtime.stella_job": {"step": "close", "store": location,
+    close = {"stellaops.runtime.stella_job": {"step": "close", "store": location, "started": "{{ stella_job_finish }}",
                                               "job_id": "{{ stella_job_finish.jobId }}"}, "ignore_errors": True}
     proc, (none_eligible,) = playbook(tmp_path, [rollback_start()], "--check")
     assert proc.returncode == 0, proc.stdout + proc.stderr

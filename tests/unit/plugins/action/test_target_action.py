@@ -16,7 +16,7 @@ import pytest
 from ansible import constants as C
 from ansible.plugins.action.normal import ActionModule as NormalAction
 
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.execution import target_action as _target_action
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.run import target_action as _target_action
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 BIN = os.path.join(ROOT, ".venv", "bin")

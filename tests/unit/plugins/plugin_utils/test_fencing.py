@@ -8,9 +8,9 @@ import pytest
 
 from ansible_collections.stellaops.runtime.plugins.action.stella_job import ARGUMENT_SPEC
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import fencing as _fencing
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.run import fencing as _fencing
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.steps import JobSteps
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.runner import JobRunner
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import sql as _job_store
 
 T0 = "2026-01-01T00:00:00.000000Z"
@@ -150,7 +150,7 @@ def test_work_the_target_refused_is_recorded_on_a_job_recorded_interrupted(store
     args = {key: spec.get("default") for key, spec in ARGUMENT_SPEC.items()}
     failure = {"failed": True, "code": "claim_superseded", "msg": "job job-1 (claim generation 1) was superseded"}
     args.update(step="target", store=str(tmp_path / "jobs.sqlite3"), job_id="job-1", target="a", failure=failure)
-    answer = JobSteps({}, False).run(args)
+    answer = JobRunner({}, False).run(args)
     assert answer["target"]["code"] == "claim_superseded"
     record = store.get("job-1")
     assert (record["status"], record["code"]) == ("Failed", "claim_superseded")
@@ -158,5 +158,5 @@ def test_work_the_target_refused_is_recorded_on_a_job_recorded_interrupted(store
     assert record["interrupted"]["why"].startswith("not renewed")
     args.update(failure={"failed": True, "code": "deploy_failed", "msg": "x"})  # any other outcome is refused
     with pytest.raises(StellaError) as err:
-        JobSteps({}, False).run(args)
+        JobRunner({}, False).run(args)
     assert err.value.code == "job_interrupted"

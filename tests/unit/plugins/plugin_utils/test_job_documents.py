@@ -16,7 +16,7 @@ from ansible_collections.stellaops.runtime.plugins.action.stella_job import ARGU
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.command import main as _command
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.steps import JobSteps
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.runner import JobRunner
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import documents as _documents
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import sql as _job_store
 
@@ -40,7 +40,7 @@ def running_job(tmp_path):
 def step(location, name, **given):
     args = {key: spec.get("default") for key, spec in ARGUMENT_SPEC.items()}
     args.update(step=name, store=location, job_id="job-1", **given)
-    return JobSteps({}, False).run(args)
+    return JobRunner({}, False).run(args)
 
 
 def apply_result():
@@ -189,7 +189,7 @@ def test_a_document_name_outside_an_evidence_directory_is_refused(name):
 
 
 def _documents_cli():
-    from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import evidence_cli  # pylint: disable=import-outside-toplevel
+    from ansible_collections.stellaops.runtime.plugins.plugin_utils.command import evidence as evidence_cli  # pylint: disable=import-outside-toplevel
     return evidence_cli
 
 
@@ -256,7 +256,7 @@ def test_a_secret_anywhere_in_the_strategy_config_is_masked_in_the_record_and_th
     location = str(tmp_path / "jobs.sqlite3")
     args = {key: spec.get("default") for key, spec in ARGUMENT_SPEC.items()}
     args.update(step="start", store=location, job_id="job-1", release=release, targets=["localhost"], claim_lease=0)
-    started = JobSteps({"hostvars": {"localhost": {"ansible_connection": "local"}}}, False).run(args)
+    started = JobRunner({"hostvars": {"localhost": {"ansible_connection": "local"}}}, False).run(args)
     assert started["status"] == "Running", started
     step(location, "close", report=True)
     store = _job_store.open_store(location)

@@ -9,11 +9,11 @@ import sqlite3
 
 import pytest
 
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.steps import JobSteps, interrupt_gone_jobs
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.context import interrupt_gone_jobs, refuse_interrupted
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import seconds_between, utc_timestamp
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import owner as _job_owner
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.run import owner as _job_owner
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import schema as _job_schema
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import sql as _job_store
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import view as _job_view
@@ -142,10 +142,10 @@ def test_every_step_renews_the_lease(tmp_path):
 def test_a_run_still_alive_stops_at_its_next_step(tmp_path):
     store = stored(tmp_path, 900)
     try:
-        JobSteps._refuse_interrupted(store.get("job-1"))  # not interrupted: goes on
+        refuse_interrupted(store.get("job-1"))  # not interrupted: goes on
         interrupt_gone_jobs(store, at(901))
         with pytest.raises(StellaError) as caught:
-            JobSteps._refuse_interrupted(store.get("job-1"))
+            refuse_interrupted(store.get("job-1"))
         assert caught.value.code == "job_interrupted" and caught.value.phase == "job"
         assert caught.value.reason == ("job job-1 was recorded interrupted, this run stops: interrupted: no change "
                                        "or lease renewal for 901s, longer than its claim lease of 900s (controller "
@@ -162,7 +162,7 @@ def test_an_interrupted_rollback_is_refused_although_its_code_is_the_failure_s(t
     record = _job.interrupted(record, at(901), "interrupted: lease")
     assert record["code"] == "service_unhealthy"
     with pytest.raises(StellaError) as caught:
-        JobSteps._refuse_interrupted(record)
+        refuse_interrupted(record)
     assert caught.value.code == "job_interrupted"
 
 

@@ -16,8 +16,8 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.host import proc
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import utc_timestamp
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import lease as _job_lease
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import owner as _job_owner
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.run import lease as _job_lease
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.run import owner as _job_owner
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import sql as _job_store
 
 COLL_ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), *[os.pardir] * 4, ".build", "collections")
@@ -115,8 +115,8 @@ def wait_for(condition, timeout=10.0):
 OWNER = r"""
 import os, sys, time
 sys.path.insert(0, sys.argv[1])
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import lease as _job_lease
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import owner as _job_owner
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.run import lease as _job_lease
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.run import owner as _job_owner
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import sql as _job_store
 owner = {"host": "this", "pid": os.getpid(), "startTicks": _job_owner.process_start(os.getpid())}
 store = _job_store.open_store(sys.argv[2])  # open while the keeper starts, as in the task's worker
@@ -200,4 +200,4 @@ def test_a_keeper_that_cannot_be_started_is_reported_as_none(monkeypatch, tmp_pa
 def test_the_keeper_finds_the_collection_where_this_one_was_found():
     root = _job_lease.COLLECTIONS_PATH
     assert os.path.isfile(os.path.join(root, "ansible_collections", "stellaops", "runtime", "plugins", "plugin_utils",
-                                       "job", "lease.py"))
+                                       "run", "lease.py"))

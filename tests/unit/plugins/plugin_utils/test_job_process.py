@@ -1,4 +1,4 @@
-"""The controller's process checks go through psutil (job/process.py), on real processes: a job's run that
+"""The controller's process checks go through psutil (run/process.py), on real processes: a job's run that
 is alive, stopped with SIGSTOP, a zombie, reaped, or whose pid was reused; and on a controller where
 ``/proc`` is not what answers (psutil stands in as macOS would answer)."""
 
@@ -15,8 +15,8 @@ import pytest
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.hints import next_step
 from ansible_collections.stellaops.runtime.plugins.module_utils.host import procfs as _procfs
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import owner as _job_owner
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import process as _process
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.run import owner as _job_owner
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.run import process as _process
 
 
 def wait_for(check, seconds=10.0):

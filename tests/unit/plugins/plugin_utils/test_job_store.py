@@ -89,7 +89,7 @@ def test_unknown_store_kinds_are_refused_with_the_password_redacted(tmp_path):
 def test_a_store_a_job_wrote_that_vanished_is_an_error_never_a_new_store(tmp_path, damage):
     """A step of a recorded job finds its SQLite store truncated or removed: job_store_failed, and no
     empty store is created in its place (every job, claim and health row would be gone silently)."""
-    from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.steps import JobSteps
+    from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.runner import JobRunner
 
     path = tmp_path / "jobs.sqlite3"
     store = _job_store.open_store(str(path))
@@ -99,6 +99,6 @@ def test_a_store_a_job_wrote_that_vanished_is_an_error_never_a_new_store(tmp_pat
     else:
         path.unlink()
     with pytest.raises(StellaError) as err:
-        JobSteps({}, False).run({"step": "gate", "store": str(path), "job_id": "job-1", "targets": []})
+        JobRunner({}, False).run({"step": "gate", "store": str(path), "job_id": "job-1", "targets": []})
     assert err.value.code == "job_store_failed" and "restore it from a backup" in err.value.reason
     assert (not path.exists()) if damage == "removed" else path.stat().st_size == 0

@@ -9,11 +9,11 @@ import pytest
 
 from ansible_collections.stellaops.runtime.plugins.action.stella_job import ARGUMENT_SPEC
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import owner as _owner
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.run import owner as _owner
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import projection as _projection
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import traffic as _job_traffic
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.steps import JobSteps
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.runner import JobRunner
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import sql as _job_store
 
 T0 = "2026-01-01T00:00:00.000000Z"
@@ -44,7 +44,7 @@ def finished_deployment(tmp_path, owner=None):
 def step(location, name, **given):
     args = {key: spec.get("default") for key, spec in ARGUMENT_SPEC.items()}
     args.update(step=name, store=location, **given)
-    return JobSteps({}, False).run(args)
+    return JobRunner({}, False).run(args)
 
 
 def read(location, what, *args):

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.execution import payload_cache as _payload_cache
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.run import payload_cache as _payload_cache
 
 PREFIX = _payload_cache.MODULE_FQN % "stella_preflight" + "-"
 ENTRY = PREFIX + "ZIP_DEFLATED-none"

@@ -10,7 +10,8 @@ from ansible_collections.stellaops.runtime.plugins.action.stella_job import ARGU
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import step_failure as _step_failure
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.steps import JobSteps
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.runner import JobRunner
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.steps import STEPS
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import sql as _job_store
 
 T0 = "2026-01-01T00:00:00.000000Z"
@@ -33,7 +34,7 @@ def stored(tmp_path):
 def step(location, name, **given):
     args = {key: spec.get("default") for key, spec in ARGUMENT_SPEC.items()}
     args.update(step=name, store=location, job_id="job-1", **given)
-    return JobSteps({}, False).run(args)
+    return JobRunner({}, False).run(args)
 
 
 def job(location):
@@ -56,9 +57,9 @@ def plan(name):
 
 
 def broken(monkeypatch, name, exc):
-    def raising(self, store, args):
+    def raising(ctx, store, args):
         raise exc
-    monkeypatch.setattr(JobSteps, "_" + name, raising)
+    monkeypatch.setattr(STEPS[name], "act", raising)
 
 
 def test_an_error_in_the_traffic_step_closes_the_gate_and_the_job_fails_with_its_rollback_decided(tmp_path, monkeypatch):
@@ -66,7 +67,7 @@ def test_an_error_in_the_traffic_step_closes_the_gate_and_the_job_fails_with_its
     succeed(location, "a")
     with monkeypatch.context() as patched:
         broken(patched, "traffic", KeyError("yolo " + SECRET))
-        answer = JobSteps({}, False)
+        answer = JobRunner({}, False)
         answer.secrets.append(SECRET)
         args = {key: spec.get("default") for key, spec in ARGUMENT_SPEC.items()}
         args.update(step="traffic", store=location, job_id="job-1", targets=["a"])

@@ -19,10 +19,10 @@ import os
 import socket
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import seconds_between, utc_timestamp
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import process as _process
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.run import process as _process
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import projection as _projection
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import recovery as _recovery
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.run import recovery as _recovery
 
 
 def process_start(pid):

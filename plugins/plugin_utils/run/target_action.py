@@ -29,7 +29,7 @@ from ansible.utils.display import Display
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError, redact_text
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.hints import with_next
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.execution import payload_cache as _payload_cache
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.run import payload_cache as _payload_cache
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.release import credentials as _credentials
 
 
@@ -89,13 +89,13 @@ class TargetModuleAction(NormalAction):
 
     def _check_claim(self, task_vars):
         """With a job's ``claim``, the job store's word that the job still holds the project, read right
-        before the work is sent (job/fencing.py); ``job_store`` is read here and never sent."""
+        before the work is sent (run/fencing.py); ``job_store`` is read here and never sent."""
         args = dict(self._task.args)
         location = args.pop("job_store", None) or task_vars.get("stella_job_store")
         self._task.args = args
         claim = args.get("claim")
         if isinstance(claim, dict) and claim.get("projectKey") and claim.get("jobId") and not self._task.check_mode:
-            from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import fencing  # pylint: disable=import-outside-toplevel
+            from ansible_collections.stellaops.runtime.plugins.plugin_utils.run import fencing  # pylint: disable=import-outside-toplevel
             fencing.check(location, claim)
 
     def _add_registry_credentials(self):

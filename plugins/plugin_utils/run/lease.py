@@ -29,7 +29,7 @@ import time
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import utc_timestamp
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.execution.paths import COLLECTIONS_PATH
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.owner import owner_state
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.owner import owner_state
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.sql import UNFINISHED, open_store
 
 POLL_SECONDS = 1.0  # how often the keeper looks at its owner process
@@ -83,7 +83,7 @@ def run_keeper(location, job_id, owner, lease):
 
 
 KEEPER = ("import sys; sys.path.insert(0, sys.argv[1]); "
-          "from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.lease import keeper_main; keeper_main()")
+          "from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.lease import keeper_main; keeper_main()")
 
 
 def start_keeper(location, job_id, owner, lease):

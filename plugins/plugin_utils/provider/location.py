@@ -6,7 +6,7 @@
 
 1. ``--store LOCATION`` (a path, ``sqlite:///path`` or a PostgreSQL DSN);
 2. ``--compose-project P [--service S] [--state-directory DIR]``: the store the Compose provider keeps
-   for that project and service (``DIR/P/S/jobs.sqlite3``, the layout of ``provider.cli.state_dir``;
+   for that project and service (``DIR/P/S/jobs.sqlite3``, the layout of :func:`state_dir`;
    ``DIR`` defaults to the provider's ``~/.local/state/stellaops/provider``); without ``--service``,
    the one service of ``P`` that has a store;
 3. the ``STELLA_JOB_STORE`` environment variable;
@@ -61,10 +61,16 @@ def usage_error(options):
     return None
 
 
+def state_dir(parsed):
+    """The provider's state directory of a parsed request: ``DIR/PROJECT/SERVICE`` (``DIR``: its
+    ``state_directory`` option, default ``~/.local/state/stellaops/provider``)."""
+    base = os.path.expanduser(parsed["options"].get("state_directory") or "~/.local/state/stellaops/provider")
+    return os.path.join(base, parsed["project"], parsed["service"] or "service")
+
+
 def provider_store(project, service=None, state_directory=None):
     """The provider's store of ``project``'s ``service`` (``service`` ``None``: the store ``up`` keeps for a
     project Compose names no service of)."""
-    from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider.cli import state_dir  # pylint: disable=import-outside-toplevel
     return os.path.join(state_dir({"project": project, "service": service,
                                    "options": {"state_directory": state_directory}}), STORE_FILE)
 

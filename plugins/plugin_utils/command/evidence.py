@@ -22,8 +22,8 @@ import sys
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.canonical import sha256_bytes
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils.host.files import atomic_write
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import cli as _store_cli
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import location as _location
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.command import store as _store_cli
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import location as _location
 
 
 def evidence_parser():

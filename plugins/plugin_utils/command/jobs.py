@@ -21,12 +21,12 @@ import time
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import utc_timestamp
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import owner as _job_owner
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.run import owner as _job_owner
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import view as _job_view
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import cli as _store_cli
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import location as _location
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.rows import project_names
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.command import store as _store_cli
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import location as _location
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.projects import project_names
 
 FOLLOW_INTERVAL = 1.0  # seconds between two reads of the store by ``show --follow``
 INTERRUPTED_RC = 130  # ``show --follow`` stopped by Ctrl-C (SIGINT)

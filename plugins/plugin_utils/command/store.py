@@ -31,12 +31,12 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabul
     job_evidence_dir, project_evidence_dir, utc_timestamp)
 from ansible_collections.stellaops.runtime.plugins.module_utils.host.files import atomic_write
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import owner as _job_owner
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import location as _location
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.run import owner as _job_owner
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import location as _location
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import sql as _job_store
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.documents import checked_document, \
     stored_evidence
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence import report as _report
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import report as _report
 
 STORE_HELP = _location.STORE_HELP
 # stella health --check: every target shown is healthy (0), or not (this status)
@@ -289,8 +289,9 @@ def close(argv, stdout=None, stderr=None):
     options, rc = parse_command(close_parser(), argv)
     if options is None:
         return rc
-    from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.steps import (  # pylint: disable=import-outside-toplevel
-        JobSteps)
+    # pylint: disable-next=import-outside-toplevel  # the runner's steps only for this command
+    from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.runner import JobRunner
+
     try:
         where = _location.resolve(options)
         with existing_store(where.location, where.source) as store:
@@ -301,7 +302,7 @@ def close(argv, stdout=None, stderr=None):
             if record["status"] not in _job.TERMINAL:
                 raise StellaError("job_running", "job %s is %s and its controller run may still be alive: it closes "
                                   "itself (stella interrupt JOB if its run is gone)" % (record["jobId"], record["status"]))
-        closed = JobSteps({}, False).run({"step": "close", "store": where.location, "job_id": options.job,
+        closed = JobRunner({}, False).run({"step": "close", "store": where.location, "job_id": options.job,
                                           "evidence_dir": options.evidence_dir, "report": options.report})
     except StellaError as exc:
         return fail_line(stderr, "close", exc)

@@ -1,0 +1,43 @@
+# Copyright (c) Stella Ops contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""``stella_job`` step ``rollback_target``: one target's rollback recorded in one transaction; in check mode,
+what the target would restore, left on it as a fact for ``close``."""
+
+from __future__ import annotations
+
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import utc_timestamp
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.writer import clean
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import preview as _preview
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import target as _job_target
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.step import Step
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.target import preview_answer
+
+
+class RollbackTarget(Step):
+    """Record one target's rollback in one transaction: the agent's rollback phases, and whether the target
+    counts as restored (the agent's verified restoration, job/target.py ``rollback_outcome``)."""
+
+    name = "rollback_target"
+    needs = ("job_id", "target")
+    acting = True
+
+    def preview(self, ctx, args):
+        return preview_answer(args, _preview.rollback_target_preview(clean(args["result"]), clean(args["failure"])))
+
+    def act(self, ctx, store, args):
+        rollback = clean(args["result"]) or {}
+        outcome = _job_target.rollback_outcome(rollback, clean(args["failure"]))
+        now = utc_timestamp()
+
+        def change(record):
+            for name, status, duration, detail in outcome["phases"]:
+                record = _job.record_phase(record, args["target"], name, status, None, now, duration, now, detail)
+            facts = {"restoredRevisionPath": rollback.get("restoredRevisionPath"),
+                     "rollbackDigest": _job_target.services_digest(rollback), "completedAt": now}
+            return _job.finish_rollback_target(record, args["target"], outcome["succeeded"], now,
+                                               reason=outcome["reason"], facts=facts)
+        record = store.update(args["job_id"], change)
+        return {"jobId": args["job_id"], "targetName": args["target"], "target": record["targets"][args["target"]]}

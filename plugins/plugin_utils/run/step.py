@@ -1,0 +1,40 @@
+# Copyright (c) Stella Ops contributors
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""What a ``stella_job`` step declares, and its default check-mode preview."""
+
+from __future__ import annotations
+
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import preview as _preview
+
+
+class Step:
+    """One step of ``stella_job``.
+
+    - ``needs``: the options it cannot run without;
+    - ``acting``: whether it acts for a running job, and is refused once the job was recorded interrupted
+      (its projects are released, and another job may hold them now);
+    - ``check_mode``: ``read`` (it reads the store, :meth:`act` with the context's ``check_mode`` set) or
+      ``preview`` (:meth:`preview`, which opens no store);
+    - ``recorded_job``: it works on a job already recorded, so the store it opens must be the one its
+      start wrote (never a new one);
+    - ``records_failure``: an error inside it is recorded in the job instead of ending the playbook before
+      the job is closed (run/step_failure.py).
+    """
+
+    name = ""
+    needs = ("job_id",)
+    acting = False
+    check_mode = "preview"
+    recorded_job = True
+    records_failure = False
+
+    def act(self, ctx, store, args):
+        """The step's outcome, with the job store open."""
+        raise NotImplementedError
+
+    def preview(self, ctx, args):  # pylint: disable=unused-argument
+        """The step's outcome in check mode (``check_mode`` ``preview``): nothing is opened, recorded or
+        written. A recording step answers that nothing was recorded; a gate lets every batch be previewed."""
+        return _preview.passing(self.name, args["job_id"], args["batch"])
