@@ -28,7 +28,9 @@ sys.path.insert(0, ROOT)
 import tests.conftest  # noqa: E402,F401  pylint: disable=unused-import
 import ansible_run as ar  # noqa: E402
 from ansible_collections.stellaops.runtime.plugins.module_utils.compose.apply import (  # noqa: E402
-    ComposeApply, parse_request)
+    ComposeApply,
+    parse_request,
+)
 from ansible_collections.stellaops.runtime.plugins.module_utils.engine.cli import DockerCli, subprocess_runner  # noqa: E402
 
 SERVICES = 5
@@ -49,8 +51,16 @@ def timed(fn):
 
 
 def compose(project, directory, *args):
-    argv = ["docker", "compose", "--project-name", project, "--project-directory", directory, "-f",
-            os.path.join(directory, "compose.stella.lock.yml")] + list(args)
+    argv = [
+        "docker",
+        "compose",
+        "--project-name",
+        project,
+        "--project-directory",
+        directory,
+        "-f",
+        os.path.join(directory, "compose.stella.lock.yml"),
+    ] + list(args)
     subprocess.run(argv, check=True, capture_output=True)
 
 
@@ -121,17 +131,23 @@ def main():
         rows["bare"].append(bare_round(lab))
         rows["module"].append(module_round(lab))
         rows["engine"].append(engine_round(lab))
-    med = {name: (statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs))
-           for name, runs in rows.items()}
+    med = {
+        name: (statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs))
+        for name, runs in rows.items()
+    }
     print("deploy bench: %d services, %d rounds (median seconds)" % (SERVICES, options.rounds))
     print("%-34s %8s %8s" % ("", "apply", "no-op"))
     print("%-34s %8.2f %8.2f" % ("bare docker compose up -d --wait", med["bare"][0], med["bare"][1]))
     print("%-34s %8.2f %8.2f" % ("stella engine (in-process)", med["engine"][0], med["engine"][1]))
     print("%-34s %8.2f %8.2f" % ("stella_compose_deploy (ansible)", med["module"][0], med["module"][1]))
-    print("ratio engine/bare:  apply %.2f  no-op %.2f" % (med["engine"][0] / med["bare"][0],
-                                                          med["engine"][1] / med["bare"][1]))
-    print("ratio module/bare:  apply %.2f  no-op %.2f" % (med["module"][0] / med["bare"][0],
-                                                          med["module"][1] / med["bare"][1]))
+    print(
+        "ratio engine/bare:  apply %.2f  no-op %.2f"
+        % (med["engine"][0] / med["bare"][0], med["engine"][1] / med["bare"][1])
+    )
+    print(
+        "ratio module/bare:  apply %.2f  no-op %.2f"
+        % (med["module"][0] / med["bare"][0], med["module"][1] / med["bare"][1])
+    )
     return 0
 
 

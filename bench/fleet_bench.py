@@ -43,8 +43,12 @@ SSH_ARGS = "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o Batch
 
 
 def start_targets():
-    procs = [subprocess.Popen([LAB, "target", "up", name, "--image", "trixie"], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for name in TARGETS]
+    procs = [
+        subprocess.Popen(
+            [LAB, "target", "up", name, "--image", "trixie"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for name in TARGETS
+    ]
     targets = []
     for proc in procs:
         out, err = proc.communicate(timeout=300)
@@ -55,9 +59,16 @@ def start_targets():
 
 
 def inventory(targets, path):
-    hosts = {t["name"]: {"ansible_host": t["address"], "ansible_user": t.get("ssh_user", "root"),
-                         "ansible_ssh_private_key_file": t["ssh_key"], "ansible_ssh_common_args": SSH_ARGS,
-                         "ansible_python_interpreter": "/usr/bin/python3"} for t in targets}
+    hosts = {
+        t["name"]: {
+            "ansible_host": t["address"],
+            "ansible_user": t.get("ssh_user", "root"),
+            "ansible_ssh_private_key_file": t["ssh_key"],
+            "ansible_ssh_common_args": SSH_ARGS,
+            "ansible_python_interpreter": "/usr/bin/python3",
+        }
+        for t in targets
+    }
     with open(path, "w", encoding="utf-8") as handle:
         json.dump({"all": {"children": {"stella_targets": {"hosts": hosts}}}}, handle)
 
@@ -67,29 +78,57 @@ def release(lab, application, strategy):
     if strategy == "rolling":
         config["batchSize"] = 1
     return {
-        "release": {"id": "rel-bench", "name": "bench", "version": "1.0.0"}, "tenant": "bench",
-        "environment": "lab", "application": application, "strategy": strategy, "strategyConfig": config,
+        "release": {"id": "rel-bench", "name": "bench", "version": "1.0.0"},
+        "tenant": "bench",
+        "environment": "lab",
+        "application": application,
+        "strategy": strategy,
+        "strategyConfig": config,
         "target": {"type": "ComposeHost"},
-        "components": [{"name": "web", "image": lab["images"]["app_v1"]["ref"], "ports": ["18090:8080"],
-                        "config": {"healthcheck.test": "wget -q -O- http://127.0.0.1:8080/",
-                                   "healthcheck.interval": "1s", "healthcheck.retries": 15,
-                                   "healthProbe.type": "http", "healthProbe.port": 18090,
-                                   "healthProbe.attempts": 10, "healthProbe.intervalSeconds": 1}}],
+        "components": [
+            {
+                "name": "web",
+                "image": lab["images"]["app_v1"]["ref"],
+                "ports": ["18090:8080"],
+                "config": {
+                    "healthcheck.test": "wget -q -O- http://127.0.0.1:8080/",
+                    "healthcheck.interval": "1s",
+                    "healthcheck.retries": 15,
+                    "healthProbe.type": "http",
+                    "healthProbe.port": 18090,
+                    "healthProbe.attempts": 10,
+                    "healthProbe.intervalSeconds": 1,
+                },
+            }
+        ],
     }
 
 
 def run_job(work, lab, strategy):
     application = "b%s" % uuid.uuid4().hex[:8]
     store = os.path.join(work, "jobs.sqlite3")
-    variables = {"stella_release": release(lab, application, strategy), "stella_job_store": store,
-                 "stella_insecure_registries": [lab["registries"]["shared"]["address"]]}
+    variables = {
+        "stella_release": release(lab, application, strategy),
+        "stella_job_store": store,
+        "stella_insecure_registries": [lab["registries"]["shared"]["address"]],
+    }
     vars_path = os.path.join(work, "vars-%s.json" % application)
     with open(vars_path, "w", encoding="utf-8") as handle:
         json.dump(variables, handle)
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, ".build", "collections"),
-               ANSIBLE_HOST_KEY_CHECKING="False", ANSIBLE_NOCOLOR="1")
-    argv = [os.path.join(VENV_BIN, "ansible-playbook"), "-i", os.path.join(work, "inventory.json"),
-            "stellaops.runtime.job", "-e", "@" + vars_path]
+    env = dict(
+        os.environ,
+        ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, ".build", "collections"),
+        ANSIBLE_HOST_KEY_CHECKING="False",
+        ANSIBLE_NOCOLOR="1",
+    )
+    argv = [
+        os.path.join(VENV_BIN, "ansible-playbook"),
+        "-i",
+        os.path.join(work, "inventory.json"),
+        "stellaops.runtime.job",
+        "-e",
+        "@" + vars_path,
+    ]
     start = time.monotonic()
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=work, timeout=900, check=False)
     seconds = time.monotonic() - start
@@ -103,9 +142,17 @@ def run_job(work, lab, strategy):
 def down(targets, record):
     for target in targets:
         project = record["targets"][target["name"]]["projectName"]
-        subprocess.run(["ssh", "-i", target["ssh_key"]] + SSH_ARGS.split() + ["root@" + target["address"],
-                       "docker compose -p %s down -t 1 >/dev/null 2>&1; rm -rf /var/lib/stella/projects/%s" % (
-                           project, project)], check=False, timeout=120)
+        subprocess.run(
+            ["ssh", "-i", target["ssh_key"]]
+            + SSH_ARGS.split()
+            + [
+                "root@" + target["address"],
+                "docker compose -p %s down -t 1 >/dev/null 2>&1; rm -rf /var/lib/stella/projects/%s"
+                % (project, project),
+            ],
+            check=False,
+            timeout=120,
+        )
 
 
 def main():
@@ -122,11 +169,14 @@ def main():
             inventory(targets, os.path.join(work, "inventory.json"))
             order = ["rolling", "all-at-once"]
             for index in range(args.rounds):
-                for strategy in order[index % 2:] + order[:index % 2]:
+                for strategy in order[index % 2 :] + order[: index % 2]:
                     seconds, record, _app = run_job(work, lab, strategy)
                     times[strategy].append(seconds)
-                    print("round %d %-11s %6.2f s  batches %d  job %s" % (
-                        index + 1, strategy, seconds, len(record["batches"]), record["jobId"]), flush=True)
+                    print(
+                        "round %d %-11s %6.2f s  batches %d  job %s"
+                        % (index + 1, strategy, seconds, len(record["batches"]), record["jobId"]),
+                        flush=True,
+                    )
                     down(targets, record)
     finally:
         if not args.keep:
@@ -138,8 +188,10 @@ def main():
     print("4 targets, median of %d rounds" % args.rounds)
     print("  rolling (batchSize 1, 4 batches)  %6.2f s" % rolling)
     print("  all-at-once (1 batch)             %6.2f s" % at_once)
-    print("  ratio rolling / all-at-once       %6.2f  (4 batches; linear in batches: <= 4.0)  %s" % (
-        rolling / at_once, "PASS" if rolling / at_once <= 4.0 else "MISS"))
+    print(
+        "  ratio rolling / all-at-once       %6.2f  (4 batches; linear in batches: <= 4.0)  %s"
+        % (rolling / at_once, "PASS" if rolling / at_once <= 4.0 else "MISS")
+    )
     print("  controller peak memory            %6.1f MiB (largest ansible-playbook process or fork)" % peak_mib)
 
 

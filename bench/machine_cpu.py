@@ -27,15 +27,19 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 def cgroup_seconds(container_id, root="/sys/fs/cgroup"):
     """A container's CPU seconds from its cgroup (v1 ``cpuacct.usage``, v2 ``cpu.stat``), else ``None``."""
-    for path, scale in ((os.path.join(root, "cpuacct", "docker", container_id, "cpuacct.usage"), 1e-9),
-                        (os.path.join(root, "cpu,cpuacct", "docker", container_id, "cpuacct.usage"), 1e-9)):
+    for path, scale in (
+        (os.path.join(root, "cpuacct", "docker", container_id, "cpuacct.usage"), 1e-9),
+        (os.path.join(root, "cpu,cpuacct", "docker", container_id, "cpuacct.usage"), 1e-9),
+    ):
         try:
             with open(path, encoding="ascii") as handle:
                 return int(handle.read().strip()) * scale
         except (OSError, ValueError):
             continue
-    for path in (os.path.join(root, "system.slice", "docker-%s.scope" % container_id, "cpu.stat"),
-                 os.path.join(root, "docker", container_id, "cpu.stat")):
+    for path in (
+        os.path.join(root, "system.slice", "docker-%s.scope" % container_id, "cpu.stat"),
+        os.path.join(root, "docker", container_id, "cpu.stat"),
+    ):
         try:
             with open(path, encoding="ascii") as handle:
                 fields = dict(line.split() for line in handle if line.strip())
@@ -48,8 +52,8 @@ def cgroup_seconds(container_id, root="/sys/fs/cgroup"):
 def stat_seconds(text, children=True):
     """``utime + stime`` (and ``cutime + cstime``, the children it reaped, unless ``children`` is false) in
     seconds from one ``/proc/PID/stat`` line, and its command."""
-    command = text[text.index("(") + 1:text.rindex(")")]
-    fields = text[text.rindex(")") + 2:].split()
+    command = text[text.index("(") + 1 : text.rindex(")")]
+    fields = text[text.rindex(")") + 2 :].split()
     # after the command: state(0) ppid(1) ... utime(11) stime(12) cutime(13) cstime(14)
     return command, sum(int(fields[i]) for i in ((11, 12, 13, 14) if children else (11, 12))) / CLOCK_TICKS
 
@@ -73,8 +77,13 @@ def engine_seconds(proc="/proc"):
 def containers():
     """``{container id: is a thin target}`` of every container on the engine, ``{}`` when it does not answer."""
     try:
-        out = subprocess.run(["docker", "ps", "--all", "--no-trunc", "--format", '{{.ID}} {{.Label "stella.lab"}}'],
-                             capture_output=True, text=True, timeout=60, check=True).stdout
+        out = subprocess.run(
+            ["docker", "ps", "--all", "--no-trunc", "--format", '{{.ID}} {{.Label "stella.lab"}}'],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return {}
     return {line.split()[0]: line.split()[1:] == ["thin"] for line in out.splitlines() if line.strip()}

@@ -57,19 +57,34 @@ def build_release(count, image_for=None):
             resolved[image] = "sha256:%064x" % (index + 1)
         else:
             image = image_for(index)
-        components.append({
-            "name": "svc-%04d" % index,
-            "image": image,
-            "config": {"env.INDEX": index, "env.MODE": "yes", "env.RATIO": "3.8",
-                       "healthcheck.test": "wget -q -O- http://127.0.0.1:8080/", "healthcheck.interval": "10s",
-                       "healthcheck.retries": 3},
-            "ports": ["%d:8080" % (20000 + index)],
-        })
+        components.append(
+            {
+                "name": "svc-%04d" % index,
+                "image": image,
+                "config": {
+                    "env.INDEX": index,
+                    "env.MODE": "yes",
+                    "env.RATIO": "3.8",
+                    "healthcheck.test": "wget -q -O- http://127.0.0.1:8080/",
+                    "healthcheck.interval": "10s",
+                    "healthcheck.retries": 3,
+                },
+                "ports": ["%d:8080" % (20000 + index)],
+            }
+        )
     release = {
         "release": {"id": "rel-bench", "name": "bench", "version": "1.0.0"},
-        "tenant": "acme", "environment": "perf", "application": "bench", "strategy": "rolling",
-        "target": {"id": "tgt-bench", "name": "bench", "type": "ComposeHost", "endpoint": "ssh://bench",
-                   "executionMode": "ssh"},
+        "tenant": "acme",
+        "environment": "perf",
+        "application": "bench",
+        "strategy": "rolling",
+        "target": {
+            "id": "tgt-bench",
+            "name": "bench",
+            "type": "ComposeHost",
+            "endpoint": "ssh://bench",
+            "executionMode": "ssh",
+        },
         "components": components,
         "secretEnv": {"TOKEN": "x"},
     }
@@ -87,11 +102,14 @@ def bench_pre_resolved(count, repeat):
     lock = plan["_files"]["compose.stella.lock.yml"]
     print("== pre-resolved (plan_release alone, digests given)")
     print("plan_release: %d components, lock %d bytes, manifestHash %s" % (count, len(lock), plan["manifestHash"]))
-    print("time: median %.3f s, min %.3f s, max %.3f s over %d runs" % (
-        statistics.median(timings), min(timings), max(timings), len(timings)))
+    print(
+        "time: median %.3f s, min %.3f s, max %.3f s over %d runs"
+        % (statistics.median(timings), min(timings), max(timings), len(timings))
+    )
 
 
 # -- live mode ------------------------------------------------------------------------------------------
+
 
 class RequestCounter:
     """Counts the HTTP requests (by method) and new connections urllib3 makes in this process, retries
@@ -129,8 +147,11 @@ class RequestCounter:
         if not self.installed:
             return "requests not counted"
         by_method = ", ".join("%d %s" % (n, m) for m, n in sorted(self.methods.items()))
-        return "%d registry requests (%s), %d new connections" % (sum(self.methods.values()), by_method or "none",
-                                                                  self.connections)
+        return "%d registry requests (%s), %d new connections" % (
+            sum(self.methods.values()),
+            by_method or "none",
+            self.connections,
+        )
 
 
 def load_lab():
@@ -157,8 +178,17 @@ def plan_live(release, registry):
     resolved_at = time.perf_counter()
     plan = plan_release(release, resolved)
     done = time.perf_counter()
-    return plan, resolution, {"prepare": prepared - start, "resolve": resolved_at - prepared,
-                              "plan": done - resolved_at, "total": done - start, "cpu": time.process_time() - cpu}
+    return (
+        plan,
+        resolution,
+        {
+            "prepare": prepared - start,
+            "resolve": resolved_at - prepared,
+            "plan": done - resolved_at,
+            "total": done - start,
+            "cpu": time.process_time() - cpu,
+        },
+    )
 
 
 def _text(value):
@@ -181,12 +211,17 @@ def check_pins(plan, resolution, registry_digests, image_for, count):
     lock = plan["_files"]["compose.stella.lock.yml"].decode("utf-8")
     if plan["lock"] != lock:
         raise BenchError("the plan's lock text differs from its lock file bytes")
-    lock_images = {line.strip()[len("image:"):].strip().strip("'\"") for line in lock.splitlines()
-                   if line.strip().startswith("image:")}
+    lock_images = {
+        line.strip()[len("image:") :].strip().strip("'\"")
+        for line in lock.splitlines()
+        if line.strip().startswith("image:")
+    }
     components = {c["reference"]: c for c in plan["components"]}
     if len(plan["components"]) != count or len(components) != count:
-        raise BenchError("the plan has %d components (%d references), expected %d" % (
-            len(plan["components"]), len(components), count))
+        raise BenchError(
+            "the plan has %d components (%d references), expected %d"
+            % (len(plan["components"]), len(components), count)
+        )
     wrong = []
     for index in range(count):
         reference = image_for(index)
@@ -195,13 +230,21 @@ def check_pins(plan, resolution, registry_digests, image_for, count):
         component = components.get(reference)
         pinned = "%s@%s" % (reference, expected)
         info = resolution.get(reference) or {}
-        if (component is None or component["digest"] != expected or component["image"] != pinned
-                or pinned not in lock_images or info.get("digest") != expected or info.get("resolved") is not True):
+        if (
+            component is None
+            or component["digest"] != expected
+            or component["image"] != pinned
+            or pinned not in lock_images
+            or info.get("digest") != expected
+            or info.get("resolved") is not True
+        ):
             wrong.append((reference, expected, component and component["digest"], info.get("digest")))
     if wrong:
         reference, expected, got, resolved = wrong[0]
-        raise BenchError("%d of %d components are not pinned to the registry's digest (first: %s: registry %s, "
-                         "plan %s, resolution %s)" % (len(wrong), count, reference, expected, got, resolved))
+        raise BenchError(
+            "%d of %d components are not pinned to the registry's digest (first: %s: registry %s, "
+            "plan %s, resolution %s)" % (len(wrong), count, reference, expected, got, resolved)
+        )
     if len({c["digest"] for c in plan["components"]}) != count:
         raise BenchError("the plan's %d components do not have %d distinct digests" % (count, count))
 
@@ -282,9 +325,20 @@ def bench_live(count, repeat, registry, profile):
         raise BenchError("cannot push the tags to %s (is the lab up? `make lab`): %s" % (registry, exc))
     registry_digests = pushed["registry"]
     tags = sorted(registry_digests)
-    print("tags: %s:%s..%s in %s, %d distinct digests; %d pushed, %d already present (%d requests, %.2f s)" % (
-        LIVE_REPOSITORY, tags[0], tags[-1], registry, len(set(registry_digests.values())), pushed["pushed"],
-        pushed["present"], pushed["requests"], pushed["seconds"]))
+    print(
+        "tags: %s:%s..%s in %s, %d distinct digests; %d pushed, %d already present (%d requests, %.2f s)"
+        % (
+            LIVE_REPOSITORY,
+            tags[0],
+            tags[-1],
+            registry,
+            len(set(registry_digests.values())),
+            pushed["pushed"],
+            pushed["present"],
+            pushed["requests"],
+            pushed["seconds"],
+        )
+    )
 
     def image_for(index):
         return "%s/%s:%s" % (registry, LIVE_REPOSITORY, registry_tags.tag_name(index, count))
@@ -300,13 +354,28 @@ def bench_live(count, repeat, registry, profile):
         check_pins(plan, resolution, registry_digests, image_for, count)
         data = plan_bytes(plan)
         lock = plan["_files"]["compose.stella.lock.yml"]
-        fingerprint = {"lock": lock, "manifestHash": plan["manifestHash"], "plan": data,
-                       "digests": {ref: info["digest"] for ref, info in resolution.items()}}
-        print("run %d: %.3f s (prepare %.3f s, resolve %.3f s, plan_release %.3f s; this process's CPU %.3f s); %s; "
-              "lock sha256 %s, plan JSON %d bytes sha256 %s" % (
-                  run, phases["total"], phases["prepare"], phases["resolve"], phases["plan"], phases["cpu"],
-                  requests_seen,
-                  sha(lock)[:16], len(data), sha(data)[:16]))
+        fingerprint = {
+            "lock": lock,
+            "manifestHash": plan["manifestHash"],
+            "plan": data,
+            "digests": {ref: info["digest"] for ref, info in resolution.items()},
+        }
+        print(
+            "run %d: %.3f s (prepare %.3f s, resolve %.3f s, plan_release %.3f s; this process's CPU %.3f s); %s; "
+            "lock sha256 %s, plan JSON %d bytes sha256 %s"
+            % (
+                run,
+                phases["total"],
+                phases["prepare"],
+                phases["resolve"],
+                phases["plan"],
+                phases["cpu"],
+                requests_seen,
+                sha(lock)[:16],
+                len(data),
+                sha(data)[:16],
+            )
+        )
         if first is None:
             first = fingerprint
         else:
@@ -315,17 +384,29 @@ def bench_live(count, repeat, registry, profile):
                     raise BenchError("run %d's %s differs from run 1's" % (run, key))
         runs.append(phases)
     median = statistics.median(r["total"] for r in runs)
-    print("identical: the %d plans' lock (%d bytes), manifestHash %s and whole plan JSON (%d bytes, sorted keys) "
-          "are byte-identical; %d/%d components pinned to the digest the registry answers for their tag" % (
-              repeat, len(first["lock"]), first["manifestHash"], len(first["plan"]), count, count))
-    print("time: median %.3f s, min %.3f s, max %.3f s over %d runs (median resolve %.3f s = %.2f ms per tag, "
-          "plan_release %.3f s)" % (median, min(r["total"] for r in runs), max(r["total"] for r in runs), repeat,
-                                    statistics.median(r["resolve"] for r in runs),
-                                    1000 * statistics.median(r["resolve"] for r in runs) / count,
-                                    statistics.median(r["plan"] for r in runs)))
+    print(
+        "identical: the %d plans' lock (%d bytes), manifestHash %s and whole plan JSON (%d bytes, sorted keys) "
+        "are byte-identical; %d/%d components pinned to the digest the registry answers for their tag"
+        % (repeat, len(first["lock"]), first["manifestHash"], len(first["plan"]), count, count)
+    )
+    print(
+        "time: median %.3f s, min %.3f s, max %.3f s over %d runs (median resolve %.3f s = %.2f ms per tag, "
+        "plan_release %.3f s)"
+        % (
+            median,
+            min(r["total"] for r in runs),
+            max(r["total"] for r in runs),
+            repeat,
+            statistics.median(r["resolve"] for r in runs),
+            1000 * statistics.median(r["resolve"] for r in runs) / count,
+            statistics.median(r["plan"] for r in runs),
+        )
+    )
     verdict = "PASS" if median < GOAL_SECONDS else "MISS"
-    print("goal: planning %d components with live resolution under %.0f s, byte-identical twice: %s (%.3f s; "
-          "load average %.2f)" % (count, GOAL_SECONDS, verdict, median, os.getloadavg()[0]))
+    print(
+        "goal: planning %d components with live resolution under %.0f s, byte-identical twice: %s (%.3f s; "
+        "load average %.2f)" % (count, GOAL_SECONDS, verdict, median, os.getloadavg()[0])
+    )
     if verdict == "MISS" or profile:
         profiler = cProfile.Profile()
         profiler.enable()
@@ -336,13 +417,17 @@ def bench_live(count, repeat, registry, profile):
         print_profile(profiler)
         rest = statistics.median(r["prepare"] + r["plan"] for r in runs)
         floor = bare_heads(registry, [image_for(index) for index in range(count)])
-        print("floor: the same %d HEADs over one bare http.client connection, sequential (no requests, no "
-              "resolver): %.3f s (%.2f ms per tag)" % (count, floor, 1000 * floor / count))
+        print(
+            "floor: the same %d HEADs over one bare http.client connection, sequential (no requests, no "
+            "resolver): %.3f s (%.2f ms per tag)" % (count, floor, 1000 * floor / count)
+        )
         for threads in ESTIMATE_THREADS:
             seconds = estimate_concurrent(release, registry, registry_digests, image_for, count, threads)
-            print("estimate: resolution on a pool of %d threads over one DigestResolver (one session): resolve "
-                  "%.3f s, so planning about %.3f s (resolve + the measured prepare and plan_release, %.3f s)" % (
-                      threads, seconds, seconds + rest, rest))
+            print(
+                "estimate: resolution on a pool of %d threads over one DigestResolver (one session): resolve "
+                "%.3f s, so planning about %.3f s (resolve + the measured prepare and plan_release, %.3f s)"
+                % (threads, seconds, seconds + rest, rest)
+            )
     return verdict
 
 

@@ -59,38 +59,71 @@ def timed(argv, env, stdin=subprocess.DEVNULL):
 def overhead(stella, work, rounds):
     project, port = "bench%s" % uuid.uuid4().hex[:6], free_port()
     state = os.path.join(work, "state")
-    options = ["--image=%s" % lab_image("app_v1"), "--ports=%d:8080" % port, "--insecure_registries=127.0.0.1:5000",
-               "--min_engine_version=20.10.0", "--state_directory=%s" % state,
-               "--work_directory=%s" % os.path.join(work, "projects")]
+    options = [
+        "--image=%s" % lab_image("app_v1"),
+        "--ports=%d:8080" % port,
+        "--insecure_registries=127.0.0.1:5000",
+        "--min_engine_version=20.10.0",
+        "--state_directory=%s" % state,
+        "--work_directory=%s" % os.path.join(work, "projects"),
+    ]
     up = [stella, "compose", "--project-name=%s" % project, "up"] + options + ["web"]
     env = dict(os.environ)
     timed(up, env)  # the first, fresh deployment: not timed
     release = _provider.release_from(_provider.parse_argv(up[1:]))
     inventory = os.path.join(work, "inventory.json")
     with open(inventory, "w", encoding="utf-8") as handle:
-        json.dump({"all": {"children": {"stella_targets": {"hosts": {"localhost": {
-            "ansible_connection": "local", "ansible_python_interpreter": os.path.join(VENV_BIN, "python")}}}}}},
-            handle)
+        json.dump(
+            {
+                "all": {
+                    "children": {
+                        "stella_targets": {
+                            "hosts": {
+                                "localhost": {
+                                    "ansible_connection": "local",
+                                    "ansible_python_interpreter": os.path.join(VENV_BIN, "python"),
+                                }
+                            }
+                        }
+                    }
+                }
+            },
+            handle,
+        )
     extra = os.path.join(work, "vars.json")
     store = os.path.join(state, project, "web", "jobs.sqlite3")
     with open(extra, "w", encoding="utf-8") as handle:
-        json.dump({"stella_release": release, "stella_job_store": store,
-                   "stella_evidence_dir": os.path.join(state, project, "web", "evidence"),
-                   "stella_insecure_registries": ["127.0.0.1:5000"], "stella_min_engine_version": "20.10.0"}, handle)
+        json.dump(
+            {
+                "stella_release": release,
+                "stella_job_store": store,
+                "stella_evidence_dir": os.path.join(state, project, "web", "evidence"),
+                "stella_insecure_registries": ["127.0.0.1:5000"],
+                "stella_min_engine_version": "20.10.0",
+            },
+            handle,
+        )
     direct = [os.path.join(VENV_BIN, "ansible-playbook"), "-i", inventory, "stellaops.runtime.job", "-e", "@" + extra]
     denv = dict(env, ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, ".build", "collections"), ANSIBLE_NOCOLOR="1")
     times = {"provider": [], "playbook": []}
     try:
         for index in range(rounds):
             order = [("provider", up, env), ("playbook", direct, denv)]
-            for name, argv, environ in (order if index % 2 == 0 else order[::-1]):
+            for name, argv, environ in order if index % 2 == 0 else order[::-1]:
                 times[name].append(timed(argv, environ))
     finally:
-        subprocess.run([stella, "compose", "--project-name=%s" % project, "down"] + options + ["web"], env=env,
-                       capture_output=True, check=False, timeout=600)
+        subprocess.run(
+            [stella, "compose", "--project-name=%s" % project, "down"] + options + ["web"],
+            env=env,
+            capture_output=True,
+            check=False,
+            timeout=600,
+        )
     provider, playbook = statistics.median(times["provider"]), statistics.median(times["playbook"])
-    print("no-op up, median of %d: provider %.2f s, ansible-playbook %.2f s, overhead %.2f s (goal <= 1.0 s) %s" % (
-        rounds, provider, playbook, provider - playbook, "PASS" if provider - playbook <= 1.0 else "MISS"))
+    print(
+        "no-op up, median of %d: provider %.2f s, ansible-playbook %.2f s, overhead %.2f s (goal <= 1.0 s) %s"
+        % (rounds, provider, playbook, provider - playbook, "PASS" if provider - playbook <= 1.0 else "MISS")
+    )
 
 
 def streaming(stella, work, size_mib):
@@ -106,14 +139,24 @@ def streaming(stella, work, size_mib):
     tar = os.path.join(work, "image.tar")
     with open(tar, "wb") as handle:
         subprocess.run(["docker", "save", tag], check=True, stdout=handle, timeout=900)
-    image_id = json.loads(subprocess.run(["docker", "image", "inspect", tag], check=True, capture_output=True,
-                                         text=True).stdout)[0]["Id"]
+    image_id = json.loads(
+        subprocess.run(["docker", "image", "inspect", tag], check=True, capture_output=True, text=True).stdout
+    )[0]["Id"]
     subprocess.run(["docker", "rmi", tag], check=True, capture_output=True)
     shutil.rmtree(build)
     env = dict(os.environ, COMPOSE_PROVIDER_MESSAGES="error,info,debug,get-image")
-    argv = [stella, "compose", "--project-name=bench", "pull", "--image=%s" % tag, "--source=local",
-            "--policy=missing", "--digest=%s" % image_id, "--state_directory=%s" % os.path.join(work, "pullstate"),
-            "web"]
+    argv = [
+        stella,
+        "compose",
+        "--project-name=bench",
+        "pull",
+        "--image=%s" % tag,
+        "--source=local",
+        "--policy=missing",
+        "--digest=%s" % image_id,
+        "--state_directory=%s" % os.path.join(work, "pullstate"),
+        "web",
+    ]
     start = time.monotonic()
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
     request = json.loads(proc.stdout.readline())
@@ -134,8 +177,10 @@ def streaming(stella, work, size_mib):
     subprocess.run(["docker", "rmi", tag], capture_output=True, check=False)
     size = os.path.getsize(tar)
     peak = usage.ru_maxrss / 1024.0
-    print("get-image stream of %.0f MiB in %.1f s: provider peak RSS %.1f MiB (goal < 64 MiB) %s; loaded: %s; exit %s"
-          % (size / 1048576.0, seconds, peak, "PASS" if peak < 64 else "MISS", loaded, os.waitstatus_to_exitcode(status)))
+    print(
+        "get-image stream of %.0f MiB in %.1f s: provider peak RSS %.1f MiB (goal < 64 MiB) %s; loaded: %s; exit %s"
+        % (size / 1048576.0, seconds, peak, "PASS" if peak < 64 else "MISS", loaded, os.waitstatus_to_exitcode(status))
+    )
     if not loaded:
         print(rest.decode(errors="replace")[-2000:])
 
@@ -148,9 +193,19 @@ def main():
     work = tempfile.mkdtemp(prefix="stella-provider-bench-")
     try:
         bindir = os.path.join(work, "bin")
-        subprocess.run([os.path.join(VENV_BIN, "python"), os.path.join(ROOT, "scripts", "stella.py"), "install",
-                        "--bin-dir", bindir, "--plugin-dir", os.path.join(work, "plugins")], check=True,
-                       capture_output=True)
+        subprocess.run(
+            [
+                os.path.join(VENV_BIN, "python"),
+                os.path.join(ROOT, "scripts", "stella.py"),
+                "install",
+                "--bin-dir",
+                bindir,
+                "--plugin-dir",
+                os.path.join(work, "plugins"),
+            ],
+            check=True,
+            capture_output=True,
+        )
         stella = os.path.join(bindir, "stella")
         overhead(stella, work, args.rounds)
         streaming(stella, work, args.size_mib)

@@ -66,12 +66,22 @@ def image_set(count, repository=DEFAULT_REPOSITORY):
     images = {}
     for index in range(count):
         tag = tag_name(index, count)
-        config = canonical({"architecture": "amd64", "os": "linux",
-                            "config": {"Labels": {LABEL: "%s:%s" % (repository, tag)}},
-                            "rootfs": {"type": "layers", "diff_ids": [diff_id]}})
-        manifest = canonical({"schemaVersion": 2, "mediaType": MEDIA_MANIFEST,
-                              "config": {"mediaType": MEDIA_CONFIG, "size": len(config), "digest": sha256(config)},
-                              "layers": [layer_ref]})
+        config = canonical(
+            {
+                "architecture": "amd64",
+                "os": "linux",
+                "config": {"Labels": {LABEL: "%s:%s" % (repository, tag)}},
+                "rootfs": {"type": "layers", "diff_ids": [diff_id]},
+            }
+        )
+        manifest = canonical(
+            {
+                "schemaVersion": 2,
+                "mediaType": MEDIA_MANIFEST,
+                "config": {"mediaType": MEDIA_CONFIG, "size": len(config), "digest": sha256(config)},
+                "layers": [layer_ref],
+            }
+        )
         images[tag] = (config, manifest, sha256(manifest))
     return layer_bytes, images
 
@@ -125,11 +135,13 @@ class RegistryPusher:
         return True
 
     def put_manifest(self, tag, manifest, expected):
-        answer = self._call("PUT", "%s/manifests/%s" % (self.base, tag), data=manifest,
-                            headers={"Content-Type": MEDIA_MANIFEST})
+        answer = self._call(
+            "PUT", "%s/manifests/%s" % (self.base, tag), data=manifest, headers={"Content-Type": MEDIA_MANIFEST}
+        )
         if answer.status_code != 201:
-            raise RuntimeError("PUT %s/manifests/%s: HTTP %d %s"
-                               % (self.base, tag, answer.status_code, answer.text[:200]))
+            raise RuntimeError(
+                "PUT %s/manifests/%s: HTTP %d %s" % (self.base, tag, answer.status_code, answer.text[:200])
+            )
         got = answer.headers.get("Docker-Content-Digest")
         if got != expected:
             raise RuntimeError("PUT %s/manifests/%s: registry digest %s, expected %s" % (self.base, tag, got, expected))
@@ -161,13 +173,20 @@ def ensure_tags(registry, count, repository=DEFAULT_REPOSITORY, threads=THREADS)
                 found[tag] = digest
     wrong = [tag for tag in tags if found[tag] != images[tag][2]]
     if wrong:
-        raise RuntimeError("%d tags do not have their expected digest after the push (first: %s answers %s, "
-                           "expected %s)" % (len(wrong), wrong[0], found[wrong[0]], images[wrong[0]][2]))
+        raise RuntimeError(
+            "%d tags do not have their expected digest after the push (first: %s answers %s, "
+            "expected %s)" % (len(wrong), wrong[0], found[wrong[0]], images[wrong[0]][2])
+        )
     if len(set(found.values())) != count:
         raise RuntimeError("the %d tags do not have %d distinct digests" % (count, count))
-    return {"expected": {tag: images[tag][2] for tag in tags}, "registry": found, "pushed": len(missing),
-            "present": count - len(missing), "requests": pusher.requests,
-            "seconds": time.perf_counter() - started}
+    return {
+        "expected": {tag: images[tag][2] for tag in tags},
+        "registry": found,
+        "pushed": len(missing),
+        "present": count - len(missing),
+        "requests": pusher.requests,
+        "seconds": time.perf_counter() - started,
+    }
 
 
 def main():
@@ -177,9 +196,18 @@ def main():
     parser.add_argument("--count", type=int, default=1000)
     args = parser.parse_args()
     result = ensure_tags(args.registry, args.count, args.repository)
-    print("%s/%s: %d tags, %d pushed, %d already present, %d requests, %.2f s" % (
-        args.registry, args.repository, args.count, result["pushed"], result["present"], result["requests"],
-        result["seconds"]))
+    print(
+        "%s/%s: %d tags, %d pushed, %d already present, %d requests, %.2f s"
+        % (
+            args.registry,
+            args.repository,
+            args.count,
+            result["pushed"],
+            result["present"],
+            result["requests"],
+            result["seconds"],
+        )
+    )
 
 
 if __name__ == "__main__":

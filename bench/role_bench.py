@@ -79,16 +79,21 @@ CALLBACKS = os.path.join(ROOT, "bench", "callback_plugins")
 LAB_JSON = os.path.join(ROOT, ".lab", "lab.json")
 LOCK_FILE = "compose.stella.lock.yml"
 SERVICES = 5
-HEALTHCHECK = {"healthcheck.test": "wget -q -O- http://127.0.0.1:8080/", "healthcheck.interval": "2s",
-               "healthcheck.retries": 10}
+HEALTHCHECK = {
+    "healthcheck.test": "wget -q -O- http://127.0.0.1:8080/",
+    "healthcheck.interval": "2s",
+    "healthcheck.retries": 10,
+}
 MIN_ENGINE = "20.10.0"
 MIN_COMPOSE = "2.20.0"
 DOWN_TIMEOUT = "1"
 KINDS = ("role", "bare", "peer", "job")
-LABELS = {"role": "a) stellaops.runtime.deploy role",
-          "bare": "b) docker compose up -d --wait",
-          "peer": "c) community.docker docker_compose_v2",
-          "job": "d) stellaops.runtime.job playbook"}
+LABELS = {
+    "role": "a) stellaops.runtime.deploy role",
+    "bare": "b) docker compose up -d --wait",
+    "peer": "c) community.docker docker_compose_v2",
+    "job": "d) stellaops.runtime.job playbook",
+}
 GOALS = (  # (label, numerator, denominator, goal)
     ("role fresh / bare compose fresh", ("role", "fresh"), ("bare", "fresh"), 1.35),
     ("role fresh / docker_compose_v2 fresh", ("role", "fresh"), ("peer", "fresh"), 1.0),
@@ -98,16 +103,20 @@ GOALS = (  # (label, numerator, denominator, goal)
     ("job no-op / docker_compose_v2 no-op", ("job", "noop"), ("peer", "noop"), 1.0),
 )
 
-ROLE_PLAYBOOK = """\
+ROLE_PLAYBOOK = (
+    """\
 ---
 - name: Bench - deploy the release with stellaops.runtime.deploy
   hosts: all
   gather_facts: false
   roles:
     - role: %s
-""" % ROLE_NAME
+"""
+    % ROLE_NAME
+)
 
-PEER_PLAYBOOK = """\
+PEER_PLAYBOOK = (
+    """\
 ---
 - name: Bench - deploy the lock with community.docker.docker_compose_v2
   hosts: all
@@ -122,7 +131,9 @@ PEER_PLAYBOOK = """\
         state: present
         wait: true
         wait_timeout: 120
-""" % LOCK_FILE
+"""
+    % LOCK_FILE
+)
 
 
 class BenchError(Exception):
@@ -139,18 +150,27 @@ def median(values):
 
 # ------------------------------------------------------------------------------------------ environment
 
+
 def base_env():
     """The caller's environment without its ANSIBLE_* settings, lab addresses never proxied, and Python
     writing bytecode caches as it does by default (the machines this project runs on set
     PYTHONDONTWRITEBYTECODE). Only the collection's action plugin files are cached that way; ansible-core's
     collection loader compiles plugin_utils and module_utils from source on every import."""
-    env = {key: value for key, value in os.environ.items()
-           if not key.startswith("ANSIBLE_") and key != "PYTHONDONTWRITEBYTECODE"}
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith("ANSIBLE_") and key != "PYTHONDONTWRITEBYTECODE"
+    }
     no_proxy = "127.0.0.1,localhost,registry.lab,172.17.0.1"
     if env.get("NO_PROXY"):
         no_proxy += "," + env["NO_PROXY"]
-    env.update(NO_PROXY=no_proxy, no_proxy=no_proxy, ANSIBLE_NOCOLOR="1", ANSIBLE_RETRY_FILES_ENABLED="0",
-               ANSIBLE_DEPRECATION_WARNINGS="0")
+    env.update(
+        NO_PROXY=no_proxy,
+        no_proxy=no_proxy,
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_RETRY_FILES_ENABLED="0",
+        ANSIBLE_DEPRECATION_WARNINGS="0",
+    )
     return env
 
 
@@ -159,8 +179,11 @@ def role_env(timer_output=None):
     env["PATH"] = VENV_BIN + os.pathsep + env.get("PATH", "")
     env["ANSIBLE_COLLECTIONS_PATH"] = COLLECTIONS
     if timer_output:
-        env.update(ANSIBLE_CALLBACK_PLUGINS=CALLBACKS, ANSIBLE_CALLBACKS_ENABLED="stella_bench_timer",
-                   STELLA_BENCH_TIMER_OUTPUT=timer_output)
+        env.update(
+            ANSIBLE_CALLBACK_PLUGINS=CALLBACKS,
+            ANSIBLE_CALLBACKS_ENABLED="stella_bench_timer",
+            STELLA_BENCH_TIMER_OUTPUT=timer_output,
+        )
     return env
 
 
@@ -169,27 +192,42 @@ def peer_env(timer_output=None):
     env = base_env()
     env["PATH"] = PEER_BIN + os.pathsep + env.get("PATH", "")
     if timer_output:
-        env.update(ANSIBLE_CALLBACK_PLUGINS=CALLBACKS, ANSIBLE_CALLBACKS_ENABLED="stella_bench_timer",
-                   STELLA_BENCH_TIMER_OUTPUT=timer_output)
+        env.update(
+            ANSIBLE_CALLBACK_PLUGINS=CALLBACKS,
+            ANSIBLE_CALLBACKS_ENABLED="stella_bench_timer",
+            STELLA_BENCH_TIMER_OUTPUT=timer_output,
+        )
     return env
 
 
 def ensure_peer_venv():
     """.build/bench-venv with the PyPI ``ansible`` bundle (community.docker), created when missing."""
     module = os.path.join("ansible_collections", "community", "docker", "plugins", "modules", "docker_compose_v2.py")
-    probe = [PEER_PYTHON, "-c", "import ansible_collections, os, sys; "
-             "sys.exit(0 if os.path.exists(os.path.join(os.path.dirname(ansible_collections.__path__[0]), %r)) "
-             "else 1)" % module]
-    if os.path.exists(os.path.join(PEER_BIN, "ansible-playbook")) and \
-            subprocess.run(probe, capture_output=True, check=False).returncode == 0:
+    probe = [
+        PEER_PYTHON,
+        "-c",
+        "import ansible_collections, os, sys; "
+        "sys.exit(0 if os.path.exists(os.path.join(os.path.dirname(ansible_collections.__path__[0]), %r)) "
+        "else 1)" % module,
+    ]
+    if (
+        os.path.exists(os.path.join(PEER_BIN, "ansible-playbook"))
+        and subprocess.run(probe, capture_output=True, check=False).returncode == 0
+    ):
         return
     print("role_bench: creating %s with pip install %r (once)" % (PEER_VENV, PEER_REQUIREMENT), file=sys.stderr)
     if not os.path.exists(PEER_PYTHON):
         subprocess.run([sys.executable, "-m", "venv", PEER_VENV], check=True)
-    proc = subprocess.run([PEER_PYTHON, "-m", "pip", "install", "-q", "--disable-pip-version-check", PEER_REQUIREMENT],
-                          capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [PEER_PYTHON, "-m", "pip", "install", "-q", "--disable-pip-version-check", PEER_REQUIREMENT],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if proc.returncode != 0 or subprocess.run(probe, capture_output=True, check=False).returncode != 0:
-        raise BenchError("cannot install %r into %s:\n%s" % (PEER_REQUIREMENT, PEER_VENV, tail(proc.stdout + proc.stderr)))
+        raise BenchError(
+            "cannot install %r into %s:\n%s" % (PEER_REQUIREMENT, PEER_VENV, tail(proc.stdout + proc.stderr))
+        )
 
 
 def versions(client):
@@ -199,17 +237,19 @@ def versions(client):
     if proc.returncode != 0:
         raise BenchError("docker compose (v2 plugin) is not available: %s" % proc.stderr.strip())
     found["compose"] = proc.stdout.strip()
-    script = ("import json, os, importlib.metadata as m\n"
-              "from ansible.release import __version__ as core\n"
-              "out = {'ansible-core': core}\n"
-              "try:\n    out['ansible'] = m.version('ansible')\nexcept m.PackageNotFoundError:\n    pass\n"
-              "try:\n    import ansible_collections\nexcept ImportError:\n    ansible_collections = None\n"
-              "if ansible_collections is not None:\n"
-              "    manifest = os.path.join(ansible_collections.__path__[0], 'community', 'docker', 'MANIFEST.json')\n"
-              "    if os.path.exists(manifest):\n"
-              "        with open(manifest) as handle:\n"
-              "            out['community.docker'] = json.load(handle)['collection_info']['version']\n"
-              "print(json.dumps(out))\n")
+    script = (
+        "import json, os, importlib.metadata as m\n"
+        "from ansible.release import __version__ as core\n"
+        "out = {'ansible-core': core}\n"
+        "try:\n    out['ansible'] = m.version('ansible')\nexcept m.PackageNotFoundError:\n    pass\n"
+        "try:\n    import ansible_collections\nexcept ImportError:\n    ansible_collections = None\n"
+        "if ansible_collections is not None:\n"
+        "    manifest = os.path.join(ansible_collections.__path__[0], 'community', 'docker', 'MANIFEST.json')\n"
+        "    if os.path.exists(manifest):\n"
+        "        with open(manifest) as handle:\n"
+        "            out['community.docker'] = json.load(handle)['collection_info']['version']\n"
+        "print(json.dumps(out))\n"
+    )
     for name, python in (("role", VENV_PYTHON), ("peer", PEER_PYTHON)):
         proc = subprocess.run([python, "-c", script], capture_output=True, text=True, check=False)
         found[name] = json.loads(proc.stdout) if proc.returncode == 0 else {"error": tail(proc.stderr, 3)}
@@ -217,6 +257,7 @@ def versions(client):
 
 
 # --------------------------------------------------------------------------------------- engine state
+
 
 class Project:
     """The bench's Compose project as the engine sees it, read and cleaned up with the docker SDK."""
@@ -231,10 +272,13 @@ class Project:
         for container in self.client.containers.list(all=True, filters=self.filters):
             attrs = container.attrs
             service = attrs["Config"]["Labels"].get("com.docker.compose.service", container.name)
-            result[service] = {"id": container.id, "started": attrs["State"].get("StartedAt"),
-                               "status": attrs["State"].get("Status"),
-                               "health": (attrs["State"].get("Health") or {}).get("Status"),
-                               "image": attrs["Config"].get("Image")}
+            result[service] = {
+                "id": container.id,
+                "started": attrs["State"].get("StartedAt"),
+                "status": attrs["State"].get("Status"),
+                "health": (attrs["State"].get("Health") or {}).get("Status"),
+                "image": attrs["Config"].get("Image"),
+            }
         return result
 
     def require_absent(self, what):
@@ -248,7 +292,9 @@ class Project:
             raise BenchError("%s: services %s, expected %s" % (what, sorted(state), sorted(expected)))
         for service, info in sorted(state.items()):
             if info["status"] != "running" or info["health"] != "healthy" or info["image"] != self.image:
-                raise BenchError("%s: %s is %s/%s on %s" % (what, service, info["status"], info["health"], info["image"]))
+                raise BenchError(
+                    "%s: %s is %s/%s on %s" % (what, service, info["status"], info["health"], info["image"])
+                )
         return state
 
     def cleanup(self):
@@ -267,6 +313,7 @@ def require_unchanged(before, after, what):
 
 # ------------------------------------------------------------------------------------------- the bench
 
+
 class Bench:
     def __init__(self, client, lab, rounds, keep):
         self.client, self.rounds, self.keep = client, rounds, keep
@@ -279,19 +326,40 @@ class Bench:
         self.peer_playbook = self._write("peer.yml", PEER_PLAYBOOK)
         self.shared_dir = os.path.join(self.tmp, "lock")  # the lock bare compose and the peer deploy
         os.makedirs(self.shared_dir)
-        self.peer_vars = self._write("peer-vars.json", json.dumps(
-            {"bench_project_src": self.shared_dir, "bench_project": self.project.name}))
+        self.peer_vars = self._write(
+            "peer-vars.json", json.dumps({"bench_project_src": self.shared_dir, "bench_project": self.project.name})
+        )
         # The job: one target, this machine, as the inventory host ``localhost`` of ``stella_targets``;
         # one job store for the whole run (every run is a new job in it); no evidence directory.
-        self.job_inventory = self._write("job-inventory.json", json.dumps({"all": {"children": {"stella_targets": {
-            "hosts": {"localhost": {"ansible_connection": "local", "ansible_python_interpreter": VENV_PYTHON}}}}}}))
+        self.job_inventory = self._write(
+            "job-inventory.json",
+            json.dumps(
+                {
+                    "all": {
+                        "children": {
+                            "stella_targets": {
+                                "hosts": {
+                                    "localhost": {
+                                        "ansible_connection": "local",
+                                        "ansible_python_interpreter": VENV_PYTHON,
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            ),
+        )
         self.job_store = os.path.join(self.tmp, "jobs.sqlite3")
         self.reference_lock = None
         self.job_reference_lock = None
         self.samples = {kind: {"fresh": [], "noop": [], "down": []} for kind in KINDS}
         self.samples.update(preflight={"run": []}, ping={"run": []})
-        self.timers = {"role": {"fresh": [], "noop": []}, "peer": {"fresh": [], "noop": []},
-                       "job": {"fresh": [], "noop": []}}
+        self.timers = {
+            "role": {"fresh": [], "noop": []},
+            "peer": {"fresh": [], "noop": []},
+            "job": {"fresh": [], "noop": []},
+        }
         self.role_runs = 0
         self.job_runs = 0
         self.load = {"start": os.getloadavg(), "end": None}
@@ -311,10 +379,18 @@ class Bench:
             components.append({"name": "svc%d" % i, "image": self.image, "config": config})
         return {
             "release": {"id": "rel-bench-1", "name": "stella-bench", "version": "1.0.0"},
-            "tenant": "bench", "environment": "lab", "application": "bench", "strategy": "rolling",
+            "tenant": "bench",
+            "environment": "lab",
+            "application": "bench",
+            "strategy": "rolling",
             "projectName": self.project.name,
-            "target": {"id": "this-machine", "name": "localhost", "type": "ComposeHost", "endpoint": "local",
-                       "executionMode": "local"},
+            "target": {
+                "id": "this-machine",
+                "name": "localhost",
+                "type": "ComposeHost",
+                "endpoint": "local",
+                "executionMode": "local",
+            },
             "workDirectory": work_directory,
             "components": components,
         }
@@ -344,14 +420,30 @@ class Bench:
 
     def role_deploy(self, work_directory, what):
         self.role_runs += 1
-        extra = self._write("role-vars-%d.json" % self.role_runs, json.dumps({
-            "deploy_release": self.release(work_directory),
-            "deploy_min_engine_version": MIN_ENGINE,
-            "deploy_min_compose_version": MIN_COMPOSE,
-            "deploy_insecure_registries": [self.registry],
-        }, indent=2))
-        argv = [os.path.join(VENV_BIN, "ansible-playbook"), "-i", "localhost,", "-c", "local",
-                "-e", "ansible_python_interpreter=%s" % VENV_PYTHON, "-e", "@" + extra, self.role_playbook]
+        extra = self._write(
+            "role-vars-%d.json" % self.role_runs,
+            json.dumps(
+                {
+                    "deploy_release": self.release(work_directory),
+                    "deploy_min_engine_version": MIN_ENGINE,
+                    "deploy_min_compose_version": MIN_COMPOSE,
+                    "deploy_insecure_registries": [self.registry],
+                },
+                indent=2,
+            ),
+        )
+        argv = [
+            os.path.join(VENV_BIN, "ansible-playbook"),
+            "-i",
+            "localhost,",
+            "-c",
+            "local",
+            "-e",
+            "ansible_python_interpreter=%s" % VENV_PYTHON,
+            "-e",
+            "@" + extra,
+            self.role_playbook,
+        ]
         elapsed, doc = self.timed_playbook(argv, role_env, what)
         failed = [task["name"] for task in doc["tasks"] if task["status"] in ("failed", "unreachable")]
         if failed:
@@ -362,13 +454,19 @@ class Bench:
         """``ansible-playbook -i <inventory> stellaops.runtime.job``: the role's release as ``stella_release``
         (its ``target`` gives only the type; the identity is the inventory host's), the role's gates."""
         self.job_runs += 1
-        extra = self._write("job-vars-%d.json" % self.job_runs, json.dumps({
-            "stella_release": self.release(work_directory),
-            "stella_job_store": self.job_store,
-            "stella_min_engine_version": MIN_ENGINE,
-            "stella_min_compose_version": MIN_COMPOSE,
-            "stella_insecure_registries": [self.registry],
-        }, indent=2))
+        extra = self._write(
+            "job-vars-%d.json" % self.job_runs,
+            json.dumps(
+                {
+                    "stella_release": self.release(work_directory),
+                    "stella_job_store": self.job_store,
+                    "stella_min_engine_version": MIN_ENGINE,
+                    "stella_min_compose_version": MIN_COMPOSE,
+                    "stella_insecure_registries": [self.registry],
+                },
+                indent=2,
+            ),
+        )
         argv = [os.path.join(VENV_BIN, "ansible-playbook"), "-i", self.job_inventory, JOB_PLAYBOOK, "-e", "@" + extra]
         elapsed, doc = self.timed_playbook(argv, role_env, what)
         failed = [task["name"] for task in doc["tasks"] if task["status"] in ("failed", "unreachable")]
@@ -377,18 +475,50 @@ class Bench:
         return elapsed, doc
 
     def peer_deploy(self, what):
-        argv = [os.path.join(PEER_BIN, "ansible-playbook"), "-i", "localhost,", "-c", "local",
-                "-e", "ansible_python_interpreter=%s" % PEER_PYTHON, "-e", "@" + self.peer_vars, self.peer_playbook]
+        argv = [
+            os.path.join(PEER_BIN, "ansible-playbook"),
+            "-i",
+            "localhost,",
+            "-c",
+            "local",
+            "-e",
+            "ansible_python_interpreter=%s" % PEER_PYTHON,
+            "-e",
+            "@" + self.peer_vars,
+            self.peer_playbook,
+        ]
         return self.timed_playbook(argv, peer_env, what)
 
     def bare_up(self, what):
-        argv = ["docker", "compose", "--project-name", self.project.name, "--project-directory", self.shared_dir,
-                "-f", os.path.join(self.shared_dir, LOCK_FILE), "up", "-d", "--wait"]
+        argv = [
+            "docker",
+            "compose",
+            "--project-name",
+            self.project.name,
+            "--project-directory",
+            self.shared_dir,
+            "-f",
+            os.path.join(self.shared_dir, LOCK_FILE),
+            "up",
+            "-d",
+            "--wait",
+        ]
         return self.run(argv, base_env(), what), None
 
     def down(self, project_dir, what):
-        argv = ["docker", "compose", "--project-name", self.project.name, "--project-directory", project_dir,
-                "-f", os.path.join(project_dir, LOCK_FILE), "down", "--timeout", DOWN_TIMEOUT]
+        argv = [
+            "docker",
+            "compose",
+            "--project-name",
+            self.project.name,
+            "--project-directory",
+            project_dir,
+            "-f",
+            os.path.join(project_dir, LOCK_FILE),
+            "down",
+            "--timeout",
+            DOWN_TIMEOUT,
+        ]
         elapsed = self.run(argv, base_env(), what)
         self.project.require_absent(what)
         return elapsed
@@ -439,12 +569,16 @@ class Bench:
             services = (yaml.safe_load(lock) or {}).get("services") or {}
             images = {name: spec.get("image") for name, spec in services.items()}
             if len(images) != SERVICES or set(images.values()) != {self.image}:
-                raise BenchError("the role's lock does not pin the %d services to %s: %s" % (SERVICES, self.image, images))
+                raise BenchError(
+                    "the role's lock does not pin the %d services to %s: %s" % (SERVICES, self.image, images)
+                )
             self.reference_lock = lock
             with open(os.path.join(self.shared_dir, LOCK_FILE), "w", encoding="utf-8") as handle:
                 handle.write(lock)
         elif lock != self.reference_lock:
-            raise BenchError("role run (%s) wrote a different lock than the one bare compose and the peer deploy" % label)
+            raise BenchError(
+                "role run (%s) wrote a different lock than the one bare compose and the peer deploy" % label
+            )
 
     def check_job_lock(self, project_dir, label):
         """The job's lock pins the five services to the image and is the same in every job run (it may
@@ -458,7 +592,9 @@ class Bench:
             services = (yaml.safe_load(lock) or {}).get("services") or {}
             images = {name: spec.get("image") for name, spec in services.items()}
             if len(images) != SERVICES or set(images.values()) != {self.image}:
-                raise BenchError("the job's lock does not pin the %d services to %s: %s" % (SERVICES, self.image, images))
+                raise BenchError(
+                    "the job's lock does not pin the %d services to %s: %s" % (SERVICES, self.image, images)
+                )
             self.job_reference_lock = lock
         elif lock != self.job_reference_lock:
             raise BenchError("job run (%s) wrote a different lock than the job's warm-up run" % label)
@@ -466,8 +602,18 @@ class Bench:
     # ---- preflight vs ping
 
     def adhoc(self, module, args, what):
-        argv = [os.path.join(VENV_BIN, "ansible"), "localhost", "-i", "localhost,", "-c", "local",
-                "-e", "ansible_python_interpreter=%s" % VENV_PYTHON, "-m", module]
+        argv = [
+            os.path.join(VENV_BIN, "ansible"),
+            "localhost",
+            "-i",
+            "localhost,",
+            "-c",
+            "local",
+            "-e",
+            "ansible_python_interpreter=%s" % VENV_PYTHON,
+            "-m",
+            module,
+        ]
         if args is not None:
             argv += ["-a", json.dumps(args)]
         return self.run(argv, role_env(), what)
@@ -476,8 +622,13 @@ class Bench:
         work = os.path.join(self.tmp, "preflight-work")
         os.makedirs(work, exist_ok=True)
         return {
-            "payload": {"WorkDirectory": work, "ImageReference": self.image, "MinimumFreeDiskBytes": 1073741824,
-                        "RegistryReachabilityMode": "http", "RequireCompose": True},
+            "payload": {
+                "WorkDirectory": work,
+                "ImageReference": self.image,
+                "MinimumFreeDiskBytes": 1073741824,
+                "RegistryReachabilityMode": "http",
+                "RequireCompose": True,
+            },
             "target_type": "ComposeHost",
             "min_engine_version": MIN_ENGINE,
             "min_compose_version": MIN_COMPOSE,
@@ -514,8 +665,11 @@ class Bench:
     def other_containers(self):
         """Names of the running containers that are not the bench's: each is CPU the runs compete with
         (five idle containers with a 2 s healthcheck kept the CPU pressure of this 2-core machine at 13 %)."""
-        return sorted(c.name for c in self.client.containers.list()
-                      if c.labels.get("com.docker.compose.project") != self.project.name)
+        return sorted(
+            c.name
+            for c in self.client.containers.list()
+            if c.labels.get("com.docker.compose.project") != self.project.name
+        )
 
     def finish(self):
         self.load["end"] = os.getloadavg()
@@ -530,6 +684,7 @@ class Bench:
 
 
 # ------------------------------------------------------------------------------------------- reporting
+
 
 def task_breakdown(docs):
     """``[(name, action, median seconds, statuses, changed count)]`` in playbook order."""
@@ -547,8 +702,10 @@ def task_breakdown(docs):
             rows[key]["seconds"].append(task["seconds"])
             rows[key]["status"].add(task["status"])
             rows[key]["changed"] += 1 if task["changed"] else 0
-    return [(key, rows[key]["action"], median(rows[key]["seconds"]), sorted(rows[key]["status"]), rows[key]["changed"])
-            for key in order]
+    return [
+        (key, rows[key]["action"], median(rows[key]["seconds"]), sorted(rows[key]["status"]), rows[key]["changed"])
+        for key in order
+    ]
 
 
 def report(bench, found):
@@ -556,28 +713,55 @@ def report(bench, found):
     med = {kind: {metric: median(values) for metric, values in metrics.items()} for kind, metrics in s.items()}
     out = []
     add = out.append
-    add("role bench: %d services on %s, container healthchecks (interval %s, retries %d); project %s"
-        % (SERVICES, bench.image, HEALTHCHECK["healthcheck.interval"], HEALTHCHECK["healthcheck.retries"],
-           bench.project.name))
+    add(
+        "role bench: %d services on %s, container healthchecks (interval %s, retries %d); project %s"
+        % (
+            SERVICES,
+            bench.image,
+            HEALTHCHECK["healthcheck.interval"],
+            HEALTHCHECK["healthcheck.retries"],
+            bench.project.name,
+        )
+    )
     add("%d rounds after one warm-up round; a/b/c/d order rotated each round; seconds, median (min-max)" % bench.rounds)
-    add("engine %s, compose %s, docker SDK %s; role: ansible-core %s (.venv); peer: ansible %s, ansible-core %s, "
-        "community.docker %s (.build/bench-venv)" % (
-            found["engine"], found["compose"], found["docker SDK"], found["role"].get("ansible-core", "?"),
-            found["peer"].get("ansible", "?"), found["peer"].get("ansible-core", "?"),
-            found["peer"].get("community.docker", "?")))
+    add(
+        "engine %s, compose %s, docker SDK %s; role: ansible-core %s (.venv); peer: ansible %s, ansible-core %s, "
+        "community.docker %s (.build/bench-venv)"
+        % (
+            found["engine"],
+            found["compose"],
+            found["docker SDK"],
+            found["role"].get("ansible-core", "?"),
+            found["peer"].get("ansible", "?"),
+            found["peer"].get("ansible-core", "?"),
+            found["peer"].get("community.docker", "?"),
+        )
+    )
     loads = ["/".join("%.2f" % value for value in bench.load[when] or ()) for when in ("start", "end")]
-    add("machine: %d CPUs, load average (1/5/15 min) %s at the start, %s at the end; other work on the machine "
-        "adds noise, so compare ratios within one run" % (os.cpu_count() or 0, loads[0], loads[1]))
-    add("other running containers: %s at the start, %s at the end" % tuple(
-        "%d (%s)" % (len(names), ", ".join(names)) if names else "none" for names in (
-            bench.others["start"], bench.others["end"] or [])))
-    add("d) the job: %s, one target (localhost in stella_targets, local connection), the role's release as"
-        % JOB_PLAYBOOK)
-    add("stella_release, job store %s, no evidence directory; every run is a new job"
-        % os.path.basename(bench.job_store))
+    add(
+        "machine: %d CPUs, load average (1/5/15 min) %s at the start, %s at the end; other work on the machine "
+        "adds noise, so compare ratios within one run" % (os.cpu_count() or 0, loads[0], loads[1])
+    )
+    add(
+        "other running containers: %s at the start, %s at the end"
+        % tuple(
+            "%d (%s)" % (len(names), ", ".join(names)) if names else "none"
+            for names in (bench.others["start"], bench.others["end"] or [])
+        )
+    )
+    add(
+        "d) the job: %s, one target (localhost in stella_targets, local connection), the role's release as"
+        % JOB_PLAYBOOK
+    )
+    add(
+        "stella_release, job store %s, no evidence directory; every run is a new job"
+        % os.path.basename(bench.job_store)
+    )
     add("timed: the deploy command only (fresh = project not running; no-op = re-run on the running project);")
-    add("the 'docker compose down -t %s' that ends every cycle is the same command for all four and is shown apart."
-        % DOWN_TIMEOUT)
+    add(
+        "the 'docker compose down -t %s' that ends every cycle is the same command for all four and is shown apart."
+        % DOWN_TIMEOUT
+    )
     add("Python writes bytecode caches as by default (PYTHONDONTWRITEBYTECODE is removed from the environment of")
     add("every command): the collection's action plugin files are cached; its plugin_utils and module_utils are")
     add("compiled from source on every import by ansible-core's collection loader.")
@@ -590,8 +774,16 @@ def report(bench, found):
 
     add("%-40s %-19s %-19s %-19s %s" % ("", "fresh deploy", "no-op re-run", "down", "fresh+down"))
     for kind in KINDS:
-        add("%-40s %s %s %s %.2f" % (LABELS[kind], cell(s[kind]["fresh"]), cell(s[kind]["noop"]), cell(s[kind]["down"]),
-                                     med[kind]["fresh"] + med[kind]["down"]))
+        add(
+            "%-40s %s %s %s %.2f"
+            % (
+                LABELS[kind],
+                cell(s[kind]["fresh"]),
+                cell(s[kind]["noop"]),
+                cell(s[kind]["down"]),
+                med[kind]["fresh"] + med[kind]["down"],
+            )
+        )
     add("%-40s %s" % ("e) stella_preflight (ansible ad-hoc)", cell(s["preflight"]["run"])))
     add("%-40s %s" % ("   ansible.builtin.ping (ansible ad-hoc)", cell(s["ping"]["run"])))
     add("")
@@ -602,10 +794,17 @@ def report(bench, found):
         verdict = "PASS" if ratio <= goal else "MISS"
         results.append({"goal": label, "ratio": round(ratio, 3), "max": goal, "verdict": verdict})
         add("  %-40s %5.2f   goal <= %.2f   %s" % (label, ratio, goal, verdict))
-    add("  %-40s %5.2f   (for reference)" % ("role no-op / bare compose no-op", med["role"]["noop"] / med["bare"]["noop"]))
-    add("  %-40s %5.2f   (for reference)" % ("role fresh+down / bare fresh+down",
-                                             (med["role"]["fresh"] + med["role"]["down"])
-                                             / (med["bare"]["fresh"] + med["bare"]["down"])))
+    add(
+        "  %-40s %5.2f   (for reference)"
+        % ("role no-op / bare compose no-op", med["role"]["noop"] / med["bare"]["noop"])
+    )
+    add(
+        "  %-40s %5.2f   (for reference)"
+        % (
+            "role fresh+down / bare fresh+down",
+            (med["role"]["fresh"] + med["role"]["down"]) / (med["bare"]["fresh"] + med["bare"]["down"]),
+        )
+    )
     add("  %-40s %5.2f   (for reference)" % ("job fresh / role fresh", med["job"]["fresh"] / med["role"]["fresh"]))
     add("  %-40s %5.2f   (for reference)" % ("job no-op / role no-op", med["job"]["noop"] / med["role"]["noop"]))
     add("")
@@ -613,31 +812,50 @@ def report(bench, found):
     for kind, run in (("role", "noop"), ("role", "fresh"), ("job", "noop"), ("job", "fresh")):
         docs = bench.timers[kind][run]
         rows = task_breakdown(docs)
-        breakdowns[kind][run] = [{"task": name, "action": action, "median_seconds": round(sec, 4), "status": status,
-                                  "changed_runs": changed} for name, action, sec, status, changed in rows]
+        breakdowns[kind][run] = [
+            {"task": name, "action": action, "median_seconds": round(sec, 4), "status": status, "changed_runs": changed}
+            for name, action, sec, status, changed in rows
+        ]
         title = "no-op re-run" if run == "noop" else "fresh deploy"
-        add("%s %s, per task (median of %d runs; a task lasts from its start to the next task's start)"
-            % (ROLE_NAME if kind == "role" else JOB_PLAYBOOK, title, len(docs)))
+        add(
+            "%s %s, per task (median of %d runs; a task lasts from its start to the next task's start)"
+            % (ROLE_NAME if kind == "role" else JOB_PLAYBOOK, title, len(docs))
+        )
         add("  %7s  %-14s %-9s %s" % ("seconds", "status", "changed", "task"))
         for name, _action, sec, status, changed in rows:
             add("  %7.3f  %-14s %-9s %s" % (sec, "/".join(status), "%d/%d" % (changed, len(docs)), name))
         tasks_sum = median([sum(t["seconds"] for t in doc["tasks"]) for doc in docs])
         wall = median([doc["wall_seconds"] for doc in docs])
         add("  %7.3f  sum of the tasks" % tasks_sum)
-        add("  %7.3f  outside the tasks (ansible-playbook start-up, parsing, exit), median" %
-            median([doc["wall_seconds"] - sum(t["seconds"] for t in doc["tasks"]) for doc in docs]))
+        add(
+            "  %7.3f  outside the tasks (ansible-playbook start-up, parsing, exit), median"
+            % median([doc["wall_seconds"] - sum(t["seconds"] for t in doc["tasks"]) for doc in docs])
+        )
         add("  %7.3f  whole ansible-playbook run" % wall)
         peer_docs = bench.timers["peer"][run]
         if peer_docs:
-            add("  peer docker_compose_v2 %s for comparison: task %.3f, outside the task %.3f, whole run %.3f" % (
-                title, median([sum(t["seconds"] for t in d["tasks"]) for d in peer_docs]),
-                median([d["wall_seconds"] - sum(t["seconds"] for t in d["tasks"]) for d in peer_docs]),
-                median([d["wall_seconds"] for d in peer_docs])))
+            add(
+                "  peer docker_compose_v2 %s for comparison: task %.3f, outside the task %.3f, whole run %.3f"
+                % (
+                    title,
+                    median([sum(t["seconds"] for t in d["tasks"]) for d in peer_docs]),
+                    median([d["wall_seconds"] - sum(t["seconds"] for t in d["tasks"]) for d in peer_docs]),
+                    median([d["wall_seconds"] for d in peer_docs]),
+                )
+            )
         add("")
-    return "\n".join(out).rstrip() + "\n", {"samples": s, "medians": med, "goals": results, "versions": found,
-                                            "load_average": bench.load, "other_containers": bench.others,
-                                            "role_tasks": breakdowns["role"], "job_tasks": breakdowns["job"],
-                                            "image": bench.image, "rounds": bench.rounds}
+    return "\n".join(out).rstrip() + "\n", {
+        "samples": s,
+        "medians": med,
+        "goals": results,
+        "versions": found,
+        "load_average": bench.load,
+        "other_containers": bench.others,
+        "role_tasks": breakdowns["role"],
+        "job_tasks": breakdowns["job"],
+        "image": bench.image,
+        "rounds": bench.rounds,
+    }
 
 
 def main():
@@ -654,6 +872,7 @@ def main():
 
     def stop(signum, _frame):
         raise BenchError("stopped by signal %d" % signum)
+
     signal.signal(signal.SIGTERM, stop)  # the project is removed on the way out, as after an error
 
     bench = None
@@ -670,8 +889,10 @@ def main():
         found = versions(client)
         bench = Bench(client, lab, options.rounds, options.keep)
         if bench.others["start"]:
-            progress("warning: other containers are running and take CPU from the runs: %s"
-                     % ", ".join(bench.others["start"]))
+            progress(
+                "warning: other containers are running and take CPU from the runs: %s"
+                % ", ".join(bench.others["start"])
+            )
         progress("warm-up round (project %s, temp dir %s)" % (bench.project.name, bench.tmp))
         bench.warm_up()
         bench.measure(progress)

@@ -42,8 +42,7 @@ import tests.conftest  # noqa: E402,F401  pylint: disable=unused-import
 import ansible_run as ar  # noqa: E402
 
 PROBE_ACTION = "stellaops.runtime.stella_probe"
-TARGET = {"id": "tgt-local", "name": "localhost", "type": "ComposeHost", "endpoint": "local",
-          "executionMode": "local"}
+TARGET = {"id": "tgt-local", "name": "localhost", "type": "ComposeHost", "endpoint": "local", "executionMode": "local"}
 
 
 def free_loopback_port():
@@ -55,15 +54,27 @@ def free_loopback_port():
 def release(application, work, lab, image_key, version, port, probe_path):
     return {
         "release": {"id": "rel-" + version.replace(".", "-"), "name": "bench", "version": version},
-        "tenant": "bench", "environment": "rollback", "application": application, "strategy": "rolling",
-        "target": TARGET, "workDirectory": work,
-        "components": [{
-            "name": "web", "image": lab["images"][image_key]["loopback_ref"], "ports": ["127.0.0.1:%d:8080" % port],
-            "config": {"healthcheck.test": "wget -q -O- http://127.0.0.1:8080/", "healthcheck.interval": "1s",
-                       "healthcheck.retries": 15, "healthProbe.type": "http",
-                       "healthProbe.url": "http://127.0.0.1:%d%s" % (port, probe_path),
-                       "healthProbe.attempts": 1},
-        }],
+        "tenant": "bench",
+        "environment": "rollback",
+        "application": application,
+        "strategy": "rolling",
+        "target": TARGET,
+        "workDirectory": work,
+        "components": [
+            {
+                "name": "web",
+                "image": lab["images"][image_key]["loopback_ref"],
+                "ports": ["127.0.0.1:%d:8080" % port],
+                "config": {
+                    "healthcheck.test": "wget -q -O- http://127.0.0.1:8080/",
+                    "healthcheck.interval": "1s",
+                    "healthcheck.retries": 15,
+                    "healthProbe.type": "http",
+                    "healthProbe.url": "http://127.0.0.1:%d%s" % (port, probe_path),
+                    "healthProbe.attempts": 1,
+                },
+            }
+        ],
     }
 
 
@@ -78,8 +89,12 @@ def must(result, what):
 
 
 def inspect_project(project):
-    ids = subprocess.run(["docker", "ps", "-q", "--no-trunc", "--filter", "label=com.docker.compose.project=" + project],
-                         capture_output=True, text=True, check=True).stdout.split()
+    ids = subprocess.run(
+        ["docker", "ps", "-q", "--no-trunc", "--filter", "label=com.docker.compose.project=" + project],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     if not ids:
         return []
     return json.loads(subprocess.run(["docker", "inspect"] + ids, capture_output=True, text=True, check=True).stdout)
@@ -89,8 +104,10 @@ def wait_v1_healthy(project, digest, timeout=120):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         containers = inspect_project(project)
-        if containers and all(c["Config"]["Image"].endswith("@" + digest)
-                              and (c["State"].get("Health") or {}).get("Status") == "healthy" for c in containers):
+        if containers and all(
+            c["Config"]["Image"].endswith("@" + digest) and (c["State"].get("Health") or {}).get("Status") == "healthy"
+            for c in containers
+        ):
             return
         time.sleep(0.05)
     raise SystemExit("v1 did not become healthy again in project %s" % project)
@@ -109,25 +126,37 @@ def repetition(lab, method):
         must(ar.ansible_module(ar.DEPLOY_MODULE, {"payload": v1["payloads"]["compose.up"]}), "deploy v1")
         shutil.copyfile(os.path.join(work, project, "compose.stella.lock.yml"), v1_lock)
         must(ar.ansible_module(ar.DEPLOY_MODULE, {"payload": v2["payloads"]["compose.up"]}), "deploy v2")
-        components = [{"name": c["name"], "config": c["config"]} for c in
-                      release(application, work, lab, "app_v2", "2.0.0", port, "/no-such-page")["components"]]
+        components = [
+            {"name": c["name"], "config": c["config"]}
+            for c in release(application, work, lab, "app_v2", "2.0.0", port, "/no-such-page")["components"]
+        ]
         probe = ar.ansible_module(PROBE_ACTION, {"components": components, "target": TARGET})
         if not probe["failed"] or probe.get("code") != "health_probe_failed":
             raise SystemExit("the v2 probe was expected to fail: %s" % probe.get("msg"))
         start = time.monotonic()
         if method == "stella":
-            result = must(ar.ansible_module(ar.ROLLBACK_MODULE, {"payload": v2["payloads"]["compose.rollback"],
-                                                                 "reason": probe["msg"]}), "stella_rollback")
+            result = must(
+                ar.ansible_module(
+                    ar.ROLLBACK_MODULE, {"payload": v2["payloads"]["compose.rollback"], "reason": probe["msg"]}
+                ),
+                "stella_rollback",
+            )
             if not result["rollbackRestored"]:
                 raise SystemExit("stella_rollback did not restore: %s" % result)
         else:
-            subprocess.run(["docker", "compose", "-p", project, "-f", v1_lock, "up", "-d", "--wait"],
-                           check=True, capture_output=True)
+            subprocess.run(
+                ["docker", "compose", "-p", project, "-f", v1_lock, "up", "-d", "--wait"],
+                check=True,
+                capture_output=True,
+            )
         wait_v1_healthy(project, lab["images"]["app_v1"]["digest"])
         return time.monotonic() - start
     finally:
-        subprocess.run(["docker", "compose", "-p", project, "down", "-v", "-t", "1", "--remove-orphans"],
-                       capture_output=True, check=False)
+        subprocess.run(
+            ["docker", "compose", "-p", project, "down", "-v", "-t", "1", "--remove-orphans"],
+            capture_output=True,
+            check=False,
+        )
         shutil.rmtree(work, ignore_errors=True)
 
 
@@ -148,7 +177,7 @@ def main():
     lab = ar.load_lab_json()
     times = {"stella": [], "bare": []}
     for index in range(options.repetitions):
-        for method in (("stella", "bare") if index % 2 == 0 else ("bare", "stella")):
+        for method in ("stella", "bare") if index % 2 == 0 else ("bare", "stella"):
             seconds = repetition(lab, method)
             times[method].append(seconds)
             print("repetition %d %-6s %.2f s" % (index + 1, method, seconds), flush=True)

@@ -118,8 +118,9 @@ def applied_because(deployments):
     """``{target: appliedBecause}`` of the targets whose deployment evidence says the apply ran, and why
     (``deployments``: ``{target: deployment.json}``). After a no-op re-run, such an apply found the
     running release not verified at its first look, and still changed nothing."""
-    return {name: document["appliedBecause"] for name, document in deployments.items()
-            if document.get("appliedBecause")}
+    return {
+        name: document["appliedBecause"] for name, document in deployments.items() if document.get("appliedBecause")
+    }
 
 
 def tail(text, limit=4000):
@@ -131,6 +132,7 @@ def csv(text, cast=str):
 
 
 # ------------------------------------------------------------------------------------------ targets
+
 
 def thin_available():
     """``lab/lab.sh thin up`` exists (its usage header names it)."""
@@ -145,42 +147,63 @@ def start_targets(count, prefix):
     targets (``lab.sh target up P<i> --image trixie``; for small sizes only, while developing)."""
     if thin_available():
         log("starting %d thin targets (lab/lab.sh thin up %d --prefix %s)" % (count, count, prefix))
-        proc = subprocess.run([LAB, "thin", "up", str(count), "--prefix", prefix], capture_output=True, text=True,
-                              cwd=ROOT, timeout=300 + 10 * count, check=False)
+        proc = subprocess.run(
+            [LAB, "thin", "up", str(count), "--prefix", prefix],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=300 + 10 * count,
+            check=False,
+        )
         if proc.returncode != 0:
             raise BenchError("lab/lab.sh thin up %d failed (rc %d):\n%s" % (count, proc.returncode, tail(proc.stderr)))
         targets = [json.loads(line) for line in proc.stdout.splitlines() if line.strip().startswith("{")]
         if len(targets) != count:
             raise BenchError("lab/lab.sh thin up %d printed %d targets" % (count, len(targets)))
         return targets
-    log("lab/lab.sh has no 'thin up': starting %d Docker-in-Docker targets instead (fine for small sizes only)"
-        % count)
+    log("lab/lab.sh has no 'thin up': starting %d Docker-in-Docker targets instead (fine for small sizes only)" % count)
     names = ["%s%d" % (prefix, i) for i in range(1, count + 1)]
 
     def one(name):
-        proc = subprocess.run([LAB, "target", "up", name, "--image", "trixie"], capture_output=True, text=True,
-                              cwd=ROOT, timeout=300, check=False)
+        proc = subprocess.run(
+            [LAB, "target", "up", name, "--image", "trixie"],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=300,
+            check=False,
+        )
         if proc.returncode != 0:
             raise BenchError("lab/lab.sh target up %s failed:\n%s" % (name, tail(proc.stderr)))
         return dict(json.loads(proc.stdout.strip().splitlines()[-1]), kind="dind")
+
     with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
         return list(pool.map(one, names))
 
 
 def stop_targets(targets, prefix):
     if thin_available() and any(t.get("kind") == "thin" for t in targets):
-        subprocess.run([LAB, "thin", "down", "--prefix", prefix], capture_output=True, cwd=ROOT, timeout=600,
-                       check=False)
+        subprocess.run(
+            [LAB, "thin", "down", "--prefix", prefix], capture_output=True, cwd=ROOT, timeout=600, check=False
+        )
     for target in targets:
         if target.get("kind") != "thin":
-            subprocess.run([LAB, "target", "down", target["name"]], capture_output=True, cwd=ROOT, timeout=120,
-                           check=False)
+            subprocess.run(
+                [LAB, "target", "down", target["name"]], capture_output=True, cwd=ROOT, timeout=120, check=False
+            )
 
 
 def inventory(targets, path):
-    hosts = {t["name"]: {"ansible_host": t["address"], "ansible_user": t.get("ssh_user", "root"),
-                         "ansible_ssh_private_key_file": t["ssh_key"], "ansible_ssh_common_args": SSH_ARGS,
-                         "ansible_python_interpreter": "/usr/bin/python3"} for t in targets}
+    hosts = {
+        t["name"]: {
+            "ansible_host": t["address"],
+            "ansible_user": t.get("ssh_user", "root"),
+            "ansible_ssh_private_key_file": t["ssh_key"],
+            "ansible_ssh_common_args": SSH_ARGS,
+            "ansible_python_interpreter": "/usr/bin/python3",
+        }
+        for t in targets
+    }
     with open(path, "w", encoding="utf-8") as handle:
         json.dump({"all": {"children": {"stella_targets": {"hosts": hosts}}}}, handle)
 
@@ -189,18 +212,23 @@ def remove_projects(targets, projects):
     """Remove each target's project (``{target name: project}``): its containers (Compose's project label, or
     ``stella.project`` for DockerHost) and networks by project label, through the target's own ``docker``
     CLI (``docker exec``; a thin target's CLI drives the lab's engine), and its project directory."""
+
     def one(target):
         project = projects.get(target["name"])
         if not project:
             return
-        script = ("ids=$( (docker ps -aq --filter label=com.docker.compose.project=%(p)s; "
-                  "docker ps -aq --filter label=stella.project=%(p)s) | sort -u); "
-                  "[ -z \"$ids\" ] || docker rm -f -v $ids >/dev/null; "
-                  "nets=$(docker network ls -q --filter label=com.docker.compose.project=%(p)s); "
-                  "[ -z \"$nets\" ] || docker network rm $nets >/dev/null; rm -rf %(dir)s"
-                  % {"p": shlex.quote(project), "dir": shlex.quote(os.path.join(WORK_DIRECTORY, project))})
-        subprocess.run(["docker", "exec", target["container"], "sh", "-c", script], capture_output=True,
-                       timeout=300, check=False)
+        script = (
+            "ids=$( (docker ps -aq --filter label=com.docker.compose.project=%(p)s; "
+            "docker ps -aq --filter label=stella.project=%(p)s) | sort -u); "
+            '[ -z "$ids" ] || docker rm -f -v $ids >/dev/null; '
+            "nets=$(docker network ls -q --filter label=com.docker.compose.project=%(p)s); "
+            '[ -z "$nets" ] || docker network rm $nets >/dev/null; rm -rf %(dir)s'
+            % {"p": shlex.quote(project), "dir": shlex.quote(os.path.join(WORK_DIRECTORY, project))}
+        )
+        subprocess.run(
+            ["docker", "exec", target["container"], "sh", "-c", script], capture_output=True, timeout=300, check=False
+        )
+
     with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
         list(pool.map(one, targets))
 
@@ -208,15 +236,35 @@ def remove_projects(targets, projects):
 def sweep_engine(applications):
     """Whatever is left on the lab's own engine (thin targets' containers) of the bench's applications."""
     for application in applications:
-        ids = subprocess.run(["docker", "ps", "-aq", "--filter", "label=stella.application=" + application],
-                             capture_output=True, text=True, timeout=120, check=False).stdout.split()
+        ids = subprocess.run(
+            ["docker", "ps", "-aq", "--filter", "label=stella.application=" + application],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        ).stdout.split()
         if ids:
             subprocess.run(["docker", "rm", "-f", "-v"] + ids, capture_output=True, timeout=300, check=False)
-    listing = subprocess.run(["docker", "network", "ls", "--filter", "label=com.docker.compose.project", "--format",
-                              '{{.ID}} {{.Label "com.docker.compose.project"}}'], capture_output=True, text=True,
-                             timeout=120, check=False).stdout
-    nets = [line.split()[0] for line in listing.splitlines()
-            if len(line.split()) == 2 and any(app in line.split()[1] for app in applications)]
+    listing = subprocess.run(
+        [
+            "docker",
+            "network",
+            "ls",
+            "--filter",
+            "label=com.docker.compose.project",
+            "--format",
+            '{{.ID}} {{.Label "com.docker.compose.project"}}',
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    ).stdout
+    nets = [
+        line.split()[0]
+        for line in listing.splitlines()
+        if len(line.split()) == 2 and any(app in line.split()[1] for app in applications)
+    ]
     if nets:
         subprocess.run(["docker", "network", "rm"] + nets, capture_output=True, timeout=300, check=False)
 
@@ -236,14 +284,20 @@ def network_room():
             capacity = sum(2 ** (int(p["size"]) - int(p["base"].split("/")[1])) for p in pools)
         else:
             capacity = 15 + 16 - 1  # 172.17..31 /16 (the default bridge takes 172.17) and 192.168.0.0/16 in /20s
-        listing = subprocess.run(["docker", "network", "ls", "-q", "--filter", "driver=bridge"], capture_output=True,
-                                 text=True, timeout=60, check=True).stdout.split()
+        listing = subprocess.run(
+            ["docker", "network", "ls", "-q", "--filter", "driver=bridge"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout.split()
     except (KeyError, ValueError, IndexError, OSError, subprocess.SubprocessError):
         return None
     return capacity - max(0, len(listing) - 1)
 
 
 # ------------------------------------------------------------------------------------------ job stores
+
 
 class Store:
     """One job store for the whole bench per backend, created (schema and all) before any measured run."""
@@ -267,7 +321,7 @@ class Store:
             os.environ["PGPASSFILE"] = pgpass  # this process, and ansible-playbook's forks through its environment
             self.admin = "postgresql://%s@%s:%d/%s" % (pg["user"], pg["host"], pg["port"], pg["database"])
             self.database = "scale_bench_%s" % uuid.uuid4().hex[:10]
-            self._admin("CREATE DATABASE \"%s\"" % self.database)
+            self._admin('CREATE DATABASE "%s"' % self.database)
             self.location = "postgresql://%s@%s:%d/%s" % (pg["user"], pg["host"], pg["port"], self.database)
         else:
             raise BenchError("unknown store %r (sqlite, postgresql)" % kind)
@@ -275,6 +329,7 @@ class Store:
 
     def _admin(self, statement):
         import psycopg  # pylint: disable=import-outside-toplevel
+
         with psycopg.connect(self.admin, autocommit=True) as db:
             cursor = db.execute(statement)
             return cursor.fetchall() if cursor.description else None
@@ -316,7 +371,7 @@ class Store:
     def drop(self):
         if self.database:
             with contextlib.suppress(Exception):
-                self._admin("DROP DATABASE IF EXISTS \"%s\" WITH (FORCE)" % self.database)
+                self._admin('DROP DATABASE IF EXISTS "%s" WITH (FORCE)' % self.database)
             self.database = None
 
 
@@ -486,6 +541,7 @@ def settle(limit, busy_max, window=1.0, windows=2, clock=time.monotonic, sleep=t
 
 # ------------------------------------------------------------------------------------------ the bench
 
+
 class Bench:
     def __init__(self, args, lab, work):
         self.args, self.lab, self.work = args, lab, work
@@ -509,26 +565,46 @@ class Bench:
         if strategy == "rolling":
             config["batchSize"] = self.args.batch_size
         return {
-            "release": {"id": "rel-scale-1", "name": "scale", "version": "1.0.0"}, "tenant": "bench",
-            "environment": "lab", "application": application, "strategy": strategy, "strategyConfig": config,
+            "release": {"id": "rel-scale-1", "name": "scale", "version": "1.0.0"},
+            "tenant": "bench",
+            "environment": "lab",
+            "application": application,
+            "strategy": strategy,
+            "strategyConfig": config,
             "target": {"type": self.target_type},
-            "components": [{"name": "web", "image": self.image,
-                            "config": dict(HEALTHCHECK, **{"healthcheck.interval": self.args.health_interval})}],
+            "components": [
+                {
+                    "name": "web",
+                    "image": self.image,
+                    "config": dict(HEALTHCHECK, **{"healthcheck.interval": self.args.health_interval}),
+                }
+            ],
         }
 
     def env(self, meter, control_dir):
         """The caller's environment without its ANSIBLE_* settings (as role_bench.py), lab addresses not
         proxied, the default stdout callback, this bench's own SSH control socket directory, the meter."""
-        env = {key: value for key, value in os.environ.items()
-               if not key.startswith("ANSIBLE_") and key not in ("PYTHONDONTWRITEBYTECODE", "STELLA_JOB_STORE_METER")}
+        env = {
+            key: value
+            for key, value in os.environ.items()
+            if not key.startswith("ANSIBLE_") and key not in ("PYTHONDONTWRITEBYTECODE", "STELLA_JOB_STORE_METER")
+        }
         no_proxy = "127.0.0.1,localhost,registry.lab,172.17.0.1"
         if env.get("NO_PROXY"):
             no_proxy += "," + env["NO_PROXY"]
-        env.update(NO_PROXY=no_proxy, no_proxy=no_proxy, ANSIBLE_NOCOLOR="1", ANSIBLE_RETRY_FILES_ENABLED="0",
-                   ANSIBLE_DEPRECATION_WARNINGS="0", ANSIBLE_COLLECTIONS_PATH=COLLECTIONS,
-                   ANSIBLE_STDOUT_CALLBACK="default", ANSIBLE_HOST_KEY_CHECKING="False",
-                   ANSIBLE_SSH_CONTROL_PATH_DIR=control_dir, STELLA_JOB_STORE_METER=meter,
-                   PATH=VENV_BIN + os.pathsep + env.get("PATH", ""))
+        env.update(
+            NO_PROXY=no_proxy,
+            no_proxy=no_proxy,
+            ANSIBLE_NOCOLOR="1",
+            ANSIBLE_RETRY_FILES_ENABLED="0",
+            ANSIBLE_DEPRECATION_WARNINGS="0",
+            ANSIBLE_COLLECTIONS_PATH=COLLECTIONS,
+            ANSIBLE_STDOUT_CALLBACK="default",
+            ANSIBLE_HOST_KEY_CHECKING="False",
+            ANSIBLE_SSH_CONTROL_PATH_DIR=control_dir,
+            STELLA_JOB_STORE_METER=meter,
+            PATH=VENV_BIN + os.pathsep + env.get("PATH", ""),
+        )
         if self.args.control_persist:
             env["ANSIBLE_SSH_ARGS"] = "-C -o ControlMaster=auto -o ControlPersist=%s" % self.args.control_persist
         return env
@@ -541,16 +617,25 @@ class Bench:
         run_dir = os.path.join(self.work, "run%03d" % self.runs)
         os.makedirs(run_dir)
         inventory(targets, os.path.join(run_dir, "inventory.json"))
-        variables = {"stella_release": self.release(application, strategy), "stella_job_store": store.location,
-                     "stella_insecure_registries": [self.registry], "stella_min_engine_version": MIN_ENGINE}
+        variables = {
+            "stella_release": self.release(application, strategy),
+            "stella_job_store": store.location,
+            "stella_insecure_registries": [self.registry],
+            "stella_min_engine_version": MIN_ENGINE,
+        }
         with open(os.path.join(run_dir, "vars.json"), "w", encoding="utf-8") as handle:
             json.dump(variables, handle, indent=1)
         meter = os.path.join(run_dir, "meter.txt")
         control_dir = os.path.join(run_dir, "cp")
         os.makedirs(control_dir)
-        argv = [os.path.join(VENV_BIN, "ansible-playbook"), "-i", os.path.join(run_dir, "inventory.json"), PLAYBOOK,
-                "-e", "@" + os.path.join(run_dir, "vars.json")] + (
-                    ["--forks", str(self.args.forks)] if self.args.forks else [])
+        argv = [
+            os.path.join(VENV_BIN, "ansible-playbook"),
+            "-i",
+            os.path.join(run_dir, "inventory.json"),
+            PLAYBOOK,
+            "-e",
+            "@" + os.path.join(run_dir, "vars.json"),
+        ] + (["--forks", str(self.args.forks)] if self.args.forks else [])
         output_path = os.path.join(run_dir, "output.txt")
         log("%s: ansible-playbook over %d targets (application %s)" % (label, len(targets), application))
         settled, settled_share = settle(self.args.settle_limit, self.args.settle_busy / 100.0)
@@ -563,7 +648,8 @@ class Bench:
             start = time.monotonic()
             env = self.env(meter, control_dir)
             self.current = subprocess.Popen(  # pylint: disable=consider-using-with
-                argv, stdout=output, stderr=subprocess.STDOUT, cwd=run_dir, env=env, start_new_session=True)
+                argv, stdout=output, stderr=subprocess.STDOUT, cwd=run_dir, env=env, start_new_session=True
+            )
             sampler = Sampler(self.current.pid, known, self.args.sample_interval)
             sampler.start()
             try:
@@ -576,8 +662,10 @@ class Bench:
             sampler.stop()
             if rc is None:
                 self.abort_current()
-                raise BenchError("%s: ansible-playbook did not end within %d s (output: %s)" % (
-                    label, self.args.timeout, output_path))
+                raise BenchError(
+                    "%s: ansible-playbook did not end within %d s (output: %s)"
+                    % (label, self.args.timeout, output_path)
+                )
             self.current = None
         masters = reap_orphans(known)
         usage_after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -594,35 +682,53 @@ class Bench:
         if kind == "noop":
             changed = sorted(n for n in names if recap[n][1] != 0)
             if changed:
-                raise BenchError("%s: the no-op re-run changed %d targets (%s; output: %s)" % (
-                    label, len(changed), ", ".join("%s changed=%d" % (n, recap[n][1]) for n in changed[:10]),
-                    output_path))
+                raise BenchError(
+                    "%s: the no-op re-run changed %d targets (%s; output: %s)"
+                    % (
+                        label,
+                        len(changed),
+                        ", ".join("%s changed=%d" % (n, recap[n][1]) for n in changed[:10]),
+                        output_path,
+                    )
+                )
         else:
             unchanged = sorted(n for n in names if recap[n][1] == 0)
             if unchanged:
-                raise BenchError("%s: the fresh deployment changed nothing on %s (output: %s)" % (
-                    label, ", ".join(unchanged[:10]), output_path))
+                raise BenchError(
+                    "%s: the fresh deployment changed nothing on %s (output: %s)"
+                    % (label, ", ".join(unchanged[:10]), output_path)
+                )
         record = store.newest()
         if record is None or record["jobId"] in self.seen_jobs:
             raise BenchError("%s: the run left no new job in %s" % (label, store.kind))
         self.seen_jobs.add(record["jobId"])
         if (record.get("release") or {}).get("id") != "rel-scale-1" or not all(
-                application in (record["targets"].get(n) or {}).get("projectName", "") for n in names):
+            application in (record["targets"].get(n) or {}).get("projectName", "") for n in names
+        ):
             raise BenchError("%s: the newest job %s is not this run's" % (label, record["jobId"]))
         not_ok = {n: (record["targets"].get(n) or {}).get("status") for n in names}
         not_ok = {n: s for n, s in not_ok.items() if s != "Succeeded"}
         if record["status"] != "Succeeded" or not_ok or len(record["targets"]) != len(names):
-            raise BenchError("%s: job %s is %s (%s), targets not Succeeded: %s" % (
-                label, record["jobId"], record["status"], record.get("reason"),
-                ", ".join("%s %s" % item for item in sorted(not_ok.items())[:10]) or "none"))
+            raise BenchError(
+                "%s: job %s is %s (%s), targets not Succeeded: %s"
+                % (
+                    label,
+                    record["jobId"],
+                    record["status"],
+                    record.get("reason"),
+                    ", ".join("%s %s" % item for item in sorted(not_ok.items())[:10]) or "none",
+                )
+            )
         self.deployed.update({n: record["targets"][n]["projectName"] for n in names})
         reapplied = applied_because(store.deployments(record, names))
         if kind != "noop":
             # every fresh apply says why it ran: proof that the no-op's reading of the same field works
             silent = sorted(set(names) - set(reapplied))
             if silent:
-                raise BenchError("%s: the deployment evidence of %s does not say why the apply ran (appliedBecause)"
-                                 % (label, ", ".join(silent[:10])))
+                raise BenchError(
+                    "%s: the deployment evidence of %s does not say why the apply ran (appliedBecause)"
+                    % (label, ", ".join(silent[:10]))
+                )
             reapplied = {}
         for name, because in sorted(reapplied.items())[:10]:
             log("%s: %s applied again, changing nothing: %s" % (label, name, "; ".join(because)))
@@ -634,37 +740,63 @@ class Bench:
         cpu = cpu_seconds(usage_after) - cpu_seconds(usage_before)
         n = len(targets)
         sample = {
-            "store": store.kind, "strategy": strategy, "targets": n, "run": kind, "application": application,
+            "store": store.kind,
+            "strategy": strategy,
+            "targets": n,
+            "run": kind,
+            "application": application,
             "deployed": len(self.deployed),
-            "jobId": record["jobId"], "batches": len(record.get("batches") or []), "rc": rc,
-            "wall_seconds": round(wall, 3), "wall_per_target": round(wall / n, 4),
-            "cpu_seconds": round(cpu, 3), "cpu_user": round(usage_after.ru_utime - usage_before.ru_utime, 3),
+            "jobId": record["jobId"],
+            "batches": len(record.get("batches") or []),
+            "rc": rc,
+            "wall_seconds": round(wall, 3),
+            "wall_per_target": round(wall / n, 4),
+            "cpu_seconds": round(cpu, 3),
+            "cpu_user": round(usage_after.ru_utime - usage_before.ru_utime, 3),
             "cpu_system": round(usage_after.ru_stime - usage_before.ru_stime, 3),
             "cpu_per_target": round(cpu / n, 4),
             "store_bytes": store_bytes,
             "store_bytes_per_target": None if store_bytes is None else round(store_bytes / n, 1),
             "wal_bytes": None if wal_before is None or wal_after is None else wal_after - wal_before,
-            "peak_pss_mib": round(sampler.peak_pss / MIB, 1), "peak_rss_mib": round(sampler.peak_rss / MIB, 1),
-            "peak_processes": sampler.peak_processes, "ssh_masters": masters,
-            "applied_again": len(reapplied), "applied_again_because": reapplied,
+            "peak_pss_mib": round(sampler.peak_pss / MIB, 1),
+            "peak_rss_mib": round(sampler.peak_rss / MIB, 1),
+            "peak_processes": sampler.peak_processes,
+            "ssh_masters": masters,
+            "applied_again": len(reapplied),
+            "applied_again_because": reapplied,
             "peak_ssh_masters": sampler.peak_masters,
             "peak_ssh_masters_pss_mib": round(sampler.peak_masters_pss / MIB, 1),
-            "sampler_samples": sampler.samples, "sampler_cpu_seconds": round(sampler.cpu, 3),
+            "sampler_samples": sampler.samples,
+            "sampler_cpu_seconds": round(sampler.cpu, 3),
             "main_cpu_seconds": None if sampler.root_cpu is None else round(sampler.root_cpu, 2),
             "main_cpu_per_target": None if sampler.root_cpu is None else round(sampler.root_cpu / n, 4),
             "host_cpu_seconds": round(host_after[0] - host_before[0], 1),
-            "host_busy_pct": round(100.0 * (host_after[0] - host_before[0])
-                                   / max(1e-9, host_after[1] - host_before[1]), 1),
+            "host_busy_pct": round(
+                100.0 * (host_after[0] - host_before[0]) / max(1e-9, host_after[1] - host_before[1]), 1
+            ),
             "load_after": [round(x, 2) for x in os.getloadavg()],
-            "settle_seconds": settled, "settle_busy_pct": round(100.0 * settled_share, 1),
+            "settle_seconds": settled,
+            "settle_busy_pct": round(100.0 * settled_share, 1),
         }
         for part in ("thin", "apps", "engine"):  # the targets' side of the machine (bench/machine_cpu.py)
             sample["%s_cpu_seconds" % part] = None if machine[part] is None else round(machine[part], 2)
             sample["%s_cpu_per_target" % part] = None if machine[part] is None else round(machine[part] / n, 4)
         self.samples.append(sample)
-        log("%s: %.1f s wall, %.1f CPU s (%.3f per target), store %s B, peak PSS %.0f MiB (RSS %.0f MiB), "
-            "%d ssh masters, job %s" % (label, wall, cpu, cpu / n, "n/a" if store_bytes is None else store_bytes,
-                                        sample["peak_pss_mib"], sample["peak_rss_mib"], masters, record["jobId"]))
+        log(
+            "%s: %.1f s wall, %.1f CPU s (%.3f per target), store %s B, peak PSS %.0f MiB (RSS %.0f MiB), "
+            "%d ssh masters, job %s"
+            % (
+                label,
+                wall,
+                cpu,
+                cpu / n,
+                "n/a" if store_bytes is None else store_bytes,
+                sample["peak_pss_mib"],
+                sample["peak_rss_mib"],
+                masters,
+                record["jobId"],
+            )
+        )
         return sample
 
     def abort_current(self):
@@ -690,13 +822,17 @@ class Bench:
 
     def measure(self, stores):
         sizes = sorted(set(self.args.sizes))
-        noop_sizes = sorted(set(self.args.noop_sizes if self.args.noop_sizes is not None
-                                else [sizes[0], sizes[-1]]))
+        noop_sizes = sorted(set(self.args.noop_sizes if self.args.noop_sizes is not None else [sizes[0], sizes[-1]]))
         for store in stores:
             for strategy in self.args.strategies:
                 for n in sizes:
-                    self.size(store, strategy, n, self.args.noop_runs if n in noop_sizes else 0,
-                              [m for m in noop_sizes if m < n] if n == sizes[-1] else [])
+                    self.size(
+                        store,
+                        strategy,
+                        n,
+                        self.args.noop_runs if n in noop_sizes else 0,
+                        [m for m in noop_sizes if m < n] if n == sizes[-1] else [],
+                    )
 
     def size(self, store, strategy, n, noop_runs, smaller):
         """A fresh deployment over the first ``n`` targets, ``noop_runs`` no-op re-runs, then as many no-op
@@ -724,6 +860,7 @@ class Bench:
 
 # ------------------------------------------------------------------------------------------ the report
 
+
 def ratio(over, under):
     return None if over is None or under in (None, 0) else over / under
 
@@ -742,12 +879,17 @@ def goals(samples, sizes):
             keys.append((s["store"], s["strategy"]))
 
     def pick(store, strategy, n, run, deployed=None):
-        return [s for s in samples if (s["store"], s["strategy"], s["targets"], s["run"]) == (store, strategy, n, run)
-                and deployed in (None, s.get("deployed", s["targets"]))]
+        return [
+            s
+            for s in samples
+            if (s["store"], s["strategy"], s["targets"], s["run"]) == (store, strategy, n, run)
+            and deployed in (None, s.get("deployed", s["targets"]))
+        ]
 
     def middle(chosen, key):
         values = [s[key] for s in chosen]
         return None if not values or None in values else statistics.median(values)
+
     for store, strategy in keys:
         fs, fl = pick(store, strategy, small, "fresh"), pick(store, strategy, large, "fresh")
         # The no-op goal compares runs on the same machine: the smallest size's no-op re-run over the first
@@ -764,90 +906,218 @@ def goals(samples, sizes):
         peaks = [s["peak_pss_mib"] for s in fl + nl]
         peak = max(peaks) if peaks else None
         for name, value, parts, goal, ok, text in (
-                ("cpu_per_target_ratio", cpu, cpu_parts, GOAL_CPU, cpu is not None and cpu <= GOAL_CPU,
-                 "CPU s per target, N=%d / N=%d (fresh)" % (large, small)),
-                ("store_bytes_per_target_ratio", data, data_parts, GOAL_BYTES, data is not None and data <= GOAL_BYTES,
-                 "job-store bytes per target, N=%d / N=%d (fresh)" % (large, small)),
-                ("peak_pss_mib", peak, None, GOAL_MEMORY_MIB, peak is not None and peak < GOAL_MEMORY_MIB,
-                 "peak controller PSS at N=%d, MiB" % large),
-                ("noop_wall_per_target_ratio", noop, noop_parts, GOAL_NOOP, noop is not None and noop <= GOAL_NOOP,
-                 "no-op wall per target, N=%d / N=%d, %d targets deployed" % (
-                     large, small, ns[0].get("deployed", small) if ns else small) + (
-                     " (medians of %d and %d)" % (len(nl), len(ns)) if len(nl) > 1 or len(ns) > 1 else ""))):
-            results.append({"store": store, "strategy": strategy, "goal": name, "text": text, "value": value,
-                            "parts": None if value is None else parts,
-                            "limit": goal, "verdict": "n/a" if value is None else ("PASS" if ok else "MISS")})
+            (
+                "cpu_per_target_ratio",
+                cpu,
+                cpu_parts,
+                GOAL_CPU,
+                cpu is not None and cpu <= GOAL_CPU,
+                "CPU s per target, N=%d / N=%d (fresh)" % (large, small),
+            ),
+            (
+                "store_bytes_per_target_ratio",
+                data,
+                data_parts,
+                GOAL_BYTES,
+                data is not None and data <= GOAL_BYTES,
+                "job-store bytes per target, N=%d / N=%d (fresh)" % (large, small),
+            ),
+            (
+                "peak_pss_mib",
+                peak,
+                None,
+                GOAL_MEMORY_MIB,
+                peak is not None and peak < GOAL_MEMORY_MIB,
+                "peak controller PSS at N=%d, MiB" % large,
+            ),
+            (
+                "noop_wall_per_target_ratio",
+                noop,
+                noop_parts,
+                GOAL_NOOP,
+                noop is not None and noop <= GOAL_NOOP,
+                "no-op wall per target, N=%d / N=%d, %d targets deployed"
+                % (large, small, ns[0].get("deployed", small) if ns else small)
+                + (" (medians of %d and %d)" % (len(nl), len(ns)) if len(nl) > 1 or len(ns) > 1 else ""),
+            ),
+        ):
+            results.append(
+                {
+                    "store": store,
+                    "strategy": strategy,
+                    "goal": name,
+                    "text": text,
+                    "value": value,
+                    "parts": None if value is None else parts,
+                    "limit": goal,
+                    "verdict": "n/a" if value is None else ("PASS" if ok else "MISS"),
+                }
+            )
         if small != large and nq and nq != ns:
-            results.append({"store": store, "strategy": strategy, "goal": "noop_wall_per_target_ratio_quiet",
-                            "text": "no-op wall per target, N=%d / N=%d, %d targets deployed" % (large, small, small),
-                            "value": quiet, "limit": None, "verdict": "(shown, not a goal)"})
+            results.append(
+                {
+                    "store": store,
+                    "strategy": strategy,
+                    "goal": "noop_wall_per_target_ratio_quiet",
+                    "text": "no-op wall per target, N=%d / N=%d, %d targets deployed" % (large, small, small),
+                    "value": quiet,
+                    "limit": None,
+                    "verdict": "(shown, not a goal)",
+                }
+            )
     return results
 
 
 def report(samples, verdicts, meta):
     lines = []
     add = lines.append
-    add("scale bench: %s targets (%s), sizes %s, %s releases of one service per target (%s), %s" % (
-        meta["target_kind"], meta["targets_started"], ",".join(str(n) for n in meta["sizes"]),
-        meta.get("target_type", "?"), meta["image"],
-        "%d forks" % meta["forks"] if meta.get("forks") else "default forks"))
+    add(
+        "scale bench: %s targets (%s), sizes %s, %s releases of one service per target (%s), %s"
+        % (
+            meta["target_kind"],
+            meta["targets_started"],
+            ",".join(str(n) for n in meta["sizes"]),
+            meta.get("target_type", "?"),
+            meta["image"],
+            "%d forks" % meta["forks"] if meta.get("forks") else "default forks",
+        )
+    )
     add("load average at start %s, at end %s" % (meta["load_start"], meta["load_end"]))
     add("")
-    header = ("%-10s %-11s %4s %-5s %4s %5s %8s %7s %7s %11s %8s %11s %8s %8s %7s %5s %6s %6s %6s %6s" % (
-        "store", "strategy", "N", "run", "dep", "batch", "wall s", "wall/t", "CPU s", "CPU s/tgt", "store B",
-        "store B/tgt", "WAL B", "PSS MiB", "RSS MiB", "host%", "main/t", "thin/t", "apps/t", "eng/t"))
+    header = "%-10s %-11s %4s %-5s %4s %5s %8s %7s %7s %11s %8s %11s %8s %8s %7s %5s %6s %6s %6s %6s" % (
+        "store",
+        "strategy",
+        "N",
+        "run",
+        "dep",
+        "batch",
+        "wall s",
+        "wall/t",
+        "CPU s",
+        "CPU s/tgt",
+        "store B",
+        "store B/tgt",
+        "WAL B",
+        "PSS MiB",
+        "RSS MiB",
+        "host%",
+        "main/t",
+        "thin/t",
+        "apps/t",
+        "eng/t",
+    )
     add(header)
     add("-" * len(header))
     for s in samples:
-        add("%-10s %-11s %4d %-5s %4d %5d %8.2f %7.3f %7.1f %11.3f %8s %11s %8s %8.1f %7.1f %5.0f %6s %6s %6s %6s" % (
-            s["store"], s["strategy"], s["targets"], s["run"], s.get("deployed", s["targets"]), s["batches"], s["wall_seconds"], s["wall_per_target"],
-            s["cpu_seconds"], s["cpu_per_target"], fmt(s["store_bytes"], "%d"),
-            fmt(s["store_bytes_per_target"], "%.0f"), fmt(s["wal_bytes"], "%d"), s["peak_pss_mib"], s["peak_rss_mib"],
-            s["host_busy_pct"], fmt(s.get("main_cpu_per_target"), "%.3f"), fmt(s.get("thin_cpu_per_target"), "%.3f"),
-            fmt(s.get("apps_cpu_per_target"), "%.3f"), fmt(s.get("engine_cpu_per_target"), "%.3f")))
+        add(
+            "%-10s %-11s %4d %-5s %4d %5d %8.2f %7.3f %7.1f %11.3f %8s %11s %8s %8.1f %7.1f %5.0f %6s %6s %6s %6s"
+            % (
+                s["store"],
+                s["strategy"],
+                s["targets"],
+                s["run"],
+                s.get("deployed", s["targets"]),
+                s["batches"],
+                s["wall_seconds"],
+                s["wall_per_target"],
+                s["cpu_seconds"],
+                s["cpu_per_target"],
+                fmt(s["store_bytes"], "%d"),
+                fmt(s["store_bytes_per_target"], "%.0f"),
+                fmt(s["wal_bytes"], "%d"),
+                s["peak_pss_mib"],
+                s["peak_rss_mib"],
+                s["host_busy_pct"],
+                fmt(s.get("main_cpu_per_target"), "%.3f"),
+                fmt(s.get("thin_cpu_per_target"), "%.3f"),
+                fmt(s.get("apps_cpu_per_target"), "%.3f"),
+                fmt(s.get("engine_cpu_per_target"), "%.3f"),
+            )
+        )
     add("")
-    add("dep: targets holding the measured application's deployment during the run (their containers "
-        "healthchecked on this machine)")
-    add("CPU: ansible-playbook, its forks and the SSH masters (those left at its end closed and reaped after each run);")
-    add("host%%: the whole machine's CPU busy during the run (every core; the engine and targets included); "
-        "healthcheck interval %s; SSH ControlPersist %s" % (meta["health_interval"], meta["control_persist"]))
+    add(
+        "dep: targets holding the measured application's deployment during the run (their containers "
+        "healthchecked on this machine)"
+    )
+    add(
+        "CPU: ansible-playbook, its forks and the SSH masters (those left at its end closed and reaped after each run);"
+    )
+    add(
+        "host%%: the whole machine's CPU busy during the run (every core; the engine and targets included); "
+        "healthcheck interval %s; SSH ControlPersist %s" % (meta["health_interval"], meta["control_persist"])
+    )
     add("main/t: CPU s per target of ansible-playbook's main process alone (its scheduling; part of CPU s)")
     if "settle" in meta:
         waits = [s["settle_seconds"] for s in samples if "settle_seconds" in s]
         limit = meta["settle"]["limit_seconds"]
-        add("before each run: waited until the machine was at most %.0f%% busy for 2 s (at most %.0f s): %s to %s s; "
-            "%d runs started at the limit" % (
-                meta["settle"]["busy_pct"], limit, fmt(min(waits) if waits else None, "%.1f"),
-                fmt(max(waits) if waits else None, "%.1f"), sum(1 for w in waits if w >= limit)))
-    add("thin/t, apps/t, eng/t: CPU s per target of the thin targets' containers (sshd, modules, docker CLI), the "
-        "deployed containers (healthchecks included) and the engine (dockerd, containerd, shims, runc)")
-    add("PSS/RSS: peak of the sum over ansible-playbook and its descendants, every %.2f s; SSH masters apart:"
-        % meta["sample_interval"])
+        add(
+            "before each run: waited until the machine was at most %.0f%% busy for 2 s (at most %.0f s): %s to %s s; "
+            "%d runs started at the limit"
+            % (
+                meta["settle"]["busy_pct"],
+                limit,
+                fmt(min(waits) if waits else None, "%.1f"),
+                fmt(max(waits) if waits else None, "%.1f"),
+                sum(1 for w in waits if w >= limit),
+            )
+        )
+    add(
+        "thin/t, apps/t, eng/t: CPU s per target of the thin targets' containers (sshd, modules, docker CLI), the "
+        "deployed containers (healthchecks included) and the engine (dockerd, containerd, shims, runc)"
+    )
+    add(
+        "PSS/RSS: peak of the sum over ansible-playbook and its descendants, every %.2f s; SSH masters apart:"
+        % meta["sample_interval"]
+    )
     for s in samples:
         if s["ssh_masters"] or s["peak_ssh_masters_pss_mib"]:
-            add("  %s %s N=%d %s: peak PSS of the masters %.1f MiB%s, %d left at the end" % (
-                s["store"], s["strategy"], s["targets"], s["run"], s["peak_ssh_masters_pss_mib"],
-                " (at most %d at once)" % s["peak_ssh_masters"] if "peak_ssh_masters" in s else "",
-                s["ssh_masters"]))
+            add(
+                "  %s %s N=%d %s: peak PSS of the masters %.1f MiB%s, %d left at the end"
+                % (
+                    s["store"],
+                    s["strategy"],
+                    s["targets"],
+                    s["run"],
+                    s["peak_ssh_masters_pss_mib"],
+                    " (at most %d at once)" % s["peak_ssh_masters"] if "peak_ssh_masters" in s else "",
+                    s["ssh_masters"],
+                )
+            )
     again = [s for s in samples if s.get("applied_again")]
-    add("no-op runs whose targets applied again (the first look did not verify the running release; "
-        "changed=0 still): %s" % (", ".join("%s %s N=%d: %d" % (s["store"], s["strategy"], s["targets"],
-                                                                s["applied_again"]) for s in again) or "none"))
+    add(
+        "no-op runs whose targets applied again (the first look did not verify the running release; "
+        "changed=0 still): %s"
+        % (
+            ", ".join("%s %s N=%d: %d" % (s["store"], s["strategy"], s["targets"], s["applied_again"]) for s in again)
+            or "none"
+        )
+    )
     if not meta["meter_seen"]:
         add("store B: n/a, the job store wrote no meter file (STELLA_JOB_STORE_METER had no effect)")
     if any(s["store"] == "postgresql" for s in samples):
-        add("WAL B: delta of pg_stat_wal.wal_bytes, the whole PostgreSQL cluster (others' writes included)%s"
-            % ("" if not meta.get("wal_error") else "; n/a: " + meta["wal_error"]))
+        add(
+            "WAL B: delta of pg_stat_wal.wal_bytes, the whole PostgreSQL cluster (others' writes included)%s"
+            % ("" if not meta.get("wal_error") else "; n/a: " + meta["wal_error"])
+        )
     add("")
     add("goals:")
     for v in verdicts:
-        limit = "-" if v["limit"] is None else (
-            ("< %.0f" if v["goal"] == "peak_pss_mib" else "<= %.2f") % v["limit"])
+        limit = "-" if v["limit"] is None else (("< %.0f" if v["goal"] == "peak_pss_mib" else "<= %.2f") % v["limit"])
         # three decimals: a ratio of 1.002 is a miss of a limit of 1.00, and must not print as 1.00
-        add("  %-10s %-11s %-80s %8s  (%s)  %s%s" % (
-            v["store"], v["strategy"], v["text"], fmt(v["value"], "%.1f" if v["goal"] == "peak_pss_mib" else "%.3f"),
-            limit, v["verdict"], "  [%s / %s]" % tuple(fmt(p, "%.0f" if p is not None and p >= 100 else "%.3f") for p in v["parts"])
-            if v.get("parts") else ""))
+        add(
+            "  %-10s %-11s %-80s %8s  (%s)  %s%s"
+            % (
+                v["store"],
+                v["strategy"],
+                v["text"],
+                fmt(v["value"], "%.1f" if v["goal"] == "peak_pss_mib" else "%.3f"),
+                limit,
+                v["verdict"],
+                "  [%s / %s]" % tuple(fmt(p, "%.0f" if p is not None and p >= 100 else "%.3f") for p in v["parts"])
+                if v.get("parts")
+                else "",
+            )
+        )
     return "\n".join(lines)
 
 
@@ -862,9 +1132,10 @@ def target_type(args, largest):
         return "ComposeHost"  # Docker-in-Docker targets: an engine, so address pools, of their own
     room = network_room()
     if room is not None and room < largest + 2:
-        log("the lab's engine has room for about %d more bridge networks, fewer than %d ComposeHost projects "
-            "(one network each) on thin targets: the release is DockerHost (--target-type to choose)"
-            % (room, largest))
+        log(
+            "the lab's engine has room for about %d more bridge networks, fewer than %d ComposeHost projects "
+            "(one network each) on thin targets: the release is DockerHost (--target-type to choose)" % (room, largest)
+        )
         return "DockerHost"
     return "ComposeHost"
 
@@ -872,34 +1143,61 @@ def target_type(args, largest):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--sizes", type=lambda t: csv(t, int), default=[10, 50, 100])
-    parser.add_argument("--noop-sizes", type=lambda t: csv(t, int), default=None,
-                        help="sizes with a no-op re-run (default: the smallest and the largest)")
+    parser.add_argument(
+        "--noop-sizes",
+        type=lambda t: csv(t, int),
+        default=None,
+        help="sizes with a no-op re-run (default: the smallest and the largest)",
+    )
     parser.add_argument("--stores", type=csv, default=["sqlite", "postgresql"])
-    parser.add_argument("--noop-runs", type=int, default=1,
-                        help="no-op re-runs at each of those sizes (the goal takes their median)")
+    parser.add_argument(
+        "--noop-runs", type=int, default=1, help="no-op re-runs at each of those sizes (the goal takes their median)"
+    )
     parser.add_argument("--strategies", type=csv, default=["all-at-once", "rolling"])
-    parser.add_argument("--target-type", choices=["auto", "ComposeHost", "DockerHost"], default="auto",
-                        help="the release's target.type (auto: ComposeHost when the engine has a network for each "
-                             "target, else DockerHost)")
-    parser.add_argument("--health-interval", default="10s",
-                        help="the container healthcheck's interval (default 10s: every target's container runs on "
-                             "the lab's one engine)")
-    parser.add_argument("--control-persist", default=None,
-                        help="the SSH masters' ControlPersist (ANSIBLE_SSH_ARGS '-C -o ControlMaster=auto -o "
-                             "ControlPersist=VALUE', which the job keeps as the operator's choice); default: none "
-                             "given, so the job keeps its masters for its length (30m) and closes them at its end")
-    parser.add_argument("--forks", type=int, default=None,
-                        help="ansible-playbook --forks (default: none given, Ansible's 5; the memory goal is for that)")
+    parser.add_argument(
+        "--target-type",
+        choices=["auto", "ComposeHost", "DockerHost"],
+        default="auto",
+        help="the release's target.type (auto: ComposeHost when the engine has a network for each "
+        "target, else DockerHost)",
+    )
+    parser.add_argument(
+        "--health-interval",
+        default="10s",
+        help="the container healthcheck's interval (default 10s: every target's container runs on "
+        "the lab's one engine)",
+    )
+    parser.add_argument(
+        "--control-persist",
+        default=None,
+        help="the SSH masters' ControlPersist (ANSIBLE_SSH_ARGS '-C -o ControlMaster=auto -o "
+        "ControlPersist=VALUE', which the job keeps as the operator's choice); default: none "
+        "given, so the job keeps its masters for its length (30m) and closes them at its end",
+    )
+    parser.add_argument(
+        "--forks",
+        type=int,
+        default=None,
+        help="ansible-playbook --forks (default: none given, Ansible's 5; the memory goal is for that)",
+    )
     parser.add_argument("--batch-size", default="10%", help="strategyConfig.batchSize of the rolling runs")
     parser.add_argument("--prefix", default="scalebench", help="name prefix of the thin targets")
     parser.add_argument("--timeout", type=int, default=1800, help="seconds per ansible-playbook run")
     parser.add_argument("--sample-interval", type=float, default=0.1)
-    parser.add_argument("--settle-busy", type=float, default=50.0,
-                        help="before each run, wait until the machine's CPU busy %% stays at most this over two "
-                             "1-s windows in a row (default 50: one core of two; the healthchecks of the deployed "
-                             "containers keep some of it busy)")
-    parser.add_argument("--settle-limit", type=float, default=30.0,
-                        help="seconds at most that wait lasts (the run then starts, its wait and busy %% recorded)")
+    parser.add_argument(
+        "--settle-busy",
+        type=float,
+        default=50.0,
+        help="before each run, wait until the machine's CPU busy %% stays at most this over two "
+        "1-s windows in a row (default 50: one core of two; the healthchecks of the deployed "
+        "containers keep some of it busy)",
+    )
+    parser.add_argument(
+        "--settle-limit",
+        type=float,
+        default=30.0,
+        help="seconds at most that wait lasts (the run then starts, its wait and busy %% recorded)",
+    )
     parser.add_argument("--json", help="write every sample and verdict to this file")
     parser.add_argument("--keep", action="store_true", help="keep the targets running")
     args = parser.parse_args()
@@ -915,18 +1213,25 @@ def main():
 
     def stop(signum, _frame):
         raise BenchError("stopped by signal %d" % signum)
+
     signal.signal(signal.SIGTERM, stop)
     if not make_subreaper():
         log("could not become a child subreaper: SSH masters that outlive a run are not counted")
     work = tempfile.mkdtemp(prefix="stella-scale-bench-")
     bench = Bench(args, lab, work)
-    meta = {"sizes": sorted(set(args.sizes)), "image": bench.image,
-            "load_start": [round(x, 2) for x in os.getloadavg()],
-            "sample_interval": args.sample_interval, "batch_size": args.batch_size,
-            "settle": {"busy_pct": args.settle_busy, "limit_seconds": args.settle_limit},
-            "health_interval": args.health_interval, "control_persist": (args.control_persist + " (ANSIBLE_SSH_ARGS)") if args.control_persist
-            else "30m, the job's own (Ansible's ssh_args left unset), closed at the job's end",
-            "forks": args.forks}
+    meta = {
+        "sizes": sorted(set(args.sizes)),
+        "image": bench.image,
+        "load_start": [round(x, 2) for x in os.getloadavg()],
+        "sample_interval": args.sample_interval,
+        "batch_size": args.batch_size,
+        "settle": {"busy_pct": args.settle_busy, "limit_seconds": args.settle_limit},
+        "health_interval": args.health_interval,
+        "control_persist": (args.control_persist + " (ANSIBLE_SSH_ARGS)")
+        if args.control_persist
+        else "30m, the job's own (Ansible's ssh_args left unset), closed at the job's end",
+        "forks": args.forks,
+    }
     stores, error = [], None
     try:
         bench.target_type = target_type(args, max(args.sizes))
@@ -951,8 +1256,11 @@ def main():
                 log("removing the targets")
                 stop_targets(bench.targets, args.prefix)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    meta.update(load_end=[round(x, 2) for x in os.getloadavg()], meter_seen=bench.meter_seen,
-                wal_error=next((s.wal_error for s in stores if s.wal_error), None))
+    meta.update(
+        load_end=[round(x, 2) for x in os.getloadavg()],
+        meter_seen=bench.meter_seen,
+        wal_error=next((s.wal_error for s in stores if s.wal_error), None),
+    )
     meta.setdefault("target_kind", "none")
     meta.setdefault("targets_started", 0)
     verdicts = goals(bench.samples, meta["sizes"]) if bench.samples else []

@@ -8,8 +8,7 @@ import sys
 
 HERE = os.path.dirname(os.path.realpath(__file__))
 ROOT = os.path.dirname(HERE)
-for candidate in (os.path.join(ROOT, ".build", "collections"),
-                  os.path.dirname(os.path.dirname(os.path.dirname(ROOT)))):
+for candidate in (os.path.join(ROOT, ".build", "collections"), os.path.dirname(os.path.dirname(os.path.dirname(ROOT)))):
     if os.path.isdir(os.path.join(candidate, "ansible_collections", "stellaops", "runtime")):
         sys.path.insert(0, candidate)
         break

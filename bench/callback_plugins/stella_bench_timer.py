@@ -49,8 +49,14 @@ class CallbackModule(CallbackBase):
     def _open(self, task, handler=False):
         now = time.monotonic()
         self._close(now)
-        self._current = {"name": task.get_name(), "action": task.action, "handler": handler,
-                         "status": "not run", "changed": False, "_start": now}
+        self._current = {
+            "name": task.get_name(),
+            "action": task.action,
+            "handler": handler,
+            "status": "not run",
+            "changed": False,
+            "_start": now,
+        }
         self._tasks.append(self._current)
 
     def v2_playbook_on_start(self, playbook):
@@ -87,8 +93,7 @@ class CallbackModule(CallbackBase):
     def v2_playbook_on_stats(self, stats):
         now = time.monotonic()
         self._close(now)
-        document = json.dumps({"playbook_seconds": round(now - self._started, 6), "tasks": self._tasks},
-                              sort_keys=True)
+        document = json.dumps({"playbook_seconds": round(now - self._started, 6), "tasks": self._tasks}, sort_keys=True)
         output = os.environ.get("STELLA_BENCH_TIMER_OUTPUT")
         if output:
             with open(output, "w", encoding="utf-8") as handle:

@@ -11,9 +11,14 @@ from ansible.plugins.action import ActionBase
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.hints import with_next
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import utc_timestamp
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.deployment import deployment_record, rollback_records
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.deployment import (
+    deployment_record,
+    rollback_records,
+)
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.writer import (
-    clean as _clean, write_target_documents)
+    clean as _clean,
+    write_target_documents,
+)
 
 ARGUMENT_SPEC = {
     "dest": {"type": "path", "required": True},
@@ -43,12 +48,22 @@ class ActionModule(ActionBase):
         try:
             if args["kind"] == "deployment":
                 records["deployment.json"] = deployment_record(
-                    plan, _clean(args["apply"]), created_at, preflight=_clean(args["preflight"]), probe=_clean(args["probe"]))
+                    plan,
+                    _clean(args["apply"]),
+                    created_at,
+                    preflight=_clean(args["preflight"]),
+                    probe=_clean(args["probe"]),
+                )
             else:
-                evidence, recovery = rollback_records(plan, _clean(args["apply"]), _clean(args["rollback"]), created_at,
-                                                      failed_probe=_clean(args["probe"]),
-                                                      preflight=_clean(args["preflight"]),
-                                                      timestamps=args["timestamps"])
+                evidence, recovery = rollback_records(
+                    plan,
+                    _clean(args["apply"]),
+                    _clean(args["rollback"]),
+                    created_at,
+                    failed_probe=_clean(args["probe"]),
+                    preflight=_clean(args["preflight"]),
+                    timestamps=args["timestamps"],
+                )
                 if evidence is not None:
                     records["rollback-evidence.json"] = evidence
                 records["recovery.json"] = recovery

@@ -13,11 +13,20 @@ from __future__ import annotations
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError, redact_text, redact_url
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import (
+    StellaError,
+    redact_text,
+    redact_url,
+)
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.hints import with_next
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
-    DEFAULT_KEEP_REVISIONS, DEFAULT_WAIT_TIMEOUT)
-from ansible_collections.stellaops.runtime.plugins.module_utils.contract.versions import DEFAULT_MIN_COMPOSE, DEFAULT_MIN_ENGINE
+    DEFAULT_KEEP_REVISIONS,
+    DEFAULT_WAIT_TIMEOUT,
+)
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.versions import (
+    DEFAULT_MIN_COMPOSE,
+    DEFAULT_MIN_ENGINE,
+)
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.runner import JobRunner
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.steps import STEPS
 
@@ -76,7 +85,9 @@ class ActionModule(ActionBase):
         try:
             outcome = steps.run(args)
         except StellaError as exc:
-            result.update(with_next(dict(failed=True, msg=redact_text(redact_url(exc.reason), steps.secrets), code=exc.code)))
+            result.update(
+                with_next(dict(failed=True, msg=redact_text(redact_url(exc.reason), steps.secrets), code=exc.code))
+            )
             if exc.phase:
                 result["failurePhase"] = exc.phase
             return result

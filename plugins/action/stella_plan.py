@@ -17,12 +17,24 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
-    ENV_FILE, ENV_FILE_MODE, LOCK_FILE, MANIFEST_FILE as APPLY_MANIFEST_FILE, STICKER_FILE,
+    ENV_FILE,
+    ENV_FILE_MODE,
+    LOCK_FILE,
+    MANIFEST_FILE as APPLY_MANIFEST_FILE,
+    STICKER_FILE,
 )
-from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError, redact_text, redact_url
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import (
+    StellaError,
+    redact_text,
+    redact_url,
+)
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.hints import with_next
 from ansible_collections.stellaops.runtime.plugins.module_utils.host.files import atomic_write, read_bytes
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.inputs import load_credentials, plain, resolve_digests
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.inputs import (
+    load_credentials,
+    plain,
+    resolve_digests,
+)
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.plan import FILES_KEY, plan_release
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.schema import validate_release
 
@@ -87,13 +99,21 @@ class ActionModule(ActionBase):
             secrets.extend(credentials.secrets())
             validate_release(release)
             if args["target_types"] and release["target"]["type"] not in args["target_types"]:
-                raise StellaError("target_type_unsupported", "release target %s is a %s; this step deploys %s" % (
-                    release["target"]["id"], release["target"]["type"], " or ".join(args["target_types"])),
-                    phase="plan")
+                raise StellaError(
+                    "target_type_unsupported",
+                    "release target %s is a %s; this step deploys %s"
+                    % (release["target"]["id"], release["target"]["type"], " or ".join(args["target_types"])),
+                    phase="plan",
+                )
             try:
                 resolved, resolution = resolve_digests(
-                    release, credentials, args["insecure_registries"], plain(args["resolved"], "resolved"),
-                    args["resolve"], args["timeout"])
+                    release,
+                    credentials,
+                    args["insecure_registries"],
+                    plain(args["resolved"], "resolved"),
+                    args["resolve"],
+                    args["timeout"],
+                )
             finally:
                 secrets.extend(credentials.secrets())  # what the Docker config's helpers answered
             for warning in credentials.warnings:

@@ -403,48 +403,70 @@ ipAddress:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.compose import apply as _compose_apply
-from ansible_collections.stellaops.runtime.plugins.module_utils.contract.artifacts import env_artifact_values, render_env_artifact
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.artifacts import (
+    env_artifact_values,
+    render_env_artifact,
+)
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import DEFAULT_KEEP_REVISIONS
 from ansible_collections.stellaops.runtime.plugins.module_utils.agent.module import (
-    argument_spec, command_runner, engine_client, run_task)
-from ansible_collections.stellaops.runtime.plugins.module_utils.contract.versions import DEFAULT_MIN_COMPOSE, DEFAULT_MIN_ENGINE
+    argument_spec,
+    command_runner,
+    engine_client,
+    run_task,
+)
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.versions import (
+    DEFAULT_MIN_COMPOSE,
+    DEFAULT_MIN_ENGINE,
+)
 from ansible_collections.stellaops.runtime.plugins.module_utils.engine.preflight_registry import mask_credentials
 from ansible_collections.stellaops.runtime.plugins.module_utils.host.claim import parse_claim
 
-ARGUMENT_SPEC = argument_spec(dict(
-    task=dict(type="str", choices=["compose.up", "docker.run"], default="compose.up"),
-    project_name=dict(type="str"),
-    compose_lock=dict(type="str"),
-    version_sticker=dict(type="str"),
-    apply_manifest=dict(type="str"),
-    manifest_hash=dict(type="str"),
-    pull_images=dict(type="bool"),
-    backup_existing=dict(type="bool"),
-    hooks=dict(type="list", elements="dict"),
-    preflight=dict(type="dict", options=dict(
-        payload=dict(type="dict"),
-        target_type=dict(type="str", choices=["ComposeHost", "DockerHost"], default="ComposeHost"),
-        min_engine_version=dict(type="str", default=DEFAULT_MIN_ENGINE),
-        min_compose_version=dict(type="str", default=DEFAULT_MIN_COMPOSE),
-        insecure_registries=dict(type="list", elements="str", default=[]),
-        registry_credentials=dict(type="dict", no_log=True),
-        timeout=dict(type="float", default=10),
-    )),
-    secret_env=dict(type="dict", no_log=True),
-    env_artifact=dict(type="str", no_log=True),
-    secrets=dict(type="list", elements="str", no_log=True, default=[]),
-    keep_revisions=dict(type="int", default=DEFAULT_KEEP_REVISIONS),
-    payloads=dict(type="list", elements="dict"),
-), task=True)
+ARGUMENT_SPEC = argument_spec(
+    dict(
+        task=dict(type="str", choices=["compose.up", "docker.run"], default="compose.up"),
+        project_name=dict(type="str"),
+        compose_lock=dict(type="str"),
+        version_sticker=dict(type="str"),
+        apply_manifest=dict(type="str"),
+        manifest_hash=dict(type="str"),
+        pull_images=dict(type="bool"),
+        backup_existing=dict(type="bool"),
+        hooks=dict(type="list", elements="dict"),
+        preflight=dict(
+            type="dict",
+            options=dict(
+                payload=dict(type="dict"),
+                target_type=dict(type="str", choices=["ComposeHost", "DockerHost"], default="ComposeHost"),
+                min_engine_version=dict(type="str", default=DEFAULT_MIN_ENGINE),
+                min_compose_version=dict(type="str", default=DEFAULT_MIN_COMPOSE),
+                insecure_registries=dict(type="list", elements="str", default=[]),
+                registry_credentials=dict(type="dict", no_log=True),
+                timeout=dict(type="float", default=10),
+            ),
+        ),
+        secret_env=dict(type="dict", no_log=True),
+        env_artifact=dict(type="str", no_log=True),
+        secrets=dict(type="list", elements="str", no_log=True, default=[]),
+        keep_revisions=dict(type="int", default=DEFAULT_KEEP_REVISIONS),
+        payloads=dict(type="list", elements="dict"),
+    ),
+    task=True,
+)
 
 
 def main():
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True,
-                           mutually_exclusive=[("secret_env", "env_artifact"), ("payload", "payloads")])
+    module = AnsibleModule(
+        argument_spec=ARGUMENT_SPEC,
+        supports_check_mode=True,
+        mutually_exclusive=[("secret_env", "env_artifact"), ("payload", "payloads")],
+    )
     params = module.params
     if params["preflight"]:
-        mask_credentials(module.no_log_values, params["preflight"]["registry_credentials"],
-                         [params[name] for name, spec in ARGUMENT_SPEC.items() if spec.get("no_log")])
+        mask_credentials(
+            module.no_log_values,
+            params["preflight"]["registry_credentials"],
+            [params[name] for name, spec in ARGUMENT_SPEC.items() if spec.get("no_log")],
+        )
     if params["secret_env"] is not None:
         env_bytes = render_env_artifact({str(k): str(v) for k, v in params["secret_env"].items()})
     else:
@@ -460,14 +482,30 @@ def main():
             # imported only for this task: a compose.up run does not compile it
             from ansible_collections.stellaops.runtime.plugins.module_utils.docker import run as _docker_run  # pylint: disable=import-outside-toplevel
 
-            request = _docker_run.parse_deployment(params["payloads"] or [params["payload"]], params,
-                                                   params["version_sticker"])
-            manager = _docker_run.DockerRun(cli, run_command, module.warn, secrets, health_timeout=params["wait_timeout"],
-                                            env_bytes=env_bytes, preflight=preflight)
+            request = _docker_run.parse_deployment(
+                params["payloads"] or [params["payload"]], params, params["version_sticker"]
+            )
+            manager = _docker_run.DockerRun(
+                cli,
+                run_command,
+                module.warn,
+                secrets,
+                health_timeout=params["wait_timeout"],
+                env_bytes=env_bytes,
+                preflight=preflight,
+            )
         else:
             request = _compose_apply.parse_request(params["payload"], params)
-            manager = _compose_apply.ComposeApply(cli, run_command, module.warn, secrets, params["wait_timeout"],
-                                                  params["keep_revisions"], env_bytes, preflight=preflight)
+            manager = _compose_apply.ComposeApply(
+                cli,
+                run_command,
+                module.warn,
+                secrets,
+                params["wait_timeout"],
+                params["keep_revisions"],
+                env_bytes,
+                preflight=preflight,
+            )
         manager.claim = parse_claim(params["claim"])
         return manager.run(request, check_mode=module.check_mode, diff=module._diff)
 

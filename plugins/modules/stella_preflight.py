@@ -276,7 +276,9 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.hints import with_next
 from ansible_collections.stellaops.runtime.plugins.module_utils.agent.module import argument_spec, engine_client
-from ansible_collections.stellaops.runtime.plugins.module_utils.engine.preflight import ARGUMENT_SPEC as PREFLIGHT_OPTIONS
+from ansible_collections.stellaops.runtime.plugins.module_utils.engine.preflight import (
+    ARGUMENT_SPEC as PREFLIGHT_OPTIONS,
+)
 from ansible_collections.stellaops.runtime.plugins.module_utils.engine.preflight import preflight_with
 from ansible_collections.stellaops.runtime.plugins.module_utils.engine.preflight_registry import mask_credentials
 
@@ -286,22 +288,35 @@ ARGUMENT_SPEC = argument_spec(PREFLIGHT_OPTIONS)
 def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     params = module.params
-    mask_credentials(module.no_log_values, params["registry_credentials"],
-                     [params[name] for name, spec in ARGUMENT_SPEC.items() if spec.get("no_log") and name != "registry_credentials"])
+    mask_credentials(
+        module.no_log_values,
+        params["registry_credentials"],
+        [params[name] for name, spec in ARGUMENT_SPEC.items() if spec.get("no_log") and name != "registry_credentials"],
+    )
     try:
         cli = engine_client(module)
         cli.timeout = max(1, int(min(params["timeout"], params["command_timeout"])))
         evidence, failures = preflight_with(cli, dict(params), get_bin_path=module.get_bin_path)
     except StellaError as exc:
-        module.fail_json(msg=exc.reason, failurePhase="preflight", failures=[exc.as_dict()], **with_next({"code": exc.code}))
+        module.fail_json(
+            msg=exc.reason, failurePhase="preflight", failures=[exc.as_dict()], **with_next({"code": exc.code})
+        )
     except Exception as exc:  # pylint: disable=broad-exception-caught
-        module.fail_json(msg="unexpected error: %s" % exc, code="internal_error", failurePhase="preflight",
-                         exception=traceback.format_exc())
+        module.fail_json(
+            msg="unexpected error: %s" % exc,
+            code="internal_error",
+            failurePhase="preflight",
+            exception=traceback.format_exc(),
+        )
     if failures:
         module.fail_json(
             msg="preflight failed: %s" % "; ".join("%s: %s" % (f["code"], f["reason"]) for f in failures),
-            failurePhase="preflight", changed=False, preflight=evidence, failures=failures,
-            **with_next({"code": failures[0]["code"]}))
+            failurePhase="preflight",
+            changed=False,
+            preflight=evidence,
+            failures=failures,
+            **with_next({"code": failures[0]["code"]}),
+        )
     module.exit_json(changed=False, preflight=evidence, failures=[])
 
 

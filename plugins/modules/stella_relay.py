@@ -157,26 +157,39 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.relay import endpoint as _relay
 from ansible_collections.stellaops.runtime.plugins.module_utils.agent.module import (
-    argument_spec, command_runner, engine_client, run_task)
+    argument_spec,
+    command_runner,
+    engine_client,
+    run_task,
+)
 
-ARGUMENT_SPEC = argument_spec(dict(
-    name=dict(type="str", required=True),
-    state=dict(type="str", choices=list(_relay.STATES), default="present"),
-    listen_address=dict(type="str"),
-    device=dict(type="str", default="auto"),
-    forwards=dict(type="list", elements="dict", options=dict(
-        port=dict(type="int", required=True),
-        upstream_host=dict(type="str", default="127.0.0.1"),
-        upstream_port=dict(type="int", required=True),
-        listen_port=dict(type="int", default=0),
-    )),
-    state_directory=dict(type="path", default="~/.local/state/stellaops/relays"),
-))
+ARGUMENT_SPEC = argument_spec(
+    dict(
+        name=dict(type="str", required=True),
+        state=dict(type="str", choices=list(_relay.STATES), default="present"),
+        listen_address=dict(type="str"),
+        device=dict(type="str", default="auto"),
+        forwards=dict(
+            type="list",
+            elements="dict",
+            options=dict(
+                port=dict(type="int", required=True),
+                upstream_host=dict(type="str", default="127.0.0.1"),
+                upstream_port=dict(type="int", required=True),
+                listen_port=dict(type="int", default=0),
+            ),
+        ),
+        state_directory=dict(type="path", default="~/.local/state/stellaops/relays"),
+    )
+)
 
 
 def main():
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True,
-                           required_if=[("state", "present", ("listen_address", "forwards"))])
+    module = AnsibleModule(
+        argument_spec=ARGUMENT_SPEC,
+        supports_check_mode=True,
+        required_if=[("state", "present", ("listen_address", "forwards"))],
+    )
     run_command = command_runner(module)
 
     def task():

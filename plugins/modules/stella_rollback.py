@@ -197,16 +197,23 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.compose import r
 from ansible_collections.stellaops.runtime.plugins.module_utils.docker import rollback as _docker_rollback
 from ansible_collections.stellaops.runtime.plugins.module_utils.host.claim import parse_claim
 from ansible_collections.stellaops.runtime.plugins.module_utils.agent.module import (
-    argument_spec, command_runner, engine_client, run_task)
+    argument_spec,
+    command_runner,
+    engine_client,
+    run_task,
+)
 
-ARGUMENT_SPEC = argument_spec(dict(
-    task=dict(type="str", choices=["compose.rollback", "docker.rollback"], default="compose.rollback"),
-    names=dict(type="list", elements="str"),
-    project_name=dict(type="str"),
-    revision_path=dict(type="str"),
-    manifest_hash=dict(type="str"),
-    reason=dict(type="str"),
-), task=True)
+ARGUMENT_SPEC = argument_spec(
+    dict(
+        task=dict(type="str", choices=["compose.rollback", "docker.rollback"], default="compose.rollback"),
+        names=dict(type="list", elements="str"),
+        project_name=dict(type="str"),
+        revision_path=dict(type="str"),
+        manifest_hash=dict(type="str"),
+        reason=dict(type="str"),
+    ),
+    task=True,
+)
 
 
 def main():
@@ -217,12 +224,14 @@ def main():
         cli = engine_client(module, run_command)
         if module.params["task"] == "docker.rollback":
             request = _docker_rollback.parse_request(module.params["payload"], module.params)
-            manager = _docker_rollback.DockerRollback(cli, run_command, module.warn,
-                                                      wait_timeout=module.params["wait_timeout"])
+            manager = _docker_rollback.DockerRollback(
+                cli, run_command, module.warn, wait_timeout=module.params["wait_timeout"]
+            )
         else:
             request = _compose_rollback.parse_request(module.params["payload"], module.params)
-            manager = _compose_rollback.ComposeRollback(cli, run_command, module.warn,
-                                                        wait_timeout=module.params["wait_timeout"])
+            manager = _compose_rollback.ComposeRollback(
+                cli, run_command, module.warn, wait_timeout=module.params["wait_timeout"]
+            )
         manager.claim = parse_claim(module.params["claim"])
         return manager.run(request, check_mode=module.check_mode)
 

@@ -94,13 +94,19 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.stellaops.runtime.plugins.module_utils.agent import teardown as _teardown
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import DEFAULT_WORK_DIRECTORY
 from ansible_collections.stellaops.runtime.plugins.module_utils.agent.module import (
-    argument_spec, command_runner, engine_client, run_task)
+    argument_spec,
+    command_runner,
+    engine_client,
+    run_task,
+)
 
-ARGUMENT_SPEC = argument_spec(dict(
-    project_name=dict(type="str", required=True),
-    work_directory=dict(type="path", default=DEFAULT_WORK_DIRECTORY),
-    state=dict(type="str", choices=["absent", "stopped"], default="absent"),
-))
+ARGUMENT_SPEC = argument_spec(
+    dict(
+        project_name=dict(type="str", required=True),
+        work_directory=dict(type="path", default=DEFAULT_WORK_DIRECTORY),
+        state=dict(type="str", choices=["absent", "stopped"], default="absent"),
+    )
+)
 
 
 def main():

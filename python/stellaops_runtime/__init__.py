@@ -114,7 +114,11 @@ def describe(version, home):
     ours, theirs = _order(VERSION), _order(version)
     word = "another version" if None in (ours, theirs) else ("newer" if theirs > ours else "older")
     return "stellaops.runtime %s at %s, %s than this stella (stellaops-runtime %s)" % (
-        version or "of unknown version", home, word, VERSION)
+        version or "of unknown version",
+        home,
+        word,
+        VERSION,
+    )
 
 
 def main(argv=None):
@@ -122,29 +126,38 @@ def main(argv=None):
     argv = list(sys.argv if argv is None else argv)
     root = find_collection()
     if root is None:
-        sys.stderr.write("stella: %s: the stellaops.runtime collection is not installed on the collections path "
-                         "(%s): run ansible-galaxy collection install stellaops.runtime\n" % (
-                             MISSING_CODE, os.pathsep.join(search_paths())))
+        sys.stderr.write(
+            "stella: %s: the stellaops.runtime collection is not installed on the collections path "
+            "(%s): run ansible-galaxy collection install stellaops.runtime\n"
+            % (MISSING_CODE, os.pathsep.join(search_paths()))
+        )
         return MISSING_RC
     version, home = collection_version(root), _home(root)
     pip = "python3 -m pip install 'stellaops-runtime==%s'" % version if version else None
     if not os.path.isfile(os.path.join(home, *ENTRY)):
         newer = None not in (_order(version), _order(VERSION)) and _order(version) > _order(VERSION)
-        sys.stderr.write("stella: %s: found %s; this stella cannot run it, it has no %s: %s\n" % (
-            INCOMPATIBLE_CODE, describe(version, home), "/".join(ENTRY), pip if newer else UPGRADE))
+        sys.stderr.write(
+            "stella: %s: found %s; this stella cannot run it, it has no %s: %s\n"
+            % (INCOMPATIBLE_CODE, describe(version, home), "/".join(ENTRY), pip if newer else UPGRADE)
+        )
         return MISSING_RC
     if root not in sys.path:
         sys.path.insert(0, root)
     import importlib  # pylint: disable=import-outside-toplevel
+
     try:
         command = importlib.import_module(MODULE)
     except ImportError as exc:
         if version == VERSION:
             raise
-        sys.stderr.write("stella: %s: found %s; this stella cannot run it: %s: %s\n" % (
-            INCOMPATIBLE_CODE, describe(version, home), exc, " or ".join(filter(None, (pip, UPGRADE)))))
+        sys.stderr.write(
+            "stella: %s: found %s; this stella cannot run it: %s: %s\n"
+            % (INCOMPATIBLE_CODE, describe(version, home), exc, " or ".join(filter(None, (pip, UPGRADE))))
+        )
         return MISSING_RC
     if version != VERSION:
-        sys.stderr.write("stella: warning: found %s; runs it%s\n" % (
-            describe(version, home), " (for its Python requirements: %s)" % pip if pip else ""))
+        sys.stderr.write(
+            "stella: warning: found %s; runs it%s\n"
+            % (describe(version, home), " (for its Python requirements: %s)" % pip if pip else "")
+        )
     return command.main(["stella"] + argv[1:])

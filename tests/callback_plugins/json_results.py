@@ -39,8 +39,9 @@ class CallbackModule(CallbackBase):
         return self.tasks[-1]
 
     def v2_playbook_on_task_start(self, task, is_conditional):
-        self.tasks.append({"task": {"name": task.get_name(), "action": task.action, "run_once": bool(task.run_once)},
-                           "hosts": {}})
+        self.tasks.append(
+            {"task": {"name": task.get_name(), "action": task.action, "run_once": bool(task.run_once)}, "hosts": {}}
+        )
 
     def _record(self, result, **extra):
         data = dict(result._result)

@@ -25,7 +25,12 @@ def inventory_text(host=None):
         "%(name)s ansible_host=%(address)s ansible_user=%(user)s ansible_ssh_private_key_file=%(key)s "
         "ansible_python_interpreter=/usr/bin/python3 "
         "ansible_ssh_common_args='-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes'\n"
-        % {"name": host["name"], "address": host["address"], "user": host.get("ssh_user", "root"), "key": host["ssh_key"]}
+        % {
+            "name": host["name"],
+            "address": host["address"],
+            "user": host.get("ssh_user", "root"),
+            "key": host["ssh_key"],
+        }
     )
 
 
@@ -76,7 +81,10 @@ def ansible_module(module, args, host=None, env=None, verbosity=0, raw=False, ch
     try:
         doc = _parse_json_callback(proc.stdout)
     except ValueError:
-        raise AssertionError("ansible printed no JSON result (rc=%d):\n%s\n%s" % (proc.returncode, proc.stdout[-3000:], proc.stderr[-3000:]))
+        raise AssertionError(
+            "ansible printed no JSON result (rc=%d):\n%s\n%s"
+            % (proc.returncode, proc.stdout[-3000:], proc.stderr[-3000:])
+        )
     hosts = doc["plays"][0]["tasks"][0]["hosts"]
     result = next(iter(hosts.values()))
     result.setdefault("failed", False)
@@ -95,11 +103,21 @@ ROLLBACK_MODULE = "stellaops.runtime.stella_rollback"
 def load_lab_json():
     """The lab description written by ``lab/lab.sh up``; fails (never skips) when the lab is absent."""
     import labkit
+
     return labkit.load_lab()
 
 
-def release_input(project, images, work_directory, target=None, hooks=None, version="1.0.0", config=None,
-                  pull_images=None, secret_env=None):
+def release_input(
+    project,
+    images,
+    work_directory,
+    target=None,
+    hooks=None,
+    version="1.0.0",
+    config=None,
+    pull_images=None,
+    secret_env=None,
+):
     """A release input for the real planner: one component per ``images`` entry (name -> ref)."""
     components = []
     for name in sorted(images):
@@ -114,8 +132,14 @@ def release_input(project, images, work_directory, target=None, hooks=None, vers
         "application": "app",
         "strategy": "rolling",
         "projectName": project,
-        "target": target or {"id": "tgt-local", "name": "controller", "type": "ComposeHost", "endpoint": "local",
-                             "executionMode": "ssh"},
+        "target": target
+        or {
+            "id": "tgt-local",
+            "name": "controller",
+            "type": "ComposeHost",
+            "endpoint": "local",
+            "executionMode": "ssh",
+        },
         "workDirectory": work_directory,
         "components": components,
     }
@@ -131,6 +155,7 @@ def release_input(project, images, work_directory, target=None, hooks=None, vers
 def plan(release, resolved):
     """The real planner's output (``_plan.plan_release``) for ``release``."""
     from ansible_collections.stellaops.runtime.plugins.plugin_utils.release import plan as _plan
+
     return _plan.plan_release(release, resolved)
 
 
@@ -143,20 +168,27 @@ def docker(*argv, check=True):
 
 def project_containers(project, docker_argv=("docker",)):
     """``{service: (container id, StartedAt)}`` of a Compose project, read with the docker CLI."""
-    out = subprocess.run(list(docker_argv) + ["ps", "-aq", "--no-trunc", "--filter",
-                                              "label=com.docker.compose.project=%s" % project],
-                         capture_output=True, text=True, check=True).stdout.split()
+    out = subprocess.run(
+        list(docker_argv) + ["ps", "-aq", "--no-trunc", "--filter", "label=com.docker.compose.project=%s" % project],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     if not out:
         return {}
-    data = json.loads(subprocess.run(list(docker_argv) + ["inspect"] + out, capture_output=True, text=True,
-                                     check=True).stdout)
+    data = json.loads(
+        subprocess.run(list(docker_argv) + ["inspect"] + out, capture_output=True, text=True, check=True).stdout
+    )
     return {c["Config"]["Labels"]["com.docker.compose.service"]: (c["Id"], c["State"]["StartedAt"]) for c in data}
 
 
 def compose_down(project, docker_argv=("docker",)):
     """``docker compose -p PROJECT down`` (containers and networks), for cleanup in ``finally`` blocks."""
-    subprocess.run(list(docker_argv) + ["compose", "-p", project, "down", "-t", "1", "--remove-orphans"],
-                   capture_output=True, check=False)
+    subprocess.run(
+        list(docker_argv) + ["compose", "-p", project, "down", "-t", "1", "--remove-orphans"],
+        capture_output=True,
+        check=False,
+    )
 
 
 class DeployCtx:
@@ -169,6 +201,7 @@ class DeployCtx:
 
     def __init__(self, lab, host=None, prefix="it"):
         import uuid
+
         self.lab, self.host = lab, host
         self.project = "%s-%s" % (prefix, uuid.uuid4().hex[:10])
         self.images = lab["images"]
@@ -180,11 +213,17 @@ class DeployCtx:
             self.docker_argv = ("docker",)
         else:
             import labkit
+
             self.work = "/var/lib/stella-it"
             self.resolved = {v["ref"]: v["digest"] for v in self.images.values()}
             self.refs = {k: v["ref"] for k, v in self.images.items()}
-            self.target = {"id": "tgt-" + host["name"], "name": host["name"], "type": "ComposeHost",
-                           "endpoint": "ssh://root@%s" % host["address"], "executionMode": "ssh"}
+            self.target = {
+                "id": "tgt-" + host["name"],
+                "name": host["name"],
+                "type": "ComposeHost",
+                "endpoint": "ssh://root@%s" % host["address"],
+                "executionMode": "ssh",
+            }
             self.docker_argv = tuple(labkit.ssh_argv(host)) + ("docker",)
         self.project_dir = os.path.join(self.work, self.project)
 
@@ -204,15 +243,28 @@ class DeployCtx:
     def rollback(self, args=None, payload=None, **kw):
         call = dict(args or {})
         if "project_name" not in call:
-            call["payload"] = payload or {"ProjectName": self.project, "WorkDirectory": self.work,
-                                          "Target": self.target_context()}
+            call["payload"] = payload or {
+                "ProjectName": self.project,
+                "WorkDirectory": self.work,
+                "Target": self.target_context(),
+            }
         return ansible_module(ROLLBACK_MODULE, call, host=self.host, **kw)
 
     def target_context(self):
-        target = self.target or {"id": "tgt-local", "name": "controller", "type": "ComposeHost",
-                                 "endpoint": "local", "executionMode": "ssh"}
-        return {"Id": target["id"], "Name": target["name"], "Type": target["type"],
-                "Endpoint": target["endpoint"].replace("root@", ""), "ExecutionMode": target["executionMode"]}
+        target = self.target or {
+            "id": "tgt-local",
+            "name": "controller",
+            "type": "ComposeHost",
+            "endpoint": "local",
+            "executionMode": "ssh",
+        }
+        return {
+            "Id": target["id"],
+            "Name": target["name"],
+            "Type": target["type"],
+            "Endpoint": target["endpoint"].replace("root@", ""),
+            "ExecutionMode": target["executionMode"],
+        }
 
     def sh(self, command):
         """Run a shell command line on the host under test; return stdout."""
@@ -220,6 +272,7 @@ class DeployCtx:
             argv = ["sh", "-c", command]
         else:
             import labkit
+
             argv = labkit.ssh_argv(self.host, command)
         proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=120)
         if proc.returncode != 0:
@@ -233,19 +286,25 @@ class DeployCtx:
         ids = [pair[0] for pair in self.containers().values()]
         if not ids:
             return []
-        return json.loads(subprocess.run(list(self.docker_argv) + ["inspect"] + ids, capture_output=True, text=True,
-                                         check=True).stdout)
+        return json.loads(
+            subprocess.run(
+                list(self.docker_argv) + ["inspect"] + ids, capture_output=True, text=True, check=True
+            ).stdout
+        )
 
     def files(self):
         """The three committed files (bytes or None) of the project directory."""
-        script = ("import json,os,sys\nd=sys.argv[1]\nout={}\nfor n in ('compose.stella.lock.yml',"
-                  "'stella.version.json','apply-manifest.json'):\n p=os.path.join(d,n)\n"
-                  " out[n]=open(p).read() if os.path.exists(p) else None\nprint(json.dumps(out))")
+        script = (
+            "import json,os,sys\nd=sys.argv[1]\nout={}\nfor n in ('compose.stella.lock.yml',"
+            "'stella.version.json','apply-manifest.json'):\n p=os.path.join(d,n)\n"
+            " out[n]=open(p).read() if os.path.exists(p) else None\nprint(json.dumps(out))"
+        )
         if self.host is None:
             argv = [os.path.join(VENV_BIN, "python"), "-c", script, self.project_dir]
         else:
             import shlex
             import labkit
+
             argv = labkit.ssh_argv(self.host, "python3 -c %s %s" % (shlex.quote(script), self.project_dir))
         out = json.loads(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
         return {k: (v.encode() if v is not None else None) for k, v in out.items()}
@@ -254,6 +313,7 @@ class DeployCtx:
         compose_down(self.project, self.docker_argv)
         if self.host is None:
             import shutil
+
             shutil.rmtree(self.work, ignore_errors=True)
         else:
             self.sh("rm -rf %s" % self.project_dir)
@@ -271,14 +331,22 @@ def run_playbook(playbook_text, extra_vars, host=None, timeout=600):
         varfile = os.path.join(tmp, "vars.json")
         with open(varfile, "w", encoding="utf-8") as handle:
             json.dump(extra_vars, handle)
-        proc = subprocess.run([os.path.join(VENV_BIN, "ansible-playbook"), "-i", inv, book, "-e", "@" + varfile],
-                              capture_output=True, text=True, env=ansible_env(), timeout=timeout, cwd=ROOT,
-                              check=False)
+        proc = subprocess.run(
+            [os.path.join(VENV_BIN, "ansible-playbook"), "-i", inv, book, "-e", "@" + varfile],
+            capture_output=True,
+            text=True,
+            env=ansible_env(),
+            timeout=timeout,
+            cwd=ROOT,
+            check=False,
+        )
     try:
         doc = _parse_json_callback(proc.stdout)
     except ValueError:
-        raise AssertionError("ansible-playbook printed no JSON (rc=%d):\n%s\n%s" % (
-            proc.returncode, proc.stdout[-3000:], proc.stderr[-3000:]))
+        raise AssertionError(
+            "ansible-playbook printed no JSON (rc=%d):\n%s\n%s"
+            % (proc.returncode, proc.stdout[-3000:], proc.stderr[-3000:])
+        )
     return proc.returncode, doc
 
 

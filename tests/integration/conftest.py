@@ -82,7 +82,9 @@ def _remove_orphans() -> None:
     """Remove targets left by pytest sessions that died (``it<pid>-*`` whose pid is gone)."""
     proc = subprocess.run(
         ["docker", "ps", "-a", "--filter", "label=stella.lab=target", "--format", '{{.Label "stella.lab.name"}}'],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     for name in proc.stdout.split():
         match = re.match(r"^it(\d+)-", name)

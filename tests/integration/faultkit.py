@@ -49,8 +49,11 @@ PREFLIGHT = "stellaops.runtime.stella_preflight"
 PLAN = "stellaops.runtime.stella_plan"
 GATES = {"min_engine_version": "20.10.0"}  # the lab's engine is Debian's 20.10 (docs/preflight.md)
 # The app image's own healthcheck, polled every second (healthy sooner than the image's 2 s interval).
-FAST_HEALTHCHECK = {"healthcheck.test": "wget -q -O- http://127.0.0.1:8080/", "healthcheck.interval": "1s",
-                    "healthcheck.retries": 15}
+FAST_HEALTHCHECK = {
+    "healthcheck.test": "wget -q -O- http://127.0.0.1:8080/",
+    "healthcheck.interval": "1s",
+    "healthcheck.retries": 15,
+}
 
 
 class AnsibleHung(AssertionError):
@@ -64,6 +67,7 @@ def planted_secret(tag="secret"):
 
 # --------------------------------------------------------------------------------------------- ansible
 
+
 def _communicate(proc, timeout, what):
     try:
         out, err = proc.communicate(timeout=timeout)
@@ -71,8 +75,9 @@ def _communicate(proc, timeout, what):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
-        raise AnsibleHung("%s did not return within %d s (killed); last output:\n%s" % (
-            what, timeout, (out + err)[-3000:]))
+        raise AnsibleHung(
+            "%s did not return within %d s (killed); last output:\n%s" % (what, timeout, (out + err)[-3000:])
+        )
     return out, err
 
 
@@ -92,8 +97,15 @@ def run_ansible(module, args, host=None, verbosity=3, check=False, timeout=240, 
     run_env = ar.ansible_env(dict({"ANSIBLE_PIPELINING": "1"} if host is not None else {}, **(env or {})))
     start = time.monotonic()
     try:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=run_env,
-                                cwd=ar.ROOT, start_new_session=True)
+        proc = subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=run_env,
+            cwd=ar.ROOT,
+            start_new_session=True,
+        )
         out, err = _communicate(proc, timeout, "ansible -m %s" % module)
     finally:
         os.unlink(inv.name)
@@ -101,8 +113,9 @@ def run_ansible(module, args, host=None, verbosity=3, check=False, timeout=240, 
     try:
         doc = ar._parse_json_callback(out)  # pylint: disable=protected-access
     except ValueError:
-        raise AssertionError("ansible printed no JSON result (rc=%d):\n%s\n%s" % (
-            proc.returncode, out[-3000:], err[-3000:]))
+        raise AssertionError(
+            "ansible printed no JSON result (rc=%d):\n%s\n%s" % (proc.returncode, out[-3000:], err[-3000:])
+        )
     result = next(iter(doc["plays"][0]["tasks"][0]["hosts"].values()))
     result.setdefault("failed", False)
     return result, out + err, seconds
@@ -114,8 +127,14 @@ def start_ansible(module, args, host=None):
     with os.fdopen(handle, "w") as inv:
         inv.write(ar.inventory_text(host))
     argv = [os.path.join(ar.VENV_BIN, "ansible"), "all", "-i", path, "-m", module, "-a", json.dumps(args)]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ar.ansible_env(),
-                            cwd=ar.ROOT, start_new_session=True)
+    proc = subprocess.Popen(
+        argv,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=ar.ansible_env(),
+        cwd=ar.ROOT,
+        start_new_session=True,
+    )
     proc.inventory_path = path
     return proc
 
@@ -167,25 +186,33 @@ def kill_group_of(pid):
 
 # --------------------------------------------------------------------------------------------- checks
 
+
 def assert_no_secret(secret, *texts, where=""):
     for index, text in enumerate(texts):
         if not isinstance(text, str):
             text = json.dumps(text, sort_keys=True, default=str)
         assert secret not in text, "the planted secret leaked (%s #%d): ...%s..." % (
-            where or "output", index, _around(text, secret))
+            where or "output",
+            index,
+            _around(text, secret),
+        )
 
 
 def _around(text, needle, width=200):
     at = text.find(needle)
-    return text[max(0, at - width):at + len(needle) + width]
+    return text[max(0, at - width) : at + len(needle) + width]
 
 
 def verify_committed(files, project, manifest_hash):
     """Problems of the committed artifact set (``verify_artifact_set`` over the project files)."""
     if files.get(MANIFEST) is None:
         return ["%s is missing" % MANIFEST]
-    return verify_artifact_set(files[MANIFEST], {LOCK: files.get(LOCK), STICKER: files.get(STICKER),
-                                                 ENV: files.get(ENV)}, project, manifest_hash)
+    return verify_artifact_set(
+        files[MANIFEST],
+        {LOCK: files.get(LOCK), STICKER: files.get(STICKER), ENV: files.get(ENV)},
+        project,
+        manifest_hash,
+    )
 
 
 _READ_TREE = r"""
@@ -211,6 +238,7 @@ print(json.dumps({"files": files, "leaks": leaks, "listing": sorted(listing), "m
 
 
 # --------------------------------------------------------------------------------------------- a project
+
 
 class FaultCtx(ar.DeployCtx):
     """One Compose project on localhost (``host=None``) or a lab target, with a planted secret.
@@ -245,8 +273,10 @@ class FaultCtx(ar.DeployCtx):
     def write_secret_file(self):
         if not self._secret_written:
             path = shlex.quote(self.secret_file)
-            self.run_on_host("mkdir -p %s && umask 077 && cat > %s" % (
-                shlex.quote(os.path.dirname(self.secret_file)), path), stdin=self.secret)
+            self.run_on_host(
+                "mkdir -p %s && umask 077 && cat > %s" % (shlex.quote(os.path.dirname(self.secret_file)), path),
+                stdin=self.secret,
+            )
             self._secret_written = True
 
     def leak_hook(self, name="leak", phase="pre-deploy", **extra):
@@ -288,14 +318,20 @@ class FaultCtx(ar.DeployCtx):
     def deploy_ok(self, planned, args=None):
         result = self.deploy(planned, args)
         assert not result["failed"], "setup deploy failed: %s (%s, phase %s)" % (
-            result.get("msg"), result.get("code"), result.get("failurePhase"))
+            result.get("msg"),
+            result.get("code"),
+            result.get("failurePhase"),
+        )
         return result
 
     def rollback(self, args=None, payload=None, timeout=240, **_kw):
         call = dict(args or {})
         if "project_name" not in call:
-            call["payload"] = payload or {"ProjectName": self.project, "WorkDirectory": self.work,
-                                          "Target": self.target_context()}
+            call["payload"] = payload or {
+                "ProjectName": self.project,
+                "WorkDirectory": self.work,
+                "Target": self.target_context(),
+            }
         return self.call(ROLLBACK, call, timeout=timeout)
 
     # ---------------------------------------------------------------- target state
@@ -328,25 +364,33 @@ class FaultCtx(ar.DeployCtx):
         for container in self.inspect():
             labels = container["Config"]["Labels"]
             out[labels["com.docker.compose.service"]] = (
-                container["Id"], container["State"]["StartedAt"], container["Config"]["Image"],
-                {k: v for k, v in sorted(labels.items()) if k.startswith("stella.")})
+                container["Id"],
+                container["State"]["StartedAt"],
+                container["Config"]["Image"],
+                {k: v for k, v in sorted(labels.items()) if k.startswith("stella.")},
+            )
         return out
 
     def assert_runs(self, planned, image_key="app_v1", services=("web",)):
         """Exactly ``services`` run, healthy, on the pinned digest, labelled with the plan's manifest hash."""
         digest = self.images[image_key]["digest"]
         containers = self.inspect()
-        assert sorted(c["Config"]["Labels"]["com.docker.compose.service"] for c in containers) == sorted(services), \
+        assert sorted(c["Config"]["Labels"]["com.docker.compose.service"] for c in containers) == sorted(services), (
             "project containers: %s" % [(c["Name"], c["State"]["Status"]) for c in containers]
+        )
         for container in containers:
             state = container["State"]
             assert state["Running"] and not state["Restarting"], "%s is %s" % (container["Name"], state["Status"])
             assert state.get("Health", {}).get("Status") == "healthy", "%s health %s" % (
-                container["Name"], state.get("Health"))
+                container["Name"],
+                state.get("Health"),
+            )
             assert container["Config"]["Image"].endswith("@" + digest), container["Config"]["Image"]
             labels = container["Config"]["Labels"]
-            assert labels["stella.manifest.hash"] == planned["manifestHash"], (
-                "runs manifest %s, expected %s" % (labels["stella.manifest.hash"], planned["manifestHash"]))
+            assert labels["stella.manifest.hash"] == planned["manifestHash"], "runs manifest %s, expected %s" % (
+                labels["stella.manifest.hash"],
+                planned["manifestHash"],
+            )
             assert labels["stella.image.digest"] == digest
             assert labels["stella.release.version"] == planned["release"]["version"]
 
@@ -427,8 +471,12 @@ class RoleRun:
             self.publish = "%d:8080" % self.port
 
     def probe_config(self, path="/", attempts=3, url=None, timeout=3):
-        config = {"healthProbe.type": "http", "healthProbe.attempts": attempts, "healthProbe.intervalSeconds": 1,
-                  "healthProbe.timeoutSeconds": timeout}
+        config = {
+            "healthProbe.type": "http",
+            "healthProbe.attempts": attempts,
+            "healthProbe.intervalSeconds": 1,
+            "healthProbe.timeoutSeconds": timeout,
+        }
         if url:
             config["healthProbe.url"] = url
         elif self.ctx.host is None:
@@ -437,13 +485,27 @@ class RoleRun:
             config.update({"healthProbe.port": self.port, "healthProbe.path": path})
         return config
 
-    def release(self, image_key="app_v1", version="1.0.0", hooks=None, probe=None, secret_env=False, preflight=None,
-                ports=True, healthcheck=True):
+    def release(
+        self,
+        image_key="app_v1",
+        version="1.0.0",
+        hooks=None,
+        probe=None,
+        secret_env=False,
+        preflight=None,
+        ports=True,
+        healthcheck=True,
+    ):
         config = dict(probe or {})
         if healthcheck and image_key != "app_broken":
             config.update(FAST_HEALTHCHECK)
-        release = self.ctx.release(image_key, version, hooks=hooks, config={"web": config} if config else None,
-                                   secret_env={SECRET_KEY: self.ctx.secret} if secret_env else None)
+        release = self.ctx.release(
+            image_key,
+            version,
+            hooks=hooks,
+            config={"web": config} if config else None,
+            secret_env={SECRET_KEY: self.ctx.secret} if secret_env else None,
+        )
         if ports:
             release["components"][0]["ports"] = [self.publish]
         if preflight:
@@ -461,26 +523,51 @@ class RoleRun:
         (run / "playbook.yml").write_text(PLAYBOOK)
         creds = {"127.0.0.1:5999": {"username": "fx", "password": self.registry_secret}}
         creds.update(registry_credentials or {})
-        variables = {"release": release, "evidence_dir": self.evidence_dir, "insecure_registries": self.insecure,
-                     "registry_credentials": creds, "wait_timeout": wait_timeout,
-                     "results_file": str(run / "results.json"), "job_store": str(self.tmp / "jobs.sqlite3")}
+        variables = {
+            "release": release,
+            "evidence_dir": self.evidence_dir,
+            "insecure_registries": self.insecure,
+            "registry_credentials": creds,
+            "wait_timeout": wait_timeout,
+            "results_file": str(run / "results.json"),
+            "job_store": str(self.tmp / "jobs.sqlite3"),
+        }
         (run / "vars.json").write_text(json.dumps(variables))
         argv = [os.path.join(ar.VENV_BIN, "ansible-playbook"), "-vvv"] + (["--check"] if check else [])
         if self.ctx.host is None:
-            argv += ["-i", "localhost,", "-c", "local", "-e",
-                     "ansible_python_interpreter=" + os.path.join(ar.VENV_BIN, "python")]
+            argv += [
+                "-i",
+                "localhost,",
+                "-c",
+                "local",
+                "-e",
+                "ansible_python_interpreter=" + os.path.join(ar.VENV_BIN, "python"),
+            ]
         else:
             (run / "inventory.ini").write_text(ar.inventory_text(self.ctx.host))
             argv += ["-i", str(run / "inventory.ini")]
         argv += ["-e", "@" + str(run / "vars.json"), str(run / "playbook.yml")]
-        env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=ar.COLLECTIONS, ANSIBLE_STDOUT_CALLBACK="default",
-                   ANSIBLE_NOCOLOR="1", ANSIBLE_RETRY_FILES_ENABLED="0", ANSIBLE_HOST_KEY_CHECKING="False")
+        env = dict(
+            os.environ,
+            ANSIBLE_COLLECTIONS_PATH=ar.COLLECTIONS,
+            ANSIBLE_STDOUT_CALLBACK="default",
+            ANSIBLE_NOCOLOR="1",
+            ANSIBLE_RETRY_FILES_ENABLED="0",
+            ANSIBLE_HOST_KEY_CHECKING="False",
+        )
         return run, argv, env
 
     def start(self, release, wait_timeout=30, registry_credentials=None, check=False):
         run, argv, env = self._argv(release, wait_timeout, registry_credentials, check)
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                                cwd=ar.ROOT, start_new_session=True)
+        proc = subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=ar.ROOT,
+            start_new_session=True,
+        )
         return run, proc
 
     def finish(self, run, proc, timeout=300):
@@ -514,11 +601,18 @@ class RoleRun:
         ``job.json`` (and ``rollback-evidence.json`` after a rollback)."""
         plan = results["plan"]
         documents = {}
-        for directory in (os.path.join(self.evidence_dir, plan["projectName"], plan["jobId"], plan["target"]["id"]),
-                          os.path.join(self.evidence_dir, "jobs", plan["jobId"])):
+        for directory in (
+            os.path.join(self.evidence_dir, plan["projectName"], plan["jobId"], plan["target"]["id"]),
+            os.path.join(self.evidence_dir, "jobs", plan["jobId"]),
+        ):
             if os.path.isdir(directory):
-                documents.update({name: json.load(open(os.path.join(directory, name), encoding="utf-8"))
-                                  for name in sorted(os.listdir(directory)) if name.endswith(".json")})
+                documents.update(
+                    {
+                        name: json.load(open(os.path.join(directory, name), encoding="utf-8"))
+                        for name in sorted(os.listdir(directory))
+                        if name.endswith(".json")
+                    }
+                )
         return documents
 
     def evidence_texts(self):
@@ -538,6 +632,7 @@ class RoleRun:
 
 
 # --------------------------------------------------------------------------------------------- DinD faults
+
 
 def _outer_docker(*argv, check=True, timeout=60):
     proc = subprocess.run(["docker"] + list(argv), capture_output=True, text=True, check=False, timeout=timeout)
@@ -572,15 +667,21 @@ def daemon_socket_moved(target):
     try:
         yield
     finally:
-        _outer_docker("exec", target["container"], "mv", "/var/run/docker.sock.fx-away", "/var/run/docker.sock",
-                      check=False)
+        _outer_docker(
+            "exec", target["container"], "mv", "/var/run/docker.sock.fx-away", "/var/run/docker.sock", check=False
+        )
 
 
 @contextlib.contextmanager
 def small_tmpfs(target, path, size="2m"):
     """A tmpfs of ``size`` mounted at ``path`` inside the target (its own file system, so it fills up)."""
-    _outer_docker("exec", target["container"], "sh", "-c",
-                  "mkdir -p %s && mount -t tmpfs -o size=%s tmpfs %s" % (path, size, path))
+    _outer_docker(
+        "exec",
+        target["container"],
+        "sh",
+        "-c",
+        "mkdir -p %s && mount -t tmpfs -o size=%s tmpfs %s" % (path, size, path),
+    )
     try:
         yield path
     finally:
@@ -590,8 +691,13 @@ def small_tmpfs(target, path, size="2m"):
 def wait_daemon(target, timeout=60):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        proc = subprocess.run(labkit.ssh_argv(target, "docker", "info", "--format", "{{.ServerVersion}}"),
-                              capture_output=True, text=True, check=False, timeout=30)
+        proc = subprocess.run(
+            labkit.ssh_argv(target, "docker", "info", "--format", "{{.ServerVersion}}"),
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=30,
+        )
         if proc.returncode == 0:
             return
         time.sleep(0.5)
@@ -599,6 +705,7 @@ def wait_daemon(target, timeout=60):
 
 
 # --------------------------------------------------------------------------------------------- a probe gate
+
 
 class ProbeGate:
     """HTTP on 127.0.0.1: the first request sets ``hit`` and is held until ``release()``, then gets 503."""

@@ -83,21 +83,41 @@ class FleetJob:
         self.runs = 0
 
     # ------------------------------------------------------------------ inputs
-    def release(self, image_key="app_v1", version="1.0.0", strategy="rolling", strategy_config=None, hooks=None,
-                probe=None, target_type="ComposeHost", port=None):
+    def release(
+        self,
+        image_key="app_v1",
+        version="1.0.0",
+        strategy="rolling",
+        strategy_config=None,
+        hooks=None,
+        probe=None,
+        target_type="ComposeHost",
+        port=None,
+    ):
         """A one-service (``web``) release of this test's application for every target of the fleet."""
         port = port or self.port
-        config = {"healthcheck.test": "wget -q -O- http://127.0.0.1:8080/", "healthcheck.interval": "1s",
-                  "healthcheck.retries": 15, "healthProbe.type": "http", "healthProbe.port": port,
-                  "healthProbe.attempts": 5, "healthProbe.intervalSeconds": 1, "healthProbe.timeoutSeconds": 3}
+        config = {
+            "healthcheck.test": "wget -q -O- http://127.0.0.1:8080/",
+            "healthcheck.interval": "1s",
+            "healthcheck.retries": 15,
+            "healthProbe.type": "http",
+            "healthProbe.port": port,
+            "healthProbe.attempts": 5,
+            "healthProbe.intervalSeconds": 1,
+            "healthProbe.timeoutSeconds": 3,
+        }
         config.update(probe or {})
         release = {
             "release": {"id": "rel-" + version.replace(".", "-"), "name": "shop", "version": version},
-            "tenant": "acme", "environment": "lab", "application": self.application, "strategy": strategy,
+            "tenant": "acme",
+            "environment": "lab",
+            "application": self.application,
+            "strategy": strategy,
             "strategyConfig": dict(strategy_config if strategy_config is not None else {"batchSize": 2}),
             "target": {"type": target_type},
-            "components": [{"name": "web", "image": self.refs[image_key], "ports": ["%d:8080" % port],
-                            "config": config}],
+            "components": [
+                {"name": "web", "image": self.refs[image_key], "ports": ["%d:8080" % port], "config": config}
+            ],
         }
         if hooks:
             release["hooks"] = list(hooks)
@@ -108,7 +128,8 @@ class FleetJob:
         hosts = {}
         for target in self.fleet:
             hosts[target["name"]] = {
-                "ansible_host": target["address"], "ansible_user": target.get("ssh_user", "root"),
+                "ansible_host": target["address"],
+                "ansible_user": target.get("ssh_user", "root"),
                 "ansible_ssh_private_key_file": target["ssh_key"],
                 "ansible_ssh_common_args": " ".join(labkit.SSH_OPTIONS + ("-o", "LogLevel=ERROR")),
                 "ansible_python_interpreter": "/usr/bin/python3",
@@ -116,37 +137,74 @@ class FleetJob:
             hosts[target["name"]].update((overrides or {}).get(target["name"]) or {})
         return {"all": {"children": {"stella_targets": {"hosts": hosts}}}}
 
-    def _argv(self, release, overrides, extra, verbose=False, controller=None, check=False, playbook=PLAYBOOK,
-              env=None):
+    def _argv(
+        self, release, overrides, extra, verbose=False, controller=None, check=False, playbook=PLAYBOOK, env=None
+    ):
         self.runs += 1
         run = self.tmp / ("run%d" % self.runs)
         run.mkdir()
-        variables = {"stella_job_store": self.store_path, "stella_evidence_dir": self.evidence_dir,
-                     "stella_insecure_registries": self.insecure}
+        variables = {
+            "stella_job_store": self.store_path,
+            "stella_evidence_dir": self.evidence_dir,
+            "stella_insecure_registries": self.insecure,
+        }
         variables.update({"stella_release": release} if release is not None else {})
         variables.update(extra or {})
         (run / "vars.json").write_text(json.dumps(variables, indent=1))
         (run / "inventory.json").write_text(json.dumps(self.inventory(overrides), indent=1))
-        argv = [os.path.join(ar.VENV_BIN, "ansible-playbook"), "-i", str(run / "inventory.json"), playbook,
-                "-e", "@" + str(run / "vars.json")] + (["-vvv"] if verbose else []) + (["--check"] if check else [])
+        argv = (
+            [
+                os.path.join(ar.VENV_BIN, "ansible-playbook"),
+                "-i",
+                str(run / "inventory.json"),
+                playbook,
+                "-e",
+                "@" + str(run / "vars.json"),
+            ]
+            + (["-vvv"] if verbose else [])
+            + (["--check"] if check else [])
+        )
         if controller:
             # another controller host: the same machine under another host name (a private UTS namespace)
             argv = ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', controller] + argv
-        env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=ar.COLLECTIONS, ANSIBLE_STDOUT_CALLBACK="default",
-                   ANSIBLE_NOCOLOR="1", ANSIBLE_RETRY_FILES_ENABLED="0", ANSIBLE_HOST_KEY_CHECKING="False",
-                   **(env or {}))
+        env = dict(
+            os.environ,
+            ANSIBLE_COLLECTIONS_PATH=ar.COLLECTIONS,
+            ANSIBLE_STDOUT_CALLBACK="default",
+            ANSIBLE_NOCOLOR="1",
+            ANSIBLE_RETRY_FILES_ENABLED="0",
+            ANSIBLE_HOST_KEY_CHECKING="False",
+            **(env or {}),
+        )
         env.pop("ANSIBLE_CALLBACKS_ENABLED", None)
         return argv, env, run
 
-    def run(self, release, overrides=None, extra=None, timeout=420, verbose=False, controller=None, check=False,
-            playbook=PLAYBOOK, env=None):
+    def run(
+        self,
+        release,
+        overrides=None,
+        extra=None,
+        timeout=420,
+        verbose=False,
+        controller=None,
+        check=False,
+        playbook=PLAYBOOK,
+        env=None,
+    ):
         """Run the job playbook (or ``playbook``) to its end (as the controller host ``controller``, when
         given; in check mode with ``check``; ``env`` added to its environment); returns a :class:`Run`."""
         before = set(self.job_ids())
         argv, env, run = self._argv(release, overrides, extra, verbose, controller, check, playbook, env)
         start = time.monotonic()
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                                cwd=ar.ROOT, start_new_session=True)
+        proc = subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+            cwd=ar.ROOT,
+            start_new_session=True,
+        )
         try:
             output = proc.communicate(timeout=timeout)[0]
         except subprocess.TimeoutExpired:
@@ -163,39 +221,65 @@ class FleetJob:
 
     def rollback(self, job_id, check=False, extra=None):
         """The operator rollback (``stellaops.runtime.rollback``) of ``job_id``; returns a :class:`Run`."""
-        return self.run(None, extra=dict(extra or {}, stella_job_id=job_id), check=check,
-                        playbook=ROLLBACK_PLAYBOOK)
+        return self.run(None, extra=dict(extra or {}, stella_job_id=job_id), check=check, playbook=ROLLBACK_PLAYBOOK)
 
     def show(self, job_id, timeout=120):
         """``stellaops.runtime.job_show`` for ``job_id`` against this test's store: ``(rc, output)``."""
-        env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=ar.COLLECTIONS, ANSIBLE_STDOUT_CALLBACK="default",
-                   ANSIBLE_NOCOLOR="1", ANSIBLE_RETRY_FILES_ENABLED="0")
+        env = dict(
+            os.environ,
+            ANSIBLE_COLLECTIONS_PATH=ar.COLLECTIONS,
+            ANSIBLE_STDOUT_CALLBACK="default",
+            ANSIBLE_NOCOLOR="1",
+            ANSIBLE_RETRY_FILES_ENABLED="0",
+        )
         env.pop("ANSIBLE_CALLBACKS_ENABLED", None)
-        argv = [os.path.join(ar.VENV_BIN, "ansible-playbook"), "-i", "localhost,", "-c", "local",
-                "stellaops.runtime.job_show", "-e", "stella_job_id=" + job_id, "-e", "stella_job_store=" + self.store_path]
+        argv = [
+            os.path.join(ar.VENV_BIN, "ansible-playbook"),
+            "-i",
+            "localhost,",
+            "-c",
+            "local",
+            "stellaops.runtime.job_show",
+            "-e",
+            "stella_job_id=" + job_id,
+            "-e",
+            "stella_job_store=" + self.store_path,
+        ]
         proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ar.ROOT, timeout=timeout, check=False)
         return Shown(proc.returncode, proc.stdout + proc.stderr)
 
     def health(self, targets=(), timeout=120):
         """``stella_job step=health`` through ``ansible`` (as an operator asks): ``{targetId: status}``."""
-        env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=ar.COLLECTIONS, ANSIBLE_STDOUT_CALLBACK="default",
-                   ANSIBLE_NOCOLOR="1")
+        env = dict(
+            os.environ, ANSIBLE_COLLECTIONS_PATH=ar.COLLECTIONS, ANSIBLE_STDOUT_CALLBACK="default", ANSIBLE_NOCOLOR="1"
+        )
         env.pop("ANSIBLE_CALLBACKS_ENABLED", None)
         args = json.dumps({"step": "health", "store": self.store_path, "targets": list(targets)})
-        argv = [os.path.join(ar.VENV_BIN, "ansible"), "localhost", "-i", "localhost,", "-c", "local",
-                "-m", "stellaops.runtime.stella_job", "-a", args]
+        argv = [
+            os.path.join(ar.VENV_BIN, "ansible"),
+            "localhost",
+            "-i",
+            "localhost,",
+            "-c",
+            "local",
+            "-m",
+            "stellaops.runtime.stella_job",
+            "-a",
+            args,
+        ]
         proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ar.ROOT, timeout=timeout, check=False)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         assert proc.stdout.startswith("localhost | SUCCESS => {"), proc.stdout[-3000:]
-        result = json.loads(proc.stdout[proc.stdout.index("{"):])
+        result = json.loads(proc.stdout[proc.stdout.index("{") :])
         return {entry["targetId"]: entry["status"] for entry in result["health"]}
 
     def start(self, release, overrides=None, extra=None):
         """Start the job playbook in its own session (process group) and return the Popen."""
         argv, env, run = self._argv(release, overrides, extra)
         handle = open(run / "output.txt", "w", encoding="utf-8")  # pylint: disable=consider-using-with
-        proc = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT, text=True, env=env, cwd=ar.ROOT,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            argv, stdout=handle, stderr=subprocess.STDOUT, text=True, env=env, cwd=ar.ROOT, start_new_session=True
+        )
         handle.close()
         proc.output_path = run / "output.txt"
         return proc
@@ -241,15 +325,19 @@ class FleetJob:
         (``label``: the label naming the project; ``stella.project`` for DockerHost containers)."""
         target = self.by_name[name]
         sticker = os.path.join(WORK_DIRECTORY, project, "stella.version.json")
-        script = ("ids=$(docker ps -aq --no-trunc --filter label=%s=%s); "
-                  "if [ -n \"$ids\" ]; then docker inspect $ids; else echo '[]'; fi; echo '@@STICKER@@'; "
-                  "if [ -f %s ]; then echo present; base64 -w0 %s; else echo absent; fi"
-                  % (label, shlex.quote(project), shlex.quote(sticker), shlex.quote(sticker)))
+        script = (
+            "ids=$(docker ps -aq --no-trunc --filter label=%s=%s); "
+            "if [ -n \"$ids\" ]; then docker inspect $ids; else echo '[]'; fi; echo '@@STICKER@@'; "
+            "if [ -f %s ]; then echo present; base64 -w0 %s; else echo absent; fi"
+            % (label, shlex.quote(project), shlex.quote(sticker), shlex.quote(sticker))
+        )
         out = labkit.ssh(target, script, timeout=120).stdout
         containers, rest = out.split("@@STICKER@@\n", 1)
         flag, _sep, data = rest.partition("\n")
-        return {"containers": json.loads(containers),
-                "sticker": base64.b64decode(data.strip()) if flag.strip() == "present" else None}
+        return {
+            "containers": json.loads(containers),
+            "sticker": base64.b64decode(data.strip()) if flag.strip() == "present" else None,
+        }
 
     def states(self, record, label="com.docker.compose.project"):
         """``{host: state(host, its project in record)}`` for every target, read concurrently."""
@@ -257,28 +345,38 @@ class FleetJob:
         return dict(zip(names, parallel(lambda n: self.state(n, self.project(record, n), label), names)))
 
     def project_dir_exists(self, name, project):
-        proc = labkit.ssh(self.by_name[name], "test -e %s" % shlex.quote(os.path.join(WORK_DIRECTORY, project)),
-                          check=False)
+        proc = labkit.ssh(
+            self.by_name[name], "test -e %s" % shlex.quote(os.path.join(WORK_DIRECTORY, project)), check=False
+        )
         return proc.returncode == 0
 
     def cleanup(self):
         """Remove every Compose project and project directory of this application from every target."""
+
         def down(target):
-            script = ("for p in $(docker ps -a --format '{{.Label \"com.docker.compose.project\"}}' | sort -u "
-                      "| grep -F -- %(app)s); do docker compose -p \"$p\" down -v -t 1 --remove-orphans; done; "
-                      "ids=$(docker ps -aq --filter label=stella.application=%(app)s); "
-                      "if [ -n \"$ids\" ]; then docker rm -f $ids; fi; "
-                      "rm -rf %(work)s/*%(app)s*" % {"app": shlex.quote(self.application), "work": WORK_DIRECTORY})
+            script = (
+                "for p in $(docker ps -a --format '{{.Label \"com.docker.compose.project\"}}' | sort -u "
+                '| grep -F -- %(app)s); do docker compose -p "$p" down -v -t 1 --remove-orphans; done; '
+                "ids=$(docker ps -aq --filter label=stella.application=%(app)s); "
+                'if [ -n "$ids" ]; then docker rm -f $ids; fi; '
+                "rm -rf %(work)s/*%(app)s*" % {"app": shlex.quote(self.application), "work": WORK_DIRECTORY}
+            )
             subprocess.run(labkit.ssh_argv(target, script), capture_output=True, check=False, timeout=300)
+
         parallel(down, self.fleet)
 
 
 def container_facts(container):
     """What a deployment decides about one container: image digest, stella.* labels, id, StartedAt."""
     labels = container["Config"]["Labels"]
-    return {"id": container["Id"], "startedAt": container["State"]["StartedAt"], "ref": container["Config"]["Image"],
-            "running": container["State"]["Running"], "health": (container["State"].get("Health") or {}).get("Status"),
-            "stella": {k: v for k, v in labels.items() if k.startswith("stella.")}}
+    return {
+        "id": container["Id"],
+        "startedAt": container["State"]["StartedAt"],
+        "ref": container["Config"]["Image"],
+        "running": container["State"]["Running"],
+        "health": (container["State"].get("Health") or {}).get("Status"),
+        "stella": {k: v for k, v in labels.items() if k.startswith("stella.")},
+    }
 
 
 def web(state):

@@ -46,9 +46,7 @@ def free_port():
 def load_lab(path: str = LAB_JSON) -> dict:
     """The lab description written by ``lab/lab.sh up``."""
     if not os.path.isfile(path):
-        raise LabNotRunning(
-            "the Docker lab is not set up (%s is missing): run `make lab` (lab/lab.sh up) first" % path
-        )
+        raise LabNotRunning("the Docker lab is not set up (%s is missing): run `make lab` (lab/lab.sh up) first" % path)
     with open(path, encoding="utf-8") as handle:
         return json.load(handle)
 
@@ -68,9 +66,7 @@ def auth_credentials(lab: dict) -> tuple[str, str]:
 
 def run_lab(*args: str, timeout: float = 300) -> str:
     """Run ``lab/lab.sh ARGS``; return its stdout, raise LabCommandFailed with its stderr on failure."""
-    proc = subprocess.run(
-        [LAB_SH, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT, check=False
-    )
+    proc = subprocess.run([LAB_SH, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT, check=False)
     if proc.returncode != 0:
         raise LabCommandFailed(
             "lab/lab.sh %s failed (rc=%d):\n%s%s" % (" ".join(args), proc.returncode, proc.stdout, proc.stderr[-4000:])

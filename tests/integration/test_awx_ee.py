@@ -54,8 +54,9 @@ else:
 def ee_image():
     proc = subprocess.run(["docker", "image", "inspect", EE_IMAGE], capture_output=True, text=True, check=False)
     if proc.returncode != 0:
-        pytest.fail("the execution environment %s is not built: run `make ee` (make test builds it)" % EE_IMAGE,
-                    pytrace=False)
+        pytest.fail(
+            "the execution environment %s is not built: run `make ee` (make test builds it)" % EE_IMAGE, pytrace=False
+        )
     return EE_IMAGE
 
 
@@ -74,19 +75,41 @@ class AwxJobs:
         self.runs = []
 
     def release(self, image_key, version):
-        return {"release": {"id": "rel-" + version.replace(".", "-"), "name": "shop", "version": version},
-                "tenant": "acme", "environment": "lab", "application": self.application, "strategy": "all-at-once",
-                "target": {"type": "ComposeHost"},
-                "components": [{"name": "web", "image": self.lab["images"][image_key]["ref"],
-                                "config": {"healthcheck.test": "wget -q -O- http://127.0.0.1:8080/",
-                                           "healthcheck.interval": "1s", "healthcheck.retries": 15}}]}
+        return {
+            "release": {"id": "rel-" + version.replace(".", "-"), "name": "shop", "version": version},
+            "tenant": "acme",
+            "environment": "lab",
+            "application": self.application,
+            "strategy": "all-at-once",
+            "target": {"type": "ComposeHost"},
+            "components": [
+                {
+                    "name": "web",
+                    "image": self.lab["images"][image_key]["ref"],
+                    "config": {
+                        "healthcheck.test": "wget -q -O- http://127.0.0.1:8080/",
+                        "healthcheck.interval": "1s",
+                        "healthcheck.retries": 15,
+                    },
+                }
+            ],
+        }
 
     def inventory(self):
-        hostvars = {t["name"]: {"ansible_host": t["address"], "ansible_user": t.get("ssh_user", "root"),
-                                "ansible_ssh_common_args": " ".join(labkit.SSH_OPTIONS + ("-o", "LogLevel=ERROR")),
-                                "ansible_python_interpreter": "/usr/bin/python3"} for t in self.targets}
-        return {"all": {"children": ["stella_targets"]}, "stella_targets": {"hosts": sorted(hostvars)},
-                "_meta": {"hostvars": hostvars}}
+        hostvars = {
+            t["name"]: {
+                "ansible_host": t["address"],
+                "ansible_user": t.get("ssh_user", "root"),
+                "ansible_ssh_common_args": " ".join(labkit.SSH_OPTIONS + ("-o", "LogLevel=ERROR")),
+                "ansible_python_interpreter": "/usr/bin/python3",
+            }
+            for t in self.targets
+        }
+        return {
+            "all": {"children": ["stella_targets"]},
+            "stella_targets": {"hosts": sorted(hostvars)},
+            "_meta": {"hostvars": hostvars},
+        }
 
     def run(self, template, playbook, survey, release=None):
         """One job of ``template``: a new private data directory, one container; returns
@@ -101,26 +124,43 @@ class AwxJobs:
             with open(os.path.join(private, "project", "releases", "lab.yml"), "w", encoding="utf-8") as handle:
                 yaml.safe_dump(release, handle)
         registry = self.lab["registries"]["shared"]["address"]
-        extravars = dict(survey, **{
-            # what AWX adds to every job
-            "awx_job_id": job_id, "awx_job_launch_type": "manual", "awx_job_template_name": template,
-            "awx_project_revision": "0123abc", "awx_user_name": "admin", "tower_job_id": job_id,
-            # the credential types' extra vars: Stella job store, Stella registry, Stella webhook traffic controller
-            "stella_job_store": self.store,
-            "stella_registry_host": registry, "stella_registry_username": "deploy",
-            "stella_registry_password": self.secrets["registry"],
-            "stella_traffic_webhook_url": "http://127.0.0.1:9/shift", "stella_traffic_webhook_token": self.secrets["token"],
-            # the job template's extra variables for this lab
-            "stella_insecure_registries": [registry], "stella_min_engine_version": "20.10.0",
-        })
+        extravars = dict(
+            survey,
+            **{
+                # what AWX adds to every job
+                "awx_job_id": job_id,
+                "awx_job_launch_type": "manual",
+                "awx_job_template_name": template,
+                "awx_project_revision": "0123abc",
+                "awx_user_name": "admin",
+                "tower_job_id": job_id,
+                # the credential types' extra vars: Stella job store, Stella registry, Stella webhook traffic controller
+                "stella_job_store": self.store,
+                "stella_registry_host": registry,
+                "stella_registry_username": "deploy",
+                "stella_registry_password": self.secrets["registry"],
+                "stella_traffic_webhook_url": "http://127.0.0.1:9/shift",
+                "stella_traffic_webhook_token": self.secrets["token"],
+                # the job template's extra variables for this lab
+                "stella_insecure_registries": [registry],
+                "stella_min_engine_version": "20.10.0",
+            },
+        )
         files = {
             "env/extravars": yaml.safe_dump(extravars),
             # the Stella job store credential's env injector, and what AWX sets for every job
-            "env/envvars": yaml.safe_dump({"PGPASSWORD": self.secrets["store"], "JOB_ID": str(job_id),
-                                           "ANSIBLE_HOST_KEY_CHECKING": "False", "ANSIBLE_RETRY_FILES_ENABLED": "False",
-                                           "ANSIBLE_NOCOLOR": "1"}),
-            "env/settings": yaml.safe_dump({"job_timeout": 0, "idle_timeout": 0, "pexpect_timeout": 5,
-                                            "suppress_ansible_output": True}),
+            "env/envvars": yaml.safe_dump(
+                {
+                    "PGPASSWORD": self.secrets["store"],
+                    "JOB_ID": str(job_id),
+                    "ANSIBLE_HOST_KEY_CHECKING": "False",
+                    "ANSIBLE_RETRY_FILES_ENABLED": "False",
+                    "ANSIBLE_NOCOLOR": "1",
+                }
+            ),
+            "env/settings": yaml.safe_dump(
+                {"job_timeout": 0, "idle_timeout": 0, "pexpect_timeout": 5, "suppress_ansible_output": True}
+            ),
             "inventory/hosts": INVENTORY_SCRIPT % {"data": repr(self.inventory())},
         }
         with open(self.targets[0]["ssh_key"], encoding="utf-8") as handle:
@@ -131,9 +171,15 @@ class AwxJobs:
         os.chmod(os.path.join(private, "inventory", "hosts"), stat.S_IRWXU)
         gateway = self.lab["registries"]["shared"].get("gateway") or "172.17.0.1"
         runner = ansible_runner.run(
-            private_data_dir=private, playbook=playbook, ident="job-%d" % job_id, quiet=True,
-            process_isolation=True, process_isolation_executable="docker", container_image=EE_IMAGE,
-            container_options=["--network=host", "--add-host=%s:%s" % (registry.split(":")[0], gateway)])
+            private_data_dir=private,
+            playbook=playbook,
+            ident="job-%d" % job_id,
+            quiet=True,
+            process_isolation=True,
+            process_isolation_executable="docker",
+            container_image=EE_IMAGE,
+            container_options=["--network=host", "--add-host=%s:%s" % (registry.split(":")[0], gateway)],
+        )
         events = list(runner.events)
         self.runs.append(private)
         return job_id, runner, events
@@ -141,19 +187,30 @@ class AwxJobs:
     def stella(self, *argv):
         env = dict(os.environ, PGPASSWORD=self.secrets["store"])
         env.pop("PGPASSFILE", None)
-        return subprocess.run(STELLA + list(argv) + ["--store", self.store], capture_output=True, text=True,
-                              env=env, check=False, timeout=120)
+        return subprocess.run(
+            STELLA + list(argv) + ["--store", self.store],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
+            timeout=120,
+        )
 
     def running(self, target, project):
         """The image references (digest-pinned) the running containers of ``project`` on ``target`` were
         created from."""
-        out = labkit.ssh(target, "docker ps -q --filter label=com.docker.compose.project=%s | xargs -r docker inspect "
-                                 "--format '{{.Config.Image}}'" % project).stdout
+        out = labkit.ssh(
+            target,
+            "docker ps -q --filter label=com.docker.compose.project=%s | xargs -r docker inspect "
+            "--format '{{.Config.Image}}'" % project,
+        ).stdout
         return sorted(set(out.split()))
 
     def cleanup(self):
-        script = ("for p in $(docker ps -a --format '{{.Label \"com.docker.compose.project\"}}' | sort -u "
-                  "| grep -F -- %s); do docker compose -p \"$p\" down -v -t 1 --remove-orphans; done" % self.application)
+        script = (
+            "for p in $(docker ps -a --format '{{.Label \"com.docker.compose.project\"}}' | sort -u "
+            '| grep -F -- %s); do docker compose -p "$p" down -v -t 1 --remove-orphans; done' % self.application
+        )
         for target in self.targets:
             labkit.ssh(target, script, check=False)
 
@@ -165,13 +222,21 @@ def outcome_of(events):
 
 
 def test_the_templates_run_in_fresh_execution_environment_containers_sharing_only_the_store(
-        lab, ee_image, awx_targets, tmp_path, pg_passfile):  # pylint: disable=unused-argument
-    secrets = {"store": pgkit.settings(lab)["password"], "registry": "reg-%s" % uuid.uuid4().hex,
-               "token": "tok-%s" % uuid.uuid4().hex}
+    lab, ee_image, awx_targets, tmp_path, pg_passfile
+):  # pylint: disable=unused-argument
+    secrets = {
+        "store": pgkit.settings(lab)["password"],
+        "registry": "reg-%s" % uuid.uuid4().hex,
+        "token": "tok-%s" % uuid.uuid4().hex,
+    }
     with pgkit.fresh_database(lab, prefix="awx") as store:
         jobs = AwxJobs(lab, awx_targets, store, tmp_path, secrets)
-        survey = {"stella_release_file": "releases/lab.yml", "stella_strategy": "", "stella_batch_size": "",
-                  "stella_auto_rollback": "true"}
+        survey = {
+            "stella_release_file": "releases/lab.yml",
+            "stella_strategy": "",
+            "stella_batch_size": "",
+            "stella_auto_rollback": "true",
+        }
         try:
             first, runner, events = jobs.run("Stella | Deploy", "deploy.yml", survey, jobs.release("app_v1", "1.0.0"))
             assert (runner.status, runner.rc) == ("successful", 0), runner.stdout.read()[-4000:]
@@ -182,15 +247,18 @@ def test_the_templates_run_in_fresh_execution_environment_containers_sharing_onl
             outcome = outcome_of(events)
             deployment = "awx-%d" % second
             assert (outcome["deploymentId"], outcome["status"], outcome["evidence"]) == (deployment, "Succeeded", {})
-            projects = {name: t["projectName"] for name, t in json.loads(
-                jobs.stella("show", deployment, "--json").stdout)["job"]["targets"].items()}
+            projects = {
+                name: t["projectName"]
+                for name, t in json.loads(jobs.stella("show", deployment, "--json").stdout)["job"]["targets"].items()
+            }
             assert sorted(projects) == sorted(t["name"] for t in awx_targets)
             for target in awx_targets:
                 refs = jobs.running(target, projects[target["name"]])
                 assert len(refs) == 1 and refs[0].endswith("@" + lab["images"]["app_v2"]["digest"]), refs
 
-            rollback, runner, events = jobs.run("Stella | Roll back", "rollback.yml",
-                                                {"stella_rollback_job_id": deployment})
+            rollback, runner, events = jobs.run(
+                "Stella | Roll back", "rollback.yml", {"stella_rollback_job_id": deployment}
+            )
             assert (runner.status, runner.rc) == ("successful", 0), runner.stdout.read()[-4000:]
 
             shown, runner, events = jobs.run("Stella | Show job", "show_job.yml", {"stella_job_id": deployment})
@@ -244,8 +312,9 @@ def test_the_templates_run_in_fresh_execution_environment_containers_sharing_onl
             for name in names:
                 everything += (exported / name).read_text()
             with psycopg.connect(store, password=secrets["store"]) as db:
-                for (table,) in db.execute("SELECT table_name FROM information_schema.tables "
-                                           "WHERE table_schema = 'public'").fetchall():
+                for (table,) in db.execute(
+                    "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'"
+                ).fetchall():
                     everything += json.dumps(db.execute('SELECT * FROM "%s"' % table).fetchall(), default=str)
             for what, secret in secrets.items():
                 assert secret not in everything, what

@@ -53,15 +53,36 @@ def awx_private_data_dir(base, job_id, extravars, secret_password):
     with open(os.path.join(base, "env", "passwords"), "w", encoding="utf-8") as handle:
         yaml.safe_dump({r"^SSH [pP]assword:\s*?$": secret_password}, handle)
     with open(os.path.join(base, "env", "envvars"), "w", encoding="utf-8") as handle:
-        yaml.safe_dump({"JOB_ID": str(job_id), "INVENTORY_ID": "7", "PROJECT_REVISION": "0123abc",
-                        "AWX_HOST": "https://awx.example.com", "ANSIBLE_COLLECTIONS_PATH": ar.COLLECTIONS,
-                        "ANSIBLE_RETRY_FILES_ENABLED": "False", "ANSIBLE_HOST_KEY_CHECKING": "False",
-                        "ANSIBLE_NOCOLOR": "1", "PATH": ar.VENV_BIN + os.pathsep + os.environ["PATH"]}, handle)
+        yaml.safe_dump(
+            {
+                "JOB_ID": str(job_id),
+                "INVENTORY_ID": "7",
+                "PROJECT_REVISION": "0123abc",
+                "AWX_HOST": "https://awx.example.com",
+                "ANSIBLE_COLLECTIONS_PATH": ar.COLLECTIONS,
+                "ANSIBLE_RETRY_FILES_ENABLED": "False",
+                "ANSIBLE_HOST_KEY_CHECKING": "False",
+                "ANSIBLE_NOCOLOR": "1",
+                "PATH": ar.VENV_BIN + os.pathsep + os.environ["PATH"],
+            },
+            handle,
+        )
     with open(os.path.join(base, "env", "settings"), "w", encoding="utf-8") as handle:
-        yaml.safe_dump({"job_timeout": 0, "idle_timeout": 0, "pexpect_timeout": 5,
-                        "suppress_ansible_output": True, "suppress_output_file": False}, handle)
-    data = {"all": {"children": ["stella_targets"]}, "stella_targets": {"hosts": ["localhost"]},
-            "_meta": {"hostvars": {"localhost": {"ansible_connection": "local", "ansible_python_interpreter": PYTHON}}}}
+        yaml.safe_dump(
+            {
+                "job_timeout": 0,
+                "idle_timeout": 0,
+                "pexpect_timeout": 5,
+                "suppress_ansible_output": True,
+                "suppress_output_file": False,
+            },
+            handle,
+        )
+    data = {
+        "all": {"children": ["stella_targets"]},
+        "stella_targets": {"hosts": ["localhost"]},
+        "_meta": {"hostvars": {"localhost": {"ansible_connection": "local", "ansible_python_interpreter": PYTHON}}},
+    }
     hosts = os.path.join(base, "inventory", "hosts")
     with open(hosts, "w", encoding="utf-8") as handle:
         handle.write(INVENTORY_SCRIPT % {"python": PYTHON, "data": repr(data)})
@@ -69,12 +90,26 @@ def awx_private_data_dir(base, job_id, extravars, secret_password):
 
 
 def release_document(lab, work):
-    return {"release": {"id": "rel-awx-1-0-0", "name": "awx-web", "version": "1.0.0"}, "tenant": "acme",
-            "environment": "lab", "application": "awx-%s" % uuid.uuid4().hex[:6], "strategy": "all-at-once",
-            "target": {"type": "ComposeHost"}, "workDirectory": work,
-            "components": [{"name": "web", "image": lab["images"]["app_v1"]["loopback_ref"],
-                            "config": {"healthcheck.test": "wget -q -O- http://127.0.0.1:8080/",
-                                       "healthcheck.interval": "2s", "healthcheck.retries": "10"}}]}
+    return {
+        "release": {"id": "rel-awx-1-0-0", "name": "awx-web", "version": "1.0.0"},
+        "tenant": "acme",
+        "environment": "lab",
+        "application": "awx-%s" % uuid.uuid4().hex[:6],
+        "strategy": "all-at-once",
+        "target": {"type": "ComposeHost"},
+        "workDirectory": work,
+        "components": [
+            {
+                "name": "web",
+                "image": lab["images"]["app_v1"]["loopback_ref"],
+                "config": {
+                    "healthcheck.test": "wget -q -O- http://127.0.0.1:8080/",
+                    "healthcheck.interval": "2s",
+                    "healthcheck.retries": "10",
+                },
+            }
+        ],
+    }
 
 
 def sha256_file(path):
@@ -91,25 +126,40 @@ def files_under(*roots):
 
 def test_the_deploy_job_template_runs_as_awx_runs_it_and_publishes_its_outcome(lab, tmp_path):
     job_id = 4200 + int(uuid.uuid4().hex[:3], 16)
-    registry_secret, token_secret, ssh_secret = ("reg-%s" % uuid.uuid4().hex, "tok-%s" % uuid.uuid4().hex,
-                                                 "ssh-%s" % uuid.uuid4().hex)
+    registry_secret, token_secret, ssh_secret = (
+        "reg-%s" % uuid.uuid4().hex,
+        "tok-%s" % uuid.uuid4().hex,
+        "ssh-%s" % uuid.uuid4().hex,
+    )
     work, store, evidence = str(tmp_path / "work"), str(tmp_path / "jobs.sqlite3"), str(tmp_path / "evidence")
     private = str(tmp_path / "awx")
     extravars = {
         # what AWX adds to every job
-        "awx_job_id": job_id, "awx_job_launch_type": "workflow", "awx_job_template_id": 12,
-        "awx_job_template_name": "Stella | Deploy", "awx_project_revision": "0123abc", "awx_user_name": "admin",
-        "awx_inventory_name": "Stella targets", "tower_job_id": job_id, "tower_job_template_name": "Stella | Deploy",
+        "awx_job_id": job_id,
+        "awx_job_launch_type": "workflow",
+        "awx_job_template_id": 12,
+        "awx_job_template_name": "Stella | Deploy",
+        "awx_project_revision": "0123abc",
+        "awx_user_name": "admin",
+        "awx_inventory_name": "Stella targets",
+        "tower_job_id": job_id,
+        "tower_job_template_name": "Stella | Deploy",
         # the survey
-        "stella_release_file": "releases/lab.yml", "stella_strategy": "rolling", "stella_batch_size": 1,
+        "stella_release_file": "releases/lab.yml",
+        "stella_strategy": "rolling",
+        "stella_batch_size": 1,
         "stella_auto_rollback": "true",
         # the credential types' injectors (extensions/awx/stellaops-runtime.awx.template.json)
-        "stella_registry_host": lab["registries"]["plain"]["address"], "stella_registry_username": "deploy",
+        "stella_registry_host": lab["registries"]["plain"]["address"],
+        "stella_registry_username": "deploy",
         "stella_registry_password": registry_secret,
-        "stella_traffic_webhook_url": "http://127.0.0.1:9/shift", "stella_traffic_webhook_token": token_secret,
+        "stella_traffic_webhook_url": "http://127.0.0.1:9/shift",
+        "stella_traffic_webhook_token": token_secret,
         # the lab's gates, store and evidence (job template extra variables)
-        "stella_insecure_registries": [lab["registries"]["plain"]["address"]], "stella_min_engine_version": "20.10.0",
-        "stella_job_store": store, "stella_evidence_dir": evidence,
+        "stella_insecure_registries": [lab["registries"]["plain"]["address"]],
+        "stella_min_engine_version": "20.10.0",
+        "stella_job_store": store,
+        "stella_evidence_dir": evidence,
     }
     awx_private_data_dir(private, job_id, extravars, ssh_secret)
     with open(os.path.join(private, "project", "releases", "lab.yml"), "w", encoding="utf-8") as handle:
@@ -165,5 +215,9 @@ def test_the_deploy_job_template_runs_as_awx_runs_it_and_publishes_its_outcome(l
                     opened.close()
         if project_name:
             lock = os.path.join(work, project_name, "compose.stella.lock.yml")
-            subprocess.run(["docker", "compose", "-p", project_name, "-f", lock, "down", "-t", "1"],
-                           capture_output=True, check=False, timeout=120)
+            subprocess.run(
+                ["docker", "compose", "-p", project_name, "-f", lock, "down", "-t", "1"],
+                capture_output=True,
+                check=False,
+                timeout=120,
+            )

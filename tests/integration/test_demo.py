@@ -12,10 +12,23 @@ from ansible_run import COLLECTIONS, ROOT, VENV_BIN
 
 
 def run_demo(evidence_dir, *extra):
-    argv = [os.path.join(VENV_BIN, "ansible-playbook"), "-i", "localhost,", "-c", "local",
-            "-e", "ansible_python_interpreter=" + os.path.join(VENV_BIN, "python"),
-            "-e", "stella_job_store=" + os.path.join(os.path.dirname(str(evidence_dir)), "jobs.sqlite3"),
-            "-e", "stella_evidence_dir=" + str(evidence_dir)] + list(extra) + ["stellaops.runtime.demo"]
+    argv = (
+        [
+            os.path.join(VENV_BIN, "ansible-playbook"),
+            "-i",
+            "localhost,",
+            "-c",
+            "local",
+            "-e",
+            "ansible_python_interpreter=" + os.path.join(VENV_BIN, "python"),
+            "-e",
+            "stella_job_store=" + os.path.join(os.path.dirname(str(evidence_dir)), "jobs.sqlite3"),
+            "-e",
+            "stella_evidence_dir=" + str(evidence_dir),
+        ]
+        + list(extra)
+        + ["stellaops.runtime.demo"]
+    )
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=COLLECTIONS, ANSIBLE_NOCOLOR="1", ANSIBLE_STDOUT_CALLBACK="default")
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT, timeout=600, check=False)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
@@ -29,8 +42,12 @@ def recap(output):
 
 
 def containers(project):
-    out = subprocess.run(["docker", "ps", "-q", "--no-trunc", "--filter", "label=com.docker.compose.project=" + project],
-                         capture_output=True, text=True, check=True).stdout.split()
+    out = subprocess.run(
+        ["docker", "ps", "-q", "--no-trunc", "--filter", "label=com.docker.compose.project=" + project],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     return sorted(out)
 
 

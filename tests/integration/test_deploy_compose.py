@@ -21,8 +21,12 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.artifac
 
 UNKNOWN_DIGEST = "sha256:" + "1" * 64
 # Where the Docker CLI looks for plugins on Linux, besides ~/.docker/cli-plugins
-PLUGIN_DIRS = ("/usr/local/lib/docker/cli-plugins", "/usr/local/libexec/docker/cli-plugins",
-               "/usr/lib/docker/cli-plugins", "/usr/libexec/docker/cli-plugins")
+PLUGIN_DIRS = (
+    "/usr/local/lib/docker/cli-plugins",
+    "/usr/local/libexec/docker/cli-plugins",
+    "/usr/lib/docker/cli-plugins",
+    "/usr/libexec/docker/cli-plugins",
+)
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +85,10 @@ def temps_under(path):
 
 def assert_ok(result):
     assert not result["failed"], "deploy failed: %s (%s, phase %s)" % (
-        result.get("msg"), result.get("code"), result.get("failurePhase"))
+        result.get("msg"),
+        result.get("code"),
+        result.get("failurePhase"),
+    )
 
 
 def assert_runs(project, digest, manifest_hash):
@@ -101,10 +108,23 @@ def test_v1_deploy_then_identical_rerun_is_a_noop(ctx):
     result = ctx.deploy(planned)
     assert_ok(result)
     assert result["changed"] is True
-    assert result["completedPhases"] == ["write_artifacts", "pre_deploy_hooks", "compose_pull", "compose_up",
-                                         "inspect_services", "write_sticker", "post_deploy_hooks"]
-    assert [p["phase"] for p in result["deploymentPhases"]] == ["prepare", "pre-deploy", "deploy", "verify",
-                                                                "promote", "post-deploy"]
+    assert result["completedPhases"] == [
+        "write_artifacts",
+        "pre_deploy_hooks",
+        "compose_pull",
+        "compose_up",
+        "inspect_services",
+        "write_sticker",
+        "post_deploy_hooks",
+    ]
+    assert [p["phase"] for p in result["deploymentPhases"]] == [
+        "prepare",
+        "pre-deploy",
+        "deploy",
+        "verify",
+        "promote",
+        "post-deploy",
+    ]
     assert all(p["status"] == "succeeded" for p in result["deploymentPhases"])
     assert result["failurePhase"] is None
     assert result["targetId"] == "tgt-local" and result["targetType"] == "ComposeHost"
@@ -118,8 +138,12 @@ def test_v1_deploy_then_identical_rerun_is_a_noop(ctx):
     assert result["artifactHashes"] == planned["artifactHashes"]
     assert result["versionStickerHash"] == planned["versionStickerHash"]
     assert result["composeLockHash"] == planned["composeHash"]
-    assert not verify_artifact_set(files["apply-manifest.json"], {
-        k: v for k, v in files.items() if k != "apply-manifest.json"}, ctx.project, planned["manifestHash"])
+    assert not verify_artifact_set(
+        files["apply-manifest.json"],
+        {k: v for k, v in files.items() if k != "apply-manifest.json"},
+        ctx.project,
+        planned["manifestHash"],
+    )
     assert "previousRevisionPath" not in result
     assert_runs(ctx.project, ctx.images["app_v1"]["digest"], planned["manifestHash"])
 
@@ -154,7 +178,8 @@ def test_rerun_over_a_restarted_container_applies_and_reports_no_change(ctx):
     assert again["services"][0]["health"] == "healthy"
     assert ar.project_containers(ctx.project) == restarted, "compose up recreated or restarted the container"
     assert {n: (s.st_ino, s.st_mtime_ns) for n, s in stats.items()} == {
-        n: (s.st_ino, s.st_mtime_ns) for n, s in ((n, os.stat(os.path.join(ctx.project_dir, n))) for n in files)}
+        n: (s.st_ino, s.st_mtime_ns) for n, s in ((n, os.stat(os.path.join(ctx.project_dir, n))) for n in files)
+    }
 
 
 def test_check_mode_and_diff_change_nothing(ctx):
@@ -201,10 +226,18 @@ def test_v2_retains_v1_revision_with_intact_hashes(ctx):
 
 def test_sticker_is_written_only_after_inspection(ctx):
     hooks = [
-        {"name": "seen-before", "phase": "pre-deploy", "redactionPolicy": "none",
-         "command": "cat stella.version.json 2>/dev/null || echo NO-STICKER"},
-        {"name": "seen-after", "phase": "post-deploy", "redactionPolicy": "none",
-         "command": "grep -c manifestHash stella.version.json"},
+        {
+            "name": "seen-before",
+            "phase": "pre-deploy",
+            "redactionPolicy": "none",
+            "command": "cat stella.version.json 2>/dev/null || echo NO-STICKER",
+        },
+        {
+            "name": "seen-after",
+            "phase": "post-deploy",
+            "redactionPolicy": "none",
+            "command": "grep -c manifestHash stella.version.json",
+        },
     ]
     planned = ctx.planned(hooks=hooks)
     result = ctx.deploy(planned)
@@ -215,8 +248,9 @@ def test_sticker_is_written_only_after_inspection(ctx):
     order = result["completedPhases"]
     assert order.index("inspect_services") < order.index("write_sticker")
     # a deploy whose services never become healthy writes no sticker at all
-    broken = ar.plan(ar.release_input(ctx.project + "b", {"web": ctx.images["app_broken"]["loopback_ref"]}, ctx.work),
-                     ctx.resolved)
+    broken = ar.plan(
+        ar.release_input(ctx.project + "b", {"web": ctx.images["app_broken"]["loopback_ref"]}, ctx.work), ctx.resolved
+    )
     try:
         failed = ar.ansible_module(ar.DEPLOY_MODULE, {"payload": broken["payloads"]["compose.up"], "wait_timeout": 20})
         assert failed["failed"] and failed["failurePhase"] == "compose_up"
@@ -236,8 +270,9 @@ def test_unknown_digest_fails_in_pull_and_leaves_v1_running(ctx):
     v1 = ctx.planned()
     assert_ok(ctx.deploy(v1))
     before, v1_files = ar.project_containers(ctx.project), files_of(ctx.project_dir)
-    release = ar.release_input(ctx.project, {"web": "127.0.0.1:5000/stella/app:v9@" + UNKNOWN_DIGEST}, ctx.work,
-                               version="9.0.0")
+    release = ar.release_input(
+        ctx.project, {"web": "127.0.0.1:5000/stella/app:v9@" + UNKNOWN_DIGEST}, ctx.work, version="9.0.0"
+    )
     bad = ar.plan(release, {})
     result = ctx.deploy(bad)
     assert result["failed"] and result["code"] == "image_pull_failed"
@@ -265,7 +300,8 @@ def test_digest_mismatch_fails_before_compose_up(ctx, tmp_path):
         "if p.returncode:\n    sys.stderr.write(p.stderr); sys.exit(p.returncode)\n"
         "data = json.loads(p.stdout)\n"
         "for item in data:\n    item['RepoDigests'] = [d.split('@')[0] + '@sha256:' + '0' * 64 for d in item['RepoDigests']]\n"
-        "print(json.dumps(data))\n" % os.path.join(ar.VENV_BIN, "python"))
+        "print(json.dumps(data))\n" % os.path.join(ar.VENV_BIN, "python")
+    )
     wrapper.chmod(0o755)
     v2 = ctx.planned("app_v2", version="2.0.0")
     result = ctx.deploy(v2, args={"docker_cli": str(wrapper)})
@@ -293,8 +329,9 @@ def test_container_that_exits_fails_compose_up_and_keeps_v1_sticker(ctx):
     assert "write_sticker" not in result["completedPhases"]
 
 
-@pytest.mark.parametrize("policy,outcome", [("fail", "failed"), ("ignore", "ignored"), ("continue", "continued"),
-                                            ("warn", "warned")])
+@pytest.mark.parametrize(
+    "policy,outcome", [("fail", "failed"), ("ignore", "ignored"), ("continue", "continued"), ("warn", "warned")]
+)
 def test_failing_pre_deploy_hook_under_each_policy(ctx, policy, outcome):
     v1 = ctx.planned()
     assert_ok(ctx.deploy(v1))
@@ -319,8 +356,14 @@ def test_hook_over_its_timeout_is_killed_with_its_process_group(ctx):
     assert_ok(ctx.deploy(v1))
     before, v1_files = ar.project_containers(ctx.project), files_of(ctx.project_dir)
     pidfile = os.path.join(ctx.work, "child.pid")
-    hooks = [{"name": "slow", "phase": "pre-deploy", "timeoutSeconds": 2,
-              "command": "sleep 300 & echo $! > %s; sleep 300" % pidfile}]
+    hooks = [
+        {
+            "name": "slow",
+            "phase": "pre-deploy",
+            "timeoutSeconds": 2,
+            "command": "sleep 300 & echo $! > %s; sleep 300" % pidfile,
+        }
+    ]
     v2 = ctx.planned("app_v2", version="2.0.0", hooks=hooks)
     result = ctx.deploy(v2)
     assert result["failed"] and result["code"] == "hook_failed" and result["failurePhase"] == "pre_deploy_hooks"
@@ -328,8 +371,9 @@ def test_hook_over_its_timeout_is_killed_with_its_process_group(ctx):
     assert hook["timedOut"] is True and hook["outcome"] == "failed"
     assert 2000 <= hook["durationMs"] < 10000
     child = int(open(pidfile).read())
-    assert not os.path.exists("/proc/%d" % child) or "Z" in open("/proc/%d/stat" % child).read().split()[2], \
+    assert not os.path.exists("/proc/%d" % child) or "Z" in open("/proc/%d/stat" % child).read().split()[2], (
         "the hook's background child survived the timeout"
+    )
     _assert_v1_untouched(ctx, v1, before, v1_files)
 
 
@@ -338,8 +382,10 @@ def test_hook_output_secret_is_absent_from_results_logs_and_evidence(ctx):
     secret_file = os.path.join(ctx.work, "planted-secret")
     with open(secret_file, "w") as handle:
         handle.write(secret)
-    hooks = [{"name": "leaky-pre", "phase": "pre-deploy", "command": "cat %s; cat %s >&2" % (secret_file, secret_file)},
-             {"name": "leaky-post", "phase": "post-deploy", "command": "echo token=$(cat %s)" % secret_file}]
+    hooks = [
+        {"name": "leaky-pre", "phase": "pre-deploy", "command": "cat %s; cat %s >&2" % (secret_file, secret_file)},
+        {"name": "leaky-post", "phase": "post-deploy", "command": "echo token=$(cat %s)" % secret_file},
+    ]
     planned = ctx.planned(hooks=hooks)
     result, output = ctx.deploy(planned, verbosity=3, raw=True)
     assert_ok(result)
@@ -354,9 +400,18 @@ def test_hook_output_secret_is_absent_from_results_logs_and_evidence(ctx):
 
 
 def test_wrong_host_fails_before_any_change(ctx):
-    release = ar.release_input(ctx.project, {"web": ctx.images["app_v1"]["loopback_ref"]}, ctx.work,
-                               target={"id": "tgt-far", "name": "far", "type": "ComposeHost",
-                                       "endpoint": "ssh://root@192.0.2.44", "executionMode": "ssh"})
+    release = ar.release_input(
+        ctx.project,
+        {"web": ctx.images["app_v1"]["loopback_ref"]},
+        ctx.work,
+        target={
+            "id": "tgt-far",
+            "name": "far",
+            "type": "ComposeHost",
+            "endpoint": "ssh://root@192.0.2.44",
+            "executionMode": "ssh",
+        },
+    )
     result = ctx.deploy(ar.plan(release, ctx.resolved))
     assert result["failed"] and result["code"] == "wrong_host" and result["failurePhase"] == "verify_target"
     assert result["targetEndpoint"] == "ssh://192.0.2.44"  # the planner drops URL userinfo
@@ -385,11 +440,14 @@ def test_missing_docker_or_compose_is_a_failure_not_a_fallback(ctx, tmp_path):
     empty.mkdir()
     plugin_dirs = " ".join(PLUGIN_DIRS + (os.path.expanduser("~/.docker/cli-plugins"),))
     wrapper = tmp_path / "docker"
-    wrapper.write_text("#!/bin/sh\nexec unshare --mount sh -c 'for d in %s; do [ -d \"$d\" ] && mount --bind %s \"$d\"; "
-                       "done; exec docker \"$@\"' sh \"$@\"\n" % (plugin_dirs, empty))
+    wrapper.write_text(
+        '#!/bin/sh\nexec unshare --mount sh -c \'for d in %s; do [ -d "$d" ] && mount --bind %s "$d"; '
+        'done; exec docker "$@"\' sh "$@"\n' % (plugin_dirs, empty)
+    )
     wrapper.chmod(0o755)
-    listed = subprocess.run([str(wrapper), "info", "--format", "{{json .ClientInfo.Plugins}}"],
-                            capture_output=True, text=True, check=False)
+    listed = subprocess.run(
+        [str(wrapper), "info", "--format", "{{json .ClientInfo.Plugins}}"], capture_output=True, text=True, check=False
+    )
     assert (listed.returncode, listed.stdout.strip()) == (0, "[]"), listed.stderr
     result = ctx.deploy(planned, args={"docker_cli": str(wrapper)})
     assert result["failed"] and result["code"] == "compose_missing" and result["failurePhase"] == "preflight"
@@ -412,14 +470,18 @@ def test_work_of_a_superseded_claim_is_refused_and_changes_nothing(ctx):
         assert "superseded on this project by job job-newer (generation 2)" in refused["msg"]
         assert refused["changed"] is False and refused["failurePhase"] == "preflight"
         _assert_v1_untouched(ctx, v1, before, v1_files)
-    rollback = ar.ansible_module(ar.ROLLBACK_MODULE, {"task": "compose.rollback", "claim": older,
-                                                      "payload": v2["payloads"]["compose.rollback"]})
+    rollback = ar.ansible_module(
+        ar.ROLLBACK_MODULE, {"task": "compose.rollback", "claim": older, "payload": v2["payloads"]["compose.rollback"]}
+    )
     assert rollback["failed"] and rollback["code"] == "claim_superseded", rollback.get("msg")
     _assert_v1_untouched(ctx, v1, before, v1_files)
     with open(os.path.join(ctx.project_dir, ".stella-claim.json"), encoding="utf-8") as handle:
         kept = json.load(handle)  # the accepted claim at the top, as a file before stores had ids
     assert (kept["jobId"], kept["generation"], kept["stores"]) == (
-        "job-newer", 2, [{"storeId": None, "jobId": "job-newer", "generation": 2}])
+        "job-newer",
+        2,
+        [{"storeId": None, "jobId": "job-newer", "generation": 2}],
+    )
     # the newer job's own later work passes the fence
     assert_ok(ctx.deploy(v2, args={"claim": newer}))
     assert_runs(ctx.project, ctx.images["app_v2"]["digest"], v2["manifestHash"])

@@ -26,9 +26,13 @@ def ctx():
 
 def test_two_concurrent_deploys_to_one_project_serialize(ctx):
     journal = os.path.join(ctx.work, "journal")
-    hook = {"name": "journal", "phase": "pre-deploy", "failurePolicy": "fail",
-            "command": "echo start $STELLA_MANIFEST_HASH $(date +%%s.%%N) >> %s; sleep 2; "
-                       "echo end $STELLA_MANIFEST_HASH $(date +%%s.%%N) >> %s" % (journal, journal)}
+    hook = {
+        "name": "journal",
+        "phase": "pre-deploy",
+        "failurePolicy": "fail",
+        "command": "echo start $STELLA_MANIFEST_HASH $(date +%%s.%%N) >> %s; sleep 2; "
+        "echo end $STELLA_MANIFEST_HASH $(date +%%s.%%N) >> %s" % (journal, journal),
+    }
     post = {"name": "post", "phase": "post-deploy", "command": "echo post $(date +%%s.%%N) >> %s; sleep 1" % journal}
     v1 = ctx.planned(hooks=[hook, post])
     v2 = ctx.planned("app_v2", version="2.0.0", hooks=[hook, post])
@@ -64,15 +68,23 @@ def test_deploy_sigkilled_midway_then_rerun_converges(ctx):
     assert not ctx.deploy(v1)["failed"]
     marker = os.path.join(ctx.work, "hook-started")
     pidfile = os.path.join(ctx.work, "hook.pid")
-    hook = {"name": "hang", "phase": "pre-deploy", "timeoutSeconds": 600,
-            "command": "echo $$ $PPID > %s; touch %s; sleep 600" % (pidfile, marker)}
+    hook = {
+        "name": "hang",
+        "phase": "pre-deploy",
+        "timeoutSeconds": 600,
+        "command": "echo $$ $PPID > %s; touch %s; sleep 600" % (pidfile, marker),
+    }
     v2 = ctx.planned("app_v2", version="2.0.0", hooks=[hook])
     args = {"payload": v2["payloads"]["compose.up"]}
     with open(os.path.join(ctx.work, "inv.ini"), "w") as inv:
         inv.write(ar.inventory_text(None))
-    proc = subprocess.Popen([os.path.join(ar.VENV_BIN, "ansible"), "all", "-i", inv.name, "-m", ar.DEPLOY_MODULE,
-                             "-a", json.dumps(args)], env=ar.ansible_env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [os.path.join(ar.VENV_BIN, "ansible"), "all", "-i", inv.name, "-m", ar.DEPLOY_MODULE, "-a", json.dumps(args)],
+        env=ar.ansible_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         deadline = time.time() + 120
         while not os.path.exists(marker):
@@ -102,15 +114,24 @@ def test_deploy_sigkilled_midway_then_rerun_converges(ctx):
     result = ctx.deploy(v2_plain)
     assert not result["failed"], result.get("msg")
     # the killed writer's half-written files, and the previous lock it had set aside before staging
-    assert sorted(result["removedStaleTemps"]) == [".stella-tmp-killed", ".stella-tmp-prev-compose.stella.lock.yml",
-                                                   "revisions/.stella-tmp-rev-killed"]
+    assert sorted(result["removedStaleTemps"]) == [
+        ".stella-tmp-killed",
+        ".stella-tmp-prev-compose.stella.lock.yml",
+        "revisions/.stella-tmp-rev-killed",
+    ]
     for root, dirs, names in os.walk(ctx.project_dir):
         assert not [n for n in dirs + names if n.startswith(".stella-tmp-")], root
     files = ctx.files()
     assert files["stella.version.json"] == v2_plain["_files"]["stella.version.json"]
-    assert not verify_artifact_set(files["apply-manifest.json"], {
-        "compose.stella.lock.yml": files["compose.stella.lock.yml"],
-        "stella.version.json": files["stella.version.json"]}, ctx.project, v2_plain["manifestHash"])
+    assert not verify_artifact_set(
+        files["apply-manifest.json"],
+        {
+            "compose.stella.lock.yml": files["compose.stella.lock.yml"],
+            "stella.version.json": files["stella.version.json"],
+        },
+        ctx.project,
+        v2_plain["manifestHash"],
+    )
     revisions = sorted(os.listdir(os.path.join(ctx.project_dir, "revisions")))
     assert revisions == ["000001-" + v1["manifestHash"].split(":")[1][:12]]
     labels = ctx.inspect()[0]["Config"]["Labels"]

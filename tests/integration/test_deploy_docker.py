@@ -23,8 +23,15 @@ def env():
     target = {"id": "tgt-dh", "name": "dockerhost", "type": "DockerHost", "endpoint": "local", "executionMode": "ssh"}
 
     def payload(image, version="1.0.0", hooks=None, config=None):
-        release = ar.release_input(project, {"web": image}, work, target=target, version=version, hooks=hooks,
-                                   config={"web": dict({"env.GREETING": "hello"}, **(config or {}))})
+        release = ar.release_input(
+            project,
+            {"web": image},
+            work,
+            target=target,
+            version=version,
+            hooks=hooks,
+            config={"web": dict({"env.GREETING": "hello"}, **(config or {}))},
+        )
         return ar.plan(release, resolved)["payloads"]["docker.run"][0]
 
     try:
@@ -48,16 +55,31 @@ def test_docker_run_deploy_idempotence_and_replace(env):
     result = run(v1)
     assert not result["failed"], result.get("msg")
     assert result["changed"] is True
-    assert result["completedPhases"] == ["pull_image", "write_artifacts", "pre_deploy_hooks", "prepare_container",
-                                         "inspect_container", "post_deploy_hooks"]
+    assert result["completedPhases"] == [
+        "pull_image",
+        "write_artifacts",
+        "pre_deploy_hooks",
+        "prepare_container",
+        "inspect_container",
+        "post_deploy_hooks",
+    ]
     assert result["containerName"] == project + "-web" and result["containerState"] == "running"
     assert result["health"] == "healthy" and result["ipAddress"]
     assert result["targetType"] == "DockerHost" and result["targetId"] == "tgt-dh"
     assert result["manifestHash"] == v1["ManifestHash"] and result["failurePhase"] is None
     container = inspect(project + "-web")
     labels = container["Config"]["Labels"]
-    for key in ("stella.target.id", "stella.target.name", "stella.target.type", "stella.target.endpoint",
-                "stella.execution.mode", "stella.manifest.hash", "stella.slot", "stella.project", "stella.traffic.role"):
+    for key in (
+        "stella.target.id",
+        "stella.target.name",
+        "stella.target.type",
+        "stella.target.endpoint",
+        "stella.execution.mode",
+        "stella.manifest.hash",
+        "stella.slot",
+        "stella.project",
+        "stella.traffic.role",
+    ):
         assert labels[key] == v1["Labels"][key]
     assert "GREETING=hello" in container["Config"]["Env"]
     assert "STELLA_MANIFEST_HASH=%s" % v1["ManifestHash"] in container["Config"]["Env"]

@@ -33,8 +33,9 @@ def ctx():
 
 
 def test_deploy_playbook_example_runs(ctx):
-    rc, doc = ar.run_playbook(example("stella_compose_deploy.md", "deploy-playbook"),
-                              {"release": ctx.release(), "resolved": ctx.resolved})
+    rc, doc = ar.run_playbook(
+        example("stella_compose_deploy.md", "deploy-playbook"), {"release": ctx.release(), "resolved": ctx.resolved}
+    )
     results = ar.task_results(doc)
     assert rc == 0, json.dumps({k: v.get("msg") for k, v in results.items()})
     applied = results["Apply the compose.up payload on the target"]
@@ -47,8 +48,10 @@ def test_rollback_playbook_example_runs(ctx):
     v1 = ctx.planned()
     assert not ctx.deploy(v1)["failed"]
     assert not ctx.deploy(ctx.planned("app_v2", version="2.0.0"))["failed"]
-    rc, doc = ar.run_playbook(example("stella_rollback.md", "rollback-playbook"),
-                              {"release": ctx.release("app_v2", version="2.0.0"), "resolved": ctx.resolved})
+    rc, doc = ar.run_playbook(
+        example("stella_rollback.md", "rollback-playbook"),
+        {"release": ctx.release("app_v2", version="2.0.0"), "resolved": ctx.resolved},
+    )
     results = ar.task_results(doc)
     assert rc == 0, json.dumps({k: v.get("msg") for k, v in results.items()})
     rolled = results["Restore the latest retained revision"]
@@ -76,10 +79,13 @@ def test_target_layout_example_matches_reality(ctx):
 
     files = v1["_files"]
     record = example("target-layout.md", "revision-json")
-    for placeholder, value in (("<sha256 of v1's apply-manifest.json>", sha(files["apply-manifest.json"])),
-                               ("<sha256 of v1's lock>", sha(files["compose.stella.lock.yml"])),
-                               ("<sha256 of v1's sticker>", sha(files["stella.version.json"])),
-                               ("<v1 manifestHash>", v1["manifestHash"]), ("<projectName>", ctx.project)):
+    for placeholder, value in (
+        ("<sha256 of v1's apply-manifest.json>", sha(files["apply-manifest.json"])),
+        ("<sha256 of v1's lock>", sha(files["compose.stella.lock.yml"])),
+        ("<sha256 of v1's sticker>", sha(files["stella.version.json"])),
+        ("<v1 manifestHash>", v1["manifestHash"]),
+        ("<projectName>", ctx.project),
+    ):
         record = record.replace(placeholder, value)
     with open(os.path.join(ctx.project_dir, "revisions", "000001-" + hash12, "revision.json"), encoding="utf-8") as f:
         assert f.read() == record

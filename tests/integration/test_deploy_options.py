@@ -23,12 +23,26 @@ def ctx():
 
 def test_snake_case_options_equal_the_payload(ctx):
     planned = ctx.planned()
-    target = {"id": "tgt-local", "name": "controller", "type": "ComposeHost", "endpoint": "local",
-              "executionMode": "ssh"}
-    result = ar.ansible_module(ar.DEPLOY_MODULE, {
-        "project_name": ctx.project, "compose_lock": planned["lock"], "version_sticker": planned["sticker"],
-        "pull_images": True, "backup_existing": True, "target": target, "work_directory": ctx.work,
-        "hooks": [{"Name": "hello", "Phase": "post-deploy", "Command": "echo hi", "RedactionPolicy": "none"}]})
+    target = {
+        "id": "tgt-local",
+        "name": "controller",
+        "type": "ComposeHost",
+        "endpoint": "local",
+        "executionMode": "ssh",
+    }
+    result = ar.ansible_module(
+        ar.DEPLOY_MODULE,
+        {
+            "project_name": ctx.project,
+            "compose_lock": planned["lock"],
+            "version_sticker": planned["sticker"],
+            "pull_images": True,
+            "backup_existing": True,
+            "target": target,
+            "work_directory": ctx.work,
+            "hooks": [{"Name": "hello", "Phase": "post-deploy", "Command": "echo hi", "RedactionPolicy": "none"}],
+        },
+    )
     assert not result["failed"], result.get("msg")
     assert result["hookResults"][0]["stdout"] == "hi\n"
     # the apply manifest the module built equals the planner's
@@ -36,11 +50,13 @@ def test_snake_case_options_equal_the_payload(ctx):
     again = ctx.deploy(planned)
     assert not again["failed"] and again["changed"] is False
     # one payload-versus-option rule: the same value both ways is fine, a different one is refused
-    same = ar.ansible_module(ar.DEPLOY_MODULE, {"payload": planned["payloads"]["compose.up"],
-                                                "project_name": ctx.project})
+    same = ar.ansible_module(
+        ar.DEPLOY_MODULE, {"payload": planned["payloads"]["compose.up"], "project_name": ctx.project}
+    )
     assert not same["failed"] and same["changed"] is False, same.get("msg")
-    both = ar.ansible_module(ar.DEPLOY_MODULE, {"payload": planned["payloads"]["compose.up"],
-                                                "project_name": ctx.project + "-other"})
+    both = ar.ansible_module(
+        ar.DEPLOY_MODULE, {"payload": planned["payloads"]["compose.up"], "project_name": ctx.project + "-other"}
+    )
     assert both["failed"] and both["code"] == "invalid_payload" and "conflicts with option project_name" in both["msg"]
 
 

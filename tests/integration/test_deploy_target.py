@@ -59,10 +59,21 @@ def test_v1_v2_and_idempotence_on_a_target_over_ssh(ctx, target):
 
 def test_payload_for_another_host_is_refused_on_this_target(ctx, target):
     """The controller's payload (endpoint ``local``) must not report success when run on the target."""
-    planned = ar.plan(ar.release_input(ctx.project, {"web": ctx.refs["app_v1"]}, ctx.work,
-                                       target={"id": "tgt-other", "name": "other", "type": "ComposeHost",
-                                               "endpoint": "ssh://root@172.17.0.250", "executionMode": "ssh"}),
-                      ctx.resolved)
+    planned = ar.plan(
+        ar.release_input(
+            ctx.project,
+            {"web": ctx.refs["app_v1"]},
+            ctx.work,
+            target={
+                "id": "tgt-other",
+                "name": "other",
+                "type": "ComposeHost",
+                "endpoint": "ssh://root@172.17.0.250",
+                "executionMode": "ssh",
+            },
+        ),
+        ctx.resolved,
+    )
     result = ctx.deploy(planned)
     assert result["failed"] and result["code"] == "wrong_host" and result["failurePhase"] == "verify_target"
     assert ctx.containers() == {}
@@ -73,11 +84,21 @@ def test_docker_run_on_a_target_over_ssh(target):
     """DockerHost (docker.run) on the DinD target: pulled from the shared registry, labelled, idempotent."""
     lab = ar.load_lab_json()
     project = "dh-%s" % uuid.uuid4().hex[:8]
-    host_target = {"id": "tgt-dh-" + target["name"], "name": target["name"], "type": "DockerHost",
-                   "endpoint": "ssh://root@%s" % target["address"], "executionMode": "ssh"}
+    host_target = {
+        "id": "tgt-dh-" + target["name"],
+        "name": target["name"],
+        "type": "DockerHost",
+        "endpoint": "ssh://root@%s" % target["address"],
+        "executionMode": "ssh",
+    }
     resolved = {v["ref"]: v["digest"] for v in lab["images"].values()}
-    release = ar.release_input(project, {"web": lab["images"]["app_v1"]["ref"]}, "/var/lib/stella-it",
-                               target=host_target, config={"web": {"env.GREETING": "hello"}})
+    release = ar.release_input(
+        project,
+        {"web": lab["images"]["app_v1"]["ref"]},
+        "/var/lib/stella-it",
+        target=host_target,
+        config={"web": {"env.GREETING": "hello"}},
+    )
     payload = ar.plan(release, resolved)["payloads"]["docker.run"][0]
     name = project + "-web"
     remote_docker = list(labkit.ssh_argv(target)) + ["docker"]

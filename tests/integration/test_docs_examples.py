@@ -61,15 +61,31 @@ def test_yaml_example(name, line, text, tmp_path):
     if example is None:
         assert name not in STRICT, "docs/%s:%d: a YAML example that is neither a play nor a task list" % (name, line)
         return  # other docs: release inputs, evidence payloads ... are checked by their own tests
-    playbook = text if example == "play" else yaml.safe_dump(
-        [{"name": "docs example %s:%d" % (name, line), "hosts": "localhost", "gather_facts": False, "tasks": data}],
-        sort_keys=False)
+    playbook = (
+        text
+        if example == "play"
+        else yaml.safe_dump(
+            [{"name": "docs example %s:%d" % (name, line), "hosts": "localhost", "gather_facts": False, "tasks": data}],
+            sort_keys=False,
+        )
+    )
     path = tmp_path / "example.yml"
     path.write_text(playbook)
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, ".build", "collections"), ANSIBLE_NOCOLOR="1")
-    proc = subprocess.run([os.path.join(ROOT, ".venv", "bin", "ansible-playbook"), "--syntax-check", "-i", "localhost,",
-                           str(path)], capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=300,
-                          check=False)
+    proc = subprocess.run(
+        [os.path.join(ROOT, ".venv", "bin", "ansible-playbook"), "--syntax-check", "-i", "localhost,", str(path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=str(tmp_path),
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 0, "docs/%s:%d (%s) fails --syntax-check:\n%s%s" % (
-        name, line, example, proc.stdout, proc.stderr)
+        name,
+        line,
+        example,
+        proc.stdout,
+        proc.stderr,
+    )
     assert "[ERROR]" not in proc.stderr, proc.stderr

@@ -46,7 +46,11 @@ def test_ansible_builder_create_makes_a_context_with_the_collection_and_a_debian
     assert 'ARG EE_BASE_IMAGE="stella-ee-base:bookworm"' in dockerfile
     assert 'ARG PKGMGR="/usr/bin/apt-get"' in dockerfile and 'ARG PYCMD="/opt/ee-python/bin/python3"' in dockerfile
     assert [line.split()[-1] for line in dockerfile.splitlines() if line.startswith("FROM ")] == [
-        "base", "galaxy", "builder", "final"]
+        "base",
+        "galaxy",
+        "builder",
+        "final",
+    ]
     refs = next(line for line in dockerfile.splitlines() if line.startswith("ARG ANSIBLE_INSTALL_REFS="))
     assert "ansible-core>=2.19" in refs and "ansible-runner" in refs
 
@@ -57,21 +61,36 @@ def test_ansible_builder_create_makes_a_context_with_the_collection_and_a_debian
         members = set(tar.getnames())
     info = manifest["collection_info"]
     assert (info["namespace"], info["name"], info["version"]) == ("stellaops", "runtime", version)
-    assert {"meta/execution-environment.yml", "requirements.txt", "requirements/execution-environment.txt",
-            "requirements/postgres.txt", "bindep.txt"} <= members
+    assert {
+        "meta/execution-environment.yml",
+        "requirements.txt",
+        "requirements/execution-environment.txt",
+        "requirements/postgres.txt",
+        "bindep.txt",
+    } <= members
     assert not any(name.startswith((".hypothesis", ".build", ".venv", ".lab")) for name in members)
 
 
 def test_ansible_builder_introspection_reads_the_collection_requirements(tmp_path):
     collection_tarball()
     installed = tmp_path / "collections"
-    run([GALAXY, "collection", "install", "--force", os.path.join(ar.ROOT, ".build", "dist", "stellaops-runtime.tar.gz"),
-         "-p", str(installed)])
+    run(
+        [
+            GALAXY,
+            "collection",
+            "install",
+            "--force",
+            os.path.join(ar.ROOT, ".build", "dist", "stellaops-runtime.tar.gz"),
+            "-p",
+            str(installed),
+        ]
+    )
     import ansible_builder  # pylint: disable=import-outside-toplevel
 
     introspect = os.path.join(os.path.dirname(ansible_builder.__file__), "_target_scripts", "introspect.py")
-    found = yaml.safe_load(run([os.path.join(ar.VENV_BIN, "python"), introspect, "introspect", "--sanitize",
-                                str(installed)]).stdout)
+    found = yaml.safe_load(
+        run([os.path.join(ar.VENV_BIN, "python"), introspect, "introspect", "--sanitize", str(installed)]).stdout
+    )
     python = [line.split("#")[0].strip() for line in found["python"]]
     system = [line.split("#")[0].strip() for line in found["system"]]
     wanted = []

@@ -41,11 +41,18 @@ import faultkit as fk
 
 GATES = fk.GATES
 DISK_FULL_CODE = "disk_full"  # a full disk during the apply (docs/faults.md)
-APPLY_PHASES = ("write_artifacts", "pre_deploy_hooks", "compose_pull", "compose_up", "inspect_services",
-                "write_sticker", "post_deploy_hooks")
+APPLY_PHASES = (
+    "write_artifacts",
+    "pre_deploy_hooks",
+    "compose_pull",
+    "compose_up",
+    "inspect_services",
+    "write_sticker",
+    "post_deploy_hooks",
+)
 RUNTIME_CHECK_PHASES = ("preflight", "verify_target")  # the engine is asked before anything changes
-PREFLIGHT_LIMIT = 45   # seconds stella_preflight may take against a daemon that never answers
-DEPLOY_LIMIT = 60      # seconds stella_compose_deploy (command_timeout 10) may take against a daemon that never answers
+PREFLIGHT_LIMIT = 45  # seconds stella_preflight may take against a daemon that never answers
+DEPLOY_LIMIT = 60  # seconds stella_compose_deploy (command_timeout 10) may take against a daemon that never answers
 
 
 @pytest.fixture
@@ -77,9 +84,13 @@ def dctx(lab, dind):
 
 # ------------------------------------------------------------------------------------------ helpers
 
+
 def summary(result):
-    return "code=%r failurePhase=%r msg=%r" % (result.get("code"), result.get("failurePhase"),
-                                               (result.get("msg") or "")[:400])
+    return "code=%r failurePhase=%r msg=%r" % (
+        result.get("code"),
+        result.get("failurePhase"),
+        (result.get("msg") or "")[:400],
+    )
 
 
 def assert_failed(result, code, phase):
@@ -92,8 +103,10 @@ def assert_failed_before_change(result, code):
     """Failed with ``code`` in a phase before anything on the host changes (the runtime checks)."""
     assert result["failed"], "reported success, expected %s (%s)" % (code, summary(result))
     assert result.get("code") == code, "expected code %s: %s" % (code, summary(result))
-    assert result.get("failurePhase") in RUNTIME_CHECK_PHASES, (
-        "expected failurePhase in %s: %s" % (RUNTIME_CHECK_PHASES, summary(result)))
+    assert result.get("failurePhase") in RUNTIME_CHECK_PHASES, "expected failurePhase in %s: %s" % (
+        RUNTIME_CHECK_PHASES,
+        summary(result),
+    )
 
 
 def hash12(planned):
@@ -104,10 +117,16 @@ def assert_same_files(ctx, files, message):
     """The project's files (lock, sticker, apply manifest, .env.stella) are byte for byte ``files``."""
     now = ctx.committed()
     changed = sorted(n for n in files if files[n] != now[n])
-    shown = "".join(difflib.unified_diff(
-        (files[n] or b"").decode("utf-8", "replace").splitlines(True),
-        (now[n] or b"").decode("utf-8", "replace").splitlines(True), n + " (before)", n + " (now)")
-        for n in changed if n != fk.ENV)  # never print .env.stella: it holds the secret
+    shown = "".join(
+        difflib.unified_diff(
+            (files[n] or b"").decode("utf-8", "replace").splitlines(True),
+            (now[n] or b"").decode("utf-8", "replace").splitlines(True),
+            n + " (before)",
+            n + " (now)",
+        )
+        for n in changed
+        if n != fk.ENV
+    )  # never print .env.stella: it holds the secret
     assert not changed, "%s: %s differ\n%s" % (message, changed, shown)
 
 
@@ -122,8 +141,9 @@ def assert_untouched(ctx, planned, state, files, image_key="app_v1"):
 def retain_without_replacing(ctx, running):
     """Setup: an apply of another release whose pre-deploy hook fails retains the running release as
     revision 1 (retention happens before the hooks) and leaves its containers running; returns the path."""
-    failed = ctx.deploy(ctx.planned("app_v2", "2.0.0", hooks=[{"name": "stop", "phase": "pre-deploy",
-                                                               "command": "exit 3"}]))
+    failed = ctx.deploy(
+        ctx.planned("app_v2", "2.0.0", hooks=[{"name": "stop", "phase": "pre-deploy", "command": "exit 3"}])
+    )
     assert failed["failed"] and failed.get("code") == "hook_failed", "setup: %s" % summary(failed)
     path = failed.get("previousRevisionPath") or ""
     assert os.path.basename(path) == "000001-" + hash12(running), "setup: no revision retained (%r)" % path
@@ -134,11 +154,16 @@ def failing_hook(name, phase, policy, ctx, code=3):
     """A hook that prints the planted secret (redacted by default) and exits non-zero."""
     ctx.write_secret_file()
     path = shlex.quote(ctx.secret_file)
-    return {"name": name, "phase": phase, "failurePolicy": policy,
-            "command": "cat %s; cat %s >&2; exit %d" % (path, path, code)}
+    return {
+        "name": name,
+        "phase": phase,
+        "failurePolicy": policy,
+        "command": "cat %s; cat %s >&2; exit %d" % (path, path, code),
+    }
 
 
 # ================================================================================== issue 9, items 1-10
+
 
 def test_item01_rollback_restores_the_deployments_own_previous_revision(ctx, tmp_path):
     """Deploy A, B, A, then B' whose probe fails: B' retains nothing new (A is already revision 1), so
@@ -153,8 +178,9 @@ def test_item01_rollback_restores_the_deployments_own_previous_revision(ctx, tmp
     assert os.path.basename(rev_a) == "000001-" + hash12(a)
     assert os.path.basename(rev_b) == "000002-" + hash12(b)
 
-    b_again = role.release("app_v2", "2.0.0", probe=role.probe_config("/no-such-page", attempts=1),
-                           hooks=[ctx.leak_hook()])
+    b_again = role.release(
+        "app_v2", "2.0.0", probe=role.probe_config("/no-such-page", attempts=1), hooks=[ctx.leak_hook()]
+    )
     rc, results, output = role.play(b_again)
     assert rc != 0, output[-3000:]
     assert results["plan"]["manifestHash"] == role.planned(b_again)["manifestHash"]
@@ -165,8 +191,9 @@ def test_item01_rollback_restores_the_deployments_own_previous_revision(ctx, tmp
     rollback = results["rollback"]
     assert not rollback.get("failed"), summary(rollback)
     assert rollback["restoredRevisionPath"] == rev_a, (
-        "rolled back to %s, not to the deployment's own previousRevisionPath %s" % (
-            rollback["restoredRevisionPath"], rev_a))
+        "rolled back to %s, not to the deployment's own previousRevisionPath %s"
+        % (rollback["restoredRevisionPath"], rev_a)
+    )
     assert rollback["rollbackRestored"] is True and rollback["failurePhase"] is None
     ctx.assert_runs(a, "app_v1")
     files = ctx.assert_committed_verifies(a["manifestHash"])
@@ -189,8 +216,9 @@ def test_item02_rollback_of_a_superseded_deployment_is_refused(ctx, tmp_path):
     try:
         w = role.planned(role.release("app_v1", "1.0.0"))
         ctx.deploy_ok(w)
-        x_release = role.release("app_v2", "2.0.0", hooks=[ctx.leak_hook()],
-                                 probe=role.probe_config(url=gate.url, attempts=1, timeout=120))
+        x_release = role.release(
+            "app_v2", "2.0.0", hooks=[ctx.leak_hook()], probe=role.probe_config(url=gate.url, attempts=1, timeout=120)
+        )
         x = role.planned(x_release)
         run, proc = role.start(x_release)
         deadline = time.monotonic() + 180
@@ -226,13 +254,13 @@ def test_item02_rollback_of_a_superseded_deployment_is_refused(ctx, tmp_path):
 def test_item03_dockerhost_crash_looping_container_fails_and_previous_is_restored(ctx):
     """DockerHost: v1 healthy, then an image whose command exits at once (restart unless-stopped: it
     crash-loops). Not a success: service_not_running, and the previous container runs again."""
-    target = {"id": "tgt-dh", "name": "dockerhost", "type": "DockerHost", "endpoint": "local",
-              "executionMode": "ssh"}
+    target = {"id": "tgt-dh", "name": "dockerhost", "type": "DockerHost", "endpoint": "local", "executionMode": "ssh"}
     name = ctx.project + "-web"
 
     def payload(image_key, version, hooks=None):
-        release = ar.release_input(ctx.project, {"web": ctx.refs[image_key]}, ctx.work, target=target,
-                                   version=version, hooks=hooks)
+        release = ar.release_input(
+            ctx.project, {"web": ctx.refs[image_key]}, ctx.work, target=target, version=version, hooks=hooks
+        )
         return ar.plan(release, ctx.resolved)["payloads"]["docker.run"][0]
 
     def inspect():
@@ -260,8 +288,9 @@ def test_item03_dockerhost_crash_looping_container_fails_and_previous_is_restore
         assert after["State"]["Health"]["Status"] == "healthy"
         assert after["Config"]["Image"].endswith("@" + ctx.images["app_v1"]["digest"]), after["Config"]["Image"]
         assert after["Config"]["Labels"]["stella.manifest.hash"] == v1["ManifestHash"]
-        assert {k: v for k, v in after["Config"]["Labels"].items() if k.startswith("stella.")} == \
-            {k: v for k, v in before["Config"]["Labels"].items() if k.startswith("stella.")}
+        assert {k: v for k, v in after["Config"]["Labels"].items() if k.startswith("stella.")} == {
+            k: v for k, v in before["Config"]["Labels"].items() if k.startswith("stella.")
+        }
         ctx.assert_secret_nowhere()
     finally:
         ids = ar.docker("ps", "-aq", "--filter", "name=" + ctx.project, check=False).split()
@@ -273,8 +302,7 @@ def test_item04_role_deploys_a_release_with_secret_env(ctx, tmp_path):
     """The deploy role with secretEnv: the env artifact reaches the target (0600), the container gets the
     value, and the value appears nowhere else."""
     role = fk.RoleRun(ctx, tmp_path)
-    release = role.release("app_v1", "1.0.0", probe=role.probe_config("/"), secret_env=True,
-                           hooks=[ctx.leak_hook()])
+    release = role.release("app_v1", "1.0.0", probe=role.probe_config("/"), secret_env=True, hooks=[ctx.leak_hook()])
     planned = role.planned(release)
     rc, results, output = role.play(release)
     apply = results["apply"]
@@ -302,8 +330,12 @@ def test_item05_env_artifact_restored_byte_for_byte_after_failing_pre_deploy_hoo
     before, state = ctx.tree(), ctx.state()
     assert before["files"][fk.ENV] is not None and before["files"][fk.ENV] == v1["_files"][fk.ENV], "v1 env"
     s2 = fk.planted_secret("next")
-    v2 = ctx.planned("app_v2", "2.0.0", secret_env={fk.SECRET_KEY: s2},
-                     hooks=[{"name": "gate", "phase": "pre-deploy", "command": "exit 9"}])
+    v2 = ctx.planned(
+        "app_v2",
+        "2.0.0",
+        secret_env={fk.SECRET_KEY: s2},
+        hooks=[{"name": "gate", "phase": "pre-deploy", "command": "exit 9"}],
+    )
     result = ctx.deploy(v2)
     assert_failed(result, "hook_failed", "pre_deploy_hooks")
     assert result.get("lockRestored") is True
@@ -321,10 +353,20 @@ def test_item05_env_artifact_restored_byte_for_byte_after_failing_pre_deploy_hoo
 def test_item06_hook_output_masks_secret_values_even_with_redaction_none(ctx):
     """RedactionPolicy none keeps hook output, but values the collection knows are secret (secretEnv
     values from the env artifact) are masked as ******** in hookResults and at -vvv."""
-    hooks = [{"name": "print-env", "phase": "pre-deploy", "redactionPolicy": "none",
-              "command": '. ./.env.stella; echo "token=$%s"; echo "err=$%s" >&2' % (fk.SECRET_KEY, fk.SECRET_KEY)},
-             {"name": "grep-env", "phase": "post-deploy", "redactionPolicy": "none",
-              "command": "grep %s .env.stella" % fk.SECRET_KEY}]
+    hooks = [
+        {
+            "name": "print-env",
+            "phase": "pre-deploy",
+            "redactionPolicy": "none",
+            "command": '. ./.env.stella; echo "token=$%s"; echo "err=$%s" >&2' % (fk.SECRET_KEY, fk.SECRET_KEY),
+        },
+        {
+            "name": "grep-env",
+            "phase": "post-deploy",
+            "redactionPolicy": "none",
+            "command": "grep %s .env.stella" % fk.SECRET_KEY,
+        },
+    ]
     v1 = ctx.planned(hooks=hooks)
     result = ctx.deploy(v1)
     assert not result["failed"], summary(result)
@@ -348,13 +390,15 @@ def test_item07_hung_daemon_is_runtime_daemon_unavailable_within_a_bound(dctx, d
     state, files = dctx.state(), dctx.committed()
     v2 = dctx.planned("app_v2", "2.0.0", hooks=[dctx.leak_hook()])
     with fk.hung_daemon(dind):
-        pre = dctx.call(fk.PREFLIGHT, dict(GATES, payload=v2["payloads"]["compose.preflight"], timeout=5),
-                        timeout=PREFLIGHT_LIMIT)
+        pre = dctx.call(
+            fk.PREFLIGHT, dict(GATES, payload=v2["payloads"]["compose.preflight"], timeout=5), timeout=PREFLIGHT_LIMIT
+        )
         assert pre["failed"], "preflight passed against a stopped daemon"
         assert "runtime_daemon_unavailable" in [f["code"] for f in pre["failures"]], pre["failures"]
         daemon = (pre.get("preflight") or {}).get("docker") or {}
         assert daemon.get("daemonStatus") == "unavailable", (
-            "the preflight evidence does not record daemonStatus=unavailable: %s" % summary(pre))
+            "the preflight evidence does not record daemonStatus=unavailable: %s" % summary(pre)
+        )
         applied = dctx.deploy(v2, args={"wait_timeout": 20, "command_timeout": 10}, timeout=DEPLOY_LIMIT)
         assert_failed_before_change(applied, "runtime_daemon_unavailable")
     fk.wait_daemon(dind)
@@ -371,31 +415,68 @@ def test_item08_traversal_or_relative_work_directory_rejected_before_any_change(
     up = planned["payloads"]["compose.up"]
     sneaky = ctx.work + "/w/../elsewhere"
     elsewhere = os.path.join(ctx.work, "elsewhere")
-    target_option = {"id": "tgt-local", "name": "controller", "type": "ComposeHost", "endpoint": "local",
-                     "executionMode": "ssh"}
+    target_option = {
+        "id": "tgt-local",
+        "name": "controller",
+        "type": "ComposeHost",
+        "endpoint": "local",
+        "executionMode": "ssh",
+    }
     dh_target = dict(target_option, type="DockerHost")
-    dh_payload = ar.plan(ar.release_input(ctx.project, {"web": ctx.refs["app_v1"]}, ctx.work, target=dh_target),
-                         ctx.resolved)["payloads"]["docker.run"][0]
+    dh_payload = ar.plan(
+        ar.release_input(ctx.project, {"web": ctx.refs["app_v1"]}, ctx.work, target=dh_target), ctx.resolved
+    )["payloads"]["docker.run"][0]
     cases = [
-        ("compose.up payload WorkDirectory with ..", fk.DEPLOY,
-         {"payload": dict(up, WorkDirectory=sneaky), "env_artifact": env}, "invalid_payload"),
-        ("compose.up work_directory option with ..", fk.DEPLOY,
-         {"payload": up, "work_directory": sneaky, "env_artifact": env}, "invalid_payload"),
-        ("compose.up payload relative WorkDirectory", fk.DEPLOY,
-         {"payload": dict(up, WorkDirectory="relative/projects"), "env_artifact": env},
-         ("invalid_payload", "invalid_work_directory")),
-        ("compose.up snake_case options with ..", fk.DEPLOY,
-         {"project_name": up["ProjectName"], "compose_lock": up["ComposeLock"], "version_sticker": up["VersionSticker"],
-          "apply_manifest": up["ApplyManifest"], "target": target_option, "work_directory": sneaky,
-          "env_artifact": env}, "invalid_payload"),
-        ("docker.run payload WorkDirectory with ..", fk.DEPLOY,
-         {"task": "docker.run", "payload": dict(dh_payload, WorkDirectory=sneaky)}, "invalid_payload"),
-        ("compose.rollback payload WorkDirectory with ..", fk.ROLLBACK,
-         {"payload": {"ProjectName": ctx.project, "WorkDirectory": sneaky, "Target": ctx.target_context()}},
-         "invalid_payload"),
-        ("stella_preflight work_directory with ..", fk.PREFLIGHT,
-         dict(GATES, work_directory=sneaky, registry_reachability_mode="skip", minimum_free_disk_bytes=0),
-         "invalid_request"),
+        (
+            "compose.up payload WorkDirectory with ..",
+            fk.DEPLOY,
+            {"payload": dict(up, WorkDirectory=sneaky), "env_artifact": env},
+            "invalid_payload",
+        ),
+        (
+            "compose.up work_directory option with ..",
+            fk.DEPLOY,
+            {"payload": up, "work_directory": sneaky, "env_artifact": env},
+            "invalid_payload",
+        ),
+        (
+            "compose.up payload relative WorkDirectory",
+            fk.DEPLOY,
+            {"payload": dict(up, WorkDirectory="relative/projects"), "env_artifact": env},
+            ("invalid_payload", "invalid_work_directory"),
+        ),
+        (
+            "compose.up snake_case options with ..",
+            fk.DEPLOY,
+            {
+                "project_name": up["ProjectName"],
+                "compose_lock": up["ComposeLock"],
+                "version_sticker": up["VersionSticker"],
+                "apply_manifest": up["ApplyManifest"],
+                "target": target_option,
+                "work_directory": sneaky,
+                "env_artifact": env,
+            },
+            "invalid_payload",
+        ),
+        (
+            "docker.run payload WorkDirectory with ..",
+            fk.DEPLOY,
+            {"task": "docker.run", "payload": dict(dh_payload, WorkDirectory=sneaky)},
+            "invalid_payload",
+        ),
+        (
+            "compose.rollback payload WorkDirectory with ..",
+            fk.ROLLBACK,
+            {"payload": {"ProjectName": ctx.project, "WorkDirectory": sneaky, "Target": ctx.target_context()}},
+            "invalid_payload",
+        ),
+        (
+            "stella_preflight work_directory with ..",
+            fk.PREFLIGHT,
+            dict(GATES, work_directory=sneaky, registry_reachability_mode="skip", minimum_free_disk_bytes=0),
+            "invalid_request",
+        ),
     ]
     wrong = []
     try:
@@ -427,7 +508,8 @@ def test_item09_hook_does_not_outlive_a_killed_apply_and_rerun_does_not_overlap(
         'if [ -n "$old" ] && [ -d /proc/$old ] && ! grep -q "^State:[[:space:]]*Z" /proc/$old/status; '
         'then echo "overlap $old" >> {j}; fi; '
         'echo $$ $PPID > {p}; echo "start $$" >> {j}; '
-        '[ -e {k} ] || sleep 120; echo "end $$" >> {j}').format(p=pidfile, j=journal, k=killed)
+        '[ -e {k} ] || sleep 120; echo "end $$" >> {j}'
+    ).format(p=pidfile, j=journal, k=killed)
     v1 = ctx.planned(hooks=[{"name": "long", "phase": "pre-deploy", "timeoutSeconds": 600, "command": command}])
     proc = fk.start_ansible(fk.DEPLOY, ctx.deploy_args(v1))
     first_hook = None
@@ -449,7 +531,8 @@ def test_item09_hook_does_not_outlive_a_killed_apply_and_rerun_does_not_overlap(
             fk.kill_group_of(first_hook)
     lines = open(journal).read().splitlines()
     assert not [line for line in lines if line.startswith("overlap")], (
-        "the re-run started the hook while the killed apply's hook still ran: %s" % lines)
+        "the re-run started the hook while the killed apply's hook still ran: %s" % lines
+    )
     assert not first_alive_after_rerun, "the killed apply's hook outlived it (and the re-run)"
     assert [line.split()[0] for line in lines].count("start") == 2, lines
     assert not rerun["failed"], summary(rerun)
@@ -472,11 +555,14 @@ def test_item10_full_disk_during_apply_is_a_stable_code_and_the_previous_state_r
             ctx.deploy_ok(v1)
             files = ctx.committed()
             report = "/tmp/%s.fill" % ctx.project  # on the target's root file system, not the tmpfs
-            filler = {"name": "fill-disk", "phase": "pre-deploy",
-                      # 64 KiB blocks, then 1 KiB blocks for what the first pass left (seen: 4 KiB under load)
-                      "command": "dd if=/dev/zero of=%s/fx-filler bs=64k 2>/dev/null; "
-                                 "dd if=/dev/zero of=%s/fx-filler-tail bs=1k 2>/dev/null; "
-                                 "df -k --output=avail %s | tail -1 > %s; exit 0" % (work, work, work, report)}
+            filler = {
+                "name": "fill-disk",
+                "phase": "pre-deploy",
+                # 64 KiB blocks, then 1 KiB blocks for what the first pass left (seen: 4 KiB under load)
+                "command": "dd if=/dev/zero of=%s/fx-filler bs=64k 2>/dev/null; "
+                "dd if=/dev/zero of=%s/fx-filler-tail bs=1k 2>/dev/null; "
+                "df -k --output=avail %s | tail -1 > %s; exit 0" % (work, work, work, report),
+            }
             v2_release = role.release("app_v2", "2.0.0", preflight=small, hooks=[ctx.leak_hook(), filler])
             rc, results, output = role.play(v2_release)
             free = ctx.run_on_host("cat %s; rm -f %s" % (report, report)).stdout.strip()
@@ -500,6 +586,7 @@ def test_item10_full_disk_during_apply_is_a_stable_code_and_the_previous_state_r
 
 
 # ================================================================================== issue 9, item 13
+
 
 def test_item11_invalid_probe_configuration_fails_at_planning_before_the_target_is_touched(ctx, tmp_path):
     """healthProbe.type udp: the role's plan fails with health_probe_config_invalid naming the key; no
@@ -527,7 +614,10 @@ def test_item12_check_mode_on_the_role_probes_nothing_and_passes_no_verdict(ctx,
     assert results["apply"]["changed"] is True, "check mode did not report the change it would make"
     probe = results["probe"]
     assert (probe["failed"], probe["evidence"]["healthProbe.status"], probe["evidence"]["healthProbe.reason"]) == (
-        False, "not_run", "check_mode"), probe
+        False,
+        "not_run",
+        "check_mode",
+    ), probe
     assert probe["evidence"]["healthProbe.web.endpoint"] == "http://127.0.0.1:%d/" % role.port, probe["evidence"]
     assert ctx.state() == {} and not ctx.tree()["exists"], "check mode changed the target"
     rc, results, output = role.play(v1)
@@ -557,7 +647,8 @@ def test_item13_implicit_rollback_never_follows_a_symlinked_revision_outside_rev
     result = ctx.rollback()
     restored = result.get("restoredRevisionPath") or ""
     assert not os.path.realpath(restored).startswith(os.path.realpath(outside)), (
-        "the rollback restored the revision outside revisions/: %s" % restored)
+        "the rollback restored the revision outside revisions/: %s" % restored
+    )
     if result["failed"]:
         assert_failed(result, "revision_path_rejected", "resolve_revision")
         assert result.get("rollbackRestored") is False
@@ -575,9 +666,14 @@ def test_item13_setsid_hook_child_is_killed_at_timeout_and_its_output_kept(ctx):
     ctx.deploy_ok(v1)
     state, files = ctx.state(), ctx.committed()
     pidfile = os.path.join(ctx.work, "escaped.pid")
-    hook = {"name": "escape", "phase": "pre-deploy", "timeoutSeconds": 2, "redactionPolicy": "none",
-            "command": "setsid sh -c 'echo child-says-hi; exec sleep 300' & echo $! > %s; echo parent-says-hi; "
-                       "sleep 300" % pidfile}
+    hook = {
+        "name": "escape",
+        "phase": "pre-deploy",
+        "timeoutSeconds": 2,
+        "redactionPolicy": "none",
+        "command": "setsid sh -c 'echo child-says-hi; exec sleep 300' & echo $! > %s; echo parent-says-hi; "
+        "sleep 300" % pidfile,
+    }
     v2 = ctx.planned("app_v2", "2.0.0", hooks=[hook])
     child = None
     try:
@@ -588,7 +684,8 @@ def test_item13_setsid_hook_child_is_killed_at_timeout_and_its_output_kept(ctx):
         assert entry["timedOut"] is True and entry["outcome"] == "failed"
         assert not fk.pid_alive(child), "the hook's setsid child survived the timeout kill"
         assert "parent-says-hi" in entry["stdout"] and "child-says-hi" in entry["stdout"], (
-            "hook output lost: %r" % entry["stdout"])
+            "hook output lost: %r" % entry["stdout"]
+        )
         assert_untouched(ctx, v1, state, files)
         ctx.assert_secret_nowhere()
     finally:
@@ -598,6 +695,7 @@ def test_item13_setsid_hook_child_is_killed_at_timeout_and_its_output_kept(ctx):
 
 # ================================================================================== faults that already held
 
+
 def test_fault_registry_down_during_plan(ctx, tmp_path):
     """The release's registry does not answer when the role plans: image_unresolved, nothing touches the
     target."""
@@ -605,8 +703,9 @@ def test_fault_registry_down_during_plan(ctx, tmp_path):
     port = fk.free_port()
     release = role.release("app_v1", "1.0.0", secret_env=True)
     release["components"][0]["image"] = "127.0.0.1:%d/stella/app:v1" % port
-    rc, results, output = role.play(release, registry_credentials={
-        "127.0.0.1:%d" % port: {"username": "fx", "password": role.registry_secret}})
+    rc, results, output = role.play(
+        release, registry_credentials={"127.0.0.1:%d" % port: {"username": "fx", "password": role.registry_secret}}
+    )
     assert rc != 0, output[-3000:]
     plan = results["plan"]
     assert_failed(plan, "image_unresolved", "resolve")
@@ -697,8 +796,9 @@ def test_fault_failing_probe_rolls_back_through_the_role(ctx, tmp_path):
     v1 = role.planned(role.release("app_v1", "1.0.0", probe=role.probe_config("/")))
     ctx.deploy_ok(v1)
     files = ctx.committed()
-    rc, results, output = role.play(role.release("app_v2", "2.0.0", hooks=[ctx.leak_hook()],
-                                                 probe=role.probe_config("/no-such-page", attempts=1)))
+    rc, results, output = role.play(
+        role.release("app_v2", "2.0.0", hooks=[ctx.leak_hook()], probe=role.probe_config("/no-such-page", attempts=1))
+    )
     assert rc != 0, output[-3000:]
     assert "RolledBack" in output and "(auto-rollback restored the retained previous revision)" in output
     assert not results["apply"]["failed"]
@@ -716,17 +816,24 @@ def test_fault_failing_probe_rolls_back_through_the_role(ctx, tmp_path):
 
 def test_fault_failing_hooks_under_non_blocking_policies(ctx):
     """ignore, continue and warn record a failing hook (pre- and post-deploy) and the release succeeds."""
-    hooks = [failing_hook("%s-%s" % (policy, phase), phase, policy, ctx)
-             for phase in ("pre-deploy", "post-deploy") for policy in ("ignore", "continue", "warn")]
+    hooks = [
+        failing_hook("%s-%s" % (policy, phase), phase, policy, ctx)
+        for phase in ("pre-deploy", "post-deploy")
+        for policy in ("ignore", "continue", "warn")
+    ]
     v1 = ctx.planned(hooks=hooks)
     result = ctx.deploy(v1)
     assert not result["failed"], summary(result)
     assert result["failurePhase"] is None
     outcomes = [(h["name"], h["exitCode"], h["outcome"]) for h in result["hookResults"]]
-    assert outcomes == [("%s-%s" % (p, ph), 3, o) for ph in ("pre-deploy", "post-deploy")
-                        for p, o in (("ignore", "ignored"), ("continue", "continued"), ("warn", "warned"))]
-    assert all(h["stdout"]["redacted"] is True and h["stdout"]["length"] == len(ctx.secret)
-               for h in result["hookResults"])
+    assert outcomes == [
+        ("%s-%s" % (p, ph), 3, o)
+        for ph in ("pre-deploy", "post-deploy")
+        for p, o in (("ignore", "ignored"), ("continue", "continued"), ("warn", "warned"))
+    ]
+    assert all(
+        h["stdout"]["redacted"] is True and h["stdout"]["length"] == len(ctx.secret) for h in result["hookResults"]
+    )
     ctx.assert_runs(v1)
     ctx.assert_committed_verifies(v1["manifestHash"])
     ctx.assert_secret_nowhere()
@@ -757,8 +864,14 @@ def test_fault_failing_post_deploy_hook_with_policy_fail(ctx):
     assert_failed(result, "hook_failed", "post_deploy_hooks")
     assert result["hookResults"][0]["outcome"] == "failed"
     assert os.path.basename(result["previousRevisionPath"]) == "000001-" + hash12(v1)
-    rollback = ctx.rollback(payload={"ProjectName": ctx.project, "WorkDirectory": ctx.work,
-                                     "RevisionPath": result["previousRevisionPath"], "Target": ctx.target_context()})
+    rollback = ctx.rollback(
+        payload={
+            "ProjectName": ctx.project,
+            "WorkDirectory": ctx.work,
+            "RevisionPath": result["previousRevisionPath"],
+            "Target": ctx.target_context(),
+        }
+    )
     assert not rollback["failed"], summary(rollback)
     assert_same_files(ctx, files, "v1's committed files were not restored")
     ctx.assert_committed_verifies(v1["manifestHash"])
@@ -772,8 +885,12 @@ def test_fault_hook_timeout(ctx):
     ctx.deploy_ok(v1)
     state, files = ctx.state(), ctx.committed()
     ctx.write_secret_file()
-    hook = {"name": "slow", "phase": "pre-deploy", "timeoutSeconds": 2,
-            "command": "cat %s; sleep 300" % shlex.quote(ctx.secret_file)}
+    hook = {
+        "name": "slow",
+        "phase": "pre-deploy",
+        "timeoutSeconds": 2,
+        "command": "cat %s; sleep 300" % shlex.quote(ctx.secret_file),
+    }
     result = ctx.deploy(ctx.planned("app_v2", "2.0.0", hooks=[hook]))
     assert_failed(result, "hook_failed", "pre_deploy_hooks")
     entry = result["hookResults"][0]
@@ -790,8 +907,12 @@ def test_fault_sigkill_mid_apply_then_rerun_converges(ctx):
     state = ctx.state()
     v1_files = ctx.committed()
     pidfile = os.path.join(ctx.work, "hook.pid")
-    hook = {"name": "hang", "phase": "pre-deploy", "timeoutSeconds": 600,
-            "command": "echo $$ $PPID > %s; cat %s; sleep 600" % (pidfile, shlex.quote(ctx.secret_file))}
+    hook = {
+        "name": "hang",
+        "phase": "pre-deploy",
+        "timeoutSeconds": 600,
+        "command": "echo $$ $PPID > %s; cat %s; sleep 600" % (pidfile, shlex.quote(ctx.secret_file)),
+    }
     ctx.write_secret_file()
     v2_hanging = ctx.planned("app_v2", "2.0.0", hooks=[hook])
     proc = fk.start_ansible(fk.DEPLOY, ctx.deploy_args(v2_hanging))
@@ -829,9 +950,12 @@ def test_fault_concurrent_deployments_of_one_project_serialize(ctx):
     hooks and compose up), and whichever ran last is what runs and what the committed set describes."""
     journal = os.path.join(ctx.work, "journal")
     ctx.write_secret_file()
-    hook = {"name": "journal", "phase": "pre-deploy",
-            "command": "cat %s; echo start $STELLA_MANIFEST_HASH >> %s; sleep 2; echo end $STELLA_MANIFEST_HASH >> %s"
-                       % (shlex.quote(ctx.secret_file), journal, journal)}
+    hook = {
+        "name": "journal",
+        "phase": "pre-deploy",
+        "command": "cat %s; echo start $STELLA_MANIFEST_HASH >> %s; sleep 2; echo end $STELLA_MANIFEST_HASH >> %s"
+        % (shlex.quote(ctx.secret_file), journal, journal),
+    }
     post = {"name": "post", "phase": "post-deploy", "command": "echo post $STELLA_MANIFEST_HASH >> %s" % journal}
     plans = {"v1": ctx.planned(hooks=[hook, post]), "v2": ctx.planned("app_v2", "2.0.0", hooks=[hook, post])}
     results = {}
@@ -884,8 +1008,9 @@ def test_fault_missing_daemon_on_a_dind_target(dctx, dind):
     state, files = dctx.state(), dctx.committed()
     v2 = dctx.planned("app_v2", "2.0.0", hooks=[dctx.leak_hook()])
     with fk.daemon_socket_moved(dind):
-        pre = dctx.call(fk.PREFLIGHT, dict(GATES, payload=v2["payloads"]["compose.preflight"], timeout=5),
-                        timeout=PREFLIGHT_LIMIT)
+        pre = dctx.call(
+            fk.PREFLIGHT, dict(GATES, payload=v2["payloads"]["compose.preflight"], timeout=5), timeout=PREFLIGHT_LIMIT
+        )
         assert pre["failed"]
         assert "runtime_daemon_unavailable" in [f["code"] for f in pre["failures"]], pre["failures"]
         assert pre["preflight"]["docker"]["daemonStatus"] == "unavailable"

@@ -44,8 +44,9 @@ def test_planning_waits_out_one_rate_limit_and_records_the_wait(lab, tmp_path):
     hub = lab["registries"]["hub"]
     image = lab["images"]["hub_app_v2"]
     with fault(hub, status=429, retryAfter=2, count=1, match="/stella/app/manifests/v2"):
-        plan, _output = run_playbook(tmp_path, {"release": minimal_release(
-            components=[{"name": "web", "image": image["ref"]}])})
+        plan, _output = run_playbook(
+            tmp_path, {"release": minimal_release(components=[{"name": "web", "image": image["ref"]}])}
+        )
     assert plan.get("failed") is not True, plan.get("msg")
     assert plan["components"][0]["digest"] == image["digest"]
     [wait] = plan["resolution"][image["ref"]]["registryWaits"]
@@ -57,8 +58,9 @@ def test_planning_gives_up_on_a_registry_that_keeps_answering_503(lab, tmp_path)
     hub = lab["registries"]["hub"]
     image = lab["images"]["hub_app_v2"]
     with fault(hub, status=503, retryAfter=None, count=-1, match="/stella/app/manifests/v2"):
-        plan, _output = run_playbook(tmp_path, {"release": minimal_release(
-            components=[{"name": "web", "image": image["ref"]}])})
+        plan, _output = run_playbook(
+            tmp_path, {"release": minimal_release(components=[{"name": "web", "image": image["ref"]}])}
+        )
     assert plan["failed"] is True and plan["code"] == "image_unresolved"
     assert hub["address"] in plan["msg"] and "HTTP 503" in plan["msg"] and "after 5 tries over" in plan["msg"]
     assert plan["cause"] == "registry_unavailable" and len(plan["waits"]) == 4
@@ -99,13 +101,17 @@ def test_auth_registry_credentials_only_from_a_credential_helper_never_show(lab,
     config = tmp_path / "docker"
     config.mkdir()
     (config / "config.json").write_text(json.dumps({"credHelpers": {address: "stella-lab"}}))
-    env = {"DOCKER_CONFIG": str(config), "STELLA_LAB_CREDSTORE": str(store),
-           "PATH": lab["credential_helper"] + os.pathsep + os.environ["PATH"]}
+    env = {
+        "DOCKER_CONFIG": str(config),
+        "STELLA_LAB_CREDSTORE": str(store),
+        "PATH": lab["credential_helper"] + os.pathsep + os.environ["PATH"],
+    }
     sc = Scenario(lab, tmp_path, "helper")
     sc.refs["auth_app_v1"] = lab["images"]["auth_app_v1"]["ref"]
     try:
-        rc, _recap, results, output = sc.play(sc.release("auth_app_v1"), env=env, options=["-vvv"],
-                                              extra_vars={"report": True})
+        rc, _recap, results, output = sc.play(
+            sc.release("auth_app_v1"), env=env, options=["-vvv"], extra_vars={"report": True}
+        )
         assert rc == 0, output[-3000:]
         closed = results["deploy_job_closed"]
         assert closed["status"] == "Succeeded"

@@ -28,10 +28,15 @@ JOB_RE = re.compile(r"\bjob-\d{8}T\d{6}-[0-9a-f]{8}\b")
 
 
 def run(argv, timeout=600, **kwargs):
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False,
-                          stdin=subprocess.DEVNULL, **kwargs)
-    assert proc.returncode == 0, "%s failed (rc=%d):\n%s\n%s" % (argv[:4], proc.returncode, proc.stdout[-3000:],
-                                                                 proc.stderr[-3000:])
+    proc = subprocess.run(
+        argv, capture_output=True, text=True, timeout=timeout, check=False, stdin=subprocess.DEVNULL, **kwargs
+    )
+    assert proc.returncode == 0, "%s failed (rc=%d):\n%s\n%s" % (
+        argv[:4],
+        proc.returncode,
+        proc.stdout[-3000:],
+        proc.stderr[-3000:],
+    )
     return proc.stdout
 
 
@@ -50,8 +55,11 @@ def console_commands(text):
 
 def readme_quickstart():
     blocks = readme_blocks()
-    install = next(console_commands(body) for lang, body in blocks
-                   if lang == "console" and "ansible-galaxy collection install stellaops.runtime" in body)
+    install = next(
+        console_commands(body)
+        for lang, body in blocks
+        if lang == "console" and "ansible-galaxy collection install stellaops.runtime" in body
+    )
     inventory = next(yaml.safe_load(body) for lang, body in blocks if lang == "yaml" and "stella_targets:" in body)
     release = next(yaml.safe_load(body) for lang, body in blocks if lang == "yaml" and "stella_release:" in body)
     commands = [cmd for lang, body in blocks if lang == "console" for cmd in console_commands(body)]
@@ -76,7 +84,8 @@ def controller_image(tmp_path):
         "COPY ca-certificates.crt /etc/ssl/certs/ca-certificates.crt\n"
         "ENV PIP_CERT=/etc/ssl/certs/ca-certificates.crt REQUESTS_CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt\n"
         "RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3-venv"
-        " && rm -rf /var/lib/apt/lists/*\n" % BASE_IMAGE)
+        " && rm -rf /var/lib/apt/lists/*\n" % BASE_IMAGE
+    )
     run(["docker", "build", "-q", "-t", CONTROLLER_IMAGE, str(context)], timeout=900)
     return CONTROLLER_IMAGE
 
@@ -87,8 +96,20 @@ def artifacts(tmp_path):
     run([os.path.join(ar.VENV_BIN, "ansible-galaxy"), "collection", "build", "--output-path", str(dist), ar.ROOT])
     source = tmp_path / "python-src"
     shutil.copytree(os.path.join(ar.ROOT, "python"), source)
-    run([os.path.join(ar.VENV_BIN, "python"), "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
-         str(dist), str(source)])
+    run(
+        [
+            os.path.join(ar.VENV_BIN, "python"),
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(dist),
+            str(source),
+        ]
+    )
     [tarball] = glob.glob(str(dist / "stellaops-runtime-*.tar.gz"))
     [wheel] = glob.glob(str(dist / "stellaops_runtime-*.whl"))
     return dist, os.path.basename(tarball), os.path.basename(wheel)
@@ -101,18 +122,45 @@ class Controller:
         self.name = name
 
     def sh(self, command, timeout=900, check=True):
-        argv = ["docker", "exec", "-w", "/root/quickstart", "-e", "HOME=/root", "-e", "ANSIBLE_HOST_KEY_CHECKING=False",
-                "-e", "ANSIBLE_NOCOLOR=1", "-e", "PATH=%s/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-                % VENV, self.name, "bash", "-c", command]
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False, stdin=subprocess.DEVNULL)
+        argv = [
+            "docker",
+            "exec",
+            "-w",
+            "/root/quickstart",
+            "-e",
+            "HOME=/root",
+            "-e",
+            "ANSIBLE_HOST_KEY_CHECKING=False",
+            "-e",
+            "ANSIBLE_NOCOLOR=1",
+            "-e",
+            "PATH=%s/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" % VENV,
+            self.name,
+            "bash",
+            "-c",
+            command,
+        ]
+        proc = subprocess.run(
+            argv, capture_output=True, text=True, timeout=timeout, check=False, stdin=subprocess.DEVNULL
+        )
         if check:
             assert proc.returncode == 0, "%s (rc=%d):\n%s\n%s" % (
-                command, proc.returncode, proc.stdout[-5000:], proc.stderr[-3000:])
+                command,
+                proc.returncode,
+                proc.stdout[-5000:],
+                proc.stderr[-3000:],
+            )
         return proc
 
     def write(self, path, text):
-        proc = subprocess.run(["docker", "exec", "-i", self.name, "sh", "-c", "cat > %s" % shlex.quote(path)],
-                              input=text, capture_output=True, text=True, check=False, timeout=60)
+        proc = subprocess.run(
+            ["docker", "exec", "-i", self.name, "sh", "-c", "cat > %s" % shlex.quote(path)],
+            input=text,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
         assert proc.returncode == 0, proc.stderr
 
 
@@ -125,9 +173,29 @@ def controller(tmp_path, lab):
     keys.mkdir()
     shutil.copy(lab["ssh_key"], keys / "id_ed25519")
     os.chmod(keys / "id_ed25519", 0o600)
-    run(["docker", "run", "-d", "--name", name, "--add-host", "registry.lab:%s" % bridge_gateway(),
-         "-v", "%s:/dist:ro" % dist, "-v", "%s:/keys:ro" % keys, "--label", "stella.lab=quickstart",
-         "-w", "/root/quickstart", "--entrypoint", "sleep", image, "infinity"])
+    run(
+        [
+            "docker",
+            "run",
+            "-d",
+            "--name",
+            name,
+            "--add-host",
+            "registry.lab:%s" % bridge_gateway(),
+            "-v",
+            "%s:/dist:ro" % dist,
+            "-v",
+            "%s:/keys:ro" % keys,
+            "--label",
+            "stella.lab=quickstart",
+            "-w",
+            "/root/quickstart",
+            "--entrypoint",
+            "sleep",
+            image,
+            "infinity",
+        ]
+    )
     box = Controller(name)
     box.tarball, box.wheel = tarball, wheel
     try:
@@ -140,7 +208,9 @@ def target_images(target):
     """The image digest of each running container of the quickstart's project on ``target`` (from the lock's
     digest-pinned reference the container was created from)."""
     command = "docker ps -q --filter name=shop | xargs -r docker inspect --format '{{.Config.Image}}'"
-    out = subprocess.run(labkit.ssh_argv(target, command), capture_output=True, text=True, check=True, timeout=60).stdout
+    out = subprocess.run(
+        labkit.ssh_argv(target, command), capture_output=True, text=True, check=True, timeout=60
+    ).stdout
     return sorted(ref.rsplit("@", 1)[-1] for ref in out.split())
 
 
@@ -150,8 +220,9 @@ def test_install_from_the_tarball_and_pip_then_the_readme_quickstart(controller,
     # environment, as Debian's Python wants (docs/install.md).
     controller.sh("python3 -m venv %s" % VENV)
     for command in install:
-        command = command.replace("collection install stellaops.runtime",
-                                  "collection install /dist/%s" % controller.tarball)
+        command = command.replace(
+            "collection install stellaops.runtime", "collection install /dist/%s" % controller.tarball
+        )
         command = command.replace("pip install stellaops-runtime", "pip install /dist/%s" % controller.wheel)
         assert "/dist/" in command or command == "stella --version", command
         out = controller.sh(command).stdout
@@ -166,8 +237,11 @@ def test_install_from_the_tarball_and_pip_then_the_readme_quickstart(controller,
     names = list(group["hosts"])[:2]
     assert group["vars"] == {"ansible_user": "root"}
     group["hosts"] = {name: {"ansible_host": t["address"]} for name, t in zip(names, targets)}
-    group["vars"].update(ansible_ssh_private_key_file="/keys/id_ed25519",
-                         ansible_ssh_common_args=" ".join(labkit.SSH_OPTIONS), ansible_python_interpreter="/usr/bin/python3")
+    group["vars"].update(
+        ansible_ssh_private_key_file="/keys/id_ed25519",
+        ansible_ssh_common_args=" ".join(labkit.SSH_OPTIONS),
+        ansible_python_interpreter="/usr/bin/python3",
+    )
     controller.write("/root/quickstart/inventory.yml", yaml.safe_dump(inventory, sort_keys=False))
     # The README's release with the lab's image (the same application on every host).
     component = release["stella_release"]["components"][0]

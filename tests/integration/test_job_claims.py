@@ -35,7 +35,9 @@ class Claims(thinkit.ThinFleetJob):
 
     def deploy(self, version, **extra):
         image = "app_v1" if version.startswith("1") else "app_v2"
-        return self.run(self.release(image, version, strategy_config={"batchSize": 1}), extra=dict(ENGINE_GATE, **extra))
+        return self.run(
+            self.release(image, version, strategy_config={"batchSize": 1}), extra=dict(ENGINE_GATE, **extra)
+        )
 
     def project_dir(self, record):
         return os.path.join(WORK, record["targets"][self.names[0]]["projectName"])
@@ -58,7 +60,8 @@ def succeeded(fj, run):
 
 
 def test_jobs_of_a_restored_store_and_of_other_stores_are_accepted_and_each_takeover_is_recorded(
-        lab, thin_pair, tmp_path, pg_passfile):  # pylint: disable=redefined-outer-name,unused-argument
+    lab, thin_pair, tmp_path, pg_passfile
+):  # pylint: disable=redefined-outer-name,unused-argument
     fj = Claims(lab, thin_pair[:1], tmp_path, "claims", labkit.free_port(), store=str(tmp_path / "a.sqlite3"))
     name = fj.names[0]
     try:
@@ -89,14 +92,21 @@ def test_jobs_of_a_restored_store_and_of_other_stores_are_accepted_and_each_take
             fj.use(dsn)
             moved = succeeded(fj, fj.deploy("2.0.0"))
             store_b = moved["targets"][name]["claim"]["storeId"]
-            assert store_b != store_a and moved["targets"][name]["claim"]["generation"] > 2 ** 31  # 64-bit column
+            assert store_b != store_a and moved["targets"][name]["claim"]["generation"] > 2**31  # 64-bit column
             assert moved["targets"][name]["claimTakeover"] == {
-                "storeId": store_a, "jobId": restored["jobId"], "generation": claim["generation"]}
+                "storeId": store_a,
+                "jobId": restored["jobId"],
+                "generation": claim["generation"],
+            }
             kept = fj.claim_file(moved)
             assert kept["storeId"] == store_b and [s["storeId"] for s in kept["stores"]] == [store_b, store_a]
             taken = kept["takeovers"][0]
             assert (taken["storeId"], taken["jobId"], taken["byStoreId"], taken["byJobId"]) == (
-                store_a, restored["jobId"], store_b, moved["jobId"])
+                store_a,
+                restored["jobId"],
+                store_b,
+                moved["jobId"],
+            )
 
         # ---- a SQLite store deleted and created again: a new id, so again a takeover, not a refusal
         fj.use(str(tmp_path / "a.sqlite3"))
@@ -113,14 +123,15 @@ def test_jobs_of_a_restored_store_and_of_other_stores_are_accepted_and_each_take
         fj.cleanup()
 
 
-def test_a_lost_claim_file_refuses_a_job_older_than_the_stickers_and_a_new_job_repairs_it(
-        lab, thin_pair, tmp_path):  # pylint: disable=redefined-outer-name
+def test_a_lost_claim_file_refuses_a_job_older_than_the_stickers_and_a_new_job_repairs_it(lab, thin_pair, tmp_path):  # pylint: disable=redefined-outer-name
     fj = Claims(lab, thin_pair[:1], tmp_path, "claims-lost", labkit.free_port())
     try:
         current = succeeded(fj, fj.deploy("2.0.0"))
         directory = fj.project_dir(current)
-        before = fj.shell("cd %s && sha256sum compose.stella.lock.yml stella.version.json apply-manifest.json"
-                          % shlex.quote(directory))
+        before = fj.shell(
+            "cd %s && sha256sum compose.stella.lock.yml stella.version.json apply-manifest.json"
+            % shlex.quote(directory)
+        )
         for number, damage in enumerate(("rm -f %s", "printf '{not json' > %s")):
             fj.shell(damage % shlex.quote(os.path.join(directory, CLAIM_FILE)))
             # a job that started before the one whose release runs (its id names an earlier second)
@@ -132,8 +143,10 @@ def test_a_lost_claim_file_refuses_a_job_older_than_the_stickers_and_a_new_job_r
             problem = "missing" if number == 0 else "unreadable"
             assert "started before job %s" % current["jobId"] in target["reason"]
             assert "is %s: nothing was changed" % problem in target["reason"]
-            after = fj.shell("cd %s && sha256sum compose.stella.lock.yml stella.version.json apply-manifest.json"
-                             % shlex.quote(directory))
+            after = fj.shell(
+                "cd %s && sha256sum compose.stella.lock.yml stella.version.json apply-manifest.json"
+                % shlex.quote(directory)
+            )
             assert after == before  # the newer job's release, byte for byte
             assert fj.sticker_job(current) == current["jobId"]
         # a new job (a generated id: newer than the sticker's job) is accepted and writes the file again
@@ -146,7 +159,8 @@ def test_a_lost_claim_file_refuses_a_job_older_than_the_stickers_and_a_new_job_r
 
 
 def test_two_stores_sharing_an_evidence_directory_with_one_caller_job_id_never_replace_each_others_files(
-        lab, thin_pair, tmp_path):  # pylint: disable=redefined-outer-name
+    lab, thin_pair, tmp_path
+):  # pylint: disable=redefined-outer-name
     fj = Claims(lab, thin_pair[:1], tmp_path, "claims-evidence", labkit.free_port(), store=str(tmp_path / "a.sqlite3"))
     try:
         first = succeeded(fj, fj.deploy("1.0.0", stella_job_id="awx-4242"))

@@ -69,7 +69,7 @@ def assert_phases(target, statuses=None):
     once, and the controller's probes, recorded under verify, run after it.)"""
     phases = target["phases"]
     names = [p["name"] for p in phases]
-    assert names == PHASES[:len(names)], names
+    assert names == PHASES[: len(names)], names
     if statuses is not None:
         assert [p["status"] for p in phases] == statuses, phases
     assert all(p["completedAt"] and isinstance(p["durationMs"], int) for p in phases), phases
@@ -120,6 +120,7 @@ def assert_projection_persisted_only(fj, record, snapshots):
 
 
 # --------------------------------------------------------------------------------------------- scenarios
+
 
 def test_rolling_v1_rerun_then_failing_v2_rolls_back_in_reverse_batch_order(lab, fleet, tmp_path):
     fj = fl.FleetJob(lab, fleet, tmp_path, "roll", free_port())
@@ -172,8 +173,11 @@ def test_rolling_v1_rerun_then_failing_v2_rolls_back_in_reverse_batch_order(lab,
             assert web(state_again[name])["startedAt"] == web(state1[name])["startedAt"]
 
         # ---- v2 whose post-deploy hook fails on the first target of batch 2
-        hook = {"name": "check-host", "phase": "post-deploy",
-                "command": 'test "$(hostname)" != %s' % fleet[2]["hostname"]}
+        hook = {
+            "name": "check-host",
+            "phase": "post-deploy",
+            "command": 'test "$(hostname)" != %s' % fleet[2]["hostname"],
+        }
         with fl.ProjectionWatcher(fj, fj.job_ids()) as watcher:
             v2 = fj.run(fj.release("app_v2", "2.0.0", hooks=[hook]))
         assert v2.rc != 0, v2.output[-4000:]
@@ -224,7 +228,10 @@ def test_rolling_v1_rerun_then_failing_v2_rolls_back_in_reverse_batch_order(lab,
         with open(os.path.join(job_dir, "job.json"), encoding="utf-8") as handle:
             job_doc = json.load(handle)
         assert (job_doc["jobId"], job_doc["status"], job_doc["evidenceVersion"]) == (
-            v2.job_id, "RolledBack", "stella.job.evidence.v1")
+            v2.job_id,
+            "RolledBack",
+            "stella.job.evidence.v1",
+        )
         with open(os.path.join(job_dir, "rollback-evidence.json"), encoding="utf-8") as handle:
             evidence = json.load(handle)
         assert evidence["evidenceVersion"] == "release.rollback.evidence.v1"
@@ -236,17 +243,25 @@ def test_rolling_v1_rerun_then_failing_v2_rolls_back_in_reverse_batch_order(lab,
         # (within a batch, entries are ordered by their timestamps)
 
         def batches(key):
-            return [{e["target"]["targetName"] for e in evidence[key] if e["batchIndex"] == index}
-                    for index in sorted({e["batchIndex"] for e in evidence[key]})]
+            return [
+                {e["target"]["targetName"] for e in evidence[key] if e["batchIndex"] == index}
+                for index in sorted({e["batchIndex"] for e in evidence[key]})
+            ]
+
         assert batches("deploymentOrder") == [{t1, t2}, {t3, t4}]
         assert batches("rollbackOrder") == [{t3, t4}, {t1, t2}]
         assert [e["batchIndex"] for e in evidence["rollbackOrder"]] == [0, 0, 1, 1]
         assert {e["target"]["targetName"]: e["status"] for e in evidence["deploymentOrder"]} == {
-            t1: "succeeded", t2: "succeeded", t3: "failed", t4: "succeeded"}
+            t1: "succeeded",
+            t2: "succeeded",
+            t3: "failed",
+            t4: "succeeded",
+        }
         assert all(e["status"] == "succeeded" for e in evidence["rollbackOrder"])
         assert evidence["failure"]["target"]["targetName"] == t3
-        assert {t["targetName"]: (t["currentDigest"], t["rollbackDigest"]) for t in evidence["targets"]} == \
-            dict.fromkeys(fj.names, (fj.digests["app_v2"], fj.digests["app_v1"]))
+        assert {
+            t["targetName"]: (t["currentDigest"], t["rollbackDigest"]) for t in evidence["targets"]
+        } == dict.fromkeys(fj.names, (fj.digests["app_v2"], fj.digests["app_v1"]))
         # the succeeded v1 job's evidence is untouched by the later jobs
         assert fl.evidence_files(evidence_paths(fj, rec1)) == v1_evidence
     finally:
@@ -267,8 +282,11 @@ def test_canary_failing_probe_on_the_first_target_restores_it_and_skips_the_rest
             assert_runs(fj, state1[name], "app_v1", rec1, name)
 
         bad_probe = {"healthProbe.path": "/no-such-page", "healthProbe.attempts": 2}
-        v2 = fj.run(fj.release("app_v2", "2.0.0", strategy="canary",
-                               strategy_config={"batchSize": [1, "50%", "100%"]}, probe=bad_probe))
+        v2 = fj.run(
+            fj.release(
+                "app_v2", "2.0.0", strategy="canary", strategy_config={"batchSize": [1, "50%", "100%"]}, probe=bad_probe
+            )
+        )
         assert v2.rc != 0, v2.output[-4000:]
         rec2 = fj.job(v2.job_id)
         assert rec2["batches"] == [[t1], [t2, t3], [t4]]
@@ -296,8 +314,9 @@ def test_canary_failing_probe_on_the_first_target_restores_it_and_skips_the_rest
             assert state2[name]["sticker"] == state1[name]["sticker"], name
 
         # ... so the job rolled back: RolledBack, the deployment itself still Failed
-        assert (rec2["status"], rec2["promotion"], first.get("rollbackError")) == ("RolledBack", "Failed", None), \
-            rec2["reason"]
+        assert (rec2["status"], rec2["promotion"], first.get("rollbackError")) == ("RolledBack", "Failed", None), rec2[
+            "reason"
+        ]
         assert (first["status"], first["statusBeforeRollback"]) == ("RolledBack", "Failed")
         assert rec2["reason"].startswith("target %s: Post-deploy health probe failed" % t1), rec2["reason"]
         assert rec2["reason"].endswith(ROLLED_BACK_SUFFIX), rec2["reason"]
@@ -311,13 +330,16 @@ def test_auto_rollback_disabled_leaves_the_failed_target_on_v2(lab, fleet, tmp_p
     t1, t2 = fj.names
     try:
         # v1 without waiting for health: the probes are recorded as skipped
-        v1 = fj.run(fj.release(strategy_config={"batchSize": 2, "autoRollbackOnFailure": False,
-                                                "waitForHealthCheck": False}))
+        v1 = fj.run(
+            fj.release(strategy_config={"batchSize": 2, "autoRollbackOnFailure": False, "waitForHealthCheck": False})
+        )
         assert v1.rc == 0, v1.output[-4000:]
         rec1 = fj.job(v1.job_id)
         assert rec1["status"] == "Succeeded"
         assert (rec1["options"]["waitForHealthCheck"], rec1["options"]["waitForHealthCheckSource"]) == (
-            False, "strategyConfig.waitForHealthCheck")
+            False,
+            "strategyConfig.waitForHealthCheck",
+        )
         for name in fj.names:
             path = rec1["targets"][name]["evidence"]["deployment.json"]["path"]
             with open(path, encoding="utf-8") as handle:
@@ -331,13 +353,19 @@ def test_auto_rollback_disabled_leaves_the_failed_target_on_v2(lab, fleet, tmp_p
         state1 = fj.states(rec1)
 
         bad_probe = {"healthProbe.path": "/no-such-page", "healthProbe.attempts": 2}
-        v2 = fj.run(fj.release("app_v2", "2.0.0", strategy_config={"batchSize": 1, "autoRollbackOnFailure": False},
-                               probe=bad_probe))
+        v2 = fj.run(
+            fj.release(
+                "app_v2", "2.0.0", strategy_config={"batchSize": 1, "autoRollbackOnFailure": False}, probe=bad_probe
+            )
+        )
         assert v2.rc != 0, v2.output[-4000:]
         rec2 = fj.job(v2.job_id)
         assert (rec2["status"], rec2["promotion"], rec2["isRollback"]) == ("Failed", "Failed", False)
-        assert rec2["rollback"] == {"attempted": False, "skipReason": "autoRollbackOnFailure=false",
-                                    "source": "strategyConfig.autoRollbackOnFailure"}
+        assert rec2["rollback"] == {
+            "attempted": False,
+            "skipReason": "autoRollbackOnFailure=false",
+            "source": "strategyConfig.autoRollbackOnFailure",
+        }
         assert rec2["events"] == []
         assert fj.statuses(v2.job_id) == ["Pending", "Running", "Failed"]
         assert rec2["reason"] == "target %s: %s" % (t1, rec2["targets"][t1]["reason"])
@@ -363,8 +391,9 @@ def test_unreachable_target_fails_the_job_before_any_target_changes(lab, fleet, 
         record = fj.job(run.job_id)
         assert (record["status"], record["promotion"], record["code"]) == ("Failed", "Failed", "target_unreachable")
         assert t3 in record["reason"], record["reason"]
-        assert record["reason"].startswith("target readiness failed before any target was changed: %s unreachable"
-                                           % t3), record["reason"]
+        assert record["reason"].startswith(
+            "target readiness failed before any target was changed: %s unreachable" % t3
+        ), record["reason"]
         # nothing changed, so no target is eligible: the contract's skipped automatic rollback
         assert record["reason"].endswith(" (auto-rollback skipped: no target retained a previous revision to restore)")
         assert record["rollback"] == {"attempted": False, "skipReason": "no_eligible_target", "skipped": {}}
@@ -394,8 +423,11 @@ def application_containers(fj):
 
 def preview_lines(run):
     """The preview's per-target lines (``name (batch N): ...``) from the job's debug output."""
-    return {line.split(" (batch ")[0]: line.split("): ", 1)[1] for line in
-            (raw.strip().strip('",').strip() for raw in run.output.splitlines()) if " (batch " in line and "): " in line}
+    return {
+        line.split(" (batch ")[0]: line.split("): ", 1)[1]
+        for line in (raw.strip().strip('",').strip() for raw in run.output.splitlines())
+        if " (batch " in line and "): " in line
+    }
 
 
 def test_check_mode_previews_the_job_and_records_or_changes_nothing(lab, fleet, tmp_path):
@@ -417,7 +449,8 @@ def test_check_mode_previews_the_job_and_records_or_changes_nothing(lab, fleet, 
         assert failing.rc != 0, failing.output[-4000:]
         lines = preview_lines(failing)
         assert set(lines) == {t1, t2} and all(
-            line.startswith("would fail at preflight: runtime_version_too_old: ") for line in lines.values()), failing.output[-4000:]
+            line.startswith("would fail at preflight: runtime_version_too_old: ") for line in lines.values()
+        ), failing.output[-4000:]
         assert "Preview: %s, %s would not deploy" % tuple(sorted((t1, t2))) in failing.output, failing.output[-4000:]
         assert fj.job_ids() == [] and application_containers(fj) == {t1: [], t2: []}
 
@@ -428,20 +461,25 @@ def test_check_mode_previews_the_job_and_records_or_changes_nothing(lab, fleet, 
         before = fj.states(rec1)
         preview = fj.run(fj.release("app_v2", "2.0.0"), check=True)
         assert preview.rc == 0, preview.output[-4000:]
-        assert preview_lines(preview) == dict.fromkeys((t1, t2), "would deploy (%s would change; the committed release "
-                                                       "would be retained as a revision)" % FILES)
+        assert preview_lines(preview) == dict.fromkeys(
+            (t1, t2), "would deploy (%s would change; the committed release would be retained as a revision)" % FILES
+        )
         assert fj.job_ids() == [v1.job_id]
         after = fj.states(rec1)
         for name in (t1, t2):
             assert after[name]["sticker"] == before[name]["sticker"]
             assert (web(after[name])["id"], web(after[name])["startedAt"], web(after[name])["ref"]) == (
-                web(before[name])["id"], web(before[name])["startedAt"], web(before[name])["ref"])
+                web(before[name])["id"],
+                web(before[name])["startedAt"],
+                web(before[name])["ref"],
+            )
 
         # ---- a preview of v1 again: converged
         again = fj.run(fj.release(), check=True)
         assert again.rc == 0, again.output[-4000:]
         assert preview_lines(again) == dict.fromkeys(
-            (t1, t2), "converged: nothing would change (applied by job %s)" % v1.job_id)
+            (t1, t2), "converged: nothing would change (applied by job %s)" % v1.job_id
+        )
         assert fj.job_ids() == [v1.job_id]
 
         # ---- v2 for real, then the operator rollback of it previewed: each target would restore the
@@ -453,12 +491,17 @@ def test_check_mode_previews_the_job_and_records_or_changes_nothing(lab, fleet, 
         back_preview = fj.rollback(v2.job_id, check=True)
         assert back_preview.rc == 0, back_preview.output[-4000:]
         assert "of job %s (check mode: a preview, nothing was recorded or changed)" % v2.job_id in back_preview.output
-        assert preview_lines(back_preview) == {name: "would restore the revision at %s" % rec2["targets"][name][
-            "previousRevisionPath"] for name in (t1, t2)}, back_preview.output[-4000:]
+        assert preview_lines(back_preview) == {
+            name: "would restore the revision at %s" % rec2["targets"][name]["previousRevisionPath"]
+            for name in (t1, t2)
+        }, back_preview.output[-4000:]
         assert fj.job_ids() == [v1.job_id, v2.job_id]
         for name, state in fj.states(rec2).items():
             assert (state["sticker"], web(state)["id"], web(state)["startedAt"]) == (
-                on_v2[name]["sticker"], web(on_v2[name])["id"], web(on_v2[name])["startedAt"])
+                on_v2[name]["sticker"],
+                web(on_v2[name])["id"],
+                web(on_v2[name])["startedAt"],
+            )
 
         # ---- the operator rollback for real: a rollback job, and both targets run v1 again
         back = fj.rollback(v2.job_id)
@@ -468,20 +511,29 @@ def test_check_mode_previews_the_job_and_records_or_changes_nothing(lab, fleet, 
         # recovery, never a deployment: the rollback job ends RolledBack and promotes nothing
         assert (rollback["kind"], rollback["status"], rollback["sourceJobId"]) == ("rollback", "RolledBack", v2.job_id)
         assert rollback["promotion"] == "Succeeded" and [e["kind"] for e in rollback["events"]] == [
-            "RollbackStarted", "RollbackCompleted"]
+            "RollbackStarted",
+            "RollbackCompleted",
+        ]
         assert {n: t["status"] for n, t in rollback["targets"].items()} == {t1: "RolledBack", t2: "RolledBack"}
         # the deployment it rolled back went through RollingBack to RolledBack, with the Rollback* events
         source = fj.job(v2.job_id)
         assert (source["status"], source["promotion"]) == ("RolledBack", "Succeeded")
         assert [(e["kind"], e.get("rollbackJobId")) for e in source["events"]] == [
-            ("RollbackStarted", rollback_id), ("RollbackCompleted", rollback_id)]
+            ("RollbackStarted", rollback_id),
+            ("RollbackCompleted", rollback_id),
+        ]
         assert fj.statuses(v2.job_id)[-3:] == ["Succeeded", "RollingBack", "RolledBack"]
         assert {n: source["targets"][n]["status"] for n in (t1, t2)} == {t1: "RolledBack", t2: "RolledBack"}
         # its rollback evidence: about v2 (deploymentId), each target's digest before and after: complete
-        with open(os.path.join(fj.evidence_dir, "jobs", rollback_id, "rollback-evidence.json"), encoding="utf-8") as handle:
+        with open(
+            os.path.join(fj.evidence_dir, "jobs", rollback_id, "rollback-evidence.json"), encoding="utf-8"
+        ) as handle:
             evidence = json.load(handle)
         assert (evidence["deploymentId"], evidence["rollbackJobId"], evidence["proofStatus"]) == (
-            v2.job_id, rollback_id, "complete")
+            v2.job_id,
+            rollback_id,
+            "complete",
+        )
         assert sorted(entry["target"]["targetName"] for entry in evidence["deploymentOrder"]) == [t1, t2]
         store = fj._store()
         try:
@@ -505,9 +557,11 @@ def test_a_second_job_for_a_held_project_fails_closed_while_the_first_runs(lab, 
     try:
         proc = fj.start(fj.release(hooks=[hold]))
         try:
+
             def running():
                 ids = fj.job_ids()
                 return ids[0] if ids and fj.job(ids[0])["status"] == "Running" else None
+
             first = fl.wait_for(running, 240, what="the first job Running")
             # another controller run for the same projects, while the first job holds them
             second = fj.run(fj.release())
@@ -546,12 +600,14 @@ def test_killed_controller_run_is_failed_and_the_same_release_converges(lab, fle
     try:
         proc = fj.start(release)
         try:
+
             def second_batch_running():
                 ids = fj.job_ids()
                 if not ids:
                     return None
                 record = fj.job(ids[0])
                 return record if record["targets"][t2]["status"] == "Running" else None
+
             killed = fl.wait_for(second_batch_running, 240, what="a target of batch 2 Running")
             os.killpg(proc.pid, signal.SIGKILL)
         finally:
@@ -571,11 +627,16 @@ def test_killed_controller_run_is_failed_and_the_same_release_converges(lab, fle
         assert run.rc == 0, run.output[-4000:]
         interrupted = fj.job(job_id)
         assert (interrupted["status"], interrupted["promotion"], interrupted["code"]) == (
-            "Failed", "Failed", "job_interrupted")
+            "Failed",
+            "Failed",
+            "job_interrupted",
+        )
         assert "interrupted" in interrupted["reason"]
         assert interrupted["targets"][t1]["status"] == "Succeeded"
         assert (interrupted["targets"][t2]["status"], interrupted["targets"][t2]["code"]) == (
-            "Failed", "job_interrupted")
+            "Failed",
+            "job_interrupted",
+        )
         assert interrupted["targets"][t3]["status"] == "Skipped"
         assert "Running" not in [t["status"] for t in interrupted["targets"].values()]
         assert "Pending" not in [t["status"] for t in interrupted["targets"].values()]
@@ -610,8 +671,9 @@ def test_slots_all_at_once_active_then_blue_green_and_a_b_leave_the_active_proje
 
         for strategy, config, slot in (("blue-green", {}, "green"), ("a-b", {"variantId": "b"}, "b")):
             port = free_port()
-            release = fj.release("app_v2", "2.0.0", strategy=strategy, strategy_config=config,
-                                 probe={"healthProbe.port": port})
+            release = fj.release(
+                "app_v2", "2.0.0", strategy=strategy, strategy_config=config, probe={"healthProbe.port": port}
+            )
             release["components"][0]["ports"] = ["%d:8080" % port]
             run = fj.run(release)
             assert run.rc == 0, run.output[-4000:]
@@ -677,8 +739,11 @@ def test_dockerhost_fleet_deploys_records_success_and_rolls_back_to_the_retained
             assert (record["status"], record["changed"], record["appliedByJobId"]) == ("succeeded", False, v1.job_id)
 
         # ---- v2 whose post-deploy hook fails on the first target of batch 2
-        hook = {"name": "check-host", "phase": "post-deploy",
-                "command": 'test "$(hostname)" != %s' % fleet[2]["hostname"]}
+        hook = {
+            "name": "check-host",
+            "phase": "post-deploy",
+            "command": 'test "$(hostname)" != %s' % fleet[2]["hostname"],
+        }
         v2 = fj.run(fj.release("app_v2", "2.0.0", hooks=[hook], target_type="DockerHost"))
         assert v2.rc != 0, v2.output[-4000:]
         rec2 = fj.job(v2.job_id)
@@ -686,8 +751,9 @@ def test_dockerhost_fleet_deploys_records_success_and_rolls_back_to_the_retained
         assert rec2["targets"][t3]["reason"].startswith("post-deploy hook check-host failed")
         # t3's own transaction put v1 back; the three targets that ran v2 are rolled back, batch 2 first
         assert rec2["rollback"]["batches"] == [[t4], [t1, t2]]
-        assert rec2["rollback"]["skipped"] == {t3: "restored in place: the target agent's failed transaction put "
-                                                   "the previous release back"}
+        assert rec2["rollback"]["skipped"] == {
+            t3: "restored in place: the target agent's failed transaction put the previous release back"
+        }
         assert rec2["targets"][t3]["status"] == "Failed" and rec2["targets"][t3]["restoredInPlace"] is True
         for name in (t1, t2, t4):
             target = rec2["targets"][name]

@@ -27,7 +27,10 @@ import labkit
 import pgkit
 from labkit import free_port
 
-from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import seconds_between, utc_timestamp
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
+    seconds_between,
+    utc_timestamp,
+)
 
 LEASE = 6  # the keeper renews every 2 s
 HOOK_SECONDS = 35  # the second target's step: longer than the lease
@@ -52,16 +55,22 @@ def last_alive(record):
 def test_a_job_past_its_claim_lease_is_taken_over_by_another_controller(lab, fleet, tmp_path, shared_store):
     fj = fl.FleetJob(lab, fleet[:2], tmp_path, "lease", free_port(), store=shared_store)
     t1, t2 = fj.names
-    slow = {"name": "slow", "phase": "pre-deploy", "failurePolicy": "fail",
-            "command": 'case "$STELLA_TARGET_ID" in %s) sleep %d;; esac' % (t2, HOOK_SECONDS)}
+    slow = {
+        "name": "slow",
+        "phase": "pre-deploy",
+        "failurePolicy": "fail",
+        "command": 'case "$STELLA_TARGET_ID" in %s) sleep %d;; esac' % (t2, HOOK_SECONDS),
+    }
     release = fj.release(strategy_config={"batchSize": 1}, hooks=[slow])
     release_b = fj.release(strategy_config={"batchSize": 1})  # B's: the same services, no slow hook
     proc = fj.start(release, extra={"stella_job_claim_lease": LEASE})
     try:
+
         def second_batch_running():
             ids = fj.job_ids()
             record = fj.job(ids[0]) if ids else None
             return record if record and record["targets"][t2]["status"] == "Running" else None
+
         running = fl.wait_for(second_batch_running, 240, what="a target of batch 2 Running")
         job_a = running["jobId"]
         assert running["options"]["claimLeaseSeconds"] == LEASE
@@ -129,14 +138,16 @@ def ssh_gate(tmp_path):
     gate = tmp_path / "gate"
     gate.mkdir()
     script = gate / "ssh"
-    script.write_text("#!/bin/sh\n"
-                      "d=%s\n"
-                      "if [ -e \"$d/armed\" ] && [ ! -e \"$d/passed\" ]; then\n"
-                      "  : > \"$d/reached\"\n"
-                      "  while [ ! -e \"$d/go\" ]; do sleep 0.2; done\n"
-                      "  : > \"$d/passed\"\n"
-                      "fi\n"
-                      "exec %s \"$@\"\n" % (shlex.quote(str(gate)), shlex.quote(shutil.which("ssh"))))
+    script.write_text(
+        "#!/bin/sh\n"
+        "d=%s\n"
+        'if [ -e "$d/armed" ] && [ ! -e "$d/passed" ]; then\n'
+        '  : > "$d/reached"\n'
+        '  while [ ! -e "$d/go" ]; do sleep 0.2; done\n'
+        '  : > "$d/passed"\n'
+        "fi\n"
+        'exec %s "$@"\n' % (shlex.quote(str(gate)), shlex.quote(shutil.which("ssh")))
+    )
     script.chmod(0o755)
     return gate, str(script)
 
@@ -144,9 +155,11 @@ def ssh_gate(tmp_path):
 def project_bytes(fj, name, project):
     """The target's committed files of ``project`` and its containers (ids, images, start times)."""
     directory = os.path.join(fl.WORK_DIRECTORY, project)
-    script = ("cd %s && sha256sum compose.stella.lock.yml stella.version.json apply-manifest.json "
-              "&& docker ps -q --no-trunc --filter label=com.docker.compose.project=%s | sort | xargs docker inspect "
-              "--format '{{.Id}} {{.Image}} {{.State.StartedAt}}'" % (shlex.quote(directory), shlex.quote(project)))
+    script = (
+        "cd %s && sha256sum compose.stella.lock.yml stella.version.json apply-manifest.json "
+        "&& docker ps -q --no-trunc --filter label=com.docker.compose.project=%s | sort | xargs docker inspect "
+        "--format '{{.Id}} {{.Image}} {{.State.StartedAt}}'" % (shlex.quote(directory), shlex.quote(project))
+    )
     return labkit.ssh(fj.by_name[name], script, timeout=120).stdout
 
 
@@ -184,8 +197,9 @@ def test_a_job_whose_lease_was_taken_over_cannot_change_a_target_when_it_wakes(l
         assert proc.wait(300) != 0
         output = proc.output_path.read_text()
         assert (gate / "passed").exists()  # A's apply did reach t2
-        assert "claim_superseded" in output and "superseded on this project by job %s" % took.job_id in output, \
-            output[-4000:]
+        assert "claim_superseded" in output and "superseded on this project by job %s" % took.job_id in output, output[
+            -4000:
+        ]
         assert project_bytes(fj, t2, project) == before
         facts = fl.web(fj.state(t2, project))
         assert facts["running"] and facts["ref"] == "%s@%s" % (fj.refs["app_v1"], fj.digests["app_v1"]), facts
@@ -193,7 +207,9 @@ def test_a_job_whose_lease_was_taken_over_cannot_change_a_target_when_it_wakes(l
         assert (after["status"], after["code"]) == ("Failed", "claim_superseded"), after["reason"]
         assert (after["targets"][t2]["status"], after["targets"][t2]["code"]) == ("Failed", "claim_superseded")
         assert after["interrupted"] and (after["rollback"]["attempted"], after["rollback"]["skipReason"]) == (
-            False, "job_interrupted")  # no rollback ran
+            False,
+            "job_interrupted",
+        )  # no rollback ran
         assert fj.job(took.job_id)["status"] == "Succeeded"
     finally:
         (gate / "go").touch()

@@ -53,8 +53,11 @@ def test_a_target_lost_during_its_apply_is_failed_and_rolled_back_and_the_job_en
 
         proc = fj.start(fj.release("app_v2", "2.0.0", strategy_config={"batchSize": 1}, hooks=[hold]))
         try:
-            fl.wait_for(lambda: outer("exec", lost["container"], "test", "-e", marker, check=False).returncode == 0,
-                        300, what="the apply on %s running its pre-deploy hook" % t2)
+            fl.wait_for(
+                lambda: outer("exec", lost["container"], "test", "-e", marker, check=False).returncode == 0,
+                300,
+                what="the apply on %s running its pre-deploy hook" % t2,
+            )
             # the listener and every connection (OpenSSH 9.8+ serves a connection from sshd-session)
             outer("exec", lost["container"], "pkill", "sshd")
 
@@ -62,6 +65,7 @@ def test_a_target_lost_during_its_apply_is_failed_and_rolled_back_and_the_job_en
                 ids = fj.job_ids()
                 job = fj.job(ids[-1]) if len(ids) == 2 else None
                 return job if job and job["targets"][t2]["status"] == "Failed" else None
+
             during = fl.wait_for(lost_recorded, 300, interval=0.1, what="%s recorded failed" % t2)
             if back:
                 outer("exec", lost["container"], "/usr/sbin/sshd")  # back before the rollback reaches it
@@ -73,7 +77,9 @@ def test_a_target_lost_during_its_apply_is_failed_and_rolled_back_and_the_job_en
         output = proc.output_path.read_text()
         job_id = during["jobId"]
         assert (during["targets"][t2]["code"], during["targets"][t2].get("outcomeUnknown")) == (
-            "target_unreachable", True)
+            "target_unreachable",
+            True,
+        )
         assert during["status"] != "Succeeded"
 
         record = fj.job(job_id)
@@ -82,7 +88,9 @@ def test_a_target_lost_during_its_apply_is_failed_and_rolled_back_and_the_job_en
         assert lost_target["code"] == "target_unreachable"
         assert lost_target["phases"][0]["name"] == "preflight" and lost_target["phases"][0]["status"] == "failed"
         assert (record["targets"][t1]["statusBeforeRollback"], record["targets"][t1]["status"]) == (
-            "Succeeded", "RolledBack")
+            "Succeeded",
+            "RolledBack",
+        )
         assert record["targets"][t3]["status"] == "Skipped"
         assert record["rollback"]["batches"] == [[t2], [t1]]
         gates = sorted(record["gates"], key=lambda g: g["batch"])
@@ -98,10 +106,13 @@ def test_a_target_lost_during_its_apply_is_failed_and_rolled_back_and_the_job_en
             assert lost_target["rollbackError"].startswith("target_unreachable: the target did not answer")
             outer("exec", lost["container"], "/usr/sbin/sshd")
             assert fl.web(fj.state(t1, fj.project(record, t1)))["ref"] == "%s@%s" % (
-                fj.refs["app_v1"], fj.digests["app_v1"])
+                fj.refs["app_v1"],
+                fj.digests["app_v1"],
+            )
             return
-        assert (record["status"], record["promotion"], record["isRollback"]) == ("RolledBack", "Failed", True), \
-            record["reason"]
+        assert (record["status"], record["promotion"], record["isRollback"]) == ("RolledBack", "Failed", True), record[
+            "reason"
+        ]
         assert record["code"] == "target_unreachable" and record["reason"].startswith("target %s: " % t2)
         assert "RolledBack" in output, output[-4000:]
         assert (lost_target["statusBeforeRollback"], lost_target["status"]) == ("Failed", "RolledBack")

@@ -53,7 +53,7 @@ def thin_fleet(lab):  # pylint: disable=unused-argument
 
 
 def batches_of(names):
-    return [names[i:i + BATCH] for i in range(0, len(names), BATCH)]
+    return [names[i : i + BATCH] for i in range(0, len(names), BATCH)]
 
 
 def assert_reverse_batch_order(rollback_batches, done, rollback_order, deployed_batches):
@@ -61,15 +61,27 @@ def assert_reverse_batch_order(rollback_batches, done, rollback_order, deployed_
     time of the first rollback batch before every one of the second, and the rollback evidence's order."""
     assert rollback_batches == [deployed_batches[1], deployed_batches[0]], rollback_batches
     assert max(done[n] for n in deployed_batches[1]) < min(done[n] for n in deployed_batches[0]), done
-    seen = [{e["target"]["targetName"] for e in rollback_order if e["batchIndex"] == index}
-            for index in sorted({e["batchIndex"] for e in rollback_order})]
+    seen = [
+        {e["target"]["targetName"] for e in rollback_order if e["batchIndex"] == index}
+        for index in sorted({e["batchIndex"] for e in rollback_order})
+    ]
     assert seen == [set(deployed_batches[1]), set(deployed_batches[0])], seen
 
 
 # The facts a job run can leave on a host, and what the job playbook is run inside to read them after it.
-JOB_FACTS = ("stella_job_start", "stella_job_run", "stella_job_ssh", "stella_job_ssh_args", "stella_job_ssh_run",
-             "stella_job_targets",
-             "stella_job_inputs", "stella_job_target", "stella_job_finish", "stella_job_closed", "stella_job_rollback")
+JOB_FACTS = (
+    "stella_job_start",
+    "stella_job_run",
+    "stella_job_ssh",
+    "stella_job_ssh_args",
+    "stella_job_ssh_run",
+    "stella_job_targets",
+    "stella_job_inputs",
+    "stella_job_target",
+    "stella_job_finish",
+    "stella_job_closed",
+    "stella_job_rollback",
+)
 HELD_BY_HOSTS = """
 - name: The job
   ansible.builtin.import_playbook: stellaops.runtime.job
@@ -102,34 +114,40 @@ def held_by_hosts_playbook(tmp_path):
         "    return {'job': sorted(own), 'planFor': (plan.get('target') or {}).get('name')}\n\n\n"
         "class FilterModule:\n"
         "    def filters(self):\n"
-        "        return {'stella_held': held}\n")
+        "        return {'stella_held': held}\n"
+    )
     path = tmp_path / "job_held.yml"
     path.write_text(HELD_BY_HOSTS % {"dest": tmp_path / "held.json", "names": json.dumps(list(JOB_FACTS))})
     return str(path)
 
 
 def test_twenty_thin_targets_rolling_failure_in_batch_two_skips_the_rest_and_rolls_back_in_reverse(
-        lab, thin_fleet, tmp_path):  # pylint: disable=redefined-outer-name
+    lab, thin_fleet, tmp_path
+):  # pylint: disable=redefined-outer-name
     fj = thinkit.ThinFleetJob(lab, thin_fleet, tmp_path, "scale", labkit.free_port())
     names = fj.names
     planned = batches_of(names)
-    changed, untouched = names[:2 * BATCH], names[2 * BATCH:]
+    changed, untouched = names[: 2 * BATCH], names[2 * BATCH :]
     failing = planned[1][0]
     assert len({t["address"] for t in thin_fleet}) == len({t["hostname"] for t in thin_fleet}) == COUNT
     try:
         # ---- v1 on the ten targets of batches 1 and 2: two batches of five; after the job, what each host
         # holds of it (held_by_hosts)
-        v1 = fj.run(fj.release(strategy_config={"batchSize": BATCH}),
-                    extra=dict(ENGINE_GATE, stella_hosts=",".join(changed)),
-                    playbook=held_by_hosts_playbook(tmp_path))
+        v1 = fj.run(
+            fj.release(strategy_config={"batchSize": BATCH}),
+            extra=dict(ENGINE_GATE, stella_hosts=",".join(changed)),
+            playbook=held_by_hosts_playbook(tmp_path),
+        )
         assert v1.rc == 0, v1.output[-4000:]
         held = json.loads((tmp_path / "held.json").read_text())
         # no target holds the job's plan, its summary or another target's plan: only its own plan (and the
         # SSH arguments of its own connection)
         assert sorted(held["targets"]) == sorted(changed), held["targets"]
         for name, facts in held["targets"].items():
-            assert facts == {"job": ["stella_job_ssh_args", "stella_job_ssh_run", "stella_job_target"],
-                             "planFor": name}, (name, facts)
+            assert facts == {
+                "job": ["stella_job_ssh_args", "stella_job_ssh_run", "stella_job_target"],
+                "planFor": name,
+            }, (name, facts)
         # localhost keeps the job's summary, not the plans it handed out nor the inputs it planned from
         assert held["localhost"]["stella_job_start"] is None
         assert held["localhost"]["stella_job_inputs"] is None
@@ -148,10 +166,14 @@ def test_twenty_thin_targets_rolling_failure_in_batch_two_skips_the_rest_and_rol
             assert json.loads(state1[name]["sticker"])["jobId"] == v1.job_id
 
         # ---- v2 on all twenty, rolling in batches of five; a post-deploy hook fails on batch 2's first target
-        hook = {"name": "check-host", "phase": "post-deploy",
-                "command": 'test "$(hostname)" != %s' % fj.by_name[failing]["hostname"]}
-        v2 = fj.run(fj.release("app_v2", "2.0.0", strategy_config={"batchSize": BATCH}, hooks=[hook]),
-                    extra=ENGINE_GATE)
+        hook = {
+            "name": "check-host",
+            "phase": "post-deploy",
+            "command": 'test "$(hostname)" != %s' % fj.by_name[failing]["hostname"],
+        }
+        v2 = fj.run(
+            fj.release("app_v2", "2.0.0", strategy_config={"batchSize": BATCH}, hooks=[hook]), extra=ENGINE_GATE
+        )
         assert v2.rc != 0, v2.output[-4000:]
         rec2 = fj.job(v2.job_id)
         assert rec2["batches"] == planned and rec2["targetOrder"] == names
@@ -190,7 +212,9 @@ def test_twenty_thin_targets_rolling_failure_in_batch_two_skips_the_rest_and_rol
             assert [p["name"] for p in target["rollbackPhases"]] == ROLLBACK_PHASES, name
             assert all(p["status"] == "succeeded" for p in target["rollbackPhases"]), target["rollbackPhases"]
             assert (target["currentDigest"], target["rollback"]["rollbackDigest"]) == (
-                fj.digests["app_v2"], fj.digests["app_v1"]), name
+                fj.digests["app_v2"],
+                fj.digests["app_v1"],
+            ), name
         with open(os.path.join(fj.evidence_dir, "jobs", v2.job_id, "rollback-evidence.json"), encoding="utf-8") as fh:
             evidence = json.load(fh)
         assert verify_rollback_evidence(evidence) == []
@@ -203,8 +227,11 @@ def test_twenty_thin_targets_rolling_failure_in_batch_two_skips_the_rest_and_rol
         for first, second in zip(planned[0], planned[1]):
             forward_done[first], forward_done[second] = done[second], done[first]
         forward_order = [dict(e, batchIndex=1 - e["batchIndex"]) for e in evidence["rollbackOrder"]]
-        for args in ((planned[:2], done, evidence["rollbackOrder"]), (rollback["batches"], forward_done,
-                     evidence["rollbackOrder"]), (rollback["batches"], done, forward_order)):
+        for args in (
+            (planned[:2], done, evidence["rollbackOrder"]),
+            (rollback["batches"], forward_done, evidence["rollbackOrder"]),
+            (rollback["batches"], done, forward_order),
+        ):
             with pytest.raises(AssertionError):
                 assert_reverse_batch_order(*args, planned)
 
@@ -233,12 +260,14 @@ def control_path(line):
 
 def raw_check_commands(output, address):
     """The readiness check's SSH command lines (``-vvv``) for the target at ``address``."""
-    return [line for line in output.splitlines()
-            if "SSH: EXEC ssh" in line and " %s " % address in line and "true" in line.split(" %s " % address, 1)[1]]
+    return [
+        line
+        for line in output.splitlines()
+        if "SSH: EXEC ssh" in line and " %s " % address in line and "true" in line.split(" %s " % address, 1)[1]
+    ]
 
 
-def test_the_job_keeps_its_ssh_connections_for_its_length_unless_the_operator_chose_ssh_args(
-        lab, thin_fleet, tmp_path):  # pylint: disable=redefined-outer-name
+def test_the_job_keeps_its_ssh_connections_for_its_length_unless_the_operator_chose_ssh_args(lab, thin_fleet, tmp_path):  # pylint: disable=redefined-outer-name
     """With Ansible's own ssh_args (ControlPersist=60s) the job opens each target's SSH master for its length
     (ControlPersist=30m) and closes it when it ends; a target whose inventory sets ansible_ssh_args, and a
     run whose ANSIBLE_SSH_ARGS is set, keep the operator's choice, and the job leaves those masters alone."""
@@ -249,8 +278,13 @@ def test_the_job_keeps_its_ssh_connections_for_its_length_unless_the_operator_ch
     cp = tmp_path / "cp"
     env = {"ANSIBLE_SSH_CONTROL_PATH_DIR": str(cp)}
     try:
-        first = fj.run(fj.release(strategy_config={"batchSize": 2}), extra=ENGINE_GATE, verbose=True, env=env,
-                       overrides={chosen["name"]: {"ansible_ssh_args": operator_args}})
+        first = fj.run(
+            fj.release(strategy_config={"batchSize": 2}),
+            extra=ENGINE_GATE,
+            verbose=True,
+            env=env,
+            overrides={chosen["name"]: {"ansible_ssh_args": operator_args}},
+        )
         assert first.rc == 0, first.output[-4000:]
         assert fj.job(first.job_id)["status"] == "Succeeded"
         kept = raw_check_commands(first.output, default["address"])
@@ -279,8 +313,7 @@ def test_the_job_keeps_its_ssh_connections_for_its_length_unless_the_operator_ch
         fj.cleanup()
 
 
-def test_a_job_whose_planning_fails_records_nothing_closes_its_connections_and_says_why(
-        lab, thin_fleet, tmp_path):  # pylint: disable=redefined-outer-name
+def test_a_job_whose_planning_fails_records_nothing_closes_its_connections_and_says_why(lab, thin_fleet, tmp_path):  # pylint: disable=redefined-outer-name
     """An image tag that does not resolve fails the planning: no job is recorded and no target is touched,
     the SSH masters the readiness check opened for the job are closed, and the job's outcome carries the
     planning task's own code and reason."""

@@ -56,7 +56,11 @@ def renamed_collection(root):
                         match = NAME_LINE.match(line.rstrip("\n"))
                         if match and "stellaops.runtime." not in match.group(2):
                             count += 1
-                            line = '%s"%s | renamed %d"\n' % (match.group(1), MISLEADING[count % len(MISLEADING)], count)
+                            line = '%s"%s | renamed %d"\n' % (
+                                match.group(1),
+                                MISLEADING[count % len(MISLEADING)],
+                                count,
+                            )
                         lines.append(line)
                 with open(path, "w", encoding="utf-8") as handle:
                     handle.writelines(lines)
@@ -74,8 +78,10 @@ def run_job(fj, release, collections=ar.COLLECTIONS):
     try:
         doc = ar._parse_json_callback(proc.stdout)  # pylint: disable=protected-access
     except ValueError:
-        raise AssertionError("no JSON from ansible-playbook (rc=%d):\n%s\n%s" % (
-            proc.returncode, proc.stdout[-3000:], proc.stderr[-3000:])) from None
+        raise AssertionError(
+            "no JSON from ansible-playbook (rc=%d):\n%s\n%s"
+            % (proc.returncode, proc.stdout[-3000:], proc.stderr[-3000:])
+        ) from None
     new = [j for j in fj.job_ids() if j not in before]
     assert len(new) == 1, new
     return proc.returncode, doc, new[0]
@@ -85,29 +91,47 @@ def tasks_that_ran(doc, host):
     """The actions of the tasks that ran for ``host`` (not skipped), in order: the job's own steps (run
     once for the whole job or batch, reported under its first host) and Ansible's check of the role's
     inputs aside."""
-    return [task["task"]["action"] for play in doc["plays"] for task in play["tasks"]
-            if host in task["hosts"] and not task["hosts"][host].get("skipped")
-            and task["task"]["action"] not in ARGUMENT_CHECK and not task["task"]["run_once"]]
+    return [
+        task["task"]["action"]
+        for play in doc["plays"]
+        for task in play["tasks"]
+        if host in task["hosts"]
+        and not task["hosts"][host].get("skipped")
+        and task["task"]["action"] not in ARGUMENT_CHECK
+        and not task["task"]["run_once"]
+    ]
 
 
 def shape(record, fj):
     """What the job recorded, without ids, names and times that differ between runs."""
+
     def text(value):
         return None if value is None else str(value).replace(fj.application, "APP").replace(record["jobId"], "JOB")
+
     targets = {}
     for index, name in enumerate(record["targetOrder"]):
         target = record["targets"][name]
         targets[index] = {
-            "status": target["status"], "code": target.get("code"), "reason": text(target.get("reason")),
+            "status": target["status"],
+            "code": target.get("code"),
+            "reason": text(target.get("reason")),
             "statusBeforeRollback": target.get("statusBeforeRollback"),
             "phases": [(p["name"], p["status"], p.get("detail")) for p in target.get("phases") or []],
             "rollbackPhases": [(p["name"], p["status"]) for p in target.get("rollbackPhases") or []],
-            "artifacts": sorted(target.get("artifacts") or {}), "evidence": sorted(target.get("evidence") or {})}
-    return {"status": record["status"], "promotion": record["promotion"], "code": record["code"],
-            "reason": text(record["reason"]).replace(record["targetOrder"][0], "T0").replace(
-                record["targetOrder"][1], "T1") if record["reason"] else None,
-            "events": [e["kind"] for e in record["events"]], "targets": targets,
-            "rollback": (record.get("rollback") or {}).get("status")}
+            "artifacts": sorted(target.get("artifacts") or {}),
+            "evidence": sorted(target.get("evidence") or {}),
+        }
+    return {
+        "status": record["status"],
+        "promotion": record["promotion"],
+        "code": record["code"],
+        "reason": text(record["reason"]).replace(record["targetOrder"][0], "T0").replace(record["targetOrder"][1], "T1")
+        if record["reason"]
+        else None,
+        "events": [e["kind"] for e in record["events"]],
+        "targets": targets,
+        "rollback": (record.get("rollback") or {}).get("status"),
+    }
 
 
 def history(fj, job_id):
@@ -126,11 +150,19 @@ def deploy_then_fail(lab, fleet, tmp_path, name, collections):
     try:
         rc1, doc1, job1 = run_job(fj, fj.release(), collections)
         assert rc1 == 0, json.dumps(doc1["stats"])
-        hook = {"name": "check-host", "phase": "post-deploy", "command": 'test "$(hostname)" != %s' % fleet[1]["hostname"]}
+        hook = {
+            "name": "check-host",
+            "phase": "post-deploy",
+            "command": 'test "$(hostname)" != %s' % fleet[1]["hostname"],
+        }
         rc2, doc2, job2 = run_job(fj, fj.release("app_v2", "2.0.0", hooks=[hook]), collections)
         assert rc2 != 0
-        return {"fj": fj, "docs": (doc1, doc2), "records": (fj.job(job1), fj.job(job2)),
-                "history": (history(fj, job1), history(fj, job2))}
+        return {
+            "fj": fj,
+            "docs": (doc1, doc2),
+            "records": (fj.job(job1), fj.job(job2)),
+            "history": (history(fj, job1), history(fj, job2)),
+        }
     finally:
         fj.cleanup()
 
@@ -144,8 +176,11 @@ def test_one_sequence_per_target_whatever_its_tasks_are_named(lab, fleet, tmp_pa
     assert rec1["status"] == "Succeeded", rec1["reason"]
     for name in rec1["targetOrder"]:
         assert tasks_that_ran(original["docs"][0], name) == [
-            "ansible.builtin.raw", "stellaops.runtime.stella_compose_deploy", "stellaops.runtime.stella_probe",
-            "stellaops.runtime.stella_job"], name
+            "ansible.builtin.raw",
+            "stellaops.runtime.stella_compose_deploy",
+            "stellaops.runtime.stella_probe",
+            "stellaops.runtime.stella_job",
+        ], name
         assert [p["name"] for p in rec1["targets"][name]["phases"]] == fl.PHASES
     # the job's own transactions (created, started, the gate, the end) and one per target
     assert len(original["history"][0]) == 4 + len(rec1["targetOrder"]), original["history"][0]
@@ -178,8 +213,12 @@ def test_a_failed_rerun_rolls_back_only_the_targets_it_changed(lab, fleet, tmp_p
         record = fj.job(done.job_id)
         before = fl.web(fj.state(first, fj.project(record, first)))
         project = fj.project(record, second)
-        labkit.ssh(fj.by_name[second], "docker compose -p %s down -t 1 && docker run -d --name %s -p %d:8080 %s" % (
-            project, blocker, fj.port, fj.refs["app_v1"]), timeout=180)
+        labkit.ssh(
+            fj.by_name[second],
+            "docker compose -p %s down -t 1 && docker run -d --name %s -p %d:8080 %s"
+            % (project, blocker, fj.port, fj.refs["app_v1"]),
+            timeout=180,
+        )
 
         again = fj.run(fj.release("app_v2", "2.0.0"))
         assert again.rc != 0, again.output[-4000:]
@@ -198,6 +237,10 @@ def test_a_failed_rerun_rolls_back_only_the_targets_it_changed(lab, fleet, tmp_p
         assert (after["id"], after["startedAt"], after["ref"]) == (before["id"], before["startedAt"], before["ref"])
         assert after["ref"] == "%s@%s" % (fj.refs["app_v2"], fj.digests["app_v2"])
     finally:
-        subprocess.run(labkit.ssh_argv(fj.by_name[second], "docker rm -f %s" % blocker), capture_output=True,
-                       check=False, timeout=120)
+        subprocess.run(
+            labkit.ssh_argv(fj.by_name[second], "docker rm -f %s" % blocker),
+            capture_output=True,
+            check=False,
+            timeout=120,
+        )
         fj.cleanup()

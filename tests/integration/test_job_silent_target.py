@@ -27,25 +27,38 @@ KEEPALIVE = {"stella_job_ssh_keepalive_interval": 3, "stella_job_ssh_keepalive_c
 
 
 def sleeping_hook(seconds):
-    return {"name": "slow", "phase": "pre-deploy", "failurePolicy": "fail", "timeoutSeconds": 600,
-            "command": "sleep %d" % seconds}
+    return {
+        "name": "slow",
+        "phase": "pre-deploy",
+        "failurePolicy": "fail",
+        "timeoutSeconds": 600,
+        "command": "sleep %d" % seconds,
+    }
 
 
 def hook_running(container, seconds):
-    proc = subprocess.run(["docker", "exec", container, "pgrep", "-f", "sleep %d" % seconds],
-                          capture_output=True, text=True, check=False, timeout=30)
+    proc = subprocess.run(
+        ["docker", "exec", container, "pgrep", "-f", "sleep %d" % seconds],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=30,
+    )
     return proc.returncode == 0
 
 
 def test_a_target_frozen_mid_apply_is_unreachable_within_the_keepalive_bound_and_blocks_no_other_job(
-        lab, thin_pair, tmp_path):  # pylint: disable=redefined-outer-name
+    lab, thin_pair, tmp_path
+):  # pylint: disable=redefined-outer-name
     container = thin_pair[1]["container"]
     first = thinkit.ThinFleetJob(lab, thin_pair[1:], tmp_path / "a", "silent", labkit.free_port())
     second = thinkit.ThinFleetJob(lab, thin_pair[1:], tmp_path / "b", "silent-other", labkit.free_port())
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
-    proc = first.start(first.release(hooks=[sleeping_hook(171)], strategy_config={"batchSize": 1}),
-                       extra=dict(ENGINE_GATE, **KEEPALIVE))
+    proc = first.start(
+        first.release(hooks=[sleeping_hook(171)], strategy_config={"batchSize": 1}),
+        extra=dict(ENGINE_GATE, **KEEPALIVE),
+    )
     paused = False
     try:
         fl.wait_for(lambda: hook_running(container, 171), 180, interval=0.5, what="the hook to run on the target")
@@ -83,8 +96,11 @@ def test_an_apply_past_the_task_timeout_is_recorded_unreachable(lab, thin_pair, 
     fj = thinkit.ThinFleetJob(lab, thin_pair[1:], tmp_path, "timeout", labkit.free_port())
     try:
         start = time.monotonic()
-        run = fj.run(fj.release(hooks=[sleeping_hook(172)], strategy_config={"batchSize": 1}),
-                     extra=dict(ENGINE_GATE, stella_job_task_timeout=15), timeout=300)
+        run = fj.run(
+            fj.release(hooks=[sleeping_hook(172)], strategy_config={"batchSize": 1}),
+            extra=dict(ENGINE_GATE, stella_job_task_timeout=15),
+            timeout=300,
+        )
         assert run.rc != 0, run.output[-3000:]
         assert time.monotonic() - start < 150
         record = fj.job(run.job_id)

@@ -27,7 +27,9 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import sql
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import projection as _projection
 
 T0 = "2026-01-01T00:00:00Z"
-STELLA = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "scripts", "stella.py")
+STELLA = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "scripts", "stella.py"
+)
 LEGACY_STATUSES = ("unknown", "healthy", "unhealthy", "offline")
 
 
@@ -65,8 +67,12 @@ def run_all(target, arglists):
 def test_the_same_behaviour_on_both_backends(job_store_location):
     store = _job_store.open_store(job_store_location)
     try:
-        assert store.migration == {"from": 0, "to": _job_schema.SCHEMA_VERSION, "healthConstraint": "kept",
-                                   "storeId": store.store_id}
+        assert store.migration == {
+            "from": 0,
+            "to": _job_schema.SCHEMA_VERSION,
+            "healthConstraint": "kept",
+            "storeId": store.store_id,
+        }
         stored, held = store.create(job("job-1", ["a", "b"]))
         assert held == {} and stored["revision"] == 1 and store.get("job-1") == stored
         with pytest.raises(StellaError) as info:
@@ -76,10 +82,12 @@ def test_the_same_behaviour_on_both_backends(job_store_location):
             store.update("job-1", lambda r: _job.finish(r, T0))  # Pending cannot finish: nothing persisted
         assert store.get("job-1")["revision"] == 1
         running = store.update("job-1", lambda r: _job.start(r, T0))
-        done = store.update("job-1", lambda r: _job.finish_target(r, "a", True, T0),
-                            lambda r: _job.finish_target(r, "b", False, T0, reason="web unhealthy",
-                                                         code="service_unhealthy"),
-                            lambda r: None)
+        done = store.update(
+            "job-1",
+            lambda r: _job.finish_target(r, "a", True, T0),
+            lambda r: _job.finish_target(r, "b", False, T0, reason="web unhealthy", code="service_unhealthy"),
+            lambda r: None,
+        )
         assert (running["revision"], done["revision"]) == (2, 4)
         assert [h["status"] for h in store.history("job-1")] == ["Pending", "Running", "Running", "Running"]
         assert [r["jobId"] for r in store.unfinished()] == ["job-1"]
@@ -91,8 +99,12 @@ def test_the_same_behaviour_on_both_backends(job_store_location):
     finally:
         store.close()
     again = _job_store.open_store(job_store_location)  # a second start-up migrates nothing
-    assert again.migration == {"from": _job_schema.SCHEMA_VERSION, "to": _job_schema.SCHEMA_VERSION, "healthConstraint": "kept",
-                               "storeId": again.store_id}
+    assert again.migration == {
+        "from": _job_schema.SCHEMA_VERSION,
+        "to": _job_schema.SCHEMA_VERSION,
+        "healthConstraint": "kept",
+        "storeId": again.store_id,
+    }
     again.close()
 
 
@@ -124,13 +136,20 @@ def test_no_two_jobs_hold_the_same_project(job_store_location):
         assert set(store.claims().values()) == {winners[0]}
         _stored, held = store.create(job("job-other", ["web-1"], project="other"))  # another project: free
         assert held == {}
-        store.update(winners[0], lambda r: _job.start(r, T0),
-                     lambda r: _job.finish_target(r, "web-1", True, T0),
-                     lambda r: _job.finish_target(r, "web-2", True, T0), lambda r: _job.finish(r, T0))
+        store.update(
+            winners[0],
+            lambda r: _job.start(r, T0),
+            lambda r: _job.finish_target(r, "web-1", True, T0),
+            lambda r: _job.finish_target(r, "web-2", True, T0),
+            lambda r: _job.finish(r, T0),
+        )
         _stored, held = store.create(job("job-next", ["web-1", "web-2"]))  # the finished job let go
         assert held == {}
-        assert store.claims() == {"id-web-1|other": "job-other", "id-web-1|shop": "job-next",
-                                  "id-web-2|shop": "job-next"}
+        assert store.claims() == {
+            "id-web-1|other": "job-other",
+            "id-web-1|shop": "job-next",
+            "id-web-2|shop": "job-next",
+        }
     finally:
         store.close()
 
@@ -162,13 +181,16 @@ def test_the_projection_shows_only_persisted_states_and_the_terminal_step_comes_
 
 def _legacy_sqlite(path):
     db = sqlite3.connect(path)
-    db.executescript("""
+    db.executescript(
+        """
         CREATE TABLE deployment_jobs (job_id TEXT PRIMARY KEY, kind TEXT NOT NULL, status TEXT NOT NULL,
             release_id TEXT, created_at TEXT NOT NULL, updated_at TEXT NOT NULL, revision INTEGER NOT NULL,
             record TEXT NOT NULL);
         CREATE TABLE target_health (target_id TEXT PRIMARY KEY,
             status TEXT NOT NULL CHECK (status IN (%s)), updated_at TEXT);
-    """ % ", ".join("'%s'" % s for s in LEGACY_STATUSES))
+    """
+        % ", ".join("'%s'" % s for s in LEGACY_STATUSES)
+    )
     db.executemany("INSERT INTO target_health VALUES (?, ?, ?)", ROWS)
     db.commit()
     db.close()
@@ -176,8 +198,10 @@ def _legacy_sqlite(path):
 
 def _legacy_postgres(dsn):
     with psycopg.connect(dsn, autocommit=True) as db:
-        db.execute("CREATE TABLE target_health (target_id TEXT PRIMARY KEY, status TEXT NOT NULL CHECK (status IN "
-                   "(%s)), updated_at TEXT)" % ", ".join("'%s'" % s for s in LEGACY_STATUSES))
+        db.execute(
+            "CREATE TABLE target_health (target_id TEXT PRIMARY KEY, status TEXT NOT NULL CHECK (status IN "
+            "(%s)), updated_at TEXT)" % ", ".join("'%s'" % s for s in LEGACY_STATUSES)
+        )
         for row in ROWS:
             db.execute("INSERT INTO target_health VALUES (%s, %s, %s)", row)
 
@@ -194,26 +218,43 @@ def test_a_legacy_health_constraint_is_refreshed_in_place_at_start_up_with_every
         errors = sqlite3.IntegrityError
     with pytest.raises(errors):  # the legacy check refuses the contract's newer statuses
         (_legacy_postgres_insert if job_store_location.startswith("postgresql://") else _legacy_sqlite_insert)(
-            job_store_location, "degraded")
+            job_store_location, "degraded"
+        )
     store = _job_store.open_store(job_store_location)
     try:
-        assert store.migration == {"from": 0, "to": _job_schema.SCHEMA_VERSION, "healthConstraint": "refreshed",
-                                   "storeId": store.store_id}
+        assert store.migration == {
+            "from": 0,
+            "to": _job_schema.SCHEMA_VERSION,
+            "healthConstraint": "refreshed",
+            "storeId": store.store_id,
+        }
         assert [(h["targetId"], h["status"], h["updatedAt"]) for h in store.health()] == ROWS
         store.create(job("job-1", ["d", "e"]))
-        store.update("job-1", lambda r: _job.start(r, T0), lambda r: _job.finish_target(r, "d", True, T0),
-                     lambda r: _job.finish_target(r, "e", False, T0, code="runtime_daemon_unavailable"),
-                     lambda r: _job.finish(r, T0), lambda r: _job.auto_rollback(r, T0))
+        store.update(
+            "job-1",
+            lambda r: _job.start(r, T0),
+            lambda r: _job.finish_target(r, "d", True, T0),
+            lambda r: _job.finish_target(r, "e", False, T0, code="runtime_daemon_unavailable"),
+            lambda r: _job.finish(r, T0),
+            lambda r: _job.auto_rollback(r, T0),
+        )
         assert {h["targetId"]: h["status"] for h in store.health()} == {
-            "id-a": "healthy", "id-b": "offline", "id-c": "unknown", "id-d": "healthy", "id-e": "offline"}
+            "id-a": "healthy",
+            "id-b": "offline",
+            "id-c": "unknown",
+            "id-d": "healthy",
+            "id-e": "offline",
+        }
     finally:
         store.close()
     for status in ("degraded", "unreachable"):
         (_legacy_postgres_insert if job_store_location.startswith("postgresql://") else _legacy_sqlite_insert)(
-            job_store_location, status)
+            job_store_location, status
+        )
     with pytest.raises(errors):  # the refreshed check still refuses what the contract does not know
         (_legacy_postgres_insert if job_store_location.startswith("postgresql://") else _legacy_sqlite_insert)(
-            job_store_location, "maintenance")
+            job_store_location, "maintenance"
+        )
     again = _job_store.open_store(job_store_location)
     assert again.migration["healthConstraint"] == "kept"
     again.close()
@@ -235,8 +276,9 @@ def _legacy_postgres_insert(dsn, status):
 
 def stella(*argv):
     """The ``stella`` command as an operator runs it (its own process, its own store connection)."""
-    return subprocess.run([sys.executable, STELLA] + list(argv), capture_output=True, text=True, timeout=120,
-                          check=False)
+    return subprocess.run(
+        [sys.executable, STELLA] + list(argv), capture_output=True, text=True, timeout=120, check=False
+    )
 
 
 def test_an_operator_interrupts_a_job_of_a_gone_controller_and_reads_health(job_store_location):
@@ -273,7 +315,9 @@ def test_an_operator_interrupts_a_job_of_a_gone_controller_and_reads_health(job_
     assert health.returncode == 0, health.stderr
     # b's batch had started with a's, so b was under way when its controller went: interrupted, unhealthy
     assert {h["targetId"]: h["status"] for h in json.loads(health.stdout)["health"]} == {
-        "id-a": "healthy", "id-b": "unhealthy"}
+        "id-a": "healthy",
+        "id-b": "unhealthy",
+    }
     check = stella("health", "id-a", "id-b", "id-c", "--store", job_store_location, "--check")
     assert check.returncode == 3 and "id-b" in check.stdout and "unhealthy" in check.stdout
     assert "unknown" in check.stdout  # id-c: never seen
@@ -283,8 +327,12 @@ def _finished(store, job_id, names, at, project="shop"):
     record = job(job_id, names, project)
     record.update(createdAt=at, updatedAt=at)
     store.create(record)
-    store.update(job_id, lambda r: _job.start(r, at), *[lambda r, n=n: _job.finish_target(r, n, True, at) for n in names],
-                 lambda r: _job.finish(r, at))
+    store.update(
+        job_id,
+        lambda r: _job.start(r, at),
+        *[lambda r, n=n: _job.finish_target(r, n, True, at) for n in names],
+        lambda r: _job.finish(r, at),
+    )
 
 
 def test_an_operator_prunes_old_finished_jobs(job_store_location, tmp_path):
@@ -308,15 +356,20 @@ def test_an_operator_prunes_old_finished_jobs(job_store_location, tmp_path):
     dry = stella("prune", "--older-than", "30", "--store", job_store_location, "--dry-run", "--json")
     assert dry.returncode == 0, dry.stderr
     assert [(j["jobId"], j["projects"]) for j in json.loads(dry.stdout)["jobs"]] == [
-        ("job-old-1", ["shop"]), ("job-old-2", ["shop"])]
+        ("job-old-1", ["shop"]),
+        ("job-old-2", ["shop"]),
+    ]
     kept = stella("prune", "--older-than", "30", "--keep", "2", "--store", job_store_location)
     assert kept.returncode == 0 and kept.stdout.splitlines()[1].split()[0] == "job-old-1", kept.stdout
     rest = stella("prune", "--older-than", "30", "--store", job_store_location, "--evidence-dir", str(evidence))
     assert rest.returncode == 0 and rest.stdout.startswith("removed 1 finished job "), rest.stdout
     assert "    evidence %s" % (evidence / "jobs" / "job-old-2") in rest.stdout.splitlines()
     assert sorted(str(p.relative_to(evidence)) for p in evidence.rglob("job.json")) == [
-        "jobs/job-old-1/job.json", "other/job-running/job.json", "shop/job-old-1/job.json",
-        "shop/job-old-3/job.json"]  # job-old-1 went without --evidence-dir; the others stay
+        "jobs/job-old-1/job.json",
+        "other/job-running/job.json",
+        "shop/job-old-1/job.json",
+        "shop/job-old-3/job.json",
+    ]  # job-old-1 went without --evidence-dir; the others stay
 
     store = _job_store.open_store(job_store_location)
     try:
@@ -349,11 +402,29 @@ def test_the_store_reaches_postgresql_over_verified_tls(lab, pg_passfile, tmp_pa
         assert health.returncode == 0 and json.loads(health.stdout) == {"health": []}, health.stderr
 
         other_ca = tmp_path / "other-ca.crt"
-        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
-                        "/CN=not-the-lab-ca", "-keyout", str(tmp_path / "other-ca.key"), "-out", str(other_ca)],
-                       check=True, capture_output=True)
-        planted = dsn.replace("postgresql://%s@" % lab["postgres"]["user"],
-                              "postgresql://%s:planted-pw-7731@" % lab["postgres"]["user"])
+        subprocess.run(
+            [
+                "openssl",
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-days",
+                "1",
+                "-subj",
+                "/CN=not-the-lab-ca",
+                "-keyout",
+                str(tmp_path / "other-ca.key"),
+                "-out",
+                str(other_ca),
+            ],
+            check=True,
+            capture_output=True,
+        )
+        planted = dsn.replace(
+            "postgresql://%s@" % lab["postgres"]["user"], "postgresql://%s:planted-pw-7731@" % lab["postgres"]["user"]
+        )
         with pytest.raises(StellaError) as err:
             _job_store.open_store("%s?sslmode=verify-full&sslrootcert=%s" % (planted, other_ca))
         assert err.value.code == "job_store_failed" and "certificate verify failed" in err.value.reason

@@ -18,8 +18,14 @@ from labkit import free_port
 from trafficlab import DataPlane
 
 SECRET = "planted-router-token-7f3a9c"
-SHIFT_KEYS = ("strategy.traffic.mode", "strategy.traffic.status", "strategy.traffic.shifted",
-              "strategy.traffic.controlWeight", "strategy.traffic.treatmentWeight", "strategy.traffic.slot")
+SHIFT_KEYS = (
+    "strategy.traffic.mode",
+    "strategy.traffic.status",
+    "strategy.traffic.shifted",
+    "strategy.traffic.controlWeight",
+    "strategy.traffic.treatmentWeight",
+    "strategy.traffic.slot",
+)
 
 
 def slots(target, **ports):
@@ -27,8 +33,12 @@ def slots(target, **ports):
 
 
 def webhook_options(plane, token=SECRET, **extra):
-    options = {"shiftUrl": plane.url("/shift"), "rollbackUrl": plane.url("/rollback"), "timeoutSeconds": 10,
-               "headers": {"Authorization": "Bearer " + token}}
+    options = {
+        "shiftUrl": plane.url("/shift"),
+        "rollbackUrl": plane.url("/rollback"),
+        "timeoutSeconds": 10,
+        "headers": {"Authorization": "Bearer " + token},
+    }
     options.update(extra)
     return {"stella_traffic_adapter_options": options}
 
@@ -73,8 +83,9 @@ def test_blue_green_webhook_switches_to_green_and_a_later_failure_puts_traffic_b
 
         # ---- v2 to green, then the switch: every request reaches green
         config = {"trafficAdapter": "webhook"}
-        switched = fj.run(fj.release("app_v2", "2.0.0", "blue-green", config, port=green),
-                          extra=webhook_options(plane), verbose=True)
+        switched = fj.run(
+            fj.release("app_v2", "2.0.0", "blue-green", config, port=green), extra=webhook_options(plane), verbose=True
+        )
         assert switched.rc == 0, switched.output[-4000:]
         record = fj.job(switched.job_id)
         assert record["status"] == "Succeeded"
@@ -84,8 +95,12 @@ def test_blue_green_webhook_switches_to_green_and_a_later_failure_puts_traffic_b
         assert evidence["strategy.traffic.webhookUrl"] == plane.url("/shift")
         assert evidence["strategy.traffic.webhookStatus"] == 200 and evidence["strategy.traffic.appliedAt"]
         assert evidence["strategy.traffic.dataPlaneUrl"] == "http://127.0.0.1:%d/" % plane.nginx_port
-        assert plane.state()["applied"] == {"controlSlot": "active", "treatmentSlot": "green", "controlWeight": 0,
-                                            "treatmentWeight": 100}
+        assert plane.state()["applied"] == {
+            "controlSlot": "active",
+            "treatmentSlot": "green",
+            "controlWeight": 0,
+            "treatmentWeight": 100,
+        }
         assert plane.sample(40) == {"v2": 40}
         # the planted router credential: sent (the router answered 200), never printed or stored
         assert SECRET not in switched.output and "-vvv" not in SECRET
@@ -94,8 +109,10 @@ def test_blue_green_webhook_switches_to_green_and_a_later_failure_puts_traffic_b
             assert SECRET.encode() not in data, path
 
         # ---- a later blue-green job fails on t2: both green targets rolled back, traffic back on blue
-        failing = fj.run(fj.release("app_v1", "3.0.0", "blue-green", config, hooks=[failing_hook(t2)], port=green),
-                         extra=webhook_options(plane))
+        failing = fj.run(
+            fj.release("app_v1", "3.0.0", "blue-green", config, hooks=[failing_hook(t2)], port=green),
+            extra=webhook_options(plane),
+        )
         assert failing.rc != 0, failing.output[-4000:]
         record = fj.job(failing.job_id)
         assert (record["status"], record["promotion"]) == ("RolledBack", "Failed"), record["reason"]
@@ -116,8 +133,10 @@ def test_canary_steps_and_a_b_weights_are_the_split_through_nginx(lab, fleet, tm
         canary, variant = ports["canary"], ports["b"]
         plane.mode("hold")
         config = {"batchSize": 1, "trafficAdapter": "webhook", "trafficSteps": [10, 50]}
-        proc = fj.start(fj.release("app_v2", "2.0.0", "canary", config, port=canary),
-                        extra=webhook_options(plane, timeoutSeconds=120))
+        proc = fj.start(
+            fj.release("app_v2", "2.0.0", "canary", config, port=canary),
+            extra=webhook_options(plane, timeoutSeconds=120),
+        )
         observed = []
         try:
             while len(observed) < 3:
@@ -139,7 +158,10 @@ def test_canary_steps_and_a_b_weights_are_the_split_through_nginx(lab, fleet, tm
         record = fj.job(fj.job_ids()[-1])
         assert record["status"] == "Succeeded"
         assert [(e["batch"], e["evidence"]["strategy.traffic.treatmentWeight"]) for e in record["traffic"]] == [
-            (0, 10), (1, 50), (2, 100)]
+            (0, 10),
+            (1, 50),
+            (2, 100),
+        ]
         assert all(e["evidence"]["strategy.traffic.slot"] == "canary" for e in record["traffic"])
 
         # ---- A/B: variant b beside the active slot, split 70 / 30 by the configured weights
@@ -149,8 +171,10 @@ def test_canary_steps_and_a_b_weights_are_the_split_through_nginx(lab, fleet, tm
         assert split.rc == 0, split.output[-4000:]
         record = fj.job(split.job_id)
         assert record["strategyEvidence"]["strategy.traffic.slot"] == "b"
-        assert (record["strategyEvidence"]["strategy.traffic.controlWeight"],
-                record["strategyEvidence"]["strategy.traffic.treatmentWeight"]) == (70, 30)
+        assert (
+            record["strategyEvidence"]["strategy.traffic.controlWeight"],
+            record["strategyEvidence"]["strategy.traffic.treatmentWeight"],
+        ) == (70, 30)
         seen = plane.sample(100)
         assert seen["v1"] + seen["v2"] == 100 and abs(seen["v2"] - 30) <= 5, seen
 
@@ -164,13 +188,17 @@ def test_without_an_adapter_only_standby_evidence_and_required_adapter_fails_bef
         record = fj.job(standby.job_id)
         assert record["status"] == "Succeeded"
         assert record["strategyEvidence"] == {
-            "strategy.traffic.mode": "standby_only", "strategy.traffic.status": "not_shifted",
-            "strategy.traffic.shifted": False, "strategy.traffic.reason": "traffic_adapter_missing",
-            "strategy.traffic.slot": "green"}
+            "strategy.traffic.mode": "standby_only",
+            "strategy.traffic.status": "not_shifted",
+            "strategy.traffic.shifted": False,
+            "strategy.traffic.reason": "traffic_adapter_missing",
+            "strategy.traffic.slot": "green",
+        }
         assert plane.sample(40) == {"v1": 40} and plane.state()["history"] == []
 
-        required = fj.run(fj.release("app_v2", "2.0.0", "canary", {"batchSize": 1, "requireTrafficAdapter": True},
-                                     port=free_port()))
+        required = fj.run(
+            fj.release("app_v2", "2.0.0", "canary", {"batchSize": 1, "requireTrafficAdapter": True}, port=free_port())
+        )
         assert required.rc != 0
         record = fj.job(required.job_id)
         assert (record["status"], record["code"]) == ("Failed", "traffic_adapter_missing"), record["reason"]
@@ -186,8 +214,13 @@ def test_webhook_faults_fail_closed_and_nothing_claims_traffic_moved(lab, fleet,
     with active_behind_router(lab, fleet[:1], tmp_path, "faults", ("green",), token=SECRET) as (fj, plane, ports):
         green = ports["green"]
         release = fj.release("app_v2", "2.0.0", "blue-green", {"trafficAdapter": "webhook"}, port=green)
-        cases = [("down", "unreachable"), ("slow", "timed out"), ("500", "answered HTTP 500"),
-                 ("garbage", "answer invalid"), ("headers", "headers must map header names to strings")]
+        cases = [
+            ("down", "unreachable"),
+            ("slow", "timed out"),
+            ("500", "answered HTTP 500"),
+            ("garbage", "answer invalid"),
+            ("headers", "headers must map header names to strings"),
+        ]
         for mode, needle in cases:
             if mode == "down":
                 options = webhook_options(plane, shiftUrl="http://127.0.0.1:%d/shift" % free_port())
@@ -219,17 +252,30 @@ def test_local_file_adapter_state_after_shift_and_after_rollback(lab, fleet, tmp
     def state():
         with open(state_path, encoding="utf-8") as handle:
             return json.load(handle)
+
     try:
         shifted = fj.run(fj.release("app_v2", "2.0.0", "blue-green", config))
         assert shifted.rc == 0, shifted.output[-4000:]
-        assert state() == {"jobId": shifted.job_id, "action": "shift", "controlSlot": "active",
-                           "treatmentSlot": "green", "controlWeight": 0, "treatmentWeight": 100}
+        assert state() == {
+            "jobId": shifted.job_id,
+            "action": "shift",
+            "controlSlot": "active",
+            "treatmentSlot": "green",
+            "controlWeight": 0,
+            "treatmentWeight": 100,
+        }
         failing = fj.run(fj.release("app_v1", "3.0.0", "blue-green", config, hooks=[failing_hook(t2)]))
         assert failing.rc != 0
         record = fj.job(failing.job_id)
         assert record["status"] == "RolledBack", record["reason"]
-        assert state() == {"jobId": failing.job_id, "action": "rollback", "controlSlot": "active",
-                           "treatmentSlot": "green", "controlWeight": 100, "treatmentWeight": 0}
+        assert state() == {
+            "jobId": failing.job_id,
+            "action": "rollback",
+            "controlSlot": "active",
+            "treatmentSlot": "green",
+            "controlWeight": 100,
+            "treatmentWeight": 0,
+        }
         assert record["strategyEvidence"]["strategy.traffic.rollback.statePath"] == state_path
         assert not [n for n in os.listdir(os.path.dirname(state_path)) if n.startswith(".stella-tmp-")]
     finally:

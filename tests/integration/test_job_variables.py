@@ -34,10 +34,10 @@ class PlacedJob(thinkit.ThinFleetJob):
     layout = "extra"
     placed = None
 
-    def _argv(self, release, overrides, extra, verbose=False, controller=None, check=False, playbook=None,
-              env=None):
-        argv, env, run = super()._argv(release, overrides, extra, verbose, controller, check,
-                                       playbook or "stellaops.runtime.job", env)
+    def _argv(self, release, overrides, extra, verbose=False, controller=None, check=False, playbook=None, env=None):
+        argv, env, run = super()._argv(
+            release, overrides, extra, verbose, controller, check, playbook or "stellaops.runtime.job", env
+        )
         variables = json.loads((run / "vars.json").read_text())
         for key in JOB_KEYS:
             variables.pop(key, None)
@@ -59,14 +59,19 @@ class PlacedJob(thinkit.ThinFleetJob):
 def placed_job(lab, target, tmp_path, layout):
     fj = PlacedJob(lab, target, tmp_path, "vars-" + layout, labkit.free_port())
     fj.layout = layout
-    fj.placed = {"stella_job_store": fj.store_path, "stella_evidence_dir": fj.evidence_dir, "stella_job_report": True,
-                 "stella_traffic_adapter_options": {"path": str(tmp_path / "route.json")}}
+    fj.placed = {
+        "stella_job_store": fj.store_path,
+        "stella_evidence_dir": fj.evidence_dir,
+        "stella_job_report": True,
+        "stella_traffic_adapter_options": {"path": str(tmp_path / "route.json")},
+    }
     return fj
 
 
 def release(fj, image, version, hooks=None):
-    return fj.release(image, version, strategy="blue-green", strategy_config={"trafficAdapter": "local-file"},
-                      hooks=hooks)
+    return fj.release(
+        image, version, strategy="blue-green", strategy_config={"trafficAdapter": "local-file"}, hooks=hooks
+    )
 
 
 def job_files(fj, job_id):

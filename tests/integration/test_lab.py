@@ -160,13 +160,16 @@ def test_target_pulls_by_digest_from_the_shared_registry_and_runs_v1(target, lab
     labkit.ssh(target, "docker", "pull", "-q", ref, timeout=180)
     digests = labkit.ssh(target, "docker", "image", "inspect", "-f", "'{{json .RepoDigests}}'", ref).stdout
     assert ref in json.loads(digests)
-    labkit.ssh(target, "docker rm -f labtest-v1 >/dev/null 2>&1; docker run -d --name labtest-v1 -p 127.0.0.1:18080:8080 " + ref)
+    labkit.ssh(
+        target,
+        "docker rm -f labtest-v1 >/dev/null 2>&1; docker run -d --name labtest-v1 -p 127.0.0.1:18080:8080 " + ref,
+    )
     try:
         fetch = (
-            "python3 -c \"import time,urllib.request as u\n"
+            'python3 -c "import time,urllib.request as u\n'
             "for i in range(50):\n"
             "    try: print(u.urlopen('http://127.0.0.1:18080/', timeout=2).read().decode(), end=''); break\n"
-            "    except OSError: time.sleep(0.2)\""
+            '    except OSError: time.sleep(0.2)"'
         )
         assert labkit.ssh(target, fetch).stdout == "v1"
     finally:
@@ -207,9 +210,20 @@ def test_three_targets_at_once_one_without_compose(target, target_factory):
     try:
         env = dict(os.environ, ANSIBLE_HOST_KEY_CHECKING="False", ANSIBLE_NOCOLOR="1")
         proc = subprocess.run(
-            [os.path.join(labkit.ROOT, ".venv", "bin", "ansible"), "targets", "-i", path, "-m", "ansible.builtin.ping",
-             "-o"],
-            capture_output=True, text=True, env=env, timeout=180, check=False,
+            [
+                os.path.join(labkit.ROOT, ".venv", "bin", "ansible"),
+                "targets",
+                "-i",
+                path,
+                "-m",
+                "ansible.builtin.ping",
+                "-o",
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=180,
+            check=False,
         )
     finally:
         os.unlink(path)

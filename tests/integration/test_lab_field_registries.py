@@ -22,12 +22,14 @@ import requests
 
 import labkit
 
-MANIFEST_ACCEPT = ", ".join([
-    "application/vnd.docker.distribution.manifest.v2+json",
-    "application/vnd.docker.distribution.manifest.list.v2+json",
-    "application/vnd.oci.image.manifest.v1+json",
-    "application/vnd.oci.image.index.v1+json",
-])
+MANIFEST_ACCEPT = ", ".join(
+    [
+        "application/vnd.docker.distribution.manifest.v2+json",
+        "application/vnd.docker.distribution.manifest.list.v2+json",
+        "application/vnd.oci.image.manifest.v1+json",
+        "application/vnd.oci.image.index.v1+json",
+    ]
+)
 NOT_FOUND = "credentials not found in native keychain"
 
 
@@ -44,15 +46,22 @@ def claims(token):
 
 
 def get_token(http, registry, scope, auth=None):
-    resp = http.get("http://%s/token" % registry["token_service"],
-                    params={"service": registry["service"], "scope": scope}, auth=auth, timeout=10)
+    resp = http.get(
+        "http://%s/token" % registry["token_service"],
+        params={"service": registry["service"], "scope": scope},
+        auth=auth,
+        timeout=10,
+    )
     assert resp.status_code == 200, resp.text
     return resp.json()["token"]
 
 
 def manifest(http, address, reference, token, query=""):
-    return http.get("http://%s/v2/stella/app/manifests/%s%s" % (address, reference, query), timeout=10,
-                    headers={"Accept": MANIFEST_ACCEPT, "Authorization": "Bearer " + token})
+    return http.get(
+        "http://%s/v2/stella/app/manifests/%s%s" % (address, reference, query),
+        timeout=10,
+        headers={"Accept": MANIFEST_ACCEPT, "Authorization": "Bearer " + token},
+    )
 
 
 def add_fault(http, registry, spec):
@@ -66,7 +75,9 @@ def test_hub_challenge_is_realm_and_service_only(lab, http):
     resp = http.get("http://%s/v2/" % hub["address"], timeout=10)
     assert resp.status_code == 401
     assert resp.headers["WWW-Authenticate"] == 'Bearer realm="http://%s/token",service="%s"' % (
-        hub["token_service"], hub["service"])
+        hub["token_service"],
+        hub["service"],
+    )
     assert resp.headers["Docker-Distribution-Api-Version"] == "registry/2.0"
 
 
@@ -81,8 +92,11 @@ def test_hub_anonymous_token_pulls_and_cannot_push(lab, http):
     assert resp.headers["Docker-Content-Digest"] == image["digest"]
     resp = manifest(http, hub["address"], "v2", token)
     assert resp.headers["Docker-Content-Digest"] == lab["images"]["hub_app_v2"]["digest"]
-    resp = http.post("http://%s/v2/stella/app/blobs/uploads/" % hub["address"], timeout=10,
-                     headers={"Authorization": "Bearer " + token})
+    resp = http.post(
+        "http://%s/v2/stella/app/blobs/uploads/" % hub["address"],
+        timeout=10,
+        headers={"Authorization": "Bearer " + token},
+    )
     assert resp.status_code == 401
 
 
@@ -92,12 +106,20 @@ def test_hub_token_service_checks_credentials(lab, http):
     assert user == hub["username"]
     token = get_token(http, hub, "repository:stella/app:pull,push", auth=(user, password))
     assert claims(token)["access"] == [{"type": "repository", "name": "stella/app", "actions": ["pull", "push"]}]
-    resp = http.get("http://%s/token" % hub["token_service"], auth=(user, password + "x"), timeout=10,
-                    params={"service": hub["service"], "scope": "repository:stella/app:pull"})
+    resp = http.get(
+        "http://%s/token" % hub["token_service"],
+        auth=(user, password + "x"),
+        timeout=10,
+        params={"service": hub["service"], "scope": "repository:stella/app:pull"},
+    )
     assert resp.status_code == 401
     # The front passes the upload's Location on (pointing at the front), without following anything.
-    resp = http.post("http://%s/v2/stella/app/blobs/uploads/" % hub["address"], allow_redirects=False,
-                     headers={"Authorization": "Bearer " + token}, timeout=10)
+    resp = http.post(
+        "http://%s/v2/stella/app/blobs/uploads/" % hub["address"],
+        allow_redirects=False,
+        headers={"Authorization": "Bearer " + token},
+        timeout=10,
+    )
     assert resp.status_code == 202, resp.text
     location = resp.headers["Location"]
     assert location.startswith("http://%s/v2/stella/app/blobs/uploads/" % hub["address"])
@@ -141,8 +163,11 @@ def test_hub_unavailable_forever_until_removed(lab, http):
             resp = manifest(http, hub["address"], "v1", token, "?" + marker)
             assert resp.status_code == 503
             assert "Retry-After" not in resp.headers
-        head = http.head("http://%s/v2/stella/app/manifests/v1?%s" % (hub["address"], marker), timeout=10,
-                         headers={"Accept": MANIFEST_ACCEPT, "Authorization": "Bearer " + token})
+        head = http.head(
+            "http://%s/v2/stella/app/manifests/v1?%s" % (hub["address"], marker),
+            timeout=10,
+            headers={"Accept": MANIFEST_ACCEPT, "Authorization": "Bearer " + token},
+        )
         assert head.status_code == 200  # the fault is for GET only
     finally:
         assert http.delete("%s/%d" % (hub["faults"], fault["id"]), timeout=10).json() == {"removed": 1}
@@ -155,7 +180,10 @@ def test_ghcr_challenge_has_a_scope_and_anonymous_pull_works(lab, http):
     resp = http.get("http://%s/v2/" % ghcr["address"], timeout=10)
     assert resp.status_code == 401
     assert resp.headers["WWW-Authenticate"] == 'Bearer realm="http://%s/token",service="%s",scope="%s"' % (
-        ghcr["token_service"], ghcr["service"], ghcr["scope"])
+        ghcr["token_service"],
+        ghcr["service"],
+        ghcr["scope"],
+    )
     assert ghcr["scope"] == "repository:user/image:pull"
     token = get_token(http, ghcr, "repository:stella/app:pull")
     resp = manifest(http, ghcr["address"], "v1", token)
@@ -171,8 +199,9 @@ def test_ghcr_challenge_has_a_scope_and_anonymous_pull_works(lab, http):
 def helper(lab, store, command, stdin):
     path = os.path.join(lab["credential_helper"], "docker-credential-stella-lab")
     env = dict(os.environ, STELLA_LAB_CREDSTORE=str(store))
-    return subprocess.run([path, command], input=stdin, capture_output=True, text=True, env=env, timeout=30,
-                          check=False)
+    return subprocess.run(
+        [path, command], input=stdin, capture_output=True, text=True, env=env, timeout=30, check=False
+    )
 
 
 def test_credential_helper_get_store_erase(lab, tmp_path):
@@ -200,12 +229,16 @@ def docker_pull(lab, tmp_path, config, ref, store=None):
     config_dir = tmp_path / ("docker-%s" % uuid.uuid4().hex[:8])
     config_dir.mkdir()
     (config_dir / "config.json").write_text(json.dumps(config))
-    env = dict(os.environ, DOCKER_CONFIG=str(config_dir),
-               PATH=lab["credential_helper"] + os.pathsep + os.environ.get("PATH", ""))
+    env = dict(
+        os.environ,
+        DOCKER_CONFIG=str(config_dir),
+        PATH=lab["credential_helper"] + os.pathsep + os.environ.get("PATH", ""),
+    )
     if store is not None:
         env["STELLA_LAB_CREDSTORE"] = str(store)
-    return subprocess.run(["docker", "pull", "-q", ref], capture_output=True, text=True, env=env, timeout=120,
-                          check=False)
+    return subprocess.run(
+        ["docker", "pull", "-q", ref], capture_output=True, text=True, env=env, timeout=120, check=False
+    )
 
 
 def test_docker_pulls_with_the_credential_helper_and_from_the_hub_anonymously(lab, tmp_path, http):

@@ -21,8 +21,19 @@ def test_build_install_and_ansible_doc_from_the_tarball(tmp_path):
     assert len(tarballs) == 1
     installed = tmp_path / "collections"
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(installed))
-    run([os.path.join(VENV_BIN, "ansible-galaxy"), "collection", "install", "--offline", "--force", "-p", str(installed),
-         str(tarballs[0])], env=env)
+    run(
+        [
+            os.path.join(VENV_BIN, "ansible-galaxy"),
+            "collection",
+            "install",
+            "--offline",
+            "--force",
+            "-p",
+            str(installed),
+            str(tarballs[0]),
+        ],
+        env=env,
+    )
     assert (installed / "ansible_collections" / "stellaops" / "runtime" / "galaxy.yml").exists() is False
     assert (installed / "ansible_collections" / "stellaops" / "runtime" / "MANIFEST.json").exists()
     for name in MODULES:

@@ -39,8 +39,9 @@ def copy_collection(root):
     """The collection's runtime parts in ``root/ansible_collections/stellaops/runtime``."""
     target = os.path.join(root, "ansible_collections", "stellaops", "runtime")
     for part in ("plugins", "meta"):
-        shutil.copytree(os.path.join(ar.ROOT, part), os.path.join(target, part),
-                        ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(
+            os.path.join(ar.ROOT, part), os.path.join(target, part), ignore=shutil.ignore_patterns("__pycache__")
+        )
     shutil.copy(os.path.join(ar.ROOT, "galaxy.yml"), target)
     return target
 
@@ -65,14 +66,30 @@ def test_an_upgrade_during_a_run_never_files_the_runs_payload_under_the_new_key(
     local_temp.mkdir()
     playbook = tmp_path / "run.yml"
     playbook.write_text(PLAYBOOK % {"errors": os.path.join(collection, ERRORS_PY), "mark": MARK})
-    env = ar.ansible_env({"ANSIBLE_COLLECTIONS_PATH": str(tmp_path / "collections"),
-                          "ANSIBLE_LOCAL_TEMP": str(local_temp)})
+    env = ar.ansible_env(
+        {"ANSIBLE_COLLECTIONS_PATH": str(tmp_path / "collections"), "ANSIBLE_LOCAL_TEMP": str(local_temp)}
+    )
 
     def run(upgrade):
-        proc = subprocess.run([os.path.join(ar.VENV_BIN, "ansible-playbook"), "-i", "localhost,", "-c", "local",
-                               "-e", "ansible_python_interpreter=" + os.path.join(ar.VENV_BIN, "python"),
-                               "-e", "upgrade=%s" % upgrade, str(playbook)],
-                              capture_output=True, text=True, env=env, timeout=300, check=False)
+        proc = subprocess.run(
+            [
+                os.path.join(ar.VENV_BIN, "ansible-playbook"),
+                "-i",
+                "localhost,",
+                "-c",
+                "local",
+                "-e",
+                "ansible_python_interpreter=" + os.path.join(ar.VENV_BIN, "python"),
+                "-e",
+                "upgrade=%s" % upgrade,
+                str(playbook),
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+            check=False,
+        )
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
     store = str(local_temp / "stellaops-runtime-payloads")

@@ -115,16 +115,30 @@ def test_multi_platform_index_pins_the_index_digest_and_reports_platforms(lab):
     repository = "stella/multi-%s" % uuid.uuid4().hex[:8]
     manifests = []
     for arch in ("amd64", "arm64"):
-        config = _push_blob(base, repository, json.dumps({"architecture": arch, "os": "linux", "rootfs": {
-            "type": "layers", "diff_ids": []}, "config": {}}).encode())
+        config = _push_blob(
+            base,
+            repository,
+            json.dumps(
+                {"architecture": arch, "os": "linux", "rootfs": {"type": "layers", "diff_ids": []}, "config": {}}
+            ).encode(),
+        )
         layer = _push_blob(base, repository, ("layer for %s\n" % arch).encode())
-        manifest = _push_manifest(base, repository, "single-" + arch, {
-            "schemaVersion": 2, "mediaType": OCI_MANIFEST,
-            "config": dict(config, mediaType="application/vnd.oci.image.config.v1+json"),
-            "layers": [dict(layer, mediaType="application/vnd.oci.image.layer.v1.tar")]}, OCI_MANIFEST)
+        manifest = _push_manifest(
+            base,
+            repository,
+            "single-" + arch,
+            {
+                "schemaVersion": 2,
+                "mediaType": OCI_MANIFEST,
+                "config": dict(config, mediaType="application/vnd.oci.image.config.v1+json"),
+                "layers": [dict(layer, mediaType="application/vnd.oci.image.layer.v1.tar")],
+            },
+            OCI_MANIFEST,
+        )
         manifests.append(dict(manifest, mediaType=OCI_MANIFEST, platform={"os": "linux", "architecture": arch}))
-    index = _push_manifest(base, repository, "multi", {"schemaVersion": 2, "mediaType": OCI_INDEX,
-                                                       "manifests": manifests}, OCI_INDEX)
+    index = _push_manifest(
+        base, repository, "multi", {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": manifests}, OCI_INDEX
+    )
     ref = "%s/%s:multi" % (address, repository)
     result = DigestResolver().resolve(ref)
     assert result["digest"] == index["digest"]
@@ -156,20 +170,29 @@ def test_auth_registry_with_a_wrong_password_never_echoes_it(lab):
     address, username, password = auth_credentials(lab)
     wrong = password + "-wrong"
     with pytest.raises(StellaError) as info:
-        DigestResolver({address: {"username": username, "password": wrong}}).resolve(lab["images"]["auth_app_v1"]["ref"])
+        DigestResolver({address: {"username": username, "password": wrong}}).resolve(
+            lab["images"]["auth_app_v1"]["ref"]
+        )
     assert info.value.code == "image_unresolved" and "credentials were refused" in info.value.reason
     assert wrong not in info.value.reason + repr(info.value.evidence)
 
 
 def test_plan_with_real_digests_is_accepted_by_compose(lab):
     images = lab["images"]
-    refs = {"web": images["app_v1"]["loopback_ref"], "next": images["app_v2"]["loopback_ref"],
-            "tool": images["tool"]["loopback_ref"]}
+    refs = {
+        "web": images["app_v1"]["loopback_ref"],
+        "next": images["app_v2"]["loopback_ref"],
+        "tool": images["tool"]["loopback_ref"],
+    }
     resolver = DigestResolver()
     resolved = {ref: resolver.resolve(ref)["digest"] for ref in refs.values()}
-    release = minimal_release(strategy="blue-green", components=[
-        {"name": name, "image": ref, "config": {"env.MODE": "yes", "env.RATIO": "3.8", "env.CODE": "010"}}
-        for name, ref in sorted(refs.items())])
+    release = minimal_release(
+        strategy="blue-green",
+        components=[
+            {"name": name, "image": ref, "config": {"env.MODE": "yes", "env.RATIO": "3.8", "env.CODE": "010"}}
+            for name, ref in sorted(refs.items())
+        ],
+    )
     plan = plan_release(release, resolved)
     config = compose_config({"compose.stella.lock.yml": plan["lock"]})
     for name, ref in refs.items():
@@ -192,7 +215,9 @@ def test_token_registry_resolves_through_the_bearer_flow(lab):
 
     def record(response, *args, **kwargs):
         request = response.request
-        seen.append((request.method, request.url.split("?")[0], (request.headers.get("Authorization") or "").split(" ")[0]))
+        seen.append(
+            (request.method, request.url.split("?")[0], (request.headers.get("Authorization") or "").split(" ")[0])
+        )
 
     session = requests.Session()
     session.hooks["response"].append(record)
@@ -230,8 +255,9 @@ def test_one_plan_reuses_connections_across_images_and_registries(lab, monkeypat
     images = lab["images"]
     refs = [images[key]["loopback_ref"] for key in ("app_v1", "app_v2", "tool")]
     refs += [images["auth_app_v1"]["ref"], images["token_app_v1"]["ref"]]
-    credentials = {lab["registries"][kind]["address"]: {"username": username, "password": password}
-                   for kind in ("auth", "token")}
+    credentials = {
+        lab["registries"][kind]["address"]: {"username": username, "password": password} for kind in ("auth", "token")
+    }
     connects = []
     real_connect = urllib3.connection.HTTPConnection.connect
 
@@ -242,8 +268,12 @@ def test_one_plan_reuses_connections_across_images_and_registries(lab, monkeypat
     monkeypatch.setattr(urllib3.connection.HTTPConnection, "connect", counting_connect)
     with DigestResolver(credentials) as resolver:
         result = resolver.resolve_all(refs)
-    assert [result[ref]["digest"] for ref in refs] == [images[key]["digest"] for key in (
-        "app_v1", "app_v2", "tool", "auth_app_v1", "token_app_v1")]
+    assert [result[ref]["digest"] for ref in refs] == [
+        images[key]["digest"] for key in ("app_v1", "app_v2", "tool", "auth_app_v1", "token_app_v1")
+    ]
     assert sorted(connects) == sorted(set(connects)), connects
-    assert set(connects) >= {lab["registries"]["plain"]["address"], lab["registries"]["auth"]["address"],
-                             lab["registries"]["token"]["address"]}
+    assert set(connects) >= {
+        lab["registries"]["plain"]["address"],
+        lab["registries"]["auth"]["address"],
+        lab["registries"]["token"]["address"],
+    }

@@ -32,13 +32,17 @@ def codes(result):
 
 
 def test_all_checks_pass_with_gates_the_lab_meets(lab, tmp_path):
-    result = preflight(dict(GATES, image_reference=lab["images"]["app_v1"]["ref"], work_directory=str(tmp_path / "work")))
+    result = preflight(
+        dict(GATES, image_reference=lab["images"]["app_v1"]["ref"], work_directory=str(tmp_path / "work"))
+    )
     assert result["failed"] is False, result.get("msg")
     ev = result["preflight"]
     assert ev["status"] == "passed"
     assert ev["os"]["system"] == "Linux" and ev["os"]["distribution"] == "debian"
     assert ev["architecture"] == "amd64"
-    assert ev["docker"]["clientVersion"] and ev["docker"]["serverVersion"].startswith(lab["engine_version"].split("+")[0])
+    assert ev["docker"]["clientVersion"] and ev["docker"]["serverVersion"].startswith(
+        lab["engine_version"].split("+")[0]
+    )
     assert ev["docker"]["daemonStatus"] == "running"
     assert ev["compose"]["version"] == lab["compose_version"]
     assert ev["registry"]["reachable"] is True and ev["registry"]["httpStatus"] == 200
@@ -86,7 +90,9 @@ def test_daemon_socket_that_does_not_answer(lab, tmp_path):
 
 
 def test_gates_above_running_versions(lab, tmp_path):
-    result = preflight({"work_directory": str(tmp_path), "min_engine_version": "99.0.0", "min_compose_version": "99.1.0"})
+    result = preflight(
+        {"work_directory": str(tmp_path), "min_engine_version": "99.0.0", "min_compose_version": "99.1.0"}
+    )
     assert codes(result) == ["runtime_version_too_old", "runtime_version_too_old"]
     reasons = " ".join(f["reason"] for f in result["failures"])
     assert "Engine" in reasons and "Compose plugin" in reasons
@@ -103,21 +109,40 @@ def test_closed_registry_port(lab, tmp_path):
 
 def _push_single_platform_image(registry, repository, tag, arch):
     """Push a manifest whose config says linux/<arch> through the registry HTTP API."""
-    config = json.dumps({"architecture": arch, "os": "linux", "rootfs": {"type": "layers", "diff_ids": []},
-                         "config": {}}, sort_keys=True).encode()
+    config = json.dumps(
+        {"architecture": arch, "os": "linux", "rootfs": {"type": "layers", "diff_ids": []}, "config": {}},
+        sort_keys=True,
+    ).encode()
     digest = "sha256:" + hashlib.sha256(config).hexdigest()
     base = "http://%s/v2/%s" % (registry, repository)
     start = urllib.request.urlopen(urllib.request.Request(base + "/blobs/uploads/", method="POST"))
     location = start.headers["Location"]
     sep = "&" if "?" in location else "?"
     upload = location if location.startswith("http") else "http://%s%s" % (registry, location)
-    urllib.request.urlopen(urllib.request.Request(upload + sep + "digest=" + digest, data=config, method="PUT",
-                                                  headers={"Content-Type": "application/octet-stream"}))
-    manifest = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-                           "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": digest, "size": len(config)},
-                           "layers": []}).encode()
-    urllib.request.urlopen(urllib.request.Request("%s/manifests/%s" % (base, tag), data=manifest, method="PUT",
-                                                  headers={"Content-Type": "application/vnd.oci.image.manifest.v1+json"}))
+    urllib.request.urlopen(
+        urllib.request.Request(
+            upload + sep + "digest=" + digest,
+            data=config,
+            method="PUT",
+            headers={"Content-Type": "application/octet-stream"},
+        )
+    )
+    manifest = json.dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": digest, "size": len(config)},
+            "layers": [],
+        }
+    ).encode()
+    urllib.request.urlopen(
+        urllib.request.Request(
+            "%s/manifests/%s" % (base, tag),
+            data=manifest,
+            method="PUT",
+            headers={"Content-Type": "application/vnd.oci.image.manifest.v1+json"},
+        )
+    )
 
 
 def test_image_without_a_platform_for_this_host(lab, tmp_path):
@@ -134,8 +159,14 @@ def test_read_only_work_directory(lab, tmp_path):
     mount.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(mount)], check=True)
     try:
-        result = preflight(dict(GATES, work_directory=str(mount / "projects"), registry_reachability_mode="skip",
-                                minimum_free_disk_bytes=0))
+        result = preflight(
+            dict(
+                GATES,
+                work_directory=str(mount / "projects"),
+                registry_reachability_mode="skip",
+                minimum_free_disk_bytes=0,
+            )
+        )
     finally:
         subprocess.run(["umount", str(mount)], check=True)
     assert codes(result) == ["workdir_not_writable"]
@@ -143,14 +174,19 @@ def test_read_only_work_directory(lab, tmp_path):
 
 
 def test_free_space_requirement_larger_than_the_disk(lab, tmp_path):
-    result = preflight(dict(GATES, work_directory=str(tmp_path), minimum_free_disk_bytes=2 ** 60))
+    result = preflight(dict(GATES, work_directory=str(tmp_path), minimum_free_disk_bytes=2**60))
     assert codes(result) == ["disk_space_low"]
     assert result["preflight"]["disk"]["sufficient"] is False
 
 
 def test_payload_verbatim(lab, tmp_path):
-    payload = {"WorkDirectory": str(tmp_path), "ImageReference": lab["images"]["app_v1"]["ref"],
-               "MinimumFreeDiskBytes": 1024, "RegistryReachabilityMode": "tcp", "RequireCompose": True}
+    payload = {
+        "WorkDirectory": str(tmp_path),
+        "ImageReference": lab["images"]["app_v1"]["ref"],
+        "MinimumFreeDiskBytes": 1024,
+        "RegistryReachabilityMode": "tcp",
+        "RequireCompose": True,
+    }
     result = preflight(dict(GATES, payload=payload))
     assert result["failed"] is False, result.get("msg")
     assert result["preflight"]["registry"]["mode"] == "tcp"
@@ -167,13 +203,23 @@ def test_auth_registry_with_and_without_credentials_and_no_leak(lab, tmp_path):
     assert codes(anonymous) == ["registry_auth_failed"]
     assert "give credentials for %s" % auth["address"] in anonymous["failures"][0]["reason"]
     assert anonymous["preflight"]["registry"]["reachable"] is True
-    wrong = preflight(dict(GATES, work_directory=str(tmp_path), image_reference=image,
-                           registry_credentials={auth["address"]: {"username": auth["username"],
-                                                                   "password": password + "-wrong"}}))
+    wrong = preflight(
+        dict(
+            GATES,
+            work_directory=str(tmp_path),
+            image_reference=image,
+            registry_credentials={auth["address"]: {"username": auth["username"], "password": password + "-wrong"}},
+        )
+    )
     assert codes(wrong) == ["registry_auth_failed"] and password not in json.dumps(wrong)
 
-    args = dict(GATES, work_directory=str(tmp_path), image_reference=image,
-                registry_username=auth["username"], registry_password=password)
+    args = dict(
+        GATES,
+        work_directory=str(tmp_path),
+        image_reference=image,
+        registry_username=auth["username"],
+        registry_password=password,
+    )
     result, raw = preflight(args, verbosity=3, raw=True)
     assert result["failed"] is False, result.get("msg")
     assert result["preflight"]["registry"]["authenticated"] is True
@@ -202,7 +248,9 @@ def test_preflight_on_a_dind_target_over_ssh(lab, target_factory):
     assert ok["preflight"]["os"]["hostname"] == "pf-compose"
     missing = ansible_module("stellaops.runtime.stella_preflight", args, host=without)
     assert codes(missing) == ["compose_missing"]
-    docker_host = ansible_module("stellaops.runtime.stella_preflight", dict(args, target_type="DockerHost"), host=without)
+    docker_host = ansible_module(
+        "stellaops.runtime.stella_preflight", dict(args, target_type="DockerHost"), host=without
+    )
     assert docker_host["failed"] is False
 
 
@@ -214,8 +262,17 @@ def test_token_registry_bearer_flow_with_and_without_credentials(lab, tmp_path):
     # the token service gives anonymous clients a token without access: the pull is refused
     assert codes(anonymous) == ["registry_auth_failed"]
     assert "give credentials for %s" % registry["address"] in anonymous["failures"][0]["reason"]
-    result, raw = preflight(dict(GATES, work_directory=str(tmp_path), image_reference=image,
-                                 registry_username=registry["username"], registry_password=password), verbosity=3, raw=True)
+    result, raw = preflight(
+        dict(
+            GATES,
+            work_directory=str(tmp_path),
+            image_reference=image,
+            registry_username=registry["username"],
+            registry_password=password,
+        ),
+        verbosity=3,
+        raw=True,
+    )
     assert result["failed"] is False, result.get("msg")
     assert result["preflight"]["registry"]["authenticated"] is True
     assert result["preflight"]["platform"]["available"] == ["linux/amd64"]
@@ -240,11 +297,13 @@ def test_public_registries_are_reachable_and_pulled_anonymously(lab, tmp_path, n
 
 def test_a_rate_limited_registry_is_reachable_and_says_so(lab, tmp_path):
     hub = lab["registries"]["hub"]
-    answer = requests.post(hub["faults"], json={"status": 429, "retryAfter": 7, "count": 1, "match": "/v2/",
-                                                "method": "GET"}, timeout=10)
+    answer = requests.post(
+        hub["faults"], json={"status": 429, "retryAfter": 7, "count": 1, "match": "/v2/", "method": "GET"}, timeout=10
+    )
     try:
-        result = preflight(dict(GATES, work_directory=str(tmp_path),
-                                image_reference=lab["images"]["hub_app_v1"]["ref"]))
+        result = preflight(
+            dict(GATES, work_directory=str(tmp_path), image_reference=lab["images"]["hub_app_v1"]["ref"])
+        )
     finally:
         requests.delete("%s/%s" % (hub["faults"], answer.json()["id"]), timeout=10)
     registry = result["preflight"]["registry"]

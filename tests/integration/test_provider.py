@@ -27,9 +27,21 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.sql import
 def provider_bin(tmp_path_factory):
     """``stella install`` into a temporary bin directory (and a plugin directory Docker never reads)."""
     base = tmp_path_factory.mktemp("provider")
-    proc = subprocess.run([os.path.join(ar.VENV_BIN, "python"), os.path.join(ar.ROOT, "scripts", "stella.py"), "install",
-                           "--bin-dir", str(base / "bin"), "--plugin-dir", str(base / "plugins")],
-                          capture_output=True, text=True, check=False, timeout=60)
+    proc = subprocess.run(
+        [
+            os.path.join(ar.VENV_BIN, "python"),
+            os.path.join(ar.ROOT, "scripts", "stella.py"),
+            "install",
+            "--bin-dir",
+            str(base / "bin"),
+            "--plugin-dir",
+            str(base / "plugins"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     assert os.access(base / "bin" / "stella", os.X_OK) and os.access(base / "plugins" / "docker-stella", os.X_OK)
     return str(base / "bin")
@@ -44,23 +56,50 @@ class ComposeProject:
         self.state = tmp_path / "state"
         self.work = tmp_path / "work"
         self.env = dict(os.environ, PATH=provider_bin + os.pathsep + os.environ["PATH"])
-        options = {"image": image or lab["images"][image_key]["loopback_ref"], "ports": "%d:8080" % self.port,
-                   "version": "1.0.0", "insecure_registries": "127.0.0.1:5000", "min_engine_version": "20.10.0",
-                   "state_directory": str(self.state), "work_directory": str(self.work)}
+        options = {
+            "image": image or lab["images"][image_key]["loopback_ref"],
+            "ports": "%d:8080" % self.port,
+            "version": "1.0.0",
+            "insecure_registries": "127.0.0.1:5000",
+            "min_engine_version": "20.10.0",
+            "state_directory": str(self.state),
+            "work_directory": str(self.work),
+        }
         services = {"web": {"provider": {"type": "stella", "options": options}}}
         if second:  # an unrelated provider service: Compose runs both providers at once
-            services["api"] = {"provider": {"type": "stella", "options": dict(
-                options, image=lab["images"]["app_v2"]["loopback_ref"], ports="%d:8080" % self.api_port,
-                version="2.0.0", keep_revisions="3")}}
-        services["app"] = {"image": lab["images"]["tool"]["loopback_ref"], "command": ["sleep", "3600"],
-                           "depends_on": sorted(set(services)), "environment": {"KEEP": "1"}, "init": True}
+            services["api"] = {
+                "provider": {
+                    "type": "stella",
+                    "options": dict(
+                        options,
+                        image=lab["images"]["app_v2"]["loopback_ref"],
+                        ports="%d:8080" % self.api_port,
+                        version="2.0.0",
+                        keep_revisions="3",
+                    ),
+                }
+            }
+        services["app"] = {
+            "image": lab["images"]["tool"]["loopback_ref"],
+            "command": ["sleep", "3600"],
+            "depends_on": sorted(set(services)),
+            "environment": {"KEEP": "1"},
+            "init": True,
+        }
         document = {"services": services}
         (self.dir / "compose.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
 
     def compose(self, *args, timeout=600):
         # -f always: `docker compose -p NAME down` without -f never calls the provider (Compose 2.40.3)
-        return subprocess.run(["docker", "compose", "-f", "compose.yaml", "-p", self.name] + list(args), cwd=self.dir,
-                              env=self.env, capture_output=True, text=True, check=False, timeout=timeout)
+        return subprocess.run(
+            ["docker", "compose", "-f", "compose.yaml", "-p", self.name] + list(args),
+            cwd=self.dir,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=timeout,
+        )
 
     def jobs(self, service="web"):
         path = self.state / self.name / service / "jobs.sqlite3"
@@ -78,8 +117,12 @@ class ComposeProject:
 
     def deployed(self, record):
         project = record["targets"]["localhost"]["projectName"]
-        out = subprocess.run(["docker", "ps", "-aq", "--no-trunc", "--filter", "label=com.docker.compose.project=%s"
-                              % project], capture_output=True, text=True, check=True).stdout.split()
+        out = subprocess.run(
+            ["docker", "ps", "-aq", "--no-trunc", "--filter", "label=com.docker.compose.project=%s" % project],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
         return project, [self.inspect(i) for i in out]
 
 
@@ -122,11 +165,13 @@ def test_compose_up_deploys_through_the_collection_and_down_removes_everything(l
         assert jobs[1]["targets"]["localhost"]["appliedByJobId"] == record["jobId"]
         _project, after = cp.deployed(jobs[1])
         assert [(c["Id"], c["State"]["StartedAt"]) for c in after] == [
-            (c["Id"], c["State"]["StartedAt"]) for c in containers]
+            (c["Id"], c["State"]["StartedAt"]) for c in containers
+        ]
         app_again = cp.inspect("%s-app-1" % cp.name)
         assert (app_again["Id"], app_again["State"]["StartedAt"]) == (app["Id"], app["State"]["StartedAt"])
         assert [(c["Id"], c["State"]["StartedAt"]) for c in cp.deployed(cp.jobs("api")[1])[1]] == [
-            (c["Id"], c["State"]["StartedAt"]) for c in api_containers]
+            (c["Id"], c["State"]["StartedAt"]) for c in api_containers
+        ]
 
         # ---- down: the deployed project, its directory and the dependent are gone
         down = cp.compose("down")
@@ -155,8 +200,14 @@ def test_an_error_ends_with_the_providers_one_line_error(lab, provider_bin, tmp_
 
 def test_the_provider_speaks_only_json_lines(provider_bin):
     env = dict(os.environ, PATH=provider_bin + os.pathsep + os.environ["PATH"])
-    proc = subprocess.run(["stella", "compose", "--project-name=p", "up", "--colour=blue", "web"], env=env,
-                          capture_output=True, check=False, timeout=120, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        ["stella", "compose", "--project-name=p", "up", "--colour=blue", "web"],
+        env=env,
+        capture_output=True,
+        check=False,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
     lines = [json.loads(line) for line in proc.stdout.splitlines()]
     assert proc.returncode == 1
     assert lines[-1]["type"] == "error" and "'image'" in lines[-1]["message"]
@@ -167,19 +218,30 @@ def test_the_provider_speaks_only_json_lines(provider_bin):
 
 # ---- an image pull loaded from the local daemon (the `local` verdict, a build-only image)
 
+
 def built_image(lab, tmp_path):
     """A local-only image (in no registry, no RepoDigests): the lab's app with a label of its own."""
-    subprocess.run(["docker", "pull", "--quiet", lab["images"]["app_v1"]["loopback_ref"]], check=True, capture_output=True,
-                   timeout=300)
+    subprocess.run(
+        ["docker", "pull", "--quiet", lab["images"]["app_v1"]["loopback_ref"]],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     context = tmp_path / "build"
     context.mkdir()
     base = lab["images"]["app_v1"]["loopback_ref"]
     (context / "Dockerfile").write_text("FROM %s\nLABEL stella.test=%s\n" % (base, uuid.uuid4().hex))
     tag = "stella-local-%s/web:dev" % uuid.uuid4().hex[:8]
-    subprocess.run(["docker", "build", "--quiet", "--tag", tag, str(context)], check=True, capture_output=True,
-                   timeout=300, env=dict(os.environ, DOCKER_BUILDKIT="0"))
-    image_id = json.loads(subprocess.run(["docker", "image", "inspect", tag], check=True, capture_output=True,
-                                         text=True).stdout)[0]["Id"]
+    subprocess.run(
+        ["docker", "build", "--quiet", "--tag", tag, str(context)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+        env=dict(os.environ, DOCKER_BUILDKIT="0"),
+    )
+    image_id = json.loads(
+        subprocess.run(["docker", "image", "inspect", tag], check=True, capture_output=True, text=True).stdout
+    )[0]["Id"]
     return tag, image_id
 
 
@@ -188,17 +250,31 @@ def provider_pull(cp, image, image_id):
     no pull hook): the image's ``docker save`` tar answered to ``get-image`` as a chunked stream."""
     tar = subprocess.run(["docker", "save", image], check=True, capture_output=True, timeout=300).stdout
     subprocess.run(["docker", "rmi", image], check=True, capture_output=True)  # only the stream brings it back
-    proc = subprocess.Popen(["stella", "compose", "--project-name=%s" % cp.name, "pull", "--image=%s" % image,
-                             "--source=local", "--policy=missing", "--digest=%s" % image_id,
-                             "--state_directory=%s" % cp.state, "web"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, env=dict(cp.env, COMPOSE_PROVIDER_MESSAGES="error,info,debug,get-image"))
+    proc = subprocess.Popen(
+        [
+            "stella",
+            "compose",
+            "--project-name=%s" % cp.name,
+            "pull",
+            "--image=%s" % image,
+            "--source=local",
+            "--policy=missing",
+            "--digest=%s" % image_id,
+            "--state_directory=%s" % cp.state,
+            "web",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=dict(cp.env, COMPOSE_PROVIDER_MESSAGES="error,info,debug,get-image"),
+    )
     seen = []
     for raw in proc.stdout:
         seen.append(json.loads(raw))
         if seen[-1]["type"] == "get-image":
             proc.stdin.write(b'{"type": "image-stream", "encoding": "chunked", "media-type": "application/x-tar"}\n')
             for start in range(0, len(tar), 65536):
-                block = tar[start:start + 65536]
+                block = tar[start : start + 65536]
                 proc.stdin.write(b"%x\r\n" % len(block) + block + b"\r\n")
             proc.stdin.write(b"0\r\n")
             proc.stdin.flush()
@@ -217,8 +293,16 @@ def test_compose_up_deploys_the_image_pull_loaded_pinned_by_its_id(lab, provider
         record = cp.jobs()[-1]
         assert record["status"] == "Succeeded"
         # the pin is the image id pull recorded, and the record says where it came from: no registry was asked
-        assert record["resolution"] == {image: {"reference": image, "image": image_id, "digest": image_id,
-                                                "imageId": image_id, "resolved": False, "source": "local"}}
+        assert record["resolution"] == {
+            image: {
+                "reference": image,
+                "image": image_id,
+                "digest": image_id,
+                "imageId": image_id,
+                "resolved": False,
+                "source": "local",
+            }
+        }
         evidence = cp.state / cp.name / "web" / "evidence" / "jobs" / record["jobId"] / "job.json"
         assert json.loads(evidence.read_text())["resolution"][image]["source"] == "local"
         _project, containers = cp.deployed(record)
@@ -256,9 +340,11 @@ def test_a_python_without_the_providers_packages_is_named_with_the_pip_line(lab,
         output = failed.stdout + failed.stderr
         assert failed.returncode != 0 and cp.jobs() == []
         python = str(venv / "bin" / "python")
-        assert ("provider_dependency_missing: stella compose up needs the Python modules ansible, ansible_runner, "
-                "requests, which %s cannot import: run %s -m pip install ansible-core ansible-runner requests"
-                % (python, python)) in output, output
+        assert (
+            "provider_dependency_missing: stella compose up needs the Python modules ansible, ansible_runner, "
+            "requests, which %s cannot import: run %s -m pip install ansible-core ansible-runner requests"
+            % (python, python)
+        ) in output, output
     finally:
         cp.env["PATH"] = provider_bin + os.pathsep + os.environ["PATH"]  # a provider that can run down
         cp.compose("down")

@@ -26,9 +26,20 @@ REQUESTS = ("get-service-config", "get-image", "get-relay-info")
 @pytest.fixture(scope="module")
 def stella(tmp_path_factory):
     base = tmp_path_factory.mktemp("protocol")
-    subprocess.run([os.path.join(ar.VENV_BIN, "python"), os.path.join(ar.ROOT, "scripts", "stella.py"), "install",
-                    "--bin-dir", str(base / "bin"), "--plugin-dir", str(base / "plugins")], check=True,
-                   capture_output=True, timeout=60)
+    subprocess.run(
+        [
+            os.path.join(ar.VENV_BIN, "python"),
+            os.path.join(ar.ROOT, "scripts", "stella.py"),
+            "install",
+            "--bin-dir",
+            str(base / "bin"),
+            "--plugin-dir",
+            str(base / "plugins"),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     return str(base / "bin" / "stella")
 
 
@@ -44,8 +55,13 @@ class FakeCompose:
             env.pop("COMPOSE_PROVIDER_MESSAGES", None)
         else:
             env["COMPOSE_PROVIDER_MESSAGES"] = self.messages
-        proc = subprocess.Popen([self.stella, "compose"] + list(args), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL, env=env)
+        proc = subprocess.Popen(
+            [self.stella, "compose"] + list(args),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=env,
+        )
         seen = []
         try:
             for raw in proc.stdout:
@@ -70,24 +86,28 @@ def write_config(config):
     def answer(stdin, _line):
         stdin.write(json.dumps(config).encode() + b"\n")
         stdin.flush()
+
     return answer
 
 
 def write_image(tar, truncate_at=None, piece=65536):
     def answer(stdin, _line):
-        stdin.write(json.dumps({"type": "image-stream", "encoding": "chunked",
-                                "media-type": "application/x-tar"}).encode() + b"\n")
+        stdin.write(
+            json.dumps({"type": "image-stream", "encoding": "chunked", "media-type": "application/x-tar"}).encode()
+            + b"\n"
+        )
         sent = 0
         for start in range(0, len(tar), piece):
-            block = tar[start:start + piece]
+            block = tar[start : start + piece]
             if truncate_at is not None and sent + len(block) > truncate_at:
-                stdin.write(b"%x\r\n" % len(block) + block[:truncate_at - sent])
+                stdin.write(b"%x\r\n" % len(block) + block[: truncate_at - sent])
                 stdin.close()  # Compose closes the answer channel after an aborted transfer
                 return
             stdin.write(b"%x\r\n" % len(block) + block + b"\r\n")
             sent += len(block)
         stdin.write(b"0\r\n")
         stdin.flush()
+
     return answer
 
 
@@ -97,10 +117,18 @@ def types(seen):
 
 def test_get_service_config_builds_the_release_and_gating_holds(lab, stella, tmp_path):
     project, port = "proto%s" % uuid.uuid4().hex[:8], free_port()
-    config = {"image": lab["images"]["app_v2"]["loopback_ref"], "environment": {"MODE": "from-compose"},
-              "ports": [{"target": 8080, "published": str(port), "protocol": "tcp"}]}
-    options = ["--insecure_registries=127.0.0.1:5000", "--min_engine_version=20.10.0", "--version=2.0.0",
-               "--state_directory=%s" % (tmp_path / "state"), "--work_directory=%s" % (tmp_path / "work")]
+    config = {
+        "image": lab["images"]["app_v2"]["loopback_ref"],
+        "environment": {"MODE": "from-compose"},
+        "ports": [{"target": 8080, "published": str(port), "protocol": "tcp"}],
+    }
+    options = [
+        "--insecure_registries=127.0.0.1:5000",
+        "--min_engine_version=20.10.0",
+        "--version=2.0.0",
+        "--state_directory=%s" % (tmp_path / "state"),
+        "--work_directory=%s" % (tmp_path / "work"),
+    ]
     compose = FakeCompose(stella, "error,info,setenv,get-service-config", {"get-service-config": write_config(config)})
     try:
         rc, seen = compose.run("--project-name=%s" % project, "up", *options, "web")
@@ -110,8 +138,11 @@ def test_get_service_config_builds_the_release_and_gating_holds(lab, stella, tmp
         setenv = dict(line["message"].split("=", 1) for line in seen if line["type"] == "setenv")
         assert setenv["URL"] == "http://localhost:%d/" % port
         assert setenv["DIGEST"] == lab["images"]["app_v2"]["digest"]
-        inspect = json.loads(subprocess.run(["docker", "inspect", "%s-web-1" % setenv["PROJECT"]], capture_output=True,
-                                            text=True, check=True).stdout)[0]
+        inspect = json.loads(
+            subprocess.run(
+                ["docker", "inspect", "%s-web-1" % setenv["PROJECT"]], capture_output=True, text=True, check=True
+            ).stdout
+        )[0]
         assert "MODE=from-compose" in inspect["Config"]["Env"]
     finally:
         rc, seen = FakeCompose(stella, None, {}).run("--project-name=%s" % project, "down", *options, "web")
@@ -134,8 +165,9 @@ def saved_image(lab):
     tag = "stella-pull-test/app:%s" % uuid.uuid4().hex[:8]
     subprocess.run(["docker", "tag", source, tag], check=True, capture_output=True)
     tar = subprocess.run(["docker", "save", tag], check=True, capture_output=True, timeout=300).stdout
-    image_id = json.loads(subprocess.run(["docker", "image", "inspect", tag], check=True, capture_output=True,
-                                         text=True).stdout)[0]["Id"]
+    image_id = json.loads(
+        subprocess.run(["docker", "image", "inspect", tag], check=True, capture_output=True, text=True).stdout
+    )[0]["Id"]
     subprocess.run(["docker", "rmi", tag], check=True, capture_output=True)
     yield tag, tar, image_id
     subprocess.run(["docker", "rmi", tag], capture_output=True, check=False)
@@ -147,8 +179,16 @@ def present(tag):
 
 def test_pull_streams_the_local_image_and_a_truncated_stream_tags_nothing(stella, saved_image, tmp_path):
     tag, tar, image_id = saved_image
-    args = ["--project-name=p", "pull", "--image=%s" % tag, "--source=local", "--policy=missing",
-            "--digest=%s" % image_id, "--state_directory=%s" % (tmp_path / "state"), "web"]
+    args = [
+        "--project-name=p",
+        "pull",
+        "--image=%s" % tag,
+        "--source=local",
+        "--policy=missing",
+        "--digest=%s" % image_id,
+        "--state_directory=%s" % (tmp_path / "state"),
+        "web",
+    ]
     announced = BASE + ",get-image"
 
     rc, seen = FakeCompose(stella, announced, {"get-image": write_image(tar, truncate_at=len(tar) // 2)}).run(*args)
@@ -160,8 +200,9 @@ def test_pull_streams_the_local_image_and_a_truncated_stream_tags_nothing(stella
     rc, seen = FakeCompose(stella, announced, {"get-image": write_image(tar)}).run(*args)
     assert rc == 0, seen
     assert present(tag)
-    assert any(line["type"] == "info" and line["message"].startswith("loaded %s (%d bytes)" % (tag, len(tar)))
-               for line in seen), seen
+    assert any(
+        line["type"] == "info" and line["message"].startswith("loaded %s (%d bytes)" % (tag, len(tar))) for line in seen
+    ), seen
 
     # the same digest again: the bookkeeping says it is there, no bytes are asked for
     rc, seen = FakeCompose(stella, announced, {}).run(*args)
@@ -171,7 +212,8 @@ def test_pull_streams_the_local_image_and_a_truncated_stream_tags_nothing(stella
     for policy, digit in (("missing", "0"), ("always", "1")):
         again = [a.replace("--policy=missing", "--policy=" + policy) for a in args if not a.startswith("--digest=")]
         rc, seen = FakeCompose(stella, announced, {"get-image": write_image(tar)}).run(
-            *again + ["--digest=sha256:" + digit * 64])
+            *again + ["--digest=sha256:" + digit * 64]
+        )
         assert rc == 0 and types(seen)[0] == "get-image", seen
     # the digest announced last was ingested: policy always asks for nothing either
     rc, seen = FakeCompose(stella, announced, {}).run(*again + ["--digest=sha256:" + "1" * 64])
@@ -196,6 +238,7 @@ def networks():
         docker("network", "create", *(["--internal"] if internal else []), name)
         made.append(name)
         return json.loads(docker("network", "inspect", name).stdout)[0]["IPAM"]["Config"][0]["Gateway"]
+
     yield make
     for name in made:
         docker("network", "rm", name, check=False)
@@ -203,17 +246,33 @@ def networks():
 
 def relay_info(network, gateway):
     """Compose's side of get-relay-info: the relay-link network exists (made by the test), its gateway answered."""
+
     def answer(stdin, _line):
         stdin.write(json.dumps({"networks": [{"name": network, "gateway": gateway}]}).encode() + b"\n")
         stdin.flush()
+
     return answer
 
 
 def reach(lab, network, address, port):
     """From a container on ``network``: an HTTP request to address:port through nc; the response, or None."""
-    proc = subprocess.run(["docker", "run", "--rm", "--network", network, lab["images"]["tool"]["loopback_ref"], "sh",
-                           "-c", "printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 5 %s %s" % (address, port)],
-                          capture_output=True, text=True, check=False, timeout=120)
+    proc = subprocess.run(
+        [
+            "docker",
+            "run",
+            "--rm",
+            "--network",
+            network,
+            lab["images"]["tool"]["loopback_ref"],
+            "sh",
+            "-c",
+            "printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 5 %s %s" % (address, port),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
     return proc.stdout if proc.returncode == 0 and proc.stdout.startswith("HTTP/1") else None
 
 
@@ -236,9 +295,15 @@ def test_publish_endpoint_relays_to_the_relay_link_network_only(lab, stella, tmp
     gateway = networks(link, internal=True)
     networks(other)
     state = tmp_path / "state"
-    options = ["--image=%s" % lab["images"]["app_v1"]["loopback_ref"], "--ports=%d:8080" % port,
-               "--insecure_registries=127.0.0.1:5000", "--min_engine_version=20.10.0", "--state_directory=%s" % state,
-               "--work_directory=%s" % (tmp_path / "work"), "--raw_environment=WEB_ENDPOINT=URL"]
+    options = [
+        "--image=%s" % lab["images"]["app_v1"]["loopback_ref"],
+        "--ports=%d:8080" % port,
+        "--insecure_registries=127.0.0.1:5000",
+        "--min_engine_version=20.10.0",
+        "--state_directory=%s" % state,
+        "--work_directory=%s" % (tmp_path / "work"),
+        "--raw_environment=WEB_ENDPOINT=URL",
+    ]
     compose = FakeCompose(stella, RELAY, {"get-relay-info": relay_info(link, gateway)})
     try:
         rc, seen = compose.run("--project-name=%s" % project, "up", *options, "web")
@@ -249,7 +314,8 @@ def test_publish_endpoint_relays_to_the_relay_link_network_only(lab, stella, tmp
         assert len(published) == 1 and published[0].startswith("8080=%s:" % gateway), seen
         listen = int(published[0].rsplit(":", 1)[1])
         assert [line["message"] for line in seen if line["type"] == "rawsetenv"] == [
-            "WEB_ENDPOINT=http://localhost:%d/" % port]
+            "WEB_ENDPOINT=http://localhost:%d/" % port
+        ]
         pid = relay_pid(state, project)
         assert pid and os.getsid(pid) == pid
 
@@ -282,9 +348,14 @@ def host_addresses():
 def test_without_a_gateway_the_relay_binds_the_default_bridge_gateway_and_says_so(lab, stella, tmp_path):
     project, port = "relay%s" % uuid.uuid4().hex[:8], free_port()
     bridge = json.loads(docker("network", "inspect", "bridge").stdout)[0]["IPAM"]["Config"][0]["Gateway"]
-    options = ["--image=%s" % lab["images"]["app_v1"]["loopback_ref"], "--ports=%d:8080" % port,
-               "--insecure_registries=127.0.0.1:5000", "--min_engine_version=20.10.0",
-               "--state_directory=%s" % (tmp_path / "state"), "--work_directory=%s" % (tmp_path / "work")]
+    options = [
+        "--image=%s" % lab["images"]["app_v1"]["loopback_ref"],
+        "--ports=%d:8080" % port,
+        "--insecure_registries=127.0.0.1:5000",
+        "--min_engine_version=20.10.0",
+        "--state_directory=%s" % (tmp_path / "state"),
+        "--work_directory=%s" % (tmp_path / "work"),
+    ]
     try:
         compose = FakeCompose(stella, BASE + ",publish-endpoint", {})
         rc, seen = compose.run("--project-name=%s" % project, "up", *options, "web")
@@ -302,14 +373,20 @@ def test_without_a_gateway_the_relay_binds_the_default_bridge_gateway_and_says_s
 
 
 def test_raw_environment_needs_rawsetenv_and_fails_before_deploying(stella, tmp_path):
-    rc, seen = FakeCompose(stella, BASE, {}).run("--project-name=p", "up", "--image=example/app:1",
-                                                 "--raw_environment=DATABASE_URL=URL",
-                                                 "--state_directory=%s" % (tmp_path / "state"), "web")
+    rc, seen = FakeCompose(stella, BASE, {}).run(
+        "--project-name=p",
+        "up",
+        "--image=example/app:1",
+        "--raw_environment=DATABASE_URL=URL",
+        "--state_directory=%s" % (tmp_path / "state"),
+        "web",
+    )
     assert rc == 1 and types(seen) == ["error"], seen
     assert seen[0]["message"].startswith("compose_unsupported:") and "raw_environment" in seen[0]["message"]
     assert not (tmp_path / "state").exists()
-    rc, seen = FakeCompose(stella, RELAY, {}).run("--project-name=p", "up", "--image=example/app:1",
-                                                  "--raw_environment=DATABASE_URL=PASSWORD", "web")
+    rc, seen = FakeCompose(stella, RELAY, {}).run(
+        "--project-name=p", "up", "--image=example/app:1", "--raw_environment=DATABASE_URL=PASSWORD", "web"
+    )
     assert rc == 1 and seen[-1]["message"].startswith("invalid_option:") and "URL" in seen[-1]["message"]
 
 
@@ -318,16 +395,23 @@ def test_stop_pauses_the_deployment_and_the_next_up_resumes_it_unchanged(lab, st
     committed artifacts and the job store stay; no ``setenv``. The next ``up`` starts the same containers
     again and sends the same ``setenv`` lines; a second ``stop`` is a no-op."""
     project, port = "stop%s" % uuid.uuid4().hex[:8], free_port()
-    options = ["--image=%s" % lab["images"]["app_v1"]["loopback_ref"], "--ports=%d:8080" % port,
-               "--insecure_registries=127.0.0.1:5000", "--min_engine_version=20.10.0",
-               "--state_directory=%s" % (tmp_path / "state"), "--work_directory=%s" % (tmp_path / "work")]
+    options = [
+        "--image=%s" % lab["images"]["app_v1"]["loopback_ref"],
+        "--ports=%d:8080" % port,
+        "--insecure_registries=127.0.0.1:5000",
+        "--min_engine_version=20.10.0",
+        "--state_directory=%s" % (tmp_path / "state"),
+        "--work_directory=%s" % (tmp_path / "work"),
+    ]
     compose = FakeCompose(stella, BASE, {})
     try:
         rc, seen = compose.run("--project-name=%s" % project, "up", *options, "web")
         assert rc == 0, seen
         first = [line["message"] for line in seen if line["type"] == "setenv"]
         deployed = dict(line.split("=", 1) for line in first)["PROJECT"]
-        ids = docker("ps", "-aq", "--no-trunc", "--filter", "label=com.docker.compose.project=%s" % deployed).stdout.split()
+        ids = docker(
+            "ps", "-aq", "--no-trunc", "--filter", "label=com.docker.compose.project=%s" % deployed
+        ).stdout.split()
         assert ids
         sticker = tmp_path / "work" / deployed / "stella.version.json"
         committed = sticker.read_bytes()

@@ -36,6 +36,7 @@ def upstream():
             conn, _peer = server.accept()
             with conn:
                 conn.sendall(b"relayed:" + conn.recv(64))
+
     threading.Thread(target=serve, daemon=True).start()
     return server.getsockname()[1]
 
@@ -45,10 +46,12 @@ def test_the_relay_example_runs_and_a_second_run_changes_nothing(tmp_path):
     subprocess.run(["docker", "network", "create", "--internal", network], check=True, capture_output=True)
     state = str(tmp_path / "relays")
     try:
-        gateway = json.loads(subprocess.run(["docker", "network", "inspect", network], check=True, capture_output=True,
-                                            text=True).stdout)[0]["IPAM"]["Config"][0]["Gateway"]
-        book = example("stella_relay.md", "relay-playbook").replace("upstream_port: 18080",
-                                                                    "upstream_port: \"{{ relay_upstream }}\"")
+        gateway = json.loads(
+            subprocess.run(["docker", "network", "inspect", network], check=True, capture_output=True, text=True).stdout
+        )[0]["IPAM"]["Config"][0]["Gateway"]
+        book = example("stella_relay.md", "relay-playbook").replace(
+            "upstream_port: 18080", 'upstream_port: "{{ relay_upstream }}"'
+        )
         extra = {"relay_gateway": gateway, "relay_state": state, "relay_upstream": upstream()}
         rc, doc = ar.run_playbook(book, extra)
         first = ar.task_results(doc)["Start the relay endpoint"]
@@ -62,8 +65,11 @@ def test_the_relay_example_runs_and_a_second_run_changes_nothing(tmp_path):
 
         rc, doc = ar.run_playbook(book, extra)
         second = ar.task_results(doc)["Start the relay endpoint"]
-        assert rc == 0 and not second["changed"] and (second["pid"], second["endpoints"]) == (
-            first["pid"], first["endpoints"])
+        assert (
+            rc == 0
+            and not second["changed"]
+            and (second["pid"], second["endpoints"]) == (first["pid"], first["endpoints"])
+        )
     finally:
         rc, doc = ar.run_playbook(ABSENT, {"relay_state": state})
         subprocess.run(["docker", "network", "rm", network], check=False, capture_output=True)

@@ -36,9 +36,18 @@ MARKUP_NAME = 'shop <script>document.title="pwned"</script>'
 
 
 def chromium(profile, *args, timeout=180):
-    argv = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync",
-            "--user-data-dir=%s" % profile] + list(args)
+    argv = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--user-data-dir=%s" % profile,
+    ] + list(args)
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
     assert proc.returncode == 0, "chromium failed (rc %d): %s" % (proc.returncode, proc.stderr[-2000:])
     return proc.stdout
@@ -46,8 +55,14 @@ def chromium(profile, *args, timeout=180):
 
 def stella(*args):
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=ar.COLLECTIONS)
-    return subprocess.run([sys.executable, STELLA, "report"] + list(args), capture_output=True, text=True, env=env,
-                          timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, STELLA, "report"] + list(args),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
 
 
 class Dom(html.parser.HTMLParser):
@@ -77,7 +92,7 @@ class Dom(html.parser.HTMLParser):
 
 
 def rgb(colour):
-    return tuple(int(colour[i:i + 2], 16) for i in (1, 3, 5))
+    return tuple(int(colour[i : i + 2], 16) for i in (1, 3, 5))
 
 
 def near(pixel, colour, tolerance=10):
@@ -92,8 +107,11 @@ def test_report_of_a_rolled_back_job_in_headless_chromium(lab, fleet, tmp_path):
     try:
         v1 = fj.run(fj.release(strategy_config={"batchSize": 1}))
         assert v1.rc == 0, v1.output[-4000:]
-        hook = {"name": "check-host", "phase": "post-deploy",
-                "command": 'test "$(hostname)" != %s' % fleet[1]["hostname"]}
+        hook = {
+            "name": "check-host",
+            "phase": "post-deploy",
+            "command": 'test "$(hostname)" != %s' % fleet[1]["hostname"],
+        }
         release = fj.release("app_v2", "2.0.0", strategy_config={"batchSize": 1}, hooks=[hook])
         release["release"]["name"] = MARKUP_NAME
         release["secretEnv"] = {"REPORT_TOKEN": secret}
@@ -119,8 +137,10 @@ def test_report_of_a_rolled_back_job_in_headless_chromium(lab, fleet, tmp_path):
         # ---- stella report: a one-line error for an unknown job, the page next to the job's evidence
         missing = stella("no-such-job", "--store", fj.store_path, "--evidence-dir", fj.evidence_dir)
         assert missing.returncode == 1 and missing.stdout == "", missing
-        assert missing.stderr.startswith("stella report: job_not_found: no job no-such-job") and \
-            missing.stderr.count("\n") == 1, missing.stderr
+        assert (
+            missing.stderr.startswith("stella report: job_not_found: no job no-such-job")
+            and missing.stderr.count("\n") == 1
+        ), missing.stderr
         made = stella(v2.job_id, "--store", fj.store_path, "--evidence-dir", fj.evidence_dir)
         page = os.path.join(job_dir, "report.html")
         assert (made.returncode, made.stdout, made.stderr) == (0, "report: %s\n" % page, ""), made
@@ -130,25 +150,38 @@ def test_report_of_a_rolled_back_job_in_headless_chromium(lab, fleet, tmp_path):
 
         # ---- the DOM as Chromium built it
         dom = Dom(chromium(str(tmp_path / "profile-dom"), "--dump-dom", "file://" + page))
-        assert dom.banner["data-status"] == "RolledBack" and dom.text.startswith("RolledBack Deployment job " + v2.job_id)
+        assert dom.banner["data-status"] == "RolledBack" and dom.text.startswith(
+            "RolledBack Deployment job " + v2.job_id
+        )
         assert dom.title.startswith("Job %s: RolledBack" % v2.job_id), dom.title  # the name's script never ran
         assert "script" not in dom.tags and MARKUP_NAME in dom.text, dom.tags
         assert not [a for a in dom.attrs if a[1] in ("src", "srcset") or a[1].startswith("on")]
         assert secret not in dom.text
-        for text in ("Release %s 2.0.0" % MARKUP_NAME, "Tenant acme", "Application " + fj.application,
-                     "Strategy rolling", "1 %s proceed" % t1, "2 %s stop failed: %s" % (t2, t2),
-                     "proofStatus " + rollback["proofStatus"], "proofDigest " + rollback["proofDigest"],
-                     "orderProofStatus " + rollback["orderProofStatus"],
-                     "orderProofDigest " + rollback["orderProofDigest"], "digests match the evidence",
-                     "Order (reverse batch order) %s → %s" % (t2, t1), record["targets"][t2]["reason"]):
+        for text in (
+            "Release %s 2.0.0" % MARKUP_NAME,
+            "Tenant acme",
+            "Application " + fj.application,
+            "Strategy rolling",
+            "1 %s proceed" % t1,
+            "2 %s stop failed: %s" % (t2, t2),
+            "proofStatus " + rollback["proofStatus"],
+            "proofDigest " + rollback["proofDigest"],
+            "orderProofStatus " + rollback["orderProofStatus"],
+            "orderProofDigest " + rollback["orderProofDigest"],
+            "digests match the evidence",
+            "Order (reverse batch order) %s → %s" % (t2, t1),
+            record["targets"][t2]["reason"],
+        ):
             assert text in dom.text, text
         assert (rollback["proofStatus"], rollback["orderProofStatus"]) == ("complete", "complete")
         for entry in rollback["targets"]:
             assert "%s %s" % (entry["targetName"], json.dumps(entry["hasDigestProof"])) in dom.text, entry
         for name in fj.names:
             target = record["targets"][name]
-            assert "%s RolledBack" % name in dom.text and "before the rollback: %s" % target["statusBeforeRollback"] \
-                in dom.text, name
+            assert (
+                "%s RolledBack" % name in dom.text
+                and "before the rollback: %s" % target["statusBeforeRollback"] in dom.text
+            ), name
             for phase in target["phases"] + target["rollbackPhases"]:
                 assert re.search(r"\b%s %s \d" % (re.escape(phase["name"]), phase["status"]), dom.text), phase
             probe = deployments[name]["health"]["probe"] or {}  # none when the hook failed before the probe
@@ -163,8 +196,12 @@ def test_report_of_a_rolled_back_job_in_headless_chromium(lab, fleet, tmp_path):
         expected = set(HASH.findall(json.dumps(rollback)))
         for name in fj.names:
             target = job_doc["targets"][name]
-            expected |= {target["manifestHash"], target["currentDigest"], target["rollback"]["rollbackDigest"],
-                         target["evidence"]["deployment.json"]["sha256"]}
+            expected |= {
+                target["manifestHash"],
+                target["currentDigest"],
+                target["rollback"]["rollbackDigest"],
+                target["evidence"]["deployment.json"]["sha256"],
+            }
             expected |= set(HASH.findall(json.dumps(deployments[name]["artifacts"])))
         for name in ("job.json", "rollback-evidence.json"):
             with open(os.path.join(job_dir, name), "rb") as handle:
@@ -181,8 +218,13 @@ def test_report_of_a_rolled_back_job_in_headless_chromium(lab, fleet, tmp_path):
 
         # ---- the screenshot: not blank, the RolledBack banner colour across the top
         shot = str(tmp_path / "report.png")
-        chromium(str(tmp_path / "profile-shot"), "--screenshot=" + shot, "--window-size=1280,2000",
-                 "--hide-scrollbars", "file://" + page)
+        chromium(
+            str(tmp_path / "profile-shot"),
+            "--screenshot=" + shot,
+            "--window-size=1280,2000",
+            "--hide-scrollbars",
+            "file://" + page,
+        )
         with Image.open(shot) as image:
             image = image.convert("RGB")
             width, height = image.size

@@ -31,7 +31,10 @@ import labkit
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.canonical import digest_json
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
-    DEPLOYMENT_PHASES, PHASES, ROLLBACK_PHASE_NAMES)
+    DEPLOYMENT_PHASES,
+    PHASES,
+    ROLLBACK_PHASE_NAMES,
+)
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.deployment import (
     deployment_record,
     preflight_evidence,
@@ -45,8 +48,14 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.rollbac
 ROOT = ar.ROOT
 PLAYBOOK = os.path.join(ROOT, "tests", "integration", "playbooks", "deploy_role.yml")
 TARGET_WORK = "/var/lib/stella-role-it"
-PROBE_KEYS = {"healthProbe.status", "healthProbe.count", "healthProbe.web.endpoint", "healthProbe.web.healthy",
-              "healthProbe.web.attempts", "healthProbe.web.observed"}
+PROBE_KEYS = {
+    "healthProbe.status",
+    "healthProbe.count",
+    "healthProbe.web.endpoint",
+    "healthProbe.web.healthy",
+    "healthProbe.web.attempts",
+    "healthProbe.web.observed",
+}
 ROLLED_BACK_SUFFIX = " (auto-rollback restored the retained previous revision)"
 RECAP = re.compile(r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 # The contract phase each step of the target agent belongs to (compose_up -> deploy, ...).
@@ -79,8 +88,13 @@ class Scenario:
             self.work = str(tmp_path / "work")
             os.makedirs(self.work)
             self.refs = {k: v["loopback_ref"] for k, v in lab["images"].items() if "loopback_ref" in v}
-            self.target = {"id": "tgt-local", "name": "localhost", "type": "ComposeHost", "endpoint": "local",
-                           "executionMode": "local"}
+            self.target = {
+                "id": "tgt-local",
+                "name": "localhost",
+                "type": "ComposeHost",
+                "endpoint": "local",
+                "executionMode": "local",
+            }
             self.port = free_loopback_port()
             self.publish = "127.0.0.1:%d:8080" % self.port
             self.docker_argv = ("docker",)
@@ -88,8 +102,13 @@ class Scenario:
         else:
             self.work = TARGET_WORK
             self.refs = {k: v["ref"] for k, v in lab["images"].items()}
-            self.target = {"id": "tgt-" + host["name"], "name": host["name"], "type": "ComposeHost",
-                           "endpoint": "ssh://root@%s" % host["address"], "executionMode": "ssh"}
+            self.target = {
+                "id": "tgt-" + host["name"],
+                "name": host["name"],
+                "type": "ComposeHost",
+                "endpoint": "ssh://root@%s" % host["address"],
+                "executionMode": "ssh",
+            }
             self.port = 20000 + int(uuid.uuid4().hex[:4], 16) % 20000
             self.publish = "%d:8080" % self.port
             self.docker_argv = tuple(labkit.ssh_argv(host)) + ("docker",)
@@ -100,27 +119,48 @@ class Scenario:
 
     # ------------------------------------------------------------------ release and play
     def release(self, image_key="app_v1", version="1.0.0", probe_path="/", hooks=None, attempts=5):
-        config = {"healthProbe.type": "http", "healthProbe.attempts": attempts, "healthProbe.intervalSeconds": 1,
-                  "healthProbe.timeoutSeconds": 3}
+        config = {
+            "healthProbe.type": "http",
+            "healthProbe.attempts": attempts,
+            "healthProbe.intervalSeconds": 1,
+            "healthProbe.timeoutSeconds": 3,
+        }
         if self.host is None:
             config["healthProbe.url"] = "http://127.0.0.1:%d%s" % (self.port, probe_path)
         else:  # host from the target endpoint (ssh://root@<address>), the port published on the target
             config.update({"healthProbe.port": self.port, "healthProbe.path": probe_path})
         if image_key != "app_broken":  # the broken image keeps its own failing docker healthcheck
-            config.update({"healthcheck.test": "wget -q -O- http://127.0.0.1:8080/", "healthcheck.interval": "1s",
-                           "healthcheck.retries": 15})
+            config.update(
+                {
+                    "healthcheck.test": "wget -q -O- http://127.0.0.1:8080/",
+                    "healthcheck.interval": "1s",
+                    "healthcheck.retries": 15,
+                }
+            )
         release = {
             "release": {"id": "rel-" + version.replace(".", "-"), "name": "app", "version": version},
-            "tenant": self.tenant, "environment": "test", "application": self.application, "strategy": "rolling",
-            "target": self.target, "workDirectory": self.work,
+            "tenant": self.tenant,
+            "environment": "test",
+            "application": self.application,
+            "strategy": "rolling",
+            "target": self.target,
+            "workDirectory": self.work,
             "components": [{"name": "web", "image": self.refs[image_key], "ports": [self.publish], "config": config}],
         }
         if hooks:
             release["hooks"] = hooks
         return release
 
-    def play(self, release, wait_timeout=60, rollback_on_failure=True, keep_revisions=None, env=None, options=(),
-             extra_vars=None):
+    def play(
+        self,
+        release,
+        wait_timeout=60,
+        rollback_on_failure=True,
+        keep_revisions=None,
+        env=None,
+        options=(),
+        extra_vars=None,
+    ):
         """Run the test playbook; return (rc, recap {host: (ok, changed, unreachable, failed)}, results, output).
 
         ``results``: what the role registered (deploy_job, deploy_apply_result, deploy_probe_result,
@@ -128,24 +168,42 @@ class Scenario:
         self.runs += 1
         run = self.tmp / ("run%d" % self.runs)
         run.mkdir()
-        variables = {"release": release, "job_store": self.job_store, "evidence_dir": self.evidence_dir,
-                     "insecure_registries": self.insecure, "wait_timeout": wait_timeout,
-                     "rollback_on_failure": rollback_on_failure, "results_file": str(run / "results.json")}
+        variables = {
+            "release": release,
+            "job_store": self.job_store,
+            "evidence_dir": self.evidence_dir,
+            "insecure_registries": self.insecure,
+            "wait_timeout": wait_timeout,
+            "rollback_on_failure": rollback_on_failure,
+            "results_file": str(run / "results.json"),
+        }
         if keep_revisions is not None:
             variables["keep_revisions"] = keep_revisions
         variables.update(extra_vars or {})
         (run / "vars.json").write_text(json.dumps(variables))
         argv = [os.path.join(ar.VENV_BIN, "ansible-playbook")]
         if self.host is None:
-            argv += ["-i", "localhost,", "-c", "local", "-e", "ansible_python_interpreter=" +
-                     os.path.join(ar.VENV_BIN, "python")]
+            argv += [
+                "-i",
+                "localhost,",
+                "-c",
+                "local",
+                "-e",
+                "ansible_python_interpreter=" + os.path.join(ar.VENV_BIN, "python"),
+            ]
         else:
             (run / "inventory.ini").write_text(ar.inventory_text(self.host))
             argv += ["-i", str(run / "inventory.ini")]
         argv += list(options) + ["-e", "@" + str(run / "vars.json"), PLAYBOOK]
-        env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=ar.COLLECTIONS, ANSIBLE_STDOUT_CALLBACK="default",
-                   ANSIBLE_NOCOLOR="1", ANSIBLE_RETRY_FILES_ENABLED="0", ANSIBLE_HOST_KEY_CHECKING="False",
-                   **(env or {}))
+        env = dict(
+            os.environ,
+            ANSIBLE_COLLECTIONS_PATH=ar.COLLECTIONS,
+            ANSIBLE_STDOUT_CALLBACK="default",
+            ANSIBLE_NOCOLOR="1",
+            ANSIBLE_RETRY_FILES_ENABLED="0",
+            ANSIBLE_HOST_KEY_CHECKING="False",
+            **(env or {}),
+        )
         proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT, timeout=600, check=False)
         output = proc.stdout + proc.stderr
         (run / "output.txt").write_text(output)
@@ -166,8 +224,10 @@ class Scenario:
         """``(the target's deployment evidence directory, the job's evidence directory)`` of the run's job."""
         job_id = self.job_id(results)
         plan = self.plan(results)
-        return (os.path.join(self.evidence_dir, plan["projectName"], job_id, plan["target"]["id"]),
-                os.path.join(self.evidence_dir, "jobs", job_id))
+        return (
+            os.path.join(self.evidence_dir, plan["projectName"], job_id, plan["target"]["id"]),
+            os.path.join(self.evidence_dir, "jobs", job_id),
+        )
 
     def evidence(self, results):
         """``{file name: document}``: deployment.json, job.json and rollback-evidence.json, as written."""
@@ -198,30 +258,44 @@ class Scenario:
 
     # ------------------------------------------------------------------ target state
     def inspect(self):
-        ids = subprocess.run(list(self.docker_argv) + ["ps", "-aq", "--no-trunc", "--filter",
-                                                       "label=com.docker.compose.project=%s" % self.project],
-                             capture_output=True, text=True, check=True, timeout=120).stdout.split()
+        ids = subprocess.run(
+            list(self.docker_argv)
+            + ["ps", "-aq", "--no-trunc", "--filter", "label=com.docker.compose.project=%s" % self.project],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=120,
+        ).stdout.split()
         if not ids:
             return []
-        return json.loads(subprocess.run(list(self.docker_argv) + ["inspect"] + ids, capture_output=True, text=True,
-                                         check=True, timeout=120).stdout)
+        return json.loads(
+            subprocess.run(
+                list(self.docker_argv) + ["inspect"] + ids, capture_output=True, text=True, check=True, timeout=120
+            ).stdout
+        )
 
     def sticker(self):
         path = os.path.join(self.project_dir, "stella.version.json")
         if self.host is None:
             with open(path, "rb") as handle:
                 return handle.read()
-        return subprocess.run(labkit.ssh_argv(self.host, "cat", path), capture_output=True, check=True,
-                              timeout=120).stdout
+        return subprocess.run(
+            labkit.ssh_argv(self.host, "cat", path), capture_output=True, check=True, timeout=120
+        ).stdout
 
     def cleanup(self):
-        subprocess.run(list(self.docker_argv) + ["compose", "-p", self.project, "down", "-v", "-t", "1",
-                                                 "--remove-orphans"], capture_output=True, check=False, timeout=300)
+        subprocess.run(
+            list(self.docker_argv) + ["compose", "-p", self.project, "down", "-v", "-t", "1", "--remove-orphans"],
+            capture_output=True,
+            check=False,
+            timeout=300,
+        )
         if self.host is None:
             shutil.rmtree(self.work, ignore_errors=True)
         else:
-            subprocess.run(labkit.ssh_argv(self.host, "rm", "-rf", self.project_dir), capture_output=True,
-                           check=False, timeout=120)
+            subprocess.run(
+                labkit.ssh_argv(self.host, "rm", "-rf", self.project_dir), capture_output=True, check=False, timeout=120
+            )
 
 
 def stella_labels(container):
@@ -254,7 +328,8 @@ def assert_job_documents(sc, results, files):
     assert job["batches"] == [[sc.hostname]] and job["targetOrder"] == [sc.hostname]
     deployment_dir, job_dir = sc.evidence_dirs(results)
     assert {name: entry["path"] for name, entry in closed["evidenceFiles"].items()} == {
-        name: os.path.join(job_dir, name) for name in files if name != "deployment.json"}
+        name: os.path.join(job_dir, name) for name in files if name != "deployment.json"
+    }
     for entry in closed["evidenceFiles"].values():
         assert sha256_file(entry["path"]) == entry["sha256"], entry
     target = job["targets"][sc.hostname]
@@ -263,14 +338,16 @@ def assert_job_documents(sc, results, files):
     assert set(target["evidence"]) == {"deployment.json"}
     assert target["evidence"]["deployment.json"]["path"] == os.path.join(deployment_dir, "deployment.json")
     assert target["evidence"]["deployment.json"]["sha256"] == sha256_file(
-        os.path.join(deployment_dir, "deployment.json"))
+        os.path.join(deployment_dir, "deployment.json")
+    )
     deployment = files["deployment.json"]
     assert deployment["deploymentId"] == job_id and deployment["projectName"] == sc.project
     assert verify_record(deployment)
     # the terminal projection, written after the terminal evidence, names its files by their SHA-256
     assert projection["terminal"] and projection["status"] == job["status"]
     assert projection["strategyEvidence"]["evidenceFiles"] == {
-        name: entry["sha256"] for name, entry in closed["evidenceFiles"].items()}
+        name: entry["sha256"] for name, entry in closed["evidenceFiles"].items()
+    }
     return job, target, projection
 
 
@@ -282,9 +359,14 @@ def assert_v1_succeeded(sc, rc, recap, results, output):
     assert record["evidenceVersion"] == "stella.deployment.evidence.v1"
     assert record["status"] == "succeeded", record["failure"]
     assert record["failure"] is None
-    assert record["successBoundary"] == {"preflightPassed": True, "imagesPinnedAndPulled": True,
-                                         "workloadRunning": True, "runtimeVerified": True, "stickerRecorded": True,
-                                         "serviceHealthVerified": True}
+    assert record["successBoundary"] == {
+        "preflightPassed": True,
+        "imagesPinnedAndPulled": True,
+        "workloadRunning": True,
+        "runtimeVerified": True,
+        "stickerRecorded": True,
+        "serviceHealthVerified": True,
+    }
     probe = record["health"]["probe"]
     assert set(probe) == PROBE_KEYS
     assert probe["healthProbe.status"] == "passed" and probe["healthProbe.count"] == 1
@@ -357,7 +439,7 @@ def assert_rolled_back_to_v1(sc, v1, failed_results, rc, recap, output, current_
     # the target: failed at `stage`'s phase, then restored to the revision its deployment retained
     assert (target["status"], target["statusBeforeRollback"]) == ("RolledBack", "Failed")
     phases = phase_statuses(target)
-    assert phases == [(name, "succeeded") for name in PHASES[:PHASES.index(phase)]] + [(phase, "failed")], phases
+    assert phases == [(name, "succeeded") for name in PHASES[: PHASES.index(phase)]] + [(phase, "failed")], phases
     assert phase_statuses(target, "rollbackPhases") == [(name, "succeeded") for name in ROLLBACK_PHASE_NAMES]
     assert "rollbackError" not in target
     assert target["previousRevisionPath"] == apply["previousRevisionPath"]
@@ -390,8 +472,13 @@ def deploy_v1(sc):
     [container] = sc.inspect()
     sticker = sc.sticker()
     assert json.loads(sticker)["jobId"] == sc.job_id(results)
-    return {"results": results, "record": record, "labels": stella_labels(container), "sticker": sticker,
-            "job_id": sc.job_id(results)}
+    return {
+        "results": results,
+        "record": record,
+        "labels": stella_labels(container),
+        "sticker": sticker,
+        "job_id": sc.job_id(results),
+    }
 
 
 def probe_failure_scenario(sc):
@@ -414,6 +501,7 @@ def probe_failure_scenario(sc):
 
 # ---------------------------------------------------------------------------------------- scenarios
 
+
 def test_a_v1_healthy_then_rerun_is_a_new_job_that_changes_nothing(lab, tmp_path):
     sc = Scenario(lab, tmp_path, "a")
     try:
@@ -434,15 +522,19 @@ def test_a_v1_healthy_then_rerun_is_a_new_job_that_changes_nothing(lab, tmp_path
         job, target, _projection = assert_job_documents(sc, results, files)
         assert (job["status"], job["promotion"], job["rollback"]) == ("Succeeded", "Succeeded", None)
         # converged: nothing prepared, deployed, promoted or hooked; verified, recorded, the sticker kept
-        assert phase_statuses(target) == [(name, "skipped" if name in ("prepare", "pre-deploy", "deploy", "promote",
-                                                                       "post-deploy") else "succeeded")
-                                          for name in PHASES]
+        assert phase_statuses(target) == [
+            (name, "skipped" if name in ("prepare", "pre-deploy", "deploy", "promote", "post-deploy") else "succeeded")
+            for name in PHASES
+        ]
         assert (target["status"], target["appliedByJobId"]) == ("Succeeded", v1["job_id"])
         first_target = sc.evidence(v1["results"])["job.json"]["targets"]["localhost"]
         assert target["artifacts"]["versionStickerHash"] == first_target["artifacts"]["versionStickerHash"]
         deployment = files["deployment.json"]
         assert (deployment["status"], deployment["changed"], deployment["appliedByJobId"]) == (
-            "succeeded", False, v1["job_id"])
+            "succeeded",
+            False,
+            v1["job_id"],
+        )
         # the first job's evidence is where it was, byte for byte, next to the new job's
         assert sc.evidence_bytes(v1["results"]) == first_evidence
         assert not set(sc.evidence_bytes(results)) & set(first_evidence)
@@ -464,9 +556,11 @@ def probe_failure_run(lab, tmp_path_factory):
 def test_b_failed_probe_rolls_back_to_v1(probe_failure_run):
     files = probe_failure_run["files"]
     assert files["rollback-evidence.json"]["failure"]["failureReason"].startswith(
-        "Post-deploy health probe failed for component 'web'")
+        "Post-deploy health probe failed for component 'web'"
+    )
     assert files["job.json"]["reason"].startswith(
-        "target localhost: Post-deploy health probe failed for component 'web'")
+        "target localhost: Post-deploy health probe failed for component 'web'"
+    )
     assert probe_failure_run["results"]["deploy_restore_result"]["rollbackRestored"] is True
 
 
@@ -477,8 +571,9 @@ def test_c_unhealthy_image_rolls_back_to_v1(lab, tmp_path):
         rc, recap, results, output = sc.play(sc.release("app_broken", "1.1.0-broken"), wait_timeout=20)
         apply = results["deploy_apply_result"]
         assert apply["failurePhase"] in ("compose_up", "inspect_services"), apply.get("msg")
-        files = assert_rolled_back_to_v1(sc, v1, results, rc, recap, output, "app_broken", "deploy",
-                                         STEP_PHASE[apply["failurePhase"]])
+        files = assert_rolled_back_to_v1(
+            sc, v1, results, rc, recap, output, "app_broken", "deploy", STEP_PHASE[apply["failurePhase"]]
+        )
         assert files["deployment.json"]["failure"]["failurePhase"] == apply["failurePhase"]
         assert results["deploy_probe_result"] is None, "the probe ran after a failed apply"
         target = files["job.json"]["targets"]["localhost"]
@@ -500,13 +595,18 @@ def test_d_first_deploy_failing_attempts_its_rollback_which_fails_at_revision_re
         assert results["deploy_job_finish"]["rollbackOrder"] == ["localhost"]
         assert rollback_ran(results), "the eligible target's rollback did not run"
         restore = results["deploy_restore_result"]
-        assert (restore["failed"], restore["code"], restore["failurePhase"]) == (True, "no_revision", "resolve_revision")
+        assert (restore["failed"], restore["code"], restore["failurePhase"]) == (
+            True,
+            "no_revision",
+            "resolve_revision",
+        )
         files = sc.evidence(results)
         assert set(files) == {"deployment.json", "job.json", "rollback-evidence.json"}, sorted(files)
         job, target, projection = assert_job_documents(sc, results, files)
         assert (job["status"], job["promotion"], job["isRollback"]) == ("Failed", "Failed", True)
-        assert job["reason"].startswith("target localhost: %s; auto-rollback failed: localhost: no_revision: " % (
-            target["reason"])), job["reason"]
+        assert job["reason"].startswith(
+            "target localhost: %s; auto-rollback failed: localhost: no_revision: " % (target["reason"])
+        ), job["reason"]
         assert (job["rollback"]["attempted"], job["rollback"]["status"]) == (True, "failed")
         assert [e["kind"] for e in job["events"]] == ["RollbackStarted", "RollbackFailed"]
         assert (target["status"], target["code"]) == ("Failed", results["deploy_apply_result"]["code"])
@@ -521,8 +621,9 @@ def test_d_first_deploy_failing_attempts_its_rollback_which_fails_at_revision_re
 
         # the same without an evidence directory: the job store keeps the packet, so it is named, and
         # the id is the packet's document in the store, whose bytes hash as the projection says
-        rc, _recap, again, output = sc.play(sc.release("app_broken", "1.0.0-broken"), wait_timeout=20,
-                                            extra_vars={"evidence_dir": ""})
+        rc, _recap, again, output = sc.play(
+            sc.release("app_broken", "1.0.0-broken"), wait_timeout=20, extra_vars={"evidence_dir": ""}
+        )
         assert rc != 0 and rollback_ran(again), output[-4000:]
         again_id = sc.job_id(again)
         _record, projection = sc.stored(again_id)
@@ -548,8 +649,9 @@ def test_e_failed_probe_rolls_back_on_a_target_over_ssh(lab, tmp_path, target_fa
     try:
         v1, results, files = probe_failure_scenario(sc)
         assert results["deploy_apply_result"]["targetEndpoint"] == "ssh://%s" % host["address"]
-        assert files["deployment.json"]["health"]["probe"]["healthProbe.web.endpoint"] == \
-            "http://%s:%d/no-such-page" % (host["address"], sc.port)
+        assert files["deployment.json"]["health"]["probe"][
+            "healthProbe.web.endpoint"
+        ] == "http://%s:%d/no-such-page" % (host["address"], sc.port)
         assert v1["record"]["target"]["targetEndpoint"] == "ssh://%s" % host["address"]
         target = files["job.json"]["targets"][host["name"]]
         assert (target["targetName"], target["targetType"]) == (host["name"], "ComposeHost")
@@ -565,10 +667,14 @@ def test_g_failed_rollback_is_recorded_as_rollback_failed(lab, tmp_path):
     sc = Scenario(lab, tmp_path, "g")
     try:
         deploy_v1(sc)
-        tamper = {"name": "tamper-baseline", "phase": "post-deploy",
-                  "command": "for f in revisions/*/compose.stella.lock.yml; do echo '# tampered' >> \"$f\"; done"}
-        rc, recap, results, output = sc.play(sc.release("app_v2", "2.0.0", probe_path="/no-such-page", attempts=1,
-                                                        hooks=[tamper]))
+        tamper = {
+            "name": "tamper-baseline",
+            "phase": "post-deploy",
+            "command": "for f in revisions/*/compose.stella.lock.yml; do echo '# tampered' >> \"$f\"; done",
+        }
+        rc, recap, results, output = sc.play(
+            sc.release("app_v2", "2.0.0", probe_path="/no-such-page", attempts=1, hooks=[tamper])
+        )
         job_id = sc.job_id(results)
         assert rc != 0 and recap["localhost"][3] == 1, output[-4000:]
         assert results["deploy_restore_result"]["rollbackRestored"] is False
@@ -581,8 +687,9 @@ def test_g_failed_rollback_is_recorded_as_rollback_failed(lab, tmp_path):
         assert target["rollbackError"].startswith("revision_tampered: "), target["rollbackError"]
         assert target["rollback"]["succeeded"] is False
         original = "target localhost: %s" % target["reason"]
-        assert job["reason"] == "%s; auto-rollback failed: localhost: %s" % (original, target["rollbackError"]), \
-            job["reason"]
+        assert job["reason"] == "%s; auto-rollback failed: localhost: %s" % (original, target["rollbackError"]), job[
+            "reason"
+        ]
         assert (job["rollback"]["attempted"], job["rollback"]["status"]) == (True, "failed")
         assert [e["kind"] for e in job["events"]] == ["RollbackStarted", "RollbackFailed"]
         assert ("rollback-pre", "failed") in phase_statuses(target, "rollbackPhases"), target.get("rollbackPhases")
@@ -605,8 +712,9 @@ def test_h_rollback_disabled_leaves_v2_and_says_why(lab, tmp_path):
     sc = Scenario(lab, tmp_path, "h")
     try:
         deploy_v1(sc)
-        rc, recap, results, output = sc.play(sc.release("app_v2", "2.0.0", probe_path="/no-such-page", attempts=1),
-                                             rollback_on_failure=False)
+        rc, recap, results, output = sc.play(
+            sc.release("app_v2", "2.0.0", probe_path="/no-such-page", attempts=1), rollback_on_failure=False
+        )
         job_id = sc.job_id(results)
         assert rc != 0 and recap["localhost"][3] == 1, output[-4000:]
         assert results["deploy_apply_result"]["previousRevisionPath"]
@@ -617,8 +725,11 @@ def test_h_rollback_disabled_leaves_v2_and_says_why(lab, tmp_path):
         job, target, _projection = assert_job_documents(sc, results, files)
         assert (job["status"], job["promotion"], job["isRollback"]) == ("Failed", "Failed", False)
         assert job["options"]["autoRollbackOnFailure"] is False
-        assert job["rollback"] == {"attempted": False, "skipReason": "autoRollbackOnFailure=false",
-                                   "source": "override"}
+        assert job["rollback"] == {
+            "attempted": False,
+            "skipReason": "autoRollbackOnFailure=false",
+            "source": "override",
+        }
         assert job["reason"] == "target localhost: %s" % target["reason"], job["reason"]
         assert "auto-rollback" not in job["reason"]
         assert job["events"] == []
@@ -667,14 +778,21 @@ def test_k_same_release_twice_the_failed_second_job_leaves_the_first_jobs_eviden
     try:
         first = deploy_v1(sc)
         first_files = sc.evidence_bytes(first["results"])
-        assert set(first_files) == {"%s/%s/%s/deployment.json" % (sc.project, first["job_id"], sc.target["id"]),
-                                    "jobs/%s/job.json" % first["job_id"]}, sorted(first_files)
+        assert set(first_files) == {
+            "%s/%s/%s/deployment.json" % (sc.project, first["job_id"], sc.target["id"]),
+            "jobs/%s/job.json" % first["job_id"],
+        }, sorted(first_files)
         # the deployed container goes away and another container takes its published port
         [container] = sc.inspect()
-        subprocess.run(list(sc.docker_argv) + ["rm", "-f", container["Id"]], capture_output=True, check=True,
-                       timeout=120)
-        subprocess.run(list(sc.docker_argv) + ["run", "-d", "--name", squatter, "-p", sc.publish, container["Image"]],
-                       capture_output=True, check=True, timeout=120)
+        subprocess.run(
+            list(sc.docker_argv) + ["rm", "-f", container["Id"]], capture_output=True, check=True, timeout=120
+        )
+        subprocess.run(
+            list(sc.docker_argv) + ["run", "-d", "--name", squatter, "-p", sc.publish, container["Image"]],
+            capture_output=True,
+            check=True,
+            timeout=120,
+        )
 
         rc, recap, results, output = sc.play(sc.release())
         second_id = sc.job_id(results)
@@ -687,21 +805,29 @@ def test_k_same_release_twice_the_failed_second_job_leaves_the_first_jobs_eviden
         # two jobs, each with its own evidence directories
         second_dirs, first_dirs = sc.evidence_dirs(results), sc.evidence_dirs(first["results"])
         assert not set(second_dirs) & set(first_dirs)
-        assert second_dirs == (os.path.join(sc.evidence_dir, sc.project, second_id, sc.target["id"]),
-                               os.path.join(sc.evidence_dir, "jobs", second_id))
+        assert second_dirs == (
+            os.path.join(sc.evidence_dir, sc.project, second_id, sc.target["id"]),
+            os.path.join(sc.evidence_dir, "jobs", second_id),
+        )
         assert "job %s Failed: " % second_id in output, output[-4000:]
         files = sc.evidence(results)
         assert set(files) == {"deployment.json", "job.json", "rollback-evidence.json"}
         job, target, _projection = assert_job_documents(sc, results, files)
         assert (target["status"], target["code"]) == ("Failed", apply["code"])
-        assert phase_statuses(target) == [("preflight", "succeeded"), ("prepare", "succeeded"),
-                                          ("pre-deploy", "succeeded"), ("deploy", "failed")]
+        assert phase_statuses(target) == [
+            ("preflight", "succeeded"),
+            ("prepare", "succeeded"),
+            ("pre-deploy", "succeeded"),
+            ("deploy", "failed"),
+        ]
         # the revision this job retained (the same release) cannot come up on the taken port either
         assert target["previousRevisionPath"] == apply["previousRevisionPath"]
         assert (job["status"], job["promotion"], job["isRollback"]) == ("Failed", "Failed", True)
         assert (job["rollback"]["attempted"], job["rollback"]["status"]) == (True, "failed")
         assert job["reason"] == "target localhost: %s; auto-rollback failed: localhost: %s" % (
-            target["reason"], target["rollbackError"]), job["reason"]
+            target["reason"],
+            target["rollbackError"],
+        ), job["reason"]
         assert files["rollback-evidence.json"]["proofStatus"] == "incomplete"
         deployment = files["deployment.json"]
         assert (deployment["status"], deployment["deploymentId"]) == ("failed", second_id)
@@ -744,8 +870,13 @@ def test_f_evidence_digests_are_stable(probe_failure_run, tmp_path):
 
     # built twice in this process from the registered results: equal, and equal to what the role wrote
     first = deployment_record(plan, apply, stored_dep["createdAt"], preflight=preflight_evidence(apply), probe=probe)
-    second = deployment_record(copy.deepcopy(plan), copy.deepcopy(apply), "1999-01-01T00:00:00Z",
-                               preflight=preflight_evidence(copy.deepcopy(apply)), probe=copy.deepcopy(probe))
+    second = deployment_record(
+        copy.deepcopy(plan),
+        copy.deepcopy(apply),
+        "1999-01-01T00:00:00Z",
+        preflight=preflight_evidence(copy.deepcopy(apply)),
+        probe=copy.deepcopy(probe),
+    )
     assert first == stored_dep
     assert second["evidenceDigest"] == first["evidenceDigest"] == stored_dep["evidenceDigest"]
     assert job_evidence(job) == stored_job
@@ -761,13 +892,20 @@ def test_f_evidence_digests_are_stable(probe_failure_run, tmp_path):
 
     # in subprocesses with different hash seeds
     path = tmp_path / "inputs.json"
-    path.write_text(json.dumps({"plan": plan, "apply": apply, "probe": probe, "job": job,
-                                "createdAt": stored_dep["createdAt"]}))
+    path.write_text(
+        json.dumps({"plan": plan, "apply": apply, "probe": probe, "job": job, "createdAt": stored_dep["createdAt"]})
+    )
     outputs = []
     for seed in ("0", "1", "4242"):
         env = dict(os.environ, PYTHONHASHSEED=seed, PYTHONPATH=ar.COLLECTIONS)
-        proc = subprocess.run([sys.executable, "-c", DIGEST_SCRIPT, str(path)], capture_output=True, text=True,
-                              env=env, check=False, timeout=120)
+        proc = subprocess.run(
+            [sys.executable, "-c", DIGEST_SCRIPT, str(path)],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
+            timeout=120,
+        )
         assert proc.returncode == 0, proc.stderr
         outputs.append(json.loads(proc.stdout))
     assert outputs[0] == outputs[1] == outputs[2]
@@ -826,8 +964,9 @@ def test_l_the_role_honours_the_release_strategy_config_and_runs_its_traffic_ste
     sc = Scenario(lab, tmp_path, "l")
     try:
         release = sc.release()
-        release.update(strategy="blue-green", strategyConfig={"requireTrafficAdapter": True,
-                                                              "autoRollbackOnFailure": False})
+        release.update(
+            strategy="blue-green", strategyConfig={"requireTrafficAdapter": True, "autoRollbackOnFailure": False}
+        )
         rc, recap, results, output = sc.play(release, rollback_on_failure=None)
         sc.project = sc.plan(results)["projectName"]  # the green slot's project
         assert rc != 0 and recap["localhost"][3] == 1, output[-4000:]

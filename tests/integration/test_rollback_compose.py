@@ -40,8 +40,12 @@ def test_v1_then_broken_then_rollback_restores_v1(ctx):
     assert result["restoredRevisionPath"] == baseline
     assert result["restoredDigests"] == {"web": ctx.images["app_v1"]["digest"]}
     assert result["restoredManifestHash"] == v1["manifestHash"]
-    assert [p["phase"] for p in result["deploymentPhases"]] == ["rollback-pre", "rollback-deploy", "rollback-verify",
-                                                                "rollback-post"]
+    assert [p["phase"] for p in result["deploymentPhases"]] == [
+        "rollback-pre",
+        "rollback-deploy",
+        "rollback-verify",
+        "rollback-post",
+    ]
     assert all(p["status"] == "succeeded" and isinstance(p["durationMs"], int) for p in result["deploymentPhases"])
     assert result["targetId"] == "tgt-local" and result["targetEndpoint"] == "local"
     assert result["rollbackReason"] == "broken health"
@@ -50,8 +54,9 @@ def test_v1_then_broken_then_rollback_restores_v1(ctx):
     assert container["State"]["Health"]["Status"] == "healthy"
     assert container["Config"]["Image"].endswith("@" + ctx.images["app_v1"]["digest"])
     labels = container["Config"]["Labels"]
-    assert {k: v for k, v in labels.items() if k.startswith("stella.")} == \
-        {k: v for k, v in v1_labels.items() if k.startswith("stella.")}
+    assert {k: v for k, v in labels.items() if k.startswith("stella.")} == {
+        k: v for k, v in v1_labels.items() if k.startswith("stella.")
+    }
     assert result["services"][0]["imageDigest"] == ctx.images["app_v1"]["digest"]
     assert result["versionStickerHash"] == v1["versionStickerHash"]
     # rolling back again to what runs changes nothing
@@ -70,8 +75,9 @@ def test_rollback_without_revision_fails_in_resolve_revision_before_mutation(ctx
     assert "pulledServices" not in result
     assert running_state(ctx) == before and ctx.files() == files
     # a project never deployed here: same failure, nothing created
-    other = ctx.rollback(payload={"ProjectName": ctx.project + "-none", "WorkDirectory": ctx.work,
-                                  "Target": ctx.target_context()})
+    other = ctx.rollback(
+        payload={"ProjectName": ctx.project + "-none", "WorkDirectory": ctx.work, "Target": ctx.target_context()}
+    )
     assert other["failed"] and other["failurePhase"] == "resolve_revision"
     assert not os.path.exists(os.path.join(ctx.work, ctx.project + "-none"))
 
@@ -104,10 +110,20 @@ def test_revision_path_outside_revisions_is_rejected(ctx, path):
         os.makedirs(outside)
         path = os.path.join(ctx.project_dir, "revisions", "000009-aaaaaaaaaaaa")
         os.symlink(outside, path)
-    result = ctx.rollback(args={"project_name": ctx.project, "work_directory": ctx.work,
-                                "target": {"id": "tgt-local", "name": "controller", "type": "ComposeHost",
-                                           "endpoint": "local", "executionMode": "ssh"},
-                                "revision_path": path})
+    result = ctx.rollback(
+        args={
+            "project_name": ctx.project,
+            "work_directory": ctx.work,
+            "target": {
+                "id": "tgt-local",
+                "name": "controller",
+                "type": "ComposeHost",
+                "endpoint": "local",
+                "executionMode": "ssh",
+            },
+            "revision_path": path,
+        }
+    )
     assert result["failed"] and result["code"] == "revision_path_rejected", result.get("msg")
     assert result["failurePhase"] == "resolve_revision"
     assert running_state(ctx) == before
@@ -118,11 +134,24 @@ def test_explicit_revision_path_and_check_mode(ctx):
     assert not ctx.deploy(v1)["failed"]
     rev = ctx.deploy(ctx.planned("app_v2", version="2.0.0"))["previousRevisionPath"]
     before, files = running_state(ctx), ctx.files()
-    check = ctx.rollback(payload={"ProjectName": ctx.project, "WorkDirectory": ctx.work, "RevisionPath": rev,
-                                  "Target": ctx.target_context()}, check=True)
+    check = ctx.rollback(
+        payload={
+            "ProjectName": ctx.project,
+            "WorkDirectory": ctx.work,
+            "RevisionPath": rev,
+            "Target": ctx.target_context(),
+        },
+        check=True,
+    )
     assert not check["failed"] and check["changed"] is True and check["restoredRevisionPath"] == rev
     assert running_state(ctx) == before and ctx.files() == files
-    result = ctx.rollback(payload={"ProjectName": ctx.project, "WorkDirectory": ctx.work,
-                                   "RevisionPath": os.path.basename(rev), "Target": ctx.target_context()})
+    result = ctx.rollback(
+        payload={
+            "ProjectName": ctx.project,
+            "WorkDirectory": ctx.work,
+            "RevisionPath": os.path.basename(rev),
+            "Target": ctx.target_context(),
+        }
+    )
     assert not result["failed"] and result["restoredRevisionPath"] == rev
     assert json.loads(ctx.files()["stella.version.json"])["manifestHash"] == v1["manifestHash"]

@@ -28,7 +28,10 @@ ACCESS_LOG = os.path.join(ROOT, ".lab", "runtime", "nginx-access.log")
 def sources_sh(*args, timeout=900):
     proc = subprocess.run([SOURCES_SH, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT, check=False)
     assert proc.returncode == 0, "lab/runtime_sources.sh %s failed (rc=%d):\n%s" % (
-        " ".join(args), proc.returncode, proc.stderr[-4000:])
+        " ".join(args),
+        proc.returncode,
+        proc.stderr[-4000:],
+    )
     return proc.stdout
 
 
@@ -87,8 +90,9 @@ def run_role(target, extra_vars, verbosity=0, check=False, timeout=900):
             json.dump(extra_vars, handle)
         argv = [os.path.join(VENV_BIN, "ansible-playbook"), "-i", inv, PLAYBOOK, "-e", "@" + varfile]
         argv += (["-" + "v" * verbosity] if verbosity else []) + (["--check"] if check else [])
-        proc = subprocess.run(argv, capture_output=True, text=True, env=ansible_env(), timeout=timeout, cwd=ROOT,
-                              check=False)
+        proc = subprocess.run(
+            argv, capture_output=True, text=True, env=ansible_env(), timeout=timeout, cwd=ROOT, check=False
+        )
     output = proc.stdout + proc.stderr
     try:
         doc = _parse_json_callback(proc.stdout)
@@ -147,9 +151,13 @@ def test_apt_install_from_the_authenticated_repository(sources, nodocker, tmp_pa
     with open(sources["signing_key"], encoding="utf-8") as handle:
         key = handle.read()
     evidence_dir = tmp_path / "evidence"
-    role_vars = {"runtime_install_mode": "production", "runtime_install_source_type": "apt",
-                 "runtime_install_apt_url": url, "runtime_install_apt_signing_key": key,
-                 "runtime_install_evidence_dir": str(evidence_dir)}
+    role_vars = {
+        "runtime_install_mode": "production",
+        "runtime_install_source_type": "apt",
+        "runtime_install_apt_url": url,
+        "runtime_install_apt_signing_key": key,
+        "runtime_install_evidence_dir": str(evidence_dir),
+    }
     before = dpkg_state(target)
     mark = log_mark()
 
@@ -181,15 +189,21 @@ def test_apt_install_from_the_authenticated_repository(sources, nodocker, tmp_pa
     assert json.loads(on_target) == ev
     fetched = (evidence_dir / ("runtime-install-%s.json" % target["name"])).read_text()
     assert json.loads(fetched) == ev
-    for where, text in (("-vvv output", output), ("result", json.dumps(doc)), ("evidence on the target", on_target),
-                        ("evidence on the controller", fetched),
-                        ("sources list", sh(target, "cat /etc/apt/sources.list.d/stella-runtime.list"))):
+    for where, text in (
+        ("-vvv output", output),
+        ("result", json.dumps(doc)),
+        ("evidence on the target", on_target),
+        ("evidence on the controller", fetched),
+        ("sources list", sh(target, "cat /etc/apt/sources.list.d/stella-runtime.list")),
+    ):
         assert password not in text, "the planted password leaked into the %s" % where
     assert "<%s> SSH: EXEC" % target["address"] in output  # it really was verbose
     assert sh(target, "stat -c '%a %U' /etc/apt/auth.conf.d/stella-runtime.conf").split() == ["600", "root"]
     # the target really read the repository with the credential (nginx saw it authenticated)
-    assert any(" - stella-apt [" in line and "/InRelease HTTP" in line and '" 200 ' in line
-               for line in access_log_lines(target["address"], mark))
+    assert any(
+        " - stella-apt [" in line and "/InRelease HTTP" in line and '" 200 ' in line
+        for line in access_log_lines(target["address"], mark)
+    )
 
     # the second run changes nothing
     rc, doc, output = run_role(target, role_vars)
@@ -212,16 +226,25 @@ def test_production_without_a_source_fails_closed_then_the_offline_bundle_instal
     assert rc != 0
     failed = module_result(doc)
     assert failed["failed"] is True and failed["code"] == "runtime_install_source_missing", output[-3000:]
-    rc, doc, output = run_role(target, {"runtime_install_mode": "offline", "runtime_install_source_type": "apt",
-                                        "runtime_install_apt_url": sources["repo_url"],
-                                        "runtime_install_apt_trusted": True})
+    rc, doc, output = run_role(
+        target,
+        {
+            "runtime_install_mode": "offline",
+            "runtime_install_source_type": "apt",
+            "runtime_install_apt_url": sources["repo_url"],
+            "runtime_install_apt_trusted": True,
+        },
+    )
     assert rc != 0 and module_result(doc)["code"] == "runtime_install_source_not_allowed", output[-3000:]
     assert dpkg_state(target) == before
     assert_docker_less(target)
     assert sh(target, "test -e /var/lib/stella/runtime-install.json && echo yes || echo no").strip() == "no"
 
-    role_vars = {"runtime_install_mode": "offline", "runtime_install_source_type": "bundle",
-                 "runtime_install_bundle_dir": sources["bundle_dir"]}
+    role_vars = {
+        "runtime_install_mode": "offline",
+        "runtime_install_source_type": "bundle",
+        "runtime_install_bundle_dir": sources["bundle_dir"],
+    }
     rc, doc, output = run_role(target, role_vars)
     assert rc == 0, output[-4000:]
     result = module_result(doc)
@@ -229,7 +252,8 @@ def test_production_without_a_source_fails_closed_then_the_offline_bundle_instal
     assert result["changed"] is True and ev["status"] == "installed" and ev["mode"] == "offline"
     assert ev["source"]["type"] == "bundle" and ev["source"]["path"] == "/var/lib/stella/runtime-bundle"
     assert [(f["name"], f["sha256"]) for f in ev["source"]["files"]] == [
-        (f["name"], f["sha256"]) for f in sources["bundle_files"]]
+        (f["name"], f["sha256"]) for f in sources["bundle_files"]
+    ]
     installed = {f["package"]: f["version"] for f in ev["source"]["files"]}
     assert {name: ev["packages"][name] for name in installed if name in ev["packages"]} == installed
     engine = assert_runtime_answers(target, sources["compose_version"])

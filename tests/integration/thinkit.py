@@ -36,7 +36,9 @@ def start_thin(count: int, prefix: str = "thin", image: str | None = None, timeo
     stdout = labkit.run_lab(*args, timeout=timeout)
     targets = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
     if len(targets) != count:
-        raise labkit.LabCommandFailed("lab/lab.sh thin up %d printed %d JSON lines:\n%s" % (count, len(targets), stdout))
+        raise labkit.LabCommandFailed(
+            "lab/lab.sh thin up %d printed %d JSON lines:\n%s" % (count, len(targets), stdout)
+        )
     return targets
 
 
@@ -54,7 +56,9 @@ def remove_orphans() -> None:
     """Remove thin targets whose prefix names a pytest process that is gone (``it<pid>-...``)."""
     proc = subprocess.run(
         ["docker", "ps", "-a", "--filter", "label=" + THIN_LABEL, "--format", '{{.Label "%s"}}' % PREFIX_LABEL],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     for prefix in sorted(set(proc.stdout.split())):
         match = re.match(r"^it(\d+)-", prefix)
@@ -64,21 +68,35 @@ def remove_orphans() -> None:
 
 def ssh_master_alive(control_path: str) -> bool:
     """Whether an SSH master answers on ``control_path`` (``ssh -O check``)."""
-    proc = subprocess.run(["ssh", "-o", "ControlPath=" + control_path, "-O", "check", "master"],
-                          capture_output=True, text=True, check=False, timeout=30)
+    proc = subprocess.run(
+        ["ssh", "-o", "ControlPath=" + control_path, "-O", "check", "master"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=30,
+    )
     return proc.returncode == 0
 
 
 def ssh_master_exit(control_path: str) -> None:
     """Ask the SSH master on ``control_path`` to exit (``ssh -O exit``; no error when none answers)."""
-    subprocess.run(["ssh", "-o", "ControlPath=" + control_path, "-O", "exit", "master"],
-                   capture_output=True, check=False, timeout=30)
+    subprocess.run(
+        ["ssh", "-o", "ControlPath=" + control_path, "-O", "exit", "master"],
+        capture_output=True,
+        check=False,
+        timeout=30,
+    )
 
 
 def engine_containers(label: str, value: str) -> list[str]:
     """Ids of the containers on the lab's engine whose ``label`` is ``value`` (read on the controller)."""
-    proc = subprocess.run(["docker", "ps", "-aq", "--no-trunc", "--filter", "label=%s=%s" % (label, value)],
-                          capture_output=True, text=True, check=True, timeout=60)
+    proc = subprocess.run(
+        ["docker", "ps", "-aq", "--no-trunc", "--filter", "label=%s=%s" % (label, value)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
     return proc.stdout.split()
 
 
@@ -95,14 +113,30 @@ class ThinFleetJob(fleetkit.FleetJob):
     def cleanup(self):
         """Remove the application's Compose projects from the engine (once each, from the controller)."""
         proc = subprocess.run(
-            ["docker", "ps", "-a", "--filter", "label=stella.application=%s" % self.application,
-             "--format", '{{.Label "com.docker.compose.project"}}'],
-            capture_output=True, text=True, check=False, timeout=60)
+            [
+                "docker",
+                "ps",
+                "-a",
+                "--filter",
+                "label=stella.application=%s" % self.application,
+                "--format",
+                '{{.Label "com.docker.compose.project"}}',
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
         projects = sorted({p for p in proc.stdout.split() if p})
 
         def down(project):
-            subprocess.run(["docker", "compose", "-p", project, "down", "-v", "-t", "1", "--remove-orphans"],
-                           capture_output=True, check=False, timeout=300)
+            subprocess.run(
+                ["docker", "compose", "-p", project, "down", "-v", "-t", "1", "--remove-orphans"],
+                capture_output=True,
+                check=False,
+                timeout=300,
+            )
+
         with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
             list(pool.map(down, projects))
         ids = engine_containers("stella.application", self.application)

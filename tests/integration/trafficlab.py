@@ -25,8 +25,17 @@ class DataPlane:
         self.prefix = str(tmp_path / "router")
         os.makedirs(self.prefix, exist_ok=True)
         self.port, self.nginx_port = free_port(), free_port()
-        argv = [os.path.join(ar.VENV_BIN, "python"), ROUTER, "serve", "--listen", "127.0.0.1:%d" % self.port,
-                "--nginx-listen", "127.0.0.1:%d" % self.nginx_port, "--prefix", self.prefix]
+        argv = [
+            os.path.join(ar.VENV_BIN, "python"),
+            ROUTER,
+            "serve",
+            "--listen",
+            "127.0.0.1:%d" % self.port,
+            "--nginx-listen",
+            "127.0.0.1:%d" % self.nginx_port,
+            "--prefix",
+            self.prefix,
+        ]
         for slot, address in slots.items():
             argv += ["--slot", "%s=%s" % (slot, address)]
         if token:
@@ -43,8 +52,12 @@ class DataPlane:
                 break
             except requests.RequestException:
                 if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError("the router did not start: %s" % open(  # pylint: disable=consider-using-with
-                        os.path.join(self.prefix, "router.log"), encoding="utf-8").read())
+                    raise AssertionError(
+                        "the router did not start: %s"
+                        % open(  # pylint: disable=consider-using-with
+                            os.path.join(self.prefix, "router.log"), encoding="utf-8"
+                        ).read()
+                    )
                 time.sleep(0.2)
 
     def url(self, path):
@@ -74,6 +87,10 @@ class DataPlane:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, signal.SIGKILL)
-        subprocess.run([os.path.join(ar.VENV_BIN, "python"), ROUTER, "stop", "--prefix", self.prefix],
-                       capture_output=True, check=False, timeout=30)
+        subprocess.run(
+            [os.path.join(ar.VENV_BIN, "python"), ROUTER, "stop", "--prefix", self.prefix],
+            capture_output=True,
+            check=False,
+            timeout=30,
+        )
         self.log.close()

@@ -16,8 +16,8 @@ def doc_text(name):
 
 def doc_section(text, heading):
     """The part of ``text`` from its ``## heading...`` line to the next ``## `` heading (or the end)."""
-    section = text[text.index("## " + heading):]
-    return section[:section.index("\n## ", 1)] if "\n## " in section[1:] else section
+    section = text[text.index("## " + heading) :]
+    return section[: section.index("\n## ", 1)] if "\n## " in section[1:] else section
 
 
 def doc_commands(text, prefix):

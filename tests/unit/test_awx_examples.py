@@ -22,9 +22,12 @@ with open(os.path.join(AWX, "stellaops-runtime.awx.template.json"), encoding="ut
     EXPORT = json.load(_handle)
 
 ORGANIZATION = {"name": "Default", "type": "organization"}
-SHIPPED_BY_AWX = [ORGANIZATION, {"name": "Machine", "kind": "ssh", "type": "credential_type"},
-                  {"name": "Source Control", "kind": "scm", "type": "credential_type"},
-                  {"name": "Container Registry", "kind": "registry", "type": "credential_type"}]
+SHIPPED_BY_AWX = [
+    ORGANIZATION,
+    {"name": "Machine", "kind": "ssh", "type": "credential_type"},
+    {"name": "Source Control", "kind": "scm", "type": "credential_type"},
+    {"name": "Container Registry", "kind": "registry", "type": "credential_type"},
+]
 STORE_TEMPLATES = {"Stella | Deploy", "Stella | Roll back", "Stella | Show job", "Stella | Target health"}
 TARGET_TEMPLATES = {"Stella | Deploy", "Stella | Roll back", "Stella | Preflight"}
 TRAFFIC_TEMPLATES = {"Stella | Deploy", "Stella | Roll back"}
@@ -63,8 +66,19 @@ def natural_keys():
     return keys
 
 
-OBJECT_TYPES = {"organization", "credential_type", "credential", "execution_environment", "project", "inventory",
-                "host", "group", "job_template", "workflow_job_template", "workflow_job_template_node"}
+OBJECT_TYPES = {
+    "organization",
+    "credential_type",
+    "credential",
+    "execution_environment",
+    "project",
+    "inventory",
+    "host",
+    "group",
+    "job_template",
+    "workflow_job_template",
+    "workflow_job_template_node",
+}
 
 
 def references(node):
@@ -90,8 +104,15 @@ def credential_names(job_template):
 
 
 def test_the_document_has_what_awx_import_reads_and_every_object_a_natural_key():
-    assert set(EXPORT) == {"credential_types", "credentials", "execution_environments", "projects", "inventory",
-                           "job_templates", "workflow_job_templates"}
+    assert set(EXPORT) == {
+        "credential_types",
+        "credentials",
+        "execution_environments",
+        "projects",
+        "inventory",
+        "job_templates",
+        "workflow_job_templates",
+    }
     for kind, items in EXPORT.items():
         for item in items:
             assert item["natural_key"]["name"] == item["name"], (kind, item["name"])
@@ -147,8 +168,10 @@ def test_each_job_template_has_the_credentials_its_playbook_needs():
 
 
 def test_the_credential_types_inject_what_the_playbooks_read_and_every_secret_field():
-    users = {c["credential_type"]["name"]: [t for t in EXPORT["job_templates"]
-                                            if c["name"] in credential_names(t)] for c in EXPORT["credentials"]}
+    users = {
+        c["credential_type"]["name"]: [t for t in EXPORT["job_templates"] if c["name"] in credential_names(t)]
+        for c in EXPORT["credentials"]
+    }
     for credential_type in EXPORT["credential_types"]:
         fields = {f["id"] for f in credential_type["inputs"]["fields"]}
         secret = {f["id"] for f in credential_type["inputs"]["fields"] if f.get("secret")}
@@ -163,7 +186,10 @@ def test_the_credential_types_inject_what_the_playbooks_read_and_every_secret_fi
         assert readers, credential_type["name"]
         for variable in injectors["extra_vars"]:
             for job_template in readers:
-                assert re.search(r"\b%s\b" % variable, project_text(job_template["playbook"])), (variable, job_template["name"])
+                assert re.search(r"\b%s\b" % variable, project_text(job_template["playbook"])), (
+                    variable,
+                    job_template["name"],
+                )
 
 
 def test_the_job_store_credential_type_gives_libpq_its_password_and_ca():
@@ -189,7 +215,10 @@ def test_the_workflow_deploys_then_on_failure_notifies_and_asks_approval_to_roll
     (workflow,) = EXPORT["workflow_job_templates"]
     nodes = {node["identifier"]: node for node in workflow["related"]["workflow_nodes"]}
     assert nodes["deploy"]["unified_job_template"]["name"] == "Stella | Deploy"
-    assert sorted(n["identifier"] for n in nodes["deploy"]["related"]["failure_nodes"]) == ["approve-rollback", "notify"]
+    assert sorted(n["identifier"] for n in nodes["deploy"]["related"]["failure_nodes"]) == [
+        "approve-rollback",
+        "notify",
+    ]
     assert nodes["deploy"]["related"]["success_nodes"] == []
     approval = nodes["approve-rollback"]
     assert "unified_job_template" not in approval and approval["related"]["create_approval_template"]["name"]

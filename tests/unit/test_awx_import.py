@@ -57,15 +57,26 @@ with open(prepare_import.TEMPLATE, encoding="utf-8") as _handle:
 SSH_KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----\n"
 CA = "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIU\n-----END CERTIFICATE-----\n"
 VALUES = {
-    "SCM_URL": "https://git.acme.internal/ops/stella-deployments.git", "SCM_BRANCH": "main",
-    "SCM_USERNAME": "stella-sync", "SCM_PASSWORD": "scm-token-1", "SCM_SSH_KEY": None,
+    "SCM_URL": "https://git.acme.internal/ops/stella-deployments.git",
+    "SCM_BRANCH": "main",
+    "SCM_USERNAME": "stella-sync",
+    "SCM_PASSWORD": "scm-token-1",
+    "SCM_SSH_KEY": None,
     "EE_IMAGE": "registry.acme.internal/stella/stellaops-runtime-ee:0.3.0",
-    "EE_REGISTRY_HOST": "registry.acme.internal", "EE_REGISTRY_USERNAME": "awx-pull", "EE_REGISTRY_PASSWORD": "pull-1",
+    "EE_REGISTRY_HOST": "registry.acme.internal",
+    "EE_REGISTRY_USERNAME": "awx-pull",
+    "EE_REGISTRY_PASSWORD": "pull-1",
     "STORE_DSN": "postgresql://stella@db.acme.internal:5432/stella?sslmode=verify-full",
-    "STORE_PASSWORD": "store-secret-1", "STORE_CA_CERTIFICATE": CA,
-    "SSH_USERNAME": "deploy", "SSH_PRIVATE_KEY": SSH_KEY, "SSH_KEY_PASSPHRASE": None,
-    "REGISTRY_HOST": "registry.acme.internal", "REGISTRY_USERNAME": "deploy", "REGISTRY_PASSWORD": "registry-secret-1",
-    "TRAFFIC_URL": "https://router.acme.internal/stella/shift", "TRAFFIC_ROLLBACK_URL": None,
+    "STORE_PASSWORD": "store-secret-1",
+    "STORE_CA_CERTIFICATE": CA,
+    "SSH_USERNAME": "deploy",
+    "SSH_PRIVATE_KEY": SSH_KEY,
+    "SSH_KEY_PASSPHRASE": None,
+    "REGISTRY_HOST": "registry.acme.internal",
+    "REGISTRY_USERNAME": "deploy",
+    "REGISTRY_PASSWORD": "registry-secret-1",
+    "TRAFFIC_URL": "https://router.acme.internal/stella/shift",
+    "TRAFFIC_ROLLBACK_URL": None,
     "TRAFFIC_TOKEN": "traffic-token-1",
 }
 HOSTS = [("vm-01", "10.0.0.11"), ("vm-02", "")]
@@ -82,71 +93,222 @@ def prepared(values=None, hosts=None):
 # fields that scope its name (two objects of a type never share a name within that scope; None: names
 # may repeat).
 TYPES = {
-    "organization": ("organizations", {"name": "string", "description": "string", "max_hosts": "integer",
-                                       "default_environment": "execution_environment"}, ("name",), ()),
+    "organization": (
+        "organizations",
+        {
+            "name": "string",
+            "description": "string",
+            "max_hosts": "integer",
+            "default_environment": "execution_environment",
+        },
+        ("name",),
+        (),
+    ),
     "user": ("users", {"username": "string"}, ("username",), ()),
     "team": ("teams", {"name": "string", "organization": "organization"}, ("name",), ("organization",)),
-    "credential_type": ("credential_types", {"name": "string", "description": "string", "kind": "choice",
-                                             "inputs": "json", "injectors": "json"}, ("name", "kind"), ("kind",)),
-    "credential": ("credentials", {"name": "string", "description": "string", "organization": "organization",
-                                   "credential_type": "credential_type", "inputs": "json"},
-                   ("name", "credential_type"), ("organization", "credential_type")),
-    "notification_template": ("notification_templates", {"name": "string", "organization": "organization"},
-                              ("name",), ("organization",)),
-    "execution_environment": ("execution_environments", {"name": "string", "description": "string",
-                                                         "organization": "organization", "image": "string",
-                                                         "credential": "credential", "pull": "choice"},
-                              ("name", "image"), ()),
-    "project": ("projects", {"name": "string", "description": "string", "local_path": "string", "scm_type": "choice",
-                             "scm_url": "string", "scm_branch": "string", "scm_refspec": "string",
-                             "scm_clean": "boolean", "scm_track_submodules": "boolean",
-                             "scm_delete_on_update": "boolean", "credential": "credential", "timeout": "integer",
-                             "organization": "organization", "scm_update_on_launch": "boolean",
-                             "scm_update_cache_timeout": "integer", "allow_override": "boolean",
-                             "default_environment": "execution_environment",
-                             "signature_validation_credential": "credential"}, ("name",), ("organization",)),
-    "inventory": ("inventories", {"name": "string", "description": "string", "organization": "organization",
-                                  "kind": "choice", "host_filter": "string", "variables": "string",
-                                  "prevent_instance_group_fallback": "boolean"}, ("name", "organization"),
-                  ("organization",)),
+    "credential_type": (
+        "credential_types",
+        {"name": "string", "description": "string", "kind": "choice", "inputs": "json", "injectors": "json"},
+        ("name", "kind"),
+        ("kind",),
+    ),
+    "credential": (
+        "credentials",
+        {
+            "name": "string",
+            "description": "string",
+            "organization": "organization",
+            "credential_type": "credential_type",
+            "inputs": "json",
+        },
+        ("name", "credential_type"),
+        ("organization", "credential_type"),
+    ),
+    "notification_template": (
+        "notification_templates",
+        {"name": "string", "organization": "organization"},
+        ("name",),
+        ("organization",),
+    ),
+    "execution_environment": (
+        "execution_environments",
+        {
+            "name": "string",
+            "description": "string",
+            "organization": "organization",
+            "image": "string",
+            "credential": "credential",
+            "pull": "choice",
+        },
+        ("name", "image"),
+        (),
+    ),
+    "project": (
+        "projects",
+        {
+            "name": "string",
+            "description": "string",
+            "local_path": "string",
+            "scm_type": "choice",
+            "scm_url": "string",
+            "scm_branch": "string",
+            "scm_refspec": "string",
+            "scm_clean": "boolean",
+            "scm_track_submodules": "boolean",
+            "scm_delete_on_update": "boolean",
+            "credential": "credential",
+            "timeout": "integer",
+            "organization": "organization",
+            "scm_update_on_launch": "boolean",
+            "scm_update_cache_timeout": "integer",
+            "allow_override": "boolean",
+            "default_environment": "execution_environment",
+            "signature_validation_credential": "credential",
+        },
+        ("name",),
+        ("organization",),
+    ),
+    "inventory": (
+        "inventories",
+        {
+            "name": "string",
+            "description": "string",
+            "organization": "organization",
+            "kind": "choice",
+            "host_filter": "string",
+            "variables": "string",
+            "prevent_instance_group_fallback": "boolean",
+        },
+        ("name", "organization"),
+        ("organization",),
+    ),
     "inventory_source": ("inventory_sources", {"name": "string", "inventory": "inventory"}, ("name",), ("inventory",)),
-    "host": ("hosts", {"name": "string", "description": "string", "inventory": "inventory", "enabled": "boolean",
-                       "instance_id": "string", "variables": "string"}, ("name", "inventory"), ("inventory",)),
-    "group": ("groups", {"name": "string", "description": "string", "inventory": "inventory", "variables": "string"},
-              ("name", "inventory"), ("inventory",)),
-    "job_template": ("job_templates", {
-        "name": "string", "description": "string", "job_type": "choice", "inventory": "inventory",
-        "project": "project", "playbook": "string", "scm_branch": "string", "forks": "integer", "limit": "string",
-        "verbosity": "choice", "extra_vars": "string", "job_tags": "string", "force_handlers": "boolean",
-        "skip_tags": "string", "start_at_task": "string", "timeout": "integer", "use_fact_cache": "boolean",
-        "execution_environment": "execution_environment", "host_config_key": "string",
-        "ask_scm_branch_on_launch": "boolean", "ask_diff_mode_on_launch": "boolean",
-        "ask_variables_on_launch": "boolean", "ask_limit_on_launch": "boolean", "ask_tags_on_launch": "boolean",
-        "ask_skip_tags_on_launch": "boolean", "ask_job_type_on_launch": "boolean",
-        "ask_verbosity_on_launch": "boolean", "ask_inventory_on_launch": "boolean",
-        "ask_credential_on_launch": "boolean", "ask_execution_environment_on_launch": "boolean",
-        "ask_labels_on_launch": "boolean", "ask_forks_on_launch": "boolean",
-        "ask_job_slice_count_on_launch": "boolean", "ask_timeout_on_launch": "boolean",
-        "ask_instance_groups_on_launch": "boolean", "survey_enabled": "boolean", "become_enabled": "boolean",
-        "diff_mode": "boolean", "allow_simultaneous": "boolean", "job_slice_count": "integer",
-        "webhook_service": "choice", "webhook_credential": "credential",
-        "prevent_instance_group_fallback": "boolean"}, ("name", "project", "playbook"), ("organization",)),
-    "workflow_job_template": ("workflow_job_templates", {
-        "name": "string", "description": "string", "extra_vars": "string", "organization": "organization",
-        "survey_enabled": "boolean", "allow_simultaneous": "boolean", "ask_variables_on_launch": "boolean",
-        "inventory": "inventory", "limit": "string", "scm_branch": "string", "ask_inventory_on_launch": "boolean",
-        "ask_scm_branch_on_launch": "boolean", "ask_limit_on_launch": "boolean", "webhook_service": "choice",
-        "webhook_credential": "credential", "ask_labels_on_launch": "boolean", "ask_skip_tags_on_launch": "boolean",
-        "ask_tags_on_launch": "boolean", "skip_tags": "string", "job_tags": "string"}, ("name",), ("organization",)),
-    "workflow_job_template_node": ("workflow_job_template_nodes", {
-        "extra_data": "json", "inventory": "inventory", "scm_branch": "string", "job_type": "choice",
-        "job_tags": "string", "skip_tags": "string", "limit": "string", "diff_mode": "boolean",
-        "verbosity": "choice", "execution_environment": "execution_environment", "forks": "integer",
-        "job_slice_count": "integer", "timeout": "integer", "workflow_job_template": "workflow_job_template",
-        "unified_job_template": "unified_job_template", "all_parents_must_converge": "boolean",
-        "identifier": "string"}, ("workflow_job_template", "identifier"), ("workflow_job_template",)),
-    "workflow_approval_template": ("workflow_approval_templates", {"name": "string", "description": "string",
-                                                                   "timeout": "integer"}, ("name",), None),
+    "host": (
+        "hosts",
+        {
+            "name": "string",
+            "description": "string",
+            "inventory": "inventory",
+            "enabled": "boolean",
+            "instance_id": "string",
+            "variables": "string",
+        },
+        ("name", "inventory"),
+        ("inventory",),
+    ),
+    "group": (
+        "groups",
+        {"name": "string", "description": "string", "inventory": "inventory", "variables": "string"},
+        ("name", "inventory"),
+        ("inventory",),
+    ),
+    "job_template": (
+        "job_templates",
+        {
+            "name": "string",
+            "description": "string",
+            "job_type": "choice",
+            "inventory": "inventory",
+            "project": "project",
+            "playbook": "string",
+            "scm_branch": "string",
+            "forks": "integer",
+            "limit": "string",
+            "verbosity": "choice",
+            "extra_vars": "string",
+            "job_tags": "string",
+            "force_handlers": "boolean",
+            "skip_tags": "string",
+            "start_at_task": "string",
+            "timeout": "integer",
+            "use_fact_cache": "boolean",
+            "execution_environment": "execution_environment",
+            "host_config_key": "string",
+            "ask_scm_branch_on_launch": "boolean",
+            "ask_diff_mode_on_launch": "boolean",
+            "ask_variables_on_launch": "boolean",
+            "ask_limit_on_launch": "boolean",
+            "ask_tags_on_launch": "boolean",
+            "ask_skip_tags_on_launch": "boolean",
+            "ask_job_type_on_launch": "boolean",
+            "ask_verbosity_on_launch": "boolean",
+            "ask_inventory_on_launch": "boolean",
+            "ask_credential_on_launch": "boolean",
+            "ask_execution_environment_on_launch": "boolean",
+            "ask_labels_on_launch": "boolean",
+            "ask_forks_on_launch": "boolean",
+            "ask_job_slice_count_on_launch": "boolean",
+            "ask_timeout_on_launch": "boolean",
+            "ask_instance_groups_on_launch": "boolean",
+            "survey_enabled": "boolean",
+            "become_enabled": "boolean",
+            "diff_mode": "boolean",
+            "allow_simultaneous": "boolean",
+            "job_slice_count": "integer",
+            "webhook_service": "choice",
+            "webhook_credential": "credential",
+            "prevent_instance_group_fallback": "boolean",
+        },
+        ("name", "project", "playbook"),
+        ("organization",),
+    ),
+    "workflow_job_template": (
+        "workflow_job_templates",
+        {
+            "name": "string",
+            "description": "string",
+            "extra_vars": "string",
+            "organization": "organization",
+            "survey_enabled": "boolean",
+            "allow_simultaneous": "boolean",
+            "ask_variables_on_launch": "boolean",
+            "inventory": "inventory",
+            "limit": "string",
+            "scm_branch": "string",
+            "ask_inventory_on_launch": "boolean",
+            "ask_scm_branch_on_launch": "boolean",
+            "ask_limit_on_launch": "boolean",
+            "webhook_service": "choice",
+            "webhook_credential": "credential",
+            "ask_labels_on_launch": "boolean",
+            "ask_skip_tags_on_launch": "boolean",
+            "ask_tags_on_launch": "boolean",
+            "skip_tags": "string",
+            "job_tags": "string",
+        },
+        ("name",),
+        ("organization",),
+    ),
+    "workflow_job_template_node": (
+        "workflow_job_template_nodes",
+        {
+            "extra_data": "json",
+            "inventory": "inventory",
+            "scm_branch": "string",
+            "job_type": "choice",
+            "job_tags": "string",
+            "skip_tags": "string",
+            "limit": "string",
+            "diff_mode": "boolean",
+            "verbosity": "choice",
+            "execution_environment": "execution_environment",
+            "forks": "integer",
+            "job_slice_count": "integer",
+            "timeout": "integer",
+            "workflow_job_template": "workflow_job_template",
+            "unified_job_template": "unified_job_template",
+            "all_parents_must_converge": "boolean",
+            "identifier": "string",
+        },
+        ("workflow_job_template", "identifier"),
+        ("workflow_job_template",),
+    ),
+    "workflow_approval_template": (
+        "workflow_approval_templates",
+        {"name": "string", "description": "string", "timeout": "integer"},
+        ("name",),
+        None,
+    ),
     "application": ("applications", {"name": "string", "organization": "organization"}, ("name",), ()),
     "schedule": ("schedules", {"name": "string"}, ("name",), ()),
     "label": ("labels", {"name": "string", "organization": "organization"}, ("name",), ("organization",)),
@@ -156,54 +318,151 @@ COLLECTIONS = {collection: kind for kind, (collection, _f, _r, _s) in TYPES.item
 UNIFIED = ("job_template", "workflow_job_template", "project", "inventory_source", "workflow_approval_template")
 # GET /api/v2/ of AWX 24.6.1 (awx/api/views/root.py): awxkit's import maps its page classes to these names.
 # Those without a type above answer as read-only empty lists.
-ROOT_RESOURCES = {name: name.replace("_", "-") if name in ("service_index", "role_definitions") else name
-                  for name in ("ping", "instances", "instance_groups", "receptor_addresses", "config", "settings", "me",
-                               "dashboard", "organizations", "users", "execution_environments", "projects",
-                               "project_updates", "teams", "credentials", "credential_types",
-                               "credential_input_sources", "applications", "tokens", "metrics", "inventory",
-                               "constructed_inventory", "inventory_sources", "inventory_updates", "groups", "hosts",
-                               "host_metrics", "host_metric_summary_monthly", "job_templates", "jobs",
-                               "ad_hoc_commands", "system_job_templates", "system_jobs", "schedules", "roles",
-                               "notification_templates", "notifications", "labels", "unified_job_templates",
-                               "unified_jobs", "activity_stream", "workflow_job_templates", "workflow_jobs",
-                               "workflow_approvals", "workflow_job_template_nodes", "workflow_job_nodes",
-                               "mesh_visualizer", "bulk", "analytics", "service_index", "role_definitions",
-                               "role_user_assignments", "role_team_assignments")}
+ROOT_RESOURCES = {
+    name: name.replace("_", "-") if name in ("service_index", "role_definitions") else name
+    for name in (
+        "ping",
+        "instances",
+        "instance_groups",
+        "receptor_addresses",
+        "config",
+        "settings",
+        "me",
+        "dashboard",
+        "organizations",
+        "users",
+        "execution_environments",
+        "projects",
+        "project_updates",
+        "teams",
+        "credentials",
+        "credential_types",
+        "credential_input_sources",
+        "applications",
+        "tokens",
+        "metrics",
+        "inventory",
+        "constructed_inventory",
+        "inventory_sources",
+        "inventory_updates",
+        "groups",
+        "hosts",
+        "host_metrics",
+        "host_metric_summary_monthly",
+        "job_templates",
+        "jobs",
+        "ad_hoc_commands",
+        "system_job_templates",
+        "system_jobs",
+        "schedules",
+        "roles",
+        "notification_templates",
+        "notifications",
+        "labels",
+        "unified_job_templates",
+        "unified_jobs",
+        "activity_stream",
+        "workflow_job_templates",
+        "workflow_jobs",
+        "workflow_approvals",
+        "workflow_job_template_nodes",
+        "workflow_job_nodes",
+        "mesh_visualizer",
+        "bulk",
+        "analytics",
+        "service_index",
+        "role_definitions",
+        "role_user_assignments",
+        "role_team_assignments",
+    )
+}
 ROOT_RESOURCES.update(inventory="inventories", constructed_inventory="constructed_inventories")
-NOTIFICATIONS = {"notification_templates_%s" % when: ("notification_template", "attach", None)
-                 for when in ("error", "started", "success")}
+NOTIFICATIONS = {
+    "notification_templates_%s" % when: ("notification_template", "attach", None)
+    for when in ("error", "started", "success")
+}
 # Each type's related lists: the type listed, and whether its POST creates ("create", setting the parent
 # key), attaches ({"id": N}) or takes a document (a survey spec, an approval template).
 SUBLISTS = {
     "project": dict(NOTIFICATIONS, schedules=("schedule", "attach", None)),
-    "inventory": {"hosts": ("host", "create", "inventory"), "groups": ("group", "create", "inventory"),
-                  "labels": ("label", "attach", None)},
+    "inventory": {
+        "hosts": ("host", "create", "inventory"),
+        "groups": ("group", "create", "inventory"),
+        "labels": ("label", "attach", None),
+    },
     "group": {"hosts": ("host", "attach", None), "children": ("group", "attach", None)},
-    "job_template": dict(NOTIFICATIONS, credentials=("credential", "attach", None), labels=("label", "attach", None),
-                         schedules=("schedule", "attach", None), survey_spec=(None, "survey", None)),
-    "workflow_job_template": dict(NOTIFICATIONS, notification_templates_approvals=("notification_template", "attach", None),
-                                  workflow_nodes=("workflow_job_template_node", "create", "workflow_job_template"),
-                                  labels=("label", "attach", None), schedules=("schedule", "attach", None),
-                                  survey_spec=(None, "survey", None)),
-    "workflow_job_template_node": {"success_nodes": ("workflow_job_template_node", "attach", None),
-                                   "failure_nodes": ("workflow_job_template_node", "attach", None),
-                                   "always_nodes": ("workflow_job_template_node", "attach", None),
-                                   "credentials": ("credential", "attach", None),
-                                   "create_approval_template": ("workflow_approval_template", "approval", None)},
+    "job_template": dict(
+        NOTIFICATIONS,
+        credentials=("credential", "attach", None),
+        labels=("label", "attach", None),
+        schedules=("schedule", "attach", None),
+        survey_spec=(None, "survey", None),
+    ),
+    "workflow_job_template": dict(
+        NOTIFICATIONS,
+        notification_templates_approvals=("notification_template", "attach", None),
+        workflow_nodes=("workflow_job_template_node", "create", "workflow_job_template"),
+        labels=("label", "attach", None),
+        schedules=("schedule", "attach", None),
+        survey_spec=(None, "survey", None),
+    ),
+    "workflow_job_template_node": {
+        "success_nodes": ("workflow_job_template_node", "attach", None),
+        "failure_nodes": ("workflow_job_template_node", "attach", None),
+        "always_nodes": ("workflow_job_template_node", "attach", None),
+        "credentials": ("credential", "attach", None),
+        "create_approval_template": ("workflow_approval_template", "approval", None),
+    },
 }
 MANAGED_CREDENTIAL_TYPES = [
-    ("Machine", "ssh", ["username", "password", "ssh_key_data", "ssh_public_key_data", "ssh_key_unlock",
-                        "become_method", "become_username", "become_password"]),
+    (
+        "Machine",
+        "ssh",
+        [
+            "username",
+            "password",
+            "ssh_key_data",
+            "ssh_public_key_data",
+            "ssh_key_unlock",
+            "become_method",
+            "become_username",
+            "become_password",
+        ],
+    ),
     ("Source Control", "scm", ["username", "password", "ssh_key_data", "ssh_key_unlock"]),
     ("Container Registry", "registry", ["host", "username", "password", "verify_ssl"]),
 ]
 JOB_TEMPLATE_CREDENTIAL_KINDS = ("ssh", "vault", "cloud", "net", "kubernetes")
-ENV_BLOCKLIST = ("VIRTUAL_ENV", "PATH", "PYTHONPATH", "JOB_ID", "INVENTORY_ID", "INVENTORY_SOURCE_ID",
-                 "INVENTORY_UPDATE_ID", "AD_HOC_COMMAND_ID", "REST_API_URL", "REST_API_TOKEN", "MAX_EVENT_RES",
-                 "CALLBACK_QUEUE", "CALLBACK_CONNECTION", "CACHE", "JOB_CALLBACK_DEBUG", "INVENTORY_HOSTVARS",
-                 "AWX_HOST", "PROJECT_REVISION", "SUPERVISOR_CONFIG_PATH")
-SURVEY_TYPES = {"text": str, "textarea": str, "password": str, "multiplechoice": str, "multiselect": str,
-                "integer": int, "float": (float, int)}
+ENV_BLOCKLIST = (
+    "VIRTUAL_ENV",
+    "PATH",
+    "PYTHONPATH",
+    "JOB_ID",
+    "INVENTORY_ID",
+    "INVENTORY_SOURCE_ID",
+    "INVENTORY_UPDATE_ID",
+    "AD_HOC_COMMAND_ID",
+    "REST_API_URL",
+    "REST_API_TOKEN",
+    "MAX_EVENT_RES",
+    "CALLBACK_QUEUE",
+    "CALLBACK_CONNECTION",
+    "CACHE",
+    "JOB_CALLBACK_DEBUG",
+    "INVENTORY_HOSTVARS",
+    "AWX_HOST",
+    "PROJECT_REVISION",
+    "SUPERVISOR_CONFIG_PATH",
+)
+SURVEY_TYPES = {
+    "text": str,
+    "textarea": str,
+    "password": str,
+    "multiplechoice": str,
+    "multiselect": str,
+    "integer": int,
+    "float": (float, int),
+}
 
 
 class Refused(Exception):
@@ -236,9 +495,17 @@ class FakeAwx:
         self.counters = {}
         self.add("organization", {"name": "Default", "description": "", "max_hosts": 0})
         for name, kind, fields in MANAGED_CREDENTIAL_TYPES:
-            self.add("credential_type", {"name": name, "kind": kind, "managed": True, "description": "",
-                                         "inputs": {"fields": [{"id": f, "label": f} for f in fields]},
-                                         "injectors": {}})
+            self.add(
+                "credential_type",
+                {
+                    "name": name,
+                    "kind": kind,
+                    "managed": True,
+                    "description": "",
+                    "inputs": {"fields": [{"id": f, "label": f} for f in fields]},
+                    "injectors": {},
+                },
+            )
 
     # -- storage
 
@@ -274,8 +541,11 @@ class FakeAwx:
             related[name] = self.url(kind, obj["id"]) + name + "/"
         data = dict(obj, type=kind, url=self.url(kind, obj["id"]), related=related, summary_fields={})
         if kind == "credential" and "inputs" in data:
-            secret = {f["id"] for f in self.objects["credential_type"][obj["credential_type"]]["inputs"]["fields"]
-                      if f.get("secret")}
+            secret = {
+                f["id"]
+                for f in self.objects["credential_type"][obj["credential_type"]]["inputs"]["fields"]
+                if f.get("secret")
+            }
             data["inputs"] = {k: "$encrypted$" if k in secret and v else v for k, v in obj["inputs"].items()}
         return data
 
@@ -309,9 +579,13 @@ class FakeAwx:
             return 400, exc.body, {}
 
     def options(self, kind, attach=False, parent_key=None):
-        fields = {f: {"type": "id" if t in TYPES or t == "unified_job_template" else t,
-                      "required": f in TYPES[kind][2] and f != parent_key}
-                  for f, t in TYPES[kind][1].items()}
+        fields = {
+            f: {
+                "type": "id" if t in TYPES or t == "unified_job_template" else t,
+                "required": f in TYPES[kind][2] and f != parent_key,
+            }
+            for f, t in TYPES[kind][1].items()
+        }
         if attach:
             fields["id"] = {"type": "integer", "required": False}
         search = [f for f in ("name", "username", "identifier") if f in TYPES[kind][1]]
@@ -384,10 +658,13 @@ class FakeAwx:
             if ftype in TYPES or ftype == "unified_job_template":
                 if value is None:
                     raise Refused({field: ["null reference: the document names none, so awxkit did not resolve it"]})
-                target = self.unified(value)[0] if ftype == "unified_job_template" else (
-                    ftype if value in self.objects[ftype] else None)
+                target = (
+                    self.unified(value)[0]
+                    if ftype == "unified_job_template"
+                    else (ftype if value in self.objects[ftype] else None)
+                )
                 if target is None:
-                    raise Refused({field: ["Invalid pk \"%s\" - object does not exist." % value]})
+                    raise Refused({field: ['Invalid pk "%s" - object does not exist.' % value]})
             new[field] = value
         missing = [f for f in TYPES[kind][2] if new.get(f) in (None, "")]
         if missing:
@@ -422,8 +699,11 @@ class FakeAwx:
 
     def check_project(self, new):
         url = new.get("scm_url", "")
-        ok = new.get("scm_type") == "git" and "@@" not in url and (
-            re.match(r"^(https?|ssh|git)://[^/\s]+/\S+$", url) or re.match(r"^[^/@\s]+@[^:/\s]+:\S+$", url))
+        ok = (
+            new.get("scm_type") == "git"
+            and "@@" not in url
+            and (re.match(r"^(https?|ssh|git)://[^/\s]+/\S+$", url) or re.match(r"^[^/@\s]+@[^:/\s]+:\S+$", url))
+        )
         new["status"] = "successful" if ok else "failed"  # the first project update, started on creation
         new["playbooks"] = project_playbooks() if ok else []
 
@@ -440,8 +720,11 @@ class FakeAwx:
             ctype = self.objects["credential_type"][sub["credential_type"]]
             if ctype["kind"] not in JOB_TEMPLATE_CREDENTIAL_KINDS:
                 raise Refused({"error": "Cannot assign a Credential of kind `%s`." % ctype["kind"]})
-            if any(self.objects["credential"][i]["credential_type"] == sub["credential_type"]
-                   for i in self.links.get((kind, parent["id"], name), []) if i != sub["id"]):
+            if any(
+                self.objects["credential"][i]["credential_type"] == sub["credential_type"]
+                for i in self.links.get((kind, parent["id"], name), [])
+                if i != sub["id"]
+            ):
                 raise Refused({"error": "Cannot assign multiple %s credentials." % ctype["name"]})
         if kind == "workflow_job_template_node" and name.endswith("_nodes"):
             if sub["workflow_job_template"] != parent["workflow_job_template"] or sub["id"] == parent["id"]:
@@ -603,7 +886,10 @@ def test_the_prepared_document_imports_and_every_reference_resolves():
     ee = by_name(awx, "execution_environment", "Stella EE")
     assert ee["image"] == VALUES["EE_IMAGE"]
     assert awx.objects["credential"][ee["credential"]]["inputs"] == {
-        "host": "registry.acme.internal", "username": "awx-pull", "password": "pull-1"}
+        "host": "registry.acme.internal",
+        "username": "awx-pull",
+        "password": "pull-1",
+    }
     project = by_name(awx, "project", "Stella deployments")
     assert (project["scm_url"], project["status"]) == (VALUES["SCM_URL"], "successful")
     assert project["default_environment"] == ee["id"]
@@ -663,9 +949,22 @@ def test_the_workflow_deploys_then_on_failure_notifies_and_asks_approval_to_roll
 
 
 def test_without_the_optional_credentials_they_and_every_reference_to_them_are_left_out():
-    values = {name: None for name in ("SCM_USERNAME", "SCM_PASSWORD", "REGISTRY_HOST", "REGISTRY_USERNAME",
-                                      "REGISTRY_PASSWORD", "TRAFFIC_URL", "TRAFFIC_TOKEN", "STORE_CA_CERTIFICATE",
-                                      "EE_REGISTRY_HOST", "EE_REGISTRY_USERNAME", "EE_REGISTRY_PASSWORD")}
+    values = {
+        name: None
+        for name in (
+            "SCM_USERNAME",
+            "SCM_PASSWORD",
+            "REGISTRY_HOST",
+            "REGISTRY_USERNAME",
+            "REGISTRY_PASSWORD",
+            "TRAFFIC_URL",
+            "TRAFFIC_TOKEN",
+            "STORE_CA_CERTIFICATE",
+            "EE_REGISTRY_HOST",
+            "EE_REGISTRY_USERNAME",
+            "EE_REGISTRY_PASSWORD",
+        )
+    }
     document = prepared(values, hosts=[])
     assert [c["name"] for c in document["credentials"]] == ["Stella job store", "Stella targets SSH"]
     referenced = {node["name"] for node in dicts(document) if node.get("type") == "credential"}
@@ -676,7 +975,9 @@ def test_without_the_optional_credentials_they_and_every_reference_to_them_are_l
     awx, problems = awx_import(document)
     assert problems == []
     assert linked(awx, "job_template", by_name(awx, "job_template", "Stella | Deploy"), "credentials") == {
-        "Stella targets SSH", "Stella job store"}
+        "Stella targets SSH",
+        "Stella job store",
+    }
     assert linked(awx, "group", by_name(awx, "group", "stella_targets"), "hosts") == set()
 
 
@@ -688,7 +989,9 @@ def test_importing_twice_fails_nothing_and_duplicates_nothing():
     links = copy.deepcopy(awx.links)
     awx, problems = awx_import(prepared(), awx)
     assert problems == []
-    assert {kind: len(objects) for kind, objects in awx.objects.items() if kind != "workflow_approval_template"} == counts
+    assert {
+        kind: len(objects) for kind, objects in awx.objects.items() if kind != "workflow_approval_template"
+    } == counts
     assert awx.links == links
 
 
@@ -718,10 +1021,14 @@ def assert_same_references(ours, theirs, where):
                     by_key = {json.dumps(o["natural_key"], sort_keys=True): o for o in theirs["related"][name]}
                     assert {json.dumps(o["natural_key"], sort_keys=True) for o in related} == set(by_key), (where, name)
                     for item in related:
-                        assert_same_references(item, by_key[json.dumps(item["natural_key"], sort_keys=True)],
-                                               "%s/%s" % (where, name))
+                        assert_same_references(
+                            item, by_key[json.dumps(item["natural_key"], sort_keys=True)], "%s/%s" % (where, name)
+                        )
                 elif isinstance(related, list):
-                    assert sorted(map(_canonical, related)) == sorted(map(_canonical, theirs["related"][name])), (where, name)
+                    assert sorted(map(_canonical, related)) == sorted(map(_canonical, theirs["related"][name])), (
+                        where,
+                        name,
+                    )
                 else:  # a survey spec, an approval template
                     assert theirs["related"][name] == related, (where, name)
         elif isinstance(value, dict) and "type" in value:
@@ -740,8 +1047,9 @@ def _template(document, name):
 
 
 def _node(document, identifier):
-    return next(n for n in document["workflow_job_templates"][0]["related"]["workflow_nodes"]
-                if n["identifier"] == identifier)
+    return next(
+        n for n in document["workflow_job_templates"][0]["related"]["workflow_nodes"] if n["identifier"] == identifier
+    )
 
 
 def host_reference_without_inventory(document):
@@ -777,10 +1085,16 @@ def credential_input_its_type_does_not_define(document):
     document["credentials"][0]["inputs"]["sslrootcert"] = "/etc/ssl/ca.pem"
 
 
-BREAKERS = [host_reference_without_inventory, credential_the_document_does_not_define,
-            node_of_a_template_the_document_does_not_define, execution_environment_keyed_with_an_organization,
-            edge_to_a_node_the_workflow_does_not_have, placeholder_project_url, injector_naming_an_undefined_field,
-            credential_input_its_type_does_not_define]
+BREAKERS = [
+    host_reference_without_inventory,
+    credential_the_document_does_not_define,
+    node_of_a_template_the_document_does_not_define,
+    execution_environment_keyed_with_an_organization,
+    edge_to_a_node_the_workflow_does_not_have,
+    placeholder_project_url,
+    injector_naming_an_undefined_field,
+    credential_input_its_type_does_not_define,
+]
 
 
 @pytest.mark.parametrize("breaker", BREAKERS, ids=lambda b: b.__name__)
@@ -831,38 +1145,64 @@ def run_prepare(argv, environ):
 
 
 def required_argv(key):
-    return ["--scm-url", VALUES["SCM_URL"], "--ee-image", VALUES["EE_IMAGE"], "--store-dsn", VALUES["STORE_DSN"],
-            "--ssh-user", "deploy", "--ssh-key-file", key]
+    return [
+        "--scm-url",
+        VALUES["SCM_URL"],
+        "--ee-image",
+        VALUES["EE_IMAGE"],
+        "--store-dsn",
+        VALUES["STORE_DSN"],
+        "--ssh-user",
+        "deploy",
+        "--ssh-key-file",
+        key,
+    ]
 
 
 def test_the_command_writes_a_document_that_imports_and_keeps_secrets_off_the_command_line(key_files, tmp_path):
     key, ca = key_files
     output = tmp_path / "stella.awx.json"
     environ = {"STELLA_STORE_PASSWORD": "store-secret-2", "STELLA_TRAFFIC_TOKEN": "traffic-token-2"}
-    argv = required_argv(key) + ["--store-ca-file", ca, "--traffic-url", VALUES["TRAFFIC_URL"],
-                                 "--host", "vm-01=10.0.0.11", "--host", "vm-02", "--output", str(output)]
+    argv = required_argv(key) + [
+        "--store-ca-file",
+        ca,
+        "--traffic-url",
+        VALUES["TRAFFIC_URL"],
+        "--host",
+        "vm-01=10.0.0.11",
+        "--host",
+        "vm-02",
+        "--output",
+        str(output),
+    ]
     code, out, err = run_prepare(argv, environ)
     assert (code, out) == (0, ""), err
     assert stat.S_IMODE(os.stat(output).st_mode) == 0o600
     document = json.loads(output.read_text(encoding="utf-8"))
-    assert [c["name"] for c in document["credentials"]] == ["Stella job store", "Stella targets SSH",
-                                                            "Stella traffic controller"]
+    assert [c["name"] for c in document["credentials"]] == [
+        "Stella job store",
+        "Stella targets SSH",
+        "Stella traffic controller",
+    ]
     assert document["credentials"][0]["inputs"]["password"] == "store-secret-2"
     assert not any(s in " ".join(argv) for s in environ.values())
     _awx, problems = awx_import(document)
     assert problems == []
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"drop": "STELLA_STORE_PASSWORD"}, "missing: STELLA_STORE_PASSWORD"),
-    ({"argv": ["--store-dsn", "postgresql://stella:hunter2@db.acme.internal/stella"]}, "carries a password"),
-    ({"argv": ["--scm-url", "https://git.example.com/acme/stella-deployments.git"]}, "reserved for examples"),
-    ({"argv": ["--ee-image", "registry.example.com/stella/ee:latest"]}, "reserved for examples"),
-    ({"argv": ["--scm-url", "not a url"]}, "is not a git URL"),
-    ({"argv": ["--traffic-url", "router:8080"]}, "is not an http(s) URL"),
-    ({"argv": ["--host", "vm 01"]}, "must be NAME or NAME=ADDRESS"),
-    ({"argv": ["--ee-registry-username", "awx-pull"]}, "needs STELLA_EE_REGISTRY_PASSWORD"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"drop": "STELLA_STORE_PASSWORD"}, "missing: STELLA_STORE_PASSWORD"),
+        ({"argv": ["--store-dsn", "postgresql://stella:hunter2@db.acme.internal/stella"]}, "carries a password"),
+        ({"argv": ["--scm-url", "https://git.example.com/acme/stella-deployments.git"]}, "reserved for examples"),
+        ({"argv": ["--ee-image", "registry.example.com/stella/ee:latest"]}, "reserved for examples"),
+        ({"argv": ["--scm-url", "not a url"]}, "is not a git URL"),
+        ({"argv": ["--traffic-url", "router:8080"]}, "is not an http(s) URL"),
+        ({"argv": ["--host", "vm 01"]}, "must be NAME or NAME=ADDRESS"),
+        ({"argv": ["--ee-registry-username", "awx-pull"]}, "needs STELLA_EE_REGISTRY_PASSWORD"),
+    ],
+)
 def test_the_command_refuses_what_would_not_work(key_files, change, message):
     key, _ca = key_files
     environ = {"STELLA_STORE_PASSWORD": "store-secret-2"}

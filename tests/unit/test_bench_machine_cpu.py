@@ -24,7 +24,13 @@ def write(path, text):
 def stat_line(pid, command, utime, stime, cutime, cstime):
     # pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime cutime cstime ...
     return "%d (%s) S 1 1 1 0 -1 4194560 10 0 0 0 %d %d %d %d 20 0 1 0 100 0 0" % (
-        pid, command, utime, stime, cutime, cstime)
+        pid,
+        command,
+        utime,
+        stime,
+        cutime,
+        cstime,
+    )
 
 
 def test_stat_seconds_sums_own_and_reaped_children():
@@ -34,8 +40,9 @@ def test_stat_seconds_sums_own_and_reaped_children():
 
 
 def test_stat_seconds_without_children_is_the_process_alone():
-    _command, seconds = machine_cpu.stat_seconds(stat_line(7, "ansible-playboo", TICKS, 2 * TICKS, 30 * TICKS, 40 * TICKS),
-                                                 children=False)
+    _command, seconds = machine_cpu.stat_seconds(
+        stat_line(7, "ansible-playboo", TICKS, 2 * TICKS, 30 * TICKS, 40 * TICKS), children=False
+    )
     assert seconds == pytest.approx(3.0)
 
 
@@ -47,8 +54,10 @@ def test_stat_seconds_reads_a_command_with_spaces_and_parentheses():
 
 def test_cgroup_seconds_v1_and_v2(tmp_path):
     write(str(tmp_path / "cpuacct" / "docker" / "c1" / "cpuacct.usage"), "2500000000\n")
-    write(str(tmp_path / "system.slice" / "docker-c2.scope" / "cpu.stat"),
-          "usage_usec 1500000\nuser_usec 1000000\nsystem_usec 500000\n")
+    write(
+        str(tmp_path / "system.slice" / "docker-c2.scope" / "cpu.stat"),
+        "usage_usec 1500000\nuser_usec 1000000\nsystem_usec 500000\n",
+    )
     assert machine_cpu.cgroup_seconds("c1", root=str(tmp_path)) == pytest.approx(2.5)
     assert machine_cpu.cgroup_seconds("c2", root=str(tmp_path)) == pytest.approx(1.5)
     assert machine_cpu.cgroup_seconds("gone", root=str(tmp_path)) is None
@@ -65,8 +74,11 @@ def test_engine_seconds_counts_only_the_engine(tmp_path):
 def test_delta_per_part_new_containers_from_zero():
     before = {"containers": {"t1": ("thin", 1.0), "a1": ("apps", 5.0)}, "engine": 10.0}
     after = {"containers": {"t1": ("thin", 1.75), "a1": ("apps", 5.5), "a2": ("apps", 0.25)}, "engine": 12.5}
-    assert machine_cpu.delta(before, after) == {"thin": pytest.approx(0.75), "apps": pytest.approx(0.75),
-                                                "engine": pytest.approx(2.5)}
+    assert machine_cpu.delta(before, after) == {
+        "thin": pytest.approx(0.75),
+        "apps": pytest.approx(0.75),
+        "engine": pytest.approx(2.5),
+    }
 
 
 def test_delta_says_none_for_a_part_it_could_not_read():

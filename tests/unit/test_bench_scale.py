@@ -44,25 +44,66 @@ def test_settle_gives_up_at_its_limit_and_says_how_busy_it_was():
 
 
 def sample(n, run, wall, deployed=None, **kw):
-    base = {"store": "sqlite", "strategy": "all-at-once", "targets": n, "run": run, "deployed": deployed or n,
-            "wall_per_target": wall, "cpu_per_target": 0.5, "store_bytes_per_target": 22000.0, "peak_pss_mib": 150.0}
+    base = {
+        "store": "sqlite",
+        "strategy": "all-at-once",
+        "targets": n,
+        "run": run,
+        "deployed": deployed or n,
+        "wall_per_target": wall,
+        "cpu_per_target": 0.5,
+        "store_bytes_per_target": 22000.0,
+        "peak_pss_mib": 150.0,
+    }
     base.update(kw)
     return base
 
 
 def test_a_noop_ratio_just_above_its_limit_is_a_miss_printed_with_three_decimals():
-    samples = [sample(10, "fresh", 3.0), sample(100, "fresh", 3.0), sample(100, "noop", 1.002),
-               sample(10, "noop", 1.0, deployed=100), sample(100, "noop", 1.004), sample(10, "noop", 1.0, deployed=100)]
+    samples = [
+        sample(10, "fresh", 3.0),
+        sample(100, "fresh", 3.0),
+        sample(100, "noop", 1.002),
+        sample(10, "noop", 1.0, deployed=100),
+        sample(100, "noop", 1.004),
+        sample(10, "noop", 1.0, deployed=100),
+    ]
     verdicts = {v["goal"]: v for v in scale_bench.goals(samples, [10, 100])}
     noop = verdicts["noop_wall_per_target_ratio"]
-    assert noop["verdict"] == "MISS" and noop["parts"] == pytest.approx((1.003, 1.0)) and "(medians of 2 and 2)" in noop["text"]
+    assert (
+        noop["verdict"] == "MISS"
+        and noop["parts"] == pytest.approx((1.003, 1.0))
+        and "(medians of 2 and 2)" in noop["text"]
+    )
     assert verdicts["cpu_per_target_ratio"]["verdict"] == "PASS"
-    meta = {"target_kind": "thin", "targets_started": 100, "sizes": [10, 100], "target_type": "ComposeHost",
-            "image": "img", "load_start": [0, 0, 0], "load_end": [0, 0, 0], "health_interval": "10s",
-            "control_persist": "30m", "sample_interval": 0.1, "meter_seen": True}
+    meta = {
+        "target_kind": "thin",
+        "targets_started": 100,
+        "sizes": [10, 100],
+        "target_type": "ComposeHost",
+        "image": "img",
+        "load_start": [0, 0, 0],
+        "load_end": [0, 0, 0],
+        "health_interval": "10s",
+        "control_persist": "30m",
+        "sample_interval": 0.1,
+        "meter_seen": True,
+    }
     for s in samples:
-        s.update(batches=1, wall_seconds=s["wall_per_target"] * s["targets"], cpu_seconds=1.0, store_bytes=1,
-                 wal_bytes=None, peak_rss_mib=300.0, host_busy_pct=90.0, ssh_masters=0, peak_ssh_masters_pss_mib=0)
-    line = [x for x in scale_bench.report(samples, list(verdicts.values()), meta).splitlines()
-            if "no-op wall per target" in x and "100 targets deployed" in x][0]
+        s.update(
+            batches=1,
+            wall_seconds=s["wall_per_target"] * s["targets"],
+            cpu_seconds=1.0,
+            store_bytes=1,
+            wal_bytes=None,
+            peak_rss_mib=300.0,
+            host_busy_pct=90.0,
+            ssh_masters=0,
+            peak_ssh_masters_pss_mib=0,
+        )
+    line = [
+        x
+        for x in scale_bench.report(samples, list(verdicts.values()), meta).splitlines()
+        if "no-op wall per target" in x and "100 targets deployed" in x
+    ][0]
     assert "1.003  (<= 1.00)  MISS  [1.003 / 1.000]" in line

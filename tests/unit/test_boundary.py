@@ -56,24 +56,34 @@ def test_target_side_imports_only_stdlib_and_module_utils(path):
     assert not bad, "%s imports %s, which targets do not have" % (path, ", ".join(bad))
 
 
-@pytest.mark.parametrize("source,ok", [
-    ("import json\nfrom os import path", True),
-    ("from ansible.module_utils.basic import AnsibleModule", True),
-    ("from %s.contract import vocabulary" % OWN_TARGET, True),
-    ("from ansible_collections.stellaops.runtime.plugins.plugin_utils.release import plan", False),
-    ("import requests", False),
-    ("from ansible.plugins.action import ActionBase", False),
-], ids=["stdlib", "ansible-module-utils", "own-module-utils", "plugin-utils", "third-party", "controller-api"])
+@pytest.mark.parametrize(
+    "source,ok",
+    [
+        ("import json\nfrom os import path", True),
+        ("from ansible.module_utils.basic import AnsibleModule", True),
+        ("from %s.contract import vocabulary" % OWN_TARGET, True),
+        ("from ansible_collections.stellaops.runtime.plugins.plugin_utils.release import plan", False),
+        ("import requests", False),
+        ("from ansible.plugins.action import ActionBase", False),
+    ],
+    ids=["stdlib", "ansible-module-utils", "own-module-utils", "plugin-utils", "third-party", "controller-api"],
+)
 def test_the_boundary_check_itself(source, ok):
     assert all(allowed_on_target(name) for name in imported_modules(source)) is ok
 
 
 def test_controller_code_lives_in_plugin_utils():
     names = set(_files("plugins/plugin_utils"))
-    assert {"plugins/plugin_utils/release/plan.py", "plugins/plugin_utils/release/schema.py",
-            "plugins/plugin_utils/probe/verify.py", "plugins/plugin_utils/evidence/deployment.py",
-            "plugins/plugin_utils/evidence/rollback.py", "plugins/plugin_utils/evidence/graph_proof.py",
-            "plugins/plugin_utils/job/record.py", "plugins/plugin_utils/store/sql.py"} <= names
+    assert {
+        "plugins/plugin_utils/release/plan.py",
+        "plugins/plugin_utils/release/schema.py",
+        "plugins/plugin_utils/probe/verify.py",
+        "plugins/plugin_utils/evidence/deployment.py",
+        "plugins/plugin_utils/evidence/rollback.py",
+        "plugins/plugin_utils/evidence/graph_proof.py",
+        "plugins/plugin_utils/job/record.py",
+        "plugins/plugin_utils/store/sql.py",
+    } <= names
 
 
 SIDES = ("plugins/plugin_utils", "plugins/module_utils")
@@ -94,8 +104,13 @@ def test_each_side_is_grouped_into_subpackages_that_say_what_they_own():
 
 def test_no_plugin_file_above_500_lines():
     long = []
-    for rel in ("plugins/modules", "plugins/module_utils", "plugins/plugin_utils", "plugins/action",
-                "plugins/doc_fragments"):
+    for rel in (
+        "plugins/modules",
+        "plugins/module_utils",
+        "plugins/plugin_utils",
+        "plugins/action",
+        "plugins/doc_fragments",
+    ):
         for path in _files(rel):
             with open(os.path.join(ROOT, path), encoding="utf-8") as handle:
                 count = sum(1 for _line in handle)
@@ -106,26 +121,37 @@ def test_no_plugin_file_above_500_lines():
 
 # Ansible imports an action plugin in the controller's main process before the first task that uses
 # it, so what these import is paid by every playbook run. ``requests`` waits for the first HTTP call.
-EVERY_RUN_ACTIONS = ("stella_plan", "stella_probe", "stella_evidence", "stella_job", "stella_compose_deploy",
-                     "stella_preflight", "stella_rollback")
+EVERY_RUN_ACTIONS = (
+    "stella_plan",
+    "stella_probe",
+    "stella_evidence",
+    "stella_job",
+    "stella_compose_deploy",
+    "stella_preflight",
+    "stella_rollback",
+)
 
 
 @pytest.mark.parametrize("action", EVERY_RUN_ACTIONS)
 def test_action_plugins_import_requests_only_when_a_request_is_sent(action):
-    code = ("import sys\n"
-            "import ansible_collections.stellaops.runtime.plugins.action.%s\n"
-            "print(sorted(m for m in sys.modules if m == 'requests' or m.startswith('requests.')))\n" % action)
+    code = (
+        "import sys\n"
+        "import ansible_collections.stellaops.runtime.plugins.action.%s\n"
+        "print(sorted(m for m in sys.modules if m == 'requests' or m.startswith('requests.')))\n" % action
+    )
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
     assert out.strip() == "[]", "importing the %s action plugin imported %s" % (action, out.strip())
 
 
 def test_requests_is_loaded_at_first_use():
-    code = ("import sys\n"
-            "from ansible_collections.stellaops.runtime.plugins.plugin_utils.execution import http as _requests\n"
-            "assert 'requests' not in sys.modules\n"
-            "module = _requests.load()\n"
-            "print(module.__name__, 'requests' in sys.modules, _requests.available(), _requests.import_error())\n")
+    code = (
+        "import sys\n"
+        "from ansible_collections.stellaops.runtime.plugins.plugin_utils.execution import http as _requests\n"
+        "assert 'requests' not in sys.modules\n"
+        "module = _requests.load()\n"
+        "print(module.__name__, 'requests' in sys.modules, _requests.available(), _requests.import_error())\n"
+    )
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
     assert out.split() == ["requests", "True", "True", "None"]

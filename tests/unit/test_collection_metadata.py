@@ -43,10 +43,12 @@ def requirement_lines(*parts):
 
 # How a page states the collection's version: the tarball's name, the EE image tag, `stella --version`'s
 # line, "Version X" in the README.
-VERSION_PATTERNS = (re.compile(r"stellaops-runtime-(\d+\.\d+\.\d+)\.tar\.gz"),
-                    re.compile(r"stellaops-runtime-ee:(\d+\.\d+\.\d+)"),
-                    re.compile(r"stella \(stellaops\.runtime\) (\d+\.\d+\.\d+)"),
-                    re.compile(r"^Version (\d+\.\d+\.\d+)\.", re.M))
+VERSION_PATTERNS = (
+    re.compile(r"stellaops-runtime-(\d+\.\d+\.\d+)\.tar\.gz"),
+    re.compile(r"stellaops-runtime-ee:(\d+\.\d+\.\d+)"),
+    re.compile(r"stella \(stellaops\.runtime\) (\d+\.\d+\.\d+)"),
+    re.compile(r"^Version (\d+\.\d+\.\d+)\.", re.M),
+)
 
 
 def test_one_version_in_every_place_that_states_it():
@@ -58,9 +60,12 @@ def test_one_version_in_every_place_that_states_it():
     assert re.search(r"^v%s\n=+$" % re.escape(version), read("CHANGELOG.rst"), re.M)
     stated = {}
     pages = ["README.md", os.path.join("python", "README.md")] + sorted(
-        os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "docs", "*.md")))
-    pages += [os.path.join("extensions", "awx", "prepare_import.py"),
-              os.path.join("extensions", "awx", "project", "collections", "requirements.yml")]
+        os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "docs", "*.md"))
+    )
+    pages += [
+        os.path.join("extensions", "awx", "prepare_import.py"),
+        os.path.join("extensions", "awx", "project", "collections", "requirements.yml"),
+    ]
     for page in pages:
         text = read(page)
         for pattern in VERSION_PATTERNS:
@@ -68,10 +73,13 @@ def test_one_version_in_every_place_that_states_it():
                 stated.setdefault(found, []).append(page)
     assert "README.md" in stated.get(version, []) and os.path.join("docs", "install.md") in stated.get(version, [])
     assert set(stated) == {version}, "pages that state another version than galaxy.yml's %s: %s" % (
-        version, {v: p for v, p in stated.items() if v != version})
+        version,
+        {v: p for v, p in stated.items() if v != version},
+    )
 
 
 # ------------------------------------------------------------------------------------------- meta/runtime.yml
+
 
 def module_docs(path):
     tree = ast.parse(read(path))
@@ -84,8 +92,11 @@ def module_docs(path):
 def test_the_stella_action_group_is_every_module_of_the_collection():
     runtime = yaml.safe_load(read("meta", "runtime.yml"))
     group = runtime["action_groups"]["stella"]
-    modules = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, "plugins", "modules", "*.py"))
-                     if not os.path.basename(p).startswith("_"))
+    modules = sorted(
+        os.path.basename(p)[:-3]
+        for p in glob.glob(os.path.join(ROOT, "plugins", "modules", "*.py"))
+        if not os.path.basename(p).startswith("_")
+    )
     assert "stella_job" in modules and len(modules) >= 10
     assert sorted(group) == modules and len(group) == len(set(group))
     for name in modules:
@@ -103,6 +114,7 @@ def test_requires_ansible_is_the_tested_ansible_core():
     assert tuple(int(p) for p in floor.groups()) == tested
     import ansible  # pylint: disable=import-outside-toplevel
     from ansible.release import __version__  # pylint: disable=import-outside-toplevel
+
     assert ansible and tuple(int(p) for p in __version__.split(".")[:2]) == tested
     minor = "%d.%d" % tested
     assert "ansible-core>=%s" % minor in read("execution-environment.yml")
@@ -122,10 +134,21 @@ def test_galaxy_names_the_repository_and_keeps_the_pip_package_and_dev_files_out
 
 def test_the_readme_is_for_users_with_absolute_links():
     readme = read("README.md")
-    assert readme.index("pip install stellaops-runtime") < readme.index("ansible-galaxy collection install stellaops.runtime") \
+    assert (
+        readme.index("pip install stellaops-runtime")
+        < readme.index("ansible-galaxy collection install stellaops.runtime")
         < readme.index("stellaops.runtime.job")
-    for step in ("pip install", "stella_targets:", "stella_release:", "stellaops.runtime.job -e @release.yml",
-                 "stella list", "stella show JOB", "stellaops.runtime.rollback -e stella_job_id=JOB", "stella report JOB"):
+    )
+    for step in (
+        "pip install",
+        "stella_targets:",
+        "stella_release:",
+        "stellaops.runtime.job -e @release.yml",
+        "stella list",
+        "stella show JOB",
+        "stellaops.runtime.rollback -e stella_job_id=JOB",
+        "stella report JOB",
+    ):
         assert step in readme, step
     assert "make demo" not in readme and "make test" not in readme
     links = re.findall(r"\]\(([^)]+)\)", readme)
@@ -145,15 +168,21 @@ def test_extra_docs_list_pages_that_exist():
 
 # ------------------------------------------------------------------------------------------- requirement sets
 
+
 def test_the_pip_package_depends_on_the_requirement_sets():
     project = pyproject()["project"]
     core = requirement_lines("requirements.txt")
     assert {line.split(">")[0].split("=")[0] for line in core} == {"requests", "docker", "psutil"}
     assert project["dependencies"] == [d for d in project["dependencies"] if d.startswith("ansible-core")] + core
-    assert project["optional-dependencies"] == {"postgres": requirement_lines("requirements", "postgres.txt"),
-                                                "provider": requirement_lines("requirements", "provider.txt")}
+    assert project["optional-dependencies"] == {
+        "postgres": requirement_lines("requirements", "postgres.txt"),
+        "provider": requirement_lines("requirements", "provider.txt"),
+    }
     assert project["scripts"] == {"stella": "stellaops_runtime:main"}
-    assert requirement_lines("requirements", "execution-environment.txt") == ["-r ../requirements.txt", "-r postgres.txt"]
+    assert requirement_lines("requirements", "execution-environment.txt") == [
+        "-r ../requirements.txt",
+        "-r postgres.txt",
+    ]
     assert "requirements/execution-environment.txt" in read("meta", "execution-environment.yml")
 
 
@@ -162,25 +191,61 @@ def test_pip_install_puts_stella_on_path_and_it_runs_the_installed_collection(tm
     venv: nothing is downloaded), then its ``stella`` console script."""
     source = tmp_path / "src"
     shutil.copytree(os.path.join(ROOT, "python"), source)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
-                    str(tmp_path / "dist"), str(source)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp_path / "dist"),
+            str(source),
+        ],
+        check=True,
+        capture_output=True,
+    )
     wheel = glob.glob(str(tmp_path / "dist" / "stellaops_runtime-*.whl"))
     assert len(wheel) == 1 and galaxy()["version"] in wheel[0]
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q",
-                    "--no-deps", "--no-index", wheel[0]], check=True, capture_output=True)
-    site = subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          check=True, capture_output=True, text=True).stdout.strip()
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(venv / "bin" / "python"),
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-index",
+            wheel[0],
+        ],
+        check=True,
+        capture_output=True,
+    )
+    site = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     with open(os.path.join(site, "test-venv.pth"), "w", encoding="utf-8") as handle:
         handle.write(sysconfig.get_paths()["purelib"] + "\n")  # ansible-core, requests... of the test venv
     stella = str(venv / "bin" / "stella")
     assert os.access(stella, os.X_OK)
     home = tmp_path / "home"
     home.mkdir()
-    env = dict(os.environ, HOME=str(home), ANSIBLE_COLLECTIONS_PATH=COLLECTIONS, PATH=str(venv / "bin") + ":/usr/bin:/bin")
+    env = dict(
+        os.environ, HOME=str(home), ANSIBLE_COLLECTIONS_PATH=COLLECTIONS, PATH=str(venv / "bin") + ":/usr/bin:/bin"
+    )
     env.pop("ANSIBLE_CONFIG", None)
-    done = subprocess.run(["stella", "--version"], env=env, capture_output=True, text=True, cwd=str(tmp_path), check=False)
+    done = subprocess.run(
+        ["stella", "--version"], env=env, capture_output=True, text=True, cwd=str(tmp_path), check=False
+    )
     assert (done.returncode, done.stdout) == (0, "stella (stellaops.runtime) %s\n" % galaxy()["version"]), done.stderr
     done = subprocess.run(["stella", "list"], env=env, capture_output=True, text=True, cwd=str(tmp_path), check=False)
     assert done.returncode == 1 and done.stderr.startswith("stella list: job_store_missing:")  # the collection's own
@@ -189,7 +254,9 @@ def test_pip_install_puts_stella_on_path_and_it_runs_the_installed_collection(tm
     default.mkdir(parents=True)
     os.symlink(ROOT, default / "runtime")
     env.pop("ANSIBLE_COLLECTIONS_PATH")
-    done = subprocess.run(["stella", "--version"], env=env, capture_output=True, text=True, cwd=str(tmp_path), check=False)
+    done = subprocess.run(
+        ["stella", "--version"], env=env, capture_output=True, text=True, cwd=str(tmp_path), check=False
+    )
     assert done.returncode == 0 and galaxy()["version"] in done.stdout, done.stderr
     # no collection anywhere: one line with the command to run, exit 1
     os.unlink(default / "runtime")

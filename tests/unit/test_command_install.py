@@ -28,6 +28,7 @@ HINT = "; next: " + next_step("provider_dependency_missing")
 def site_packages():
     """The site-packages directory of the Python running these tests (it has all three dependencies)."""
     import ansible  # pylint: disable=import-outside-toplevel
+
     return os.path.dirname(os.path.dirname(ansible.__file__))
 
 
@@ -45,52 +46,84 @@ def venvs(tmp_path_factory):
     shared.mkdir()
     for package in ("ansible", "requests"):
         os.symlink(os.path.join(site_packages(), package), shared / package)
-    purelib = subprocess.run([made["no_runner"], "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             check=True, capture_output=True, text=True).stdout.strip()
+    purelib = subprocess.run(
+        [made["no_runner"], "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     with open(os.path.join(purelib, "shared.pth"), "w", encoding="utf-8") as handle:
         handle.write(str(shared) + "\n")
     return made
 
 
 def run(python, *args, cwd=None):
-    return subprocess.run([python, STELLA] + list(args), capture_output=True, text=True, check=False, timeout=120,
-                          stdin=subprocess.DEVNULL, cwd=cwd)
+    return subprocess.run(
+        [python, STELLA] + list(args),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+        cwd=cwd,
+    )
 
 
 def test_the_second_environment_lacks_only_ansible_runner(venvs):
-    probe = "import importlib.util as u; print([m for m in ('ansible', 'ansible_runner', 'requests') if u.find_spec(m)])"
-    assert subprocess.run([venvs["no_runner"], "-c", probe], capture_output=True, text=True,
-                          check=True).stdout.strip() == "['ansible', 'requests']"
-    assert subprocess.run([venvs["bare"], "-c", probe], capture_output=True, text=True, check=True).stdout.strip() == "[]"
+    probe = (
+        "import importlib.util as u; print([m for m in ('ansible', 'ansible_runner', 'requests') if u.find_spec(m)])"
+    )
+    assert (
+        subprocess.run([venvs["no_runner"], "-c", probe], capture_output=True, text=True, check=True).stdout.strip()
+        == "['ansible', 'requests']"
+    )
+    assert (
+        subprocess.run([venvs["bare"], "-c", probe], capture_output=True, text=True, check=True).stdout.strip() == "[]"
+    )
 
 
 def test_install_without_ansible_runner_names_the_pip_line_and_writes_nothing(venvs, tmp_path):
     proc = run(venvs["no_runner"], "install", "--bin-dir", str(tmp_path / "bin"), "--plugin-dir", str(tmp_path / "p"))
     assert (proc.returncode, proc.stdout) == (1, "")
-    assert proc.stderr == ("stella install: provider_dependency_missing: stella install needs the Python module "
-                           "ansible_runner, which {py} cannot import: run {py} -m pip install ansible-runner{hint}\n"
-                           .format(py=venvs["no_runner"], hint=HINT))
+    assert proc.stderr == (
+        "stella install: provider_dependency_missing: stella install needs the Python module "
+        "ansible_runner, which {py} cannot import: run {py} -m pip install ansible-runner{hint}\n".format(
+            py=venvs["no_runner"], hint=HINT
+        )
+    )
     assert not (tmp_path / "bin").exists() and not (tmp_path / "p").exists()
 
 
 def test_install_in_a_bare_environment_names_every_missing_package(venvs, tmp_path):
     proc = run(venvs["bare"], "install", "--bin-dir", str(tmp_path / "bin"), "--plugin-dir", str(tmp_path / "p"))
     assert proc.returncode == 1 and "Traceback" not in proc.stderr and not (tmp_path / "p").exists()
-    assert proc.stderr.endswith("run %s -m pip install ansible-core ansible-runner requests%s\n" % (venvs["bare"], HINT))
+    assert proc.stderr.endswith(
+        "run %s -m pip install ansible-core ansible-runner requests%s\n" % (venvs["bare"], HINT)
+    )
     assert "modules ansible, ansible_runner, requests," in proc.stderr
 
 
-@pytest.mark.parametrize("command,extra", [
-    ("metadata", []), ("up", ["--image=registry.example/web:1"]), ("down", []), ("stop", []),
-    ("pull", ["--image=registry.example/web:1", "--source=registry", "--policy=missing"])])
+@pytest.mark.parametrize(
+    "command,extra",
+    [
+        ("metadata", []),
+        ("up", ["--image=registry.example/web:1"]),
+        ("down", []),
+        ("stop", []),
+        ("pull", ["--image=registry.example/web:1", "--source=registry", "--policy=missing"]),
+    ],
+)
 def test_every_provider_call_checks_first_and_answers_one_json_error(venvs, tmp_path, command, extra):
     argv = ["compose", "--project-name=shop", command] + extra + ["--state_directory=%s" % (tmp_path / "s")]
     proc = run(venvs["no_runner"], *(argv + (["web"] if command != "metadata" else [])))
     lines = [json.loads(line) for line in proc.stdout.splitlines()]
     assert proc.returncode == 1 and [line["type"] for line in lines] == ["error"], proc.stdout + proc.stderr
-    assert lines[0]["message"] == ("provider_dependency_missing: stella compose {cmd} needs the Python module "
-                                   "ansible_runner, which {py} cannot import: run {py} -m pip install ansible-runner{hint}"
-                                   .format(cmd=command, py=venvs["no_runner"], hint=HINT))
+    assert lines[0]["message"] == (
+        "provider_dependency_missing: stella compose {cmd} needs the Python module "
+        "ansible_runner, which {py} cannot import: run {py} -m pip install ansible-runner{hint}".format(
+            cmd=command, py=venvs["no_runner"], hint=HINT
+        )
+    )
     assert not (tmp_path / "s").exists()
 
 
@@ -104,12 +137,15 @@ def test_down_does_not_ask_for_requests_and_up_does(venvs):
 def test_the_check_finds_what_is_there():
     _dependencies.require("install")  # this test's environment has them all
     assert _dependencies.missing(_dependencies.NEEDS["up"], lambda name: None if name == "requests" else True) == [
-        ("requests", "requests")]
+        ("requests", "requests")
+    ]
 
 
 def test_the_launchers_import_main_from_the_command_package(tmp_path, capsys):
     assert _command.ENTRY_POINT == _command.main.__module__
-    assert _command.main(["stella", "install", "--bin-dir", str(tmp_path / "b"), "--plugin-dir", str(tmp_path / "p")]) == 0
+    assert (
+        _command.main(["stella", "install", "--bin-dir", str(tmp_path / "b"), "--plugin-dir", str(tmp_path / "p")]) == 0
+    )
     capsys.readouterr()
     assert "from %s import main\n" % _command.ENTRY_POINT in (tmp_path / "b" / "stella").read_text()
     with open(os.path.join(ROOT, "scripts", "stella.py"), encoding="utf-8") as handle:
@@ -117,6 +153,7 @@ def test_the_launchers_import_main_from_the_command_package(tmp_path, capsys):
 
 
 # ------------------------------------------------------------------------------------ who installs
+
 
 def as_user(monkeypatch, tmp_path, euid, path):
     monkeypatch.setattr(os, "geteuid", lambda: euid)
@@ -132,8 +169,10 @@ def test_a_user_other_than_root_gets_local_bin_and_a_warning_when_it_is_not_on_p
     launcher = tmp_path / ".local" / "bin" / "stella"
     assert out == "installed %s, %s\n" % (launcher, tmp_path / "p" / "docker-stella")
     assert os.access(launcher, os.X_OK)
-    assert err == ("stella install: warning: {d} is not on PATH: add it (export PATH=\"{d}:$PATH\" in your shell "
-                   "profile) or run {l}\n".format(d=tmp_path / ".local" / "bin", l=launcher))
+    assert err == (
+        'stella install: warning: {d} is not on PATH: add it (export PATH="{d}:$PATH" in your shell '
+        "profile) or run {l}\n".format(d=tmp_path / ".local" / "bin", l=launcher)
+    )
     monkeypatch.setenv("PATH", "%s:/usr/bin" % (tmp_path / ".local" / "bin"))
     assert _command.main(["stella", "install", "--plugin-dir", str(tmp_path / "p")]) == 0
     assert capsys.readouterr()[1] == ""
@@ -142,7 +181,9 @@ def test_a_user_other_than_root_gets_local_bin_and_a_warning_when_it_is_not_on_p
 def test_root_keeps_usr_local_bin(tmp_path, monkeypatch):
     as_user(monkeypatch, tmp_path, 0, "/usr/bin")
     assert _command.default_bin_dir() == "/usr/local/bin"
-    assert "/usr/local/bin for root, ~/.local/bin for any other user" in " ".join(_command.install_parser().format_help().split())
+    assert "/usr/local/bin for root, ~/.local/bin for any other user" in " ".join(
+        _command.install_parser().format_help().split()
+    )
 
 
 def test_project_directories_are_per_user_unless_root(tmp_path):
@@ -157,5 +198,7 @@ def test_up_and_down_of_a_user_other_than_root_use_their_own_project_directories
     as_user(monkeypatch, tmp_path, 1000, "/usr/bin")
     parsed = _protocol.parse_argv(["compose", "--project-name=shop", "up", "--image=r/w:1", "web"])
     assert _protocol.release_from(parsed)["workDirectory"] == str(tmp_path / ".local" / "state" / "stella" / "projects")
-    parsed = _protocol.parse_argv(["compose", "--project-name=shop", "up", "--image=r/w:1", "--work_directory=/w", "web"])
+    parsed = _protocol.parse_argv(
+        ["compose", "--project-name=shop", "up", "--image=r/w:1", "--work_directory=/w", "web"]
+    )
     assert _protocol.release_from(parsed)["workDirectory"] == "/w"

@@ -24,7 +24,9 @@ def test_a_stale_page_is_found(tmp_path):
     try:
         with open(page, "a", encoding="utf-8") as handle:
             handle.write("\nedited by hand\n")
-        proc = subprocess.run([sys.executable, RENDER, "--check"], capture_output=True, text=True, check=False, cwd=ROOT)
+        proc = subprocess.run(
+            [sys.executable, RENDER, "--check"], capture_output=True, text=True, check=False, cwd=ROOT
+        )
         assert proc.returncode == 1 and "docs/docsite/rst/install.rst" in proc.stderr
     finally:
         with open(page, "w", encoding="utf-8") as handle:
@@ -40,11 +42,18 @@ def test_every_listed_page_is_rendered_and_links_to_other_pages_stay_on_the_site
     listed = render.pages()
     assert sorted(n[:-4] for n in os.listdir(os.path.join(ROOT, "docs", "docsite", "rst"))) == sorted(listed)
     text = render.absolute("[jobs](jobs.md#the-job-record) [lab](lab.md) [up](../README.md)", set(listed))
-    assert text == ("[jobs](jobs.html#the-job-record) [lab](https://github.com/stellaops/runtime/blob/main/docs/lab.md) "
-                    "[up](https://github.com/stellaops/runtime/blob/main/README.md)")
+    assert text == (
+        "[jobs](jobs.html#the-job-record) [lab](https://github.com/stellaops/runtime/blob/main/docs/lab.md) "
+        "[up](https://github.com/stellaops/runtime/blob/main/README.md)"
+    )
 
 
 def test_antsibull_docs_accepts_the_collection_docs():
-    proc = subprocess.run([os.path.join(BIN, "antsibull-docs"), "lint-collection-docs", "."], capture_output=True,
-                          text=True, check=False, cwd=ROOT)
+    proc = subprocess.run(
+        [os.path.join(BIN, "antsibull-docs"), "lint-collection-docs", "."],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0 and not proc.stdout.strip(), proc.stdout + proc.stderr

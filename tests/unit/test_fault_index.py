@@ -63,14 +63,21 @@ def raised_codes():
             tree = ast.parse(handle.read())
         trees.append((path, tree))
         for node in tree.body:
-            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
-                    and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            if (
+                isinstance(node, ast.Assign)
+                and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)
+                and isinstance(node.value, ast.Constant)
+                and isinstance(node.value.value, str)
+            ):
                 constants.setdefault(node.targets[0].id, set()).add(node.value.value)
         for node in ast.walk(tree):
             if isinstance(node, ast.ClassDef):
                 bases.setdefault(node.name, set()).update(
-                    base.id if isinstance(base, ast.Name) else base.attr for base in node.bases
-                    if isinstance(base, (ast.Name, ast.Attribute)))
+                    base.id if isinstance(base, ast.Name) else base.attr
+                    for base in node.bases
+                    if isinstance(base, (ast.Name, ast.Attribute))
+                )
     errors = {"StellaError"}
     while True:
         more = {name for name, parents in bases.items() if parents & errors} - errors
@@ -95,16 +102,25 @@ def raised_codes():
         for node in ast.walk(tree):
             candidates = []
             if isinstance(node, ast.Call):
-                func = node.func.id if isinstance(node.func, ast.Name) else \
-                    node.func.attr if isinstance(node.func, ast.Attribute) else None
+                func = (
+                    node.func.id
+                    if isinstance(node.func, ast.Name)
+                    else node.func.attr
+                    if isinstance(node.func, ast.Attribute)
+                    else None
+                )
                 if func in errors and node.args:
                     candidates += values(node.args[0])
                 candidates += [v for kw in node.keywords if kw.arg == "code" for v in values(kw.value)]
             elif isinstance(node, ast.Constant) and isinstance(node.value, str) and PRINTED_RE.match(node.value):
                 candidates.append(PRINTED_RE.match(node.value).group("code"))
             elif isinstance(node, ast.Dict):
-                candidates += [v for key, value in zip(node.keys, node.values)
-                               if isinstance(key, ast.Constant) and key.value == "code" for v in values(value)]
+                candidates += [
+                    v
+                    for key, value in zip(node.keys, node.values)
+                    if isinstance(key, ast.Constant) and key.value == "code"
+                    for v in values(value)
+                ]
             for value in candidates:
                 if isinstance(value, str) and CODE_RE.match(value):
                     found.setdefault(value, os.path.relpath(path, ROOT))
@@ -115,10 +131,18 @@ def test_every_code_the_collection_raises_has_its_entry():
     found = raised_codes()
     assert len(found) > 80  # the scan sees the codes (it would pass on nothing otherwise)
     missing = {code: path for code, path in found.items() if code not in CODES}
-    assert not missing, "add these codes to plugins/module_utils/contract/hints.py CODES and docs/faults.md: %s" % missing
+    assert not missing, (
+        "add these codes to plugins/module_utils/contract/hints.py CODES and docs/faults.md: %s" % missing
+    )
     # the scan follows subclasses of StellaError and the codes a stella command prints
-    for code in ("compose_protocol", "image_stream_truncated", "invalid_arguments", "invalid_option",
-                 "report_write_failed", "traffic_adapter_failed"):
+    for code in (
+        "compose_protocol",
+        "image_stream_truncated",
+        "invalid_arguments",
+        "invalid_option",
+        "report_write_failed",
+        "traffic_adapter_failed",
+    ):
         assert code in found, code
 
 
@@ -134,9 +158,19 @@ def test_every_code_the_collection_raises_has_a_hint_and_a_line_in_the_index():
 
 
 def test_every_code_the_vocabulary_names_has_its_entry():
-    named = set(vocabulary.PREFLIGHT_CODES) | set(vocabulary.RUNTIME_INSTALL_CODES) | set(vocabulary.OFFLINE_CODES) | {
-        vocabulary.INVALID_PAYLOAD, vocabulary.UNREACHABLE_CODE, vocabulary.PROJECT_BUSY, vocabulary.JOB_INTERRUPTED,
-        vocabulary.JOB_CHECK_MODE, getattr(vocabulary, "CLAIM_SUPERSEDED", "claim_superseded")}
+    named = (
+        set(vocabulary.PREFLIGHT_CODES)
+        | set(vocabulary.RUNTIME_INSTALL_CODES)
+        | set(vocabulary.OFFLINE_CODES)
+        | {
+            vocabulary.INVALID_PAYLOAD,
+            vocabulary.UNREACHABLE_CODE,
+            vocabulary.PROJECT_BUSY,
+            vocabulary.JOB_INTERRUPTED,
+            vocabulary.JOB_CHECK_MODE,
+            getattr(vocabulary, "CLAIM_SUPERSEDED", "claim_superseded"),
+        }
+    )
     assert named - set(CODES) == set()
 
 
@@ -158,8 +192,19 @@ def test_the_fault_index_has_one_line_per_code_with_its_hint_and_a_link_that_res
     assert not missing, "docs/faults.md's index by code lacks: %s" % ", ".join(missing)
 
 
-@pytest.mark.parametrize("code", ["project_busy", "workdir_not_writable", "job_store_missing", "registry_auth_failed",
-                                  "disk_space_low", "claim_superseded", "target_unreachable", "image_unresolved"])
+@pytest.mark.parametrize(
+    "code",
+    [
+        "project_busy",
+        "workdir_not_writable",
+        "job_store_missing",
+        "registry_auth_failed",
+        "disk_space_low",
+        "claim_superseded",
+        "target_unreachable",
+        "image_unresolved",
+    ],
+)
 def test_codes_an_operator_fixes_name_the_next_step(code):
     assert next_step(code)
 
@@ -189,5 +234,12 @@ def test_failures_carry_the_hint_where_their_code_appears():
 
 
 def test_byte_counts_read_in_binary_units():
-    assert [human_bytes(n) for n in (0, 999, 1024, 1536, 2 * 1024 ** 2, 1024 ** 3, 5 * 1024 ** 4)] == [
-        "0 B", "999 B", "1 KiB", "1.5 KiB", "2 MiB", "1 GiB", "5 TiB"]
+    assert [human_bytes(n) for n in (0, 999, 1024, 1536, 2 * 1024**2, 1024**3, 5 * 1024**4)] == [
+        "0 B",
+        "999 B",
+        "1 KiB",
+        "1.5 KiB",
+        "2 MiB",
+        "1 GiB",
+        "5 TiB",
+    ]

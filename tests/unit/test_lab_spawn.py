@@ -15,7 +15,10 @@ def _bash(script, tmp_path):
     return subprocess.run(
         ["bash", "-c", f'source "{LAB_SH}"\nset +e\n{script}'],
         env={"PATH": "/usr/bin:/bin:/usr/sbin:/sbin", "HOME": str(tmp_path), "STELLA_LAB_STATE": str(tmp_path)},
-        capture_output=True, text=True, timeout=120, check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
 
 

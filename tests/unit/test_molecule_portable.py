@@ -18,12 +18,23 @@ MOLECULE = os.path.join(ROOT, "extensions", "molecule")
 LAB_OVERRIDE = os.path.join(MOLECULE, "lab.yml")
 # What only this repository's lab has: its description, its registry name, its target images, its
 # Compose binary, the variables its Makefile sets.
-LAB_MARKERS = ("stella_lab", "STELLA_LAB", "lab.json", ".lab/", "registry.lab", "stella-target", "compose_binary",
-               "STELLA_COLLECTIONS_PATH", "172.17.0.1")
-SCENARIO_VARIABLES = {"stella_molecule_registry": "STELLA_MOLECULE_REGISTRY",
-                      "stella_molecule_registry_ip": "STELLA_MOLECULE_REGISTRY_IP",
-                      "stella_molecule_image_ref": "STELLA_MOLECULE_IMAGE_REF",
-                      "stella_molecule_broken_image_ref": "STELLA_MOLECULE_BROKEN_IMAGE_REF"}
+LAB_MARKERS = (
+    "stella_lab",
+    "STELLA_LAB",
+    "lab.json",
+    ".lab/",
+    "registry.lab",
+    "stella-target",
+    "compose_binary",
+    "STELLA_COLLECTIONS_PATH",
+    "172.17.0.1",
+)
+SCENARIO_VARIABLES = {
+    "stella_molecule_registry": "STELLA_MOLECULE_REGISTRY",
+    "stella_molecule_registry_ip": "STELLA_MOLECULE_REGISTRY_IP",
+    "stella_molecule_image_ref": "STELLA_MOLECULE_IMAGE_REF",
+    "stella_molecule_broken_image_ref": "STELLA_MOLECULE_BROKEN_IMAGE_REF",
+}
 # ${NAME} or ${NAME:-default}, molecule's interpolation in its config files
 PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(:?-)?([^}]*)\}")
 
@@ -39,8 +50,11 @@ def load(path):
 
 def portable_files():
     """Every file the scenarios read with the portable settings: all of extensions/molecule but lab.yml."""
-    files = sorted(p for p in glob.glob(os.path.join(MOLECULE, "**", "*"), recursive=True)
-                   if os.path.isfile(p) and p != LAB_OVERRIDE)
+    files = sorted(
+        p
+        for p in glob.glob(os.path.join(MOLECULE, "**", "*"), recursive=True)
+        if os.path.isfile(p) and p != LAB_OVERRIDE
+    )
     assert len(files) >= 11, files
     return files
 
@@ -56,7 +70,7 @@ def makefile_recipe(target):
     lines = read(os.path.join(ROOT, "Makefile")).splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith(target + ":"))
     recipe = []
-    for line in lines[start + 1:]:
+    for line in lines[start + 1 :]:
         if not line.startswith("\t"):
             break
         recipe.append(line.strip())
@@ -77,8 +91,11 @@ def test_the_marker_check_finds_the_lab_where_it_is():
     assert {"stella_lab", "STELLA_LAB", "lab.json"} <= set(lab_markers_in(read(LAB_OVERRIDE)))
 
 
-@pytest.mark.parametrize("path", [os.path.join(MOLECULE, "config.yml"), LAB_OVERRIDE] + scenario_files(),
-                         ids=lambda p: os.path.relpath(p, MOLECULE))
+@pytest.mark.parametrize(
+    "path",
+    [os.path.join(MOLECULE, "config.yml"), LAB_OVERRIDE] + scenario_files(),
+    ids=lambda p: os.path.relpath(p, MOLECULE),
+)
 def test_config_placeholders_need_no_variable(path):
     """Molecule refuses ``${NAME:-}`` and renders an unset ``${NAME}`` as nothing: every placeholder is
     molecule's own or has a non-empty default, so a run with no variable set still renders."""
@@ -106,8 +123,9 @@ def test_every_variable_the_scenarios_read_is_documented():
 def test_the_lab_override_sets_the_scenario_variables_and_nothing_else():
     override = load(LAB_OVERRIDE)
     assert list(override) == ["provisioner"]
-    assert override["provisioner"] == {"inventory": {"group_vars": {"all": override["provisioner"]["inventory"]
-                                                                    ["group_vars"]["all"]}}}
+    assert override["provisioner"] == {
+        "inventory": {"group_vars": {"all": override["provisioner"]["inventory"]["group_vars"]["all"]}}
+    }
     assert set(override["provisioner"]["inventory"]["group_vars"]["all"]) == set(SCENARIO_VARIABLES) | {"stella_lab"}
 
 
@@ -136,6 +154,9 @@ def test_make_molecule_run_is_molecule_test_all_from_the_collection_root_with_th
     assert "cd " not in run
     assert run.endswith("molecule -c extensions/molecule/config.yml -c extensions/molecule/lab.yml test --all")
     image = makefile_recipe("molecule-image")
-    assert re.fullmatch(r"docker build -q -t stella-molecule:trixie --build-arg BASE=stella-target:trixie "
-                        r"extensions/molecule/image", image)
+    assert re.fullmatch(
+        r"docker build -q -t stella-molecule:trixie --build-arg BASE=stella-target:trixie "
+        r"extensions/molecule/image",
+        image,
+    )
     assert "molecule-image" in read(os.path.join(ROOT, "Makefile")).split("\nmolecule-run:", 1)[1].splitlines()[0]

@@ -51,12 +51,25 @@ def collection(tmp_path, version, command=True, manifest=False):
 
 
 def stella(tmp_path, root, *argv):
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path / "home"), "ANSIBLE_COLLECTIONS_PATH": str(root),
-           "ANSIBLE_CONFIG": os.devnull}
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path / "home"),
+        "ANSIBLE_COLLECTIONS_PATH": str(root),
+        "ANSIBLE_CONFIG": os.devnull,
+    }
     code = "import sys; sys.path.insert(0, %r); import stellaops_runtime; sys.exit(stellaops_runtime.main(%r))" % (
-        PACKAGE, ["stella"] + list(argv))
-    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False,
-                          cwd=str(tmp_path), timeout=60)
+        PACKAGE,
+        ["stella"] + list(argv),
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=str(tmp_path),
+        timeout=60,
+    )
 
 
 def test_the_package_states_the_version_of_its_pyproject():
@@ -75,8 +88,13 @@ def test_another_version_that_has_the_command_runs_and_says_which_it_found(tmp_p
     assert (done.returncode, done.stdout) == (0, "collection command --version\n"), done.stderr
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("stella: warning: ")
     where = str(root / "ansible_collections" / "stellaops" / "runtime")
-    for part in ("stellaops.runtime %s" % version, where, "%s than this stella (stellaops-runtime %s)" % (
-            word, own_version()), "runs it", "stellaops-runtime==%s" % version):
+    for part in (
+        "stellaops.runtime %s" % version,
+        where,
+        "%s than this stella (stellaops-runtime %s)" % (word, own_version()),
+        "runs it",
+        "stellaops-runtime==%s" % version,
+    ):
         assert part in done.stderr, (part, done.stderr)
 
 
@@ -85,16 +103,20 @@ def test_an_older_collection_without_the_command_is_named_not_reported_missing(t
     done = stella(tmp_path, root, "list")
     assert (done.returncode, done.stdout) == (1, "")
     assert done.stderr.startswith("stella: collection_incompatible: ") and done.stderr.count("\n") == 1, done.stderr
-    for part in ("stellaops.runtime 0.1.0", str(root),
-                 "older than this stella (stellaops-runtime %s); this stella cannot run it" % own_version(),
-                 "ansible-galaxy collection install --upgrade stellaops.runtime"):
+    for part in (
+        "stellaops.runtime 0.1.0",
+        str(root),
+        "older than this stella (stellaops-runtime %s); this stella cannot run it" % own_version(),
+        "ansible-galaxy collection install --upgrade stellaops.runtime",
+    ):
         assert part in done.stderr, (part, done.stderr)
 
 
 def test_a_collection_whose_command_cannot_be_imported_is_one_line(tmp_path):
     root = collection(tmp_path, "99.0.0")
     root.joinpath("ansible_collections", "stellaops", "runtime", *stellaops_runtime.ENTRY).write_text(
-        "import stella_needs_this_module_99\n")
+        "import stella_needs_this_module_99\n"
+    )
     done = stella(tmp_path, root, "list")
     assert (done.returncode, done.stdout) == (1, "")
     assert done.stderr.startswith("stella: collection_incompatible: ") and done.stderr.count("\n") == 1, done.stderr

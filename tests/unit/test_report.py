@@ -37,54 +37,113 @@ def h(seed):
 
 def deployment(name, probe_status="passed"):
     """A target's ``deployment.json`` as the evidence phase writes it (the fields the report reads)."""
-    return {"evidenceVersion": "stella.deployment.evidence.v1", "evidenceDigest": h("evidence-" + name),
-            "artifacts": {"composeLockHash": h("lock-" + name), "versionStickerHash": h("sticker-" + name),
-                          "applyManifestHash": h("apply-" + name), "manifestHash": h("manifest-" + name),
-                          "artifactHashes": {"compose.stella.lock.yml": h("lock-" + name),
-                                             "stella.version.json": h("sticker-" + name),
-                                             "apply-manifest.json": h("apply-" + name)}},
-            "containers": [{"service": "web", "imageDigest": V2}],
-            "health": {"probe": {"healthProbe.status": probe_status, "healthProbe.count": 1,
-                                 "healthProbe.web.endpoint": "http://127.0.0.1:28201/",
-                                 "healthProbe.web.observed": "200" if probe_status == "passed" else "404",
-                                 "healthProbe.web.attempts": 2}}}
+    return {
+        "evidenceVersion": "stella.deployment.evidence.v1",
+        "evidenceDigest": h("evidence-" + name),
+        "artifacts": {
+            "composeLockHash": h("lock-" + name),
+            "versionStickerHash": h("sticker-" + name),
+            "applyManifestHash": h("apply-" + name),
+            "manifestHash": h("manifest-" + name),
+            "artifactHashes": {
+                "compose.stella.lock.yml": h("lock-" + name),
+                "stella.version.json": h("sticker-" + name),
+                "apply-manifest.json": h("apply-" + name),
+            },
+        },
+        "containers": [{"service": "web", "imageDigest": V2}],
+        "health": {
+            "probe": {
+                "healthProbe.status": probe_status,
+                "healthProbe.count": 1,
+                "healthProbe.web.endpoint": "http://127.0.0.1:28201/",
+                "healthProbe.web.observed": "200" if probe_status == "passed" else "404",
+                "healthProbe.web.attempts": 2,
+            }
+        },
+    }
 
 
 def base_job(names, batches, strategy="canary", config=None, release=None, auto=True):
-    targets = {n: {"targetId": "id-" + n, "targetName": n, "targetType": "ComposeHost", "endpoint": "ssh://" + n,
-                   "projectName": "acme_lab_shop_%s_green" % n, "slot": "green", "manifestHash": h("manifest-" + n)}
-               for n in names}
-    summary = {"release": release or {"id": "rel-2-0-0", "name": "shop", "version": "2.0.0"}, "tenant": "acme",
-               "environment": "lab", "application": "shop", "strategy": strategy,
-               "strategyConfig": config if config is not None else {"batchSize": [1, "100%"]},
-               "resolution": {"registry.lab:5001/stella/app:v2": {"digest": V2, "resolved": True}}}
-    record = _job.new_job("job-20260301T100000-ab12cd34", "stella_job_id", summary, batches, targets,
-                          {"autoRollbackOnFailure": auto, "autoRollbackSource": "default"}, T[0])
+    targets = {
+        n: {
+            "targetId": "id-" + n,
+            "targetName": n,
+            "targetType": "ComposeHost",
+            "endpoint": "ssh://" + n,
+            "projectName": "acme_lab_shop_%s_green" % n,
+            "slot": "green",
+            "manifestHash": h("manifest-" + n),
+        }
+        for n in names
+    }
+    summary = {
+        "release": release or {"id": "rel-2-0-0", "name": "shop", "version": "2.0.0"},
+        "tenant": "acme",
+        "environment": "lab",
+        "application": "shop",
+        "strategy": strategy,
+        "strategyConfig": config if config is not None else {"batchSize": [1, "100%"]},
+        "resolution": {"registry.lab:5001/stella/app:v2": {"digest": V2, "resolved": True}},
+    }
+    record = _job.new_job(
+        "job-20260301T100000-ab12cd34",
+        "stella_job_id",
+        summary,
+        batches,
+        targets,
+        {"autoRollbackOnFailure": auto, "autoRollbackSource": "default"},
+        T[0],
+    )
     return _job.start(record, T[1])
 
 
 def deploy(record, name, ok, at, failed_phase="verify"):
-    for index, phase in enumerate(PHASES[:PHASES.index(failed_phase) + 1] if not ok else PHASES):
+    for index, phase in enumerate(PHASES[: PHASES.index(failed_phase) + 1] if not ok else PHASES):
         status = "failed" if not ok and phase == failed_phase else "succeeded"
         record = _job.record_phase(record, name, phase, status, None, T[at], 100 * (index + 1), T[at])
-    facts = {"previousRevisionPath": "/var/lib/stella/projects/%s/revisions/000001" % name, "currentDigest": V2,
-             "evidence": {"deployment.json": {"path": "/ev/acme_lab_shop_%s_green/%s/deployment.json" % (
-                 name, record["jobId"]), "sha256": h("file-" + name)}}}
-    return _job.finish_target(record, name, ok, T[at], reason=None if ok else "Post-deploy health probe failed",
-                              code=None if ok else "health_probe_failed", facts=facts)
+    facts = {
+        "previousRevisionPath": "/var/lib/stella/projects/%s/revisions/000001" % name,
+        "currentDigest": V2,
+        "evidence": {
+            "deployment.json": {
+                "path": "/ev/acme_lab_shop_%s_green/%s/deployment.json" % (name, record["jobId"]),
+                "sha256": h("file-" + name),
+            }
+        },
+    }
+    return _job.finish_target(
+        record,
+        name,
+        ok,
+        T[at],
+        reason=None if ok else "Post-deploy health probe failed",
+        code=None if ok else "health_probe_failed",
+        facts=facts,
+    )
 
 
 def shift(record, batch, at, weights=(90, 10)):
     step = _job_traffic.shift_step(record, batch)
-    evidence = {"strategy.traffic.mode": "shift", "strategy.traffic.status": "shifted", "strategy.traffic.shifted": True,
-                "strategy.traffic.adapter": "webhook", "strategy.traffic.slot": "green",
-                "strategy.traffic.controlWeight": weights[0], "strategy.traffic.treatmentWeight": weights[1]}
+    evidence = {
+        "strategy.traffic.mode": "shift",
+        "strategy.traffic.status": "shifted",
+        "strategy.traffic.shifted": True,
+        "strategy.traffic.adapter": "webhook",
+        "strategy.traffic.slot": "green",
+        "strategy.traffic.controlWeight": weights[0],
+        "strategy.traffic.treatmentWeight": weights[1],
+    }
     return _job_traffic.record_shift(record, step, evidence, T[at])
 
 
 def gate(record, batch, failed, at):
-    decision = {"batch": batch, "proceed": not failed, "failedTargets": failed,
-                "reason": "batch %d: %s" % (batch + 1, "failed" if failed else "all succeeded")}
+    decision = {
+        "batch": batch,
+        "proceed": not failed,
+        "failedTargets": failed,
+        "reason": "batch %d: %s" % (batch + 1, "failed" if failed else "all succeeded"),
+    }
     return _job.record_gate(record, decision, T[at])
 
 
@@ -107,13 +166,27 @@ def rolled_back(release=None, config=None, rollback_ok=True):
         for index, phase in enumerate(ROLLBACK):
             record = _job.record_phase(record, name, phase, "succeeded", None, T[10 + at], 50 * (index + 1), T[10 + at])
         ok = rollback_ok or name != "t1"
-        record = _job.finish_rollback_target(record, name, ok, T[10 + at], reason=None if ok else "compose up failed",
-                                             facts={"rollbackDigest": V1 if name != "t1" else None,
-                                                    "restoredRevisionPath": "/r/" + name, "completedAt": T[10 + at]})
-    back = {"strategy.traffic.rollback.mode": "rollback", "strategy.traffic.rollback.status": "restored",
-            "strategy.traffic.rollback.shifted": True, "strategy.traffic.rollback.adapter": "webhook",
-            "strategy.traffic.rollback.slot": "active", "strategy.traffic.rollback.controlWeight": 100,
-            "strategy.traffic.rollback.treatmentWeight": 0}
+        record = _job.finish_rollback_target(
+            record,
+            name,
+            ok,
+            T[10 + at],
+            reason=None if ok else "compose up failed",
+            facts={
+                "rollbackDigest": V1 if name != "t1" else None,
+                "restoredRevisionPath": "/r/" + name,
+                "completedAt": T[10 + at],
+            },
+        )
+    back = {
+        "strategy.traffic.rollback.mode": "rollback",
+        "strategy.traffic.rollback.status": "restored",
+        "strategy.traffic.rollback.shifted": True,
+        "strategy.traffic.rollback.adapter": "webhook",
+        "strategy.traffic.rollback.slot": "active",
+        "strategy.traffic.rollback.controlWeight": 100,
+        "strategy.traffic.rollback.treatmentWeight": 0,
+    }
     record = _job_traffic.record_rollback(record, back, T[20])
     return _job.finish_rollback(record, T[21])
 
@@ -134,15 +207,27 @@ def failed_without_rollback():
 
 
 def render(record, **kwargs):
-    deployments = {n: deployment(n, "failed" if t["status"] == "Failed" or t.get("statusBeforeRollback") == "Failed"
-                                 else "passed") for n, t in record["targets"].items() if t.get("evidence")}
-    return _report.render_report(record, kwargs.pop("files", FILES), kwargs.pop("rollback", None),
-                                 kwargs.pop("deployments", deployments), **kwargs)
+    deployments = {
+        n: deployment(n, "failed" if t["status"] == "Failed" or t.get("statusBeforeRollback") == "Failed" else "passed")
+        for n, t in record["targets"].items()
+        if t.get("evidence")
+    }
+    return _report.render_report(
+        record,
+        kwargs.pop("files", FILES),
+        kwargs.pop("rollback", None),
+        kwargs.pop("deployments", deployments),
+        **kwargs,
+    )
 
 
-FILES = {"job.json": {"path": "/ev/jobs/job-20260301T100000-ab12cd34/job.json", "sha256": h("job.json")},
-         "rollback-evidence.json": {"path": "/ev/jobs/job-20260301T100000-ab12cd34/rollback-evidence.json",
-                                    "sha256": h("rollback-evidence.json")}}
+FILES = {
+    "job.json": {"path": "/ev/jobs/job-20260301T100000-ab12cd34/job.json", "sha256": h("job.json")},
+    "rollback-evidence.json": {
+        "path": "/ev/jobs/job-20260301T100000-ab12cd34/rollback-evidence.json",
+        "sha256": h("rollback-evidence.json"),
+    },
+}
 
 
 class Page(html.parser.HTMLParser):
@@ -173,12 +258,16 @@ class Page(html.parser.HTMLParser):
 
 
 # ---------------------------------------------------------------------------------------------- status
-@pytest.mark.parametrize("build,status,colour", [
-    (succeeded, "Succeeded", "#1a7f37"),
-    (rolled_back, "RolledBack", "#b45309"),
-    (lambda: rolled_back(rollback_ok=False), "Failed", "#b91c1c"),
-    (failed_without_rollback, "Failed", "#b91c1c"),
-], ids=["succeeded", "rolled-back", "rollback-failed", "failed-no-rollback"])
+@pytest.mark.parametrize(
+    "build,status,colour",
+    [
+        (succeeded, "Succeeded", "#1a7f37"),
+        (rolled_back, "RolledBack", "#b45309"),
+        (lambda: rolled_back(rollback_ok=False), "Failed", "#b91c1c"),
+        (failed_without_rollback, "Failed", "#b91c1c"),
+    ],
+    ids=["succeeded", "rolled-back", "rollback-failed", "failed-no-rollback"],
+)
 def test_the_banner_shows_the_status_in_its_own_colour(build, status, colour):
     record = build()
     assert record["status"] == status
@@ -194,9 +283,20 @@ def test_the_banner_shows_the_status_in_its_own_colour(build, status, colour):
 def test_the_report_shows_the_release_the_batch_plan_and_every_target_with_its_phases():
     record = rolled_back()
     page = Page(render(record))
-    for text in ("Release id rel-2-0-0", "Release shop 2.0.0", "Tenant acme", "Environment lab", "Application shop",
-                 "Strategy canary", "batchSize [1, \"100%\"]", "1 t1 proceed", "2 t2, t3 stop failed: t2 batch 2: failed",
-                 "before the rollback: Failed", "Not rolled back no retained revision", "Order (reverse batch order) t2 → t1"):
+    for text in (
+        "Release id rel-2-0-0",
+        "Release shop 2.0.0",
+        "Tenant acme",
+        "Environment lab",
+        "Application shop",
+        "Strategy canary",
+        'batchSize [1, "100%"]',
+        "1 t1 proceed",
+        "2 t2, t3 stop failed: t2 batch 2: failed",
+        "before the rollback: Failed",
+        "Not rolled back no retained revision",
+        "Order (reverse batch order) t2 → t1",
+    ):
         assert text in page.text, text
     for name in record["targetOrder"]:
         assert name in page.text
@@ -228,9 +328,16 @@ def test_the_rollback_and_its_proof_status_are_shown_per_target():
     # t1's rollback recorded no digest: the proof is incomplete for it
     assert evidence["proofStatus"] == "incomplete" and evidence["orderProofStatus"] == "complete"
     page = Page(render(record, rollback=evidence))
-    for text in ("proofStatus incomplete", "proofDigest " + evidence["proofDigest"],
-                 "orderProofStatus complete", "orderProofDigest " + evidence["orderProofDigest"],
-                 "digests match the evidence", "Attempted yes", "Automatic yes", "Failure t2: "):
+    for text in (
+        "proofStatus incomplete",
+        "proofDigest " + evidence["proofDigest"],
+        "orderProofStatus complete",
+        "orderProofDigest " + evidence["orderProofDigest"],
+        "digests match the evidence",
+        "Attempted yes",
+        "Automatic yes",
+        "Failure t2: ",
+    ):
         assert text in page.text, text
     rows = {t["targetName"]: t for t in evidence["targets"]}
     assert rows["t1"]["missingProofReason"] and rows["t2"]["hasDigestProof"] is True and "t3" not in rows
@@ -249,8 +356,9 @@ def test_a_job_without_rollback_says_why():
 
 
 # ---------------------------------------------------------------------------------------------- hashes and links
-@pytest.mark.parametrize("build", [succeeded, rolled_back, failed_without_rollback],
-                         ids=["succeeded", "rolled-back", "failed"])
+@pytest.mark.parametrize(
+    "build", [succeeded, rolled_back, failed_without_rollback], ids=["succeeded", "rolled-back", "failed"]
+)
 def test_every_hash_is_rendered(build):
     record = build()
     deployments = {n: deployment(n) for n in record["targets"]}
@@ -286,7 +394,7 @@ def test_links_are_relative_and_the_page_is_self_contained():
 
 # ---------------------------------------------------------------------------------------------- escaping, secrets
 HOSTILE = [
-    ("release name", {"release": {"id": "rel-x", "name": "<script>alert('x')</script>", "version": "1\"><b>"}}),
+    ("release name", {"release": {"id": "rel-x", "name": "<script>alert('x')</script>", "version": '1"><b>'}}),
     ("reason", {"reason": "failed: <img src=x onerror=alert(1)> & done"}),
     ("tenant", {"tenant": "acme</td></tr></table><script>boom()</script>"}),
 ]
@@ -306,11 +414,18 @@ def test_every_value_is_escaped(field, change):
 
 
 def test_a_planted_secret_is_never_rendered():
-    planted = {"secretEnv": {"DB_PASSWORD": "pl4nted-db-secret"},
-               "registryCredentials": {"registry.lab:5001": {"username": "robot", "password": "pl4nted-registry-pw"}}}
-    config = {"batchSize": [1, "100%"], "trafficAdapter": "webhook",
-              "trafficAdapterOptions": {"shiftUrl": "https://ops:pl4nted-url-pw@traffic.lab/shift",
-                                        "headers": {"Authorization": "Bearer pl4nted-token"}}}
+    planted = {
+        "secretEnv": {"DB_PASSWORD": "pl4nted-db-secret"},
+        "registryCredentials": {"registry.lab:5001": {"username": "robot", "password": "pl4nted-registry-pw"}},
+    }
+    config = {
+        "batchSize": [1, "100%"],
+        "trafficAdapter": "webhook",
+        "trafficAdapterOptions": {
+            "shiftUrl": "https://ops:pl4nted-url-pw@traffic.lab/shift",
+            "headers": {"Authorization": "Bearer pl4nted-token"},
+        },
+    }
     record = rolled_back(release={"id": "rel-2", "name": "shop", "version": "2.0.0", **planted}, config=config)
     record["strategyConfig"] = config  # as a record kept before its strategyConfig was masked at creation
     record["registry_credentials"] = {"registry.lab:5001": {"password": "pl4nted-registry-pw"}}
@@ -325,8 +440,15 @@ def test_a_planted_secret_is_never_rendered():
 
 
 def test_secret_collection_finds_values_only_under_secret_keys():
-    found = _report.collect_secrets({"a": {"secretEnv": {"X": "s1", "N": 5}}, "token": ["s2"], "name": "plain",
-                                     "url": "https://u:s3@h/", "Authorization-Header": "s4"})
+    found = _report.collect_secrets(
+        {
+            "a": {"secretEnv": {"X": "s1", "N": 5}},
+            "token": ["s2"],
+            "name": "plain",
+            "url": "https://u:s3@h/",
+            "Authorization-Header": "s4",
+        }
+    )
     assert sorted(found) == ["s1", "s2", "s3", "s4"]
 
 
@@ -389,18 +511,23 @@ def test_stella_report_writes_next_to_the_evidence_to_a_file_or_to_stdout(tmp_pa
     assert Page((job_dir / "report.html").read_text()).banner["data-status"] == "RolledBack"
     output = tmp_path / "out" / "r.html"
     output.parent.mkdir()
-    rc, out, _err = cli([record["jobId"], "--store", "sqlite:///" + store, "--evidence-dir", str(root),
-                         "--output", str(output)], capsys)
+    rc, out, _err = cli(
+        [record["jobId"], "--store", "sqlite:///" + store, "--evidence-dir", str(root), "--output", str(output)], capsys
+    )
     assert rc == 0 and out == "report: %s\n" % output
     assert "../evidence/jobs/%s/job.json" % record["jobId"] in Page(output.read_text()).hrefs()
     rc, out, _err = cli([record["jobId"], "--store", store], capsys)
     assert rc == 0 and Page(out).banner["data-status"] == "RolledBack" and "job.json" not in Page(out).hrefs()
 
 
-@pytest.mark.parametrize("argv,code", [
-    (["no-such-job"], "job_not_found: no job no-such-job in the job store"),
-    (["no-such-job", "--store", "/nonexistent/jobs.sqlite3"], "job_store_missing: no job store at /nonexistent"),
-], ids=["unknown-job", "no-store"])
+@pytest.mark.parametrize(
+    "argv,code",
+    [
+        (["no-such-job"], "job_not_found: no job no-such-job in the job store"),
+        (["no-such-job", "--store", "/nonexistent/jobs.sqlite3"], "job_store_missing: no job store at /nonexistent"),
+    ],
+    ids=["unknown-job", "no-store"],
+)
 def test_stella_report_fails_with_one_line_when_the_job_does_not_exist(tmp_path, capsys, argv, code):
     store = store_with(tmp_path, succeeded())
     argv = argv if "--store" in argv else argv + ["--store", store]
@@ -422,7 +549,11 @@ def test_the_documented_command_and_options_exist(tmp_path, capsys):
     record = rolled_back()
     root, job_dir = write_job_evidence(tmp_path, record)
     store = store_with(tmp_path, record)
-    places = {"JOB": record["jobId"], "~/.local/state/stellaops/jobs.sqlite3": store, "/var/lib/stella/evidence": str(root)}
+    places = {
+        "JOB": record["jobId"],
+        "~/.local/state/stellaops/jobs.sqlite3": store,
+        "/var/lib/stella/evidence": str(root),
+    }
     for command in commands:
         argv = shlex.split(command)[2:]
         argv = [places.get(a, a) for a in argv]

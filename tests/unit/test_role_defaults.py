@@ -14,8 +14,11 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.engine import in
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract import versions as _versions
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-ROLES = sorted(name for name in os.listdir(os.path.join(ROOT, "roles"))
-               if os.path.isfile(os.path.join(ROOT, "roles", name, "meta", "argument_specs.yml")))
+ROLES = sorted(
+    name
+    for name in os.listdir(os.path.join(ROOT, "roles"))
+    if os.path.isfile(os.path.join(ROOT, "roles", name, "meta", "argument_specs.yml"))
+)
 
 # (role, variable): the Python value its default must be.
 CONTRACT_DEFAULTS = {
@@ -75,8 +78,11 @@ def test_the_job_passes_no_contract_default_to_the_roles():
     for name in ("job.yml", "job_close.yml", "rollback.yml"):
         with open(os.path.join(ROOT, "playbooks", name), encoding="utf-8") as handle:
             text = handle.read()
-        for literal in (_versions.DEFAULT_MIN_ENGINE, _versions.DEFAULT_MIN_COMPOSE,
-                        "default(%d)" % _contract.DEFAULT_WAIT_TIMEOUT):
+        for literal in (
+            _versions.DEFAULT_MIN_ENGINE,
+            _versions.DEFAULT_MIN_COMPOSE,
+            "default(%d)" % _contract.DEFAULT_WAIT_TIMEOUT,
+        ):
             assert literal not in text, (name, literal)
 
 

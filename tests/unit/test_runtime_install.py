@@ -21,8 +21,16 @@ KEY = "-----BEGIN PGP PUBLIC KEY BLOCK-----\n\nmQINBGabc\n-----END PGP PUBLIC KE
 
 
 def params(**kw):
-    base = {"mode": "production", "source_type": "apt", "apt_url": URL, "apt_suite": "./", "apt_components": [],
-            "apt_signing_key": KEY, "apt_trusted": False, "source_name": "runtime"}
+    base = {
+        "mode": "production",
+        "source_type": "apt",
+        "apt_url": URL,
+        "apt_suite": "./",
+        "apt_components": [],
+        "apt_signing_key": KEY,
+        "apt_trusted": False,
+        "source_name": "runtime",
+    }
     base.update(kw)
     return base
 
@@ -35,6 +43,7 @@ def code_of(options):
 
 
 # ------------------------------------------------------------------------------------ the decisions
+
 
 def test_split_credentials_decodes_and_lists_every_form():
     clean, user, password, secrets = ri.split_credentials(URL)
@@ -53,25 +62,43 @@ def test_no_source_fails_closed_in_every_mode(mode):
     assert code_of(params(mode=mode, source_type="bundle", bundle_files=[])) == "runtime_install_source_missing"
 
 
-@pytest.mark.parametrize("options,code", [
-    (dict(mode="offline"), "runtime_install_source_not_allowed"),
-    (dict(apt_signing_key=None, apt_trusted=True), "runtime_install_source_not_allowed"),
-    (dict(apt_signing_key=None), "runtime_install_source_invalid"),
-    (dict(apt_url="ftp://host/debian"), "runtime_install_source_invalid"),
-    (dict(apt_username="u", apt_password="p"), "runtime_install_source_invalid"),
-    (dict(apt_url="http://u@host/debian"), "runtime_install_source_invalid"),
-    (dict(apt_components=["main"]), "runtime_install_source_invalid"),
-    (dict(apt_suite="trixie"), "runtime_install_source_invalid"),
-    (dict(apt_signing_key="not a key"), "runtime_install_source_invalid"),
-    (dict(apt_signed_by="/etc/apt/keyrings/x.gpg"), "runtime_install_source_invalid"),
-    (dict(source_name="../x"), "runtime_install_source_invalid"),
-    (dict(min_engine_version="new"), "runtime_install_source_invalid"),
-    (dict(source_type="bundle", bundle_files=[]), "runtime_install_source_missing"),
-    (dict(source_type="bundle", bundle_files=["../a.deb"]), "runtime_install_source_invalid"),
-    (dict(source_type="bundle", bundle_checksums={"a.deb": "abc"}), "runtime_install_source_invalid"),
-], ids=["offline-apt", "production-unsigned", "no-signature", "scheme", "credentials-twice", "user-only",
-        "flat-with-components", "suite-without-components", "bad-key", "key-and-keyring", "name", "gate",
-        "empty-bundle", "bundle-path-in-name", "bad-checksum"])
+@pytest.mark.parametrize(
+    "options,code",
+    [
+        (dict(mode="offline"), "runtime_install_source_not_allowed"),
+        (dict(apt_signing_key=None, apt_trusted=True), "runtime_install_source_not_allowed"),
+        (dict(apt_signing_key=None), "runtime_install_source_invalid"),
+        (dict(apt_url="ftp://host/debian"), "runtime_install_source_invalid"),
+        (dict(apt_username="u", apt_password="p"), "runtime_install_source_invalid"),
+        (dict(apt_url="http://u@host/debian"), "runtime_install_source_invalid"),
+        (dict(apt_components=["main"]), "runtime_install_source_invalid"),
+        (dict(apt_suite="trixie"), "runtime_install_source_invalid"),
+        (dict(apt_signing_key="not a key"), "runtime_install_source_invalid"),
+        (dict(apt_signed_by="/etc/apt/keyrings/x.gpg"), "runtime_install_source_invalid"),
+        (dict(source_name="../x"), "runtime_install_source_invalid"),
+        (dict(min_engine_version="new"), "runtime_install_source_invalid"),
+        (dict(source_type="bundle", bundle_files=[]), "runtime_install_source_missing"),
+        (dict(source_type="bundle", bundle_files=["../a.deb"]), "runtime_install_source_invalid"),
+        (dict(source_type="bundle", bundle_checksums={"a.deb": "abc"}), "runtime_install_source_invalid"),
+    ],
+    ids=[
+        "offline-apt",
+        "production-unsigned",
+        "no-signature",
+        "scheme",
+        "credentials-twice",
+        "user-only",
+        "flat-with-components",
+        "suite-without-components",
+        "bad-key",
+        "key-and-keyring",
+        "name",
+        "gate",
+        "empty-bundle",
+        "bundle-path-in-name",
+        "bad-checksum",
+    ],
+)
 def test_refusals(options, code):
     assert code_of(params(**options)) == code
 
@@ -81,7 +108,8 @@ def test_lab_and_development_accept_an_unsigned_repository(mode):
     req = ri.parse_request(params(mode=mode, apt_signing_key=None, apt_trusted=True))
     assert req["apt"]["trusted"] is True
     assert ri.apt_source_files(req)["/etc/apt/sources.list.d/stella-runtime.list"][0].endswith(
-        "deb [trusted=yes] http://172.17.0.1:5010/debian ./\n")
+        "deb [trusted=yes] http://172.17.0.1:5010/debian ./\n"
+    )
 
 
 def test_offline_accepts_a_bundle_only():
@@ -95,7 +123,8 @@ def test_apt_files_keep_the_credential_in_the_auth_file_only():
     files = ri.apt_source_files(req)
     listing, mode = files["/etc/apt/sources.list.d/stella-runtime.list"]
     assert mode == 0o644 and listing.splitlines()[-1] == (
-        "deb [signed-by=/etc/apt/keyrings/stella-runtime.asc] http://172.17.0.1:5010/debian ./")
+        "deb [signed-by=/etc/apt/keyrings/stella-runtime.asc] http://172.17.0.1:5010/debian ./"
+    )
     assert "stella-apt" not in listing and DECODED not in listing
     auth, auth_mode = files["/etc/apt/auth.conf.d/stella-runtime.conf"]
     assert auth_mode == 0o600
@@ -106,12 +135,20 @@ def test_apt_files_keep_the_credential_in_the_auth_file_only():
 
 
 def test_apt_files_without_credentials_remove_our_auth_file_only():
-    req = ri.parse_request(params(apt_url="https://apt.example/docker/", apt_suite="trixie",
-                                  apt_components=["stable"], apt_signing_key=None, apt_signed_by="/k.gpg"))
+    req = ri.parse_request(
+        params(
+            apt_url="https://apt.example/docker/",
+            apt_suite="trixie",
+            apt_components=["stable"],
+            apt_signing_key=None,
+            apt_signed_by="/k.gpg",
+        )
+    )
     files = ri.apt_source_files(req)
     assert files["/etc/apt/auth.conf.d/stella-runtime.conf"] == (None, 0o600)
     assert files["/etc/apt/sources.list.d/stella-runtime.list"][0].splitlines()[-1] == (
-        "deb [signed-by=/k.gpg] https://apt.example/docker trixie stable")
+        "deb [signed-by=/k.gpg] https://apt.example/docker trixie stable"
+    )
     assert set(files) == {"/etc/apt/auth.conf.d/stella-runtime.conf", "/etc/apt/sources.list.d/stella-runtime.list"}
 
 
@@ -123,14 +160,21 @@ def test_apt_username_and_password_options():
 NEW = {"client": "26.1.5+dfsg1", "server": "26.1.5+dfsg1", "dockerd": "26.1.5+dfsg1", "compose": "2.40.3"}
 
 
-@pytest.mark.parametrize("observed,expect", [
-    (NEW, (False, False, False, [])),
-    ({}, (True, True, True, ["docker.io", "docker-cli", "docker-compose-plugin"])),
-    (dict(NEW, compose=None), (False, True, False, ["docker-compose-plugin"])),
-    (dict(NEW, compose="2.19.9"), (False, True, False, ["docker-compose-plugin"])),
-    (dict(NEW, server=None), (False, False, True, [])),
-    (dict(NEW, server="20.10.24", dockerd="20.10.24", client="20.10.24"), (True, False, True, ["docker.io", "docker-cli"])),
-], ids=["satisfied", "nothing", "no-compose", "old-compose", "stopped", "old-engine"])
+@pytest.mark.parametrize(
+    "observed,expect",
+    [
+        (NEW, (False, False, False, [])),
+        ({}, (True, True, True, ["docker.io", "docker-cli", "docker-compose-plugin"])),
+        (dict(NEW, compose=None), (False, True, False, ["docker-compose-plugin"])),
+        (dict(NEW, compose="2.19.9"), (False, True, False, ["docker-compose-plugin"])),
+        (dict(NEW, server=None), (False, False, True, [])),
+        (
+            dict(NEW, server="20.10.24", dockerd="20.10.24", client="20.10.24"),
+            (True, False, True, ["docker.io", "docker-cli"]),
+        ),
+    ],
+    ids=["satisfied", "nothing", "no-compose", "old-compose", "stopped", "old-engine"],
+)
 def test_plan_actions(observed, expect):
     plan = ri.plan_actions(ri.parse_request(params()), observed)
     assert (plan["installEngine"], plan["installCompose"], plan["startEngine"], plan["packages"]) == expect
@@ -138,8 +182,12 @@ def test_plan_actions(observed, expect):
 
 def test_plan_for_a_bundle_names_no_packages_and_none_start_never_starts():
     req = ri.parse_request(params(source_type="bundle", engine_start="none"))
-    assert ri.plan_actions(req, {}) == {"installEngine": True, "installCompose": True, "startEngine": False,
-                                        "packages": []}
+    assert ri.plan_actions(req, {}) == {
+        "installEngine": True,
+        "installCompose": True,
+        "startEngine": False,
+        "packages": [],
+    }
 
 
 def test_dpkg_query_and_package_changes():
@@ -147,22 +195,32 @@ def test_dpkg_query_and_package_changes():
     before = {"libc6": "2.41-11", "gone": "1"}
     after = ri.parse_dpkg_query(text)
     assert after == {"docker.io": "26.1.5-9", "libc6": "2.41-12"}
-    assert ri.package_changes(before, after) == {"docker.io": {"before": None, "after": "26.1.5-9"},
-                                                 "gone": {"before": "1", "after": None},
-                                                 "libc6": {"before": "2.41-11", "after": "2.41-12"}}
+    assert ri.package_changes(before, after) == {
+        "docker.io": {"before": None, "after": "26.1.5-9"},
+        "gone": {"before": "1", "after": None},
+        "libc6": {"before": "2.41-11", "after": "2.41-12"},
+    }
 
 
 def test_source_evidence_records_no_credential():
     req = ri.parse_request(params())
     src = ri.source_evidence(req)
-    assert src == {"type": "apt", "url": "http://172.17.0.1:5010/debian", "suite": "./", "components": [],
-                   "credentials": True, "signedBy": "/etc/apt/keyrings/stella-runtime.asc", "trusted": False}
+    assert src == {
+        "type": "apt",
+        "url": "http://172.17.0.1:5010/debian",
+        "suite": "./",
+        "components": [],
+        "credentials": True,
+        "signedBy": "/etc/apt/keyrings/stella-runtime.asc",
+        "trusted": False,
+    }
     doc = ri.evidence_document(req, "installed", {}, {}, src, "t0", "t1")
     assert doc["schema"] == ri.SCHEMA and doc["mode"] == "production"
     assert DECODED not in json.dumps(doc) and "stella-apt" not in json.dumps(doc)
 
 
 # ------------------------------------------------------------------------- the installer on a fake host
+
 
 class FakeHost:
     """A Debian host without Docker: ``apt-get install`` installs it, a start method starts it."""
@@ -179,7 +237,7 @@ class FakeHost:
 
     def run(self, argv, environ_update=None):
         if argv[0] == "/usr/bin/timeout":
-            argv = argv[argv.index("--kill-after") + 3:]
+            argv = argv[argv.index("--kill-after") + 3 :]
         self.calls.append(list(argv))
         if argv[0] == "/usr/sbin/dockerd":
             return 0, "Docker version 26.1.5+dfsg1, build 411e817\n", ""
@@ -187,13 +245,22 @@ class FakeHost:
             return 0, "Docker version 26.1.5+dfsg1, build 411e817\n", ""
         if argv[:2] == ["docker", "version"]:
             server = {"Version": "26.1.5+dfsg1", "ApiVersion": "1.45", "Os": "linux", "Arch": "amd64"}
-            doc = {"Client": {"Version": "26.1.5+dfsg1", "ApiVersion": "1.45"}, "Server": server if self.running else None}
-            return (0 if self.running else 1), json.dumps(doc), "" if self.running else "Cannot connect to the Docker daemon"
+            doc = {
+                "Client": {"Version": "26.1.5+dfsg1", "ApiVersion": "1.45"},
+                "Server": server if self.running else None,
+            }
+            return (
+                (0 if self.running else 1),
+                json.dumps(doc),
+                "" if self.running else "Cannot connect to the Docker daemon",
+            )
         if argv[:3] == ["docker", "compose", "version"]:
             return 0, '{"version": "v2.40.3"}', ""
         if argv[0] == "dpkg-query":
-            installed = ("docker.io\t26.1.5+dfsg1-9\tii \ndocker-cli\t26.1.5+dfsg1-9\tii \n"
-                         "docker-compose-plugin\t2.40.3-1\tii \n")
+            installed = (
+                "docker.io\t26.1.5+dfsg1-9\tii \ndocker-cli\t26.1.5+dfsg1-9\tii \n"
+                "docker-compose-plugin\t2.40.3-1\tii \n"
+            )
             rows = "libc6\t2.41-12\tii \n" + (installed if self.installed else "")
             return 0, rows, ""
         if argv[0] == "dpkg-deb":
@@ -243,7 +310,11 @@ def test_apt_install_uses_only_the_configured_source_and_writes_evidence(tmp_pat
     assert not [p.name for p in evidence.parent.iterdir() if p.name.startswith(".stella-tmp-")]
     auth = tmp_path / "etc/apt/auth.conf.d/stella-runtime.conf"
     assert oct(auth.stat().st_mode & 0o777) == "0o600" and DECODED in auth.read_text()
-    for text in (json.dumps(result), evidence.read_text(), (tmp_path / "etc/apt/sources.list.d/stella-runtime.list").read_text()):
+    for text in (
+        json.dumps(result),
+        evidence.read_text(),
+        (tmp_path / "etc/apt/sources.list.d/stella-runtime.list").read_text(),
+    ):
         assert DECODED not in text and PASSWORD not in text
 
 
@@ -260,8 +331,11 @@ def test_check_mode_reports_and_changes_nothing(tmp_path):
     host = FakeHost(str(tmp_path))
     result = installer(host).execute(ri.parse_request(params()), check_mode=True)
     assert result["changed"] is True and result["evidence"]["runtimeInstall"]["status"] == "planned"
-    assert result["evidence"]["runtimeInstall"]["plan"]["packages"] == ["docker.io", "docker-cli",
-                                                                        "docker-compose-plugin"]
+    assert result["evidence"]["runtimeInstall"]["plan"]["packages"] == [
+        "docker.io",
+        "docker-cli",
+        "docker-compose-plugin",
+    ]
     assert not apt_calls(host) and not (tmp_path / "etc/apt").exists() and not (tmp_path / "var").exists()
 
 
@@ -275,6 +349,7 @@ def make_bundle(tmp_path, names=("docker.io_1_amd64.deb", "runc_1_amd64.deb")):
 
 def test_bundle_installs_its_files_with_no_repository(tmp_path):
     import hashlib
+
     make_bundle(tmp_path)
     host = FakeHost(str(tmp_path))
     sums = {"runc_1_amd64.deb": hashlib.sha256(b"runc_1_amd64.deb").hexdigest()}
@@ -282,10 +357,14 @@ def test_bundle_installs_its_files_with_no_repository(tmp_path):
     doc = installer(host).execute(req)["evidence"]["runtimeInstall"]
     (install,) = apt_calls(host)
     assert "Dir::Etc::SourceList=/dev/null" in install and "Dir::Etc::SourceParts=-" in install
-    assert install[-2:] == ["/var/lib/stella/runtime-bundle/docker.io_1_amd64.deb",
-                            "/var/lib/stella/runtime-bundle/runc_1_amd64.deb"]
+    assert install[-2:] == [
+        "/var/lib/stella/runtime-bundle/docker.io_1_amd64.deb",
+        "/var/lib/stella/runtime-bundle/runc_1_amd64.deb",
+    ]
     assert [(f["name"], f["package"]) for f in doc["source"]["files"]] == [
-        ("docker.io_1_amd64.deb", "docker.io"), ("runc_1_amd64.deb", "runc")]
+        ("docker.io_1_amd64.deb", "docker.io"),
+        ("runc_1_amd64.deb", "runc"),
+    ]
     assert doc["source"]["files"][1]["sha256"] == sums["runc_1_amd64.deb"]
     assert doc["source"]["type"] == "bundle" and doc["mode"] == "offline"
 
@@ -328,8 +407,10 @@ def test_an_engine_that_never_answers_is_a_failure_with_evidence(tmp_path):
 
 def test_unverified_when_the_running_engine_is_older_than_the_gate():
     with pytest.raises(StellaError) as info:
-        ri.RuntimeInstaller.verify({"min_engine_version": "24.0.0", "min_compose_version": "2.20.0"},
-                                   {"server": "20.10.24", "compose": None, "composeError": "no plugin"})
+        ri.RuntimeInstaller.verify(
+            {"min_engine_version": "24.0.0", "min_compose_version": "2.20.0"},
+            {"server": "20.10.24", "compose": None, "composeError": "no plugin"},
+        )
     assert info.value.code == "runtime_install_unverified"
     assert "20.10.24 is older than 24.0.0" in info.value.reason and "docker compose version" in info.value.reason
 
@@ -351,13 +432,15 @@ def test_start_methods_follow_the_host():
 
 # ------------------------------------------------------------------------------------------ the module
 
+
 def test_the_module_masks_a_password_embedded_in_the_url(capsys, monkeypatch):
     import sys
+
     sys.path.insert(0, os.path.join(ROOT, "tests", "unit", "plugins", "modules"))
     from modrun import run_module  # pylint: disable=import-outside-toplevel
     from ansible_collections.stellaops.runtime.plugins.modules import stella_runtime_install as module
-    rc, result = run_module(module, {"source_type": "apt", "apt_url": URL, "apt_suite": "trixie"}, capsys,
-                            monkeypatch)
+
+    rc, result = run_module(module, {"source_type": "apt", "apt_url": URL, "apt_suite": "trixie"}, capsys, monkeypatch)
     assert rc == 1 and result["code"] == "runtime_install_source_invalid"
     text = json.dumps(result)
     assert DECODED not in text and PASSWORD not in text
@@ -366,14 +449,17 @@ def test_the_module_masks_a_password_embedded_in_the_url(capsys, monkeypatch):
 
 def test_the_module_without_a_source(capsys, monkeypatch):
     import sys
+
     sys.path.insert(0, os.path.join(ROOT, "tests", "unit", "plugins", "modules"))
     from modrun import run_module  # pylint: disable=import-outside-toplevel
     from ansible_collections.stellaops.runtime.plugins.modules import stella_runtime_install as module
+
     rc, result = run_module(module, {"mode": "production"}, capsys, monkeypatch)
     assert rc == 1 and result["code"] == "runtime_install_source_missing" and result["changed"] is False
 
 
 # --------------------------------------------------------------------------------------------- the docs
+
 
 def _doc():
     with open(os.path.join(ROOT, "docs", "runtime-install.md"), encoding="utf-8") as handle:

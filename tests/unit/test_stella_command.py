@@ -60,8 +60,11 @@ def add_job(store, job_id, at, project="shop", names=("a",), release=None, outco
     if outcome == "Running":
         return
     for name in names:
-        store.update(job_id, lambda r, n=name: _job.record_phase(r, n, "preflight", "passed", at, at, 5, at),
-                     lambda r, n=name: _job.finish_target(r, n, outcome == "Succeeded", at, reason="boom"))
+        store.update(
+            job_id,
+            lambda r, n=name: _job.record_phase(r, n, "preflight", "passed", at, at, 5, at),
+            lambda r, n=name: _job.finish_target(r, n, outcome == "Succeeded", at, reason="boom"),
+        )
     store.update(job_id, lambda r: _job.finish(r, at))
 
 
@@ -72,8 +75,14 @@ def fleet_store(path):
     try:
         add_job(store, "job-1", T[1])
         add_job(store, "job-2", T[2], outcome="Failed")
-        add_job(store, "job-3", T[3], project="shop_b", names=("b", "c"),
-                release={"id": "api-2.0", "name": "api", "version": "2.0"})
+        add_job(
+            store,
+            "job-3",
+            T[3],
+            project="shop_b",
+            names=("b", "c"),
+            release={"id": "api-2.0", "name": "api", "version": "2.0"},
+        )
         add_job(store, "job-4", T[4], project="shopxb", names=("d",), outcome="Running")
         add_job(store, "job-5", T[5], names=("e",), outcome="Pending")
     finally:
@@ -90,6 +99,7 @@ def read(path, job_id):
 
 
 # ------------------------------------------------------------------------------------ the command
+
 
 def test_help_lists_every_command_and_exits_0(capsys):
     for flag in ("--help", "-h"):
@@ -144,8 +154,9 @@ def test_version_is_the_collections_own(capsys):
 
 
 def test_version_of_an_installed_collection_comes_from_its_manifest(tmp_path, monkeypatch, capsys):
-    (tmp_path / "MANIFEST.json").write_text(json.dumps({"collection_info": {"namespace": "stellaops",
-                                                                            "name": "runtime", "version": "9.8.7"}}))
+    (tmp_path / "MANIFEST.json").write_text(
+        json.dumps({"collection_info": {"namespace": "stellaops", "name": "runtime", "version": "9.8.7"}})
+    )
     monkeypatch.setattr(_command, "COLLECTION_ROOT", str(tmp_path))
     assert stella(["--version"], capsys)[:2] == (0, "stella (stellaops.runtime) 9.8.7\n")
     (tmp_path / "MANIFEST.json").unlink()
@@ -156,8 +167,10 @@ def test_version_of_an_installed_collection_comes_from_its_manifest(tmp_path, mo
 def test_compose_keeps_its_own_arguments(capsys, monkeypatch):
     """Options argparse does not know reach the provider as Compose wrote them, also through the Docker
     CLI plugin; ``stella compose -h`` alone is help."""
-    for argv in (["stella", "compose", "--project-name", "shop", "metadata", "--bogus=1", "--x"],
-                 ["docker-stella", "stella", "compose", "metadata"]):
+    for argv in (
+        ["stella", "compose", "--project-name", "shop", "metadata", "--bogus=1", "--x"],
+        ["docker-stella", "stella", "compose", "metadata"],
+    ):
         assert _command.main(argv) == 0
         out, _err = capsys.readouterr()
         assert json.loads(out) == _provider_cli._provider.METADATA  # pylint: disable=protected-access
@@ -179,6 +192,7 @@ def test_install_writes_both_launchers_and_refuses_unknown_options(tmp_path, cap
 
 # ------------------------------------------------------------------------------------------- list
 
+
 def listed(out):
     """The job ids of a ``stella list`` table, in its order."""
     return [line.split()[0] for line in out.splitlines()[2:]]
@@ -192,25 +206,47 @@ def test_list_shows_the_newest_jobs_first_and_the_store_it_read(tmp_path, capsys
     assert lines[0] == "store: %s (--store)" % path
     assert lines[1].split() == ["JOB", "KIND", "STATUS", "RELEASE", "VERSION", "TARGETS", "STARTED", "ENDED"]
     assert lines[2].split() == ["job-5", "deployment", "Pending", "web", "1.0", "1", "-", "-"]
-    assert lines[4].split() == ["job-3", "deployment", "Succeeded", "api", "2.0", "2", "2026-03-01T10:03:00Z",
-                                "2026-03-01T10:03:00Z"]
+    assert lines[4].split() == [
+        "job-3",
+        "deployment",
+        "Succeeded",
+        "api",
+        "2.0",
+        "2",
+        "2026-03-01T10:03:00Z",
+        "2026-03-01T10:03:00Z",
+    ]
     assert listed(out) == ["job-5", "job-4", "job-3", "job-2", "job-1"]
     assert len({line.index(line.split()[2]) for line in lines[1:]}) == 1  # the columns line up
 
 
-@pytest.mark.parametrize("argv,expected", [
-    (["--status", "Failed"], ["job-2"]),
-    (["--status", "succeeded", "--status", "RUNNING"], ["job-4", "job-3", "job-1"]),
-    (["--project", "shop"], ["job-5", "job-2", "job-1"]),
-    (["--project", "shop_b"], ["job-3"]),  # `_` is no wildcard: shopxb is another project
-    (["--project", "shop%"], []),
-    (["--project", "shop", "--status", "Succeeded"], ["job-1"]),
-    (["--limit", "2"], ["job-5", "job-4"]),
-    (["--limit", "0"], ["job-5", "job-4", "job-3", "job-2", "job-1"]),
-    (["--project", "shop", "--limit", "1"], ["job-5"]),
-    (["--project", "shop_b", "--limit", "1"], ["job-3"]),  # the newer job-4 of shopxb takes no place
-], ids=["status", "statuses-any-case", "project", "project-underscore", "project-percent", "project-and-status",
-        "limit", "limit-0-all", "project-and-limit", "project-underscore-and-limit"])
+@pytest.mark.parametrize(
+    "argv,expected",
+    [
+        (["--status", "Failed"], ["job-2"]),
+        (["--status", "succeeded", "--status", "RUNNING"], ["job-4", "job-3", "job-1"]),
+        (["--project", "shop"], ["job-5", "job-2", "job-1"]),
+        (["--project", "shop_b"], ["job-3"]),  # `_` is no wildcard: shopxb is another project
+        (["--project", "shop%"], []),
+        (["--project", "shop", "--status", "Succeeded"], ["job-1"]),
+        (["--limit", "2"], ["job-5", "job-4"]),
+        (["--limit", "0"], ["job-5", "job-4", "job-3", "job-2", "job-1"]),
+        (["--project", "shop", "--limit", "1"], ["job-5"]),
+        (["--project", "shop_b", "--limit", "1"], ["job-3"]),  # the newer job-4 of shopxb takes no place
+    ],
+    ids=[
+        "status",
+        "statuses-any-case",
+        "project",
+        "project-underscore",
+        "project-percent",
+        "project-and-status",
+        "limit",
+        "limit-0-all",
+        "project-and-limit",
+        "project-underscore-and-limit",
+    ],
+)
 def test_list_filters(tmp_path, capsys, argv, expected):
     path = fleet_store(tmp_path / "jobs.sqlite3")
     rc, out, _err = stella(["list", "--store", path] + argv, capsys)
@@ -225,9 +261,19 @@ def test_list_json_is_one_document_of_summaries(tmp_path, capsys):
     assert rc == 0 and (document["store"], document["storeSource"]) == ("sqlite:///" + path, "--store")
     assert [job["jobId"] for job in document["jobs"]] == ["job-3", "job-1"]
     assert document["jobs"][0] == {
-        "jobId": "job-3", "kind": "deployment", "status": "Succeeded", "code": None, "release": "api-2.0",
-        "releaseName": "api", "version": "2.0", "targets": 2, "projects": ["shop_b"], "createdAt": T[3],
-        "startedAt": T[3], "completedAt": T[3]}
+        "jobId": "job-3",
+        "kind": "deployment",
+        "status": "Succeeded",
+        "code": None,
+        "release": "api-2.0",
+        "releaseName": "api",
+        "version": "2.0",
+        "targets": 2,
+        "projects": ["shop_b"],
+        "createdAt": T[3],
+        "startedAt": T[3],
+        "completedAt": T[3],
+    }
 
 
 def test_the_project_filter_checks_the_targets_not_only_the_records_text(tmp_path):
@@ -243,8 +289,11 @@ def test_the_project_filter_checks_the_targets_not_only_the_records_text(tmp_pat
         store.close()
 
 
-@pytest.mark.parametrize("argv", [["--status", "Done"], ["--limit", "-1"], ["--limit", "x"], ["extra"]],
-                         ids=["status", "negative-limit", "not-a-number", "argument"])
+@pytest.mark.parametrize(
+    "argv",
+    [["--status", "Done"], ["--limit", "-1"], ["--limit", "x"], ["extra"]],
+    ids=["status", "negative-limit", "not-a-number", "argument"],
+)
 def test_list_usage_errors(tmp_path, capsys, argv):
     path = fleet_store(tmp_path / "jobs.sqlite3")
     rc, out, err = stella(["list", "--store", path] + argv, capsys)
@@ -253,6 +302,7 @@ def test_list_usage_errors(tmp_path, capsys, argv):
 
 # ------------------------------------------------------------------------------------------- show
 
+
 def test_show_prints_the_job_as_job_show_does(tmp_path, capsys):
     path = fleet_store(tmp_path / "jobs.sqlite3")
     rc, out, err = stella(["show", "job-2", "--store", path], capsys)
@@ -260,7 +310,8 @@ def test_show_prints_the_job_as_job_show_does(tmp_path, capsys):
     # job-2 ended without its close (the store holds no job.json of it): the line after the job says so
     assert out == "store: %s (--store)\n" % path + _job_view.render_text(read(path, "job-2")) + (
         "evidence: missing: the job's close did not finish, so its job.json was never written; "
-        "`stella close job-2` writes it\n")
+        "`stella close job-2` writes it\n"
+    )
     assert "job job-2  Failed" in out and "reason: target a: boom" in out
 
 
@@ -276,11 +327,19 @@ def test_show_json_holds_the_record_and_its_projection(tmp_path, capsys):
 def test_show_of_an_unknown_job_or_store_is_one_error_line(tmp_path, capsys):
     path = fleet_store(tmp_path / "jobs.sqlite3")
     rc, out, err = stella(["show", "job-404", "--store", path], capsys)
-    assert (rc, out, err) == (1, "", "stella show: job_not_found: no job job-404 in the job store %s; next: %s\n" % (
-        path, next_step("job_not_found")))
+    assert (rc, out, err) == (
+        1,
+        "",
+        "stella show: job_not_found: no job job-404 in the job store %s; next: %s\n"
+        % (path, next_step("job_not_found")),
+    )
     missing = tmp_path / "none" / "jobs.sqlite3"
     rc, out, err = stella(["show", "job-1", "--store", str(missing), "--follow"], capsys)
-    assert (rc, out, err) == (1, "", "stella show: job_store_missing: no job store at %s; next: %s\n" % (missing, next_step("job_store_missing")))
+    assert (rc, out, err) == (
+        1,
+        "",
+        "stella show: job_store_missing: no job store at %s; next: %s\n" % (missing, next_step("job_store_missing")),
+    )
     assert not missing.parent.exists()
     assert stella(["show", "--store", path], capsys)[0] == 2
 
@@ -314,12 +373,13 @@ def test_show_follow_prints_each_phase_as_it_is_recorded_and_exits_with_the_outc
         add_job(store, "job-9", T[0], outcome="Pending")
     finally:
         store.close()
-    steps = [("job job-9 Pending", lambda r: _job.start(r, T[1])),
-             ("  a: Running", lambda r: _job.record_phase(r, "a", "preflight", "passed", T[1], T[2], 5, T[2])),
-             ("  a: preflight passed 5ms",
-              lambda r: _job.record_phase(r, "a", "deploy", "passed", T[2], T[3], 7, T[3])),
-             ("  a: deploy passed 7ms", lambda r: _job.finish_target(r, "a", True, T[4])),
-             ("  a: Succeeded", lambda r: _job.finish(r, T[5]))]
+    steps = [
+        ("job job-9 Pending", lambda r: _job.start(r, T[1])),
+        ("  a: Running", lambda r: _job.record_phase(r, "a", "preflight", "passed", T[1], T[2], 5, T[2])),
+        ("  a: preflight passed 5ms", lambda r: _job.record_phase(r, "a", "deploy", "passed", T[2], T[3], 7, T[3])),
+        ("  a: deploy passed 7ms", lambda r: _job.finish_target(r, "a", True, T[4])),
+        ("  a: Succeeded", lambda r: _job.finish(r, T[5])),
+    ]
     screen = Screen()
     lagging = []
 
@@ -343,9 +403,20 @@ def test_show_follow_prints_each_phase_as_it_is_recorded_and_exits_with_the_outc
     thread.join(10)
     assert lagging == []
     final = read(path, "job-9")
-    assert screen.text == "\n".join(["store: %s (--store)" % path, "job job-9 Pending", "job job-9 Running",
-                                     "  a: Running", "  a: preflight passed 5ms", "  a: deploy passed 7ms",
-                                     "  a: Succeeded", "job job-9 Succeeded", "", ""]) + _job_view.render_text(final)
+    assert screen.text == "\n".join(
+        [
+            "store: %s (--store)" % path,
+            "job job-9 Pending",
+            "job job-9 Running",
+            "  a: Running",
+            "  a: preflight passed 5ms",
+            "  a: deploy passed 7ms",
+            "  a: Succeeded",
+            "job job-9 Succeeded",
+            "",
+            "",
+        ]
+    ) + _job_view.render_text(final)
     assert rc == 0
 
 
@@ -365,24 +436,29 @@ def test_show_follow_stops_when_the_jobs_run_is_gone(tmp_path, capsys, monkeypat
     """job-7's controller run on this host ended without finishing it: following it would never end."""
     monkeypatch.setattr(_jobs_cli, "FOLLOW_INTERVAL", 0.01)
     path = str(tmp_path / "jobs.sqlite3")
-    gone = {"host": socket.gethostname(), "pid": 2 ** 22 + 7, "startTicks": 1}  # above any pid_max
+    gone = {"host": socket.gethostname(), "pid": 2**22 + 7, "startTicks": 1}  # above any pid_max
     store = _job_store.open_store(path)
     try:
-        store.create(_job.new_job("job-7", None, {"release": {"id": "r"}}, [["a"]], targets_in("shop", "a"), {}, T[0],
-                                  owner=gone))
+        store.create(
+            _job.new_job(
+                "job-7", None, {"release": {"id": "r"}}, [["a"]], targets_in("shop", "a"), {}, T[0], owner=gone
+            )
+        )
         store.update("job-7", lambda r: _job.start(r, T[0]))
     finally:
         store.close()
     rc, out, err = stella(["show", "job-7", "--follow", "--store", path], capsys)
     assert rc == 1 and out.splitlines()[1:] == ["job job-7 Running", "  a: Running"]
-    assert err.startswith("stella show: job_run_gone: job job-7 is Running, but the controller run (pid %d) "
-                          "ended" % gone["pid"]) and err.endswith("`stella interrupt job-7` records it interrupted; next: %s\n" % next_step("job_run_gone"))
+    assert err.startswith(
+        "stella show: job_run_gone: job job-7 is Running, but the controller run (pid %d) ended" % gone["pid"]
+    ) and err.endswith("`stella interrupt job-7` records it interrupted; next: %s\n" % next_step("job_run_gone"))
     assert read(path, "job-7")["status"] == "Running"  # show only reads
     rc, out, _err = stella(["show", "job-7", "--store", path], capsys)
     assert rc == 0 and out.splitlines()[-1].startswith("note: job job-7 is Running, but the controller run")
 
 
 # ----------------------------------------------------------------------------- which store is read
+
 
 def test_the_store_comes_from_the_environment_then_the_default(tmp_path, capsys, monkeypatch):
     path = fleet_store(tmp_path / "env.sqlite3")
@@ -398,9 +474,10 @@ def test_the_store_comes_from_the_environment_then_the_default(tmp_path, capsys,
     default = tmp_path / "home" / ".local" / "state" / "stellaops" / "jobs.sqlite3"
     rc, out, err = stella(["list"], capsys)
     assert (rc, out) == (1, "")
-    assert err == ("stella list: job_store_missing: no job store at %s (the default store; --store, "
-                   "--compose-project or $STELLA_JOB_STORE choose another); next: %s\n" % (
-                       default, next_step("job_store_missing")))
+    assert err == (
+        "stella list: job_store_missing: no job store at %s (the default store; --store, "
+        "--compose-project or $STELLA_JOB_STORE choose another); next: %s\n" % (default, next_step("job_store_missing"))
+    )
     fleet_store(default)
     rc, out, _err = stella(["show", "job-1"], capsys)
     assert rc == 0 and out.splitlines()[0] == "store: %s (default)" % default
@@ -411,14 +488,34 @@ def fake_job_run(playbooks, extravars, _channel, _cancelled):
     store ``up`` names, succeeded on localhost."""
     store = _job_store.open_store(extravars["stella_job_store"])
     try:
-        target = {"localhost": {"targetId": "localhost", "targetName": "localhost", "projectName": "default-local-web",
-                                "currentDigest": "sha256:" + "1" * 64, "slot": "blue"}}
+        target = {
+            "localhost": {
+                "targetId": "localhost",
+                "targetName": "localhost",
+                "projectName": "default-local-web",
+                "currentDigest": "sha256:" + "1" * 64,
+                "slot": "blue",
+            }
+        }
         job_id = extravars["stella_job_id"]
-        store.create(_job.new_job(job_id, "stella_job_id", {"release": extravars["stella_release"]["release"]},
-                                  [["localhost"]], target, {}, T[0]))
-        store.update(job_id, lambda r: _job.start(r, T[0]),
-                     lambda r: _job.record_phase(r, "localhost", "deploy", "passed", T[0], T[1], 9, T[1]),
-                     lambda r: _job.finish_target(r, "localhost", True, T[1]), lambda r: _job.finish(r, T[1]))
+        store.create(
+            _job.new_job(
+                job_id,
+                "stella_job_id",
+                {"release": extravars["stella_release"]["release"]},
+                [["localhost"]],
+                target,
+                {},
+                T[0],
+            )
+        )
+        store.update(
+            job_id,
+            lambda r: _job.start(r, T[0]),
+            lambda r: _job.record_phase(r, "localhost", "deploy", "passed", T[0], T[1], 9, T[1]),
+            lambda r: _job.finish_target(r, "localhost", True, T[1]),
+            lambda r: _job.finish(r, T[1]),
+        )
     finally:
         store.close()
     assert playbooks == [_provider_cli.PLAYBOOKS["up"]]
@@ -428,27 +525,49 @@ def fake_job_run(playbooks, extravars, _channel, _cancelled):
 def test_planning_s_own_code_reaches_compose(tmp_path, capsys, monkeypatch):
     """A job that could not be planned (no record): Compose sees planning's code, not a generic one."""
     message = "cannot resolve image registry.example/web:1.0: tag 1.0 not found"
-    monkeypatch.setattr(_provider_cli, "run_playbook",
-                        lambda *_args: (2, "failed", message, {}, "image_unresolved"))
+    monkeypatch.setattr(_provider_cli, "run_playbook", lambda *_args: (2, "failed", message, {}, "image_unresolved"))
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        rc = _command.main(["stella", "compose", "up", "--project-name", "shop", "--image=registry.example/web:1.0",
-                            "--state_directory=%s" % (tmp_path / "state"), "web"])
+        rc = _command.main(
+            [
+                "stella",
+                "compose",
+                "up",
+                "--project-name",
+                "shop",
+                "--image=registry.example/web:1.0",
+                "--state_directory=%s" % (tmp_path / "state"),
+                "web",
+            ]
+        )
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
     last = json.loads(capsys.readouterr().out.splitlines()[-1])
     assert rc == 1 and last["type"] == "error"
     assert last["message"] == "image_unresolved: the deployment job did not start: %s; next: %s" % (
-        message, next_step("image_unresolved"))
+        message,
+        next_step("image_unresolved"),
+    )
 
 
 def compose_up(capsys, state, project, service):
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        rc = _command.main(["stella", "compose", "up", "--project-name", project,
-                            "--image=registry.example/web:1.0", "--ports=18080:8080", "--version=1.0",
-                            "--state_directory=%s" % state, service])
+        rc = _command.main(
+            [
+                "stella",
+                "compose",
+                "up",
+                "--project-name",
+                project,
+                "--image=registry.example/web:1.0",
+                "--ports=18080:8080",
+                "--version=1.0",
+                "--state_directory=%s" % state,
+                service,
+            ]
+        )
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
@@ -496,33 +615,58 @@ def test_a_compose_project_with_several_or_no_stores(tmp_path, capsys):
     located = ["--compose-project", "shop", "--state-directory", str(state)]
     rc, out, err = stella(["list"] + located, capsys)
     assert (rc, out) == (1, "")
-    assert err == ("stella list: job_store_ambiguous: the Compose provider keeps job stores for several services of "
-                   "project shop under %s (api, web): choose one with --service; next: %s\n" % (
-                       state / "shop", next_step("job_store_ambiguous")))
+    assert err == (
+        "stella list: job_store_ambiguous: the Compose provider keeps job stores for several services of "
+        "project shop under %s (api, web): choose one with --service; next: %s\n"
+        % (state / "shop", next_step("job_store_ambiguous"))
+    )
     assert stella(["list", "--service", "api"] + located, capsys)[0] == 0
     rc, out, err = stella(["health", "--compose-project", "cart", "--state-directory", str(state)], capsys)
-    assert (rc, out) == (1, "") and err == ("stella health: job_store_missing: the Compose provider keeps no job "
-                                            "store for project cart under %s; next: %s\n" % (state / "cart", next_step("job_store_missing")))
+    assert (rc, out) == (1, "") and err == (
+        "stella health: job_store_missing: the Compose provider keeps no job "
+        "store for project cart under %s; next: %s\n" % (state / "cart", next_step("job_store_missing"))
+    )
     rc, _out, err = stella(["show", "job-1", "--service", "db"] + located, capsys)
-    assert rc == 1 and err == "stella show: job_store_missing: no job store at %s (--compose-project shop " \
-                              "--service db); next: %s\n" % (state / "shop" / "db" / "jobs.sqlite3", next_step("job_store_missing"))
+    assert (
+        rc == 1
+        and err
+        == "stella show: job_store_missing: no job store at %s (--compose-project shop --service db); next: %s\n"
+        % (state / "shop" / "db" / "jobs.sqlite3", next_step("job_store_missing"))
+    )
     assert not (state / "shop" / "db").exists()
 
 
 @pytest.mark.parametrize("command", STORE_COMMANDS)
-@pytest.mark.parametrize("argv,why", [
-    (["--store", "x.sqlite3", "--compose-project", "shop"], "--store and --compose-project choose two stores"),
-    (["--service", "web"], "--service and --state-directory need --compose-project"),
-    (["--state-directory", "/s"], "--service and --state-directory need --compose-project"),
-    (["--compose-project", "../etc"], "--compose-project: not a Compose project name"),
-    (["--compose-project", "Shop"], "--compose-project: not a Compose project name"),
-    (["--compose-project", "shop", "--service", ".."], "--service: not a Compose service name"),
-    (["--compose-project", "shop", "--service", "a/b"], "--service: not a Compose service name"),
-], ids=["two-stores", "service-alone", "state-alone", "project-path", "project-upper-case", "service-dots",
-        "service-path"])
+@pytest.mark.parametrize(
+    "argv,why",
+    [
+        (["--store", "x.sqlite3", "--compose-project", "shop"], "--store and --compose-project choose two stores"),
+        (["--service", "web"], "--service and --state-directory need --compose-project"),
+        (["--state-directory", "/s"], "--service and --state-directory need --compose-project"),
+        (["--compose-project", "../etc"], "--compose-project: not a Compose project name"),
+        (["--compose-project", "Shop"], "--compose-project: not a Compose project name"),
+        (["--compose-project", "shop", "--service", ".."], "--service: not a Compose service name"),
+        (["--compose-project", "shop", "--service", "a/b"], "--service: not a Compose service name"),
+    ],
+    ids=[
+        "two-stores",
+        "service-alone",
+        "state-alone",
+        "project-path",
+        "project-upper-case",
+        "service-dots",
+        "service-path",
+    ],
+)
 def test_store_options_that_do_not_go_together_are_usage_errors(command, argv, why, capsys):
-    required = {"show": ["job-1"], "report": ["job-1"], "evidence": ["job-1"], "interrupt": ["job-1"], "close": ["job-1"],
-                "prune": ["--older-than", "1"]}
+    required = {
+        "show": ["job-1"],
+        "report": ["job-1"],
+        "evidence": ["job-1"],
+        "interrupt": ["job-1"],
+        "close": ["job-1"],
+        "prune": ["--older-than", "1"],
+    }
     rc, out, err = stella([command] + required.get(command, []) + argv, capsys)
     assert (rc, out) == (2, "")
     assert err.startswith("usage: stella %s" % command) and ("stella %s: error: %s" % (command, why)) in err
@@ -536,6 +680,7 @@ def test_the_provider_layout_is_the_providers_own():
 
 
 # ------------------------------------------------------------------------------------------- docs
+
 
 def test_the_command_reference_documents_each_command_its_options_and_exit_statuses(capsys):
     doc = doc_text("stella-command.md")
@@ -553,8 +698,9 @@ def test_the_command_reference_documents_each_command_its_options_and_exit_statu
 
 def test_the_documented_list_and_show_commands_run_as_written(tmp_path, capsys, monkeypatch):
     doc = doc_text("stella-command.md")
-    commands = [command for command in doc_commands(doc, "stella list") + doc_commands(doc, "stella show")
-                if "[" not in command]  # the synopsis lines of the usage block are no commands
+    commands = [
+        command for command in doc_commands(doc, "stella list") + doc_commands(doc, "stella show") if "[" not in command
+    ]  # the synopsis lines of the usage block are no commands
     assert len(commands) >= 4, commands
     monkeypatch.setenv("HOME", str(tmp_path))
     path = fleet_store(tmp_path / ".local" / "state" / "stellaops" / "provider" / "shop" / "web" / "jobs.sqlite3")
@@ -582,6 +728,7 @@ def test_follow_waits_between_reads(tmp_path, monkeypatch, capsys):
         if len(waits) == 3:
             raise KeyboardInterrupt  # Ctrl-C
         real_sleep(0)
+
     monkeypatch.setattr(_jobs_cli.time, "sleep", sleep)
     rc, out, _err = stella(["show", "job-4", "--follow", "--store", path], capsys)
     assert rc == _jobs_cli.INTERRUPTED_RC == 130 and waits == [0.05, 0.05, 0.05]

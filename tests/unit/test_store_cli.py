@@ -32,9 +32,11 @@ def fed_store(tmp_path):
     try:
         store.create(_job.new_job("job-1", None, {"release": {"id": "r1"}}, [["a", "b"]], targets, {}, T0))
         store.update("job-1", lambda r: _job.start(r, T0))
-        store.update("job-1", lambda r: _job.finish_target(r, "a", True, T1),
-                     lambda r: _job.finish_target(r, "b", False, T1, reason="web  is\nunhealthy",
-                                                  code="service_unhealthy"))
+        store.update(
+            "job-1",
+            lambda r: _job.finish_target(r, "a", True, T1),
+            lambda r: _job.finish_target(r, "b", False, T1, reason="web  is\nunhealthy", code="service_unhealthy"),
+        )
     finally:
         store.close()
     return path
@@ -80,7 +82,9 @@ def test_stella_health_never_creates_a_store_and_fails_with_one_line(tmp_path, c
     rc, out, err = cli(["--store", str(missing)], capsys)
     assert (rc, out) == (1, "")
     assert err == "stella health: job_store_missing: no job store at %s; next: %s\n" % (
-        missing, next_step("job_store_missing"))
+        missing,
+        next_step("job_store_missing"),
+    )
     assert not missing.parent.exists()
     assert cli(["--no-such-option"], capsys)[0] == 2
 
@@ -110,8 +114,9 @@ def running_job(tmp_path, owner):
     targets = {n: {"targetId": "id-" + n, "targetName": n, "projectName": "shop"} for n in ("a", "b")}
     store = _job_store.open_store(path)
     try:
-        store.create(_job.new_job("job-2", None, {"release": {"id": "r1"}}, [["a"], ["b"]], targets, {}, T0,
-                                  owner=owner))
+        store.create(
+            _job.new_job("job-2", None, {"release": {"id": "r1"}}, [["a"], ["b"]], targets, {}, T0, owner=owner)
+        )
         store.update("job-2", lambda r: _job.start(r, T0))
         store.update("job-2", lambda r: _job.finish_target(r, "a", True, T1))
         only_a = {"a": targets["a"]}
@@ -136,16 +141,25 @@ def test_stella_interrupt_records_a_gone_run_and_releases_its_projects(tmp_path,
     try:
         record = store.get("job-2")
         assert (record["status"], record["code"]) == ("Failed", "job_interrupted")
-        assert record["reason"].endswith("(the controller run, pid 4242 on controller-b.example, is gone): "
-                                         "controller-b was replaced")
+        assert record["reason"].endswith(
+            "(the controller run, pid 4242 on controller-b.example, is gone): controller-b was replaced"
+        )
         assert record["targets"]["a"]["status"] == "Succeeded"
         assert record["targets"]["b"]["status"] == "Skipped"  # never started
         assert store.claims() == {}
         projection = store.projection("job-2")
         assert projection["terminal"] is True and projection["status"] == "Failed"
-        _stored, held = store.create(_job.new_job("job-4", None, {"release": {"id": "r1"}}, [["a"]],
-                                                  {"a": {"targetId": "id-a", "targetName": "a",
-                                                         "projectName": "shop"}}, {}, T1))
+        _stored, held = store.create(
+            _job.new_job(
+                "job-4",
+                None,
+                {"release": {"id": "r1"}},
+                [["a"]],
+                {"a": {"targetId": "id-a", "targetName": "a", "projectName": "shop"}},
+                {},
+                T1,
+            )
+        )
         assert held == {}
     finally:
         store.close()
@@ -160,8 +174,10 @@ def test_stella_interrupt_refuses_a_run_alive_on_this_host(tmp_path, capsys):
     store_path = running_job(tmp_path, alive)
     rc, out, err = interrupt_cli(["job-2", "--store", store_path], capsys)
     assert (rc, out) == (1, "")
-    assert err == "stella interrupt: job_running: the controller run of job job-2 (pid %d) is still running on " \
-                  "this host; next: %s\n" % (os.getpid(), next_step("job_running"))
+    assert (
+        err == "stella interrupt: job_running: the controller run of job job-2 (pid %d) is still running on "
+        "this host; next: %s\n" % (os.getpid(), next_step("job_running"))
+    )
     store = _job_store.open_store(store_path)
     try:
         assert store.get("job-2")["status"] == "Running" and set(store.claims().values()) == {"job-2"}
@@ -172,8 +188,11 @@ def test_stella_interrupt_refuses_a_run_alive_on_this_host(tmp_path, capsys):
 def test_stella_interrupt_of_an_unknown_job_or_store(tmp_path, capsys):
     store_path = running_job(tmp_path, None)
     rc, out, err = interrupt_cli(["job-404", "--store", store_path], capsys)
-    assert (rc, out, err) == (1, "", "stella interrupt: job_not_found: no job job-404 in the job store; next: %s\n" %
-                              next_step("job_not_found"))
+    assert (rc, out, err) == (
+        1,
+        "",
+        "stella interrupt: job_not_found: no job job-404 in the job store; next: %s\n" % next_step("job_not_found"),
+    )
     rc, _out, err = interrupt_cli(["job-2", "--store", str(tmp_path / "none.sqlite3")], capsys)
     assert rc == 1 and err.startswith("stella interrupt: job_store_missing:")
     assert interrupt_cli([], capsys)[0] == 2
@@ -184,8 +203,9 @@ def test_the_documented_interrupt_command_and_options_exist(tmp_path, capsys):
     assert len(commands) == 1, "docs/job-store.md shows no stella interrupt example"
     assert options_in(commands[0]) == parser_options(_store_cli.interrupt_parser())
     store_path = running_job(tmp_path, {"host": "controller-b.example", "pid": 4242, "startTicks": 1})
-    argv = shlex.split(commands[0].replace("~/.local/state/stellaops/jobs.sqlite3", store_path)
-                       .replace("JOB", "job-2"))[2:]
+    argv = shlex.split(
+        commands[0].replace("~/.local/state/stellaops/jobs.sqlite3", store_path).replace("JOB", "job-2")
+    )[2:]
     rc, out, err = interrupt_cli(argv, capsys)
     assert (rc, err) == (0, "") and "job_interrupted" in out
 
@@ -198,8 +218,12 @@ OLD = ("2026-01-01T09:00:00.000000Z", "2026-02-01T09:00:00.000000Z")
 def finished_job(store, job_id, target, at, succeeded=True):
     targets = {target: {"targetId": "id-" + target, "targetName": target, "projectName": "shop-" + target}}
     store.create(_job.new_job(job_id, None, {"release": {"id": "r-" + job_id}}, [[target]], targets, {}, at))
-    store.update(job_id, lambda r: _job.start(r, at), lambda r: _job.finish_target(r, target, succeeded, at),
-                 lambda r: _job.finish(r, at))
+    store.update(
+        job_id,
+        lambda r: _job.start(r, at),
+        lambda r: _job.finish_target(r, target, succeeded, at),
+        lambda r: _job.finish(r, at),
+    )
 
 
 def history_store(tmp_path, recent=None):
@@ -210,8 +234,17 @@ def history_store(tmp_path, recent=None):
     try:
         finished_job(store, "job-1", "a", OLD[0])
         finished_job(store, "job-2", "a", OLD[1], succeeded=False)
-        store.create(_job.new_job("job-3", None, {"release": {"id": "r3"}}, [["b"]],
-                                  {"b": {"targetId": "id-b", "targetName": "b", "projectName": "shop-b"}}, {}, OLD[0]))
+        store.create(
+            _job.new_job(
+                "job-3",
+                None,
+                {"release": {"id": "r3"}},
+                [["b"]],
+                {"b": {"targetId": "id-b", "targetName": "b", "projectName": "shop-b"}},
+                {},
+                OLD[0],
+            )
+        )
         store.update("job-3", lambda r: _job.start(r, OLD[0]))
         finished_job(store, "job-5", "a", recent or utc_timestamp())
     finally:
@@ -231,17 +264,24 @@ def job_ids(path):
         store.close()
 
 
-@pytest.mark.parametrize("keep,protected,before,expected", [
-    (0, set(), "2026-03-01", ["j1", "j2", "j4"]),
-    (0, set(), "2026-01-15T00:00:00.000000Z", ["j1"]),
-    (0, {"j2"}, "2026-03-01", ["j1", "j4"]),
-    (1, set(), "2026-03-01", ["j1", "j2"]),   # j4 is the newest finished job
-    (3, set(), "2026-03-01", []),
-    (0, set(), "2025-01-01", []),
-], ids=["all-old", "cutoff-between", "protected", "keep-newest", "keep-all", "none-old-enough"])
+@pytest.mark.parametrize(
+    "keep,protected,before,expected",
+    [
+        (0, set(), "2026-03-01", ["j1", "j2", "j4"]),
+        (0, set(), "2026-01-15T00:00:00.000000Z", ["j1"]),
+        (0, {"j2"}, "2026-03-01", ["j1", "j4"]),
+        (1, set(), "2026-03-01", ["j1", "j2"]),  # j4 is the newest finished job
+        (3, set(), "2026-03-01", []),
+        (0, set(), "2025-01-01", []),
+    ],
+    ids=["all-old", "cutoff-between", "protected", "keep-newest", "keep-all", "none-old-enough"],
+)
 def test_prune_selection(keep, protected, before, expected):
-    finished = [("j2", "Failed", "2026-01-20T00:00:00.000000Z"), ("j1", "Succeeded", "2026-01-10T00:00:00.000000Z"),
-                ("j4", "RolledBack", "2026-02-10T00:00:00.000000Z")]
+    finished = [
+        ("j2", "Failed", "2026-01-20T00:00:00.000000Z"),
+        ("j1", "Succeeded", "2026-01-10T00:00:00.000000Z"),
+        ("j4", "RolledBack", "2026-02-10T00:00:00.000000Z"),
+    ]
     chosen = _job_store.prune_selection(finished, protected, before, keep)
     assert [row[0] for row in chosen] == expected
     assert [row[2] for row in chosen] == sorted(row[2] for row in chosen)  # oldest first
@@ -289,9 +329,11 @@ def test_stella_prune_keeps_the_job_a_target_health_names_and_the_newest(tmp_pat
     assert job_ids(path) == ["job-2", "job-3", "job-5"]
 
 
-@pytest.mark.parametrize("argv", [[], ["--older-than", "-1"], ["--older-than", "x"],
-                                  ["--older-than", "1", "--keep", "-2"]],
-                         ids=["no-age", "negative-age", "not-a-number", "negative-keep"])
+@pytest.mark.parametrize(
+    "argv",
+    [[], ["--older-than", "-1"], ["--older-than", "x"], ["--older-than", "1", "--keep", "-2"]],
+    ids=["no-age", "negative-age", "not-a-number", "negative-keep"],
+)
 def test_stella_prune_usage_errors_change_nothing(tmp_path, capsys, argv):
     path = history_store(tmp_path)
     assert prune_cli(argv + ["--store", path], capsys)[0] == 2
@@ -302,7 +344,9 @@ def test_stella_prune_never_creates_a_store(tmp_path, capsys):
     missing = tmp_path / "nowhere" / "jobs.sqlite3"
     rc, out, err = prune_cli(["--older-than", "30", "--store", str(missing)], capsys)
     assert (rc, out) == (1, "") and err == "stella prune: job_store_missing: no job store at %s; next: %s\n" % (
-        missing, next_step("job_store_missing"))
+        missing,
+        next_step("job_store_missing"),
+    )
     assert not missing.parent.exists()
 
 
@@ -314,8 +358,9 @@ def test_the_documented_prune_commands_and_options_exist(tmp_path, capsys):
     for command in commands:  # each example runs as written against the documented store
         path = history_store(tmp_path / str(commands.index(command)))
         command = command.replace("~/stella-evidence", str(tmp_path / "evidence"))
-        rc, out, err = prune_cli(shlex.split(command.replace("~/.local/state/stellaops/jobs.sqlite3", path))[2:],
-                                 capsys)
+        rc, out, err = prune_cli(
+            shlex.split(command.replace("~/.local/state/stellaops/jobs.sqlite3", path))[2:], capsys
+        )
         assert (rc, err) == (0, "") and "2026-" in out, command
         assert ("job-1" in out) is ("--keep" not in command), command  # --keep 50 keeps this small store whole
 
@@ -331,9 +376,18 @@ def test_stella_prune_deletes_in_chunks(tmp_path, capsys, monkeypatch):
 
 def evidence_tree(root):
     """Evidence as the job playbook writes it for the jobs of :func:`history_store`, and a stranger."""
-    paths = ["jobs/job-1/job.json", "shop-a/job-1/deployment.json", "jobs/job-2/job.json",
-             "jobs/job-2/rollback-evidence.json", "shop-a/job-2/deployment.json", "shop-a/job-5/deployment.json",
-             "jobs/job-5/job.json", "jobs/job-3/job.json", "shop-b/job-3/deployment.json", "notes/readme.txt"]
+    paths = [
+        "jobs/job-1/job.json",
+        "shop-a/job-1/deployment.json",
+        "jobs/job-2/job.json",
+        "jobs/job-2/rollback-evidence.json",
+        "shop-a/job-2/deployment.json",
+        "shop-a/job-5/deployment.json",
+        "jobs/job-5/job.json",
+        "jobs/job-3/job.json",
+        "shop-b/job-3/deployment.json",
+        "notes/readme.txt",
+    ]
     for relative in paths:
         path = root / relative
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -349,21 +403,28 @@ def test_stella_prune_with_evidence_dir_removes_the_pruned_jobs_evidence(tmp_pat
     path = history_store(tmp_path)
     root = evidence_tree(tmp_path / "evidence")
     before = tree(root)
-    rc, out, err = prune_cli(["--older-than", "30", "--store", path, "--evidence-dir", str(root), "--dry-run"],
-                             capsys)
+    rc, out, err = prune_cli(["--older-than", "30", "--store", path, "--evidence-dir", str(root), "--dry-run"], capsys)
     assert (rc, err) == (0, "") and tree(root) == before  # a dry run only lists
     assert "    evidence %s" % (root / "jobs" / "job-1") in out.splitlines()
 
     rc, out, err = prune_cli(["--older-than", "30", "--store", path, "--evidence-dir", str(root)], capsys)
     assert (rc, err) == (0, "")
     assert out.splitlines()[1:] == [
-        "  job-1  Succeeded  %s" % OLD[0], "    evidence %s" % (root / "jobs" / "job-1"),
+        "  job-1  Succeeded  %s" % OLD[0],
+        "    evidence %s" % (root / "jobs" / "job-1"),
         "    evidence %s" % (root / "shop-a" / "job-1"),
-        "  job-2  Failed  %s" % OLD[1], "    evidence %s" % (root / "jobs" / "job-2"),
-        "    evidence %s" % (root / "shop-a" / "job-2")]
+        "  job-2  Failed  %s" % OLD[1],
+        "    evidence %s" % (root / "jobs" / "job-2"),
+        "    evidence %s" % (root / "shop-a" / "job-2"),
+    ]
     # the running job's and the recent job's evidence stay, and so does what is not a job's
-    assert tree(root) == ["jobs/job-3/job.json", "jobs/job-5/job.json", "notes/readme.txt",
-                          "shop-a/job-5/deployment.json", "shop-b/job-3/deployment.json"]
+    assert tree(root) == [
+        "jobs/job-3/job.json",
+        "jobs/job-5/job.json",
+        "notes/readme.txt",
+        "shop-a/job-5/deployment.json",
+        "shop-b/job-3/deployment.json",
+    ]
     assert job_ids(path) == ["job-3", "job-5"]
 
 
@@ -392,16 +453,30 @@ def test_stella_prune_json_names_each_jobs_projects_and_evidence(tmp_path, capsy
     assert rc == 0 and document["evidenceDir"] == str(root)
     assert [(j["jobId"], j["projects"], j["evidence"]) for j in document["jobs"]] == [
         ("job-1", ["shop-a"], [str(root / "jobs" / "job-1"), str(root / "shop-a" / "job-1")]),
-        ("job-2", ["shop-a"], [str(root / "jobs" / "job-2"), str(root / "shop-a" / "job-2")])]
+        ("job-2", ["shop-a"], [str(root / "jobs" / "job-2"), str(root / "shop-a" / "job-2")]),
+    ]
     assert (root / "shop-a" / "kept").is_dir()  # ... but is not empty, so it stays
     (root / "shop-a" / "kept" / "deployment.json").unlink()
     (root / "shop-a" / "kept").rmdir()
     store = _job_store.open_store(path)
     try:  # an old job of target a in project shop-c
-        store.create(_job.new_job("job-6", None, {"release": {"id": "r6"}}, [["a"]],
-                                  {"a": {"targetId": "id-a", "targetName": "a", "projectName": "shop-c"}}, {}, OLD[0]))
-        store.update("job-6", lambda r: _job.start(r, OLD[0]), lambda r: _job.finish_target(r, "a", True, OLD[0]),
-                     lambda r: _job.finish(r, OLD[0]))
+        store.create(
+            _job.new_job(
+                "job-6",
+                None,
+                {"release": {"id": "r6"}},
+                [["a"]],
+                {"a": {"targetId": "id-a", "targetName": "a", "projectName": "shop-c"}},
+                {},
+                OLD[0],
+            )
+        )
+        store.update(
+            "job-6",
+            lambda r: _job.start(r, OLD[0]),
+            lambda r: _job.finish_target(r, "a", True, OLD[0]),
+            lambda r: _job.finish(r, OLD[0]),
+        )
         finished_job(store, "job-7", "a", utc_timestamp())  # a's health names the newest job
     finally:
         store.close()
@@ -410,14 +485,17 @@ def test_stella_prune_json_names_each_jobs_projects_and_evidence(tmp_path, capsy
     assert rc == 0 and not (root / "shop-c").exists()  # a project directory left empty goes
 
 
-@pytest.mark.parametrize("job, expected", [
-    ({"jobId": "job-1", "projects": ["shop"]}, ["R/jobs/job-1", "R/shop/job-1"]),
-    ({"jobId": "awx-42", "projects": []}, ["R/jobs/awx-42"]),
-    ({"jobId": "../etc", "projects": ["shop"]}, []),
-    ({"jobId": "a/b", "projects": ["shop"]}, []),
-    ({"jobId": ".hidden", "projects": []}, []),
-    ({"jobId": "job-1", "projects": ["..", "ok", "x/y"]}, ["R/jobs/job-1", "R/ok/job-1"]),
-])
+@pytest.mark.parametrize(
+    "job, expected",
+    [
+        ({"jobId": "job-1", "projects": ["shop"]}, ["R/jobs/job-1", "R/shop/job-1"]),
+        ({"jobId": "awx-42", "projects": []}, ["R/jobs/awx-42"]),
+        ({"jobId": "../etc", "projects": ["shop"]}, []),
+        ({"jobId": "a/b", "projects": ["shop"]}, []),
+        ({"jobId": ".hidden", "projects": []}, []),
+        ({"jobId": "job-1", "projects": ["..", "ok", "x/y"]}, ["R/jobs/job-1", "R/ok/job-1"]),
+    ],
+)
 def test_evidence_dirs_are_plain_names_under_the_root(job, expected):
     assert _store_cli.evidence_dirs("R", job) == expected
 
@@ -428,11 +506,14 @@ def test_evidence_that_cannot_be_removed_is_one_error_line(tmp_path, capsys, mon
 
     def refuse(directory):
         raise PermissionError(13, "Permission denied", directory)
+
     monkeypatch.setattr(_store_cli.shutil, "rmtree", refuse)
     rc, out, err = prune_cli(["--older-than", "30", "--store", path, "--evidence-dir", str(root)], capsys)
     assert rc == 1 and out.startswith("removed 2 finished jobs")
-    assert err.startswith("stella prune: evidence_remove_failed: the jobs are removed from the store, but not all "
-                          "of their evidence: %s: Permission denied" % (root / "jobs" / "job-1"))
+    assert err.startswith(
+        "stella prune: evidence_remove_failed: the jobs are removed from the store, but not all "
+        "of their evidence: %s: Permission denied" % (root / "jobs" / "job-1")
+    )
     assert err.count("\n") == 1 and job_ids(path) == ["job-3", "job-5"]
 
 

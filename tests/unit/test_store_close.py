@@ -21,11 +21,17 @@ def ended_unclosed(tmp_path, succeeded=True):
     targets = {"a": {"targetId": "id-a", "targetName": "a", "projectName": "shop"}}
     store = _job_store.open_store(path)
     try:
-        store.create(_job.new_job("job-1", None, {"release": {"id": "r1"}}, [["a"]], targets,
-                                  {"autoRollbackOnFailure": False}, T0))
-        store.update("job-1", lambda r: _job.start(r, T0),
-                     lambda r: _job.finish_target(r, "a", succeeded, T1, reason=None if succeeded else "boom"),
-                     lambda r: _job.finish(r, T1))
+        store.create(
+            _job.new_job(
+                "job-1", None, {"release": {"id": "r1"}}, [["a"]], targets, {"autoRollbackOnFailure": False}, T0
+            )
+        )
+        store.update(
+            "job-1",
+            lambda r: _job.start(r, T0),
+            lambda r: _job.finish_target(r, "a", succeeded, T1, reason=None if succeeded else "boom"),
+            lambda r: _job.finish(r, T1),
+        )
     finally:
         store.close()
     return path
@@ -48,7 +54,8 @@ def test_show_says_the_evidence_is_missing_until_stella_close_writes_it(tmp_path
     assert (rc, err) == (0, ""), err
     assert "job job-1  Succeeded" in out and "jobs/job-1/job.json" in out
     assert os.path.isfile(evidence / "jobs" / "job-1" / "job.json") and os.path.isfile(
-        evidence / "jobs" / "job-1" / "report.html")
+        evidence / "jobs" / "job-1" / "report.html"
+    )
     rc, out, _err = run("show", ["job-1", "--store", store], capsys)
     assert rc == 0 and "evidence: missing" not in out
     # closing again writes the same evidence: nothing changes, nothing conflicts
@@ -69,9 +76,18 @@ def test_close_refuses_an_unknown_job_and_a_job_still_running_here(tmp_path, cap
     assert rc == 1 and err.startswith("stella close: job_not_found: no job job-9")
     opened = _job_store.open_store(store)
     try:
-        opened.create(_job.new_job("job-2", None, {"release": {"id": "r1"}}, [["b"]],
-                                   {"b": {"targetId": "id-b", "targetName": "b", "projectName": "shop2"}}, {}, T0,
-                                   owner=_job_owner_here()))
+        opened.create(
+            _job.new_job(
+                "job-2",
+                None,
+                {"release": {"id": "r1"}},
+                [["b"]],
+                {"b": {"targetId": "id-b", "targetName": "b", "projectName": "shop2"}},
+                {},
+                T0,
+                owner=_job_owner_here(),
+            )
+        )
         opened.update("job-2", lambda r: _job.start(r, T0))
     finally:
         opened.close()
@@ -81,4 +97,5 @@ def test_close_refuses_an_unknown_job_and_a_job_still_running_here(tmp_path, cap
 
 def _job_owner_here():
     from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.owner import controller_owner  # pylint: disable=import-outside-toplevel
+
     return controller_owner()

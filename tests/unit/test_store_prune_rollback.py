@@ -26,20 +26,30 @@ def stored(tmp_path, rollback_status):
     try:
         targets = {"a": {"targetId": "id-a", "targetName": "a", "projectName": "shop", "targetType": "ComposeHost"}}
         store.create(_job.new_job("job-1", None, {"release": {"id": "r1"}}, [["a"]], targets, {}, OLD))
-        store.update("job-1", lambda r: _job.start(r, OLD),
-                     lambda r: _job.finish_target(r, "a", True, OLD, facts={"previousRevisionPath": "/p/r0"}),
-                     lambda r: _job.finish(r, OLD))
+        store.update(
+            "job-1",
+            lambda r: _job.start(r, OLD),
+            lambda r: _job.finish_target(r, "a", True, OLD, facts={"previousRevisionPath": "/p/r0"}),
+            lambda r: _job.finish(r, OLD),
+        )
         rollback = _job.operator_rollback(store.get("job-1"), "job-1-rollback-x", OLD)
         store.create(rollback)
         if rollback_status == "RolledBack":
-            store.update("job-1-rollback-x", lambda r: _job.finish_rollback_target(r, "a", True, OLD),
-                         lambda r: _job.finish_rollback(r, OLD))
+            store.update(
+                "job-1-rollback-x",
+                lambda r: _job.finish_rollback_target(r, "a", True, OLD),
+                lambda r: _job.finish_rollback(r, OLD),
+            )
         assert store.get("job-1-rollback-x")["status"] == rollback_status
         # a later deployment of another project on the same target: the target's health names it, not job-1
         other = {"a": {"targetId": "id-a", "targetName": "a", "projectName": "shop-2", "targetType": "ComposeHost"}}
         store.create(_job.new_job("job-2", None, {"release": {"id": "r2"}}, [["a"]], other, {}, utc_timestamp()))
-        store.update("job-2", lambda r: _job.start(r, utc_timestamp()),
-                     lambda r: _job.finish_target(r, "a", True, utc_timestamp()), lambda r: _job.finish(r, utc_timestamp()))
+        store.update(
+            "job-2",
+            lambda r: _job.start(r, utc_timestamp()),
+            lambda r: _job.finish_target(r, "a", True, utc_timestamp()),
+            lambda r: _job.finish(r, utc_timestamp()),
+        )
     finally:
         store.close()
     return path
@@ -49,8 +59,12 @@ def later(store):
     """A later deployment of another project on the same target: the target's health names it, not job-1."""
     other = {"a": {"targetId": "id-a", "targetName": "a", "projectName": "shop-2", "targetType": "ComposeHost"}}
     store.create(_job.new_job("job-2", None, {"release": {"id": "r2"}}, [["a"]], other, {}, utc_timestamp()))
-    store.update("job-2", lambda r: _job.start(r, utc_timestamp()),
-                 lambda r: _job.finish_target(r, "a", True, utc_timestamp()), lambda r: _job.finish(r, utc_timestamp()))
+    store.update(
+        "job-2",
+        lambda r: _job.start(r, utc_timestamp()),
+        lambda r: _job.finish_target(r, "a", True, utc_timestamp()),
+        lambda r: _job.finish(r, utc_timestamp()),
+    )
 
 
 def evidence(root):
@@ -76,7 +90,9 @@ def test_the_deployment_an_unfinished_rollback_rolls_back_and_its_evidence_stay(
     assert (rc, err) == (0, ""), err
     assert "job-1 " not in out and out.startswith("removed 0 finished jobs")
     assert ids(path) == ["job-1", "job-1-rollback-x", "job-2"]
-    assert (root / "jobs" / "job-1" / "job.json").is_file() and (root / "shop" / "job-1" / "a" / "deployment.json").is_file()
+    assert (root / "jobs" / "job-1" / "job.json").is_file() and (
+        root / "shop" / "job-1" / "a" / "deployment.json"
+    ).is_file()
 
 
 def test_once_the_rollback_ended_both_may_go(tmp_path, capsys):
@@ -99,14 +115,21 @@ def recovered(tmp_path):
     try:
         targets = {"a": {"targetId": "id-a", "targetName": "a", "projectName": "shop", "targetType": "ComposeHost"}}
         store.create(_job.new_job("job-1", None, {"release": {"id": "r1"}}, [["a"]], targets, {}, times[0]))
-        store.update("job-1", lambda r: _job.start(r, times[0]),
-                     lambda r: _job.finish_target(r, "a", True, times[0], facts={"previousRevisionPath": "/p/r0"}),
-                     lambda r: _job.finish(r, times[0]))
+        store.update(
+            "job-1",
+            lambda r: _job.start(r, times[0]),
+            lambda r: _job.finish_target(r, "a", True, times[0], facts={"previousRevisionPath": "/p/r0"}),
+            lambda r: _job.finish(r, times[0]),
+        )
         store.project_terminal("job-1", _projection.strategy_evidence(store.get("job-1")), times[0])
         rollback, _held = store.create(_job.operator_rollback(store.get("job-1"), "job-1-rollback-x", times[1]))
         _recovery.started(store, rollback, times[1])
-        rollback = store.update("job-1-rollback-x", lambda r: _job.finish_rollback_target(r, "a", True, times[2]),
-                                lambda r: _job.finish_rollback(r, times[2]), documents={EVIDENCE_ID: b"{}\n"})
+        rollback = store.update(
+            "job-1-rollback-x",
+            lambda r: _job.finish_rollback_target(r, "a", True, times[2]),
+            lambda r: _job.finish_rollback(r, times[2]),
+            documents={EVIDENCE_ID: b"{}\n"},
+        )
         _recovery.ended(store, rollback, {"rollback.evidence.id": EVIDENCE_ID}, times[3])
         later(store)
     finally:
@@ -131,7 +154,9 @@ def test_no_rollback_evidence_id_is_left_pointing_at_a_removed_document(tmp_path
         if projection is not None:
             assert projection["strategyEvidence"]["rollback.evidence.id"] == EVIDENCE_ID
             assert store.document("job-1-rollback-x", EVIDENCE_ID) == b"{}\n"
-        assert sorted(r["jobId"] for r in store.list(100)) == (["job-1", "job-1-rollback-x", "job-2"] if keep else ["job-2"])
+        assert sorted(r["jobId"] for r in store.list(100)) == (
+            ["job-1", "job-1-rollback-x", "job-2"] if keep else ["job-2"]
+        )
     finally:
         store.close()
 
@@ -142,5 +167,8 @@ def test_prune_selection_keeps_a_rollback_job_while_the_job_it_rolled_back_stays
     sources = {"job-1-rb": "job-1"}
     assert [r[0] for r in _job_store.prune_selection(finished, set(), "t9", 1, sources)] == ["job-9-rb"]
     assert [r[0] for r in _job_store.prune_selection(finished, set(), "t9", 0, sources)] == [
-        "job-9-rb", "job-1-rb", "job-1"]
+        "job-9-rb",
+        "job-1-rb",
+        "job-1",
+    ]
     assert [r[0] for r in _job_store.prune_selection(finished, {"job-1"}, "t9", 0, sources)] == ["job-9-rb"]

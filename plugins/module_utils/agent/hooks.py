@@ -26,14 +26,25 @@ import time
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError, redact_text
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
-    DEFAULT_HOOK_INTERPRETER as DEFAULT_INTERPRETER, DEFAULT_HOOK_TIMEOUT as DEFAULT_TIMEOUT, HOOK_MARKER)
+    DEFAULT_HOOK_INTERPRETER as DEFAULT_INTERPRETER,
+    DEFAULT_HOOK_TIMEOUT as DEFAULT_TIMEOUT,
+    HOOK_MARKER,
+)
 from ansible_collections.stellaops.runtime.plugins.module_utils.host.files import atomic_write, read_bytes
 
 PHASES = ("pre-deploy", "post-deploy")
 FAILURE_POLICIES = ("fail", "ignore", "continue", "warn")
 REDACTION_POLICIES = ("redact", "none")
-HOOK_KEYS = ("Name", "Phase", "Interpreter", "Command", "WorkingDirectory", "TimeoutSeconds", "FailurePolicy",
-             "RedactionPolicy")
+HOOK_KEYS = (
+    "Name",
+    "Phase",
+    "Interpreter",
+    "Command",
+    "WorkingDirectory",
+    "TimeoutSeconds",
+    "FailurePolicy",
+    "RedactionPolicy",
+)
 MAX_OUTPUT_CHARS = 65536
 _POLICY_OUTCOME = {"fail": "failed", "ignore": "ignored", "continue": "continued", "warn": "warned"}
 # Interpreters that take an inline program after ``-c``.
@@ -82,8 +93,11 @@ def normalize_hook(entry, index=0):
         raise _invalid(index, "WorkingDirectory must be a non-empty string when given")
     if workdir is not None and ".." in workdir.split("/"):
         # the code planning gives the same directory (release input field hooks[].workingDirectory)
-        raise StellaError("release_invalid", "Hooks[%d]: WorkingDirectory %r must not contain .. segments"
-                          % (index, workdir), phase="validate_payload")
+        raise StellaError(
+            "release_invalid",
+            "Hooks[%d]: WorkingDirectory %r must not contain .. segments" % (index, workdir),
+            phase="validate_payload",
+        )
     return {
         "Name": entry["Name"],
         "Phase": phase,
@@ -197,7 +211,7 @@ def _proc_stat(pid):
             data = handle.read().decode("utf-8", "replace")
     except OSError:
         return None
-    fields = data[data.rfind(")") + 2:].split()
+    fields = data[data.rfind(")") + 2 :].split()
     try:
         return int(fields[1]), int(fields[2]), int(fields[3]), int(fields[19])
     except (IndexError, ValueError):
@@ -264,8 +278,9 @@ def reap_stale_hooks(directory):
         # A live process with the leader's pid but another start time took a recycled pid: the kernel
         # reuses no pid while a session or group of that id exists, so nothing of the hook is left.
         if stat is None or stat[3] == started:
-            killed = sorted(pid for pid, st in stats.items()
-                            if pid != os.getpid() and (st[2] == leader or st[1] == leader))
+            killed = sorted(
+                pid for pid, st in stats.items() if pid != os.getpid() and (st[2] == leader or st[1] == leader)
+            )
             _kill(killed)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
@@ -281,18 +296,30 @@ def run_hook(hook, cwd, env=None, secrets=(), marker_dir=None):
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)
     start = time.monotonic()
     try:
-        proc = subprocess.Popen(argv, cwd=workdir, env=environ, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, start_new_session=True, close_fds=True,
-                                preexec_fn=_child_setup)  # pylint: disable=subprocess-popen-preexec-fn
+        proc = subprocess.Popen(
+            argv,
+            cwd=workdir,
+            env=environ,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            close_fds=True,
+            preexec_fn=_child_setup,
+        )  # pylint: disable=subprocess-popen-preexec-fn
     except OSError as exc:
         duration = (time.monotonic() - start) * 1000
-        return build_result(hook, 127, False, duration, b"", b"", secrets,
-                            error="cannot start %s: %s" % (argv[0], exc.strerror or exc))
+        return build_result(
+            hook, 127, False, duration, b"", b"", secrets, error="cannot start %s: %s" % (argv[0], exc.strerror or exc)
+        )
     marker = os.path.join(marker_dir, HOOK_MARKER) if marker_dir else None
     if marker:
         stat = _proc_stat(proc.pid)
-        atomic_write(marker, json.dumps({"pid": proc.pid, "startTime": stat[3] if stat else 0,
-                                         "hook": hook["Name"]}).encode("utf-8"), mode=0o600)
+        atomic_write(
+            marker,
+            json.dumps({"pid": proc.pid, "startTime": stat[3] if stat else 0, "hook": hook["Name"]}).encode("utf-8"),
+            mode=0o600,
+        )
     timed_out = False
     try:
         stdout, stderr = proc.communicate(timeout=hook["TimeoutSeconds"])
@@ -342,8 +369,11 @@ def run_phase(hooks, phase, cwd, env, secrets, hook_results, warnings):
     hook_results.extend(results)
     warnings.extend(warnings_for(results))
     if blocking:
-        raise StellaError("hook_failed", "%s hook %s failed (exit code %s%s, FailurePolicy=fail)" % (
-            phase, blocking["name"], blocking["exitCode"], ", timed out" if blocking["timedOut"] else ""))
+        raise StellaError(
+            "hook_failed",
+            "%s hook %s failed (exit code %s%s, FailurePolicy=fail)"
+            % (phase, blocking["name"], blocking["exitCode"], ", timed out" if blocking["timedOut"] else ""),
+        )
 
 
 def warnings_for(results):
@@ -351,7 +381,14 @@ def warnings_for(results):
     out = []
     for result in results:
         if result["outcome"] in ("warned", "continued"):
-            out.append("hook %s (%s) failed with exit code %s%s; FailurePolicy=%s recorded it and went on" % (
-                result["name"], result["phase"], result["exitCode"], " after timing out" if result["timedOut"] else "",
-                result["failurePolicy"]))
+            out.append(
+                "hook %s (%s) failed with exit code %s%s; FailurePolicy=%s recorded it and went on"
+                % (
+                    result["name"],
+                    result["phase"],
+                    result["exitCode"],
+                    " after timing out" if result["timedOut"] else "",
+                    result["failurePolicy"],
+                )
+            )
     return out

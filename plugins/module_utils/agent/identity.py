@@ -82,6 +82,9 @@ def ensure_this_host(target, run_command):
     facts = host_facts(run_command)
     resolved = [] if _is_ip(host) else _resolve(host)
     if not endpoint_is_this_host(target["endpoint"], facts["addresses"], facts["hostnames"], resolved):
-        raise StellaError("wrong_host", "target %s endpoint %s does not name this host (%s; addresses %s)" % (
-            target["id"], target["endpoint"], socket.gethostname(), ", ".join(facts["addresses"][:8])),
-            phase="verify_target")
+        raise StellaError(
+            "wrong_host",
+            "target %s endpoint %s does not name this host (%s; addresses %s)"
+            % (target["id"], target["endpoint"], socket.gethostname(), ", ".join(facts["addresses"][:8])),
+            phase="verify_target",
+        )

@@ -21,7 +21,10 @@ import errno
 import time
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
-from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import DEPLOYMENT_PHASES, target_evidence
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
+    DEPLOYMENT_PHASES,
+    target_evidence,
+)
 
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 _NOT_WRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
@@ -92,8 +95,9 @@ class PhaseRecorder:
             raise io_error(exc, name) from exc
         finally:
             if record:
-                self.durations[name] = (self.durations.get(name, 0) + int((time.monotonic() - start) * 1000)
-                                        + self.carried.pop(name, 0))
+                self.durations[name] = (
+                    self.durations.get(name, 0) + int((time.monotonic() - start) * 1000) + self.carried.pop(name, 0)
+                )
             self.current = None
         if record:
             self.completed.append(name)
@@ -107,8 +111,9 @@ class PhaseRecorder:
         return {
             "completedPhases": list(self.completed),
             "phaseDurationsMs": dict(self.durations),
-            "deploymentPhases": deployment_phases(self.completed, self.durations, self.failure_phase, self.skipped,
-                                                  self.groups),
+            "deploymentPhases": deployment_phases(
+                self.completed, self.durations, self.failure_phase, self.skipped, self.groups
+            ),
             "failurePhase": self.failure_phase,
         }
 

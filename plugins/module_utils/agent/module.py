@@ -17,7 +17,10 @@ import traceback
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.hints import next_step
-from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import DEFAULT_COMMAND_TIMEOUT, DEFAULT_WAIT_TIMEOUT
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
+    DEFAULT_COMMAND_TIMEOUT,
+    DEFAULT_WAIT_TIMEOUT,
+)
 from ansible_collections.stellaops.runtime.plugins.module_utils.engine.cli import DockerCli
 
 DOCKER_ARGUMENT_SPEC = dict(
@@ -93,8 +96,12 @@ def command_runner(module):
 
 def engine_client(module, run_command=None):
     """The target's one engine client for this task."""
-    return DockerCli(run_command or command_runner(module), docker=module.params["docker_cli"], warn=module.warn,
-                     timeout=module.params["command_timeout"])
+    return DockerCli(
+        run_command or command_runner(module),
+        docker=module.params["docker_cli"],
+        warn=module.warn,
+        timeout=module.params["command_timeout"],
+    )
 
 
 def fail_with(module, exc):
@@ -116,8 +123,12 @@ def run_task(module, task):
     except StellaError as exc:
         fail_with(module, exc)
     except Exception as exc:  # pylint: disable=broad-exception-caught
-        module.fail_json(msg="unexpected error: %s" % exc, code="internal_error", next=next_step("internal_error"),
-                         exception=traceback.format_exc())
+        module.fail_json(
+            msg="unexpected error: %s" % exc,
+            code="internal_error",
+            next=next_step("internal_error"),
+            exception=traceback.format_exc(),
+        )
     for warning in result["warnings"]:
         module.warn(warning)
     extra = {"diff": result["diff"]} if "diff" in result else {}

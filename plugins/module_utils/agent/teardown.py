@@ -16,13 +16,18 @@ import os
 import shutil
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
-    DEFAULT_WORK_DIRECTORY, check_project_name, check_work_directory, invalid)
+    DEFAULT_WORK_DIRECTORY,
+    check_project_name,
+    check_work_directory,
+    invalid,
+)
 from ansible_collections.stellaops.runtime.plugins.module_utils.host.files import project_lock
 from ansible_collections.stellaops.runtime.plugins.module_utils.agent.manager import Manager
 
 STATES = ("absent", "stopped")
-GROUPS = (("teardown", ("list_project", "stop_containers", "remove_containers", "remove_networks",
-                        "remove_directory")),)
+GROUPS = (
+    ("teardown", ("list_project", "stop_containers", "remove_containers", "remove_networks", "remove_directory")),
+)
 PROJECT_LABELS = ("com.docker.compose.project", "stella.project")
 
 
@@ -31,17 +36,28 @@ def parse_request(options):
         raise invalid("state must be one of %s" % ", ".join(STATES))
     work = check_work_directory(options.get("work_directory") or DEFAULT_WORK_DIRECTORY, "work_directory")
     project = check_project_name(options.get("project_name"), "project_name")
-    return {"project_name": project, "work_directory": work, "state": options["state"],
-            "project_directory": os.path.join(work, project), "target": None}
+    return {
+        "project_name": project,
+        "work_directory": work,
+        "state": options["state"],
+        "project_directory": os.path.join(work, project),
+        "target": None,
+    }
 
 
 class Teardown(Manager):
     groups = GROUPS
 
     def initial_evidence(self, request):
-        return {"projectName": request["project_name"], "projectDirectory": request["project_directory"],
-                "state": request["state"], "removedContainers": [], "stoppedContainers": [], "removedNetworks": [],
-                "directoryRemoved": False}
+        return {
+            "projectName": request["project_name"],
+            "projectDirectory": request["project_directory"],
+            "state": request["state"],
+            "removedContainers": [],
+            "stoppedContainers": [],
+            "removedNetworks": [],
+            "directoryRemoved": False,
+        }
 
     def _ids(self, kind, label, project, phase, extra=()):
         if kind == "container":
@@ -55,10 +71,16 @@ class Teardown(Manager):
         evidence = result["evidence"]
         project = request["project_name"]
         with rec.phase("list_project"):
-            containers = sorted({i for label in PROJECT_LABELS for i in self._ids("container", label, project,
-                                                                                  "list_project")})
-            running = sorted({i for label in PROJECT_LABELS for i in self._ids(
-                "container", label, project, "list_project", ("--filter", "status=running"))})
+            containers = sorted(
+                {i for label in PROJECT_LABELS for i in self._ids("container", label, project, "list_project")}
+            )
+            running = sorted(
+                {
+                    i
+                    for label in PROJECT_LABELS
+                    for i in self._ids("container", label, project, "list_project", ("--filter", "status=running"))
+                }
+            )
             networks = self._ids("network", "com.docker.compose.project", project, "list_project")
             directory = request["project_directory"]
             has_dir = os.path.isdir(directory) and not os.path.islink(directory)
@@ -66,14 +88,16 @@ class Teardown(Manager):
             result["changed"] = bool(running)
             if running and not check_mode:
                 with rec.phase("stop_containers"):
-                    self.cli.run(["stop", "--time", "10"] + running, phase="stop_containers",
-                                 timeout=10 + self.cli.timeout)
+                    self.cli.run(
+                        ["stop", "--time", "10"] + running, phase="stop_containers", timeout=10 + self.cli.timeout
+                    )
             evidence["stoppedContainers"] = running
             return
         result["changed"] = bool(containers or networks or has_dir)
         if check_mode:
-            evidence.update(removedContainers=containers, removedNetworks=networks, directoryRemoved=has_dir,
-                            checkMode=True)
+            evidence.update(
+                removedContainers=containers, removedNetworks=networks, directoryRemoved=has_dir, checkMode=True
+            )
             return
         if containers:
             with rec.phase("remove_containers"):

@@ -27,22 +27,52 @@ import time
 from ansible_collections.stellaops.runtime.plugins.module_utils.agent import hooks as _hooks
 from ansible_collections.stellaops.runtime.plugins.module_utils.compose import revisions as _revisions
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.artifacts import (
-    build_apply_manifest, listed_env_hash, lock_manifest_hashes, same_release, verify_artifact_set)
+    build_apply_manifest,
+    listed_env_hash,
+    lock_manifest_hashes,
+    same_release,
+    verify_artifact_set,
+)
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.canonical import pretty_json, sha256_bytes
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError, redact_url
 from ansible_collections.stellaops.runtime.plugins.module_utils.compose.project import (
-    NOT_ASKED, ComposeProject, ServicesNotReady, check_pinned, container_fingerprint, present_image_ids, raise_problems,
-    services_evidence)
+    NOT_ASKED,
+    ComposeProject,
+    ServicesNotReady,
+    check_pinned,
+    container_fingerprint,
+    present_image_ids,
+    raise_problems,
+    services_evidence,
+)
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
-    COMPOSE_STEPS, COMPOSE_UP, DEFAULT_KEEP_REVISIONS, DEFAULT_WAIT_TIMEOUT, ENV_FILE, ENV_FILE_MODE, LOCK_FILE, MANIFEST_FILE,
-    REVISION_FILES, STICKER_FILE, invalid, keep_revisions_problem)
+    COMPOSE_STEPS,
+    COMPOSE_UP,
+    DEFAULT_KEEP_REVISIONS,
+    DEFAULT_WAIT_TIMEOUT,
+    ENV_FILE,
+    ENV_FILE_MODE,
+    LOCK_FILE,
+    MANIFEST_FILE,
+    REVISION_FILES,
+    STICKER_FILE,
+    invalid,
+    keep_revisions_problem,
+)
 from ansible_collections.stellaops.runtime.plugins.module_utils.host.claim import fence
 from ansible_collections.stellaops.runtime.plugins.module_utils.host.files import (
-    StagedFiles, project_lock, read_bytes, remove_stale_temps)
+    StagedFiles,
+    project_lock,
+    read_bytes,
+    remove_stale_temps,
+)
 from ansible_collections.stellaops.runtime.plugins.module_utils.agent.identity import ensure_this_host
 from ansible_collections.stellaops.runtime.plugins.module_utils.agent.manager import Manager
 from ansible_collections.stellaops.runtime.plugins.module_utils.engine.preflight import (
-    ARGUMENT_SPEC as PREFLIGHT_OPTIONS, preflight_with, raise_failures)
+    ARGUMENT_SPEC as PREFLIGHT_OPTIONS,
+    preflight_with,
+    raise_failures,
+)
 
 
 def preflight_params(given):
@@ -75,16 +105,20 @@ def parse_request(payload=None, options=None):
 
 
 def _mismatch(problems):
-    return StellaError("artifact_hash_mismatch", "; ".join(problems), phase="validate_payload",
-                       evidence={"problems": problems})
+    return StellaError(
+        "artifact_hash_mismatch", "; ".join(problems), phase="validate_payload", evidence={"problems": problems}
+    )
 
 
 def variable_problems(request, actual):
     """The payload's ``Variables`` must agree with what the task carries (pure): a variable that names
     another project, release hash, artifact or target than the task itself is refused."""
     variables = request.get("Variables") or {}
-    return ["Variables.%s is %r, the task carries %r" % (key, variables[key], actual[key])
-            for key in sorted(actual) if key in variables and variables[key] != actual[key]]
+    return [
+        "Variables.%s is %r, the task carries %r" % (key, variables[key], actual[key])
+        for key in sorted(actual)
+        if key in variables and variables[key] != actual[key]
+    ]
 
 
 def check_artifacts(request, env_bytes=None):
@@ -104,30 +138,47 @@ def check_artifacts(request, env_bytes=None):
     mhash = sticker.get("manifestHash")
     problems = []
     if sticker.get("composeHash") != sha256_bytes(lock):
-        problems.append("sticker composeHash %s != sha256 of the lock %s" % (
-            sticker.get("composeHash"), sha256_bytes(lock)))
+        problems.append(
+            "sticker composeHash %s != sha256 of the lock %s" % (sticker.get("composeHash"), sha256_bytes(lock))
+        )
     if lock_manifest_hashes(lock) != [mhash]:
-        problems.append("lock stella.manifest.hash labels %s != sticker manifestHash %s" % (
-            lock_manifest_hashes(lock), mhash))
+        problems.append(
+            "lock stella.manifest.hash labels %s != sticker manifestHash %s" % (lock_manifest_hashes(lock), mhash)
+        )
     if request.get("manifest_hash") and request["manifest_hash"] != mhash:
         problems.append("ManifestHash %s != sticker manifestHash %s" % (request["manifest_hash"], mhash))
     recorded = sticker.get("target")
     wanted = dict(request["target"], endpoint=redact_url(request["target"]["endpoint"]))
     if isinstance(recorded, dict) and recorded != wanted:
-        problems.append("Target %s differs from the sticker's target %s" % (
-            json.dumps(request["target"], sort_keys=True), json.dumps(recorded, sort_keys=True)))
+        problems.append(
+            "Target %s differs from the sticker's target %s"
+            % (json.dumps(request["target"], sort_keys=True), json.dumps(recorded, sort_keys=True))
+        )
     if sticker.get("projectName") != request["project_name"]:
-        problems.append("sticker projectName %r != ProjectName %r" % (sticker.get("projectName"),
-                                                                      request["project_name"]))
+        problems.append(
+            "sticker projectName %r != ProjectName %r" % (sticker.get("projectName"), request["project_name"])
+        )
     if sticker.get("workDirectory") not in (None, request["work_directory"]):
-        problems.append("sticker workDirectory %r != WorkDirectory %r" % (sticker.get("workDirectory"),
-                                                                          request["work_directory"]))
-    problems.extend(variable_problems(request, {
-        "projectName": request["project_name"], "workDirectory": request["work_directory"], "manifestHash": mhash,
-        "composeHash": sha256_bytes(lock), "versionStickerHash": sha256_bytes(sticker_bytes),
-        "targetId": request["target"]["id"], "targetName": request["target"]["name"],
-        "targetType": request["target"]["type"], "targetEndpoint": request["target"]["endpoint"],
-        "targetExecutionMode": request["target"]["executionMode"]}))
+        problems.append(
+            "sticker workDirectory %r != WorkDirectory %r" % (sticker.get("workDirectory"), request["work_directory"])
+        )
+    problems.extend(
+        variable_problems(
+            request,
+            {
+                "projectName": request["project_name"],
+                "workDirectory": request["work_directory"],
+                "manifestHash": mhash,
+                "composeHash": sha256_bytes(lock),
+                "versionStickerHash": sha256_bytes(sticker_bytes),
+                "targetId": request["target"]["id"],
+                "targetName": request["target"]["name"],
+                "targetType": request["target"]["type"],
+                "targetEndpoint": request["target"]["endpoint"],
+                "targetExecutionMode": request["target"]["executionMode"],
+            },
+        )
+    )
     if problems:
         raise _mismatch(problems)
     artifacts = {LOCK_FILE: lock, STICKER_FILE: sticker_bytes, ENV_FILE: env_bytes}
@@ -151,10 +202,18 @@ EarlyLook = collections.namedtuple("EarlyLook", "containers images locked")
 def project_evidence(target_evidence, layout):
     """What every Compose task result starts with: identity and the project's logical paths."""
     evidence = dict(target_evidence)
-    evidence.update({"projectName": layout.project_name, "projectDirectory": layout.project_dir,
-                     "composePath": layout.lock_path, "composeLockPath": layout.lock_path,
-                     "applyManifestPath": layout.manifest_path, "versionStickerPath": layout.sticker_path,
-                     "services": [], "serviceCount": 0})
+    evidence.update(
+        {
+            "projectName": layout.project_name,
+            "projectDirectory": layout.project_dir,
+            "composePath": layout.lock_path,
+            "composeLockPath": layout.lock_path,
+            "applyManifestPath": layout.manifest_path,
+            "versionStickerPath": layout.sticker_path,
+            "services": [],
+            "serviceCount": 0,
+        }
+    )
     return evidence
 
 
@@ -165,8 +224,17 @@ def lock_diff(before, after, path):
 class ComposeApply(Manager):
     """``compose.up`` on this host."""
 
-    def __init__(self, cli, run_command, warn=None, secrets=(), wait_timeout=DEFAULT_WAIT_TIMEOUT, keep_revisions=DEFAULT_KEEP_REVISIONS,
-                 env_bytes=None, preflight=None):
+    def __init__(
+        self,
+        cli,
+        run_command,
+        warn=None,
+        secrets=(),
+        wait_timeout=DEFAULT_WAIT_TIMEOUT,
+        keep_revisions=DEFAULT_KEEP_REVISIONS,
+        env_bytes=None,
+        preflight=None,
+    ):
         super().__init__(cli, run_command, warn, secrets)
         self.wait_timeout = wait_timeout
         self.keep_revisions = keep_revisions
@@ -182,12 +250,19 @@ class ComposeApply(Manager):
         evidence = result["evidence"]
         files, sticker = check_artifacts(request, self.env_bytes)
         mhash = sticker["manifestHash"]
-        evidence.update({"manifestHash": mhash, "composeLockHash": sha256_bytes(files[LOCK_FILE]),
-                         "versionStickerHash": sha256_bytes(files[STICKER_FILE]),
-                         "applyManifestHash": sha256_bytes(files[MANIFEST_FILE]),
-                         "artifactHashes": dict(json.loads(files[MANIFEST_FILE])["artifacts"],
-                                                **{MANIFEST_FILE: sha256_bytes(files[MANIFEST_FILE])}),
-                         "slot": sticker.get("slot"), "trafficRole": sticker.get("trafficRole")})
+        evidence.update(
+            {
+                "manifestHash": mhash,
+                "composeLockHash": sha256_bytes(files[LOCK_FILE]),
+                "versionStickerHash": sha256_bytes(files[STICKER_FILE]),
+                "applyManifestHash": sha256_bytes(files[MANIFEST_FILE]),
+                "artifactHashes": dict(
+                    json.loads(files[MANIFEST_FILE])["artifacts"], **{MANIFEST_FILE: sha256_bytes(files[MANIFEST_FILE])}
+                ),
+                "slot": sticker.get("slot"),
+                "trafficRole": sticker.get("trafficRole"),
+            }
+        )
         with rec.phase("verify_target", record=False):
             ensure_this_host(request["target"], self.run_command)
         with contextlib.ExitStack() as stack:
@@ -199,15 +274,17 @@ class ComposeApply(Manager):
                 locked = os.path.isdir(self.layout.project_dir)
                 if locked:
                     self._lock(stack, evidence)
-                early = self._ask(stack.enter_context(concurrent.futures.ThreadPoolExecutor(max_workers=2)), files,
-                                  locked)
+                early = self._ask(
+                    stack.enter_context(concurrent.futures.ThreadPoolExecutor(max_workers=2)), files, locked
+                )
             self._preflight(rec, evidence)
             with rec.phase("preflight", record=False):  # a superseded job stops here, in check mode too
                 fence(self.layout.project_dir, self.claim, accept=False)
             if diff:
                 before = read_bytes(self.layout.lock_path) or b""
-                result["diff"] = lock_diff(before.decode("utf-8", "replace"), files[LOCK_FILE].decode("utf-8"),
-                                           self.layout.lock_path)
+                result["diff"] = lock_diff(
+                    before.decode("utf-8", "replace"), files[LOCK_FILE].decode("utf-8"), self.layout.lock_path
+                )
             if check_mode:
                 return self._check_mode(request, rec, result, files, mhash)
             if not early.locked:
@@ -220,8 +297,7 @@ class ComposeApply(Manager):
             before = _revisions.read_current(self.layout)
             before_env = read_bytes(self.layout.env_path)
             containers, found = self._look(files, before, early)
-            converged, reasons = self._converged(files, before, before_env, containers, request["target"], mhash,
-                                                 found)
+            converged, reasons = self._converged(files, before, before_env, containers, request["target"], mhash, found)
             if converged is not None:
                 # Same release, every service verified: no hook runs, no container is touched, and the
                 # committed artifact set (with the sticker of the job that applied it) stays.
@@ -259,14 +335,18 @@ class ComposeApply(Manager):
             runtime_preflight(self.cli, rec, evidence, self.preflight)
         with rec.phase("preflight", record=False):
             runtime = evidence["runtime"] = self.cli.runtime(phase="preflight")
-            evidence.update({"dockerVersion": runtime["dockerServerVersion"],
-                             "composeVersion": runtime["composeVersion"]})
+            evidence.update(
+                {"dockerVersion": runtime["dockerServerVersion"], "composeVersion": runtime["composeVersion"]}
+            )
 
     def _ask(self, pool, files, locked=True):
         """The early look: futures of the project's containers and of :meth:`ComposeProject.lock_images`
         for the lock asked for, asked at the same time."""
-        return EarlyLook(pool.submit(self.project.containers, phase="verify_target"),
-                         pool.submit(self.project.lock_images, files[LOCK_FILE], "verify_target"), locked)
+        return EarlyLook(
+            pool.submit(self.project.containers, phase="verify_target"),
+            pool.submit(self.project.lock_images, files[LOCK_FILE], "verify_target"),
+            locked,
+        )
 
     def _look(self, files, before, early):
         """``(containers, lock images)`` for the converge check and the apply: the early look's answers.
@@ -292,9 +372,12 @@ class ComposeApply(Manager):
             # Another job applied this same release: its committed set must still verify.
             if not same_release(before[STICKER_FILE], files[STICKER_FILE]):
                 return None, ["the committed sticker records another release"]
-            problems = verify_artifact_set(before[MANIFEST_FILE] or b"", {
-                LOCK_FILE: before[LOCK_FILE], STICKER_FILE: before[STICKER_FILE], ENV_FILE: before_env},
-                self.layout.project_name, mhash)
+            problems = verify_artifact_set(
+                before[MANIFEST_FILE] or b"",
+                {LOCK_FILE: before[LOCK_FILE], STICKER_FILE: before[STICKER_FILE], ENV_FILE: before_env},
+                self.layout.project_name,
+                mhash,
+            )
             if problems:
                 return None, ["the committed artifact set does not verify: %s" % problem for problem in problems]
         env_hash = listed_env_hash(before[MANIFEST_FILE])
@@ -309,16 +392,27 @@ class ComposeApply(Manager):
     def _keep_committed(before, evidence):
         """Evidence of the committed set a converged run keeps (it may name an earlier job)."""
         committed = json.loads(before[STICKER_FILE])
-        evidence.update({"versionStickerHash": sha256_bytes(before[STICKER_FILE]),
-                         "applyManifestHash": sha256_bytes(before[MANIFEST_FILE]),
-                         "artifactHashes": dict(json.loads(before[MANIFEST_FILE])["artifacts"],
-                                                **{MANIFEST_FILE: sha256_bytes(before[MANIFEST_FILE])}),
-                         "appliedByJobId": committed.get("jobId"), "appliedByTaskId": committed.get("taskId")})
+        evidence.update(
+            {
+                "versionStickerHash": sha256_bytes(before[STICKER_FILE]),
+                "applyManifestHash": sha256_bytes(before[MANIFEST_FILE]),
+                "artifactHashes": dict(
+                    json.loads(before[MANIFEST_FILE])["artifacts"],
+                    **{MANIFEST_FILE: sha256_bytes(before[MANIFEST_FILE])},
+                ),
+                "appliedByJobId": committed.get("jobId"),
+                "appliedByTaskId": committed.get("taskId"),
+            }
+        )
 
     def _hook_env(self, request, mhash):
-        return {"STELLA_PROJECT_NAME": self.layout.project_name, "STELLA_PROJECT_DIRECTORY": self.layout.project_dir,
-                "STELLA_MANIFEST_HASH": mhash, "STELLA_TARGET_ID": request["target"]["id"],
-                "STELLA_COMPOSE_PATH": self.layout.lock_path}
+        return {
+            "STELLA_PROJECT_NAME": self.layout.project_name,
+            "STELLA_PROJECT_DIRECTORY": self.layout.project_dir,
+            "STELLA_MANIFEST_HASH": mhash,
+            "STELLA_TARGET_ID": request["target"]["id"],
+            "STELLA_COMPOSE_PATH": self.layout.lock_path,
+        }
 
     def _apply(self, request, rec, result, files, before, before_env, before_containers, mhash, staged, found=None):
         evidence = result["evidence"]
@@ -330,8 +424,11 @@ class ComposeApply(Manager):
             if removed:
                 evidence["removedStaleTemps"] = removed
             if env_hash and self.env_bytes is None and sha256_bytes(before_env or b"") != env_hash:
-                raise StellaError("artifact_missing", "apply manifest lists %s but it was not supplied and the file "
-                                  "on the target does not match" % ENV_FILE)
+                raise StellaError(
+                    "artifact_missing",
+                    "apply manifest lists %s but it was not supplied and the file "
+                    "on the target does not match" % ENV_FILE,
+                )
             if request["backup_existing"]:
                 baseline = _revisions.retain_baseline(layout, before, before_env, files, self.keep_revisions)
                 if baseline:
@@ -344,13 +441,21 @@ class ComposeApply(Manager):
             images = expected[0]
             check_pinned(images, "write_artifacts")
         with rec.phase("pre_deploy_hooks"):
-            _hooks.run_phase(request["hooks"], "pre-deploy", layout.project_dir, hook_env, self.secrets,
-                             evidence["hookResults"], result["warnings"])
+            _hooks.run_phase(
+                request["hooks"],
+                "pre-deploy",
+                layout.project_dir,
+                hook_env,
+                self.secrets,
+                evidence["hookResults"],
+                result["warnings"],
+            )
         with rec.phase("compose_pull"):
             # What the early look found of the images stands unless a pre-deploy hook ran since (a
             # hook may pull or remove images).
-            asked = found[1] if found is not None and not _hooks.hooks_for_phase(request["hooks"], "pre-deploy") \
-                else None
+            asked = (
+                found[1] if found is not None and not _hooks.hooks_for_phase(request["hooks"], "pre-deploy") else None
+            )
             image_ids, pulled = self.project.ensure_images(images, request["pull_images"], "compose_pull", asked)
             evidence.update(pulledServices=pulled, imageIds=image_ids)
         try:
@@ -358,24 +463,36 @@ class ComposeApply(Manager):
                 result["changed"] = True
                 started = self.project.up()
         except ServicesNotReady as exc:
-            evidence.update(services_evidence(self.project.verify(expected, image_ids, request["target"], mhash,
-                                                                  "compose_up", containers=exc.containers)[1]))
+            evidence.update(
+                services_evidence(
+                    self.project.verify(
+                        expected, image_ids, request["target"], mhash, "compose_up", containers=exc.containers
+                    )[1]
+                )
+            )
             raise
         except StellaError as exc:
             with contextlib.suppress(StellaError):
-                evidence.update(services_evidence(self.project.verify(expected, image_ids, request["target"], mhash,
-                                                                      "compose_up")[1]))
+                evidence.update(
+                    services_evidence(
+                        self.project.verify(expected, image_ids, request["target"], mhash, "compose_up")[1]
+                    )
+                )
             exc.code = up_failure_code(exc.reason, exc.code)
             raise
         with rec.phase("inspect_services"):
-            after, services, problems = self.project.verify(expected, image_ids, request["target"], mhash,
-                                                            "inspect_services", containers=started)
+            after, services, problems = self.project.verify(
+                expected, image_ids, request["target"], mhash, "inspect_services", containers=started
+            )
             evidence.update(services_evidence(services))
             result["changed"] = container_fingerprint(after) != container_fingerprint(before_containers)
             raise_problems(problems, "inspect_services")
         with rec.phase("write_sticker"):
-            artifacts = {LOCK_FILE: read_bytes(layout.lock_path), STICKER_FILE: files[STICKER_FILE],
-                         ENV_FILE: read_bytes(layout.env_path) if env_hash else None}
+            artifacts = {
+                LOCK_FILE: read_bytes(layout.lock_path),
+                STICKER_FILE: files[STICKER_FILE],
+                ENV_FILE: read_bytes(layout.env_path) if env_hash else None,
+            }
             problems = verify_artifact_set(files[MANIFEST_FILE], artifacts, layout.project_name, mhash)
             if problems:
                 raise StellaError("artifact_hash_mismatch", "; ".join(problems), phase="write_sticker")
@@ -385,8 +502,15 @@ class ComposeApply(Manager):
         if staged.names():
             result["changed"] = True
         with rec.phase("post_deploy_hooks"):
-            _hooks.run_phase(request["hooks"], "post-deploy", layout.project_dir, hook_env, self.secrets,
-                             evidence["hookResults"], result["warnings"])
+            _hooks.run_phase(
+                request["hooks"],
+                "post-deploy",
+                layout.project_dir,
+                hook_env,
+                self.secrets,
+                evidence["hookResults"],
+                result["warnings"],
+            )
 
     def _check_mode(self, request, rec, result, files, mhash):
         evidence = result["evidence"]
@@ -394,8 +518,9 @@ class ComposeApply(Manager):
         exists = os.path.isdir(layout.project_dir)
         before = _revisions.read_current(layout) if exists else dict.fromkeys(REVISION_FILES)
         containers = self.project.containers(phase="write_artifacts")
-        converged, reasons = self._converged(files, before, read_bytes(layout.env_path), containers,
-                                             request["target"], mhash)
+        converged, reasons = self._converged(
+            files, before, read_bytes(layout.env_path), containers, request["target"], mhash
+        )
         if converged is None:
             evidence["wouldApplyBecause"] = reasons
         changed_files = [] if converged else sorted(name for name in REVISION_FILES if before[name] != files[name])

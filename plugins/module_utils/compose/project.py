@@ -19,7 +19,11 @@ import time
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
-    DEFAULT_WAIT_TIMEOUT, LABEL_MANIFEST_HASH, REQUIRED_STELLA_LABELS, target_labels)
+    DEFAULT_WAIT_TIMEOUT,
+    LABEL_MANIFEST_HASH,
+    REQUIRED_STELLA_LABELS,
+    target_labels,
+)
 from ansible_collections.stellaops.runtime.plugins.module_utils.engine.cli import repo_digests_contain
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.imageref import image_id, pinned_digest
 
@@ -88,8 +92,9 @@ def service_labels(config):
         if isinstance(labels, list):
             labels = dict(item.split("=", 1) if "=" in item else (item, "") for item in labels)
         # compose config prints a literal "$" as "$$"; the container carries the "$"
-        out[name] = {key: value.replace("$$", "$") if isinstance(value, str) else value
-                     for key, value in labels.items()}
+        out[name] = {
+            key: value.replace("$$", "$") if isinstance(value, str) else value for key, value in labels.items()
+        }
     return out
 
 
@@ -98,13 +103,17 @@ def check_pinned(images, phase):
     (``sha256:...``, a locally loaded image: ``imageref.image_id``)."""
     for service, image in sorted(images.items()):
         if not image or not pinned_digest(image):
-            raise StellaError("image_not_pinned", "service %s image %r is not pinned by digest" % (service, image),
-                              phase=phase)
+            raise StellaError(
+                "image_not_pinned", "service %s image %r is not pinned by digest" % (service, image), phase=phase
+            )
 
 
 def stella_labels(labels):
-    return {k: v for k, v in sorted((labels or {}).items())
-            if k.startswith("stella.") or k in ("com.docker.compose.project", "com.docker.compose.service")}
+    return {
+        k: v
+        for k, v in sorted((labels or {}).items())
+        if k.startswith("stella.") or k in ("com.docker.compose.project", "com.docker.compose.service")
+    }
 
 
 HEALTH_VERIFIED = ("healthy", "none")  # Docker's health of a container verified running ("none": no healthcheck)
@@ -115,8 +124,12 @@ def container_problems(container, what, health=HEALTH_VERIFIED):
     Docker health one of ``health`` (not looked at when ``None``)."""
     name = container.get("name")
     if not container.get("running") or container.get("restarting"):
-        return [("service_not_running", "%s %s is %s (exit code %s)" % (
-            what, name, container.get("state"), container.get("exitCode")))]
+        return [
+            (
+                "service_not_running",
+                "%s %s is %s (exit code %s)" % (what, name, container.get("state"), container.get("exitCode")),
+            )
+        ]
     if health is not None and container.get("health") not in health:
         return [("service_unhealthy", "%s %s health is %s" % (what, name, container.get("health")))]
     return []
@@ -142,19 +155,32 @@ def verify_services(expected_images, expected_labels, containers, image_ids, tar
         image = expected_images[service]
         digest = pinned_digest(image)
         for container in found:
-            services.append({
-                "service": service, "containerId": container["id"], "containerName": container["name"],
-                "state": container["state"], "health": container["health"], "exitCode": container.get("exitCode"),
-                "startedAt": container.get("startedAt"), "image": image,
-                "imageDigest": digest if container.get("imageId") == image_ids.get(service) else None,
-                "imageId": container.get("imageId"), "ipAddress": container.get("ipAddress"),
-                "labels": stella_labels(container.get("labels")),
-            })
+            services.append(
+                {
+                    "service": service,
+                    "containerId": container["id"],
+                    "containerName": container["name"],
+                    "state": container["state"],
+                    "health": container["health"],
+                    "exitCode": container.get("exitCode"),
+                    "startedAt": container.get("startedAt"),
+                    "image": image,
+                    "imageDigest": digest if container.get("imageId") == image_ids.get(service) else None,
+                    "imageId": container.get("imageId"),
+                    "ipAddress": container.get("ipAddress"),
+                    "labels": stella_labels(container.get("labels")),
+                }
+            )
             name = container["name"]
             problems.extend(container_problems(container, "container of service %s:" % service))
             if container.get("imageId") != image_ids.get(service):
-                problems.append(("digest_mismatch", "container %s runs image %s, not the pinned %s (%s)" % (
-                    name, container.get("imageId"), image, image_ids.get(service))))
+                problems.append(
+                    (
+                        "digest_mismatch",
+                        "container %s runs image %s, not the pinned %s (%s)"
+                        % (name, container.get("imageId"), image, image_ids.get(service)),
+                    )
+                )
             labels = container.get("labels") or {}
             wanted = dict(expected_labels.get(service) or {})
             for key in REQUIRED_STELLA_LABELS:
@@ -163,8 +189,12 @@ def verify_services(expected_images, expected_labels, containers, image_ids, tar
             wanted.update(want_target)
             for key in sorted(wanted):
                 if labels.get(key) != wanted[key]:
-                    problems.append(("label_mismatch", "container %s label %s is %r, expected %r" % (
-                        name, key, labels.get(key), wanted[key])))
+                    problems.append(
+                        (
+                            "label_mismatch",
+                            "container %s label %s is %r, expected %r" % (name, key, labels.get(key), wanted[key]),
+                        )
+                    )
     for service in sorted(set(by_service) - set(expected_images), key=str):
         problems.append(("service_unexpected", "project has containers of service %s not in the lock" % service))
     return services, problems
@@ -213,8 +243,9 @@ def not_ready_problems(containers, waited):
         if health not in (None, "none", "healthy"):
             problems.append(("service_unhealthy", "container %s is still %s after %ss" % (name, health, waited)))
         elif container.get("state") != "running" or container.get("restarting"):
-            problems.append(("service_not_running", "container %s is still %s after %ss" % (
-                name, container.get("state"), waited)))
+            problems.append(
+                ("service_not_running", "container %s is still %s after %ss" % (name, container.get("state"), waited))
+            )
     return problems or [("service_not_running", "the project has no container after %ss" % waited)]
 
 
@@ -288,8 +319,9 @@ class ComposeProject:
         return service_images(config), service_labels(config)
 
     def containers(self, phase=None):
-        return self.cli.inspect_containers(self.cli.project_container_ids(self.layout.project_name, phase=phase),
-                                           phase=phase)
+        return self.cli.inspect_containers(
+            self.cli.project_container_ids(self.layout.project_name, phase=phase), phase=phase
+        )
 
     def image_ids(self, images, phase):
         """``{service: image id}`` when every pinned image is present with its digest, else ``None``."""
@@ -317,20 +349,36 @@ class ComposeProject:
         missing = sorted(service for service in images if service not in infos)
         if missing:
             if not pull:
-                raise StellaError("image_missing", "PullImages is false and image(s) are not present: %s" % ", ".join(
-                    images[s] for s in missing), phase=phase)
-            self.cli.run(self._base() + ["pull", "--quiet"] + missing, code="image_pull_failed", phase=phase,
-                         timeout=PULL_TIMEOUT)
+                raise StellaError(
+                    "image_missing",
+                    "PullImages is false and image(s) are not present: %s" % ", ".join(images[s] for s in missing),
+                    phase=phase,
+                )
+            self.cli.run(
+                self._base() + ["pull", "--quiet"] + missing,
+                code="image_pull_failed",
+                phase=phase,
+                timeout=PULL_TIMEOUT,
+            )
             for service in missing:
                 info = self.cli.image_inspect(images[service], phase=phase)
                 if info is None:
-                    raise StellaError("image_pull_failed", "image %s is still absent after pull" % images[service],
-                                      phase=phase)
+                    raise StellaError(
+                        "image_pull_failed", "image %s is still absent after pull" % images[service], phase=phase
+                    )
                 infos[service] = info
-        raise_problems([("digest_mismatch", "image %s of service %s has RepoDigests %s, none is the pinned digest" % (
-            images[service], service, infos[service]["repoDigests"]))
-            for service in sorted(images) if not holds_pin(infos[service], images[service])],
-            phase)
+        raise_problems(
+            [
+                (
+                    "digest_mismatch",
+                    "image %s of service %s has RepoDigests %s, none is the pinned digest"
+                    % (images[service], service, infos[service]["repoDigests"]),
+                )
+                for service in sorted(images)
+                if not holds_pin(infos[service], images[service])
+            ],
+            phase,
+        )
         return {service: infos[service]["id"] for service in infos}, missing
 
     def up(self, phase="compose_up"):
@@ -340,8 +388,13 @@ class ComposeProject:
         The containers are looked at every ``READY_POLL_SECONDS`` (Compose's own ``--wait`` looks
         every half second), for at most ``wait_timeout`` seconds; :class:`ServicesNotReady` otherwise.
         """
-        self.cli.compose_up(self.layout.project_name, self.layout.lock_path, self.layout.project_dir,
-                            wait_timeout=self.wait_timeout, phase=phase)
+        self.cli.compose_up(
+            self.layout.project_name,
+            self.layout.lock_path,
+            self.layout.project_dir,
+            wait_timeout=self.wait_timeout,
+            phase=phase,
+        )
         return self.wait_ready(phase)
 
     def wait_ready(self, phase="compose_up"):
@@ -385,8 +438,7 @@ class ComposeProject:
         ``None``: the first item of :meth:`convergence`."""
         return self.convergence(containers, target, manifest_hash, lock_bytes, phase, ids)[0]
 
-    def convergence(self, containers, target, manifest_hash, lock_bytes=None, phase="inspect_services",
-                    ids=NOT_ASKED):
+    def convergence(self, containers, target, manifest_hash, lock_bytes=None, phase="inspect_services", ids=NOT_ASKED):
         """``(services evidence, [])`` when the committed lock already runs exactly (images, labels,
         health), else ``(None, reasons)``: one line each, why it does not. ``lock_bytes`` (the
         hash-verified committed lock) spares asking Compose to render it; ``ids`` is :meth:`image_ids`

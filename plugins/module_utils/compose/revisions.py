@@ -35,9 +35,24 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors 
 from ansible_collections.stellaops.runtime.plugins.module_utils.host.files import atomic_write, fsync_dir, read_bytes
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
-    DEFAULT_KEEP_REVISIONS, ENV_FILE, LOCK_FILE, MANIFEST_FILE, REVISION_FILES, REVISION_RECORD, REVISION_SCHEMA,
-    REVISIONS_DIR, STICKER_FILE, TEMP_PREFIX, check_project_name, check_work_directory)
-from ansible_collections.stellaops.runtime.plugins.module_utils.contract.artifacts import listed_env_hash, verify_artifact_set
+    DEFAULT_KEEP_REVISIONS,
+    ENV_FILE,
+    LOCK_FILE,
+    MANIFEST_FILE,
+    REVISION_FILES,
+    REVISION_RECORD,
+    REVISION_SCHEMA,
+    REVISIONS_DIR,
+    STICKER_FILE,
+    TEMP_PREFIX,
+    check_project_name,
+    check_work_directory,
+)
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.artifacts import (
+    listed_env_hash,
+    verify_artifact_set,
+)
+
 _REVISION_RE = re.compile(r"^(?P<seq>\d{6})-(?P<hash>[0-9a-f]{12})$")
 
 
@@ -58,12 +73,17 @@ class Layout:
         return os.path.join(self.project_dir, name)
 
     def as_dict(self):
-        return {"projectDirectory": self.project_dir, "composePath": self.lock_path,
-                "versionStickerPath": self.sticker_path, "applyManifestPath": self.manifest_path,
-                "revisionsDirectory": self.revisions_dir}
+        return {
+            "projectDirectory": self.project_dir,
+            "composePath": self.lock_path,
+            "versionStickerPath": self.sticker_path,
+            "applyManifestPath": self.manifest_path,
+            "revisionsDirectory": self.revisions_dir,
+        }
 
 
 # --------------------------------------------------------------------------- pure helpers
+
 
 def hash12(manifest_hash):
     """First 12 hex digits of a ``sha256:`` digest (the revision directory suffix)."""
@@ -141,6 +161,7 @@ def path_within(path, root):
 
 # --------------------------------------------------------------------------- disk
 
+
 def read_current(layout):
     """``{name: bytes or None}`` for the three revision files of the project."""
     return {name: read_bytes(layout.file_path(name)) for name in REVISION_FILES}
@@ -151,9 +172,12 @@ def list_revisions(layout):
     if not os.path.isdir(layout.revisions_dir):
         return []
     # A symlink is never a retained revision: it could point anywhere.
-    return [os.path.join(layout.revisions_dir, name) for name in sort_revision_names(os.listdir(layout.revisions_dir))
-            if os.path.isdir(os.path.join(layout.revisions_dir, name))
-            and not os.path.islink(os.path.join(layout.revisions_dir, name))]
+    return [
+        os.path.join(layout.revisions_dir, name)
+        for name in sort_revision_names(os.listdir(layout.revisions_dir))
+        if os.path.isdir(os.path.join(layout.revisions_dir, name))
+        and not os.path.islink(os.path.join(layout.revisions_dir, name))
+    ]
 
 
 def remove_stale_revision_temps(layout):
@@ -190,8 +214,12 @@ def load_revision(path, phase="validate_revision"):
             files[name] = data
     problems = check_revision_files(record, files)
     if problems:
-        raise StellaError("revision_tampered", "revision %s failed hash validation: %s" % (
-            os.path.basename(path), "; ".join(problems)), phase=phase, evidence={"revisionPath": path})
+        raise StellaError(
+            "revision_tampered",
+            "revision %s failed hash validation: %s" % (os.path.basename(path), "; ".join(problems)),
+            phase=phase,
+            evidence={"revisionPath": path},
+        )
     return record, files
 
 
@@ -226,8 +254,9 @@ def retain_revision(layout, files, manifest_hash, keep=DEFAULT_KEEP_REVISIONS):
                 continue
             mode = 0o600 if name == ENV_FILE else 0o644
             atomic_write(os.path.join(tmp, name), files[name], mode=mode)
-        record = build_revision_record(layout.project_name, sequence, manifest_hash,
-                                       {k: v for k, v in files.items() if v is not None})
+        record = build_revision_record(
+            layout.project_name, sequence, manifest_hash, {k: v for k, v in files.items() if v is not None}
+        )
         atomic_write(os.path.join(tmp, REVISION_RECORD), pretty_json(record))
         os.chmod(tmp, 0o755)
         os.rename(tmp, final)
@@ -269,23 +298,34 @@ def resolve_revision(layout, explicit=None, other_than=None):
     if explicit:
         candidate = explicit if os.path.isabs(explicit) else os.path.join(layout.revisions_dir, explicit)
         if not path_within(candidate, layout.revisions_dir):
-            raise StellaError("revision_path_rejected", "revision path %r resolves outside %s" % (
-                explicit, layout.revisions_dir), phase="resolve_revision")
+            raise StellaError(
+                "revision_path_rejected",
+                "revision path %r resolves outside %s" % (explicit, layout.revisions_dir),
+                phase="resolve_revision",
+            )
         real = os.path.realpath(candidate)
         if os.path.dirname(real) != os.path.realpath(layout.revisions_dir) or not parse_revision_name(
-                os.path.basename(real)):
-            raise StellaError("revision_path_rejected", "revision path %r is not a retained revision directory "
-                              "(<NNNNNN>-<hash12> directly under %s)" % (explicit, layout.revisions_dir),
-                              phase="resolve_revision")
+            os.path.basename(real)
+        ):
+            raise StellaError(
+                "revision_path_rejected",
+                "revision path %r is not a retained revision directory "
+                "(<NNNNNN>-<hash12> directly under %s)" % (explicit, layout.revisions_dir),
+                phase="resolve_revision",
+            )
         if not os.path.isdir(real):
             raise StellaError("no_revision", "revision %r does not exist" % (explicit,), phase="resolve_revision")
         return real
-    revisions = [path for path in list_revisions(layout)
-                 if not other_than or revision_manifest_hash(path) != other_than]
+    revisions = [
+        path for path in list_revisions(layout) if not other_than or revision_manifest_hash(path) != other_than
+    ]
     if not revisions:
-        raise StellaError("no_revision", "project %s has no retained revision under %s%s" % (
-            layout.project_name, layout.revisions_dir, " other than release %s" % other_than if other_than else ""),
-            phase="resolve_revision")
+        raise StellaError(
+            "no_revision",
+            "project %s has no retained revision under %s%s"
+            % (layout.project_name, layout.revisions_dir, " other than release %s" % other_than if other_than else ""),
+            phase="resolve_revision",
+        )
     return os.path.realpath(revisions[-1])
 
 
@@ -308,9 +348,15 @@ def retain_baseline(layout, current, current_env, new_files, keep=DEFAULT_KEEP_R
     if all(current[name] == new_files[name] for name in (LOCK_FILE, STICKER_FILE)):
         return latest_other(layout, new_files[STICKER_FILE])
     env_listed = listed_env_hash(current[MANIFEST_FILE])
-    consistent = not verify_artifact_set(current[MANIFEST_FILE], {
-        LOCK_FILE: current[LOCK_FILE], STICKER_FILE: current[STICKER_FILE],
-        ENV_FILE: current_env if env_listed else None}, layout.project_name)
+    consistent = not verify_artifact_set(
+        current[MANIFEST_FILE],
+        {
+            LOCK_FILE: current[LOCK_FILE],
+            STICKER_FILE: current[STICKER_FILE],
+            ENV_FILE: current_env if env_listed else None,
+        },
+        layout.project_name,
+    )
     if not consistent:
         # A killed apply left its lock staged: the committed revision was retained before it.
         for path in reversed(list_revisions(layout)):

@@ -27,13 +27,30 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.canonic
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils.compose.apply import project_evidence
 from ansible_collections.stellaops.runtime.plugins.module_utils.compose.project import (
-    ComposeProject, check_pinned, container_fingerprint, raise_problems, services_evidence)
+    ComposeProject,
+    check_pinned,
+    container_fingerprint,
+    raise_problems,
+    services_evidence,
+)
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
-    COMPOSE_ROLLBACK, DEFAULT_WAIT_TIMEOUT, ENV_FILE, ENV_FILE_MODE, LOCK_FILE, MANIFEST_FILE, REVISION_FILES, ROLLBACK_PHASES,
-    STICKER_FILE)
+    COMPOSE_ROLLBACK,
+    DEFAULT_WAIT_TIMEOUT,
+    ENV_FILE,
+    ENV_FILE_MODE,
+    LOCK_FILE,
+    MANIFEST_FILE,
+    REVISION_FILES,
+    ROLLBACK_PHASES,
+    STICKER_FILE,
+)
 from ansible_collections.stellaops.runtime.plugins.module_utils.host.claim import fence
 from ansible_collections.stellaops.runtime.plugins.module_utils.host.files import (
-    StagedFiles, project_lock, read_bytes, remove_stale_temps)
+    StagedFiles,
+    project_lock,
+    read_bytes,
+    remove_stale_temps,
+)
 from ansible_collections.stellaops.runtime.plugins.module_utils.agent.identity import ensure_this_host
 from ansible_collections.stellaops.runtime.plugins.module_utils.agent.manager import Manager
 
@@ -67,18 +84,27 @@ def superseded(committed, own, restoring):
     deployment applied nor the one being restored, so a newer deployment owns it now."""
     if not own or committed is None or committed in (own, restoring):
         return None
-    return "project now runs release %s, not %s that this deployment applied; the newer release is left " \
-           "running" % (committed, own)
+    return "project now runs release %s, not %s that this deployment applied; the newer release is left running" % (
+        committed,
+        own,
+    )
 
 
 def check_revision_set(layout, record, files):
     """The revision must be a consistent artifact set of this project."""
-    problems = verify_artifact_set(files.get(MANIFEST_FILE) or b"", {
-        LOCK_FILE: files.get(LOCK_FILE), STICKER_FILE: files.get(STICKER_FILE), ENV_FILE: files.get(ENV_FILE)},
-        layout.project_name, record.get("manifestHash"))
+    problems = verify_artifact_set(
+        files.get(MANIFEST_FILE) or b"",
+        {LOCK_FILE: files.get(LOCK_FILE), STICKER_FILE: files.get(STICKER_FILE), ENV_FILE: files.get(ENV_FILE)},
+        layout.project_name,
+        record.get("manifestHash"),
+    )
     if problems:
-        raise StellaError("revision_tampered", "retained revision is not a consistent artifact set: %s" % (
-            "; ".join(problems)), phase="validate_revision", evidence={"problems": problems})
+        raise StellaError(
+            "revision_tampered",
+            "retained revision is not a consistent artifact set: %s" % ("; ".join(problems)),
+            phase="validate_revision",
+            evidence={"problems": problems},
+        )
 
 
 class ComposeRollback(Manager):
@@ -105,8 +131,11 @@ class ComposeRollback(Manager):
             ensure_this_host(request["target"], self.run_command)
         if not os.path.isdir(layout.project_dir):
             with rec.phase("resolve_revision"):
-                raise StellaError("no_revision", "project %s has no directory %s, so no retained revision" % (
-                    layout.project_name, layout.project_dir))
+                raise StellaError(
+                    "no_revision",
+                    "project %s has no directory %s, so no retained revision"
+                    % (layout.project_name, layout.project_dir),
+                )
         wait_start = time.monotonic()
         with contextlib.nullcontext() if check_mode else project_lock(layout.project_dir):
             evidence["lockWaitMs"] = int((time.monotonic() - wait_start) * 1000)
@@ -116,24 +145,36 @@ class ComposeRollback(Manager):
                 path = _revisions.resolve_revision(layout, request.get("revision_path"), request.get("manifest_hash"))
                 evidence["restoredRevisionPath"] = path
                 record, files = _revisions.load_revision(path, phase="validate_revision")
-                why = superseded(committed_manifest_hash(current[MANIFEST_FILE]), request.get("manifest_hash"),
-                                 record.get("manifestHash"))
+                why = superseded(
+                    committed_manifest_hash(current[MANIFEST_FILE]),
+                    request.get("manifest_hash"),
+                    record.get("manifestHash"),
+                )
                 if why:
                     evidence["rollbackRefusedReason"] = why
                     raise StellaError("rollback_superseded", why)
             with rec.phase("validate_revision"):
                 check_revision_set(layout, record, files)
                 mhash = record.get("manifestHash")
-                evidence.update({"restoredManifestHash": mhash, "manifestHash": mhash,
-                                 "restoredDigests": revision_digests(files[STICKER_FILE]),
-                                 "artifactHashes": dict(record["files"])})
+                evidence.update(
+                    {
+                        "restoredManifestHash": mhash,
+                        "manifestHash": mhash,
+                        "restoredDigests": revision_digests(files[STICKER_FILE]),
+                        "artifactHashes": dict(record["files"]),
+                    }
+                )
                 runtime = evidence["runtime"] = self.cli.runtime(phase="preflight")
-                evidence.update({"dockerVersion": runtime["dockerServerVersion"],
-                                 "composeVersion": runtime["composeVersion"]})
+                evidence.update(
+                    {"dockerVersion": runtime["dockerServerVersion"], "composeVersion": runtime["composeVersion"]}
+                )
                 before_containers = self.project.containers(phase="validate_revision")
             same_files = all(current[name] == files[name] for name in REVISION_FILES)
-            converged = (self.project.converged(before_containers, request["target"], mhash, lock_bytes=files[LOCK_FILE])
-                         if same_files else None)
+            converged = (
+                self.project.converged(before_containers, request["target"], mhash, lock_bytes=files[LOCK_FILE])
+                if same_files
+                else None
+            )
             if check_mode:
                 result["changed"] = converged is None
                 evidence["checkMode"] = True
@@ -155,8 +196,9 @@ class ComposeRollback(Manager):
                         evidence["filesRestored"] = restored
                 raise
             staged.commit()
-            result["changed"] = (_revisions.read_current(layout) != current
-                                 or container_fingerprint(after) != container_fingerprint(before_containers))
+            result["changed"] = _revisions.read_current(layout) != current or container_fingerprint(
+                after
+            ) != container_fingerprint(before_containers)
             evidence["rollbackRestored"] = True
             self._finish(evidence)
 
@@ -181,8 +223,9 @@ class ComposeRollback(Manager):
             result["changed"] = True
             started = self.project.up()
         with rec.phase("inspect_services"):
-            after, services, problems = self.project.verify(expected, image_ids, request["target"], mhash,
-                                                            "inspect_services", containers=started)
+            after, services, problems = self.project.verify(
+                expected, image_ids, request["target"], mhash, "inspect_services", containers=started
+            )
             evidence.update(services_evidence(services))
             raise_problems(problems, "inspect_services")
         with rec.phase("restore_sticker"):
@@ -192,7 +235,10 @@ class ComposeRollback(Manager):
         return after
 
     def _finish(self, evidence):
-        for key, path in (("versionStickerHash", self.layout.sticker_path), ("composeLockHash", self.layout.lock_path),
-                          ("applyManifestHash", self.layout.manifest_path)):
+        for key, path in (
+            ("versionStickerHash", self.layout.sticker_path),
+            ("composeLockHash", self.layout.lock_path),
+            ("applyManifestHash", self.layout.manifest_path),
+        ):
             data = read_bytes(path)
             evidence[key] = sha256_bytes(data) if data is not None else None

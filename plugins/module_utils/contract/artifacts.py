@@ -18,12 +18,24 @@ from __future__ import annotations
 import json
 import re
 
-from ansible_collections.stellaops.runtime.plugins.module_utils.contract.canonical import digest_json, pretty_json, sha256_bytes
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.canonical import (
+    digest_json,
+    pretty_json,
+    sha256_bytes,
+)
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
-    APPLY_MANIFEST_SCHEMA, ARTIFACT_FILES, DESIRED_STATE_SCHEMA, ENV_FILE, LOCK_FILE,
-    MANIFEST_FILE as APPLY_MANIFEST_FILE, STICKER_FILE, STICKER_JOB_KEYS, STICKER_SCHEMA)
+    APPLY_MANIFEST_SCHEMA,
+    ARTIFACT_FILES,
+    DESIRED_STATE_SCHEMA,
+    ENV_FILE,
+    LOCK_FILE,
+    MANIFEST_FILE as APPLY_MANIFEST_FILE,
+    STICKER_FILE,
+    STICKER_JOB_KEYS,
+    STICKER_SCHEMA,
+)
 
 _MANIFEST_LABEL_RE = re.compile(r'^\s+stella\.manifest\.hash: "(sha256:[0-9a-f]{64})"$', re.M)
 
@@ -175,10 +187,14 @@ def verify_artifact_set(apply_manifest, artifacts, project_name=None, expected_m
             if sticker.get("manifestHash") != mhash:
                 problems.append("%s manifestHash %s != %s" % (STICKER_FILE, sticker.get("manifestHash"), mhash))
             if lock is not None and sticker.get("composeHash") != sha256_bytes(lock):
-                problems.append("%s composeHash %s != %s" % (STICKER_FILE, sticker.get("composeHash"), sha256_bytes(lock)))
+                problems.append(
+                    "%s composeHash %s != %s" % (STICKER_FILE, sticker.get("composeHash"), sha256_bytes(lock))
+                )
             if sticker.get("projectName") != apply_manifest.get("projectName"):
-                problems.append("%s projectName %r != %r"
-                                % (STICKER_FILE, sticker.get("projectName"), apply_manifest.get("projectName")))
+                problems.append(
+                    "%s projectName %r != %r"
+                    % (STICKER_FILE, sticker.get("projectName"), apply_manifest.get("projectName"))
+                )
     return problems
 
 

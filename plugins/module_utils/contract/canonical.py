@@ -39,7 +39,7 @@ def _number(value):
     if isinstance(value, bool):
         raise TypeError("bool is not a number")
     if isinstance(value, int):
-        if abs(value) > 2 ** 53 - 1:
+        if abs(value) > 2**53 - 1:
             raise ValueError("integer %d is outside the IEEE 754 safe range required by RFC 8785" % value)
         return str(value)
     if math.isnan(value) or math.isinf(value):

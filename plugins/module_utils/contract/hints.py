@@ -17,8 +17,10 @@ from __future__ import annotations
 
 _REPORT = "a bug in the collection: report it with the task's output at -vvv"
 _RELEASE = "fix the release file and run the job again (docs/release-input.md)"
-_REGISTRY_AUTH = ("give the registry's credentials: registry_credentials (stella_registry_credentials / "
-                  "deploy_registry_credentials), or docker login REGISTRY on the controller")
+_REGISTRY_AUTH = (
+    "give the registry's credentials: registry_credentials (stella_registry_credentials / "
+    "deploy_registry_credentials), or docker login REGISTRY on the controller"
+)
 _SHOW = "stella show JOB names the target and its phases; run the job again once the cause is fixed"
 
 CODES = {
@@ -26,17 +28,17 @@ CODES = {
     "runtime_missing": "install Docker on the target (stellaops.runtime.runtime_install, docs/runtime-install.md)",
     "runtime_daemon_unavailable": "start the Docker daemon on the target (systemctl start docker) or fix DOCKER_HOST",
     "runtime_version_too_old": "upgrade Docker Engine / the Compose plugin on the target, or lower "
-                               "min_engine_version / min_compose_version (stella_min_engine_version)",
+    "min_engine_version / min_compose_version (stella_min_engine_version)",
     "compose_missing": "install the Docker Compose v2 plugin on the target (docker compose version must answer)",
     "registry_unreachable": "check the registry address, network and certificate from the target; a plain-HTTP "
-                            "registry goes in insecure_registries",
+    "registry goes in insecure_registries",
     "registry_auth_failed": _REGISTRY_AUTH,
     "platform_unsupported": "build or pick an image with a linux platform of the target's architecture "
-                            "(docker manifest inspect IMAGE)",
+    "(docker manifest inspect IMAGE)",
     "workdir_not_writable": "connect as a user that may write the work directory (root, or become: true), or "
-                            "choose another: workDirectory in the release, work_directory of the module",
+    "choose another: workDirectory in the release, work_directory of the module",
     "disk_space_low": "free space in the work directory's file system, or lower minimum_free_disk_bytes "
-                      "(preflight_minimum_free_disk_bytes)",
+    "(preflight_minimum_free_disk_bytes)",
     # ------------------------------------------------------------------ task input and artifacts
     "invalid_payload": "fix the task's payload or options named in the message (module docs: ansible-doc MODULE)",
     "invalid_request": "fix the option named in the message (ansible-doc stellaops.runtime.stella_preflight)",
@@ -55,7 +57,7 @@ CODES = {
     # ------------------------------------------------------------------ planning
     "release_invalid": _RELEASE,
     "image_unresolved": "check the registry and tag (docker manifest inspect IMAGE), give credentials, or pin "
-                        "the digest in the release",
+    "the digest in the release",
     "registry_rate_limited": "wait, log in (docker login REGISTRY) for a higher limit, or use a mirror",
     "requests_missing": "python3 -m pip install -r requirements.txt in the controller's Python (docs/install.md)",
     "graph_proof_failed": "fix the release's scripts and dependencies named in the proof's issues",
@@ -68,7 +70,7 @@ CODES = {
     "probe_runner_invalid": _REPORT,
     "health_probe_config_invalid": "fix the component's healthProbe in the release (docs/probes.md)",
     "traffic_config_invalid": "fix strategyConfig.trafficAdapter in the release; credentials go in "
-                              "stella_traffic_adapter_options (docs/traffic.md)",
+    "stella_traffic_adapter_options (docs/traffic.md)",
     # ------------------------------------------------------------------ apply and verify on the target
     "image_pull_failed": "check that the target reaches the registry (docker pull IMAGE on the target), then re-run",
     "image_missing": "re-run with pull_images: true, or load the image on the target",
@@ -81,9 +83,9 @@ CODES = {
     "container_remove_failed": "check the Docker daemon on the target (docker ps), then re-run",
     "container_rename_failed": "check the Docker daemon on the target (docker ps), then re-run",
     "service_not_running": "docker logs CONTAINER on the target says why it exited; roll back with "
-                           "stellaops.runtime.rollback",
+    "stellaops.runtime.rollback",
     "service_unhealthy": "docker inspect CONTAINER on the target shows the failing healthcheck; roll back with "
-                         "stellaops.runtime.rollback",
+    "stellaops.runtime.rollback",
     "health_probe_failed": "check the endpoint in the probe evidence; the job rolled back, stella show JOB says so",
     "hook_failed": "read hookResults (exit code, output) and fix the hook or its FailurePolicy in the release",
     "disk_full": "free space in the work directory's file system, then re-run",
@@ -107,9 +109,9 @@ CODES = {
     # ------------------------------------------------------------------ jobs and the job store
     "project_busy": "stella show JOB (the job named) to see it; stella interrupt JOB if its run is gone, or wait",
     "claim_superseded": "stella show JOB of the job that holds the project now; re-run only if its release "
-                        "should be replaced",
+    "should be replaced",
     "claim_lost": "restore the project's .stella-claim.json from its backup, or run a new job of the project "
-                  "once no older job of it can still be running (docs/job-store.md)",
+    "once no older job of it can still be running (docs/job-store.md)",
     "target_unreachable": "check SSH to the target (ansible HOST -m ping), then run the job again",
     "strategy_gate_closed": _SHOW,
     "controller_step_failed": _SHOW,
@@ -123,7 +125,7 @@ CODES = {
     "job_state_invalid": "stella show JOB shows its status; only an unfinished job takes this step",
     "job_check_mode_unsupported": "run without --check, or use the job playbook's --check preview",
     "job_store_missing": "name the store: --store LOCATION, --compose-project PROJECT or $STELLA_JOB_STORE "
-                         "(playbooks: stella_job_store)",
+    "(playbooks: stella_job_store)",
     "job_store_ambiguous": "add --service SERVICE to say which service's store",
     "job_store_failed": "check the job store (its path or PostgreSQL server) named in the message, then re-run",
     "job_store_unsupported": "use a path, sqlite:///PATH or postgresql://... (docs/job-store.md)",
@@ -131,7 +133,7 @@ CODES = {
     "evidence_remove_failed": "fix the directory's permissions, then run stella prune again",
     "evidence_immutable": "evidence is written once: run the job again (a new job) rather than re-recording this one",
     "evidence_conflict": "use an empty evidence directory (stella_evidence_dir, or the export's) or another job "
-                         "id: the file named is another job's evidence",
+    "id: the file named is another job's evidence",
     "evidence_corrupt": "restore the job store from a backup: the document no longer matches its SHA-256",
     "evidence_invalid": "check what else writes to this job store: its document names must be relative paths",
     "evidence_write_failed": "fix the output directory's permissions or free space, then run stella evidence again",
@@ -149,7 +151,7 @@ CODES = {
     # ------------------------------------------------------------------ managed runtime install
     "runtime_install_source_missing": "give a signed apt repository or an offline bundle (docs/runtime-install.md)",
     "runtime_install_source_not_allowed": "use a source the install's policy allows: offline takes a bundle only "
-                                          "(docs/runtime-install.md)",
+    "(docs/runtime-install.md)",
     "runtime_install_source_invalid": "fix the repository or bundle named in the message",
     "runtime_install_source_unreachable": "check that the target reaches the repository, or use an offline bundle",
     "runtime_install_failed": "read apt's error in msg on the target, then re-run",
@@ -157,12 +159,12 @@ CODES = {
     # ------------------------------------------------------------------ the Compose provider
     "collection_missing": "ansible-galaxy collection install stellaops.runtime (docs/install.md)",
     "collection_incompatible": "install the collection and the pip package of one version: pip install "
-                               "stellaops-runtime==VERSION, VERSION the collection's (docs/install.md)",
+    "stellaops-runtime==VERSION, VERSION the collection's (docs/install.md)",
     "provider_dependency_missing": "run the pip install line in the message (docs/install.md)",
     "provider_option_missing": "add the option named to the service's provider.options in the compose file",
     "provider_run_failed": "stella show JOB --compose-project PROJECT shows the job the provider ran",
     "compose_unsupported": "upgrade the Docker Compose plugin, or drop the option that needs what it did not "
-                           "announce (docs/provider.md)",
+    "announce (docs/provider.md)",
     "local_image_missing": "docker compose pull (or docker compose up --build), then up again",
     "image_stream_invalid": _REPORT,
     "image_stream_refused": "docker compose pull, then up again",
@@ -171,11 +173,11 @@ CODES = {
     "relay_failed": "read the relay's error in the message, then up again",
     "teardown_failed": "check the target's Docker daemon, then down again",
     "image_stream_truncated": "docker compose pull (or docker compose up --build) again: nothing of the cut stream "
-                              "was loaded",
+    "was loaded",
     "compose_protocol": "upgrade the Docker Compose plugin: its answer to the provider was not the JSON line "
-                        "expected (docs/provider.md)",
+    "expected (docs/provider.md)",
     "invalid_arguments": "call the provider as Compose does: stella compose --project-name=NAME COMMAND SERVICE "
-                         "(stella compose --help)",
+    "(stella compose --help)",
     "invalid_option": "fix the service's provider.options named in the message in the compose file (docs/provider.md)",
     # ------------------------------------------------------------------ the stella command
     "report_write_failed": "give stella report an --output path in a writable directory with free space, or --output -",

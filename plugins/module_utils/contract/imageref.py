@@ -85,7 +85,7 @@ def parse_image_ref(text):
     last_slash = rest.rfind("/")
     colon = rest.rfind(":")
     if colon > last_slash:
-        rest, tag = rest[:colon], rest[colon + 1:]
+        rest, tag = rest[:colon], rest[colon + 1 :]
         if not _TAG_RE.match(tag):
             raise StellaError("invalid_image_reference", "image reference %r has an invalid tag %r" % (text, tag))
     if not _PATH_RE.match(rest):

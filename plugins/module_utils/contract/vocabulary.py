@@ -91,7 +91,9 @@ def project_evidence_dir(root, project_name, job_id):
 
 def deployment_evidence_dir(root, project_name, job_id, target_id):
     """Where the deployment evidence of target ``target_id`` in job ``job_id`` is written."""
-    return posixpath.join(project_evidence_dir(root, project_name, job_id), path_component(target_id or "unknown-target"))
+    return posixpath.join(
+        project_evidence_dir(root, project_name, job_id), path_component(target_id or "unknown-target")
+    )
 
 
 def job_evidence_dir(root, job_id):
@@ -109,7 +111,7 @@ DOCKER_REVISION_SCHEMA = "stella.docker-revision.v1"
 DEFAULT_WORK_DIRECTORY = "/var/lib/stella/projects"
 # How many retained revisions a project keeps (0: all).
 DEFAULT_KEEP_REVISIONS = 10
-DEFAULT_MINIMUM_FREE_DISK_BYTES = 1024 ** 3
+DEFAULT_MINIMUM_FREE_DISK_BYTES = 1024**3
 DEFAULT_REACHABILITY_MODE = "http"
 REACHABILITY_MODES = ("http", "tcp", "skip")
 DEFAULT_HOOK_INTERPRETER = "/bin/sh"
@@ -127,14 +129,40 @@ CONTAINER_NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]+\Z")
 # ---------------------------------------------------------------------------------------- phases
 PHASES = ("preflight", "prepare", "pre-deploy", "deploy", "verify", "promote", "post-deploy", "evidence", "cleanup")
 ROLLBACK_PHASE_NAMES = ("rollback-pre", "rollback-deploy", "rollback-verify", "rollback-post")
-COMPOSE_STEPS = ("write_artifacts", "pre_deploy_hooks", "compose_pull", "compose_up", "inspect_services",
-                 "write_sticker", "post_deploy_hooks")
-DOCKER_STEPS = ("pull_image", "write_artifacts", "pre_deploy_hooks", "prepare_container", "inspect_container", "write_sticker",
-                "post_deploy_hooks")
-ROLLBACK_STEPS = ("resolve_revision", "validate_revision", "restore_lock", "compose_pull", "compose_up",
-                  "inspect_services", "restore_sticker")
-DOCKER_ROLLBACK_STEPS = ("resolve_revision", "validate_revision", "restore_container", "inspect_container",
-                         "restore_sticker")
+COMPOSE_STEPS = (
+    "write_artifacts",
+    "pre_deploy_hooks",
+    "compose_pull",
+    "compose_up",
+    "inspect_services",
+    "write_sticker",
+    "post_deploy_hooks",
+)
+DOCKER_STEPS = (
+    "pull_image",
+    "write_artifacts",
+    "pre_deploy_hooks",
+    "prepare_container",
+    "inspect_container",
+    "write_sticker",
+    "post_deploy_hooks",
+)
+ROLLBACK_STEPS = (
+    "resolve_revision",
+    "validate_revision",
+    "restore_lock",
+    "compose_pull",
+    "compose_up",
+    "inspect_services",
+    "restore_sticker",
+)
+DOCKER_ROLLBACK_STEPS = (
+    "resolve_revision",
+    "validate_revision",
+    "restore_container",
+    "inspect_container",
+    "restore_sticker",
+)
 # High-level product phases and the implementation phases (steps) that make them up.
 DEPLOYMENT_PHASES = (
     ("preflight", ("verify_target", "preflight")),
@@ -155,9 +183,17 @@ ROLLBACK_PHASES = (
 # ---------------------------------------------------------------------------------------- codes
 # The contract's stable preflight codes, and registry_auth_failed: the registry answers but refuses to let
 # the release's repository be pulled (no credentials for a private image, or credentials refused).
-PREFLIGHT_CODES = ("runtime_missing", "runtime_daemon_unavailable", "runtime_version_too_old", "compose_missing",
-                   "registry_unreachable", "registry_auth_failed", "platform_unsupported", "workdir_not_writable",
-                   "disk_space_low")
+PREFLIGHT_CODES = (
+    "runtime_missing",
+    "runtime_daemon_unavailable",
+    "runtime_version_too_old",
+    "compose_missing",
+    "registry_unreachable",
+    "registry_auth_failed",
+    "platform_unsupported",
+    "workdir_not_writable",
+    "disk_space_low",
+)
 INVALID_PAYLOAD = "invalid_payload"
 
 # ---------------------------------------------------------------------------------------- control plane
@@ -220,14 +256,24 @@ JOB_CHECK_MODE = "job_check_mode_unsupported"
 # offline bundle, and the stable failure codes (docs/runtime-install.md).
 RUNTIME_INSTALL_EVIDENCE = "/var/lib/stella/runtime-install.json"
 RUNTIME_INSTALL_BUNDLE_DIR = "/var/lib/stella/runtime-bundle"
-RUNTIME_INSTALL_CODES = ("runtime_install_source_missing", "runtime_install_source_not_allowed",
-                         "runtime_install_source_invalid", "runtime_install_source_unreachable",
-                         "runtime_install_failed", "runtime_install_unverified")
+RUNTIME_INSTALL_CODES = (
+    "runtime_install_source_missing",
+    "runtime_install_source_not_allowed",
+    "runtime_install_source_invalid",
+    "runtime_install_source_unreachable",
+    "runtime_install_failed",
+    "runtime_install_unverified",
+)
 
 # ---------------------------------------------------------------------------------------- labels
 LABEL_MANIFEST_HASH = "stella.manifest.hash"
-TARGET_LABELS = (("stella.target.id", "id"), ("stella.target.name", "name"), ("stella.target.type", "type"),
-                 ("stella.target.endpoint", "endpoint"), ("stella.execution.mode", "executionMode"))
+TARGET_LABELS = (
+    ("stella.target.id", "id"),
+    ("stella.target.name", "name"),
+    ("stella.target.type", "type"),
+    ("stella.target.endpoint", "endpoint"),
+    ("stella.execution.mode", "executionMode"),
+)
 REQUIRED_STELLA_LABELS = (LABEL_MANIFEST_HASH,) + tuple(label for label, _key in TARGET_LABELS)
 SLOT_LABELS = ("stella.slot", "stella.project", "stella.traffic.role")
 
@@ -274,8 +320,10 @@ def target_context(target):
 
 def target_evidence(target):
     """The identity every result echoes (``targetId``, ``targetName``...)."""
-    return {"target" + _payload_key(key) if key != "executionMode" else "targetExecutionMode": target[key]
-            for key in TARGET_KEYS}
+    return {
+        "target" + _payload_key(key) if key != "executionMode" else "targetExecutionMode": target[key]
+        for key in TARGET_KEYS
+    }
 
 
 def target_labels(target):
@@ -300,6 +348,7 @@ def endpoint_host(endpoint):
 
 # ---------------------------------------------------------------------------------------- values
 
+
 def keep_revisions_problem(value):
     """Why ``value`` (an int, or the string a Compose option carries) is not a count of revisions to
     keep (``0``: all), or ``None`` when it is."""
@@ -322,8 +371,10 @@ def check_work_directory(value, key="WorkDirectory"):
 
 def check_project_name(value, key="ProjectName"):
     if not isinstance(value, str) or not PROJECT_RE.match(value):
-        raise invalid("%s %r must match %s (Compose project rules, at most %d characters)" % (
-            key, value, PROJECT_RE.pattern, MAX_PROJECT_LENGTH))
+        raise invalid(
+            "%s %r must match %s (Compose project rules, at most %d characters)"
+            % (key, value, PROJECT_RE.pattern, MAX_PROJECT_LENGTH)
+        )
     return value
 
 
@@ -400,8 +451,10 @@ class TaskSchema:
         payload = payload or {}
         unknown = sorted(set(payload) - set(self.keys))
         if unknown:
-            raise invalid("%s payload has unknown key(s) %s; allowed keys (case-exact): %s" % (
-                self.name, ", ".join(unknown), ", ".join(self.keys)))
+            raise invalid(
+                "%s payload has unknown key(s) %s; allowed keys (case-exact): %s"
+                % (self.name, ", ".join(unknown), ", ".join(self.keys))
+            )
         out = {}
         for f in self.fields:
             given = payload.get(f.key)
@@ -412,8 +465,10 @@ class TaskSchema:
             if value is None:
                 # A required key with a default is required of payloads; snake_case options may omit it.
                 if f.required and (f.default is None or from_payload):
-                    raise invalid("%s lacks required %s (payload key %s%s)" % (
-                        self.name, f.key, f.key, ", option %s" % f.option if f.option else ""))
+                    raise invalid(
+                        "%s lacks required %s (payload key %s%s)"
+                        % (self.name, f.key, f.key, ", option %s" % f.option if f.option else "")
+                    )
                 out[f.option or f.key] = copy.deepcopy(f.default)
                 continue
             out[f.option or f.key] = _check(f.kind, value, f.key)
@@ -437,53 +492,73 @@ _COMMON = (
     Field("Variables", None, "dict", default={}),
 )
 
-COMPOSE_UP = TaskSchema("compose.up", (
-    Field("ProjectName", "project_name", "project", required=True),
-    Field("ComposeLock", "compose_lock", "text", required=True),
-    Field("VersionSticker", "version_sticker", "text", required=True),
-    Field("ApplyManifest", "apply_manifest", "text"),
-    Field("PullImages", "pull_images", "bool", required=True, default=True),
-    Field("BackupExisting", "backup_existing", "bool", required=True, default=True),
-    Field("Hooks", "hooks", "list", default=[]),
-    Field("ManifestHash", "manifest_hash", "digest"),
-) + _COMMON)
+COMPOSE_UP = TaskSchema(
+    "compose.up",
+    (
+        Field("ProjectName", "project_name", "project", required=True),
+        Field("ComposeLock", "compose_lock", "text", required=True),
+        Field("VersionSticker", "version_sticker", "text", required=True),
+        Field("ApplyManifest", "apply_manifest", "text"),
+        Field("PullImages", "pull_images", "bool", required=True, default=True),
+        Field("BackupExisting", "backup_existing", "bool", required=True, default=True),
+        Field("Hooks", "hooks", "list", default=[]),
+        Field("ManifestHash", "manifest_hash", "digest"),
+    )
+    + _COMMON,
+)
 
-DOCKER_RUN = TaskSchema("docker.run", (
-    Field("Image", "image", "text", required=True),
-    Field("Name", "name", "text", required=True),
-    Field("PullImage", "pull_image", "bool", required=True, default=True),
-    Field("Hooks", "hooks", "list", default=[]),
-    Field("Labels", "labels", "strdict", default={}),
-    Field("Environment", "environment", "strdict", default={}),
-    Field("Ports", "ports", "list", default=[]),
-    Field("Config", None, "dict", default={}),
-    Field("ManifestHash", "manifest_hash", "digest"),
-    Field("EnvFile", None, "text"),
-) + _COMMON)
+DOCKER_RUN = TaskSchema(
+    "docker.run",
+    (
+        Field("Image", "image", "text", required=True),
+        Field("Name", "name", "text", required=True),
+        Field("PullImage", "pull_image", "bool", required=True, default=True),
+        Field("Hooks", "hooks", "list", default=[]),
+        Field("Labels", "labels", "strdict", default={}),
+        Field("Environment", "environment", "strdict", default={}),
+        Field("Ports", "ports", "list", default=[]),
+        Field("Config", None, "dict", default={}),
+        Field("ManifestHash", "manifest_hash", "digest"),
+        Field("EnvFile", None, "text"),
+    )
+    + _COMMON,
+)
 
-COMPOSE_ROLLBACK = TaskSchema("compose.rollback", (
-    Field("ProjectName", "project_name", "project", required=True),
-    Field("RevisionPath", "revision_path", "text"),
-    Field("Reason", "reason", "text"),
-    Field("ManifestHash", "manifest_hash", "digest"),
-) + _COMMON)
+COMPOSE_ROLLBACK = TaskSchema(
+    "compose.rollback",
+    (
+        Field("ProjectName", "project_name", "project", required=True),
+        Field("RevisionPath", "revision_path", "text"),
+        Field("Reason", "reason", "text"),
+        Field("ManifestHash", "manifest_hash", "digest"),
+    )
+    + _COMMON,
+)
 
-COMPOSE_PREFLIGHT = TaskSchema("compose.preflight", (
-    Field("WorkDirectory", "work_directory", "workdir", default=DEFAULT_WORK_DIRECTORY),
-    Field("ImageReference", "image_reference", "text"),
-    Field("MinimumFreeDiskBytes", "minimum_free_disk_bytes", "int", default=DEFAULT_MINIMUM_FREE_DISK_BYTES),
-    Field("RegistryReachabilityMode", "registry_reachability_mode", "text", default=DEFAULT_REACHABILITY_MODE),
-    Field("RequireCompose", "require_compose", "bool"),
-))
+COMPOSE_PREFLIGHT = TaskSchema(
+    "compose.preflight",
+    (
+        Field("WorkDirectory", "work_directory", "workdir", default=DEFAULT_WORK_DIRECTORY),
+        Field("ImageReference", "image_reference", "text"),
+        Field("MinimumFreeDiskBytes", "minimum_free_disk_bytes", "int", default=DEFAULT_MINIMUM_FREE_DISK_BYTES),
+        Field("RegistryReachabilityMode", "registry_reachability_mode", "text", default=DEFAULT_REACHABILITY_MODE),
+        Field("RequireCompose", "require_compose", "bool"),
+    ),
+)
 
-DOCKER_ROLLBACK = TaskSchema("docker.rollback", (
-    Field("ProjectName", "project_name", "project", required=True),
-    Field("Names", "names", "list", required=True),
-    Field("RevisionPath", "revision_path", "text"),
-    Field("Reason", "reason", "text"),
-    Field("ManifestHash", "manifest_hash", "digest"),
-) + _COMMON)
+DOCKER_ROLLBACK = TaskSchema(
+    "docker.rollback",
+    (
+        Field("ProjectName", "project_name", "project", required=True),
+        Field("Names", "names", "list", required=True),
+        Field("RevisionPath", "revision_path", "text"),
+        Field("Reason", "reason", "text"),
+        Field("ManifestHash", "manifest_hash", "digest"),
+    )
+    + _COMMON,
+)
 
-TASKS = {schema.name: schema
-         for schema in (COMPOSE_UP, DOCKER_RUN, COMPOSE_ROLLBACK, DOCKER_ROLLBACK, COMPOSE_PREFLIGHT)}
+TASKS = {
+    schema.name: schema for schema in (COMPOSE_UP, DOCKER_RUN, COMPOSE_ROLLBACK, DOCKER_ROLLBACK, COMPOSE_PREFLIGHT)
+}
 ROLLBACK_TASKS = {"ComposeHost": COMPOSE_ROLLBACK.name, "DockerHost": DOCKER_ROLLBACK.name}

@@ -12,7 +12,10 @@ and the wait until it settles. Standard library only.
 from __future__ import annotations
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.compose.project import (
-    HEALTH_VERIFIED, container_problems, stella_labels)
+    HEALTH_VERIFIED,
+    container_problems,
+    stella_labels,
+)
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.imageref import parse_image_ref
 
@@ -26,12 +29,15 @@ def identity_problems(container, labels, image_id):
     name = container.get("name")
     problems = []
     if container.get("imageId") != image_id:
-        problems.append(("digest_mismatch", "container %s runs %s, not %s" % (name, container.get("imageId"), image_id)))
+        problems.append(
+            ("digest_mismatch", "container %s runs %s, not %s" % (name, container.get("imageId"), image_id))
+        )
     found = container.get("labels") or {}
     for key, value in sorted(labels.items()):
         if found.get(key) != value:
-            problems.append(("label_mismatch", "container %s label %s is %r, expected %r" % (
-                name, key, found.get(key), value)))
+            problems.append(
+                ("label_mismatch", "container %s label %s is %r, expected %r" % (name, key, found.get(key), value))
+            )
     return problems
 
 
@@ -41,27 +47,44 @@ def container_gaps(container, request, image_id, health=HEALTH_VERIFIED):
     if not container:
         return ["container %s does not exist" % request["name"]]
     labels = dict(request["labels"], **{"stella.container.name": request["name"]})
-    return [reason for _code, reason in identity_problems(container, labels, image_id)
-            + container_problems(container, "container", health)]
+    return [
+        reason
+        for _code, reason in identity_problems(container, labels, image_id)
+        + container_problems(container, "container", health)
+    ]
 
 
 def verify_container(container, request, image_id):
     """``(code, reason)`` problems of the new container (pure)."""
     problems = container_problems(container, "container")
     if not problems and container.get("restartCount"):
-        problems.append(("service_not_running", "container %s restarted %d time(s) since it was created" % (
-            container["name"], container["restartCount"])))
+        problems.append(
+            (
+                "service_not_running",
+                "container %s restarted %d time(s) since it was created"
+                % (container["name"], container["restartCount"]),
+            )
+        )
     return problems + identity_problems(container, request["labels"], image_id)
 
 
 def service_entry(request, container, image_id):
     """One container in the ``services`` evidence shape Compose results use (pure)."""
-    return {"service": request["service"], "containerId": container["id"], "containerName": container["name"],
-            "state": container["state"], "health": container["health"], "exitCode": container.get("exitCode"),
-            "startedAt": container.get("startedAt"), "image": request["image"],
-            "imageDigest": parse_image_ref(request["image"]).digest if container.get("imageId") == image_id else None,
-            "imageId": container.get("imageId"), "ipAddress": container.get("ipAddress"),
-            "restartCount": container.get("restartCount"), "labels": stella_labels(container.get("labels"))}
+    return {
+        "service": request["service"],
+        "containerId": container["id"],
+        "containerName": container["name"],
+        "state": container["state"],
+        "health": container["health"],
+        "exitCode": container.get("exitCode"),
+        "startedAt": container.get("startedAt"),
+        "image": request["image"],
+        "imageDigest": parse_image_ref(request["image"]).digest if container.get("imageId") == image_id else None,
+        "imageId": container.get("imageId"),
+        "ipAddress": container.get("ipAddress"),
+        "restartCount": container.get("restartCount"),
+        "labels": stella_labels(container.get("labels")),
+    }
 
 
 def wait_settled(cli, name, timeout, settle, sleep, clock, phase="inspect_container"):

@@ -21,7 +21,11 @@ import tempfile
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.canonical import pretty_json, sha256_bytes
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
-    DOCKER_REVISION_DIR, DOCKER_REVISION_SCHEMA, STICKER_FILE, TEMP_PREFIX)
+    DOCKER_REVISION_DIR,
+    DOCKER_REVISION_SCHEMA,
+    STICKER_FILE,
+    TEMP_PREFIX,
+)
 from ansible_collections.stellaops.runtime.plugins.module_utils.host.files import atomic_write, fsync_dir, read_bytes
 
 REVISION_RECORD = "revision.json"
@@ -30,9 +34,13 @@ REVISION_RECORD = "revision.json"
 def build_revision_record(project_name, sticker_bytes, containers):
     """``previous/revision.json``: the replaced release's sticker hash and its retained containers."""
     sticker = json.loads(sticker_bytes)
-    return {"schema": DOCKER_REVISION_SCHEMA, "projectName": project_name, "manifestHash": sticker.get("manifestHash"),
-            "files": {STICKER_FILE: sha256_bytes(sticker_bytes)},
-            "containers": {name: containers[name] for name in sorted(containers)}}
+    return {
+        "schema": DOCKER_REVISION_SCHEMA,
+        "projectName": project_name,
+        "manifestHash": sticker.get("manifestHash"),
+        "files": {STICKER_FILE: sha256_bytes(sticker_bytes)},
+        "containers": {name: containers[name] for name in sorted(containers)},
+    }
 
 
 def revision_problems(record, sticker_bytes):
@@ -43,8 +51,15 @@ def revision_problems(record, sticker_bytes):
     if sticker_bytes is None:
         problems.append("%s is missing" % STICKER_FILE)
     elif sha256_bytes(sticker_bytes) != (record.get("files") or {}).get(STICKER_FILE):
-        problems.append("%s has hash %s, %s records %s" % (STICKER_FILE, sha256_bytes(sticker_bytes), REVISION_RECORD,
-                                                           (record.get("files") or {}).get(STICKER_FILE)))
+        problems.append(
+            "%s has hash %s, %s records %s"
+            % (
+                STICKER_FILE,
+                sha256_bytes(sticker_bytes),
+                REVISION_RECORD,
+                (record.get("files") or {}).get(STICKER_FILE),
+            )
+        )
     if not isinstance(record.get("containers"), dict) or not record["containers"]:
         problems.append("%s records no container" % REVISION_RECORD)
     return problems
@@ -68,8 +83,10 @@ def write_revision(project_directory, project_name, sticker_bytes, containers):
     tmp = tempfile.mkdtemp(prefix=TEMP_PREFIX + "rev-", dir=project_directory)
     try:
         atomic_write(os.path.join(tmp, STICKER_FILE), sticker_bytes)
-        atomic_write(os.path.join(tmp, REVISION_RECORD),
-                     pretty_json(build_revision_record(project_name, sticker_bytes, containers)))
+        atomic_write(
+            os.path.join(tmp, REVISION_RECORD),
+            pretty_json(build_revision_record(project_name, sticker_bytes, containers)),
+        )
         os.chmod(tmp, 0o755)
         if os.path.isdir(final):
             old = tempfile.mkdtemp(prefix=TEMP_PREFIX + "old-", dir=project_directory)
@@ -95,6 +112,10 @@ def load_revision(path, phase="validate_revision"):
     sticker = read_bytes(os.path.join(path, STICKER_FILE))
     problems = revision_problems(record, sticker)
     if problems:
-        raise StellaError("revision_tampered", "revision %s failed validation: %s" % (path, "; ".join(problems)),
-                          phase=phase, evidence={"revisionPath": path})
+        raise StellaError(
+            "revision_tampered",
+            "revision %s failed validation: %s" % (path, "; ".join(problems)),
+            phase=phase,
+            evidence={"revisionPath": path},
+        )
     return record, sticker

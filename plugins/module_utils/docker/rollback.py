@@ -28,10 +28,22 @@ import time
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.canonical import sha256_bytes
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils.compose.project import (
-    container_problems, raise_problems, stella_labels)
+    container_problems,
+    raise_problems,
+    stella_labels,
+)
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
-    CONTAINER_NAME_RE, DEFAULT_WAIT_TIMEOUT, DOCKER_PREVIOUS_SUFFIX, DOCKER_REVISION_DIR, DOCKER_ROLLBACK, DOCKER_ROLLED_BACK_SUFFIX,
-    LABEL_MANIFEST_HASH, ROLLBACK_PHASES, STICKER_FILE, invalid)
+    CONTAINER_NAME_RE,
+    DEFAULT_WAIT_TIMEOUT,
+    DOCKER_PREVIOUS_SUFFIX,
+    DOCKER_REVISION_DIR,
+    DOCKER_ROLLBACK,
+    DOCKER_ROLLED_BACK_SUFFIX,
+    LABEL_MANIFEST_HASH,
+    ROLLBACK_PHASES,
+    STICKER_FILE,
+    invalid,
+)
 from ansible_collections.stellaops.runtime.plugins.module_utils.docker.revision import load_revision
 from ansible_collections.stellaops.runtime.plugins.module_utils.docker.container import SETTLE_SECONDS, wait_settled
 from ansible_collections.stellaops.runtime.plugins.module_utils.host.claim import fence
@@ -60,8 +72,9 @@ def sticker_facts(sticker_bytes):
         return None, {}
     if not isinstance(sticker, dict):
         return None, {}
-    return sticker.get("manifestHash"), {c.get("name"): c.get("digest") for c in sticker.get("components") or []
-                                         if isinstance(c, dict)}
+    return sticker.get("manifestHash"), {
+        c.get("name"): c.get("digest") for c in sticker.get("components") or [] if isinstance(c, dict)
+    }
 
 
 def retained_problems(record, names, found):
@@ -79,12 +92,21 @@ def retained_problems(record, names, found):
         if container is None:
             problems.append("retained container %s%s is gone" % (name, DOCKER_PREVIOUS_SUFFIX))
         elif container["id"] != recorded[name]:
-            problems.append("%s%s is container %s, the revision records %s" % (
-                name, DOCKER_PREVIOUS_SUFFIX, container["id"], recorded[name]))
+            problems.append(
+                "%s%s is container %s, the revision records %s"
+                % (name, DOCKER_PREVIOUS_SUFFIX, container["id"], recorded[name])
+            )
         elif (container.get("labels") or {}).get(LABEL_MANIFEST_HASH) != record.get("manifestHash"):
-            problems.append("%s%s carries %s=%r, the revision is %s" % (
-                name, DOCKER_PREVIOUS_SUFFIX, LABEL_MANIFEST_HASH,
-                (container.get("labels") or {}).get(LABEL_MANIFEST_HASH), record.get("manifestHash")))
+            problems.append(
+                "%s%s carries %s=%r, the revision is %s"
+                % (
+                    name,
+                    DOCKER_PREVIOUS_SUFFIX,
+                    LABEL_MANIFEST_HASH,
+                    (container.get("labels") or {}).get(LABEL_MANIFEST_HASH),
+                    record.get("manifestHash"),
+                )
+            )
     return problems
 
 
@@ -93,8 +115,16 @@ class DockerRollback(Manager):
 
     groups = ROLLBACK_PHASES
 
-    def __init__(self, cli, run_command, warn=None, wait_timeout=DEFAULT_WAIT_TIMEOUT, settle=SETTLE_SECONDS, sleep=time.sleep,
-                 clock=time.monotonic):
+    def __init__(
+        self,
+        cli,
+        run_command,
+        warn=None,
+        wait_timeout=DEFAULT_WAIT_TIMEOUT,
+        settle=SETTLE_SECONDS,
+        sleep=time.sleep,
+        clock=time.monotonic,
+    ):
         super().__init__(cli, run_command, warn)
         self.wait_timeout = wait_timeout
         self.settle = settle
@@ -103,9 +133,16 @@ class DockerRollback(Manager):
 
     def initial_evidence(self, request):
         evidence = super().initial_evidence(request)
-        evidence.update({"projectName": request["project_name"], "projectDirectory": request["project_directory"],
-                         "versionStickerPath": os.path.join(request["project_directory"], STICKER_FILE),
-                         "rollbackRestored": False, "services": [], "serviceCount": 0})
+        evidence.update(
+            {
+                "projectName": request["project_name"],
+                "projectDirectory": request["project_directory"],
+                "versionStickerPath": os.path.join(request["project_directory"], STICKER_FILE),
+                "rollbackRestored": False,
+                "services": [],
+                "serviceCount": 0,
+            }
+        )
         if request.get("reason"):
             evidence["rollbackReason"] = request["reason"]
         return evidence
@@ -118,12 +155,16 @@ class DockerRollback(Manager):
         revision = os.path.join(directory, DOCKER_REVISION_DIR)
         if request.get("revision_path") and os.path.realpath(request["revision_path"]) != os.path.realpath(revision):
             with rec.phase("resolve_revision"):
-                raise StellaError("revision_path_rejected", "revision path %r is not the retained DockerHost "
-                                  "revision %s" % (request["revision_path"], revision))
+                raise StellaError(
+                    "revision_path_rejected",
+                    "revision path %r is not the retained DockerHost "
+                    "revision %s" % (request["revision_path"], revision),
+                )
         if not os.path.isdir(revision):
             with rec.phase("resolve_revision"):
-                raise StellaError("no_revision", "project %s has no retained revision %s" % (
-                    request["project_name"], revision))
+                raise StellaError(
+                    "no_revision", "project %s has no retained revision %s" % (request["project_name"], revision)
+                )
         with contextlib.nullcontext() if check_mode else project_lock(directory):
             committed = read_bytes(os.path.join(directory, STICKER_FILE))
             with rec.phase("resolve_revision"):
@@ -133,15 +174,19 @@ class DockerRollback(Manager):
                 running, _digests = sticker_facts(committed)
                 own = request.get("manifest_hash")
                 if own and running not in (own, record.get("manifestHash")):
-                    why = ("project now runs release %s, not %s that this deployment applied; the newer release is "
-                           "left running" % (running, own))
+                    why = (
+                        "project now runs release %s, not %s that this deployment applied; the newer release is "
+                        "left running" % (running, own)
+                    )
                     evidence["rollbackRefusedReason"] = why
                     raise StellaError("rollback_superseded", why)
             with rec.phase("validate_revision"):
                 mhash, digests = sticker_facts(sticker)
                 evidence.update({"restoredManifestHash": mhash, "manifestHash": mhash, "restoredDigests": digests})
-                found = {name: self.cli.container(name + DOCKER_PREVIOUS_SUFFIX, phase="validate_revision")
-                         for name in request["names"]}
+                found = {
+                    name: self.cli.container(name + DOCKER_PREVIOUS_SUFFIX, phase="validate_revision")
+                    for name in request["names"]
+                }
                 problems = retained_problems(record, request["names"], found)
                 if problems:
                     raise StellaError("revision_tampered", "retained revision %s: %s" % (revision, "; ".join(problems)))
@@ -164,8 +209,9 @@ class DockerRollback(Manager):
                     swapped.append((name, current, found[name]))
                     if current:
                         self.cli.stop_container(current["id"], phase="restore_container")
-                        self.cli.rename_container(current["id"], name + DOCKER_ROLLED_BACK_SUFFIX,
-                                                  phase="restore_container")
+                        self.cli.rename_container(
+                            current["id"], name + DOCKER_ROLLED_BACK_SUFFIX, phase="restore_container"
+                        )
                     self.cli.rename_container(found[name]["id"], name, phase="restore_container")
                     self.cli.start_container(found[name]["id"], phase="restore_container")
             with rec.phase("inspect_container"):
@@ -176,8 +222,13 @@ class DockerRollback(Manager):
                 for container in seen:
                     problems.extend(container_problems(container, "restored container"))
                     if (container.get("labels") or {}).get(LABEL_MANIFEST_HASH) != record.get("manifestHash"):
-                        problems.append(("label_mismatch", "restored container %s is not release %s" % (
-                            container["name"], record.get("manifestHash"))))
+                        problems.append(
+                            (
+                                "label_mismatch",
+                                "restored container %s is not release %s"
+                                % (container["name"], record.get("manifestHash")),
+                            )
+                        )
                 raise_problems(problems, "inspect_container")
             with rec.phase("restore_sticker"):
                 if committed != sticker:
@@ -218,11 +269,20 @@ class DockerRollback(Manager):
         if digest is None and len(digests) == 1:
             digest = next(iter(digests.values()))
         image = container.get("image") or ""
-        return {"service": service, "containerId": container["id"], "containerName": container["name"],
-                "state": container["state"], "health": container["health"], "startedAt": container.get("startedAt"),
-                "image": image, "imageDigest": digest if digest and image.endswith("@" + digest) else None,
-                "imageId": container.get("imageId"), "ipAddress": container.get("ipAddress"),
-                "labels": stella_labels(container.get("labels")), "manifestHash": record.get("manifestHash")}
+        return {
+            "service": service,
+            "containerId": container["id"],
+            "containerName": container["name"],
+            "state": container["state"],
+            "health": container["health"],
+            "startedAt": container.get("startedAt"),
+            "image": image,
+            "imageDigest": digest if digest and image.endswith("@" + digest) else None,
+            "imageId": container.get("imageId"),
+            "ipAddress": container.get("ipAddress"),
+            "labels": stella_labels(container.get("labels")),
+            "manifestHash": record.get("manifestHash"),
+        }
 
     def _wait(self, name):
         return wait_settled(self.cli, name, self.wait_timeout, self.settle, self.sleep, self.clock)

@@ -35,18 +35,46 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.artifac
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.canonical import sha256_bytes
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils.compose.apply import runtime_preflight
-from ansible_collections.stellaops.runtime.plugins.module_utils.compose.project import HEALTH_VERIFIED, raise_problems, stella_labels
+from ansible_collections.stellaops.runtime.plugins.module_utils.compose.project import (
+    HEALTH_VERIFIED,
+    raise_problems,
+    stella_labels,
+)
 from ansible_collections.stellaops.runtime.plugins.module_utils.docker.container import (
-    SETTLE_SECONDS, container_gaps, service_entry, verify_container, wait_settled)
+    SETTLE_SECONDS,
+    container_gaps,
+    service_entry,
+    verify_container,
+    wait_settled,
+)
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
-    CONTAINER_NAME_RE, DOCKER_PREVIOUS_SUFFIX, DOCKER_REPLACED_SUFFIX, DOCKER_REVISION_DIR,
-    DOCKER_RUN, DOCKER_STEPS, ENV_FILE, ENV_FILE_MODE, LABEL_MANIFEST_HASH, REQUIRED_STELLA_LABELS, STICKER_FILE, invalid)
+    CONTAINER_NAME_RE,
+    DOCKER_PREVIOUS_SUFFIX,
+    DOCKER_REPLACED_SUFFIX,
+    DOCKER_REVISION_DIR,
+    DOCKER_RUN,
+    DOCKER_STEPS,
+    ENV_FILE,
+    ENV_FILE_MODE,
+    LABEL_MANIFEST_HASH,
+    REQUIRED_STELLA_LABELS,
+    STICKER_FILE,
+    invalid,
+)
 from ansible_collections.stellaops.runtime.plugins.module_utils.engine.cli import repo_digests_contain
 from ansible_collections.stellaops.runtime.plugins.module_utils.docker.revision import (
-    REVISION_RECORD, remove_stale_revision_temps, write_revision)
+    REVISION_RECORD,
+    remove_stale_revision_temps,
+    write_revision,
+)
 from ansible_collections.stellaops.runtime.plugins.module_utils.host.claim import fence
 from ansible_collections.stellaops.runtime.plugins.module_utils.host.files import (
-    StagedFiles, atomic_write, project_lock, read_bytes, remove_stale_temps)
+    StagedFiles,
+    atomic_write,
+    project_lock,
+    read_bytes,
+    remove_stale_temps,
+)
 from ansible_collections.stellaops.runtime.plugins.module_utils.agent.identity import ensure_this_host
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.imageref import parse_image_ref
 from ansible_collections.stellaops.runtime.plugins.module_utils.agent.manager import Manager
@@ -88,8 +116,10 @@ def parse_deployment(payloads, options=None, version_sticker=None):
     for request in requests[1:]:
         for key in ("target", "project_directory", "manifest_hash", "hooks", "project_name"):
             if request[key] != first[key]:
-                raise invalid("docker.run payloads of one deployment differ in %s (%s and %s)" % (
-                    key, first["name"], request["name"]))
+                raise invalid(
+                    "docker.run payloads of one deployment differ in %s (%s and %s)"
+                    % (key, first["name"], request["name"])
+                )
     names = [r["name"] for r in requests]
     if len(set(names)) != len(names):
         raise invalid("docker.run payloads name the same container twice: %s" % ", ".join(sorted(names)))
@@ -105,9 +135,15 @@ def parse_deployment(payloads, options=None, version_sticker=None):
         for key, want in (("manifestHash", first["manifest_hash"]), ("projectName", first["project_name"])):
             if parsed.get(key) != want:
                 raise invalid("the version sticker's %s is %r, the payloads say %r" % (key, parsed.get(key), want))
-    return {"containers": requests, "target": first["target"], "project_name": first["project_name"],
-            "project_directory": first["project_directory"], "manifest_hash": first["manifest_hash"],
-            "hooks": first["hooks"], "sticker": sticker}
+    return {
+        "containers": requests,
+        "target": first["target"],
+        "project_name": first["project_name"],
+        "project_directory": first["project_directory"],
+        "manifest_hash": first["manifest_hash"],
+        "hooks": first["hooks"],
+        "sticker": sticker,
+    }
 
 
 def container_run_argv(request, name=None):
@@ -131,7 +167,7 @@ def health_argv(config):
     """``docker run`` healthcheck flags from the component's ``healthcheck.*`` config keys (pure), the
     same keys the Compose lock renders: ``test`` (a shell string, or a ``CMD``/``CMD-SHELL`` list),
     ``interval``, ``timeout``, ``start_period``, ``start_interval``, ``retries``, ``disable``."""
-    keys = {key[len("healthcheck."):]: value for key, value in config.items() if key.startswith("healthcheck.")}
+    keys = {key[len("healthcheck.") :]: value for key, value in config.items() if key.startswith("healthcheck.")}
     if keys.get("disable") in (True, "true"):
         return ["--no-healthcheck"]
     argv = []
@@ -160,8 +196,19 @@ def sticker_job(sticker_bytes):
 class DockerRun(Manager):
     """``docker.run`` of one DockerHost release on this host."""
 
-    def __init__(self, cli, run_command, warn=None, secrets=(), health_timeout=60, settle=SETTLE_SECONDS,
-                 sleep=time.sleep, clock=time.monotonic, env_bytes=None, preflight=None):
+    def __init__(
+        self,
+        cli,
+        run_command,
+        warn=None,
+        secrets=(),
+        health_timeout=60,
+        settle=SETTLE_SECONDS,
+        sleep=time.sleep,
+        clock=time.monotonic,
+        env_bytes=None,
+        preflight=None,
+    ):
         super().__init__(cli, run_command, warn, secrets)
         self.env_bytes = env_bytes
         self.preflight = preflight
@@ -173,11 +220,19 @@ class DockerRun(Manager):
     def initial_evidence(self, request):
         evidence = super().initial_evidence(request)
         first = request["containers"][0]
-        evidence.update({"containerName": first["name"], "image": first["image"],
-                         "imageDigest": parse_image_ref(first["image"]).digest,
-                         "projectName": request["project_name"], "projectDirectory": request["project_directory"],
-                         "manifestHash": request["manifest_hash"], "hookResults": [], "services": [],
-                         "serviceCount": 0})
+        evidence.update(
+            {
+                "containerName": first["name"],
+                "image": first["image"],
+                "imageDigest": parse_image_ref(first["image"]).digest,
+                "projectName": request["project_name"],
+                "projectDirectory": request["project_directory"],
+                "manifestHash": request["manifest_hash"],
+                "hookResults": [],
+                "services": [],
+                "serviceCount": 0,
+            }
+        )
         if request["sticker"] is not None:
             evidence["versionStickerPath"] = os.path.join(request["project_directory"], STICKER_FILE)
         return evidence
@@ -187,8 +242,11 @@ class DockerRun(Manager):
         if info is None:
             return None
         if not repo_digests_contain(info["repoDigests"], request["image"]):
-            raise StellaError("digest_mismatch", "image %s has RepoDigests %s, none is the pinned digest" % (
-                request["image"], info["repoDigests"]), phase=phase)
+            raise StellaError(
+                "digest_mismatch",
+                "image %s has RepoDigests %s, none is the pinned digest" % (request["image"], info["repoDigests"]),
+                phase=phase,
+            )
         return info["id"]
 
     def execute(self, request, rec, result, check_mode, diff):
@@ -196,8 +254,11 @@ class DockerRun(Manager):
         for container in request["containers"]:
             missing = [key for key in REQUIRED_STELLA_LABELS if key not in container["labels"]]
             if missing:
-                raise StellaError("label_missing", "docker.run Labels of %s lack %s" % (
-                    container["name"], ", ".join(missing)), phase="validate_payload")
+                raise StellaError(
+                    "label_missing",
+                    "docker.run Labels of %s lack %s" % (container["name"], ", ".join(missing)),
+                    phase="validate_payload",
+                )
         with rec.phase("verify_target", record=False):
             ensure_this_host(request["target"], self.run_command)
         if self.preflight is not None:
@@ -213,13 +274,17 @@ class DockerRun(Manager):
         if check_mode:
             image_ids = {c["name"]: self._image_id(c, "pull_image") for c in request["containers"]}
             # a container whose healthcheck is still starting is waited for by the apply, not replaced
-            gaps = {c["name"]: container_gaps(self.cli.container(c["name"]), c, image_ids[c["name"]],
-                                              health=HEALTH_VERIFIED + ("starting",))
-                    for c in request["containers"]}
+            gaps = {
+                c["name"]: container_gaps(
+                    self.cli.container(c["name"]), c, image_ids[c["name"]], health=HEALTH_VERIFIED + ("starting",)
+                )
+                for c in request["containers"]
+            }
             stale = [c["name"] for c in request["containers"] if gaps[c["name"]]]
             committed = read_bytes(sticker_path)
-            result["changed"] = bool(stale) or (request["sticker"] is not None
-                                                and not same_release(committed, request["sticker"]))
+            result["changed"] = bool(stale) or (
+                request["sticker"] is not None and not same_release(committed, request["sticker"])
+            )
             evidence.update({"checkMode": True, "wouldReplaceContainers": stale})
             if stale:
                 evidence["wouldApplyBecause"] = [gap for name in stale for gap in gaps[name]]
@@ -257,12 +322,22 @@ class DockerRun(Manager):
         restart the same release."""
         current = self.cli.container(container["name"], phase="prepare_container")
         waited = None
-        if (current and current.get("health") == "starting"
-                and not container_gaps(current, container, image_id, health=None)):
+        if (
+            current
+            and current.get("health") == "starting"
+            and not container_gaps(current, container, image_id, health=None)
+        ):
             start = self.clock()
             try:
-                current = wait_settled(self.cli, container["name"], self.health_timeout, self.settle, self.sleep,
-                                       self.clock, phase="prepare_container")
+                current = wait_settled(
+                    self.cli,
+                    container["name"],
+                    self.health_timeout,
+                    self.settle,
+                    self.sleep,
+                    self.clock,
+                    phase="prepare_container",
+                )
             except StellaError as exc:
                 if exc.code != "service_not_running":
                     raise
@@ -306,9 +381,13 @@ class DockerRun(Manager):
     def _apply(self, request, rec, result, stale, currents, image_ids, committed):
         evidence = result["evidence"]
         directory = request["project_directory"]
-        env = {"STELLA_PROJECT_NAME": request["project_name"], "STELLA_PROJECT_DIRECTORY": directory,
-               "STELLA_CONTAINER_NAME": request["containers"][0]["name"],
-               "STELLA_MANIFEST_HASH": request["manifest_hash"] or "", "STELLA_TARGET_ID": request["target"]["id"]}
+        env = {
+            "STELLA_PROJECT_NAME": request["project_name"],
+            "STELLA_PROJECT_DIRECTORY": directory,
+            "STELLA_CONTAINER_NAME": request["containers"][0]["name"],
+            "STELLA_MANIFEST_HASH": request["manifest_hash"] or "",
+            "STELLA_TARGET_ID": request["target"]["id"],
+        }
         aside = {}
         staged = StagedFiles(directory)
         try:
@@ -319,8 +398,15 @@ class DockerRun(Manager):
                 if self.env_bytes is not None and read_bytes(os.path.join(directory, ENV_FILE)) != self.env_bytes:
                     staged.write(ENV_FILE, self.env_bytes, mode=ENV_FILE_MODE)
             with rec.phase("pre_deploy_hooks"):
-                _hooks.run_phase(request["hooks"], "pre-deploy", directory, env, self.secrets,
-                                 evidence["hookResults"], result["warnings"])
+                _hooks.run_phase(
+                    request["hooks"],
+                    "pre-deploy",
+                    directory,
+                    env,
+                    self.secrets,
+                    evidence["hookResults"],
+                    result["warnings"],
+                )
             with rec.phase("prepare_container"):
                 result["changed"] = True
                 for container in stale:
@@ -332,18 +418,33 @@ class DockerRun(Manager):
                     self.cli.run_container(container_run_argv(container), phase="prepare_container")
             with rec.phase("inspect_container"):
                 stale_names = {c["name"] for c in stale}
-                seen = [(c, self._wait(c["name"]) if c["name"] in stale_names else currents[c["name"]],
-                         image_ids[c["name"]]) for c in request["containers"]]
+                seen = [
+                    (
+                        c,
+                        self._wait(c["name"]) if c["name"] in stale_names else currents[c["name"]],
+                        image_ids[c["name"]],
+                    )
+                    for c in request["containers"]
+                ]
                 self._record(evidence, seen)
-                raise_problems([p for c, found, image_id in seen for p in verify_container(found, c, image_id)],
-                               "inspect_container")
+                raise_problems(
+                    [p for c, found, image_id in seen for p in verify_container(found, c, image_id)],
+                    "inspect_container",
+                )
             if request["sticker"] is not None:
                 with rec.phase("write_sticker"):
                     staged.write(STICKER_FILE, request["sticker"])
                     evidence["versionStickerHash"] = sha256_bytes(request["sticker"])
             with rec.phase("post_deploy_hooks"):
-                _hooks.run_phase(request["hooks"], "post-deploy", directory, env, self.secrets,
-                                 evidence["hookResults"], result["warnings"])
+                _hooks.run_phase(
+                    request["hooks"],
+                    "post-deploy",
+                    directory,
+                    env,
+                    self.secrets,
+                    evidence["hookResults"],
+                    result["warnings"],
+                )
         except BaseException:
             with contextlib.suppress(OSError):
                 restored = staged.restore()
@@ -388,8 +489,12 @@ class DockerRun(Manager):
         ``previous/`` revision with its containers stopped as ``<name>-stella-previous``; otherwise
         remove the set-aside containers."""
         replaced = {name: current for name, current in aside.items() if current}
-        retain = (request["sticker"] is not None and committed is not None
-                  and not same_release(committed, request["sticker"]) and bool(replaced))
+        retain = (
+            request["sticker"] is not None
+            and committed is not None
+            and not same_release(committed, request["sticker"])
+            and bool(replaced)
+        )
         if not retain:
             for current in replaced.values():
                 self.cli.remove_container(current["id"], phase="cleanup")
@@ -402,8 +507,9 @@ class DockerRun(Manager):
                 self.cli.remove_container(old["id"], phase="cleanup")
             self.cli.rename_container(current["id"], previous, phase="cleanup")
             kept[name] = current["id"]
-        evidence["previousRevisionPath"] = write_revision(request["project_directory"], request["project_name"],
-                                                          committed, kept)
+        evidence["previousRevisionPath"] = write_revision(
+            request["project_directory"], request["project_name"], committed, kept
+        )
         evidence["retainedContainerIds"] = sorted(kept.values())
 
     def _baseline(self, request):
@@ -425,7 +531,15 @@ class DockerRun(Manager):
         services = [service_entry(request, container, image_id) for request, container, image_id in seen]
         evidence.update({"services": services, "serviceCount": len(services)})
         first = seen[0][1]
-        evidence.update({"containerId": first["id"], "containerName": first["name"],
-                         "containerState": first["state"], "health": first["health"],
-                         "restartCount": first.get("restartCount"), "ipAddress": first.get("ipAddress"),
-                         "startedAt": first.get("startedAt"), "labels": stella_labels(first.get("labels"))})
+        evidence.update(
+            {
+                "containerId": first["id"],
+                "containerName": first["name"],
+                "containerState": first["state"],
+                "health": first["health"],
+                "restartCount": first.get("restartCount"),
+                "ipAddress": first.get("ipAddress"),
+                "startedAt": first.get("startedAt"),
+                "labels": stella_labels(first.get("labels")),
+            }
+        )

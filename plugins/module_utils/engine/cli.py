@@ -26,10 +26,16 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import DEFAULT_WAIT_TIMEOUT
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.imageref import parse_image_ref
 
-_DAEMON_DOWN_RE = re.compile(r"(Cannot connect to the Docker daemon|Is the docker daemon running|"
-                             r"error during connect|connect: no such file or directory)", re.I)
-_COMPOSE_MISSING_RE = re.compile(r"('compose' is not a docker command|unknown command: docker compose|"
-                                 r"unknown shorthand flag: 'f' in -f|is not a docker command)", re.I)
+_DAEMON_DOWN_RE = re.compile(
+    r"(Cannot connect to the Docker daemon|Is the docker daemon running|"
+    r"error during connect|connect: no such file or directory)",
+    re.I,
+)
+_COMPOSE_MISSING_RE = re.compile(
+    r"('compose' is not a docker command|unknown command: docker compose|"
+    r"unknown shorthand flag: 'f' in -f|is not a docker command)",
+    re.I,
+)
 
 
 def _ignore(_message):
@@ -37,6 +43,7 @@ def _ignore(_message):
 
 
 # --------------------------------------------------------------------------- pure parsers
+
 
 def parse_json_documents(text, warn=_ignore):
     """Parse ``text`` as one JSON array/object or as JSON lines; return a list of objects.
@@ -224,17 +231,21 @@ def classify_failure(stderr, default_code):
 def one_line(text, limit=400):
     """The most telling line of a tool's error output, on one line."""
     lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
-    errors = [line for line in lines if re.search(r"error|denied|not found|unknown|failed|unhealthy|exited", line, re.I)]
+    errors = [
+        line for line in lines if re.search(r"error|denied|not found|unknown|failed|unhealthy|exited", line, re.I)
+    ]
     line = (errors or lines or [""])[-1]
     return line[:limit]
 
 
 # --------------------------------------------------------------------------- runners
 
+
 def subprocess_runner(argv, timeout=None):
     """A ``run_command`` for code outside modules (tests, bench): argv only, never a shell."""
-    proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          timeout=timeout, check=False)
+    proc = subprocess.run(
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout, check=False
+    )
     return proc.returncode, proc.stdout.decode("utf-8", "replace"), proc.stderr.decode("utf-8", "replace")
 
 
@@ -243,9 +254,14 @@ TIMEOUT_RC = 124  # coreutils timeout(1): the command did not finish in time
 
 def runtime_summary(docker, compose):
     """The runtime facts every result records (pure)."""
-    return {"dockerClientVersion": docker["client"], "dockerServerVersion": docker["server"],
-            "dockerApiVersion": docker["serverApiVersion"], "composeVersion": compose,
-            "os": docker["os"], "arch": docker["arch"]}
+    return {
+        "dockerClientVersion": docker["client"],
+        "dockerServerVersion": docker["server"],
+        "dockerApiVersion": docker["serverApiVersion"],
+        "composeVersion": compose,
+        "os": docker["os"],
+        "arch": docker["arch"],
+    }
 
 
 class DockerCli:
@@ -290,13 +306,19 @@ class DockerCli:
         except (OSError, ValueError) as exc:
             raise StellaError("runtime_missing", "cannot execute %s: %s" % (self.docker, exc), phase=phase)
         if self._timeout_bin and rc in (TIMEOUT_RC, 128 + 9, -9):
-            raise StellaError("runtime_daemon_unavailable", "%s did not finish within %ds (the Docker daemon does "
-                              "not answer)" % (" ".join(full[:4]), limit), phase=phase)
+            raise StellaError(
+                "runtime_daemon_unavailable",
+                "%s did not finish within %ds (the Docker daemon does not answer)" % (" ".join(full[:4]), limit),
+                phase=phase,
+            )
         if check and rc != 0:
             if rc == 127 or "No such file or directory" in (err or "") and not out:
                 raise StellaError("runtime_missing", "docker CLI not found (%s)" % one_line(err), phase=phase)
-            raise StellaError(classify_failure(err, code), "%s failed (rc=%d): %s" % (
-                " ".join(full[:4]), rc, one_line(err or out)), phase=phase)
+            raise StellaError(
+                classify_failure(err, code),
+                "%s failed (rc=%d): %s" % (" ".join(full[:4]), rc, one_line(err or out)),
+                phase=phase,
+            )
         return rc, out, err
 
     # ---- the runtime (asked once per task)
@@ -313,24 +335,30 @@ class DockerCli:
     def info(self, phase=None):
         """``docker info`` as JSON (``{}`` when it printed none). The CLI prints its own part, with its
         plugins, also when the daemon does not answer."""
+
         def ask():
             _rc, out, _err = self.run(["info", "--format", "{{json .}}"], check=False, phase=phase)
             docs = parse_json_documents(out)
             return docs[0] if docs else {}
+
         return self._once("info", ask)
 
     def version(self, phase=None):
         def ask():
             rc, out, err = self.run(["version", "--format", "{{json .}}"], check=False, phase=phase)
             if rc == 127 or (not out.strip() and rc != 0):
-                raise StellaError(classify_failure(err, "runtime_missing"), "docker version failed: %s" % one_line(err),
-                                  phase=phase)
+                raise StellaError(
+                    classify_failure(err, "runtime_missing"), "docker version failed: %s" % one_line(err), phase=phase
+                )
             data = parse_docker_version(out)
             data["error"] = one_line(err) if not data["server"] else None
             return data
+
         data = self._once("version", ask)
         if not data["server"]:
-            raise StellaError("runtime_daemon_unavailable", "Docker daemon unavailable: %s" % data["error"], phase=phase)
+            raise StellaError(
+                "runtime_daemon_unavailable", "Docker daemon unavailable: %s" % data["error"], phase=phase
+            )
         return data
 
     def client_version(self, phase=None):
@@ -350,6 +378,7 @@ class DockerCli:
         """The Compose v2 plugin's version from ``docker info`` (the CLI asks the plugin itself for it,
         and the same answer serves the registry configuration); ``docker compose version`` only when
         the CLI lists no plugins, or when ``docker info`` did not finish (a daemon that hangs)."""
+
         def ask():
             try:
                 info = self.info(phase)
@@ -359,14 +388,16 @@ class DockerCli:
             if error:
                 raise StellaError("compose_missing", "Docker Compose v2 plugin unavailable: %s" % error, phase=phase)
             return version or self.ask_compose_version(phase)
+
         return self._once("compose", ask)
 
     def ask_compose_version(self, phase=None):
         """``docker compose version``: runs the plugin itself (the runtime install verifies with it)."""
         rc, out, err = self.run(["compose", "version", "--format", "json"], check=False, phase=phase)
         if rc != 0:
-            raise StellaError("compose_missing", "Docker Compose v2 plugin unavailable: %s" % one_line(err or out),
-                              phase=phase)
+            raise StellaError(
+                "compose_missing", "Docker Compose v2 plugin unavailable: %s" % one_line(err or out), phase=phase
+            )
         return parse_compose_version(out)
 
     def runtime(self, phase="preflight"):
@@ -391,20 +422,26 @@ class DockerCli:
         The bound stays ``wait_timeout`` on top of the command timeout: replaced containers are stopped
         with their grace period first."""
         argv = self.compose_base(project, compose_file, project_dir) + [
-            "up", "-d", "--remove-orphans", "--pull", "never"]
+            "up",
+            "-d",
+            "--remove-orphans",
+            "--pull",
+            "never",
+        ]
         return self.run(argv, code="compose_up_failed", phase=phase, timeout=int(wait_timeout) + self.timeout)
 
     def project_container_ids(self, project, phase=None):
-        _rc, out, _err = self.run(["ps", "--all", "--quiet", "--no-trunc", "--filter",
-                                   "label=com.docker.compose.project=%s" % project], phase=phase)
+        _rc, out, _err = self.run(
+            ["ps", "--all", "--quiet", "--no-trunc", "--filter", "label=com.docker.compose.project=%s" % project],
+            phase=phase,
+        )
         return sorted(line.strip() for line in out.splitlines() if line.strip())
 
     # ---- containers / images
     def inspect_containers(self, ids, phase=None):
         if not ids:
             return []
-        _rc, out, _err = self.run(["inspect", "--type", "container"] + list(ids), phase=phase,
-                                  code="inspect_failed")
+        _rc, out, _err = self.run(["inspect", "--type", "container"] + list(ids), phase=phase, code="inspect_failed")
         return [container_summary(item) for item in parse_json_documents(out, self.warn)]
 
     def image_inspect(self, ref, phase=None):
@@ -413,8 +450,9 @@ class DockerCli:
         if rc != 0:
             if re.search(r"no such image|not found", (err or "") + out, re.I):
                 return None
-            raise StellaError(classify_failure(err, "inspect_failed"),
-                              "docker image inspect failed: %s" % one_line(err), phase=phase)
+            raise StellaError(
+                classify_failure(err, "inspect_failed"), "docker image inspect failed: %s" % one_line(err), phase=phase
+            )
         docs = parse_json_documents(out, self.warn)
         return image_summary(docs[0]) if docs else None
 
@@ -435,8 +473,9 @@ class DockerCli:
         return self.run(["pull", "--quiet", ref], code="image_pull_failed", phase=phase, timeout=max(self.timeout, 600))
 
     def containers_by_name(self, name, phase=None):
-        _rc, out, _err = self.run(["ps", "--all", "--quiet", "--no-trunc", "--filter", "name=^/%s$" % name],
-                                  phase=phase)
+        _rc, out, _err = self.run(
+            ["ps", "--all", "--quiet", "--no-trunc", "--filter", "name=^/%s$" % name], phase=phase
+        )
         return sorted(line.strip() for line in out.splitlines() if line.strip())
 
     def container(self, name, phase=None):
@@ -451,8 +490,12 @@ class DockerCli:
         return self.run(["rename", ident, new_name], phase=phase, code="container_rename_failed")
 
     def stop_container(self, ident, timeout=10, phase=None):
-        return self.run(["stop", "--time", str(int(timeout)), ident], phase=phase, code="container_stop_failed",
-                        timeout=int(timeout) + self.timeout)
+        return self.run(
+            ["stop", "--time", str(int(timeout)), ident],
+            phase=phase,
+            code="container_stop_failed",
+            timeout=int(timeout) + self.timeout,
+        )
 
     def start_container(self, ident, phase=None):
         return self.run(["start", ident], phase=phase, code="container_start_failed")

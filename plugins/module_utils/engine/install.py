@@ -22,13 +22,25 @@ import os
 import time
 import urllib.parse
 
-from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError, redact_text, redact_url
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import (
+    StellaError,
+    redact_text,
+    redact_url,
+)
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
-    RUNTIME_INSTALL_BUNDLE_DIR, RUNTIME_INSTALL_CODES, RUNTIME_INSTALL_EVIDENCE, utc_timestamp)
+    RUNTIME_INSTALL_BUNDLE_DIR,
+    RUNTIME_INSTALL_CODES,
+    RUNTIME_INSTALL_EVIDENCE,
+    utc_timestamp,
+)
 from ansible_collections.stellaops.runtime.plugins.module_utils.engine.cli import DockerCli, one_line
 from ansible_collections.stellaops.runtime.plugins.module_utils.host.files import atomic_write, read_bytes
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.versions import (
-    DEFAULT_MIN_COMPOSE, DEFAULT_MIN_ENGINE, parse_version, version_at_least)
+    DEFAULT_MIN_COMPOSE,
+    DEFAULT_MIN_ENGINE,
+    parse_version,
+    version_at_least,
+)
 
 SCHEMA = "stella.runtime-install.v1"
 EVIDENCE_PATH = RUNTIME_INSTALL_EVIDENCE
@@ -64,6 +76,7 @@ def _unlink(path):
 
 # --------------------------------------------------------------------------------------- pure parts
 
+
 def split_credentials(url):
     """``http://u:p%21@host:1/x`` -> ``("http://host:1/x", "u", "p!", ["p!", "p%21"])``: the URL without
     userinfo, the user and password percent-decoded, and every form of the password (for masking)."""
@@ -80,25 +93,35 @@ def parse_request(params):
     mode = params.get("mode") or "production"
     stype = params.get("source_type")
     if not stype:
-        raise _err("runtime_install_source_missing", "no package source configured for a managed install in %s "
-                   "mode (set source_type to apt or bundle); the host's default repositories are never used "
-                   "as a fallback" % mode)
+        raise _err(
+            "runtime_install_source_missing",
+            "no package source configured for a managed install in %s "
+            "mode (set source_type to apt or bundle); the host's default repositories are never used "
+            "as a fallback" % mode,
+        )
     if stype not in ALLOWED_SOURCES[mode]:
-        raise _err("runtime_install_source_not_allowed", "source type %s is not allowed in %s mode (allowed: %s)"
-                   % (stype, mode, ", ".join(ALLOWED_SOURCES[mode])))
+        raise _err(
+            "runtime_install_source_not_allowed",
+            "source type %s is not allowed in %s mode (allowed: %s)" % (stype, mode, ", ".join(ALLOWED_SOURCES[mode])),
+        )
     name = params.get("source_name") or "runtime"
     if not name.replace("-", "").replace("_", "").isalnum():
         raise _err("runtime_install_source_invalid", "source_name must be letters, digits, '-' or '_'")
-    req = {"mode": mode, "source_type": stype, "source_name": name, "secrets": [],
-           "engine_packages": list(params.get("engine_packages") or DEFAULT_ENGINE_PACKAGES),
-           "compose_packages": list(params.get("compose_packages") or DEFAULT_COMPOSE_PACKAGES),
-           "install_recommends": bool(params.get("install_recommends")),
-           "min_engine_version": params.get("min_engine_version") or DEFAULT_MIN_ENGINE,
-           "min_compose_version": params.get("min_compose_version") or DEFAULT_MIN_COMPOSE,
-           "engine_start": params.get("engine_start") or "auto",
-           "start_timeout": int(params.get("start_timeout") or DEFAULT_START_TIMEOUT),
-           "install_timeout": int(params.get("install_timeout") or DEFAULT_INSTALL_TIMEOUT),
-           "evidence_path": params.get("evidence_path") or EVIDENCE_PATH}
+    req = {
+        "mode": mode,
+        "source_type": stype,
+        "source_name": name,
+        "secrets": [],
+        "engine_packages": list(params.get("engine_packages") or DEFAULT_ENGINE_PACKAGES),
+        "compose_packages": list(params.get("compose_packages") or DEFAULT_COMPOSE_PACKAGES),
+        "install_recommends": bool(params.get("install_recommends")),
+        "min_engine_version": params.get("min_engine_version") or DEFAULT_MIN_ENGINE,
+        "min_compose_version": params.get("min_compose_version") or DEFAULT_MIN_COMPOSE,
+        "engine_start": params.get("engine_start") or "auto",
+        "start_timeout": int(params.get("start_timeout") or DEFAULT_START_TIMEOUT),
+        "install_timeout": int(params.get("install_timeout") or DEFAULT_INSTALL_TIMEOUT),
+        "evidence_path": params.get("evidence_path") or EVIDENCE_PATH,
+    }
     for gate in ("min_engine_version", "min_compose_version"):
         if parse_version(req[gate]) is None:
             raise _err("runtime_install_source_invalid", "%s %r is not a version" % (gate, req[gate]))
@@ -120,8 +143,10 @@ def _parse_apt(params, mode, secrets):
         raise _err("runtime_install_source_invalid", "apt_url must be an http:// or https:// URL, got %r" % clean)
     if params.get("apt_password") or params.get("apt_username"):
         if user or password:
-            raise _err("runtime_install_source_invalid", "give the repository credentials either in apt_url or "
-                       "as apt_username/apt_password, not both")
+            raise _err(
+                "runtime_install_source_invalid",
+                "give the repository credentials either in apt_url or as apt_username/apt_password, not both",
+            )
         user, password = params.get("apt_username"), params.get("apt_password")
         if password:
             secrets.append(password)
@@ -130,24 +155,43 @@ def _parse_apt(params, mode, secrets):
     suite = params.get("apt_suite") or "./"
     components = list(params.get("apt_components") or [])
     if suite.endswith("/") == bool(components):
-        raise _err("runtime_install_source_invalid", "a flat repository (apt_suite ending in '/') takes no "
-                   "apt_components; a suite without '/' needs at least one")
+        raise _err(
+            "runtime_install_source_invalid",
+            "a flat repository (apt_suite ending in '/') takes no "
+            "apt_components; a suite without '/' needs at least one",
+        )
     for word in [suite] + components:
         if not word or any(c.isspace() or c in "[]#" for c in word):
             raise _err("runtime_install_source_invalid", "invalid apt suite or component %r" % word)
-    key, signed_by, trusted = params.get("apt_signing_key"), params.get("apt_signed_by"), bool(params.get("apt_trusted"))
+    key, signed_by, trusted = (
+        params.get("apt_signing_key"),
+        params.get("apt_signed_by"),
+        bool(params.get("apt_trusted")),
+    )
     if key and signed_by:
         raise _err("runtime_install_source_invalid", "give apt_signing_key or apt_signed_by, not both")
     if key and "BEGIN PGP PUBLIC KEY BLOCK" not in key:
         raise _err("runtime_install_source_invalid", "apt_signing_key must be an ASCII-armored OpenPGP public key")
     if not (key or signed_by or trusted):
-        raise _err("runtime_install_source_invalid", "an apt repository needs apt_signing_key or apt_signed_by "
-                   "(or apt_trusted=true for an unsigned one)")
+        raise _err(
+            "runtime_install_source_invalid",
+            "an apt repository needs apt_signing_key or apt_signed_by (or apt_trusted=true for an unsigned one)",
+        )
     if trusted and not (key or signed_by) and mode == "production":
-        raise _err("runtime_install_source_not_allowed", "production mode installs only from signed repositories "
-                   "(apt_trusted=true is for lab and development)")
-    return {"url": clean.rstrip("/"), "username": user, "password": password, "suite": suite,
-            "components": components, "signing_key": key, "signed_by": signed_by, "trusted": trusted}
+        raise _err(
+            "runtime_install_source_not_allowed",
+            "production mode installs only from signed repositories (apt_trusted=true is for lab and development)",
+        )
+    return {
+        "url": clean.rstrip("/"),
+        "username": user,
+        "password": password,
+        "suite": suite,
+        "components": components,
+        "signing_key": key,
+        "signed_by": signed_by,
+        "trusted": trusted,
+    }
 
 
 def _parse_bundle(params):
@@ -175,14 +219,22 @@ def apt_source_files(request):
     keyring = key_path if apt["signing_key"] else apt["signed_by"]
     option = ("signed-by=" + keyring) if keyring else "trusted=yes"
     line = "deb [%s] %s %s" % (option, apt["url"], " ".join([apt["suite"]] + apt["components"]))
-    files = {os.path.join(SOURCES_DIR, base + ".list"): (
-        "# Managed by stellaops.runtime (stella_runtime_install): the configured runtime package source.\n"
-        + line.rstrip() + "\n", 0o644)}
+    files = {
+        os.path.join(SOURCES_DIR, base + ".list"): (
+            "# Managed by stellaops.runtime (stella_runtime_install): the configured runtime package source.\n"
+            + line.rstrip()
+            + "\n",
+            0o644,
+        )
+    }
     if apt["signing_key"]:
         files[key_path] = (apt["signing_key"].strip() + "\n", 0o644)
     # apt uses credentials for plain http only when the machine entry names the scheme (apt_auth.conf(5)).
-    auth = "machine %s\nlogin %s\npassword %s\n" % (apt["url"], apt["username"], apt["password"]) \
-        if apt["password"] else None
+    auth = (
+        "machine %s\nlogin %s\npassword %s\n" % (apt["url"], apt["username"], apt["password"])
+        if apt["password"]
+        else None
+    )
     files[os.path.join(AUTH_DIR, base + ".conf")] = (auth, 0o600)
     return files
 
@@ -191,17 +243,25 @@ def plan_actions(request, observed):
     """What the host needs: ``{"installEngine", "installCompose", "startEngine", "packages"}``."""
     gates = (request["min_engine_version"], request["min_compose_version"])
     engine_ok = bool(observed.get("server")) and version_at_least(observed["server"], gates[0])
-    engine_installed = bool(observed.get("client")) and bool(observed.get("dockerd")) and \
-        version_at_least(observed["dockerd"], gates[0])
+    engine_installed = (
+        bool(observed.get("client"))
+        and bool(observed.get("dockerd"))
+        and version_at_least(observed["dockerd"], gates[0])
+    )
     compose_ok = bool(observed.get("compose")) and version_at_least(observed["compose"], gates[1])
     install_engine = not (engine_ok or engine_installed)
     install_compose = not compose_ok
     packages = []
     if request["source_type"] == "apt":
-        packages = (request["engine_packages"] if install_engine else []) + \
-            (request["compose_packages"] if install_compose else [])
-    return {"installEngine": install_engine, "installCompose": install_compose,
-            "startEngine": not engine_ok and request["engine_start"] != "none", "packages": packages}
+        packages = (request["engine_packages"] if install_engine else []) + (
+            request["compose_packages"] if install_compose else []
+        )
+    return {
+        "installEngine": install_engine,
+        "installCompose": install_compose,
+        "startEngine": not engine_ok and request["engine_start"] != "none",
+        "packages": packages,
+    }
 
 
 def parse_dpkg_query(text):
@@ -213,8 +273,11 @@ def parse_dpkg_query(text):
 
 def package_changes(before, after):
     """``{name: {"before": v or None, "after": v or None}}`` of packages added, removed or changed."""
-    return {name: {"before": before.get(name), "after": after.get(name)}
-            for name in sorted(set(before) | set(after)) if before.get(name) != after.get(name)}
+    return {
+        name: {"before": before.get(name), "after": after.get(name)}
+        for name in sorted(set(before) | set(after))
+        if before.get(name) != after.get(name)
+    }
 
 
 def source_evidence(request, bundle_files=None):
@@ -222,32 +285,68 @@ def source_evidence(request, bundle_files=None):
     src = {"type": request["source_type"]}
     if request["source_type"] == "apt":
         apt = request["apt"]
-        src.update(url=redact_url(apt["url"]), suite=apt["suite"], components=apt["components"],
-                   credentials=bool(apt["password"]), signedBy=(
-                       os.path.join(KEYRING_DIR, "stella-%s.asc" % request["source_name"]) if apt["signing_key"]
-                       else apt["signed_by"]), trusted=apt["trusted"])
+        src.update(
+            url=redact_url(apt["url"]),
+            suite=apt["suite"],
+            components=apt["components"],
+            credentials=bool(apt["password"]),
+            signedBy=(
+                os.path.join(KEYRING_DIR, "stella-%s.asc" % request["source_name"])
+                if apt["signing_key"]
+                else apt["signed_by"]
+            ),
+            trusted=apt["trusted"],
+        )
     elif request["source_type"] == "bundle":
         src.update(path=request["bundle"]["path"], files=bundle_files or [])
     return src
 
 
-def evidence_document(request, status, observed_before, plan, source, started, finished, packages=None,
-                      changes=None, after=None, start=None, failure=None):
-    doc = {"schema": SCHEMA, "status": status, "mode": request["mode"], "source": source,
-           "gates": {"minEngineVersion": request["min_engine_version"],
-                     "minComposeVersion": request["min_compose_version"]},
-           "before": {"engineVersion": observed_before.get("server"), "dockerdVersion": observed_before.get("dockerd"),
-                      "clientVersion": observed_before.get("client"), "composeVersion": observed_before.get("compose")},
-           "plan": plan, "packages": packages or {}, "packageChanges": changes or {},
-           "engineVersion": (after or observed_before).get("server"),
-           "composeVersion": (after or observed_before).get("compose"),
-           "engineStart": start, "startedAt": started, "finishedAt": finished}
+def evidence_document(
+    request,
+    status,
+    observed_before,
+    plan,
+    source,
+    started,
+    finished,
+    packages=None,
+    changes=None,
+    after=None,
+    start=None,
+    failure=None,
+):
+    doc = {
+        "schema": SCHEMA,
+        "status": status,
+        "mode": request["mode"],
+        "source": source,
+        "gates": {
+            "minEngineVersion": request["min_engine_version"],
+            "minComposeVersion": request["min_compose_version"],
+        },
+        "before": {
+            "engineVersion": observed_before.get("server"),
+            "dockerdVersion": observed_before.get("dockerd"),
+            "clientVersion": observed_before.get("client"),
+            "composeVersion": observed_before.get("compose"),
+        },
+        "plan": plan,
+        "packages": packages or {},
+        "packageChanges": changes or {},
+        "engineVersion": (after or observed_before).get("server"),
+        "composeVersion": (after or observed_before).get("compose"),
+        "engineStart": start,
+        "startedAt": started,
+        "finishedAt": finished,
+    }
     if failure:
         doc["failure"] = failure
     return doc
 
 
 # ------------------------------------------------------------------------------------------ the host
+
 
 class RuntimeInstaller:
     """Runs a parsed request on the host. ``run_command(argv, environ_update=None)`` -> ``(rc, out, err)``;
@@ -300,8 +399,9 @@ class RuntimeInstaller:
         return seen
 
     def installed_packages(self):
-        rc, out, _err = self.run(["dpkg-query", "-W", "-f", "${binary:Package}\\t${Version}\\t${db:Status-Abbrev}\\n"],
-                                 timeout=60)
+        rc, out, _err = self.run(
+            ["dpkg-query", "-W", "-f", "${binary:Package}\\t${Version}\\t${db:Status-Abbrev}\\n"], timeout=60
+        )
         return parse_dpkg_query(out) if rc == 0 else {}
 
     # ---- sources
@@ -310,8 +410,10 @@ class RuntimeInstaller:
         if not os.path.isdir(directory):
             if check_mode:
                 return None
-            raise _err("runtime_install_source_missing", "the offline bundle directory %s does not exist on the "
-                       "target" % bundle["path"])
+            raise _err(
+                "runtime_install_source_missing",
+                "the offline bundle directory %s does not exist on the target" % bundle["path"],
+            )
         names = bundle["files"]
         if names is None:
             names = sorted(os.path.basename(p) for p in glob.glob(os.path.join(directory, "*.deb")))
@@ -326,11 +428,16 @@ class RuntimeInstaller:
             if not os.path.isfile(full):
                 raise _err("runtime_install_source_invalid", "bundle file %s is missing in %s" % (name, bundle["path"]))
             with open(full, "rb") as handle:
-                digest = hashlib.file_digest(handle, "sha256").hexdigest() if hasattr(hashlib, "file_digest") \
+                digest = (
+                    hashlib.file_digest(handle, "sha256").hexdigest()
+                    if hasattr(hashlib, "file_digest")
                     else hashlib.sha256(handle.read()).hexdigest()
+                )
             if bundle["checksums"].get(name, digest) != digest:
-                raise _err("runtime_install_source_invalid", "bundle file %s has SHA-256 %s, expected %s"
-                           % (name, digest, bundle["checksums"][name]))
+                raise _err(
+                    "runtime_install_source_invalid",
+                    "bundle file %s has SHA-256 %s, expected %s" % (name, digest, bundle["checksums"][name]),
+                )
             entry = {"name": name, "sha256": digest, "size": os.path.getsize(full)}
             rc, out, _e = self.run(["dpkg-deb", "--field", full, "Package", "Version"], timeout=60)
             fields = dict(line.split(": ", 1) for line in out.splitlines() if ": " in line) if rc == 0 else {}
@@ -355,8 +462,12 @@ class RuntimeInstaller:
         return changed
 
     def apt(self, args, request, what):
-        rc, out, err = self.run(["apt-get", "-q", "-o", "DPkg::Lock::Timeout=120", "-o", "Dpkg::Use-Pty=0"] + args,
-                                timeout=request["install_timeout"], env=self.APT_ENV, foreground=True)
+        rc, out, err = self.run(
+            ["apt-get", "-q", "-o", "DPkg::Lock::Timeout=120", "-o", "Dpkg::Use-Pty=0"] + args,
+            timeout=request["install_timeout"],
+            env=self.APT_ENV,
+            foreground=True,
+        )
         problems = [line for line in (err + "\n" + out).splitlines() if line.startswith(("E:", "Err:"))]
         if rc != 0 or (what == "update" and problems):
             detail = self.redact("; ".join(problems[:3]) or one_line(err or out))
@@ -390,15 +501,30 @@ class RuntimeInstaller:
     def start_methods(self, choice):
         systemd = os.path.isdir(self.path("/run/systemd/system"))
         init = self.path("/etc/init.d/docker")
-        methods = {"systemd": ["systemctl", "start", "docker.service"], "init-script": [init, "start"],
-                   "daemon": ["start-stop-daemon", "--start", "--background", "--make-pidfile", "--pidfile",
-                              "/var/run/docker-ssd.pid", "--output", "/var/log/docker.log", "--exec",
-                              self.which("dockerd") or "/usr/sbin/dockerd", "--", "-p", "/var/run/docker.pid"]}
+        methods = {
+            "systemd": ["systemctl", "start", "docker.service"],
+            "init-script": [init, "start"],
+            "daemon": [
+                "start-stop-daemon",
+                "--start",
+                "--background",
+                "--make-pidfile",
+                "--pidfile",
+                "/var/run/docker-ssd.pid",
+                "--output",
+                "/var/log/docker.log",
+                "--exec",
+                self.which("dockerd") or "/usr/sbin/dockerd",
+                "--",
+                "-p",
+                "/var/run/docker.pid",
+            ],
+        }
         if choice != "auto":
             return [(choice, methods[choice])]
         if systemd:
             return [("systemd", methods["systemd"])]
-        order = ([("init-script", methods["init-script"])] if os.path.exists(init) else [])
+        order = [("init-script", methods["init-script"])] if os.path.exists(init) else []
         return order + [("daemon", methods["daemon"])]
 
     def wait_engine(self, timeout):
@@ -424,8 +550,13 @@ class RuntimeInstaller:
             attempts.append(attempt)
             if seen.get("server"):
                 return {"method": method, "attempts": attempts}
-        raise _err("runtime_install_failed", "the Docker engine did not start: %s" % "; ".join(
-            "%s rc=%s %s" % (a["method"], a["rc"], a.get("error") or "(no answer to docker info)") for a in attempts))
+        raise _err(
+            "runtime_install_failed",
+            "the Docker engine did not start: %s"
+            % "; ".join(
+                "%s rc=%s %s" % (a["method"], a["rc"], a.get("error") or "(no answer to docker info)") for a in attempts
+            ),
+        )
 
     # ---- the whole task
     def execute(self, request, check_mode=False):
@@ -457,14 +588,19 @@ class RuntimeInstaller:
             self.finish(request, "failed", before, plan, source, started, packages_before, state, exc)
             raise
         doc = self.finish(request, "installed", before, plan, source, started, packages_before, state)
-        return {"changed": True, "evidence": {"runtimeInstall": doc, "evidencePath": request["evidence_path"]},
-                "warnings": []}
+        return {
+            "changed": True,
+            "evidence": {"runtimeInstall": doc, "evidencePath": request["evidence_path"]},
+            "warnings": [],
+        }
 
     @staticmethod
     def verify(request, after):
         problems = []
-        for key, gate, name, command in (("server", "min_engine_version", "Docker Engine", "docker info"),
-                                         ("compose", "min_compose_version", "Docker Compose", "docker compose version")):
+        for key, gate, name, command in (
+            ("server", "min_engine_version", "Docker Engine", "docker info"),
+            ("compose", "min_compose_version", "Docker Compose", "docker compose version"),
+        ):
             if not after.get(key):
                 problems.append("%s does not answer (%s)" % (command, after.get(key + "Error") or "not installed"))
             elif not version_at_least(after[key], request[gate]):
@@ -477,14 +613,27 @@ class RuntimeInstaller:
         wanted = set(request["engine_packages"] + request["compose_packages"] + ["containerd", "runc"])
         wanted |= {f["package"] for f in (source.get("files") or [])}
         doc = evidence_document(
-            request, status, before, plan, source, started, utc_timestamp(),
+            request,
+            status,
+            before,
+            plan,
+            source,
+            started,
+            utc_timestamp(),
             packages={n: packages_after[n] for n in sorted(wanted) if n in packages_after},
-            changes=package_changes(packages_before, packages_after), after=state["after"], start=state["start"],
-            failure=exc.as_dict() if exc else None)
+            changes=package_changes(packages_before, packages_after),
+            after=state["after"],
+            start=state["start"],
+            failure=exc.as_dict() if exc else None,
+        )
         path = self.path(request["evidence_path"])
         os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
         atomic_write(path, (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode("utf-8"), mode=0o644)
         if exc is not None:
-            exc.evidence = dict(exc.evidence, runtimeInstall=doc, evidencePath=request["evidence_path"],
-                                changed=bool(doc["packageChanges"]))
+            exc.evidence = dict(
+                exc.evidence,
+                runtimeInstall=doc,
+                evidencePath=request["evidence_path"],
+                changed=bool(doc["packageChanges"]),
+            )
         return doc

@@ -24,16 +24,38 @@ import socket
 import tempfile
 import urllib.parse
 
-from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError, human_bytes, redact_url
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import (
+    StellaError,
+    human_bytes,
+    redact_url,
+)
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.hints import with_next
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
-    COMPOSE_PREFLIGHT, PREFLIGHT_CODES, REACHABILITY_MODES, TARGET_TYPES)
-from ansible_collections.stellaops.runtime.plugins.module_utils.contract.imageref import oci_architecture, parse_image_ref
+    COMPOSE_PREFLIGHT,
+    PREFLIGHT_CODES,
+    REACHABILITY_MODES,
+    TARGET_TYPES,
+)
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.imageref import (
+    oci_architecture,
+    parse_image_ref,
+)
 from ansible_collections.stellaops.runtime.plugins.module_utils.engine.preflight_registry import (
-    observe_image, redacted, registry_access, registry_evidence, request_credentials, secrets_of)
+    observe_image,
+    redacted,
+    registry_access,
+    registry_evidence,
+    request_credentials,
+    secrets_of,
+)
 from ansible_collections.stellaops.runtime.plugins.module_utils.engine.registry_client import RegistryClient
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.versions import (
-    DEFAULT_MIN_COMPOSE, DEFAULT_MIN_ENGINE, normalize_version, parse_version, version_at_least)
+    DEFAULT_MIN_COMPOSE,
+    DEFAULT_MIN_ENGINE,
+    normalize_version,
+    parse_version,
+    version_at_least,
+)
 
 CODES = PREFLIGHT_CODES
 
@@ -61,6 +83,7 @@ ARGUMENT_SPEC = dict(
 # Request
 # --------------------------------------------------------------------------------------------
 
+
 def build_request(params):
     """The preflight request from the ``compose.preflight`` payload and the snake_case options.
 
@@ -78,7 +101,9 @@ def build_request(params):
         req["require_compose"] = req["target_type"] == "ComposeHost"
     mode = req["registry_reachability_mode"].lower()
     if mode not in REACHABILITY_MODES:
-        raise StellaError("invalid_request", "registry_reachability_mode must be one of %s" % ", ".join(REACHABILITY_MODES))
+        raise StellaError(
+            "invalid_request", "registry_reachability_mode must be one of %s" % ", ".join(REACHABILITY_MODES)
+        )
     req["registry_reachability_mode"] = mode
     for option, default in (("min_engine_version", DEFAULT_MIN_ENGINE), ("min_compose_version", DEFAULT_MIN_COMPOSE)):
         req[option] = req.get(option) or default
@@ -110,6 +135,7 @@ def split_registry_url(url):
 # --------------------------------------------------------------------------------------------
 # Observation (I/O)
 # --------------------------------------------------------------------------------------------
+
 
 def _os_release():
     data = {}
@@ -174,8 +200,11 @@ class HostObserver:
             local = pool.submit(lambda: (self._workdir(req["work_directory"]), self._disk(req["work_directory"])))
             # A registry already reached over plain HTTP (loopback, an http:// registry_url, or listed by the
             # caller) is reached the same way whatever the daemon lists: it need not wait for ``docker info``.
-            settled = registry is None or req["registry_reachability_mode"] == "skip" or \
-                self.registry.base_url(registry).startswith("http://")
+            settled = (
+                registry is None
+                or req["registry_reachability_mode"] == "skip"
+                or self.registry.base_url(registry).startswith("http://")
+            )
             remote = pool.submit(self._remote, req) if settled else None
             obs["docker"] = self._docker(pool)
             if remote is None:
@@ -206,7 +235,7 @@ class HostObserver:
         if not binary:
             return result
         if host.startswith("unix://"):
-            ok, detail = _ping_unix_socket(host[len("unix://"):], self.ping_timeout)
+            ok, detail = _ping_unix_socket(host[len("unix://") :], self.ping_timeout)
             result["ping"] = detail
             if not ok:
                 result["error"] = detail
@@ -218,12 +247,18 @@ class HostObserver:
         except StellaError as exc:
             result["error"] = exc.reason
             cached = self.cli.cached_version()
-            result["client"] = {"Version": cached["client"], "ApiVersion": cached["clientApiVersion"]} if cached else None
+            result["client"] = (
+                {"Version": cached["client"], "ApiVersion": cached["clientApiVersion"]} if cached else None
+            )
             return result
         result["runtime"] = version
         result["client"] = {"Version": version["client"], "ApiVersion": version["clientApiVersion"]}
-        result["server"] = {"Version": version["server"], "ApiVersion": version["serverApiVersion"],
-                            "Os": version["os"], "Arch": version["arch"]}
+        result["server"] = {
+            "Version": version["server"],
+            "ApiVersion": version["serverApiVersion"],
+            "Os": version["os"],
+            "Arch": version["arch"],
+        }
         try:
             result["insecureRegistries"] = insecure_registries_from_info(registry_config.result())
         except StellaError:
@@ -289,7 +324,11 @@ class HostObserver:
     def _disk(path):
         probe_dir = _nearest_existing(path)
         stat = os.statvfs(probe_dir)
-        return {"path": probe_dir, "freeBytes": stat.f_bavail * stat.f_frsize, "totalBytes": stat.f_blocks * stat.f_frsize}
+        return {
+            "path": probe_dir,
+            "freeBytes": stat.f_bavail * stat.f_frsize,
+            "totalBytes": stat.f_blocks * stat.f_frsize,
+        }
 
 
 def insecure_registries_from_info(registry_config):
@@ -312,6 +351,7 @@ def _nearest_existing(path):
 # Evaluation (pure)
 # --------------------------------------------------------------------------------------------
 
+
 def evaluate(req, obs):
     """Return ``(evidence, failures)`` for observations ``obs`` under request ``req``. Pure."""
     failures = []
@@ -333,16 +373,29 @@ def evaluate(req, obs):
     engine = server.get("Version")
 
     # runtime binary, daemon, engine version
-    check("runtime", "runtime_missing", bool(docker.get("binary")),
-          "docker CLI %r not found on PATH" % (req.get("docker_cli") or "docker"))
+    check(
+        "runtime",
+        "runtime_missing",
+        bool(docker.get("binary")),
+        "docker CLI %r not found on PATH" % (req.get("docker_cli") or "docker"),
+    )
     if docker.get("binary"):
-        check("daemon", "runtime_daemon_unavailable", bool(server),
-              "Docker daemon at %s does not answer: %s" % (docker.get("host"), docker.get("error") or "no server version"))
+        check(
+            "daemon",
+            "runtime_daemon_unavailable",
+            bool(server),
+            "Docker daemon at %s does not answer: %s"
+            % (docker.get("host"), docker.get("error") or "no server version"),
+        )
     else:
         skip("daemon", "runtime_missing")
     if server:
-        check("engine_version", "runtime_version_too_old", version_at_least(engine, req["min_engine_version"]),
-              "Docker Engine %s is older than the required %s" % (engine, req["min_engine_version"]))
+        check(
+            "engine_version",
+            "runtime_version_too_old",
+            version_at_least(engine, req["min_engine_version"]),
+            "Docker Engine %s is older than the required %s" % (engine, req["min_engine_version"]),
+        )
     else:
         skip("engine_version", "no daemon answered")
 
@@ -353,14 +406,24 @@ def evaluate(req, obs):
     if req["require_compose"]:
         if plugin:
             check("compose", "compose_missing", True, "")
-            check("compose_version", "runtime_version_too_old", version_at_least(plugin, req["min_compose_version"]),
-                  "Docker Compose plugin %s is older than the required %s" % (plugin, req["min_compose_version"]))
+            check(
+                "compose_version",
+                "runtime_version_too_old",
+                version_at_least(plugin, req["min_compose_version"]),
+                "Docker Compose plugin %s is older than the required %s" % (plugin, req["min_compose_version"]),
+            )
         else:
             extra = ""
             if standalone:
-                extra = " (found standalone docker-compose %s, which is not Compose v2 as 'docker compose')" % (standalone.get("version") or "?")
-            check("compose", "compose_missing", False,
-                  "Docker Compose v2 plugin ('docker compose') is not available%s" % extra)
+                extra = " (found standalone docker-compose %s, which is not Compose v2 as 'docker compose')" % (
+                    standalone.get("version") or "?"
+                )
+            check(
+                "compose",
+                "compose_missing",
+                False,
+                "Docker Compose v2 plugin ('docker compose') is not available%s" % extra,
+            )
             skip("compose_version", "compose_missing")
     else:
         skip("compose", "require_compose=false")
@@ -372,8 +435,12 @@ def evaluate(req, obs):
         skip("registry", registry["skipped"])
     else:
         reason = registry.get("reason") or "registry %s did not answer" % registry.get("registry")
-        check("registry", "registry_unreachable", bool(registry.get("reachable")),
-              "registry %s unreachable: %s" % (registry.get("registry"), reason))
+        check(
+            "registry",
+            "registry_unreachable",
+            bool(registry.get("reachable")),
+            "registry %s unreachable: %s" % (registry.get("registry"), reason),
+        )
 
     # registry access: the credentials given for the registry, pull access to the image's repository
     pull = obs.get("pull") or {"skipped": "not observed"}
@@ -391,27 +458,48 @@ def evaluate(req, obs):
         compatible = None
     elif plat.get("error"):
         compatible = False
-        check("platform", "platform_unsupported", False,
-              "cannot read platforms of %s: %s" % (req["image"].render(), plat["error"]))
+        check(
+            "platform",
+            "platform_unsupported",
+            False,
+            "cannot read platforms of %s: %s" % (req["image"].render(), plat["error"]),
+        )
     else:
         platforms = plat.get("platforms") or []
         compatible = any(_platform_matches(p, "linux", arch) for p in platforms)
-        check("platform", "platform_unsupported", compatible,
-              "image %s offers %s, none for this host's %s" % (req["image"].render(), ", ".join(_platform_str(p) for p in platforms) or "no platform", wanted))
+        check(
+            "platform",
+            "platform_unsupported",
+            compatible,
+            "image %s offers %s, none for this host's %s"
+            % (req["image"].render(), ", ".join(_platform_str(p) for p in platforms) or "no platform", wanted),
+        )
 
     # work directory
     workdir = obs["workDirectory"]
-    check("workdir", "workdir_not_writable", bool(workdir.get("writable")),
-          "work directory %s is not writable: %s" % (workdir.get("path"), workdir.get("error")))
+    check(
+        "workdir",
+        "workdir_not_writable",
+        bool(workdir.get("writable")),
+        "work directory %s is not writable: %s" % (workdir.get("path"), workdir.get("error")),
+    )
 
     # disk space
     disk = obs["disk"]
     enough = disk["freeBytes"] >= req["minimum_free_disk_bytes"]
-    check("disk", "disk_space_low", enough,
-          "%s free at %s, %s required" % (human_bytes(disk["freeBytes"]), disk["path"], human_bytes(req["minimum_free_disk_bytes"])))
+    check(
+        "disk",
+        "disk_space_low",
+        enough,
+        "%s free at %s, %s required"
+        % (human_bytes(disk["freeBytes"]), disk["path"], human_bytes(req["minimum_free_disk_bytes"])),
+    )
 
     evidence = {
-        "os": {k: host.get(k) for k in ("system", "kernel", "distribution", "distributionVersion", "prettyName", "hostname")},
+        "os": {
+            k: host.get(k)
+            for k in ("system", "kernel", "distribution", "distributionVersion", "prettyName", "hostname")
+        },
         "architecture": arch,
         "machine": host.get("machine"),
         "docker": {
@@ -441,13 +529,27 @@ def evaluate(req, obs):
             "compatible": compatible,
             "error": plat.get("error"),
         },
-        "workDirectory": {"path": workdir.get("path"), "exists": workdir.get("exists"), "probedPath": workdir.get("probedPath"),
-                          "writable": workdir.get("writable"), "error": workdir.get("error")},
-        "disk": {"path": disk["path"], "freeBytes": disk["freeBytes"], "totalBytes": disk.get("totalBytes"),
-                 "minimumFreeBytes": req["minimum_free_disk_bytes"], "sufficient": enough},
-        "gates": {"minEngineVersion": req["min_engine_version"], "minComposeVersion": req["min_compose_version"],
-                  "requireCompose": req["require_compose"], "targetType": req["target_type"],
-                  "registryReachabilityMode": req["registry_reachability_mode"]},
+        "workDirectory": {
+            "path": workdir.get("path"),
+            "exists": workdir.get("exists"),
+            "probedPath": workdir.get("probedPath"),
+            "writable": workdir.get("writable"),
+            "error": workdir.get("error"),
+        },
+        "disk": {
+            "path": disk["path"],
+            "freeBytes": disk["freeBytes"],
+            "totalBytes": disk.get("totalBytes"),
+            "minimumFreeBytes": req["minimum_free_disk_bytes"],
+            "sufficient": enough,
+        },
+        "gates": {
+            "minEngineVersion": req["min_engine_version"],
+            "minComposeVersion": req["min_compose_version"],
+            "requireCompose": req["require_compose"],
+            "targetType": req["target_type"],
+            "registryReachabilityMode": req["registry_reachability_mode"],
+        },
         "checks": checks,
         "status": "passed" if not failures else "failed",
     }
@@ -476,10 +578,12 @@ def preflight_with(cli, params, get_bin_path=shutil.which, registry_factory=None
     req = build_request(params)
     # each registry is offered only its own credentials (req["credentials"], keyed by registry_key)
     registry = (registry_factory or RegistryClient)(
-        username=None, password=None, insecure_registries=req.get("insecure_registries"), timeout=req["timeout"])
+        username=None, password=None, insecure_registries=req.get("insecure_registries"), timeout=req["timeout"]
+    )
     registry.credentials = req["credentials"]
-    observer = HostObserver(cli, get_bin_path, registry, ping_timeout=req["timeout"],
-                            docker_host=req.get("docker_host"))
+    observer = HostObserver(
+        cli, get_bin_path, registry, ping_timeout=req["timeout"], docker_host=req.get("docker_host")
+    )
 
     try:
         evidence, failures = run_preflight(req, observer)
@@ -493,6 +597,9 @@ def preflight_with(cli, params, get_bin_path=shutil.which, registry_factory=None
 def raise_failures(evidence, failures, phase="preflight"):
     """A failed preflight as one ``StellaError``: the first failure's code, every failure in evidence."""
     if failures:
-        raise StellaError(failures[0]["code"], "preflight failed: %s" % "; ".join(
-            "%s: %s" % (f["code"], f["reason"]) for f in failures), phase=phase,
-            evidence={"preflight": evidence, "failures": failures})
+        raise StellaError(
+            failures[0]["code"],
+            "preflight failed: %s" % "; ".join("%s: %s" % (f["code"], f["reason"]) for f in failures),
+            phase=phase,
+            evidence={"preflight": evidence, "failures": failures},
+        )

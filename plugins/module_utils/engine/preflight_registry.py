@@ -11,10 +11,17 @@ result (:func:`redacted`, :func:`mask_credentials`). Standard library only.
 
 from __future__ import annotations
 
-from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError, redact_text, redact_url
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import (
+    StellaError,
+    redact_text,
+    redact_url,
+)
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.imageref import registry_key
 from ansible_collections.stellaops.runtime.plugins.module_utils.engine.registry import (
-    basic_authorization, credential_entries, credential_secrets)
+    basic_authorization,
+    credential_entries,
+    credential_secrets,
+)
 
 AUTH_FAILED = "registry_auth_failed"  # one of contract.vocabulary.PREFLIGHT_CODES
 
@@ -26,8 +33,11 @@ def request_credentials(req, source="registry_username"):
     found = credential_entries(req.get("registry_credentials"))
     own = req.get("registry") or (req["image"].registry if req.get("image") else None)
     if req.get("registry_username") and own:
-        found[registry_key(own)] = {"username": req["registry_username"],
-                                    "password": req.get("registry_password") or "", "source": source}
+        found[registry_key(own)] = {
+            "username": req["registry_username"],
+            "password": req.get("registry_password") or "",
+            "source": source,
+        }
     return found
 
 
@@ -47,7 +57,9 @@ def observe_image(registry, image):
         if access:  # access was granted; the manifest itself is the problem
             return dict(access, registry=image.registry), {"error": exc.reason}
         if exc.code == AUTH_FAILED:
-            return dict(exc.evidence or {}, registry=image.registry, error=exc.reason, code=exc.code), {"skipped": AUTH_FAILED}
+            return dict(exc.evidence or {}, registry=image.registry, error=exc.reason, code=exc.code), {
+                "skipped": AUTH_FAILED
+            }
         if exc.code == "registry_rate_limited":
             limited = {"registry": image.registry, "rateLimited": True, "reason": exc.reason}
             if (exc.evidence or {}).get("retryAfter"):
@@ -64,8 +76,12 @@ def registry_access(registry, pull):
     limit, a registry that did not answer)."""
     refused = []
     if registry.get("authenticated") is False:
-        refused.append((registry.get("authErrorCode") or AUTH_FAILED,
-                        "registry %s: %s" % (registry.get("registry"), registry.get("authError"))))
+        refused.append(
+            (
+                registry.get("authErrorCode") or AUTH_FAILED,
+                "registry %s: %s" % (registry.get("registry"), registry.get("authError")),
+            )
+        )
     if pull.get("error"):
         refused.append((pull.get("code") or AUTH_FAILED, pull["error"]))
     if refused:
@@ -86,8 +102,20 @@ def registry_evidence(req, registry, pull):
     credentials used), ``pullScope``, ``pullRegistry`` (when the image's registry is not the one checked),
     ``rateLimit`` (the registry's ``RateLimit-*`` headers). Never a credential or token.
     """
-    keep = ("registry", "url", "reachable", "httpStatus", "authRequired", "challenge", "authenticated", "authError",
-            "rateLimited", "retryAfter", "reason", "skipped")
+    keep = (
+        "registry",
+        "url",
+        "reachable",
+        "httpStatus",
+        "authRequired",
+        "challenge",
+        "authenticated",
+        "authError",
+        "rateLimited",
+        "retryAfter",
+        "reason",
+        "skipped",
+    )
     data = {k: registry.get(k) for k in keep if k in registry}
     if "url" in data:
         data["url"] = redact_url(data["url"])
@@ -147,8 +175,12 @@ def credential_log_values(mapping, other_secrets=()):
             entries.append(entry)
             public.update(str(entry[k]) for k in ("username", "source") if isinstance(entry.get(k), str) and entry[k])
             if entry.get("username"):
-                secret.add(basic_authorization(str(entry["username"]), str(entry.get("password") or "")).split(" ", 1)[1])
-    masked = set(_strings(other_secrets)) | {str(e[k]) for e in entries for k in ("password", "identitytoken") if e.get(k)}
+                secret.add(
+                    basic_authorization(str(entry["username"]), str(entry.get("password") or "")).split(" ", 1)[1]
+                )
+    masked = set(_strings(other_secrets)) | {
+        str(e[k]) for e in entries for k in ("password", "identitytoken") if e.get(k)
+    }
     return public - masked, secret
 
 

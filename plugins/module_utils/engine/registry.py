@@ -38,17 +38,54 @@ import urllib.request
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError, redact_url
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.imageref import registry_base_url, registry_key
 from ansible_collections.stellaops.runtime.plugins.module_utils.engine.registry_auth import (
-    CREDENTIAL_KEYS, OAUTH_CLIENT_ID, RATE_LIMITED, REFUSED, SOURCE_EXPLICIT, basic_authorization, credential_entries,
-    credential_entry, credential_secrets, parse_challenge, pull_scope, read_challenge, read_token, retry_after,
-    token_request, token_url)
+    CREDENTIAL_KEYS,
+    OAUTH_CLIENT_ID,
+    RATE_LIMITED,
+    REFUSED,
+    SOURCE_EXPLICIT,
+    basic_authorization,
+    credential_entries,
+    credential_entry,
+    credential_secrets,
+    parse_challenge,
+    pull_scope,
+    read_challenge,
+    read_token,
+    retry_after,
+    token_request,
+    token_url,
+)
 
 # what the controller imports from here, the pure auth helpers of engine.registry_auth included
 __all__ = [
-    "MEDIA_OCI_INDEX", "MEDIA_OCI_MANIFEST", "MEDIA_DOCKER_LIST", "MEDIA_DOCKER_MANIFEST", "MANIFEST_ACCEPT",
-    "INDEX_TYPES", "MAX_MANIFEST_BYTES", "REDIRECTS", "read_manifest", "index_platforms", "urllib_transport",
-    "RegistryApi", "REFUSED", "RATE_LIMITED", "OAUTH_CLIENT_ID", "SOURCE_EXPLICIT", "CREDENTIAL_KEYS",
-    "parse_challenge", "read_challenge", "retry_after", "pull_scope", "basic_authorization", "token_url",
-    "token_request", "read_token", "credential_entry", "credential_entries", "credential_secrets",
+    "MEDIA_OCI_INDEX",
+    "MEDIA_OCI_MANIFEST",
+    "MEDIA_DOCKER_LIST",
+    "MEDIA_DOCKER_MANIFEST",
+    "MANIFEST_ACCEPT",
+    "INDEX_TYPES",
+    "MAX_MANIFEST_BYTES",
+    "REDIRECTS",
+    "read_manifest",
+    "index_platforms",
+    "urllib_transport",
+    "RegistryApi",
+    "REFUSED",
+    "RATE_LIMITED",
+    "OAUTH_CLIENT_ID",
+    "SOURCE_EXPLICIT",
+    "CREDENTIAL_KEYS",
+    "parse_challenge",
+    "read_challenge",
+    "retry_after",
+    "pull_scope",
+    "basic_authorization",
+    "token_url",
+    "token_request",
+    "read_token",
+    "credential_entry",
+    "credential_entries",
+    "credential_secrets",
 ]
 
 MEDIA_OCI_INDEX = "application/vnd.oci.image.index.v1+json"
@@ -97,6 +134,7 @@ def index_platforms(index):
 
 # -- target transport (stdlib) ------------------------------------------------------------------
 
+
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: D401 - urllib API
         return None
@@ -119,6 +157,7 @@ def urllib_transport(method, url, headers, timeout, body=None):
 
 # -- auth negotiation (transport-agnostic, both sides) ------------------------------------------
 
+
 class RegistryApi:
     """Registry API calls with Basic / Bearer negotiation over any ``transport``.
 
@@ -131,8 +170,16 @@ class RegistryApi:
     that is refused, keeping what worked for the next call under the same scope.
     """
 
-    def __init__(self, username=None, password=None, insecure_registries=(), timeout=10.0, transport=None,
-                 identitytoken=None, source=None):
+    def __init__(
+        self,
+        username=None,
+        password=None,
+        insecure_registries=(),
+        timeout=10.0,
+        transport=None,
+        identitytoken=None,
+        source=None,
+    ):
         self._username = username or None
         self._password = password or None
         self._entry = None
@@ -190,8 +237,10 @@ class RegistryApi:
     def _token(self, params, scope, entry=None):
         status, dummy, token = self._fetch_token(params, scope, entry)
         if token is None:
-            raise StellaError("registry_auth_failed", "token service %s answered HTTP %d"
-                              % (redact_url(str(params.get("realm"))), status))
+            raise StellaError(
+                "registry_auth_failed",
+                "token service %s answered HTTP %d" % (redact_url(str(params.get("realm"))), status),
+            )
         return token
 
     def _send(self, method, url, headers, authorization):
@@ -260,14 +309,20 @@ class RegistryApi:
         fresh = kept is not None  # what was kept is refused now (an expired token): ask for new tokens
         status, resp_headers, body = self._send(method, url, headers, None)
         if status == 403:
-            raise StellaError("registry_auth_failed", "registry %s refused pull of %s (HTTP 403, no challenge to answer)"
-                              % (registry, repository), evidence={"pullScope": scope})
+            raise StellaError(
+                "registry_auth_failed",
+                "registry %s refused pull of %s (HTTP 403, no challenge to answer)" % (registry, repository),
+                evidence={"pullScope": scope},
+            )
         if status != 401:
             return status, resp_headers, body, self._grant(key, None, scope, None, None, status, resp_headers)
         challenge, problem = read_challenge(resp_headers.get("www-authenticate"))
         if problem:
-            raise StellaError("registry_auth_failed", "registry %s answered HTTP 401 for %s with %s"
-                              % (registry, repository, problem), evidence={"pullScope": scope})
+            raise StellaError(
+                "registry_auth_failed",
+                "registry %s answered HTTP 401 for %s with %s" % (registry, repository, problem),
+                evidence={"pullScope": scope},
+            )
         scheme = challenge["scheme"]
         entry = self.credentials_for(registry)
         if scheme == "bearer":
@@ -280,16 +335,23 @@ class RegistryApi:
             if token:
                 status, resp_headers, body = self._send(method, url, headers, "Bearer " + token)
                 if status not in REFUSED:
-                    return status, resp_headers, body, self._grant(key, "Bearer " + token, scope, None, None, status,
-                                                                   resp_headers)
+                    return (
+                        status,
+                        resp_headers,
+                        body,
+                        self._grant(key, "Bearer " + token, scope, None, None, status, resp_headers),
+                    )
                 why = "the registry refused an anonymous token (HTTP %d)" % status
             elif tstatus == RATE_LIMITED:
                 return tstatus, theaders, b"", None
             elif tstatus in REFUSED:
                 why = "token service %s refused an anonymous token (HTTP %d)" % (challenge["realm"], tstatus)
             elif tstatus is not None:
-                raise StellaError("registry_auth_failed", "token service %s answered HTTP %d for %s"
-                                  % (challenge["realm"], tstatus, scope), evidence={"pullScope": scope})
+                raise StellaError(
+                    "registry_auth_failed",
+                    "token service %s answered HTTP %d for %s" % (challenge["realm"], tstatus, scope),
+                    evidence={"pullScope": scope},
+                )
         else:
             why = "the registry asks for Basic credentials"
         if entry is None:
@@ -297,8 +359,13 @@ class RegistryApi:
         source = entry.get("source") or SOURCE_EXPLICIT
         if scheme == "basic":
             if not entry.get("username"):
-                raise self._refused(registry, repository, scope, source, "the registry asks for Basic credentials, "
-                                    "which an identity token cannot answer")
+                raise self._refused(
+                    registry,
+                    repository,
+                    scope,
+                    source,
+                    "the registry asks for Basic credentials, which an identity token cannot answer",
+                )
             authorization = basic_authorization(entry["username"], entry.get("password"))
         else:
             try:
@@ -310,22 +377,34 @@ class RegistryApi:
                 if tstatus == RATE_LIMITED:
                     return tstatus, theaders, b"", None
                 verdict = "refused the credentials" if tstatus in REFUSED else "answered"
-                raise self._refused(registry, repository, scope, source, "token service %s %s (HTTP %d)"
-                                    % (challenge["realm"], verdict, tstatus))
+                raise self._refused(
+                    registry,
+                    repository,
+                    scope,
+                    source,
+                    "token service %s %s (HTTP %d)" % (challenge["realm"], verdict, tstatus),
+                )
             authorization = "Bearer " + token
         status, resp_headers, body = self._send(method, url, headers, authorization)
         if status in REFUSED:
             raise self._refused(registry, repository, scope, source, "the registry refused them (HTTP %d)" % status)
-        return status, resp_headers, body, self._grant(key, authorization, scope, scheme, source, status, resp_headers,
-                                                       anonymous_refused=why)
+        return (
+            status,
+            resp_headers,
+            body,
+            self._grant(key, authorization, scope, scheme, source, status, resp_headers, anonymous_refused=why),
+        )
 
     def _grant(self, key, authorization, scope, scheme, source, status, headers, anonymous_refused=None):
         """The ``access`` of an answer that let the call through (kept for the scope), ``None`` for one
         that says nothing about access (429, 5xx)."""
         if status == RATE_LIMITED or status >= 500:
             return None
-        access = {"pullAccess": "credentials" if source else "anonymous",
-                  "auth": scheme or (authorization.split(" ", 1)[0].lower() if authorization else None), "scope": scope}
+        access = {
+            "pullAccess": "credentials" if source else "anonymous",
+            "auth": scheme or (authorization.split(" ", 1)[0].lower() if authorization else None),
+            "scope": scope,
+        }
         if source:
             access["credentialSource"] = source
         if anonymous_refused:
@@ -340,9 +419,18 @@ class RegistryApi:
     def _refused(registry, repository, scope, source, why):
         if source is None:
             reason = "registry %s refused anonymous pull of %s (%s): give credentials for %s (registry_credentials)" % (
-                registry, repository, why, registry_key(registry))
+                registry,
+                repository,
+                why,
+                registry_key(registry),
+            )
         else:
-            reason = "registry %s refused pull of %s with the credentials from %s: %s" % (registry, repository, source, why)
+            reason = "registry %s refused pull of %s with the credentials from %s: %s" % (
+                registry,
+                repository,
+                source,
+                why,
+            )
         evidence = {"pullScope": scope}
         if source:
             evidence["credentialSource"] = source

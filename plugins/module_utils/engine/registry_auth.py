@@ -165,8 +165,12 @@ def token_request(params, scope=None, entry=None):
         form = [("grant_type", "refresh_token"), ("refresh_token", entry["identitytoken"])]
         form += [(k, v) for k, v in (("service", params.get("service")), ("scope", scope or params.get("scope"))) if v]
         form.append(("client_id", OAUTH_CLIENT_ID))
-        return ("POST", realm, {"Content-Type": "application/x-www-form-urlencoded"},
-                urllib.parse.urlencode(form).encode("ascii"))
+        return (
+            "POST",
+            realm,
+            {"Content-Type": "application/x-www-form-urlencoded"},
+            urllib.parse.urlencode(form).encode("ascii"),
+        )
     headers = {}
     if entry and entry.get("username"):
         headers["Authorization"] = basic_authorization(entry["username"], entry.get("password"))
@@ -196,21 +200,26 @@ def credential_entry(registry, entry):
         raise StellaError("invalid_request", "registry_credentials[%s] must be a mapping" % registry)
     unknown = sorted(str(k) for k in entry if k not in CREDENTIAL_KEYS)
     if unknown:
-        raise StellaError("invalid_request", "registry_credentials[%s] has unknown key(s) %s (allowed: %s)"
-                          % (registry, ", ".join(unknown), ", ".join(CREDENTIAL_KEYS)))
+        raise StellaError(
+            "invalid_request",
+            "registry_credentials[%s] has unknown key(s) %s (allowed: %s)"
+            % (registry, ", ".join(unknown), ", ".join(CREDENTIAL_KEYS)),
+        )
     source = entry.get("source")
     if source is not None and not isinstance(source, str):
         raise StellaError("invalid_request", "registry_credentials[%s].source must be a string" % registry)
     if entry.get("identitytoken"):
         if entry.get("password"):
-            raise StellaError("invalid_request", "registry_credentials[%s] gives both password and identitytoken; "
-                              "give one" % registry)
+            raise StellaError(
+                "invalid_request", "registry_credentials[%s] gives both password and identitytoken; give one" % registry
+            )
         found = {"identitytoken": str(entry["identitytoken"])}
     elif entry.get("username"):
         found = {"username": str(entry["username"]), "password": str(entry.get("password") or "")}
     else:
-        raise StellaError("invalid_request", "registry_credentials[%s] needs username and password, or identitytoken"
-                          % registry)
+        raise StellaError(
+            "invalid_request", "registry_credentials[%s] needs username and password, or identitytoken" % registry
+        )
     found["source"] = source or SOURCE_EXPLICIT
     return found
 
@@ -230,8 +239,9 @@ def credential_entries(mapping):
             raise StellaError("invalid_request", "registry_credentials has an empty registry name")
         checked = credential_entry(key, entry)
         if key in found and found[key] != checked:
-            raise StellaError("invalid_request", "registry_credentials names registry %s twice with different "
-                              "credentials" % key)
+            raise StellaError(
+                "invalid_request", "registry_credentials names registry %s twice with different credentials" % key
+            )
         found[key] = checked
     return found
 

@@ -18,9 +18,22 @@ import urllib.parse
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.imageref import registry_key
 from ansible_collections.stellaops.runtime.plugins.module_utils.engine.registry import (
-    INDEX_TYPES, MANIFEST_ACCEPT, REDIRECTS, RegistryApi, index_platforms, read_manifest)
+    INDEX_TYPES,
+    MANIFEST_ACCEPT,
+    REDIRECTS,
+    RegistryApi,
+    index_platforms,
+    read_manifest,
+)
 from ansible_collections.stellaops.runtime.plugins.module_utils.engine.registry_auth import (
-    RATE_LIMITED, REFUSED, basic_authorization, credential_entries, credential_secrets, read_challenge, retry_after)
+    RATE_LIMITED,
+    REFUSED,
+    basic_authorization,
+    credential_entries,
+    credential_secrets,
+    read_challenge,
+    retry_after,
+)
 
 
 class RegistryClient(RegistryApi):
@@ -30,8 +43,17 @@ class RegistryClient(RegistryApi):
     :func:`credential_entries`); each registry is offered only its own.
     """
 
-    def __init__(self, username=None, password=None, insecure_registries=(), timeout=10.0, transport=None,
-                 identitytoken=None, source=None, credentials=None):
+    def __init__(
+        self,
+        username=None,
+        password=None,
+        insecure_registries=(),
+        timeout=10.0,
+        transport=None,
+        identitytoken=None,
+        source=None,
+        credentials=None,
+    ):
         super().__init__(username, password, insecure_registries, timeout, transport, identitytoken, source)
         self._by_registry = {}
         self.credentials = credentials
@@ -68,7 +90,11 @@ class RegistryClient(RegistryApi):
                 with socket.create_connection((host, port), timeout=self.timeout):
                     return {"url": url, "reachable": True}
             except OSError as exc:
-                return {"url": url, "reachable": False, "reason": "TCP connect to %s:%d failed: %s" % (host, port, exc.strerror or exc)}
+                return {
+                    "url": url,
+                    "reachable": False,
+                    "reason": "TCP connect to %s:%d failed: %s" % (host, port, exc.strerror or exc),
+                }
         try:
             status, headers, dummy = self.transport("GET", url, {}, self.timeout)
         except StellaError as exc:
@@ -101,17 +127,27 @@ class RegistryClient(RegistryApi):
         try:
             if challenge["scheme"] == "basic":
                 if not entry.get("username"):
-                    return dict(result, authenticated=False, authError="registry asks for Basic credentials, which "
-                                "the identity token from %s cannot answer" % source)
+                    return dict(
+                        result,
+                        authenticated=False,
+                        authError="registry asks for Basic credentials, which "
+                        "the identity token from %s cannot answer" % source,
+                    )
                 authorization = basic_authorization(entry["username"], entry.get("password"))
             else:
                 status, headers, token = self._fetch_token(challenge, None, entry)
                 if token is None:
                     if status == RATE_LIMITED:
-                        return {"rateLimited": True, **({"retryAfter": retry_after(headers)} if retry_after(headers) else {})}
+                        return {
+                            "rateLimited": True,
+                            **({"retryAfter": retry_after(headers)} if retry_after(headers) else {}),
+                        }
                     verdict = "refused the credentials from" if status in REFUSED else "answered HTTP %d for" % status
-                    return dict(result, authenticated=False, authError="token service %s %s %s (HTTP %d)"
-                                % (challenge["realm"], verdict, source, status))
+                    return dict(
+                        result,
+                        authenticated=False,
+                        authError="token service %s %s %s (HTTP %d)" % (challenge["realm"], verdict, source, status),
+                    )
                 authorization = "Bearer " + token
             status, headers, dummy = self._send("GET", url, {}, authorization)
         except StellaError as exc:
@@ -120,8 +156,11 @@ class RegistryClient(RegistryApi):
             return dict(result, authenticated=True)
         if status == RATE_LIMITED:
             return {"rateLimited": True, **({"retryAfter": retry_after(headers)} if retry_after(headers) else {})}
-        return dict(result, authenticated=False, authError="registry refused the credentials from %s on /v2/ (HTTP %d)"
-                    % (source, status))
+        return dict(
+            result,
+            authenticated=False,
+            authError="registry refused the credentials from %s on /v2/ (HTTP %d)" % (source, status),
+        )
 
     def manifest(self, image):
         """Fetch ``image``'s manifest by digest (if pinned) or tag, under its pull scope (:meth:`pull`).
@@ -133,12 +172,18 @@ class RegistryClient(RegistryApi):
         """
         reference = image.digest or image.tag or "latest"
         path = "/v2/%s/manifests/%s" % (image.repository, reference)
-        status, headers, body, dummy = self.pull("GET", image.registry, image.repository, path, {"Accept": MANIFEST_ACCEPT})
+        status, headers, body, dummy = self.pull(
+            "GET", image.registry, image.repository, path, {"Accept": MANIFEST_ACCEPT}
+        )
         _raise_rate_limit(status, headers, image)
         if status == 404:
-            raise StellaError("image_unresolved", "%s not found in registry %s (HTTP 404)" % (image.render(), image.registry))
+            raise StellaError(
+                "image_unresolved", "%s not found in registry %s (HTTP 404)" % (image.render(), image.registry)
+            )
         if status != 200:
-            raise StellaError("image_unresolved", "registry %s answered HTTP %d for %s" % (image.registry, status, image.render()))
+            raise StellaError(
+                "image_unresolved", "registry %s answered HTTP %d for %s" % (image.registry, status, image.render())
+            )
         try:
             document, digest, media_type = read_manifest(body, headers)
         except ValueError as exc:
@@ -149,7 +194,9 @@ class RegistryClient(RegistryApi):
         path = "/v2/%s/blobs/%s" % (image.repository, digest)
         status, headers, body, dummy = self.pull("GET", image.registry, image.repository, path)
         if status in REDIRECTS and headers.get("location"):
-            status, headers, body = self.transport("GET", urllib.parse.urljoin(self.base_url(image.registry) + path, headers["location"]), {}, self.timeout)
+            status, headers, body = self.transport(
+                "GET", urllib.parse.urljoin(self.base_url(image.registry) + path, headers["location"]), {}, self.timeout
+            )
         _raise_rate_limit(status, headers, image)
         if status != 200:
             raise StellaError("image_unresolved", "blob %s of %s: HTTP %d" % (digest, image.name, status))
@@ -179,9 +226,12 @@ class RegistryClient(RegistryApi):
 def _raise_rate_limit(status, headers, image):
     if status == RATE_LIMITED:
         after = retry_after(headers)
-        raise StellaError("registry_rate_limited", "registry %s answered HTTP 429 (rate limit%s) for %s"
-                          % (image.registry, "; Retry-After: %s" % after if after else "", image.render()),
-                          evidence={"retryAfter": after} if after else {})
+        raise StellaError(
+            "registry_rate_limited",
+            "registry %s answered HTTP 429 (rate limit%s) for %s"
+            % (image.registry, "; Retry-After: %s" % after if after else "", image.render()),
+            evidence={"retryAfter": after} if after else {},
+        )
 
 
 def _host_port(url):

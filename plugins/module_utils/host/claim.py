@@ -31,8 +31,15 @@ import os
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
-    CLAIM_FILE, CLAIM_LOST, CLAIM_STORES_KEPT, CLAIM_SUPERSEDED, INVALID_PAYLOAD, STICKER_FILE, job_is_newer,
-    utc_timestamp)
+    CLAIM_FILE,
+    CLAIM_LOST,
+    CLAIM_STORES_KEPT,
+    CLAIM_SUPERSEDED,
+    INVALID_PAYLOAD,
+    STICKER_FILE,
+    job_is_newer,
+    utc_timestamp,
+)
 from ansible_collections.stellaops.runtime.plugins.module_utils.host.files import atomic_write
 
 TAKEOVERS_KEPT = 8  # the last takeovers by another store the claim file keeps, newest first
@@ -51,11 +58,19 @@ def parse_claim(value):
     generation = value.get("generation") if isinstance(value, dict) else None
     job_id = value.get("jobId") if isinstance(value, dict) else None
     store = value.get("storeId") if isinstance(value, dict) else None
-    if not _text(job_id) or isinstance(generation, bool) or not isinstance(generation, int) or generation < 1 \
-            or (store is not None and not _text(store)):
-        raise StellaError(INVALID_PAYLOAD, "claim must be {jobId: a job id, generation: an integer from 1, storeId: "
-                          "the job store's id}, got %s" % json.dumps(value, sort_keys=True, default=str)[:200],
-                          phase="preflight")
+    if (
+        not _text(job_id)
+        or isinstance(generation, bool)
+        or not isinstance(generation, int)
+        or generation < 1
+        or (store is not None and not _text(store))
+    ):
+        raise StellaError(
+            INVALID_PAYLOAD,
+            "claim must be {jobId: a job id, generation: an integer from 1, storeId: "
+            "the job store's id}, got %s" % json.dumps(value, sort_keys=True, default=str)[:200],
+            phase="preflight",
+        )
     claim = {"jobId": job_id, "generation": generation}
     if store is not None:
         claim["storeId"] = store
@@ -141,9 +156,11 @@ def lost_claim_refusal(problem, claim, sticker):
     if newer is True or (problem == MISSING and newer is None):
         return None
     order = "started before" if newer is False else "cannot be shown newer than"
-    return ("job %s %s job %s, whose release this project runs, and the project's %s is %s: nothing was "
-            "changed; restore the file, or run a new job of this project once no older job can still be "
-            "running" % (claim["jobId"], order, sticker, CLAIM_FILE, problem))
+    return (
+        "job %s %s job %s, whose release this project runs, and the project's %s is %s: nothing was "
+        "changed; restore the file, or run a new job of this project once no older job can still be "
+        "running" % (claim["jobId"], order, sticker, CLAIM_FILE, problem)
+    )
 
 
 def decide(kept, problem, claim, sticker, at=None):
@@ -162,10 +179,13 @@ def decide(kept, problem, claim, sticker, at=None):
     else:
         newer = superseded_by(kept, claim)
         if newer is not None:
-            raise StellaError(CLAIM_SUPERSEDED, "%s was superseded on this project by job %s (generation %d): nothing "
-                              "was changed; `stella show %s` shows the job that holds it" % (
-                                  _describe(claim), newer["jobId"], newer["generation"], newer["jobId"]),
-                              evidence={"claim": claim, "acceptedClaim": newer})
+            raise StellaError(
+                CLAIM_SUPERSEDED,
+                "%s was superseded on this project by job %s (generation %d): nothing "
+                "was changed; `stella show %s` shows the job that holds it"
+                % (_describe(claim), newer["jobId"], newer["generation"], newer["jobId"]),
+                evidence={"claim": claim, "acceptedClaim": newer},
+            )
     entry, current = _entry(claim), kept["claim"]
     takeovers = list(kept["takeovers"])
     if current is not None and current["storeId"] != entry["storeId"]:
@@ -180,8 +200,12 @@ def render_kept(kept):
     """The claim file's bytes: the accepted claim at the top (as files before stores had ids), then the
     newest claim of each store and the takeovers."""
     claim = kept["claim"]
-    document = {"jobId": claim["jobId"], "generation": claim["generation"], "stores": kept["stores"],
-                "takeovers": kept["takeovers"]}
+    document = {
+        "jobId": claim["jobId"],
+        "generation": claim["generation"],
+        "stores": kept["stores"],
+        "takeovers": kept["takeovers"],
+    }
     if claim["storeId"] is not None:
         document["storeId"] = claim["storeId"]
     return (json.dumps(document, sort_keys=True) + "\n").encode("utf-8")

@@ -48,8 +48,9 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.agent.manager im
 
 STATES = ("present", "absent")
 HOST_GATEWAY = "host-gateway"
-GROUPS = (("relay", ("resolve_address", "inspect_relay", "stop_relay", "bind_endpoints", "start_relay",
-                     "remove_relay")),)
+GROUPS = (
+    ("relay", ("resolve_address", "inspect_relay", "stop_relay", "bind_endpoints", "start_relay", "remove_relay")),
+)
 NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}\Z")
 CONFIG_FILE, PID_FILE, LOG_FILE, FORWARDER_FILE = "relay.json", "relay.pid", "relay.log", "forwarder.py"
 RELAY_SCHEMA = "stella.relay.v1"
@@ -89,8 +90,12 @@ def parse_request(options):
         except ValueError:
             raise invalid("listen_address must be an IPv4 address or %r (got %r)" % (HOST_GATEWAY, address)) from None
         if parsed.is_unspecified:
-            raise StellaError("relay_bind_refused", "listen_address %s would expose the endpoint on every interface; "
-                              "the relay binds one announced address only" % address, phase="validate_payload")
+            raise StellaError(
+                "relay_bind_refused",
+                "listen_address %s would expose the endpoint on every interface; "
+                "the relay binds one announced address only" % address,
+                phase="validate_payload",
+            )
     device = options.get("device") or "auto"
     forwards, seen = [], set()
     for index, entry in enumerate(options.get("forwards") or []):
@@ -102,9 +107,14 @@ def parse_request(options):
             raise invalid("%s.port %d is forwarded twice" % (where, port))
         seen.add(port)
         host = str(entry.get("upstream_host") or "127.0.0.1")
-        forwards.append({"port": port, "upstream_host": host,
-                         "upstream_port": _port(entry.get("upstream_port"), where + ".upstream_port"),
-                         "listen_port": _port(entry.get("listen_port") or 0, where + ".listen_port", allow_zero=True)})
+        forwards.append(
+            {
+                "port": port,
+                "upstream_host": host,
+                "upstream_port": _port(entry.get("upstream_port"), where + ".upstream_port"),
+                "listen_port": _port(entry.get("listen_port") or 0, where + ".listen_port", allow_zero=True),
+            }
+        )
     if not forwards:
         raise invalid("forwards must list at least one port to relay")
     request.update(listen_address=address, device=device, forwards=sorted(forwards, key=lambda f: f["port"]))
@@ -115,8 +125,9 @@ def interface_of(address, addresses):
     """The interface whose IPv4 address is ``address``, from ``{interface: address}`` (pure)."""
     owners = sorted(name for name, value in addresses.items() if value == address)
     if not owners:
-        raise StellaError("relay_address_invalid", "no interface of this host has the address %s" % address,
-                          phase="resolve_address")
+        raise StellaError(
+            "relay_address_invalid", "no interface of this host has the address %s" % address, phase="resolve_address"
+        )
     return owners[0]
 
 
@@ -142,10 +153,17 @@ def forwarder_source():
 
 def desired_config(request, address, device, source_digest):
     """What a running relay must match to be left alone (pure)."""
-    return {"schema": RELAY_SCHEMA, "name": request["name"], "listenAddress": address, "device": device,
-            "forwarderSha256": source_digest,
-            "forwards": [{"port": f["port"], "upstreamHost": f["upstream_host"], "upstreamPort": f["upstream_port"]}
-                         for f in request["forwards"]]}
+    return {
+        "schema": RELAY_SCHEMA,
+        "name": request["name"],
+        "listenAddress": address,
+        "device": device,
+        "forwarderSha256": source_digest,
+        "forwards": [
+            {"port": f["port"], "upstreamHost": f["upstream_host"], "upstreamPort": f["upstream_port"]}
+            for f in request["forwards"]
+        ],
+    }
 
 
 def matches(current, desired, request):
@@ -161,8 +179,11 @@ def matches(current, desired, request):
 def endpoints(config):
     """``<port>=<address>:<listen port>`` per forward: the ``publish-endpoint`` messages (pure)."""
     ports = config.get("listenPorts") or {}
-    return ["%d=%s:%s" % (f["port"], config["listenAddress"], ports[str(f["port"])]) for f in config["forwards"]
-            if str(f["port"]) in ports]
+    return [
+        "%d=%s:%s" % (f["port"], config["listenAddress"], ports[str(f["port"])])
+        for f in config["forwards"]
+        if str(f["port"]) in ports
+    ]
 
 
 def _read_json(path):
@@ -193,10 +214,18 @@ class Relay(Manager):
     groups = GROUPS
 
     def initial_evidence(self, request):
-        return {"name": request["name"], "state": request["state"], "relayDirectory": request["directory"],
-                "pid": None, "endpoints": [], "listenAddress": None, "device": None, "listenPorts": {},
-                "pidFile": os.path.join(request["directory"], PID_FILE),
-                "logFile": os.path.join(request["directory"], LOG_FILE)}
+        return {
+            "name": request["name"],
+            "state": request["state"],
+            "relayDirectory": request["directory"],
+            "pid": None,
+            "endpoints": [],
+            "listenAddress": None,
+            "device": None,
+            "listenPorts": {},
+            "pidFile": os.path.join(request["directory"], PID_FILE),
+            "logFile": os.path.join(request["directory"], LOG_FILE),
+        }
 
     def _current(self, directory):
         config = _read_json(os.path.join(directory, CONFIG_FILE))
@@ -209,8 +238,9 @@ class Relay(Manager):
         return config, running
 
     def _host_gateway(self):
-        _rc, out, _err = self.cli.run(["network", "inspect", "bridge", "--format", "{{json .IPAM.Config}}"],
-                                      phase="resolve_address")
+        _rc, out, _err = self.cli.run(
+            ["network", "inspect", "bridge", "--format", "{{json .IPAM.Config}}"], phase="resolve_address"
+        )
         try:
             for entry in json.loads(out) or []:
                 gateway = entry.get("Gateway") or ""
@@ -218,8 +248,9 @@ class Relay(Manager):
                     return gateway
         except ValueError:
             pass
-        raise StellaError("relay_address_invalid", "the default bridge network has no IPv4 gateway to bind",
-                          phase="resolve_address")
+        raise StellaError(
+            "relay_address_invalid", "the default bridge network has no IPv4 gateway to bind", phase="resolve_address"
+        )
 
     @staticmethod
     def _stop(pid):
@@ -246,14 +277,18 @@ class Relay(Manager):
                 try:
                     sock.setsockopt(socket.SOL_SOCKET, SO_BINDTODEVICE, device.encode() + b"\0")
                 except OSError as exc:
-                    raise StellaError("relay_pin_refused", "cannot pin the relay socket to %s (SO_BINDTODEVICE): %s"
-                                      % (device, exc.strerror), phase="bind_endpoints") from None
+                    raise StellaError(
+                        "relay_pin_refused",
+                        "cannot pin the relay socket to %s (SO_BINDTODEVICE): %s" % (device, exc.strerror),
+                        phase="bind_endpoints",
+                    ) from None
             try:
                 sock.bind((address, port))
             except OSError as exc:
                 code = "relay_port_in_use" if exc.errno == errno.EADDRINUSE else "relay_address_invalid"
-                raise StellaError(code, "cannot bind %s:%d: %s" % (address, port, exc.strerror),
-                                  phase="bind_endpoints") from None
+                raise StellaError(
+                    code, "cannot bind %s:%d: %s" % (address, port, exc.strerror), phase="bind_endpoints"
+                ) from None
             sock.listen(128)
             return sock
         except BaseException:
@@ -321,8 +356,10 @@ class Relay(Manager):
                     raise
             try:
                 with rec.phase("start_relay"):
-                    config = dict(desired, listenPorts={str(f["port"]): s.getsockname()[1]
-                                                        for f, s in zip(request["forwards"], sockets)})
+                    config = dict(
+                        desired,
+                        listenPorts={str(f["port"]): s.getsockname()[1] for f, s in zip(request["forwards"], sockets)},
+                    )
                     pid = self._spawn(directory, request, source, sockets)
                     try:
                         atomic_write(os.path.join(directory, CONFIG_FILE), canonical_json(config), mode=0o600)
@@ -342,12 +379,23 @@ class Relay(Manager):
         for forward, sock in zip(request["forwards"], sockets):
             argv += ["--forward", "%d=%s:%d" % (sock.fileno(), forward["upstream_host"], forward["upstream_port"])]
         with open(os.path.join(directory, LOG_FILE), "ab") as log:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    pass_fds=[s.fileno() for s in sockets], start_new_session=True, cwd=directory)
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                pass_fds=[s.fileno() for s in sockets],
+                start_new_session=True,
+                cwd=directory,
+            )
         deadline = time.monotonic() + 0.5
         while time.monotonic() < deadline:
             if proc.poll() is not None:
-                raise StellaError("relay_start_failed", "the relay forwarder exited at once (status %s); see %s"
-                                  % (proc.returncode, os.path.join(directory, LOG_FILE)), phase="start_relay")
+                raise StellaError(
+                    "relay_start_failed",
+                    "the relay forwarder exited at once (status %s); see %s"
+                    % (proc.returncode, os.path.join(directory, LOG_FILE)),
+                    phase="start_relay",
+                )
             time.sleep(0.05)
         return proc.pid  # detached on purpose: never waited for here; init adopts it when the module exits

@@ -27,12 +27,19 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import 
 
 
 def evidence_parser():
-    parser = argparse.ArgumentParser(prog="stella evidence", description="The evidence documents the job store "
-                                     "keeps for a job: listed, or exported as an evidence directory "
-                                     "(docs/stella-command.md).")
+    parser = argparse.ArgumentParser(
+        prog="stella evidence",
+        description="The evidence documents the job store "
+        "keeps for a job: listed, or exported as an evidence directory "
+        "(docs/stella-command.md).",
+    )
     parser.add_argument("job", metavar="JOB", help="the job id (stella list shows them)")
-    parser.add_argument("--output", metavar="DIR", help="write the documents under DIR, as the job's evidence "
-                        "directory holds them (existing files with the same bytes are kept)")
+    parser.add_argument(
+        "--output",
+        metavar="DIR",
+        help="write the documents under DIR, as the job's evidence "
+        "directory holds them (existing files with the same bytes are kept)",
+    )
     parser.add_argument("--json", action="store_true", help="print {store, jobId, documents} as JSON")
     return _location.add_options(parser)
 
@@ -41,8 +48,11 @@ def safe_name(name):
     """``name`` when it is a relative path inside an evidence directory, else ``evidence_invalid``."""
     normal = posixpath.normpath(name)
     if normal != name or normal.startswith(("/", "../")) or normal in (".", ".."):
-        raise StellaError("evidence_invalid", "the job store names a document %r, which is not a path inside an "
-                          "evidence directory; nothing was written" % name)
+        raise StellaError(
+            "evidence_invalid",
+            "the job store names a document %r, which is not a path inside an "
+            "evidence directory; nothing was written" % name,
+        )
     return name
 
 
@@ -61,9 +71,11 @@ def plan_export(documents, output):
             writes.append((path, data))
             continue
         if present != data:
-            raise StellaError("evidence_conflict", "%s is there with other content than the job store keeps "
-                              "(sha256 %s, not %s); nothing was written"
-                              % (path, sha256_bytes(present), sha256_bytes(data)))
+            raise StellaError(
+                "evidence_conflict",
+                "%s is there with other content than the job store keeps "
+                "(sha256 %s, not %s); nothing was written" % (path, sha256_bytes(present), sha256_bytes(data)),
+            )
     return writes
 
 
@@ -83,8 +95,11 @@ def evidence(argv, stdout=None, stderr=None):
             documents = {name: store.document(options.job, name) for name in index} if options.output else {}
         for name, data in documents.items():
             if data is None or sha256_bytes(data) != index[name]["sha256"]:
-                raise StellaError("evidence_corrupt", "the job store's document %s of job %s does not hash to the "
-                                  "SHA-256 recorded with it; nothing was written" % (name, options.job))
+                raise StellaError(
+                    "evidence_corrupt",
+                    "the job store's document %s of job %s does not hash to the "
+                    "SHA-256 recorded with it; nothing was written" % (name, options.job),
+                )
         if options.output:
             writes = plan_export(documents, options.output)
             for path, data in writes:
@@ -95,11 +110,17 @@ def evidence(argv, stdout=None, stderr=None):
     except OSError as exc:
         return _store_cli.fail_line(stderr, "evidence", StellaError("evidence_write_failed", str(exc)))
     if options.json:
-        stdout.write(json.dumps({"store": _location.shown(where), "jobId": options.job, "documents": index},
-                                indent=2, sort_keys=True) + "\n")
+        stdout.write(
+            json.dumps(
+                {"store": _location.shown(where), "jobId": options.job, "documents": index}, indent=2, sort_keys=True
+            )
+            + "\n"
+        )
     elif options.output:
-        stdout.write("%d documents of job %s in %s (%d written, %d already there)\n" % (
-            len(documents), options.job, options.output, len(writes), len(documents) - len(writes)))
+        stdout.write(
+            "%d documents of job %s in %s (%d written, %d already there)\n"
+            % (len(documents), options.job, options.output, len(writes), len(documents) - len(writes))
+        )
     else:
         stdout.write("store: %s\n" % _location.describe(where))
         for name, entry in index.items():

@@ -30,13 +30,23 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.projects imp
 
 FOLLOW_INTERVAL = 1.0  # seconds between two reads of the store by ``show --follow``
 INTERRUPTED_RC = 130  # ``show --follow`` stopped by Ctrl-C (SIGINT)
-LIST_COLUMNS = (("JOB", "jobId"), ("KIND", "kind"), ("STATUS", "status"), ("RELEASE", "releaseName"),
-                ("VERSION", "version"), ("TARGETS", "targets"), ("STARTED", "startedAt"), ("ENDED", "completedAt"))
+LIST_COLUMNS = (
+    ("JOB", "jobId"),
+    ("KIND", "kind"),
+    ("STATUS", "status"),
+    ("RELEASE", "releaseName"),
+    ("VERSION", "version"),
+    ("TARGETS", "targets"),
+    ("STARTED", "startedAt"),
+    ("ENDED", "completedAt"),
+)
 
 
 # What stella show adds for an ended job whose close did not finish (its job.json is not in the store).
-UNCLOSED = ("evidence: missing: the job's close did not finish, so its job.json was never written; "
-            "`stella close %s` writes it\n")
+UNCLOSED = (
+    "evidence: missing: the job's close did not finish, so its job.json was never written; "
+    "`stella close %s` writes it\n"
+)
 
 
 def _where(location):
@@ -49,11 +59,15 @@ def _run_gone(record):
     why = _job_owner.gone_why(record, utc_timestamp())
     if why is None:
         return None
-    return StellaError("job_run_gone", "job %s is %s, but %s; `stella interrupt %s` records it interrupted"
-                       % (record["jobId"], record["status"], why.replace("interrupted: ", "", 1), record["jobId"]))
+    return StellaError(
+        "job_run_gone",
+        "job %s is %s, but %s; `stella interrupt %s` records it interrupted"
+        % (record["jobId"], record["status"], why.replace("interrupted: ", "", 1), record["jobId"]),
+    )
 
 
 # --------------------------------------------------------------------------------------------- list
+
 
 def job_status(text):
     """An argparse type: a job status, in any letter case."""
@@ -65,14 +79,28 @@ def job_status(text):
 
 def list_parser():
     """``stella list [--status STATUS] [--project PROJECT] [--limit N] [--json]`` and the store options."""
-    parser = argparse.ArgumentParser(prog="stella list", description="The jobs of a job store, newest first "
-                                     "(docs/stella-command.md).")
-    parser.add_argument("--status", metavar="STATUS", type=job_status, action="append",
-                        help="only jobs in this status (%s); give it again for several" % ", ".join(_job.JOB_STATUSES))
-    parser.add_argument("--project", metavar="PROJECT", help="only jobs with a target in this Compose project (the "
-                        "project a target's line of stella show names)")
-    parser.add_argument("--limit", metavar="N", type=_store_cli.bounded("a whole number", int, 0, 10 ** 9),
-                        default=20, help="at most N jobs (default 20; 0: every job)")
+    parser = argparse.ArgumentParser(
+        prog="stella list", description="The jobs of a job store, newest first (docs/stella-command.md)."
+    )
+    parser.add_argument(
+        "--status",
+        metavar="STATUS",
+        type=job_status,
+        action="append",
+        help="only jobs in this status (%s); give it again for several" % ", ".join(_job.JOB_STATUSES),
+    )
+    parser.add_argument(
+        "--project",
+        metavar="PROJECT",
+        help="only jobs with a target in this Compose project (the project a target's line of stella show names)",
+    )
+    parser.add_argument(
+        "--limit",
+        metavar="N",
+        type=_store_cli.bounded("a whole number", int, 0, 10**9),
+        default=20,
+        help="at most N jobs (default 20; 0: every job)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
     return _location.add_options(parser)
 
@@ -80,12 +108,20 @@ def list_parser():
 def summary(record):
     """What ``stella list`` shows of a job (pure)."""
     release = record.get("release") or {}
-    return {"jobId": record["jobId"], "kind": record.get("kind"), "status": record["status"],
-            "code": record.get("code"), "release": release.get("id"),
-            "releaseName": release.get("name") or release.get("id"), "version": release.get("version"),
-            "targets": len(record.get("targets") or {}), "projects": project_names(record),
-            "createdAt": record.get("createdAt"), "startedAt": record.get("startedAt"),
-            "completedAt": record.get("completedAt")}
+    return {
+        "jobId": record["jobId"],
+        "kind": record.get("kind"),
+        "status": record["status"],
+        "code": record.get("code"),
+        "release": release.get("id"),
+        "releaseName": release.get("name") or release.get("id"),
+        "version": release.get("version"),
+        "targets": len(record.get("targets") or {}),
+        "projects": project_names(record),
+        "createdAt": record.get("createdAt"),
+        "startedAt": record.get("startedAt"),
+        "completedAt": record.get("completedAt"),
+    }
 
 
 def _cell(value):
@@ -112,13 +148,19 @@ def list_jobs(argv, stdout=None, stderr=None):
     try:
         where = _location.resolve(options)
         with _store_cli.existing_store(where.location, where.source) as store:
-            rows = [summary(record) for record in store.list(options.limit, statuses=options.status,
-                                                             project=options.project)]
+            rows = [
+                summary(record)
+                for record in store.list(options.limit, statuses=options.status, project=options.project)
+            ]
     except StellaError as exc:
         return _store_cli.fail_line(stderr, "list", exc)
     if options.json:
-        stdout.write(json.dumps({"store": _location.shown(where), "storeSource": where.source, "jobs": rows},
-                                indent=2, sort_keys=True) + "\n")
+        stdout.write(
+            json.dumps(
+                {"store": _location.shown(where), "storeSource": where.source, "jobs": rows}, indent=2, sort_keys=True
+            )
+            + "\n"
+        )
     else:
         stdout.write(_where(where) + (jobs_table(rows) if rows else "no jobs\n"))
     return 0
@@ -126,15 +168,25 @@ def list_jobs(argv, stdout=None, stderr=None):
 
 # --------------------------------------------------------------------------------------------- show
 
+
 def show_parser():
     """``stella show JOB [--json] [--follow]`` and the store options."""
-    parser = argparse.ArgumentParser(prog="stella show", description="One job of a job store, as the job_show "
-                                     "playbook prints it (docs/stella-command.md).")
+    parser = argparse.ArgumentParser(
+        prog="stella show",
+        description="One job of a job store, as the job_show playbook prints it (docs/stella-command.md).",
+    )
     parser.add_argument("job", metavar="JOB", help="the job id (stella list shows them)")
-    parser.add_argument("--json", action="store_true", help="print {store, job, projection} as JSON (with "
-                        "--follow: one JSON object per line)")
-    parser.add_argument("--follow", action="store_true", help="read the store every second and print each phase "
-                        "as it is recorded until the job ends; then exit 0 when the job succeeded, 1 otherwise")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print {store, job, projection} as JSON (with --follow: one JSON object per line)",
+    )
+    parser.add_argument(
+        "--follow",
+        action="store_true",
+        help="read the store every second and print each phase "
+        "as it is recorded until the job ends; then exit 0 when the job succeeded, 1 otherwise",
+    )
     return _location.add_options(parser)
 
 
@@ -147,14 +199,24 @@ def progress(record):
         target = record["targets"][name]
         for key, rollback in (("phases", False), ("rollbackPhases", True)):
             for phase in target.get(key) or []:
-                items.append({"event": "phase", "target": name, "phase": phase.get("name"), "rollback": rollback,
-                              "status": phase.get("status"), "durationMs": phase.get("durationMs")})
+                items.append(
+                    {
+                        "event": "phase",
+                        "target": name,
+                        "phase": phase.get("name"),
+                        "rollback": rollback,
+                        "status": phase.get("status"),
+                        "durationMs": phase.get("durationMs"),
+                    }
+                )
         if target.get("status") not in (None, "Pending"):
-            items.append({"event": "target", "target": name, "status": target["status"],
-                          "reason": target.get("reason")})
+            items.append(
+                {"event": "target", "target": name, "status": target["status"], "reason": target.get("reason")}
+            )
     for gate in record.get("gates") or []:
-        items.append({"event": "gate", "batch": gate.get("batch"), "proceed": gate.get("proceed"),
-                      "reason": gate.get("reason")})
+        items.append(
+            {"event": "gate", "batch": gate.get("batch"), "proceed": gate.get("proceed"), "reason": gate.get("reason")}
+        )
     for event in record.get("events") or []:
         items.append({"event": "jobEvent", "kind": event.get("kind"), "at": event.get("at")})
     status = {"event": "job", "jobId": record["jobId"], "status": record["status"]}
@@ -167,14 +229,25 @@ def progress_line(item):
     if kind == "job":
         return "job %s %s" % (item["jobId"], item["status"])
     if kind == "phase":
-        return "  %s: %s%s %s %sms" % (item["target"], "rollback " if item["rollback"] else "", item["phase"],
-                                       item["status"], item["durationMs"] or 0)
+        return "  %s: %s%s %s %sms" % (
+            item["target"],
+            "rollback " if item["rollback"] else "",
+            item["phase"],
+            item["status"],
+            item["durationMs"] or 0,
+        )
     if kind == "target":
-        return "  %s: %s%s" % (item["target"], item["status"], ": %s" % " ".join(item["reason"].split())
-                               if item.get("reason") else "")
+        return "  %s: %s%s" % (
+            item["target"],
+            item["status"],
+            ": %s" % " ".join(item["reason"].split()) if item.get("reason") else "",
+        )
     if kind == "gate":
-        return "batch %s gate: %s (%s)" % ((item["batch"] or 0) + 1, "proceed" if item["proceed"] else "stop",
-                                           item["reason"])
+        return "batch %s gate: %s (%s)" % (
+            (item["batch"] or 0) + 1,
+            "proceed" if item["proceed"] else "stop",
+            item["reason"],
+        )
     return "event %s at %s" % (item["kind"], item["at"])
 
 
@@ -186,8 +259,12 @@ def follow(store, record, where, as_json, stdout):
 
     def write(item):
         stdout.write((json.dumps(item, sort_keys=True) if as_json else progress_line(item)) + "\n")
-    stdout.write(json.dumps({"event": "store", "store": _location.shown(where), "storeSource": where.source}) + "\n"
-                 if as_json else _where(where))
+
+    stdout.write(
+        json.dumps({"event": "store", "store": _location.shown(where), "storeSource": where.source}) + "\n"
+        if as_json
+        else _where(where)
+    )
     try:
         while True:
             for item in progress(record):
@@ -208,9 +285,15 @@ def follow(store, record, where, as_json, stdout):
     except KeyboardInterrupt:
         return INTERRUPTED_RC
     done = _job.succeeded(record)
-    stdout.write(json.dumps({"event": "end", "jobId": record["jobId"], "status": record["status"],
-                             "succeeded": done, "job": record}, sort_keys=True) + "\n"
-                 if as_json else "\n" + _job_view.render_text(record))
+    stdout.write(
+        json.dumps(
+            {"event": "end", "jobId": record["jobId"], "status": record["status"], "succeeded": done, "job": record},
+            sort_keys=True,
+        )
+        + "\n"
+        if as_json
+        else "\n" + _job_view.render_text(record)
+    )
     return 0 if done else 1
 
 
@@ -231,17 +314,34 @@ def show(argv, stdout=None, stderr=None):
             if options.follow:
                 return follow(store, record, where, options.json, stdout)
             projection = store.projection(record["jobId"])
-            unclosed = record["status"] in _job.TERMINAL and store.document(
-                record["jobId"], "jobs/%s/job.json" % record["jobId"]) is None
+            unclosed = (
+                record["status"] in _job.TERMINAL
+                and store.document(record["jobId"], "jobs/%s/job.json" % record["jobId"]) is None
+            )
     except StellaError as exc:
         return _store_cli.fail_line(stderr, "show", exc)
     gone = _run_gone(record)
     if options.json:
-        stdout.write(json.dumps({"store": _location.shown(where), "storeSource": where.source, "job": record,
-                                 "projection": projection, "runGone": gone.reason if gone else None,
-                                 "evidenceMissing": unclosed},
-                                indent=2, sort_keys=True) + "\n")
+        stdout.write(
+            json.dumps(
+                {
+                    "store": _location.shown(where),
+                    "storeSource": where.source,
+                    "job": record,
+                    "projection": projection,
+                    "runGone": gone.reason if gone else None,
+                    "evidenceMissing": unclosed,
+                },
+                indent=2,
+                sort_keys=True,
+            )
+            + "\n"
+        )
     else:
-        stdout.write(_where(where) + _job_view.render_text(record) + ("note: %s\n" % gone.reason if gone else "")
-                     + (UNCLOSED % record["jobId"] if unclosed else ""))
+        stdout.write(
+            _where(where)
+            + _job_view.render_text(record)
+            + ("note: %s\n" % gone.reason if gone else "")
+            + (UNCLOSED % record["jobId"] if unclosed else "")
+        )
     return 0

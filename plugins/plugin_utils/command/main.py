@@ -22,8 +22,11 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils.execution.paths 
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import dependencies as _dependencies
 
 # the Docker CLI plugin's metadata; its Version is the collection's (collection_version)
-PLUGIN_METADATA = {"SchemaVersion": "0.1.0", "Vendor": "Stella Ops",
-                   "ShortDescription": "Stella Ops runtime: Compose provider (stella compose ...)"}
+PLUGIN_METADATA = {
+    "SchemaVersion": "0.1.0",
+    "Vendor": "Stella Ops",
+    "ShortDescription": "Stella Ops runtime: Compose provider (stella compose ...)",
+}
 # what the launchers ``stella install`` writes import
 ENTRY_POINT = "ansible_collections.stellaops.runtime.plugins.plugin_utils.command.main"
 ROOT_BIN_DIR = "/usr/local/bin"
@@ -31,16 +34,22 @@ USER_BIN_DIR = "~/.local/bin"
 
 # ``stella COMMAND``: what ``stella --help`` says of it, and the function that runs it (a module under
 # plugin_utils and its name; install and compose are here).
-COMMANDS = (("list", "the jobs of a job store, newest first", "command.jobs:list_jobs"),
-            ("show", "one job, as the job_show playbook prints it (--follow: until it ends)", "command.jobs:show"),
-            ("report", "the HTML evidence report of a job (docs/report.md)", "command.store:report"),
-            ("evidence", "the evidence documents the job store keeps for a job: listed, or exported", "command.evidence:evidence"),
-            ("health", "the health status the job store keeps for each target", "command.store:health"),
-            ("interrupt", "record a job whose controller run is gone as interrupted", "command.store:interrupt"),
-            ("close", "close a job whose close did not finish: its evidence written", "command.store:close"),
-            ("prune", "remove finished jobs past a retention age", "command.store:prune"),
-            ("install", "put stella on PATH and docker-stella among the Docker CLI plugins", None),
-            ("compose", "the Compose provider, as Compose runs it (stella compose -h)", None))
+COMMANDS = (
+    ("list", "the jobs of a job store, newest first", "command.jobs:list_jobs"),
+    ("show", "one job, as the job_show playbook prints it (--follow: until it ends)", "command.jobs:show"),
+    ("report", "the HTML evidence report of a job (docs/report.md)", "command.store:report"),
+    (
+        "evidence",
+        "the evidence documents the job store keeps for a job: listed, or exported",
+        "command.evidence:evidence",
+    ),
+    ("health", "the health status the job store keeps for each target", "command.store:health"),
+    ("interrupt", "record a job whose controller run is gone as interrupted", "command.store:interrupt"),
+    ("close", "close a job whose close did not finish: its evidence written", "command.store:close"),
+    ("prune", "remove finished jobs past a retention age", "command.store:prune"),
+    ("install", "put stella on PATH and docker-stella among the Docker CLI plugins", None),
+    ("compose", "the Compose provider, as Compose runs it (stella compose -h)", None),
+)
 SYNOPSIS = """stella [-h] [--version] COMMAND ...
        stella list [--status STATUS] [--project PROJECT] [--limit N] [--json] [STORE]
        stella show JOB [--json] [--follow] [STORE]
@@ -58,9 +67,11 @@ $STELLA_JOB_STORE, else ~/.local/state/stellaops/jobs.sqlite3 (the playbooks' de
 exit status: 0 done; 1 failed (one line `stella COMMAND: CODE: REASON` on stderr; show --follow:
 the job did not succeed); 2 usage error; 3 health --check: a target shown is not healthy.
 Each command's options: stella COMMAND -h. Documentation: docs/stella-command.md."""
-COMPOSE_HELP = ("usage: stella compose [--project-name=NAME] metadata|up|down|stop|pull [--option=value ...] "
-                "[SERVICE]\n\nThe Compose provider: Compose runs it for a service with `provider: {type: stella}`; "
-                "stdout carries only JSON lines. `stella compose metadata` lists the options (docs/provider.md).\n")
+COMPOSE_HELP = (
+    "usage: stella compose [--project-name=NAME] metadata|up|down|stop|pull [--option=value ...] "
+    "[SERVICE]\n\nThe Compose provider: Compose runs it for a service with `provider: {type: stella}`; "
+    "stdout carries only JSON lines. `stella compose metadata` lists the options (docs/provider.md).\n"
+)
 
 
 def is_root():
@@ -74,23 +85,37 @@ def default_bin_dir():
 
 def install_parser():
     """``stella install [--bin-dir DIR] [--plugin-dir DIR]``."""
-    parser = argparse.ArgumentParser(prog="stella install", description="Put a stella launcher on PATH and the "
-                                     "docker-stella Docker CLI plugin in place, both running this collection with "
-                                     "this Python, once the provider's Python dependencies are there "
-                                     "(docs/provider.md).")
-    parser.add_argument("--bin-dir", metavar="DIR", default=None,
-                        help="where the stella launcher goes (default %s for root, %s for any other user)"
-                        % (ROOT_BIN_DIR, USER_BIN_DIR))
-    parser.add_argument("--plugin-dir", metavar="DIR", default=os.path.expanduser("~/.docker/cli-plugins"),
-                        help="where the docker-stella CLI plugin goes (default ~/.docker/cli-plugins)")
+    parser = argparse.ArgumentParser(
+        prog="stella install",
+        description="Put a stella launcher on PATH and the "
+        "docker-stella Docker CLI plugin in place, both running this collection with "
+        "this Python, once the provider's Python dependencies are there "
+        "(docs/provider.md).",
+    )
+    parser.add_argument(
+        "--bin-dir",
+        metavar="DIR",
+        default=None,
+        help="where the stella launcher goes (default %s for root, %s for any other user)"
+        % (ROOT_BIN_DIR, USER_BIN_DIR),
+    )
+    parser.add_argument(
+        "--plugin-dir",
+        metavar="DIR",
+        default=os.path.expanduser("~/.docker/cli-plugins"),
+        help="where the docker-stella CLI plugin goes (default ~/.docker/cli-plugins)",
+    )
     return parser
 
 
 def on_path(directory, environ=None):
     """Whether ``directory`` is one of the directories of ``PATH``."""
     wanted = os.path.realpath(directory)
-    return any(os.path.realpath(os.path.expanduser(entry)) == wanted
-               for entry in (environ if environ is not None else os.environ).get("PATH", "").split(os.pathsep) if entry)
+    return any(
+        os.path.realpath(os.path.expanduser(entry)) == wanted
+        for entry in (environ if environ is not None else os.environ).get("PATH", "").split(os.pathsep)
+        if entry
+    )
 
 
 def install(argv):
@@ -107,10 +132,12 @@ def install(argv):
         sys.stderr.write("stella install: %s\n" % error_line(exc.code, exc.reason))
         return 1
     bin_dir = options.bin_dir or default_bin_dir()
-    launcher = ("#!%s\n# stella: the stellaops.runtime Compose provider (written by `stella install`)\n"
-                "import sys\nsys.path.insert(0, %r)\n"
-                "from %s import main\n"
-                "sys.exit(main(sys.argv))\n" % (sys.executable, COLLECTIONS_PATH, ENTRY_POINT))
+    launcher = (
+        "#!%s\n# stella: the stellaops.runtime Compose provider (written by `stella install`)\n"
+        "import sys\nsys.path.insert(0, %r)\n"
+        "from %s import main\n"
+        "sys.exit(main(sys.argv))\n" % (sys.executable, COLLECTIONS_PATH, ENTRY_POINT)
+    )
     written = []
     for directory, name in ((bin_dir, "stella"), (options.plugin_dir, "docker-stella")):
         os.makedirs(directory, exist_ok=True)
@@ -123,20 +150,27 @@ def install(argv):
         written.append(path)
     sys.stdout.write("installed %s\n" % ", ".join(written))
     if not on_path(bin_dir):
-        sys.stderr.write("stella install: warning: %s is not on PATH: add it (export PATH=\"%s:$PATH\" in your shell "
-                         "profile) or run %s\n" % (bin_dir, bin_dir, written[0]))
+        sys.stderr.write(
+            'stella install: warning: %s is not on PATH: add it (export PATH="%s:$PATH" in your shell '
+            "profile) or run %s\n" % (bin_dir, bin_dir, written[0])
+        )
     return 0
 
 
 def command_parser():
     """``stella [-h] [--version] COMMAND``: the command's name only; each command parses its own arguments."""
     parser = argparse.ArgumentParser(
-        prog="stella", usage=SYNOPSIS, formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
+        prog="stella",
+        usage=SYNOPSIS,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EPILOG,
         description="The stellaops.runtime command: the job store from a shell, and the Compose provider.\n\n"
-                    "commands:\n" + "".join("  %-10s %s\n" % command[:2] for command in COMMANDS))
+        "commands:\n" + "".join("  %-10s %s\n" % command[:2] for command in COMMANDS),
+    )
     parser.add_argument("--version", action="store_true", help="print the collection's version and exit")
-    parser.add_argument("command", metavar="COMMAND", nargs="?", choices=[command[0] for command in COMMANDS],
-                        help=argparse.SUPPRESS)
+    parser.add_argument(
+        "command", metavar="COMMAND", nargs="?", choices=[command[0] for command in COMMANDS], help=argparse.SUPPRESS
+    )
     return parser
 
 
@@ -149,6 +183,7 @@ def collection_version():
             with open(manifest, encoding="utf-8") as handle:
                 return str(json.load(handle)["collection_info"]["version"]), manifest
         import yaml  # pylint: disable=import-outside-toplevel
+
         with open(galaxy, encoding="utf-8") as handle:
             return str(yaml.safe_load(handle)["version"]), galaxy
     except (OSError, ValueError, KeyError, TypeError, ImportError) as exc:
@@ -170,6 +205,7 @@ def main(argv=None):
             sys.stdout.write(COMPOSE_HELP)
             return 0
         from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import cli as _provider_cli  # pylint: disable=import-outside-toplevel
+
         return _provider_cli.compose(args, sys.stdin.buffer, sys.stdout.buffer, os.environ)
     parser = command_parser()
     try:
@@ -188,5 +224,6 @@ def main(argv=None):
     if options.command == "install":
         return install(args[1:])
     module, function = dict((name, run) for name, _help, run in COMMANDS)[options.command].split(":")
-    return getattr(importlib.import_module("ansible_collections.stellaops.runtime.plugins.plugin_utils." + module),
-                   function)(args[1:])
+    return getattr(
+        importlib.import_module("ansible_collections.stellaops.runtime.plugins.plugin_utils." + module), function
+    )(args[1:])

@@ -28,26 +28,35 @@ import sys
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError, redact_url
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.hints import error_line
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
-    job_evidence_dir, project_evidence_dir, utc_timestamp)
+    job_evidence_dir,
+    project_evidence_dir,
+    utc_timestamp,
+)
 from ansible_collections.stellaops.runtime.plugins.module_utils.host.files import atomic_write
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.run import owner as _job_owner
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import location as _location
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import sql as _job_store
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.documents import checked_document, \
-    stored_evidence
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.documents import checked_document, stored_evidence
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import report as _report
 
 STORE_HELP = _location.STORE_HELP
 # stella health --check: every target shown is healthy (0), or not (this status)
 NOT_HEALTHY_RC = 3
-HEALTH_COLUMNS = (("TARGET", "targetId"), ("NAME", "targetName"), ("STATUS", "status"), ("JOB", "jobId"),
-                  ("UPDATED", "updatedAt"))
+HEALTH_COLUMNS = (
+    ("TARGET", "targetId"),
+    ("NAME", "targetName"),
+    ("STATUS", "status"),
+    ("JOB", "jobId"),
+    ("UPDATED", "updatedAt"),
+)
 
 
 # What a missing store's error line adds, by the rule that chose the store (``--store`` adds nothing).
-MISSING_HINTS = {"default": "the default store; --store, --compose-project or $%s choose another" % _location.STORE_ENV,
-                 _location.STORE_ENV: "from $%s" % _location.STORE_ENV}
+MISSING_HINTS = {
+    "default": "the default store; --store, --compose-project or $%s choose another" % _location.STORE_ENV,
+    _location.STORE_ENV: "from $%s" % _location.STORE_ENV,
+}
 
 
 @contextlib.contextmanager
@@ -57,8 +66,9 @@ def existing_store(location, source=None):
     path = _job_store.missing_sqlite(location)
     if path:
         hint = MISSING_HINTS.get(source, source) if source not in (None, "--store") else None
-        raise StellaError("job_store_missing", "no job store at %s%s" % (
-            os.path.expanduser(path), " (%s)" % hint if hint else ""))
+        raise StellaError(
+            "job_store_missing", "no job store at %s%s" % (os.path.expanduser(path), " (%s)" % hint if hint else "")
+        )
     store = _job_store.open_store(location)
     try:
         yield store
@@ -97,16 +107,26 @@ def fail_line(stderr, command, exc):
 
 # ------------------------------------------------------------------------------------------- report
 
+
 def report_parser():
     """``stella report JOB [--store LOCATION] [--evidence-dir DIR] [--output FILE]`` (docs/report.md)."""
-    parser = argparse.ArgumentParser(prog="stella report", description="Render the HTML evidence report of a "
-                                     "deployment job (docs/report.md).")
+    parser = argparse.ArgumentParser(
+        prog="stella report", description="Render the HTML evidence report of a deployment job (docs/report.md)."
+    )
     parser.add_argument("job", metavar="JOB", help="the job id")
     parser.add_argument("--store", metavar="LOCATION", help=STORE_HELP)
-    parser.add_argument("--evidence-dir", metavar="DIR", help="the evidence directory the job wrote to: its files "
-                        "are linked and hashed, and the report goes to DIR/jobs/JOB/report.html")
-    parser.add_argument("--output", metavar="FILE", help="where to write the report ('-': stdout; default: next to "
-                        "the job's evidence with --evidence-dir, else stdout)")
+    parser.add_argument(
+        "--evidence-dir",
+        metavar="DIR",
+        help="the evidence directory the job wrote to: its files "
+        "are linked and hashed, and the report goes to DIR/jobs/JOB/report.html",
+    )
+    parser.add_argument(
+        "--output",
+        metavar="FILE",
+        help="where to write the report ('-': stdout; default: next to "
+        "the job's evidence with --evidence-dir, else stdout)",
+    )
     return parser
 
 
@@ -134,9 +154,13 @@ def report(argv, stdout=None, stderr=None):
             if stored_rollback and not stored_rollback.get("corrupt"):
                 rollback = checked_document(store, record["jobId"], stored_rollback["document"], index)
         # the job's own files in an evidence directory are checked against the copies the store keeps
-        recorded = {name: index[document]["sha256"] for name, document in (
-            (name, posixpath.join(job_evidence_dir("", record["jobId"]), name)) for name in _report.JOB_FILES)
-            if document in index}
+        recorded = {
+            name: index[document]["sha256"]
+            for name, document in (
+                (name, posixpath.join(job_evidence_dir("", record["jobId"]), name)) for name in _report.JOB_FILES
+            )
+            if document in index
+        }
         directory = job_evidence_dir(options.evidence_dir, record["jobId"]) if options.evidence_dir else None
         if directory and options.output is None:
             written = _report.write_report(record, directory, recorded, corrupt)
@@ -171,23 +195,39 @@ def corrupt_line(stderr, corrupt):
     names = sorted(corrupt)
     first = corrupt[names[0]]
     reason = "; ".join(str(corrupt[name].reason) for name in names)
-    return fail_line(stderr, "report", StellaError(first.code, reason + "; the report shows %s as corrupt, without "
-                                                   "%s contents" % ("it" if len(names) == 1 else "them",
-                                                                    "its" if len(names) == 1 else "their")))
+    return fail_line(
+        stderr,
+        "report",
+        StellaError(
+            first.code,
+            reason + "; the report shows %s as corrupt, without "
+            "%s contents" % ("it" if len(names) == 1 else "them", "its" if len(names) == 1 else "their"),
+        ),
+    )
 
 
 # ------------------------------------------------------------------------------------------- health
 
+
 def health_parser():
     """``stella health [TARGET ...] [--store LOCATION] [--json] [--check]`` (docs/job-store.md)."""
-    parser = argparse.ArgumentParser(prog="stella health", description="Show the health status the job store "
-                                     "keeps for each target (docs/job-store.md).")
-    parser.add_argument("targets", metavar="TARGET", nargs="*", help="target ids to show (default: every target "
-                        "the store knows; a target it does not know is 'unknown')")
+    parser = argparse.ArgumentParser(
+        prog="stella health",
+        description="Show the health status the job store keeps for each target (docs/job-store.md).",
+    )
+    parser.add_argument(
+        "targets",
+        metavar="TARGET",
+        nargs="*",
+        help="target ids to show (default: every target the store knows; a target it does not know is 'unknown')",
+    )
     parser.add_argument("--store", metavar="LOCATION", help=STORE_HELP)
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
-    parser.add_argument("--check", action="store_true", help="exit %d unless every target shown is healthy "
-                        "(for monitoring)" % NOT_HEALTHY_RC)
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="exit %d unless every target shown is healthy (for monitoring)" % NOT_HEALTHY_RC,
+    )
     return parser
 
 
@@ -198,8 +238,9 @@ def health_table(rows):
         why = ": ".join(part for part in (row.get("code"), row.get("reason")) if part)
         cells.append([str(row.get(key) or "-") for _title, key in HEALTH_COLUMNS] + [" ".join(why.split()) or "-"])
     widths = [max(len(line[i]) for line in cells) for i in range(len(HEALTH_COLUMNS))]
-    return "".join("  ".join(cell.ljust(width) for cell, width in zip(line, widths)) + "  " + line[-1] + "\n"
-                   for line in cells)
+    return "".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(line, widths)) + "  " + line[-1] + "\n" for line in cells
+    )
 
 
 def health(argv, stdout=None, stderr=None):
@@ -223,11 +264,15 @@ def health(argv, stdout=None, stderr=None):
 
 # ---------------------------------------------------------------------------------------- interrupt
 
+
 def interrupt_parser():
     """``stella interrupt JOB [--store LOCATION] [--reason TEXT]`` (docs/job-store.md)."""
-    parser = argparse.ArgumentParser(prog="stella interrupt", description="Record an unfinished deployment job "
-                                     "whose controller run is gone as interrupted (Failed, job_interrupted), and "
-                                     "release its Compose projects (docs/job-store.md).")
+    parser = argparse.ArgumentParser(
+        prog="stella interrupt",
+        description="Record an unfinished deployment job "
+        "whose controller run is gone as interrupted (Failed, job_interrupted), and "
+        "release its Compose projects (docs/job-store.md).",
+    )
     parser.add_argument("job", metavar="JOB", help="the job id")
     parser.add_argument("--store", metavar="LOCATION", help=STORE_HELP)
     parser.add_argument("--reason", metavar="TEXT", help="why, recorded with the job (one line)")
@@ -252,10 +297,16 @@ def interrupt(argv, stdout=None, stderr=None):
                 return 0
             owner = record.get("owner") or {}
             if _job_owner.on_this_host(owner) and not _job_owner.owner_gone(owner):
-                raise StellaError("job_running", "the controller run of job %s (pid %s) is still running on this host"
-                                  % (record["jobId"], owner.get("pid")))
+                raise StellaError(
+                    "job_running",
+                    "the controller run of job %s (pid %s) is still running on this host"
+                    % (record["jobId"], owner.get("pid")),
+                )
             why = "interrupted by an operator on %s (the controller run, pid %s on %s, is gone)" % (
-                socket.gethostname(), owner.get("pid"), owner.get("host") or "an unknown host")
+                socket.gethostname(),
+                owner.get("pid"),
+                owner.get("host") or "an unknown host",
+            )
             if options.reason:
                 why += ": " + " ".join(options.reason.split())
             record = _job_owner.record_interrupted(store, record["jobId"], why)
@@ -267,13 +318,17 @@ def interrupt(argv, stdout=None, stderr=None):
 
 # -------------------------------------------------------------------------------------------- close
 
+
 def close_parser():
     """``stella close JOB [--evidence-dir DIR] [--report] [--store LOCATION]`` (docs/stella-command.md)."""
-    parser = argparse.ArgumentParser(prog="stella close", description="Close a job whose close step did not "
-                                     "finish (a job store that was unreachable, a controller run killed at its "
-                                     "end): finish it as its record says, and write its evidence (job.json, the "
-                                     "rollback evidence, with --report the report) in the job store and, with "
-                                     "--evidence-dir, there too (docs/stella-command.md).")
+    parser = argparse.ArgumentParser(
+        prog="stella close",
+        description="Close a job whose close step did not "
+        "finish (a job store that was unreachable, a controller run killed at its "
+        "end): finish it as its record says, and write its evidence (job.json, the "
+        "rollback evidence, with --report the report) in the job store and, with "
+        "--evidence-dir, there too (docs/stella-command.md).",
+    )
     parser.add_argument("job", metavar="JOB", help="the job id")
     parser.add_argument("--store", metavar="LOCATION", help=STORE_HELP)
     parser.add_argument("--evidence-dir", metavar="DIR", help="also write the evidence files under DIR")
@@ -300,10 +355,20 @@ def close(argv, stdout=None, stderr=None):
                 raise StellaError("job_not_found", "no job %s in the job store" % options.job)
             record = _job_owner.interrupt_gone(store, record)
             if record["status"] not in _job.TERMINAL:
-                raise StellaError("job_running", "job %s is %s and its controller run may still be alive: it closes "
-                                  "itself (stella interrupt JOB if its run is gone)" % (record["jobId"], record["status"]))
-        closed = JobRunner({}, False).run({"step": "close", "store": where.location, "job_id": options.job,
-                                          "evidence_dir": options.evidence_dir, "report": options.report})
+                raise StellaError(
+                    "job_running",
+                    "job %s is %s and its controller run may still be alive: it closes "
+                    "itself (stella interrupt JOB if its run is gone)" % (record["jobId"], record["status"]),
+                )
+        closed = JobRunner({}, False).run(
+            {
+                "step": "close",
+                "store": where.location,
+                "job_id": options.job,
+                "evidence_dir": options.evidence_dir,
+                "report": options.report,
+            }
+        )
     except StellaError as exc:
         return fail_line(stderr, "close", exc)
     stdout.write(closed["text"] + "evidence: %s\n" % ", ".join(sorted(closed["evidenceDocuments"])))
@@ -312,20 +377,36 @@ def close(argv, stdout=None, stderr=None):
 
 # -------------------------------------------------------------------------------------------- prune
 
+
 def prune_parser():
     """``stella prune --older-than DAYS [--keep N] [--dry-run] [--json] [--store LOCATION]`` (docs/job-store.md)."""
-    parser = argparse.ArgumentParser(prog="stella prune", description="Remove finished deployment jobs (with their "
-                                     "status history and deployments projection) from the job store "
-                                     "(docs/job-store.md); with --evidence-dir, their evidence too.")
-    parser.add_argument("--older-than", metavar="DAYS", type=bounded("a number of days", float, 0, 100000),
-                        required=True,
-                        help="remove finished jobs last updated more than DAYS days ago (a decimal number)")
-    parser.add_argument("--keep", metavar="N", type=bounded("a whole number", int, 0, 10 ** 9), default=0,
-                        help="keep the N most recently updated finished jobs whatever their age (default 0); an "
-                             "operator rollback job stays while the job it rolled back stays")
-    parser.add_argument("--evidence-dir", metavar="DIR",
-                        help="also remove the removed jobs' evidence under DIR (the jobs' evidence directory): "
-                             "DIR/jobs/JOB and DIR/PROJECT/JOB")
+    parser = argparse.ArgumentParser(
+        prog="stella prune",
+        description="Remove finished deployment jobs (with their "
+        "status history and deployments projection) from the job store "
+        "(docs/job-store.md); with --evidence-dir, their evidence too.",
+    )
+    parser.add_argument(
+        "--older-than",
+        metavar="DAYS",
+        type=bounded("a number of days", float, 0, 100000),
+        required=True,
+        help="remove finished jobs last updated more than DAYS days ago (a decimal number)",
+    )
+    parser.add_argument(
+        "--keep",
+        metavar="N",
+        type=bounded("a whole number", int, 0, 10**9),
+        default=0,
+        help="keep the N most recently updated finished jobs whatever their age (default 0); an "
+        "operator rollback job stays while the job it rolled back stays",
+    )
+    parser.add_argument(
+        "--evidence-dir",
+        metavar="DIR",
+        help="also remove the removed jobs' evidence under DIR (the jobs' evidence directory): "
+        "DIR/jobs/JOB and DIR/PROJECT/JOB",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print what would be removed, remove nothing")
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of lines")
     parser.add_argument("--store", metavar="LOCATION", help=STORE_HELP)
@@ -343,7 +424,8 @@ def evidence_dirs(root, job):
         return []
     projects = [project for project in job.get("projects") or () if SAFE_NAME.match(project)]
     return [job_evidence_dir(root, job["jobId"])] + [
-        project_evidence_dir(root, project, job["jobId"]) for project in projects]
+        project_evidence_dir(root, project, job["jobId"]) for project in projects
+    ]
 
 
 def within(root, directory):
@@ -378,6 +460,7 @@ def remove_evidence(root, jobs, dry_run):
 
 def bounded(kind, parse, low, high):
     """An argparse type: ``parse(text)`` from ``low`` up to (not including) ``high``, else a usage error."""
+
     def convert(text):
         try:
             value = parse(text)
@@ -386,6 +469,7 @@ def bounded(kind, parse, low, high):
         if not low <= value < high:
             raise argparse.ArgumentTypeError("%s from %s up to %s, not %s" % (kind, low, high, text))
         return value
+
     return convert
 
 
@@ -412,8 +496,14 @@ def prune(argv, stdout=None, stderr=None, now=None):
     evidence_dir = os.path.expanduser(options.evidence_dir) if options.evidence_dir else None
     failures = remove_evidence(evidence_dir, removed, options.dry_run) if evidence_dir else []
     if options.json:
-        stdout.write(json.dumps({"before": before, "dryRun": options.dry_run, "evidenceDir": evidence_dir,
-                                 "jobs": removed}, indent=2, sort_keys=True) + "\n")
+        stdout.write(
+            json.dumps(
+                {"before": before, "dryRun": options.dry_run, "evidenceDir": evidence_dir, "jobs": removed},
+                indent=2,
+                sort_keys=True,
+            )
+            + "\n"
+        )
     else:
         verb = "would remove" if options.dry_run else "removed"
         plural = "" if len(removed) == 1 else "s"
@@ -423,7 +513,12 @@ def prune(argv, stdout=None, stderr=None, now=None):
             for directory in job.get("evidence") or ():
                 stdout.write("    evidence %s\n" % directory)
     if failures:
-        return fail_line(stderr, "prune", StellaError(
-            "evidence_remove_failed", "the jobs are removed from the store, but not all of their evidence: "
-            + "; ".join(failures)))
+        return fail_line(
+            stderr,
+            "prune",
+            StellaError(
+                "evidence_remove_failed",
+                "the jobs are removed from the store, but not all of their evidence: " + "; ".join(failures),
+            ),
+        )
     return 0

@@ -26,8 +26,18 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.rollbac
 
 DEPLOYMENT_EVIDENCE_VERSION = "stella.deployment.evidence.v1"
 TARGET_KEYS = ("targetId", "targetName", "targetType", "targetEndpoint", "targetExecutionMode")
-ARTIFACT_KEYS = ("projectDirectory", "composePath", "composeLockPath", "composeLockHash", "versionStickerPath",
-                 "versionStickerHash", "applyManifestPath", "applyManifestHash", "manifestHash", "artifactHashes")
+ARTIFACT_KEYS = (
+    "projectDirectory",
+    "composePath",
+    "composeLockPath",
+    "composeLockHash",
+    "versionStickerPath",
+    "versionStickerHash",
+    "applyManifestPath",
+    "applyManifestHash",
+    "manifestHash",
+    "artifactHashes",
+)
 CONTAINER_KEYS = ("service", "containerId", "containerName", "state", "health", "image", "imageDigest", "labels")
 PHASE_KEYS = ("deploymentPhases", "completedPhases", "phaseDurationsMs", "failurePhase", "hookResults")
 
@@ -72,10 +82,14 @@ def success_boundary(preflight, plan, apply, probe):
     completed = set((apply or {}).get("completedPhases") or [])
     return {
         "preflightPassed": None if preflight is None else not _failed(preflight),
-        "imagesPinnedAndPulled": bool(apply) and not _failed(apply) and bool(services)
+        "imagesPinnedAndPulled": bool(apply)
+        and not _failed(apply)
+        and bool(services)
         and all(s.get("imageDigest") for s in services),
         "workloadRunning": bool(services) and all(s.get("state") == "running" for s in services),
-        "runtimeVerified": bool(apply) and not _failed(apply) and bool(completed & {"inspect_services", "inspect_container"}),
+        "runtimeVerified": bool(apply)
+        and not _failed(apply)
+        and bool(completed & {"inspect_services", "inspect_container"}),
         "stickerRecorded": bool(apply) and not _failed(apply) and bool(apply.get("versionStickerHash")),
         "serviceHealthVerified": _probe_verified(probe),
     }
@@ -85,11 +99,19 @@ def _failure(preflight, apply, probe):
     for stage, result in (("preflight", preflight), ("deploy", apply), ("verify", probe)):
         if _failed(result):
             reason = result.get("msg") or "failed"
-            return {"stage": stage, "code": result.get("code") or ("preflight_failed" if stage == "preflight" else
-                                                                   "health_probe_failed" if stage == "verify" else
-                                                                   "deploy_failed"),
-                    "reason": reason.splitlines()[0] if reason else reason,
-                    "failurePhase": result.get("failurePhase")}
+            return {
+                "stage": stage,
+                "code": result.get("code")
+                or (
+                    "preflight_failed"
+                    if stage == "preflight"
+                    else "health_probe_failed"
+                    if stage == "verify"
+                    else "deploy_failed"
+                ),
+                "reason": reason.splitlines()[0] if reason else reason,
+                "failurePhase": result.get("failurePhase"),
+            }
     return None
 
 
@@ -113,8 +135,11 @@ def deployment_record(plan, apply, created_at, preflight=None, probe=None, deplo
     boundary = success_boundary(preflight, plan, apply, probe)
     failure = _failure(preflight, apply, probe)
     # The success boundary starts with a passed preflight on the target: without one, no success.
-    succeeded = failure is None and boundary["preflightPassed"] is True and all(
-        value is not False for value in boundary.values())
+    succeeded = (
+        failure is None
+        and boundary["preflightPassed"] is True
+        and all(value is not False for value in boundary.values())
+    )
     services = apply.get("services") or []
     record = {
         "evidenceVersion": DEPLOYMENT_EVIDENCE_VERSION,
@@ -139,9 +164,11 @@ def deployment_record(plan, apply, created_at, preflight=None, probe=None, deplo
         # A run that found the release already running and verified it changes nothing; the sticker
         # it kept names the job that applied the release.
         "changed": bool(apply.get("changed")),
-        "appliedByJobId": apply.get("appliedByJobId") or (
-            plan.get("jobId") if apply.get("versionStickerHash") and not _failed(apply) else None),
-        "preflight": None if preflight is None else {
+        "appliedByJobId": apply.get("appliedByJobId")
+        or (plan.get("jobId") if apply.get("versionStickerHash") and not _failed(apply) else None),
+        "preflight": None
+        if preflight is None
+        else {
             "status": "failed" if _failed(preflight) else "passed",
             "failures": preflight.get("failures") or [],
         },
@@ -186,17 +213,22 @@ def project_digest(services):
 def _order(plan, target, result, started_at=None, completed_at=None, batch_index=0):
     failed = _failed(result)
     reason = (result or {}).get("msg") if failed else None
-    return [{
-        "moduleName": plan.get("application") or plan.get("projectName") or "release",
-        "target": {"targetId": target.get("targetId"), "targetName": target.get("targetName"),
-                   "targetType": target.get("targetType")},
-        "batchIndex": batch_index,
-        "startedAt": started_at,
-        "completedAt": completed_at,
-        "status": "failed" if failed else "succeeded",
-        "failureReason": reason.splitlines()[0] if reason else None,
-        "scriptProofDigest": (plan.get("scriptGraphProof") or {}).get("proofDigest"),
-    }]
+    return [
+        {
+            "moduleName": plan.get("application") or plan.get("projectName") or "release",
+            "target": {
+                "targetId": target.get("targetId"),
+                "targetName": target.get("targetName"),
+                "targetType": target.get("targetType"),
+            },
+            "batchIndex": batch_index,
+            "startedAt": started_at,
+            "completedAt": completed_at,
+            "status": "failed" if failed else "succeeded",
+            "failureReason": reason.splitlines()[0] if reason else None,
+            "scriptProofDigest": (plan.get("scriptGraphProof") or {}).get("proofDigest"),
+        }
+    ]
 
 
 def rollback_records(plan, failed_apply, rollback, created_at, failed_probe=None, preflight=None, timestamps=None):
@@ -218,17 +250,28 @@ def rollback_records(plan, failed_apply, rollback, created_at, failed_probe=None
         why = (rollback or {}).get("skip_reason") or "no target retained a previous revision to restore"
         return None, build_recovery_record(deployment_id, failure["reason"], RECOVERY_ROLLBACK_SKIPPED, detail=why)
     evidence = build_rollback_evidence(
-        [dict(target, currentDigest=project_digest(failed_apply.get("services")),
-              rollbackDigest=project_digest(rollback.get("services")) if not _failed(rollback) else None)],
+        [
+            dict(
+                target,
+                currentDigest=project_digest(failed_apply.get("services")),
+                rollbackDigest=project_digest(rollback.get("services")) if not _failed(rollback) else None,
+            )
+        ],
         created_at,
-        deployment_order=_order(plan, target, failed_probe if _failed(failed_probe) else failed_apply,
-                                times.get("deployStartedAt"), times.get("deployCompletedAt")),
+        deployment_order=_order(
+            plan,
+            target,
+            failed_probe if _failed(failed_probe) else failed_apply,
+            times.get("deployStartedAt"),
+            times.get("deployCompletedAt"),
+        ),
         rollback_order=_order(plan, target, rollback, times.get("rollbackStartedAt"), times.get("rollbackCompletedAt")),
         deployment_id=deployment_id,
         rollback_job_id=deployment_id and deployment_id + "-rollback",
     )
     if _failed(rollback):
         detail = (rollback.get("msg") or "rollback failed").splitlines()[0]
-        return evidence, build_recovery_record(deployment_id, failure["reason"], RECOVERY_ROLLBACK_FAILED,
-                                               evidence=evidence, detail=detail)
+        return evidence, build_recovery_record(
+            deployment_id, failure["reason"], RECOVERY_ROLLBACK_FAILED, evidence=evidence, detail=detail
+        )
     return evidence, build_recovery_record(deployment_id, failure["reason"], RECOVERY_ROLLED_BACK, evidence=evidence)

@@ -210,13 +210,15 @@ def build_graph_proof(nodes):
         by_key.setdefault(_key(node), node)
     for key, found in sorted(occurrences.items()):
         if len(found) > 1:
-            issues.append({
-                "code": DUPLICATE_NODE,
-                "moduleName": key[0],
-                "scriptId": key[1],
-                "count": len(found),
-                "occurrences": [{"scriptVersion": n["scriptVersion"], "phase": n["phase"]} for n in found],
-            })
+            issues.append(
+                {
+                    "code": DUPLICATE_NODE,
+                    "moduleName": key[0],
+                    "scriptId": key[1],
+                    "count": len(found),
+                    "occurrences": [{"scriptVersion": n["scriptVersion"], "phase": n["phase"]} for n in found],
+                }
+            )
 
     dependency_refs = []
     cross_phase = []
@@ -257,12 +259,16 @@ def build_graph_proof(nodes):
         orders[phase] = [_ref(by_key[key]) for key in ordered]
         if remaining:
             # Every node left over sits on a cycle or behind one; name both.
-            issues.append({
-                "code": CYCLE_DETECTED,
-                "phase": phase,
-                "cycles": [[_ref(by_key[key]) for key in component] for component in _cycles(remaining, edges[phase])],
-                "unordered": [_ref(by_key[key]) for key in remaining],
-            })
+            issues.append(
+                {
+                    "code": CYCLE_DETECTED,
+                    "phase": phase,
+                    "cycles": [
+                        [_ref(by_key[key]) for key in component] for component in _cycles(remaining, edges[phase])
+                    ],
+                    "unordered": [_ref(by_key[key]) for key in remaining],
+                }
+            )
 
     issues.sort(key=lambda issue: (issue["code"], canonical_json(issue)))
     status = STATUS_FAILED if issues else STATUS_PASSED
@@ -282,5 +288,6 @@ def build_graph_proof(nodes):
 
 def proof_digest(proof):
     """Recompute the digest of a proof (to detect drift in stored evidence)."""
-    return digest_json({name: proof[name] for name in
-                        ("schema", "status", "startOrder", "updateOrder", "dependencyRefs", "issues")})
+    return digest_json(
+        {name: proof[name] for name in ("schema", "status", "startOrder", "updateOrder", "dependencyRefs", "issues")}
+    )

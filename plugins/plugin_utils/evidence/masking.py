@@ -12,8 +12,22 @@ from __future__ import annotations
 
 import urllib.parse
 
-SECRET_KEYS = ("secretenv", "registrycredentials", "registry_credentials", "credentials", "password", "passwd",
-               "token", "secret", "headers", "authorization", "apikey", "api_key", "privatekey", "private_key")
+SECRET_KEYS = (
+    "secretenv",
+    "registrycredentials",
+    "registry_credentials",
+    "credentials",
+    "password",
+    "passwd",
+    "token",
+    "secret",
+    "headers",
+    "authorization",
+    "apikey",
+    "api_key",
+    "privatekey",
+    "private_key",
+)
 MASK = "********"
 
 

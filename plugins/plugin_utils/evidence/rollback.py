@@ -143,8 +143,10 @@ def _order_entry(entry, where):
 def _order_sort_key(entry):
     batch = entry["batchIndex"]
     return (
-        batch is None, batch if batch is not None else 0,
-        entry["startedAt"] or "", entry["completedAt"] or "",
+        batch is None,
+        batch if batch is not None else 0,
+        entry["startedAt"] or "",
+        entry["completedAt"] or "",
         entry["moduleName"],
     ) + _target_sort_key(entry["target"])
 
@@ -191,12 +193,21 @@ def proof_fields(evidence):
 
 def order_proof_fields(evidence):
     """The fields ``orderProofDigest`` covers."""
-    return {name: evidence[name] for name in
-            ("evidenceVersion", "deploymentOrder", "rollbackOrder", "failure", "orderProofStatus")}
+    return {
+        name: evidence[name]
+        for name in ("evidenceVersion", "deploymentOrder", "rollbackOrder", "failure", "orderProofStatus")
+    }
 
 
-def build_rollback_evidence(targets, created_at, deployment_order=None, rollback_order=None, failure=None,
-                            deployment_id=None, rollback_job_id=None):
+def build_rollback_evidence(
+    targets,
+    created_at,
+    deployment_order=None,
+    rollback_order=None,
+    failure=None,
+    deployment_id=None,
+    rollback_job_id=None,
+):
     """Build the ``release.rollback.evidence.v1`` payload.
 
     ``targets``: ``[{targetId, targetName?, targetType?, currentDigest?, rollbackDigest?}]``.
@@ -280,8 +291,7 @@ def projection_keys(evidence, evidence_id=None):
     return keys
 
 
-def build_recovery_record(deployment_id, failure_reason, recovery_status, evidence=None, detail=None,
-                          evidence_id=None):
+def build_recovery_record(deployment_id, failure_reason, recovery_status, evidence=None, detail=None, evidence_id=None):
     """The recovery result recorded next to (never instead of) a failed deployment.
 
     ``recovery_status``: ``rolled_back`` | ``rollback_failed`` | ``rollback_skipped``.

@@ -19,7 +19,9 @@ import posixpath
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.canonical import pretty_json, sha256_bytes
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError, redact_url
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
-    deployment_evidence_dir, job_evidence_dir)
+    deployment_evidence_dir,
+    job_evidence_dir,
+)
 from ansible_collections.stellaops.runtime.plugins.module_utils.host.files import atomic_write, read_bytes
 
 # The job's evidence documents, under <evidence dir>/jobs/<job id>/; each target's, under
@@ -31,8 +33,15 @@ DEPLOYMENT_EVIDENCE_FILE = "deployment.json"
 # evidence directory): it is never replaced.
 EVIDENCE_CONFLICT = "evidence_conflict"
 # Keys of registered results that are Ansible plumbing, not evidence.
-PLUMBING = ("invocation", "diff", "_ansible_no_log", "_ansible_verbose_always", "ansible_facts", "warnings",
-            "deprecations")
+PLUMBING = (
+    "invocation",
+    "diff",
+    "_ansible_no_log",
+    "_ansible_verbose_always",
+    "ansible_facts",
+    "warnings",
+    "deprecations",
+)
 
 
 def clean(result):
@@ -71,8 +80,9 @@ def write_documents(directory, documents, check_mode=False):
 def write_target_documents(root, plan, documents, check_mode=False):
     """Write one target's evidence ``documents`` into its deployment's directory under ``root``
     (``<projectName>/<jobId>/<target>/``); ``(directory, {name: {"path", "sha256"}})``."""
-    directory = deployment_evidence_dir(root, plan.get("projectName"), plan.get("jobId"),
-                                        (plan.get("target") or {}).get("id"))
+    directory = deployment_evidence_dir(
+        root, plan.get("projectName"), plan.get("jobId"), (plan.get("target") or {}).get("id")
+    )
     return directory, write_documents(directory, documents, check_mode=check_mode)
 
 
@@ -89,9 +99,12 @@ def keep_documents(root, directory, documents, check_mode=False):
         for name, data in documents.items():
             path = posixpath.join(root, directory, name)
             if read_bytes(path) not in (None, data):
-                raise StellaError(EVIDENCE_CONFLICT, "evidence file %s exists with other contents (a job of the "
-                                  "same id in another job store wrote it): it is kept, nothing was written" % path,
-                                  phase="job")
+                raise StellaError(
+                    EVIDENCE_CONFLICT,
+                    "evidence file %s exists with other contents (a job of the "
+                    "same id in another job store wrote it): it is kept, nothing was written" % path,
+                    phase="job",
+                )
     for name, data in documents.items():
         relative = posixpath.join(directory, name)
         entry = {"sha256": sha256_bytes(data), "document": relative}
@@ -111,5 +124,9 @@ def check_new_job_directory(root, job_id):
     the same id in another job store (two AWX, two stores sharing one evidence directory) wrote there."""
     directory = job_evidence_dir(root, job_id) if root else None
     if directory and os.path.exists(directory):
-        raise StellaError(EVIDENCE_CONFLICT, "job %s already has evidence in %s, written by a job of the same id in "
-                          "another job store: nothing was changed" % (job_id, directory), phase="job")
+        raise StellaError(
+            EVIDENCE_CONFLICT,
+            "job %s already has evidence in %s, written by a job of the same id in "
+            "another job store: nothing was changed" % (job_id, directory),
+            phase="job",
+        )

@@ -29,7 +29,11 @@ A target the store has never seen is ``unknown``. Pure, no I/O.
 from __future__ import annotations
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
-    HEALTH_STATUSES, OFFLINE_CODES, PROJECT_BUSY, UNREACHABLE_CODE)
+    HEALTH_STATUSES,
+    OFFLINE_CODES,
+    PROJECT_BUSY,
+    UNREACHABLE_CODE,
+)
 
 UNKNOWN = "unknown"
 
@@ -67,9 +71,15 @@ def target_status(target):
 
 
 def _event(record, name, target, status, reason):
-    return {"targetId": target.get("targetId") or name, "targetName": target.get("targetName") or name,
-            "status": check_status(status), "reason": reason, "code": target.get("code"),
-            "jobId": record["jobId"], "at": record.get("updatedAt")}
+    return {
+        "targetId": target.get("targetId") or name,
+        "targetName": target.get("targetName") or name,
+        "status": check_status(status),
+        "reason": reason,
+        "code": target.get("code"),
+        "jobId": record["jobId"],
+        "at": record.get("updatedAt"),
+    }
 
 
 def started(before, after):
@@ -92,10 +102,19 @@ def health_events(before, after, current=None):
         if status is not None:
             reason = target.get("reason") or "job %s: target %s" % (after["jobId"], target["status"])
             if status == UNKNOWN and probes_skipped(target):
-                reason = "job %s: deployed with its probes skipped (waitForHealthCheck=false), health not verified" % (
-                    after["jobId"])
+                reason = (
+                    "job %s: deployed with its probes skipped (waitForHealthCheck=false), health not verified"
+                    % (after["jobId"])
+                )
             events.append(_event(after, name, target, status, reason))
         elif answered and current.get(target.get("targetId") or name) == "unreachable":
-            events.append(_event(after, name, target, UNKNOWN, "answered the readiness check of job %s; the "
-                                 "runtime is not yet proven" % after["jobId"]))
+            events.append(
+                _event(
+                    after,
+                    name,
+                    target,
+                    UNKNOWN,
+                    "answered the readiness check of job %s; the runtime is not yet proven" % after["jobId"],
+                )
+            )
     return events

@@ -16,8 +16,18 @@ import copy
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
-    COMPOSE_PREFLIGHT, COMPOSE_UP, DEFAULT_KEEP_REVISIONS, DEFAULT_WAIT_TIMEOUT, DOCKER_RUN, ENV_FILE, ROLLBACK_TASKS)
-from ansible_collections.stellaops.runtime.plugins.module_utils.contract.versions import DEFAULT_MIN_COMPOSE, DEFAULT_MIN_ENGINE
+    COMPOSE_PREFLIGHT,
+    COMPOSE_UP,
+    DEFAULT_KEEP_REVISIONS,
+    DEFAULT_WAIT_TIMEOUT,
+    DOCKER_RUN,
+    ENV_FILE,
+    ROLLBACK_TASKS,
+)
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.versions import (
+    DEFAULT_MIN_COMPOSE,
+    DEFAULT_MIN_ENGINE,
+)
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import strategy as _strategy
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.timeouts import task_timeout
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.plan import FILES_KEY, plan_release
@@ -25,15 +35,43 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.schema i
 
 LOCAL_CONNECTIONS = ("local",)
 # What the job playbooks need of each target's plan (the rest stays in the job's own planning).
-PLAN_KEYS = ("projectName", "slot", "trafficRole", "strategy", "release", "target", "tenant", "environment",
-             "application", "jobId", "taskId", "workDirectory", "projectDirectory", "paths", "manifestHash",
-             "composeHash", "versionStickerHash", "applyManifestHash", "envArtifactHash", "artifactHashes",
-             "components", "payloads", "scriptGraphProof", "sticker")
+PLAN_KEYS = (
+    "projectName",
+    "slot",
+    "trafficRole",
+    "strategy",
+    "release",
+    "target",
+    "tenant",
+    "environment",
+    "application",
+    "jobId",
+    "taskId",
+    "workDirectory",
+    "projectDirectory",
+    "paths",
+    "manifestHash",
+    "composeHash",
+    "versionStickerHash",
+    "applyManifestHash",
+    "envArtifactHash",
+    "artifactHashes",
+    "components",
+    "payloads",
+    "scriptGraphProof",
+    "sticker",
+)
 # The job's settings that each target's task inputs carry (the job's options hold them), and their
 # defaults: the contract's.
-DEFAULT_SETTINGS = {"waitForHealthCheck": True, "waitTimeout": DEFAULT_WAIT_TIMEOUT, "keepRevisions": DEFAULT_KEEP_REVISIONS,
-                    "minEngineVersion": DEFAULT_MIN_ENGINE, "minComposeVersion": DEFAULT_MIN_COMPOSE,
-                    "insecureRegistries": [], "taskTimeout": 0}
+DEFAULT_SETTINGS = {
+    "waitForHealthCheck": True,
+    "waitTimeout": DEFAULT_WAIT_TIMEOUT,
+    "keepRevisions": DEFAULT_KEEP_REVISIONS,
+    "minEngineVersion": DEFAULT_MIN_ENGINE,
+    "minComposeVersion": DEFAULT_MIN_COMPOSE,
+    "insecureRegistries": [],
+    "taskTimeout": 0,
+}
 # The agent task that applies a release, per target type.
 APPLY_TASKS = {"ComposeHost": COMPOSE_UP.name, "DockerHost": DOCKER_RUN.name}
 
@@ -74,10 +112,16 @@ def job_options(release, overrides):
     wait = overrides.get("waitForHealthCheck")
     wait_source = "override"
     if wait is None:
-        wait, wait_source = config.get("waitForHealthCheck", True), (
-            "strategyConfig.waitForHealthCheck" if "waitForHealthCheck" in config else "default")
-    return {"autoRollbackOnFailure": bool(auto), "autoRollbackSource": source,
-            "waitForHealthCheck": bool(wait), "waitForHealthCheckSource": wait_source}
+        wait, wait_source = (
+            config.get("waitForHealthCheck", True),
+            ("strategyConfig.waitForHealthCheck" if "waitForHealthCheck" in config else "default"),
+        )
+    return {
+        "autoRollbackOnFailure": bool(auto),
+        "autoRollbackSource": source,
+        "waitForHealthCheck": bool(wait),
+        "waitForHealthCheckSource": wait_source,
+    }
 
 
 def release_for(release, identity, job_id):
@@ -100,20 +144,34 @@ def target_inputs(plan, release, settings):
     target_type = plan["target"]["type"]
     payloads = plan["payloads"]
     timeout = task_timeout(settings["waitTimeout"], release.get("hooks"), settings["taskTimeout"])
-    apply = {"task": APPLY_TASKS[target_type], "wait_timeout": settings["waitTimeout"], "task_timeout": timeout,
-             "keep_revisions": settings["keepRevisions"],
-             "preflight": {"payload": payloads[COMPOSE_PREFLIGHT.name], "target_type": target_type,
-                           "min_engine_version": settings["minEngineVersion"],
-                           "min_compose_version": settings["minComposeVersion"],
-                           "insecure_registries": list(settings["insecureRegistries"])}}
+    apply = {
+        "task": APPLY_TASKS[target_type],
+        "wait_timeout": settings["waitTimeout"],
+        "task_timeout": timeout,
+        "keep_revisions": settings["keepRevisions"],
+        "preflight": {
+            "payload": payloads[COMPOSE_PREFLIGHT.name],
+            "target_type": target_type,
+            "min_engine_version": settings["minEngineVersion"],
+            "min_compose_version": settings["minComposeVersion"],
+            "insecure_registries": list(settings["insecureRegistries"]),
+        },
+    }
     if target_type == "DockerHost":
         apply.update(payloads=payloads[DOCKER_RUN.name], version_sticker=plan["sticker"])
     else:
         apply["payload"] = payloads[COMPOSE_UP.name]
-    probe = {"components": [{"name": c["name"], "config": c.get("config") or {}} for c in release["components"]],
-             "target": plan["target"], "wait_for_health_check": bool(settings["waitForHealthCheck"])}
-    rollback = {"task": ROLLBACK_TASKS[target_type], "payload": payloads[ROLLBACK_TASKS[target_type]],
-                "wait_timeout": settings["waitTimeout"], "task_timeout": timeout}
+    probe = {
+        "components": [{"name": c["name"], "config": c.get("config") or {}} for c in release["components"]],
+        "target": plan["target"],
+        "wait_for_health_check": bool(settings["waitForHealthCheck"]),
+    }
+    rollback = {
+        "task": ROLLBACK_TASKS[target_type],
+        "payload": payloads[ROLLBACK_TASKS[target_type]],
+        "wait_timeout": settings["waitTimeout"],
+        "task_timeout": timeout,
+    }
     return {"apply": apply, "probe": probe, "rollback": rollback}
 
 
@@ -141,15 +199,27 @@ def plan_job(release, hosts, resolved, job_id, settings=None):
     for name, plan in plans.items():
         other = ids.setdefault(plan["target"]["id"], name)
         if other != name:
-            raise StellaError("job_invalid", "targets %s and %s have the same target id %r" % (
-                other, name, plan["target"]["id"]), phase="plan")
-    return {"batches": batches, "serial": [len(batch) for batch in batches],
-            "targetOrder": [n for batch in batches for n in batch], "plans": plans, "files": files}
+            raise StellaError(
+                "job_invalid",
+                "targets %s and %s have the same target id %r" % (other, name, plan["target"]["id"]),
+                phase="plan",
+            )
+    return {
+        "batches": batches,
+        "serial": [len(batch) for batch in batches],
+        "targetOrder": [n for batch in batches for n in batch],
+        "plans": plans,
+        "files": files,
+    }
 
 
 def plan_outcome(planned):
     """What a job's start returns of its plan (``plan_job``'s result): the batches for the play's
     ``serial``, each target's plan, and which targets get an env artifact."""
-    return {"batches": planned["batches"], "serial": planned["serial"], "targetOrder": planned["targetOrder"],
-            "plans": planned["plans"],
-            "hasEnvArtifact": {name: files.get(ENV_FILE) is not None for name, files in planned["files"].items()}}
+    return {
+        "batches": planned["batches"],
+        "serial": planned["serial"],
+        "targetOrder": planned["targetOrder"],
+        "plans": planned["plans"],
+        "hasEnvArtifact": {name: files.get(ENV_FILE) is not None for name, files in planned["files"].items()},
+    }

@@ -38,9 +38,20 @@ def start(job_id, source, planned, options, unreachable):
     reason = None
     if unreachable:
         reason = "target readiness failed: %s unreachable" % ", ".join(sorted(unreachable))
-    return dict(plan_outcome(planned), jobId=job_id, jobIdSource=source, checkMode=True, proceed=not unreachable,
-                status=PREVIEW_STATUS, reason=reason, code="target_unreachable" if unreachable else None,
-                options=options, interruptedJobs=[], leaseKeeperPid=None, unreachable=dict(unreachable))
+    return dict(
+        plan_outcome(planned),
+        jobId=job_id,
+        jobIdSource=source,
+        checkMode=True,
+        proceed=not unreachable,
+        status=PREVIEW_STATUS,
+        reason=reason,
+        code="target_unreachable" if unreachable else None,
+        options=options,
+        interruptedJobs=[],
+        leaseKeeperPid=None,
+        unreachable=dict(unreachable),
+    )
 
 
 def passing(step, job_id, batch=None):
@@ -48,11 +59,18 @@ def passing(step, job_id, batch=None):
     every batch) and no rollback is decided."""
     outcome = {"jobId": job_id, "checkMode": True}
     if step == "gate":
-        outcome.update(proceed=True, gate={"batch": batch, "proceed": True,
-                                           "reason": "check mode: every batch is previewed"})
+        outcome.update(
+            proceed=True, gate={"batch": batch, "proceed": True, "reason": "check mode: every batch is previewed"}
+        )
     elif step == "finish":
-        outcome.update(status=PREVIEW_STATUS, reason=None, rollbackBatches=[], rollbackSerial=[], rollbackOrder=[],
-                       rollbackTargets={})
+        outcome.update(
+            status=PREVIEW_STATUS,
+            reason=None,
+            rollbackBatches=[],
+            rollbackSerial=[],
+            rollbackOrder=[],
+            rollbackTargets={},
+        )
     elif step in ("traffic", "traffic_rollback"):
         outcome["skipped"] = True
     return outcome
@@ -62,8 +80,11 @@ def _failure(result, phase):
     """``<phase>: <code>: <first line of msg>`` of a failed task result, ``None`` otherwise."""
     if not isinstance(result, dict) or not result.get("failed"):
         return None
-    return "%s: %s: %s" % (result.get("failurePhase") if result.get("failurePhase") in PHASES + ROLLBACK_PHASE_NAMES
-                           else phase, result.get("code") or "failed", first_line(result.get("msg")) or "failed")
+    return "%s: %s: %s" % (
+        result.get("failurePhase") if result.get("failurePhase") in PHASES + ROLLBACK_PHASE_NAMES else phase,
+        result.get("code") or "failed",
+        first_line(result.get("msg")) or "failed",
+    )
 
 
 def target_preview(apply, failure=None):
@@ -72,23 +93,31 @@ def target_preview(apply, failure=None):
     apply = apply if isinstance(apply, dict) else {}
     if apply.get("failed") or (failure or {}).get("failed"):
         failed = apply if apply.get("failed") else failure
-        return {"outcome": "would_fail", "summary": "would fail at %s" % _failure(
-            failed, failed_phase(apply, None, failure))}
+        return {
+            "outcome": "would_fail",
+            "summary": "would fail at %s" % _failure(failed, failed_phase(apply, None, failure)),
+        }
     if not apply or apply.get("skipped"):
         return {"outcome": "not_run", "summary": "not reached (the apply did not run on it)"}
     files = list(apply.get("wouldChangeFiles") or [])
     containers = list(apply.get("wouldReplaceContainers") or [])
     if not apply.get("changed"):
         by = apply.get("appliedByJobId")
-        return {"outcome": "converged", "summary": "converged: nothing would change%s" % (
-            " (applied by job %s)" % by if by else "")}
+        return {
+            "outcome": "converged",
+            "summary": "converged: nothing would change%s" % (" (applied by job %s)" % by if by else ""),
+        }
     what = ["%s would change" % ", ".join(files)] if files else []
     what += ["containers %s would be replaced" % ", ".join(containers)] if containers else []
     if apply.get("wouldRetainRevision"):
         what.append("the committed release would be retained as a revision")
-    return {"outcome": "would_deploy", "summary": "would deploy (%s)" % ("; ".join(what) or "the release"),
-            "wouldChangeFiles": files, "wouldReplaceContainers": containers,
-            "wouldRetainRevision": bool(apply.get("wouldRetainRevision"))}
+    return {
+        "outcome": "would_deploy",
+        "summary": "would deploy (%s)" % ("; ".join(what) or "the release"),
+        "wouldChangeFiles": files,
+        "wouldReplaceContainers": containers,
+        "wouldRetainRevision": bool(apply.get("wouldRetainRevision")),
+    }
 
 
 def close(run, previews):
@@ -97,47 +126,95 @@ def close(run, previews):
     its ``target`` step said it would do (:data:`PREVIEW_FACT`)."""
     targets, failing = _per_target(run.get("targetOrder") or [], run.get("batches") or [], previews)
     reason = run.get("reason") or ("%s would not deploy" % ", ".join(failing) if failing else None)
-    header = ["job %s (check mode: a preview, nothing was recorded or changed)" % run["jobId"],
-              "  batches: %s" % " | ".join(", ".join(batch) for batch in run.get("batches") or [])]
-    return _closed(run, header, targets, [], reason, not failing and run.get("proceed", False),
-                   {"jobIdSource": run.get("jobIdSource")})
+    header = [
+        "job %s (check mode: a preview, nothing was recorded or changed)" % run["jobId"],
+        "  batches: %s" % " | ".join(", ".join(batch) for batch in run.get("batches") or []),
+    ]
+    return _closed(
+        run,
+        header,
+        targets,
+        [],
+        reason,
+        not failing and run.get("proceed", False),
+        {"jobIdSource": run.get("jobIdSource")},
+    )
 
 
 def _per_target(order, batches, previews):
     """``({target: what its preview says it would do, with its batch index}, [the targets that would fail
     or were not reached])`` for the targets of ``order``."""
-    targets = {name: dict(previews.get(name) or NOT_REACHED,
-                          batch=next((i for i, batch in enumerate(batches) if name in batch), None))
-               for name in order}
+    targets = {
+        name: dict(
+            previews.get(name) or NOT_REACHED, batch=next((i for i, batch in enumerate(batches) if name in batch), None)
+        )
+        for name in order
+    }
     return targets, sorted(n for n, t in targets.items() if t["outcome"] in ("would_fail", "not_run"))
 
 
 def _closed(run, header, targets, notes, reason, succeeded, outcome_extra=None, **extra):
     """The ``close`` outcome of a preview: the text (``header``, a line per target, ``notes``, the
     reason), the outcome for workflows (with ``outcome_extra``) and ``extra``; nothing recorded."""
-    lines = header + ["  %s (batch %s): %s" % (name, "-" if t["batch"] is None else t["batch"] + 1, t["summary"])
-                      for name, t in targets.items()] + notes + (["  %s" % reason] if reason else [])
-    outcome = dict(outcome_extra or {}, deploymentId=run["jobId"], status=PREVIEW_STATUS, succeeded=succeeded,
-                   checkMode=True, code=run.get("code"), reason=reason, rolledBack=False, targets=sorted(targets),
-                   evidence={})
-    return dict(extra, jobId=run["jobId"], checkMode=True, status=PREVIEW_STATUS, reason=reason, succeeded=succeeded,
-                msg=closing_line(run["jobId"], PREVIEW_STATUS, reason), preview=targets, evidenceFiles={}, outcome=outcome, text="\n".join(lines))
+    lines = (
+        header
+        + [
+            "  %s (batch %s): %s" % (name, "-" if t["batch"] is None else t["batch"] + 1, t["summary"])
+            for name, t in targets.items()
+        ]
+        + notes
+        + (["  %s" % reason] if reason else [])
+    )
+    outcome = dict(
+        outcome_extra or {},
+        deploymentId=run["jobId"],
+        status=PREVIEW_STATUS,
+        succeeded=succeeded,
+        checkMode=True,
+        code=run.get("code"),
+        reason=reason,
+        rolledBack=False,
+        targets=sorted(targets),
+        evidence={},
+    )
+    return dict(
+        extra,
+        jobId=run["jobId"],
+        checkMode=True,
+        status=PREVIEW_STATUS,
+        reason=reason,
+        succeeded=succeeded,
+        msg=closing_line(run["jobId"], PREVIEW_STATUS, reason),
+        preview=targets,
+        evidenceFiles={},
+        outcome=outcome,
+        text="\n".join(lines),
+    )
 
 
 def held_projects(record, claims, alive):
     """``{target: job}`` for the projects of ``record`` that another unfinished job holds, as the store's
     claim would find them. ``claims``: the store's ``{project key: job id}``; ``alive``: the ids of the
     unfinished jobs whose run is not gone (a real run records the others interrupted first)."""
-    return {name: claims[key] for name, key in project_keys(record).items()
-            if claims.get(key) in alive and claims[key] != record["jobId"]}
+    return {
+        name: claims[key]
+        for name, key in project_keys(record).items()
+        if claims.get(key) in alive and claims[key] != record["jobId"]
+    }
 
 
 def rollback_start(orders, record):
     """The ``rollback_start`` outcome of a preview: the rollback job's orders (:func:`_job.rollback_orders`)
     and what the preview shows of it; nothing is stored."""
     rollback = record.get("rollback") or {}
-    return dict(orders, checkMode=True, kind="rollback", status=PREVIEW_STATUS,
-                sourceJobId=record.get("sourceJobId"), skipped=dict(rollback.get("skipped") or {}))
+    return dict(
+        orders,
+        checkMode=True,
+        kind="rollback",
+        status=PREVIEW_STATUS,
+        sourceJobId=record.get("sourceJobId"),
+        skipped=dict(rollback.get("skipped") or {}),
+    )
 
 
 def rollback_target_preview(result, failure=None):
@@ -152,8 +229,12 @@ def rollback_target_preview(result, failure=None):
     path = result.get("restoredRevisionPath")
     if not result.get("changed"):
         return {"outcome": "converged", "summary": "converged: the revision at %s already runs" % path}
-    return {"outcome": "would_restore", "summary": "would restore the revision at %s" % path,
-            "restoredRevisionPath": path, "restoredManifestHash": result.get("restoredManifestHash")}
+    return {
+        "outcome": "would_restore",
+        "summary": "would restore the revision at %s" % path,
+        "restoredRevisionPath": path,
+        "restoredManifestHash": result.get("restoredManifestHash"),
+    }
 
 
 def rollback_close(run, previews):
@@ -161,9 +242,17 @@ def rollback_close(run, previews):
     rollback would run through. ``run``: :func:`rollback_start`'s outcome."""
     targets, failing = _per_target(run.get("rollbackOrder") or [], run["rollbackBatches"], previews)
     skipped = dict(run.get("skipped") or {})
-    header = ["rollback job %s of job %s (check mode: a preview, nothing was recorded or changed)" % (
-        run["jobId"], run.get("sourceJobId")),
-        "  batches, in reverse batch order: %s" % " | ".join(", ".join(b) for b in run["rollbackBatches"])]
-    return _closed(run, header, targets, ["  %s: skipped: %s" % item for item in sorted(skipped.items())],
-                   "%s would not be rolled back" % ", ".join(failing) if failing else None, not failing,
-                   skipped=skipped)
+    header = [
+        "rollback job %s of job %s (check mode: a preview, nothing was recorded or changed)"
+        % (run["jobId"], run.get("sourceJobId")),
+        "  batches, in reverse batch order: %s" % " | ".join(", ".join(b) for b in run["rollbackBatches"]),
+    ]
+    return _closed(
+        run,
+        header,
+        targets,
+        ["  %s: skipped: %s" % item for item in sorted(skipped.items())],
+        "%s would not be rolled back" % ", ".join(failing) if failing else None,
+        not failing,
+        skipped=skipped,
+    )

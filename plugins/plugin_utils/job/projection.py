@@ -25,31 +25,45 @@ from __future__ import annotations
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import PHASES
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.rollback import projection_keys
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.traffic.adapters import (
-    PREFIX as TRAFFIC_PREFIX, ROLLBACK_PREFIX as TRAFFIC_ROLLBACK_PREFIX,
+    PREFIX as TRAFFIC_PREFIX,
+    ROLLBACK_PREFIX as TRAFFIC_ROLLBACK_PREFIX,
 )
 
 TERMINAL = ("Succeeded", "Failed", "RolledBack")
 PROJECTION_VERSION = "stella.deployment.projection.v1"
 # The contract's spelling of each job status (``deploymentStatus``); ``status`` keeps the job's, for one release.
-DEPLOYMENT_STATUS = {"Pending": "pending", "Running": "running", "Succeeded": "succeeded", "Failed": "failed",
-                     "RollingBack": "rolling_back", "RolledBack": "rolled_back"}
+DEPLOYMENT_STATUS = {
+    "Pending": "pending",
+    "Running": "running",
+    "Succeeded": "succeeded",
+    "Failed": "failed",
+    "RollingBack": "rolling_back",
+    "RolledBack": "rolled_back",
+}
 
 
 def target_view(target):
     """One target's view: ``error`` is the contract's ``targets[].error``; ``reason`` (the same) is kept for
     one release."""
     recorded = [p["name"] for p in target.get("phases") or [] if p.get("name") in PHASES]
-    return {"status": target.get("status"), "batch": target.get("batch"),
-            "phase": recorded[-1] if recorded else None,
-            "progress": int(100 * len(set(recorded)) / len(PHASES)),
-            "code": target.get("code"), "error": target.get("reason"), "reason": target.get("reason")}
+    return {
+        "status": target.get("status"),
+        "batch": target.get("batch"),
+        "phase": recorded[-1] if recorded else None,
+        "progress": int(100 * len(set(recorded)) / len(PHASES)),
+        "code": target.get("code"),
+        "error": target.get("reason"),
+        "reason": target.get("reason"),
+    }
 
 
 def observe(record):
     """What the projection mirrors of a persisted job record."""
     targets = record.get("targets") or {}
-    return {"status": record["status"],
-            "targets": {name: target_view(targets[name]) for name in record.get("targetOrder") or sorted(targets)}}
+    return {
+        "status": record["status"],
+        "targets": {name: target_view(targets[name]) for name in record.get("targetOrder") or sorted(targets)},
+    }
 
 
 def _spelled(projection):
@@ -61,8 +75,15 @@ def initial(record):
     """The projection of a newly persisted job (which is ``Pending``)."""
     if record["status"] != "Pending":
         raise ValueError("a new deployment is projected from its pending job, not %s" % record["status"])
-    return _spelled(dict(observe(record), deploymentId=record["jobId"], jobRevision=record.get("revision", 1),
-                         terminal=False, strategyEvidence=None))
+    return _spelled(
+        dict(
+            observe(record),
+            deploymentId=record["jobId"],
+            jobRevision=record.get("revision", 1),
+            terminal=False,
+            strategyEvidence=None,
+        )
+    )
 
 
 def refresh(projection, record):
@@ -82,8 +103,11 @@ def refresh(projection, record):
     # a view that did not change stays the projection's own object: the store writes the changed ones only
     old = projection["targets"]
     seen["targets"] = {name: old[name] if old.get(name) == view else view for name, view in seen["targets"].items()}
-    if seen["status"] == projection["status"] and seen["targets"].keys() == old.keys() and all(
-            view is old[name] for name, view in seen["targets"].items()):
+    if (
+        seen["status"] == projection["status"]
+        and seen["targets"].keys() == old.keys()
+        and all(view is old[name] for name, view in seen["targets"].items())
+    ):
         return None
     return _spelled(dict(projection, jobRevision=record["revision"], **seen))
 
@@ -108,11 +132,16 @@ def strategy_evidence(record, rollback_evidence=None, evidence_id=None, files=No
     ``rollback.evidence.id`` names the stored rollback evidence packet, so it is projected only with
     ``evidence_id``: when that packet was written."""
     rollback = record.get("rollback") or {}
-    evidence = {"strategy": record.get("strategy"), "batches": record.get("batches"),
-                "gates": [{"batch": g["batch"], "proceed": g["proceed"], "reason": g.get("reason")}
-                          for g in record.get("gates") or []],
-                "rollback.attempted": bool(rollback.get("attempted")), "rollback.status": rollback.get("status"),
-                "evidenceFiles": {name: entry.get("sha256") for name, entry in sorted((files or {}).items())}}
+    evidence = {
+        "strategy": record.get("strategy"),
+        "batches": record.get("batches"),
+        "gates": [
+            {"batch": g["batch"], "proceed": g["proceed"], "reason": g.get("reason")} for g in record.get("gates") or []
+        ],
+        "rollback.attempted": bool(rollback.get("attempted")),
+        "rollback.status": rollback.get("status"),
+        "evidenceFiles": {name: entry.get("sha256") for name, entry in sorted((files or {}).items())},
+    }
     evidence.update(traffic_keys(record))
     if rollback_evidence is not None:
         evidence.update(projection_keys(rollback_evidence, evidence_id))
@@ -124,8 +153,11 @@ def recovery_keys(rollback_job, rollback_evidence=None, evidence_id=None):
     ``rollback.attempted``, ``rollback.status``, ``rollback.jobId``, its ``rollback.evidence.*`` keys (with
     ``rollback_evidence``) and its traffic rollback's ``strategy.traffic.rollback.*`` keys."""
     rollback = rollback_job.get("rollback") or {}
-    keys = {"rollback.attempted": True, "rollback.jobId": rollback_job["jobId"],
-            "rollback.status": rollback.get("status") or ("failed" if rollback_job["status"] == "Failed" else None)}
+    keys = {
+        "rollback.attempted": True,
+        "rollback.jobId": rollback_job["jobId"],
+        "rollback.status": rollback.get("status") or ("failed" if rollback_job["status"] == "Failed" else None),
+    }
     back = (rollback_job.get("trafficRollback") or {}).get("evidence") or {}
     keys.update((k, v) for k, v in back.items() if k.startswith(TRAFFIC_ROLLBACK_PREFIX))
     if rollback_evidence is not None:
@@ -137,7 +169,9 @@ def recovery(projection, record, keys):
     """The projection of a finished deployment after an operator rollback job ended: its status as the
     record now says (``RolledBack`` or ``Failed``) and its strategy evidence with the rollback's keys."""
     if record["status"] not in TERMINAL:
-        raise ValueError("job %s is %s: a recovery is projected for a finished job" % (record["jobId"], record["status"]))
+        raise ValueError(
+            "job %s is %s: a recovery is projected for a finished job" % (record["jobId"], record["status"])
+        )
     evidence = dict((projection or {}).get("strategyEvidence") or {}, **keys)
     return terminal(projection, record, evidence)
 
@@ -145,8 +179,10 @@ def recovery(projection, record, keys):
 def terminal(projection, record, evidence):
     """The terminal projection: only for a terminal job, once; ``evidence`` from :func:`strategy_evidence`."""
     if record["status"] not in TERMINAL:
-        raise ValueError("job %s is %s: the terminal projection waits for a terminal job" % (
-            record["jobId"], record["status"]))
+        raise ValueError(
+            "job %s is %s: the terminal projection waits for a terminal job" % (record["jobId"], record["status"])
+        )
     base = projection or {"deploymentId": record["jobId"]}
-    return _spelled(dict(base, jobRevision=record["revision"], terminal=True, strategyEvidence=evidence,
-                         **observe(record)))
+    return _spelled(
+        dict(base, jobRevision=record["revision"], terminal=True, strategyEvidence=evidence, **observe(record))
+    )

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 def project_keys(record):
     """``{target name: claim key}``: a target (by id) and the Compose project the job deploys there."""
-    return {name: "%s|%s" % (t.get("targetId") or name, t.get("projectName") or "")
-            for name, t in (record.get("targets") or {}).items()}
+    return {
+        name: "%s|%s" % (t.get("targetId") or name, t.get("projectName") or "")
+        for name, t in (record.get("targets") or {}).items()
+    }
 
 
 def project_names(record):

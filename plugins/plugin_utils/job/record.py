@@ -20,10 +20,19 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.canonic
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.hints import next_step
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
-    DEFAULT_WAIT_TIMEOUT, JOB_INTERRUPTED, PHASES, ROLLBACK_PHASE_NAMES, ROLLBACK_TASKS)
+    DEFAULT_WAIT_TIMEOUT,
+    JOB_INTERRUPTED,
+    PHASES,
+    ROLLBACK_PHASE_NAMES,
+    ROLLBACK_TASKS,
+)
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.timeouts import task_timeout
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.rollback import (
-    RECOVERY_ROLLBACK_FAILED, RECOVERY_ROLLBACK_SKIPPED, RECOVERY_ROLLED_BACK, suffixed_reason)
+    RECOVERY_ROLLBACK_FAILED,
+    RECOVERY_ROLLBACK_SKIPPED,
+    RECOVERY_ROLLED_BACK,
+    suffixed_reason,
+)
 
 JOB_SCHEMA = "stella.job.v1"
 JOB_STATUSES = ("Pending", "Running", "Succeeded", "Failed", "RollingBack", "RolledBack")
@@ -50,8 +59,10 @@ AUTO_ROLLBACK_DISABLED = "autoRollbackOnFailure=false"
 NO_REVISION = "no retained revision: the deployment retained no previous revision on this target"
 NOT_STARTED = "not started by this job: it runs what it ran before, nothing to roll back"
 RESTORED_IN_PLACE = "restored in place: the target agent's failed transaction put the previous release back"
-UNCHANGED = ("unchanged by this job: the target already ran the release (or the failed apply changed nothing), "
-             "so it keeps running what it ran before this job")
+UNCHANGED = (
+    "unchanged by this job: the target already ran the release (or the failed apply changed nothing), "
+    "so it keeps running what it ran before this job"
+)
 
 
 def succeeded(record):
@@ -82,18 +93,40 @@ def new_job(job_id, job_id_source, summary, batches, targets, options, now, owne
     if sorted(order) != sorted(targets):
         raise job_error("the batch plan and the targets differ")
     record = {
-        "schema": JOB_SCHEMA, "jobId": job_id, "jobIdSource": job_id_source, "kind": kind,
-        "isRollback": kind == "rollback", "status": "Pending", "promotion": "Pending",
-        "reason": None, "code": None, "options": dict(options),
-        "batches": [list(batch) for batch in batches], "targetOrder": order,
-        "targets": {}, "gates": [], "events": [], "rollback": None,
-        "owner": owner, "createdAt": now, "updatedAt": now, "startedAt": None, "completedAt": None,
+        "schema": JOB_SCHEMA,
+        "jobId": job_id,
+        "jobIdSource": job_id_source,
+        "kind": kind,
+        "isRollback": kind == "rollback",
+        "status": "Pending",
+        "promotion": "Pending",
+        "reason": None,
+        "code": None,
+        "options": dict(options),
+        "batches": [list(batch) for batch in batches],
+        "targetOrder": order,
+        "targets": {},
+        "gates": [],
+        "events": [],
+        "rollback": None,
+        "owner": owner,
+        "createdAt": now,
+        "updatedAt": now,
+        "startedAt": None,
+        "completedAt": None,
     }
     record.update(summary)
     for index, batch in enumerate(batches):
         for name in batch:
-            entry = {"batch": index, "order": order.index(name), "status": "Pending", "phases": [],
-                     "reason": None, "code": None, "evidence": {}}
+            entry = {
+                "batch": index,
+                "order": order.index(name),
+                "status": "Pending",
+                "phases": [],
+                "reason": None,
+                "code": None,
+                "evidence": {},
+            }
             entry.update(targets[name])
             record["targets"][name] = entry
     return record
@@ -112,8 +145,9 @@ def _copy(record, now, target=None):
 
 def _move(record, status):
     if status not in TRANSITIONS[record["status"]]:
-        raise job_error("job %s cannot go from %s to %s" % (record["jobId"], record["status"], status),
-                        code="job_state_invalid")
+        raise job_error(
+            "job %s cannot go from %s to %s" % (record["jobId"], record["status"], status), code="job_state_invalid"
+        )
     record["status"] = status
 
 
@@ -151,8 +185,13 @@ def record_phase(record, name, phase, status, started_at, completed_at, duration
     target = _target(new, name)
     if target["status"] == "Pending":
         target["status"] = "Running"
-    entry = {"name": phase, "status": status, "startedAt": started_at, "completedAt": completed_at,
-             "durationMs": int(duration_ms)}
+    entry = {
+        "name": phase,
+        "status": status,
+        "startedAt": started_at,
+        "completedAt": completed_at,
+        "durationMs": int(duration_ms),
+    }
     if detail:
         entry["detail"] = detail
     key = "rollbackPhases" if phase in ROLLBACK_PHASE_NAMES else "phases"
@@ -187,7 +226,7 @@ def record_gate(record, decision, now):
     if decision["proceed"]:
         _batch_running(new, decision["batch"] + 1)
     else:
-        for later in new["batches"][decision["batch"] + 1:]:
+        for later in new["batches"][decision["batch"] + 1 :]:
             for name in later:
                 target = new["targets"][name]
                 if target["status"] == "Pending":
@@ -212,8 +251,11 @@ def fail_closed(record, code, reason, failed_targets, now):
         new["reason"] = suffixed_reason(reason, RECOVERY_ROLLBACK_SKIPPED, NONE_ELIGIBLE)
         new["rollback"] = {"attempted": False, "skipReason": "no_eligible_target", "skipped": {}}
     else:
-        new["rollback"] = {"attempted": False, "skipReason": AUTO_ROLLBACK_DISABLED,
-                           "source": new["options"].get("autoRollbackSource")}
+        new["rollback"] = {
+            "attempted": False,
+            "skipReason": AUTO_ROLLBACK_DISABLED,
+            "source": new["options"].get("autoRollbackSource"),
+        }
     return new
 
 
@@ -236,14 +278,19 @@ def finish(record, now):
     if traffic and not (failed or gate):
         gate = {"reason": "traffic rollback failed: %s" % traffic["reason"], "code": traffic["code"]}
     if new.get("stepFailure") and not (failed or gate):  # a controller step failed (job/step_failure.py)
-        gate = {"reason": "controller step %(step)s failed: %(reason)s" % new["stepFailure"],
-                "code": new["stepFailure"]["code"]}
+        gate = {
+            "reason": "controller step %(step)s failed: %(reason)s" % new["stepFailure"],
+            "code": new["stepFailure"]["code"],
+        }
     if failed or gate:
         first = new["targets"][failed[0]] if failed else {}
         reason = ("target %s: %s" % (failed[0], first["reason"])) if failed else gate["reason"]
         _move(new, "Failed")
-        new.update(promotion="Failed", reason=reason,
-                   code=first.get("code") or (gate or {}).get("code") or "strategy_gate_closed")
+        new.update(
+            promotion="Failed",
+            reason=reason,
+            code=first.get("code") or (gate or {}).get("code") or "strategy_gate_closed",
+        )
     else:
         _move(new, "Succeeded")
         new["promotion"] = "Succeeded"
@@ -257,11 +304,13 @@ def eligible(target):
     none to restore fails there, with evidence), or it stopped answering during its apply
     (``outcomeUnknown``: it may run this job's release). A target the job did not change, or whose failed
     transaction already put the previous release back, is left as it is (:func:`skip_reason`)."""
-    if target["status"] not in ("Succeeded", "Failed") or target.get("unchangedByJob") or target.get(
-            "restoredInPlace"):
+    if target["status"] not in ("Succeeded", "Failed") or target.get("unchangedByJob") or target.get("restoredInPlace"):
         return False
-    return bool(target.get("previousRevisionPath") or target.get("outcomeUnknown") or (
-        target.get("applyRan") and target.get("targetType") == "ComposeHost"))
+    return bool(
+        target.get("previousRevisionPath")
+        or target.get("outcomeUnknown")
+        or (target.get("applyRan") and target.get("targetType") == "ComposeHost")
+    )
 
 
 def skip_reason(target):
@@ -297,13 +346,18 @@ def auto_rollback(record, now):
     stays Failed with the reason suffixed. Otherwise the job is stamped ``isRollback`` and goes to
     ``RollingBack`` with event ``RollbackStarted``; ``record["rollback"]["batches"]`` is the order."""
     if record["status"] != "Failed" or record.get("isRollback"):
-        raise job_error("job %s is %s%s: no automatic rollback" % (
-            record["jobId"], record["status"], ", already a rollback" if record.get("isRollback") else ""),
-            code="job_state_invalid")
+        raise job_error(
+            "job %s is %s%s: no automatic rollback"
+            % (record["jobId"], record["status"], ", already a rollback" if record.get("isRollback") else ""),
+            code="job_state_invalid",
+        )
     new = _copy(record, now)
     if not new["options"].get("autoRollbackOnFailure", True):
-        new["rollback"] = {"attempted": False, "skipReason": AUTO_ROLLBACK_DISABLED,
-                           "source": new["options"].get("autoRollbackSource")}
+        new["rollback"] = {
+            "attempted": False,
+            "skipReason": AUTO_ROLLBACK_DISABLED,
+            "source": new["options"].get("autoRollbackSource"),
+        }
         return new
     plan = rollback_plan(new)
     if not plan["batches"]:
@@ -317,13 +371,21 @@ def begin_rollback(record, plan, now, automatic=False, reason=None):
     new = _copy(record, now)
     new["isRollback"] = True
     _move(new, "RollingBack")
-    new["rollback"] = {"attempted": True, "automatic": automatic, "batches": plan["batches"],
-                       "skipped": plan["skipped"], "reason": reason, "startedAt": now, "completedAt": None}
+    new["rollback"] = {
+        "attempted": True,
+        "automatic": automatic,
+        "batches": plan["batches"],
+        "skipped": plan["skipped"],
+        "reason": reason,
+        "startedAt": now,
+        "completedAt": None,
+    }
     for name, why in plan["skipped"].items():
         if name in new["targets"]:  # an operator rollback job holds only the targets it rolls back
             new["targets"][name]["rollbackSkipped"] = why
-    new["events"].append({"kind": "RollbackStarted", "at": now,
-                          "targets": [n for batch in plan["batches"] for n in batch]})
+    new["events"].append(
+        {"kind": "RollbackStarted", "at": now, "targets": [n for batch in plan["batches"] for n in batch]}
+    )
     return new
 
 
@@ -331,12 +393,15 @@ def _rolled_back(source):
     """Why ``source`` is no deployment an operator may roll back now, else ``None``."""
     if source.get("kind") == "rollback":
         return "is a rollback job"
-    return {"RolledBack": "is RolledBack: it was already rolled back",
-            "RollingBack": "is RollingBack: a rollback of it is under way"}.get(source["status"])
+    return {
+        "RolledBack": "is RolledBack: it was already rolled back",
+        "RollingBack": "is RollingBack: a rollback of it is under way",
+    }.get(source["status"])
 
 
-def operator_rollback(source, job_id, now, revision_paths=None, reason=None, owner=None,
-                      wait_timeout=DEFAULT_WAIT_TIMEOUT):
+def operator_rollback(
+    source, job_id, now, revision_paths=None, reason=None, owner=None, wait_timeout=DEFAULT_WAIT_TIMEOUT
+):
     """A ``rollback`` job for an operator: the source job's targets that retained a revision (or were
     given one in ``revision_paths``), in reverse batch order; the others are ``Skipped`` with the
     no-revision reason. ``Failed`` (code ``rollback_no_eligible_target``) when no target is eligible.
@@ -344,8 +409,10 @@ def operator_rollback(source, job_id, now, revision_paths=None, reason=None, own
     rollback is under way, or a rollback job."""
     done = _rolled_back(source)
     if done:
-        raise job_error("job %s %s: it is not rolled back again (nothing was stored or changed)" % (
-            source["jobId"], done), code=ROLLBACK_ALREADY_DONE)
+        raise job_error(
+            "job %s %s: it is not rolled back again (nothing was stored or changed)" % (source["jobId"], done),
+            code=ROLLBACK_ALREADY_DONE,
+        )
     paths = dict(revision_paths or {})
     unknown = sorted(set(paths) - set(source["targets"]))
     if unknown:
@@ -358,23 +425,44 @@ def operator_rollback(source, job_id, now, revision_paths=None, reason=None, own
             batches.append(chosen)
     targets = {}
     for name, target in source["targets"].items():
-        entry = {k: v for k, v in target.items() if k in ("targetId", "targetName", "targetType", "endpoint",
-                                                          "projectName", "slot", "manifestHash")}
+        entry = {
+            k: v
+            for k, v in target.items()
+            if k in ("targetId", "targetName", "targetType", "endpoint", "projectName", "slot", "manifestHash")
+        }
         entry["previousRevisionPath"] = paths.get(name) or target.get("previousRevisionPath")
         targets[name] = entry
-    summary = {k: source.get(k) for k in ("release", "tenant", "environment", "application", "strategy",
-                                          "strategyConfig")}
+    summary = {
+        k: source.get(k) for k in ("release", "tenant", "environment", "application", "strategy", "strategyConfig")
+    }
     summary.update(sourceJobId=source["jobId"], reason=reason)
-    record = new_job(job_id, "operator", summary, batches,
-                     {n: targets[n] for b in batches for n in b},
-                     {"autoRollbackOnFailure": False, "waitTimeout": wait_timeout}, now,
-                     owner=owner, kind="rollback")
+    record = new_job(
+        job_id,
+        "operator",
+        summary,
+        batches,
+        {n: targets[n] for b in batches for n in b},
+        {"autoRollbackOnFailure": False, "waitTimeout": wait_timeout},
+        now,
+        owner=owner,
+        kind="rollback",
+    )
     record["reason"] = reason
     if not batches:
-        record["rollback"] = {"attempted": False, "automatic": False, "batches": [], "skipped": skipped,
-                              "reason": reason}
-        return fail_closed(record, "rollback_no_eligible_target",
-                           "no target of job %s retained a revision to restore" % source["jobId"], {}, now)
+        record["rollback"] = {
+            "attempted": False,
+            "automatic": False,
+            "batches": [],
+            "skipped": skipped,
+            "reason": reason,
+        }
+        return fail_closed(
+            record,
+            "rollback_no_eligible_target",
+            "no target of job %s retained a revision to restore" % source["jobId"],
+            {},
+            now,
+        )
     # A rollback job is recovery, never a deployment: it goes Pending -> RollingBack -> RolledBack (or
     # Failed), and its promotion is the one of the deployment it recovers (rollback promotes nothing).
     new = begin_rollback(record, {"batches": batches, "skipped": skipped}, now, reason=reason)
@@ -389,22 +477,36 @@ def rollback_orders(record, source=None):
     target's entry is all its play reads: what the rollback entry point of ``roles/deploy`` takes
     (``deploy_rollback``), with the job id and the reason of the rollback."""
     targets = (source or record)["targets"]
-    plan = (record.get("rollback") or {}).get("batches") or [] if record["status"] in (
-        "RollingBack", "Running") else []
+    plan = (record.get("rollback") or {}).get("batches") or [] if record["status"] in ("RollingBack", "Running") else []
     wait = record["options"].get("waitTimeout") or DEFAULT_WAIT_TIMEOUT
-    timeout = (record["options"].get("taskTimeout") or ((source or {}).get("options") or {}).get("taskTimeout")
-               or task_timeout(wait))
-    return {"jobId": record["jobId"], "status": record["status"], "reason": record["reason"],
-            "rollbackBatches": plan, "rollbackSerial": [len(b) for b in plan],
-            "rollbackOrder": [n for b in plan for n in b],
-            "rollbackTargets": {n: {"revisionPath": record["targets"][n].get("previousRevisionPath"),
-                                    "payload": targets[n].get("rollbackPayload"),
-                                    "task": ROLLBACK_TASKS[targets[n].get("targetType") or "ComposeHost"],
-                                    "target": targets[n].get("target"), "waitTimeout": wait,
-                                    "taskTimeout": timeout,
-                                    "claim": record["targets"][n].get("claim"),
-                                    "jobId": record["jobId"], "reason": record["reason"] or ""}
-                                for b in plan for n in b}}
+    timeout = (
+        record["options"].get("taskTimeout")
+        or ((source or {}).get("options") or {}).get("taskTimeout")
+        or task_timeout(wait)
+    )
+    return {
+        "jobId": record["jobId"],
+        "status": record["status"],
+        "reason": record["reason"],
+        "rollbackBatches": plan,
+        "rollbackSerial": [len(b) for b in plan],
+        "rollbackOrder": [n for b in plan for n in b],
+        "rollbackTargets": {
+            n: {
+                "revisionPath": record["targets"][n].get("previousRevisionPath"),
+                "payload": targets[n].get("rollbackPayload"),
+                "task": ROLLBACK_TASKS[targets[n].get("targetType") or "ComposeHost"],
+                "target": targets[n].get("target"),
+                "waitTimeout": wait,
+                "taskTimeout": timeout,
+                "claim": record["targets"][n].get("claim"),
+                "jobId": record["jobId"],
+                "reason": record["reason"] or "",
+            }
+            for b in plan
+            for n in b
+        },
+    }
 
 
 def finish_rollback_target(record, name, succeeded, now, reason=None, facts=None):
@@ -414,8 +516,12 @@ def finish_rollback_target(record, name, succeeded, now, reason=None, facts=None
         target["statusBeforeRollback"] = target["status"]
         target["status"] = "RolledBack"
     elif new["kind"] == "rollback":
-        target.update(status="Failed", reason=reason or "rollback failed", code="rollback_failed",
-                      rollbackError=reason or "rollback failed")
+        target.update(
+            status="Failed",
+            reason=reason or "rollback failed",
+            code="rollback_failed",
+            rollbackError=reason or "rollback failed",
+        )
     else:
         target["rollbackError"] = reason or "rollback failed"
     target["rollback"] = dict(facts or {}, succeeded=bool(succeeded))
@@ -426,8 +532,11 @@ def finish_rollback(record, now):
     """``RolledBack`` when every planned target was restored, else ``Failed`` with the combined reason."""
     new = _copy(record, now)
     planned = [n for batch in new["rollback"]["batches"] for n in batch]
-    errors = [(n, new["targets"][n].get("rollbackError") or "not rolled back") for n in planned
-              if new["targets"][n]["status"] != "RolledBack"]
+    errors = [
+        (n, new["targets"][n].get("rollbackError") or "not rolled back")
+        for n in planned
+        if new["targets"][n]["status"] != "RolledBack"
+    ]
     traffic = (new.get("trafficRollback") or {}).get("failure")
     if traffic:
         errors.append(("traffic", "%s: %s" % (traffic["code"], traffic["reason"])))
@@ -471,11 +580,19 @@ def interrupted(record, now, why):
         new["events"].append({"kind": "RollbackFailed", "at": now, "error": why})
     elif deployment and new.get("rollback") is None:
         plan = rollback_plan(new)
-        new["rollback"] = {"attempted": False, "skipReason": JOB_INTERRUPTED, "batches": plan["batches"],
-                           "skipped": plan["skipped"]}
+        new["rollback"] = {
+            "attempted": False,
+            "skipReason": JOB_INTERRUPTED,
+            "batches": plan["batches"],
+            "skipped": plan["skipped"],
+        }
     new["status"] = "Failed"
     if new["promotion"] in ("Pending", "Running"):
         new["promotion"] = "Failed"
-    new.update(reason=(new["reason"] + "; " + why) if new["reason"] else why, code=new["code"] or JOB_INTERRUPTED,
-               completedAt=now, interrupted={"at": now, "why": why})
+    new.update(
+        reason=(new["reason"] + "; " + why) if new["reason"] else why,
+        code=new["code"] or JOB_INTERRUPTED,
+        completedAt=now,
+        interrupted={"at": now, "why": why},
+    )
     return new

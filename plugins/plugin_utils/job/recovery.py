@@ -30,8 +30,9 @@ def _next(record, now, status):
     new = clone(record)
     new["updatedAt"] = now
     if status not in _job.TRANSITIONS[new["status"]]:
-        raise _job.job_error("job %s cannot go from %s to %s" % (new["jobId"], new["status"], status),
-                             code="job_state_invalid")
+        raise _job.job_error(
+            "job %s cannot go from %s to %s" % (new["jobId"], new["status"], status), code="job_state_invalid"
+        )
     new["status"] = status
     return new
 
@@ -55,9 +56,14 @@ def recovery_started(source, rollback_job, now):
     ``RollbackStarted`` at the rollback's start (:func:`recovery_ended` writes its end)."""
     rollback = rollback_job["rollback"]
     new = _next(source, now, "RollingBack")
-    new["events"].append({"kind": "RollbackStarted", "at": rollback["startedAt"],
-                          "targets": [n for batch in rollback["batches"] for n in batch],
-                          "rollbackJobId": rollback_job["jobId"]})
+    new["events"].append(
+        {
+            "kind": "RollbackStarted",
+            "at": rollback["startedAt"],
+            "targets": [n for batch in rollback["batches"] for n in batch],
+            "rollbackJobId": rollback_job["jobId"],
+        }
+    )
     return new
 
 
@@ -79,10 +85,18 @@ def recovery_ended(source, rollback_job, now):
         else:
             target["rollbackError"] = done.get("rollbackError") or done.get("reason") or "rollback failed"
         target["rollback"] = dict(done.get("rollback") or {}, rollbackJobId=rollback_job["jobId"])
-    event = {"kind": "RollbackCompleted" if restored else "RollbackFailed", "at": now,
-             "rollbackJobId": rollback_job["jobId"]}
+    event = {
+        "kind": "RollbackCompleted" if restored else "RollbackFailed",
+        "at": now,
+        "rollbackJobId": rollback_job["jobId"],
+    }
     event.update({"targets": planned} if restored else {"error": rollback_job.get("reason") or "rollback failed"})
     new["events"].append(event)
-    new["recovery"] = {"rollbackJobId": rollback_job["jobId"], "status": "rolled_back" if restored else "rollback_failed",
-                       "reason": rollback.get("reason"), "startedAt": rollback["startedAt"], "completedAt": now}
+    new["recovery"] = {
+        "rollbackJobId": rollback_job["jobId"],
+        "status": "rolled_back" if restored else "rollback_failed",
+        "reason": rollback.get("reason"),
+        "startedAt": rollback["startedAt"],
+        "completedAt": now,
+    }
     return new

@@ -18,10 +18,16 @@ from __future__ import annotations
 
 import copy
 
-from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError, first_line, redact_text
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import (
+    StellaError,
+    first_line,
+    redact_text,
+)
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import utc_timestamp
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.rollback import (
-    RECOVERY_ROLLBACK_SKIPPED, suffixed_reason)
+    RECOVERY_ROLLBACK_SKIPPED,
+    suffixed_reason,
+)
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
 
 INTERNAL_ERROR = "internal_error"
@@ -42,8 +48,12 @@ def step_failed(record, step, code, reason, now, batch=None, target=None):
     found = new["targets"].get(target) if target else None
     if found is not None and found["status"] in ("Pending", "Running"):
         # what the target runs is not known: its apply may have changed it before the record failed
-        found.update(status="Failed", code=code, reason="the controller could not record this target: %s" % reason,
-                     outcomeUnknown=True)
+        found.update(
+            status="Failed",
+            code=code,
+            reason="the controller could not record this target: %s" % reason,
+            outcomeUnknown=True,
+        )
     return new
 
 
@@ -61,15 +71,26 @@ def abandoned(record, code, reason, now):
     new = _copy(record, now)
     for target in new["targets"].values():
         if target["status"] == "Running":
-            target.update(status="Failed", code=code, reason="the target's deployment did not finish: %s" % reason,
-                          outcomeUnknown=True)
+            target.update(
+                status="Failed",
+                code=code,
+                reason="the target's deployment did not finish: %s" % reason,
+                outcomeUnknown=True,
+            )
         elif target["status"] == "Pending":
             target.update(status="Skipped", reason="not started: %s" % reason)
     failure = new.get("reason") if new["status"] == "Failed" else None
-    new.update(status="Failed", promotion="Failed", code=new.get("code") if failure else code,
-               completedAt=new.get("completedAt") or now,
-               reason=suffixed_reason(failure or "controller step finish failed: %s" % reason, RECOVERY_ROLLBACK_SKIPPED,
-                                      "the controller's finish step failed: %s" % reason))
+    new.update(
+        status="Failed",
+        promotion="Failed",
+        code=new.get("code") if failure else code,
+        completedAt=new.get("completedAt") or now,
+        reason=suffixed_reason(
+            failure or "controller step finish failed: %s" % reason,
+            RECOVERY_ROLLBACK_SKIPPED,
+            "the controller's finish step failed: %s" % reason,
+        ),
+    )
     new["rollback"] = {"attempted": False, "skipReason": SKIP_REASON, "error": {"code": code, "reason": reason}}
     return new
 

@@ -25,37 +25,44 @@ import re
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.schema import STRATEGIES
 
-DEFAULT_BATCH_SIZE = {"rolling": 1, "canary": [1, "100%"], "all-at-once": "100%", "blue-green": "100%",
-                      "a-b": "100%"}
+DEFAULT_BATCH_SIZE = {"rolling": 1, "canary": [1, "100%"], "all-at-once": "100%", "blue-green": "100%", "a-b": "100%"}
 _PERCENT = re.compile(r"^([1-9][0-9]{0,2})%\Z")
 MAX_BATCH_ITEMS = 100
 
 
 def _invalid(message):
-    return StellaError("release_invalid", "release input field strategyConfig.batchSize %s" % message,
-                       phase="plan", evidence={"field": "strategyConfig.batchSize"})
+    return StellaError(
+        "release_invalid",
+        "release input field strategyConfig.batchSize %s" % message,
+        phase="plan",
+        evidence={"field": "strategyConfig.batchSize"},
+    )
 
 
 def _check_size(value):
     if isinstance(value, bool):
-        raise _invalid("must be a positive integer or a percentage such as \"25%\"")
+        raise _invalid('must be a positive integer or a percentage such as "25%"')
     if isinstance(value, int):
         if value < 1:
-            raise _invalid("must be a positive integer or a percentage such as \"25%\"")
+            raise _invalid('must be a positive integer or a percentage such as "25%"')
         return value
     if isinstance(value, str):
         match = _PERCENT.match(value.strip())
         if match and int(match.group(1)) <= 100:
             return "%d%%" % int(match.group(1))
-    raise _invalid("must be a positive integer or a percentage such as \"25%%\" (got %r)" % (value,))
+    raise _invalid('must be a positive integer or a percentage such as "25%%" (got %r)' % (value,))
 
 
 def check_strategy(strategy):
     """``strategy`` when it is one of :data:`STRATEGIES`, else ``release_invalid`` naming the field."""
     if not isinstance(strategy, str) or strategy not in DEFAULT_BATCH_SIZE:
-        raise StellaError("release_invalid", "release input field strategy must be one of %s (got %s)" % (
-            ", ".join(STRATEGIES), "nothing" if strategy in (None, "") else repr(strategy)),
-            phase="plan", evidence={"field": "strategy"})
+        raise StellaError(
+            "release_invalid",
+            "release input field strategy must be one of %s (got %s)"
+            % (", ".join(STRATEGIES), "nothing" if strategy in (None, "") else repr(strategy)),
+            phase="plan",
+            evidence={"field": "strategy"},
+        )
     return strategy
 
 
@@ -69,7 +76,7 @@ def batch_size_spec(strategy, strategy_config):
         raise _invalid("must have 1 to %d sizes" % MAX_BATCH_ITEMS)
     spec = [_check_size(item) for item in items]
     if strategy == "all-at-once" and "batchSize" in config and spec != ["100%"]:
-        raise _invalid("must be \"100%\" (or absent) for strategy all-at-once")
+        raise _invalid('must be "100%" (or absent) for strategy all-at-once')
     return spec
 
 
@@ -93,12 +100,11 @@ def serial_sizes(spec, total):
 def plan_batches(strategy, strategy_config, targets):
     """``[[target, ...], ...]``: ``targets`` (already in their stable order) cut into batches."""
     if len(set(targets)) != len(targets):
-        raise StellaError("release_invalid", "the job's targets are not unique: %s" % ", ".join(targets),
-                          phase="plan")
+        raise StellaError("release_invalid", "the job's targets are not unique: %s" % ", ".join(targets), phase="plan")
     sizes = serial_sizes(batch_size_spec(strategy, strategy_config), len(targets))
     batches, start = [], 0
     for size in sizes:
-        batches.append(list(targets[start:start + size]))
+        batches.append(list(targets[start : start + size]))
         start += size
     return batches
 
@@ -114,22 +120,41 @@ def gate(batch_index, outcomes, traffic_failure=None, step_failure=None):
     """
     failed = [(name, reason) for name, status, reason in outcomes if status != "Succeeded"]
     if not outcomes:
-        return {"batch": batch_index, "proceed": False, "reason": "batch %d has no target results" % (batch_index + 1),
-                "failedTargets": []}
+        return {
+            "batch": batch_index,
+            "proceed": False,
+            "reason": "batch %d has no target results" % (batch_index + 1),
+            "failedTargets": [],
+        }
     if failed:
         name, reason = failed[0]
         more = " (and %d more)" % (len(failed) - 1) if len(failed) > 1 else ""
-        return {"batch": batch_index, "proceed": False,
-                "reason": "strategy gate closed after batch %d: target %s failed: %s%s" % (
-                    batch_index + 1, name, reason or "no result", more),
-                "failedTargets": [n for n, _r in failed]}
+        return {
+            "batch": batch_index,
+            "proceed": False,
+            "reason": "strategy gate closed after batch %d: target %s failed: %s%s"
+            % (batch_index + 1, name, reason or "no result", more),
+            "failedTargets": [n for n, _r in failed],
+        }
     if step_failure:
-        return {"batch": batch_index, "proceed": False, "code": step_failure["code"], "failedTargets": [],
-                "reason": "strategy gate closed after batch %d: %s" % (batch_index + 1, step_failure["reason"])}
+        return {
+            "batch": batch_index,
+            "proceed": False,
+            "code": step_failure["code"],
+            "failedTargets": [],
+            "reason": "strategy gate closed after batch %d: %s" % (batch_index + 1, step_failure["reason"]),
+        }
     if traffic_failure:
-        return {"batch": batch_index, "proceed": False, "code": traffic_failure["code"], "failedTargets": [],
-                "reason": "strategy gate closed after batch %d: traffic: %s" % (batch_index + 1,
-                                                                                traffic_failure["reason"])}
-    return {"batch": batch_index, "proceed": True,
-            "reason": "batch %d: %d of %d target(s) succeeded" % (batch_index + 1, len(outcomes), len(outcomes)),
-            "failedTargets": []}
+        return {
+            "batch": batch_index,
+            "proceed": False,
+            "code": traffic_failure["code"],
+            "failedTargets": [],
+            "reason": "strategy gate closed after batch %d: traffic: %s" % (batch_index + 1, traffic_failure["reason"]),
+        }
+    return {
+        "batch": batch_index,
+        "proceed": True,
+        "reason": "batch %d: %d of %d target(s) succeeded" % (batch_index + 1, len(outcomes), len(outcomes)),
+        "failedTargets": [],
+    }

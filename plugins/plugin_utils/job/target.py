@@ -19,11 +19,14 @@ from __future__ import annotations
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import first_line
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
-    PHASES, ROLLBACK_PHASE_NAMES, UNREACHABLE_CODE)
+    PHASES,
+    ROLLBACK_PHASE_NAMES,
+    UNREACHABLE_CODE,
+)
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.deployment import project_digest
 
 # Phases the agent reports; verify is also the controller's probes, evidence and cleanup are the record.
-AGENT_PHASES = PHASES[:PHASES.index("post-deploy") + 1]
+AGENT_PHASES = PHASES[: PHASES.index("post-deploy") + 1]
 RECORDED = ("succeeded", "failed", "skipped")
 DEPLOY_FAILED, PROBE_FAILED, ROLLBACK_FAILED = "deploy_failed", "health_probe_failed", "rollback_failed"
 UNVERIFIED_ROLLBACK = "rollback_unverified"
@@ -76,7 +79,7 @@ def failed_phase(apply, probe, failure):
         agent_failed = [name for name, entry in _agent_phases(apply).items() if entry["status"] == "failed"]
         if agent_failed:
             return agent_failed[0]
-        named = (apply.get("failurePhase") or "")
+        named = apply.get("failurePhase") or ""
         return named if named in AGENT_PHASES else "deploy"
     if _failed(probe):
         return "verify"
@@ -101,10 +104,14 @@ def deployment_outcome(apply, probe=None, failure=None, evidence_written=False, 
         # The connection dropped while the apply ran: it may have finished on the target, or not. Only
         # the phase it started is recorded, and a rollback restores the target once it answers again.
         cause = first_line((apply if unreachable(apply) else failure).get("msg")) or "no answer"
-        return {"succeeded": False, "phases": [("preflight", "failed", 0, {"outcome": "unknown"})],
-                "failedPhase": "preflight", "code": UNREACHABLE_CODE,
-                "reason": "the target stopped answering while its apply ran (%s): the apply may have finished "
-                          "there; a rollback restores it once it answers again" % cause}
+        return {
+            "succeeded": False,
+            "phases": [("preflight", "failed", 0, {"outcome": "unknown"})],
+            "failedPhase": "preflight",
+            "code": UNREACHABLE_CODE,
+            "reason": "the target stopped answering while its apply ran (%s): the apply may have finished "
+            "there; a rollback restores it once it answers again" % cause,
+        }
     agent = _agent_phases(apply)
     probes, probe_reason = probe_status(probe)
     failing = _failed(apply) or _failed(probe) or _failed(failure)
@@ -137,8 +144,13 @@ def deployment_outcome(apply, probe=None, failure=None, evidence_written=False, 
         return {"succeeded": True, "phases": out, "failedPhase": None, "code": None, "reason": None}
     source = apply if _failed(apply) else probe if _failed(probe) else failure or {}
     default = PROBE_FAILED if source is probe else DEPLOY_FAILED
-    return {"succeeded": False, "phases": out, "failedPhase": phase, "code": source.get("code") or default,
-            "reason": first_line(source.get("msg")) or "the %s phase failed" % phase}
+    return {
+        "succeeded": False,
+        "phases": out,
+        "failedPhase": phase,
+        "code": source.get("code") or default,
+        "reason": first_line(source.get("msg")) or "the %s phase failed" % phase,
+    }
 
 
 def services_digest(result):
@@ -187,20 +199,35 @@ def rollback_outcome(result, failure=None):
     result = result or {}
     if unreachable(result) or unreachable(failure):
         cause = first_line((result if unreachable(result) else failure).get("msg")) or "no answer"
-        return {"succeeded": False, "phases": [],
-                "reason": "%s: the target did not answer (%s) and may still run the release being rolled back; "
-                          "roll it back once it answers (the rollback playbook)" % (UNREACHABLE_CODE, cause)}
-    phases = [(name, entry["status"], entry["durationMs"], None)
-              for name, entry in _agent_phases(result, ROLLBACK_PHASE_NAMES).items()]
+        return {
+            "succeeded": False,
+            "phases": [],
+            "reason": "%s: the target did not answer (%s) and may still run the release being rolled back; "
+            "roll it back once it answers (the rollback playbook)" % (UNREACHABLE_CODE, cause),
+        }
+    phases = [
+        (name, entry["status"], entry["durationMs"], None)
+        for name, entry in _agent_phases(result, ROLLBACK_PHASE_NAMES).items()
+    ]
     if _failed(result) or _failed(failure):
         source = result if _failed(result) else failure
-        return {"succeeded": False, "phases": phases,
-                "reason": "%s: %s" % (source.get("code") or ROLLBACK_FAILED, first_line(source.get("msg")) or
-                                      "rollback failed")}
+        return {
+            "succeeded": False,
+            "phases": phases,
+            "reason": "%s: %s"
+            % (source.get("code") or ROLLBACK_FAILED, first_line(source.get("msg")) or "rollback failed"),
+        }
     services = result.get("services") or []
-    verified = (result.get("rollbackRestored") and services and all(s.get("state") == "running" for s in services)
-                and all(s.get("imageDigest") for s in services))
+    verified = (
+        result.get("rollbackRestored")
+        and services
+        and all(s.get("state") == "running" for s in services)
+        and all(s.get("imageDigest") for s in services)
+    )
     if not verified:
-        return {"succeeded": False, "phases": phases,
-                "reason": "%s: the target did not report a verified restoration" % UNVERIFIED_ROLLBACK}
+        return {
+            "succeeded": False,
+            "phases": phases,
+            "reason": "%s: the target did not report a verified restoration" % UNVERIFIED_ROLLBACK,
+        }
     return {"succeeded": True, "phases": phases, "reason": None}

@@ -11,7 +11,9 @@ unknown (job/target.py). Pure.
 from __future__ import annotations
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
-    DEFAULT_HOOK_TIMEOUT, DEFAULT_WAIT_TIMEOUT)
+    DEFAULT_HOOK_TIMEOUT,
+    DEFAULT_WAIT_TIMEOUT,
+)
 
 # Seconds a target's apply or rollback may take besides its waits and hooks: pulling images, creating and
 # starting containers, the inspection.

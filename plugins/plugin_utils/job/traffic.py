@@ -45,8 +45,13 @@ def shift_step(record, batch):
         return None
     config, _required = traffic_config(record)
     control, treatment = _traffic.step_weights(strategy, config, batch, batches)
-    return {"batch": batch, "controlSlot": config.get("controlSlot") or DEFAULT_CONTROL_SLOT,
-            "treatmentSlot": treatment_slot(record), "controlWeight": control, "treatmentWeight": treatment}
+    return {
+        "batch": batch,
+        "controlSlot": config.get("controlSlot") or DEFAULT_CONTROL_SLOT,
+        "treatmentSlot": treatment_slot(record),
+        "controlWeight": control,
+        "treatmentWeight": treatment,
+    }
 
 
 def rollback_step(record, reason):
@@ -54,9 +59,15 @@ def rollback_step(record, reason):
     if record.get("strategy") not in _traffic.TRAFFIC_STRATEGIES:
         return None
     config, _required = traffic_config(record)
-    return {"batch": None, "controlSlot": config.get("controlSlot") or DEFAULT_CONTROL_SLOT,
-            "treatmentSlot": treatment_slot(record), "controlWeight": 100, "treatmentWeight": 0,
-            "rollback": True, "reason": reason}
+    return {
+        "batch": None,
+        "controlSlot": config.get("controlSlot") or DEFAULT_CONTROL_SLOT,
+        "treatmentSlot": treatment_slot(record),
+        "controlWeight": 100,
+        "treatmentWeight": 0,
+        "rollback": True,
+        "reason": reason,
+    }
 
 
 def puts_traffic_back(record):
@@ -110,8 +121,11 @@ def record_rollback(record, evidence, now, failure=None):
     new = _copy(record, now)
     new["trafficRollback"] = {"at": now, "evidence": dict(evidence), "failure": dict(failure) if failure else None}
     if failure and new["status"] == "Failed":
-        new["reason"] = "%s; traffic rollback failed: %s: %s" % (new.get("reason") or "deployment failed",
-                                                                 failure["code"], failure["reason"])
+        new["reason"] = "%s; traffic rollback failed: %s: %s" % (
+            new.get("reason") or "deployment failed",
+            failure["code"],
+            failure["reason"],
+        )
     new["strategyEvidence"] = dict(new.get("strategyEvidence") or {}, **evidence)
     return new
 

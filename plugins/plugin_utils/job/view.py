@@ -38,18 +38,28 @@ def outcome(record, files=None):
     the deployment id, status, whether it rolled back, the evidence files with their SHA-256 and the job
     evidence digest. Only facts of the record, which holds no secret (pure)."""
     rollback = record.get("rollback") or {}
-    return {"deploymentId": record["jobId"], "jobIdSource": record.get("jobIdSource"), "status": record["status"],
-            "succeeded": succeeded(record), "code": record.get("code"), "reason": record.get("reason"),
-            "next": None if succeeded(record) else next_step(record.get("code")),
-            "rolledBack": bool(rollback.get("attempted")), "rollbackStatus": rollback.get("status"),
-            "targets": sorted(record.get("targets") or {}),
-            "evidence": {name: dict(entry) for name, entry in sorted((files or {}).items())},
-            "evidenceDigest": job_evidence(record)["evidenceDigest"]}
+    return {
+        "deploymentId": record["jobId"],
+        "jobIdSource": record.get("jobIdSource"),
+        "status": record["status"],
+        "succeeded": succeeded(record),
+        "code": record.get("code"),
+        "reason": record.get("reason"),
+        "next": None if succeeded(record) else next_step(record.get("code")),
+        "rolledBack": bool(rollback.get("attempted")),
+        "rollbackStatus": rollback.get("status"),
+        "targets": sorted(record.get("targets") or {}),
+        "evidence": {name: dict(entry) for name, entry in sorted((files or {}).items())},
+        "evidenceDigest": job_evidence(record)["evidenceDigest"],
+    }
 
 
 def _identity(target):
-    return {"targetId": target.get("targetId"), "targetName": target.get("targetName"),
-            "targetType": target.get("targetType")}
+    return {
+        "targetId": target.get("targetId"),
+        "targetName": target.get("targetName"),
+        "targetType": target.get("targetType"),
+    }
 
 
 def _completed(target, key="phases"):
@@ -75,32 +85,57 @@ def rollback_evidence(record, source=None):
         if target.get("statusBeforeRollback", target["status"]) == "Skipped" or not target.get("phases"):
             continue
         status = (target.get("statusBeforeRollback") or target["status"]).lower()
-        deployment.append({"moduleName": module, "target": _identity(target), "batchIndex": target["batch"],
-                           "startedAt": deployed.get("startedAt"), "completedAt": _completed(target),
-                           "status": status, "failureReason": target.get("reason"), "scriptProofDigest": proof})
+        deployment.append(
+            {
+                "moduleName": module,
+                "target": _identity(target),
+                "batchIndex": target["batch"],
+                "startedAt": deployed.get("startedAt"),
+                "completedAt": _completed(target),
+                "status": status,
+                "failureReason": target.get("reason"),
+                "scriptProofDigest": proof,
+            }
+        )
         if status == "failed" and failure is None:
             failure = {"moduleName": module, "target": _identity(target), "failureReason": target.get("reason")}
     order = []
     for index, batch in enumerate(rollback.get("batches") or []):
         for name in batch:
             order.append(_rollback_entry(record, name, index, module, proof))
-    targets = [dict(_identity(record["targets"][n]), currentDigest=deployed["targets"][n].get("currentDigest"),
-                    rollbackDigest=(record["targets"][n].get("rollback") or {}).get("rollbackDigest"))
-               for n in planned]
-    return build_rollback_evidence(targets, rollback.get("completedAt") or rollback.get("startedAt"),
-                                   deployment_order=deployment, rollback_order=order, failure=failure,
-                                   deployment_id=deployed["jobId"],
-                                   rollback_job_id=record["jobId"] if source else record["jobId"] + "-rollback")
+    targets = [
+        dict(
+            _identity(record["targets"][n]),
+            currentDigest=deployed["targets"][n].get("currentDigest"),
+            rollbackDigest=(record["targets"][n].get("rollback") or {}).get("rollbackDigest"),
+        )
+        for n in planned
+    ]
+    return build_rollback_evidence(
+        targets,
+        rollback.get("completedAt") or rollback.get("startedAt"),
+        deployment_order=deployment,
+        rollback_order=order,
+        failure=failure,
+        deployment_id=deployed["jobId"],
+        rollback_job_id=record["jobId"] if source else record["jobId"] + "-rollback",
+    )
 
 
 def _rollback_entry(record, name, index, module, proof):
     """One target of the rollback order; ``batchIndex`` is the rollback's own batch (reverse batch order)."""
     rollback = record.get("rollback") or {}
     target = record["targets"][name]
-    return {"moduleName": module, "target": _identity(target), "batchIndex": index,
-            "startedAt": rollback.get("startedAt"), "completedAt": (target.get("rollback") or {}).get("completedAt"),
-            "status": "succeeded" if target["status"] == "RolledBack" else "failed",
-            "failureReason": target.get("rollbackError"), "scriptProofDigest": proof}
+    return {
+        "moduleName": module,
+        "target": _identity(target),
+        "batchIndex": index,
+        "startedAt": rollback.get("startedAt"),
+        "completedAt": (target.get("rollback") or {}).get("completedAt"),
+        "status": "succeeded" if target["status"] == "RolledBack" else "failed",
+        "failureReason": target.get("rollbackError"),
+        "scriptProofDigest": proof,
+    }
 
 
 def _phase_text(target, key="phases"):
@@ -109,12 +144,22 @@ def _phase_text(target, key="phases"):
 
 def render_text(record):
     """``job show``: the job, its batches and gates, and every target, in batch order."""
-    kind = ("rollback of job %s" % record.get("sourceJobId")) if record.get("kind") == "rollback" else (
-        "promotion %s" % record.get("promotion"))
-    lines = ["job %s  %s  (%s)" % (record["jobId"], record["status"], kind),
-             "release %s %s %s  strategy %s  created %s" % (
-                 (record.get("release") or {}).get("id"), (record.get("release") or {}).get("name"),
-                 (record.get("release") or {}).get("version"), record.get("strategy"), record.get("createdAt"))]
+    kind = (
+        ("rollback of job %s" % record.get("sourceJobId"))
+        if record.get("kind") == "rollback"
+        else ("promotion %s" % record.get("promotion"))
+    )
+    lines = [
+        "job %s  %s  (%s)" % (record["jobId"], record["status"], kind),
+        "release %s %s %s  strategy %s  created %s"
+        % (
+            (record.get("release") or {}).get("id"),
+            (record.get("release") or {}).get("name"),
+            (record.get("release") or {}).get("version"),
+            record.get("strategy"),
+            record.get("createdAt"),
+        ),
+    ]
     if record.get("reason"):
         lines.append("reason: %s" % record["reason"])
     if record.get("code") and next_step(record["code"]) and record["status"] not in ("Succeeded", "RolledBack"):
@@ -122,8 +167,10 @@ def render_text(record):
     lease = (record.get("options") or {}).get("claimLeaseSeconds")
     if lease and record["status"] not in TERMINAL:
         owner = record.get("owner") or {}
-        lines.append("claim lease %ss  run: controller %s pid %s  changed %s  renewed %s" % (
-            lease, owner.get("host"), owner.get("pid"), record.get("updatedAt"), record.get(LEASE_FIELD) or "-"))
+        lines.append(
+            "claim lease %ss  run: controller %s pid %s  changed %s  renewed %s"
+            % (lease, owner.get("host"), owner.get("pid"), record.get("updatedAt"), record.get(LEASE_FIELD) or "-")
+        )
     for index, batch in enumerate(record["batches"]):
         gate = next((g for g in record.get("gates") or [] if g["batch"] == index), None)
         verdict = ""
@@ -146,8 +193,9 @@ def render_text(record):
             if target.get("rollbackError"):
                 lines.append("    rollback error: %s" % target["rollbackError"])
     if record.get("trafficRollback"):
-        lines.append("traffic rollback: " + _traffic_text(record["trafficRollback"]["evidence"],
-                                                          "strategy.traffic.rollback."))
+        lines.append(
+            "traffic rollback: " + _traffic_text(record["trafficRollback"]["evidence"], "strategy.traffic.rollback.")
+        )
     for event in record.get("events") or []:
         lines.append("event %s at %s" % (event["kind"], event["at"]))
     return "\n".join(lines) + "\n"
@@ -158,8 +206,10 @@ def _traffic_text(evidence, prefix):
     status = evidence.get(prefix + "status")
     text = "%s %s" % (evidence.get(prefix + "mode"), status)
     if evidence.get(prefix + "controlWeight") is not None:
-        text += " control %s / treatment %s" % (evidence.get(prefix + "controlWeight"),
-                                                evidence.get(prefix + "treatmentWeight"))
+        text += " control %s / treatment %s" % (
+            evidence.get(prefix + "controlWeight"),
+            evidence.get(prefix + "treatmentWeight"),
+        )
     text += " slot %s" % evidence.get(prefix + "slot")
     if evidence.get(prefix + "adapter"):
         text += " (%s)" % evidence[prefix + "adapter"]

@@ -34,8 +34,10 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils.execution import
 FAILED_TEMPLATE = "Post-deploy health probe failed for component '%s': %s"
 OBSERVED_CONNECTED = "connected"
 REQUESTS_MISSING = "requests_missing"
-REQUESTS_MISSING_MSG = ("requests is required on the controller for HTTP health probes (install it into the Python "
-                        "that runs Ansible: %s -m pip install requests)")
+REQUESTS_MISSING_MSG = (
+    "requests is required on the controller for HTTP health probes (install it into the Python "
+    "that runs Ansible: %s -m pip install requests)"
+)
 DRAIN_LIMIT_BYTES = 64 * 1024
 USER_AGENT = "stellaops.runtime-probe/1"
 UNSAFE_URL_CHARS = re.compile(r"[\x00-\x20\x7f-\x9f\s]")
@@ -68,7 +70,11 @@ class ProbeResult:
     @property
     def detail(self):
         return "expected %s at %s, observed %s after %d attempt(s)" % (
-            self.spec.expectation, self.spec.endpoint, self.observed, self.attempts)
+            self.spec.expectation,
+            self.spec.endpoint,
+            self.observed,
+            self.attempts,
+        )
 
     def as_dict(self):
         data = {
@@ -114,8 +120,9 @@ class ProbeRunner:
 
         A runner must define this or override :meth:`run`; the base class probes nothing.
         """
-        raise StellaError("probe_runner_invalid", "probe runner %s defines neither attempt() nor run()"
-                          % type(self).__name__)
+        raise StellaError(
+            "probe_runner_invalid", "probe runner %s defines neither attempt() nor run()" % type(self).__name__
+        )
 
     def run(self, spec):
         started = self._clock()

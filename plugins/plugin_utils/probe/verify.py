@@ -32,9 +32,18 @@ import re
 from urllib.parse import urlsplit
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError, redact_url
-from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import LOCAL_ENDPOINTS, endpoint_host
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
+    LOCAL_ENDPOINTS,
+    endpoint_host,
+)
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.probe.runner import (
-    FAILED_TEMPLATE, OBSERVED_CONNECTED, UNSAFE_URL_CHARS, HttpTcpProbeRunner, ProbeAttempt, ProbeResult, ProbeRunner,
+    FAILED_TEMPLATE,
+    OBSERVED_CONNECTED,
+    UNSAFE_URL_CHARS,
+    HttpTcpProbeRunner,
+    ProbeAttempt,
+    ProbeResult,
+    ProbeRunner,
     unsendable_reason,
 )
 
@@ -54,8 +63,17 @@ KEY_TIMEOUT = "healthProbe.timeoutSeconds"
 KEY_ATTEMPTS = "healthProbe.attempts"
 KEY_INTERVAL = "healthProbe.intervalSeconds"
 KNOWN_KEYS = (
-    KEY_TYPE, KEY_URL, KEY_HOST, KEY_PORT, KEY_PATH, KEY_SCHEME, KEY_TCP_PORT,
-    KEY_EXPECTED_STATUS, KEY_TIMEOUT, KEY_ATTEMPTS, KEY_INTERVAL,
+    KEY_TYPE,
+    KEY_URL,
+    KEY_HOST,
+    KEY_PORT,
+    KEY_PATH,
+    KEY_SCHEME,
+    KEY_TCP_PORT,
+    KEY_EXPECTED_STATUS,
+    KEY_TIMEOUT,
+    KEY_ATTEMPTS,
+    KEY_INTERVAL,
 )
 HTTP_ONLY_KEYS = (KEY_URL, KEY_PORT, KEY_PATH, KEY_SCHEME, KEY_EXPECTED_STATUS)
 TCP_ONLY_KEYS = (KEY_TCP_PORT,)
@@ -95,12 +113,30 @@ def _invalid(detail, key=None):
 class ProbeSpec:
     """One component's probe, fully resolved (no defaults left to apply)."""
 
-    __slots__ = ("component", "type", "url", "host", "port", "expected_status",
-                 "timeout_seconds", "attempts", "interval_seconds")
+    __slots__ = (
+        "component",
+        "type",
+        "url",
+        "host",
+        "port",
+        "expected_status",
+        "timeout_seconds",
+        "attempts",
+        "interval_seconds",
+    )
 
-    def __init__(self, component, type, host, port=None, url=None, expected_status=None,  # noqa: A002
-                 timeout_seconds=DEFAULT_TIMEOUT_SECONDS, attempts=DEFAULT_ATTEMPTS,
-                 interval_seconds=DEFAULT_INTERVAL_SECONDS):
+    def __init__(
+        self,
+        component,
+        type,
+        host,
+        port=None,
+        url=None,
+        expected_status=None,  # noqa: A002
+        timeout_seconds=DEFAULT_TIMEOUT_SECONDS,
+        attempts=DEFAULT_ATTEMPTS,
+        interval_seconds=DEFAULT_INTERVAL_SECONDS,
+    ):
         self.component = component
         self.type = type
         self.url = url
@@ -223,8 +259,7 @@ def _seconds(config, key, where, default, low_exclusive, high):
     ok = ok and (number > 0 if low_exclusive else number >= 0)
     if not ok:
         bound = "greater than 0" if low_exclusive else "from 0"
-        raise _invalid("%s: %s must be a number of seconds %s up to %g, got %r" % (where, key, bound, high, value),
-                       key)
+        raise _invalid("%s: %s must be a number of seconds %s up to %g, got %r" % (where, key, bound, high, value), key)
     return number
 
 
@@ -264,8 +299,9 @@ def parse_probe_spec(name, config, default_host=None, endpoint=None):
     where = "component '%s'" % name
     unknown = [key for key in keys if key not in KNOWN_KEYS]
     if unknown:
-        raise _invalid("%s: unknown key %s (supported: %s)" % (where, ", ".join(unknown), ", ".join(KNOWN_KEYS)),
-                       unknown[0])
+        raise _invalid(
+            "%s: unknown key %s (supported: %s)" % (where, ", ".join(unknown), ", ".join(KNOWN_KEYS)), unknown[0]
+        )
 
     raw_type = config.get(KEY_TYPE, DEFAULT_TYPE)
     probe_type = raw_type.strip().lower() if isinstance(raw_type, str) else raw_type
@@ -274,8 +310,9 @@ def parse_probe_spec(name, config, default_host=None, endpoint=None):
     foreign = [key for key in (TCP_ONLY_KEYS if probe_type == "http" else HTTP_ONLY_KEYS) if key in config]
     if foreign:
         hint = " (use healthProbe.tcp.port)" if KEY_PORT in foreign else ""
-        raise _invalid("%s: %s does not apply to %s probes%s" % (where, ", ".join(foreign), probe_type, hint),
-                       foreign[0])
+        raise _invalid(
+            "%s: %s does not apply to %s probes%s" % (where, ", ".join(foreign), probe_type, hint), foreign[0]
+        )
 
     timeout = _seconds(config, KEY_TIMEOUT, where, DEFAULT_TIMEOUT_SECONDS, True, MAX_TIMEOUT_SECONDS)
     attempts = _integer(config, KEY_ATTEMPTS, where, DEFAULT_ATTEMPTS, 1, MAX_ATTEMPTS)
@@ -294,8 +331,11 @@ def parse_probe_spec(name, config, default_host=None, endpoint=None):
             host = port = None
             parts = None
         if parts is None or parts.scheme.lower() not in SCHEMES or not host:
-            raise _invalid("%s: healthProbe.url %r must be an absolute http:// or https:// URL with a host"
-                           % (where, redact_url(url)), KEY_URL)
+            raise _invalid(
+                "%s: healthProbe.url %r must be an absolute http:// or https:// URL with a host"
+                % (where, redact_url(url)),
+                KEY_URL,
+            )
         if parts.username is not None or parts.password is not None:
             raise _invalid("%s: healthProbe.url must not carry credentials" % where, KEY_URL)
         why = None if valid_host(host) else "has an invalid host"
@@ -303,8 +343,15 @@ def parse_probe_spec(name, config, default_host=None, endpoint=None):
         if why:
             raise _invalid("%s: healthProbe.url %r %s" % (where, redact_url(url), why), KEY_URL)
         expected = _integer(config, KEY_EXPECTED_STATUS, where, DEFAULT_EXPECTED_STATUS, 100, 599)
-        return ProbeSpec(name, "http", host, port=port or (443 if parts.scheme.lower() == "https" else 80),
-                         url=url, expected_status=expected, **common)
+        return ProbeSpec(
+            name,
+            "http",
+            host,
+            port=port or (443 if parts.scheme.lower() == "https" else 80),
+            url=url,
+            expected_status=expected,
+            **common,
+        )
 
     host = _text(config, KEY_HOST, where)
     if host is not None and not valid_host(host):
@@ -327,8 +374,9 @@ def parse_probe_spec(name, config, default_host=None, endpoint=None):
 
     scheme = (_text(config, KEY_SCHEME, where) or "http").lower()
     if scheme not in SCHEMES:
-        raise _invalid("%s: unsupported healthProbe.scheme %r (supported: http, https)" % (where, config[KEY_SCHEME]),
-                       KEY_SCHEME)
+        raise _invalid(
+            "%s: unsupported healthProbe.scheme %r (supported: http, https)" % (where, config[KEY_SCHEME]), KEY_SCHEME
+        )
     port = _integer(config, KEY_PORT, where, None, 1, 65535)
     path = _text(config, KEY_PATH, where) or "/"
     if UNSAFE_URL_CHARS.search(path):
@@ -341,8 +389,9 @@ def parse_probe_spec(name, config, default_host=None, endpoint=None):
     if why:
         raise _invalid("%s: probe URL %r built from the probe host %s" % (where, redact_url(url), why), KEY_HOST)
     expected = _integer(config, KEY_EXPECTED_STATUS, where, DEFAULT_EXPECTED_STATUS, 100, 599)
-    return ProbeSpec(name, "http", host, port=port or (443 if scheme == "https" else 80),
-                     url=url, expected_status=expected, **common)
+    return ProbeSpec(
+        name, "http", host, port=port or (443 if scheme == "https" else 80), url=url, expected_status=expected, **common
+    )
 
 
 def _components(components):
@@ -411,8 +460,12 @@ def validate_probe_config(components):
             parse_probe_spec(name, config, default_host=PLANNING_HOST)
         except StellaError as err:
             key = err.evidence.get("key")
-            raise StellaError(CONFIG_INVALID, err.reason, phase="plan",
-                              evidence={"field": _config_field(index, key), "component": name, "key": key})
+            raise StellaError(
+                CONFIG_INVALID,
+                err.reason,
+                phase="plan",
+                evidence={"field": _config_field(index, key), "component": name, "key": key},
+            )
 
 
 def _result(failed, msg, evidence, probes=(), code=None):
@@ -424,15 +477,22 @@ def _result(failed, msg, evidence, probes=(), code=None):
 
 def _check_mode_result(specs):
     """What the step would probe, with no verdict: ``healthProbe.status=not_run``."""
-    evidence = {"healthProbe.status": STATUS_NOT_RUN, "healthProbe.reason": CHECK_MODE_REASON,
-                "healthProbe.count": len(specs)}
+    evidence = {
+        "healthProbe.status": STATUS_NOT_RUN,
+        "healthProbe.reason": CHECK_MODE_REASON,
+        "healthProbe.count": len(specs),
+    }
     probes = []
     for spec in specs:
         evidence[PREFIX + spec.component + ".endpoint"] = spec.endpoint
         probes.append(dict(spec.as_dict(), expected=spec.expectation))
     planned = ", ".join("%s (%s at %s)" % (s.component, s.expectation, s.endpoint) for s in specs)
-    return _result(False, "Check mode: nothing probed, no verdict; would probe %d component(s): %s"
-                   % (len(specs), planned), evidence, probes)
+    return _result(
+        False,
+        "Check mode: nothing probed, no verdict; would probe %d component(s): %s" % (len(specs), planned),
+        evidence,
+        probes,
+    )
 
 
 def verify(components, target=None, wait_for_health_check=True, host_override=None, runner=None, check_mode=False):
@@ -453,8 +513,11 @@ def verify(components, target=None, wait_for_health_check=True, host_override=No
         if not opted_in:
             return _result(False, "No post-deploy health probes configured", {})
         if not wait_for_health_check:
-            evidence = {"healthProbe.status": STATUS_SKIPPED, "healthProbe.reason": SKIP_REASON,
-                        "healthProbe.count": len(opted_in)}
+            evidence = {
+                "healthProbe.status": STATUS_SKIPPED,
+                "healthProbe.reason": SKIP_REASON,
+                "healthProbe.count": len(opted_in),
+            }
             return _result(False, "Post-deploy health probes skipped (%s)" % SKIP_REASON, evidence)
         specs = parse_probe_specs(components, target=target, host_override=host_override)
         if check_mode:
@@ -466,8 +529,7 @@ def verify(components, target=None, wait_for_health_check=True, host_override=No
         count = 0
         if isinstance(components, (list, tuple)):
             count = sum(1 for c in components if isinstance(c, dict) and probe_keys(c.get("config")))
-        evidence = {"healthProbe.status": STATUS_FAILED, "healthProbe.reason": err.reason,
-                    "healthProbe.count": count}
+        evidence = {"healthProbe.status": STATUS_FAILED, "healthProbe.reason": err.reason, "healthProbe.count": count}
         return _result(True, err.reason, evidence, code=err.code)
 
     try:

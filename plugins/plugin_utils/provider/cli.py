@@ -29,15 +29,22 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.hints import error_line
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.imageref import image_id
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import job_evidence_dir
-from ansible_collections.stellaops.runtime.plugins.module_utils.contract.versions import DEFAULT_MIN_COMPOSE, DEFAULT_MIN_ENGINE
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.versions import (
+    DEFAULT_MIN_COMPOSE,
+    DEFAULT_MIN_ENGINE,
+)
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.execution.paths import COLLECTIONS_PATH
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import dependencies as _dependencies
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import protocol as _provider
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.plan import LOCAL_IMAGE_KEY
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider.location import STORE_FILE, state_dir
 
-PLAYBOOKS = {"up": "stellaops.runtime.job", "down": "stellaops.runtime.teardown", "stop": "stellaops.runtime.teardown",
-             "relay": "stellaops.runtime.relay"}
+PLAYBOOKS = {
+    "up": "stellaops.runtime.job",
+    "down": "stellaops.runtime.teardown",
+    "stop": "stellaops.runtime.teardown",
+    "relay": "stellaops.runtime.relay",
+}
 RELAY_ACTION = "stellaops.runtime.stella_relay"
 JOB_ACTIONS = ("stellaops.runtime.stella_job", "stella_job")
 PHASE_WORDS = {"succeeded": "ok", "failed": "failed", "skipped": "skipped"}
@@ -96,18 +103,38 @@ def run_playbook(playbooks, extravars, channel, cancelled):
     private = tempfile.mkdtemp(prefix="stella-provider-")
     try:
         os.chmod(private, stat.S_IRWXU)
-        inventory = {"all": {"children": {"stella_targets": {"hosts": {"localhost": {
-            "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}}}}
+        inventory = {
+            "all": {
+                "children": {
+                    "stella_targets": {
+                        "hosts": {
+                            "localhost": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+                        }
+                    }
+                }
+            }
+        }
         # ansible-playbook of this Python's environment (Compose runs providers with the user's PATH)
-        envvars = {"PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]),
-                   "ANSIBLE_COLLECTIONS_PATH": COLLECTIONS_PATH, "ANSIBLE_NOCOLOR": "1",
-                   "ANSIBLE_RETRY_FILES_ENABLED": "0", "ANSIBLE_LOCALHOST_WARNING": "0"}
+        envvars = {
+            "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]),
+            "ANSIBLE_COLLECTIONS_PATH": COLLECTIONS_PATH,
+            "ANSIBLE_NOCOLOR": "1",
+            "ANSIBLE_RETRY_FILES_ENABLED": "0",
+            "ANSIBLE_LOCALHOST_WARNING": "0",
+        }
         events = PhaseEvents(channel)
         runner = ansible_runner.run(
-            private_data_dir=private, playbook=[{"name": "stella provider: %s" % name,
-                                                 "ansible.builtin.import_playbook": name} for name in playbooks],
-            inventory=inventory, extravars=extravars, envvars=envvars, quiet=True, event_handler=events,
-            cancel_callback=lambda: cancelled["flag"])
+            private_data_dir=private,
+            playbook=[
+                {"name": "stella provider: %s" % name, "ansible.builtin.import_playbook": name} for name in playbooks
+            ],
+            inventory=inventory,
+            extravars=extravars,
+            envvars=envvars,
+            quiet=True,
+            event_handler=events,
+            cancel_callback=lambda: cancelled["flag"],
+        )
         return runner.rc, runner.status, events.failure, events.results, events.code
     finally:
         shutil.rmtree(private, ignore_errors=True)
@@ -115,6 +142,7 @@ def run_playbook(playbooks, extravars, channel, cancelled):
 
 def _job(store_path, job_id):
     from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.sql import open_store  # pylint: disable=import-outside-toplevel
+
     store = open_store(store_path)
     try:
         return store.get(job_id)
@@ -126,9 +154,15 @@ def deployment_facts(record, release):
     """What dependents receive: identical on every ``up`` of the same release."""
     target = (record.get("targets") or {}).get("localhost") or {}
     port = _provider.host_port(release["components"][0]["ports"])
-    return {"URL": "http://localhost:%s/" % port if port else None, "HOST": "localhost", "PORT": port,
-            "DIGEST": target.get("currentDigest"), "SLOT": target.get("slot"), "PROJECT": target.get("projectName"),
-            "MANIFEST_HASH": target.get("manifestHash")}
+    return {
+        "URL": "http://localhost:%s/" % port if port else None,
+        "HOST": "localhost",
+        "PORT": port,
+        "DIGEST": target.get("currentDigest"),
+        "SLOT": target.get("slot"),
+        "PROJECT": target.get("projectName"),
+        "MANIFEST_HASH": target.get("manifestHash"),
+    }
 
 
 def relay_name(parsed):
@@ -153,19 +187,31 @@ def relay_plan(parsed, channel, release):
         listen, device = address, "auto"
     else:
         listen, device = "host-gateway", "none"
-        channel.send("info", "no relay-link gateway announced: the relay endpoint binds the default bridge gateway, "
-                     "not pinned to an interface (any local container can reach it)")
-    return {"name": relay_name(parsed), "state": "present", "listen_address": listen, "device": device,
-            "forwards": forwards, "state_directory": state_dir(parsed)}
+        channel.send(
+            "info",
+            "no relay-link gateway announced: the relay endpoint binds the default bridge gateway, "
+            "not pinned to an interface (any local container can reach it)",
+        )
+    return {
+        "name": relay_name(parsed),
+        "state": "present",
+        "listen_address": listen,
+        "device": device,
+        "forwards": forwards,
+        "state_directory": state_dir(parsed),
+    }
 
 
 def up(parsed, channel, cancelled):
     options = parsed["options"]
     raw = _provider.raw_environment(options.get("raw_environment"))
     if raw and not channel.can("rawsetenv"):
-        raise StellaError("compose_unsupported", "the option raw_environment needs rawsetenv, which this Compose "
-                          "does not announce in COMPOSE_PROVIDER_MESSAGES (Compose 2.40.3 aborts on it); use the "
-                          "prefixed variables (setenv) instead")
+        raise StellaError(
+            "compose_unsupported",
+            "the option raw_environment needs rawsetenv, which this Compose "
+            "does not announce in COMPOSE_PROVIDER_MESSAGES (Compose 2.40.3 aborts on it); use the "
+            "prefixed variables (setenv) instead",
+        )
     config = None
     if channel.can("get-service-config"):
         config = _provider.service_config(channel.request("get-service-config"))
@@ -178,33 +224,49 @@ def up(parsed, channel, cancelled):
     os.makedirs(directory, mode=0o700, exist_ok=True)
     relay = relay_plan(parsed, channel, release)
     store = os.path.join(directory, STORE_FILE)
-    job_id = "compose-%s-%s" % (datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S"),
-                                secrets.token_hex(3))
-    extravars = {"stella_release": release, "stella_job_id": job_id, "stella_job_store": store,
-                 "stella_evidence_dir": os.path.join(directory, "evidence"),
-                 "stella_insecure_registries": options.get("insecure_registries") or [],
-                 "stella_min_engine_version": options.get("min_engine_version") or DEFAULT_MIN_ENGINE,
-                 "stella_min_compose_version": options.get("min_compose_version") or DEFAULT_MIN_COMPOSE,
-                 "stella_keep_revisions": keep}
+    job_id = "compose-%s-%s" % (
+        datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S"),
+        secrets.token_hex(3),
+    )
+    extravars = {
+        "stella_release": release,
+        "stella_job_id": job_id,
+        "stella_job_store": store,
+        "stella_evidence_dir": os.path.join(directory, "evidence"),
+        "stella_insecure_registries": options.get("insecure_registries") or [],
+        "stella_min_engine_version": options.get("min_engine_version") or DEFAULT_MIN_ENGINE,
+        "stella_min_compose_version": options.get("min_compose_version") or DEFAULT_MIN_COMPOSE,
+        "stella_keep_revisions": keep,
+    }
     if relay:
         extravars["stella_relay"] = relay
-    channel.send("info", "deploying %s%s (job %s)" % (release["components"][0]["image"], " as the image pull loaded, %s"
-                                                      % pinned if pinned else "", job_id))
+    channel.send(
+        "info",
+        "deploying %s%s (job %s)"
+        % (release["components"][0]["image"], " as the image pull loaded, %s" % pinned if pinned else "", job_id),
+    )
     plays = [PLAYBOOKS["up"]] + ([PLAYBOOKS["relay"]] if relay else [])
     rc, status, failure, results, code = run_playbook(plays, extravars, channel, cancelled)
     record = _job(store, job_id) if os.path.exists(store) else None
     if cancelled["flag"]:
-        raise StellaError("cancelled", "cancelled by Compose (job %s %s)" % (
-            job_id, (record or {}).get("status", "not started")))
+        raise StellaError(
+            "cancelled", "cancelled by Compose (job %s %s)" % (job_id, (record or {}).get("status", "not started"))
+        )
     if record is None:
-        raise StellaError(code or "provider_run_failed", "the deployment job did not start: %s" % (
-            failure or "ansible-runner %s, rc %s" % (status, rc)))
+        raise StellaError(
+            code or "provider_run_failed",
+            "the deployment job did not start: %s" % (failure or "ansible-runner %s, rc %s" % (status, rc)),
+        )
     if record["status"] != "Succeeded":
-        raise StellaError(record.get("code") or "deploy_failed", "job %s %s: %s" % (
-            job_id, record["status"], record.get("reason") or "ansible-runner %s" % status))
+        raise StellaError(
+            record.get("code") or "deploy_failed",
+            "job %s %s: %s" % (job_id, record["status"], record.get("reason") or "ansible-runner %s" % status),
+        )
     if rc != 0 or (relay and RELAY_ACTION not in results):
-        raise StellaError("relay_failed" if relay else "provider_run_failed", "job %s succeeded, then: %s" % (
-            job_id, failure or "ansible-runner %s, rc %s" % (status, rc)))
+        raise StellaError(
+            "relay_failed" if relay else "provider_run_failed",
+            "job %s succeeded, then: %s" % (job_id, failure or "ansible-runner %s, rc %s" % (status, rc)),
+        )
     facts = deployment_facts(record, release)
     for line in _provider.setenv_lines(facts):
         channel.send("setenv", line)
@@ -220,6 +282,7 @@ def project_of(release):
     """The Compose project the job gives this release on this host (as ``_job_plan`` names it)."""
     from ansible_collections.stellaops.runtime.plugins.plugin_utils.release import naming as _naming  # pylint: disable=import-outside-toplevel
     from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.plan import target_identity  # pylint: disable=import-outside-toplevel
+
     named = dict(release, target=target_identity("localhost", {"ansible_connection": "local"}, "ComposeHost"))
     return _naming.project_name(named, _naming.select_slot(named)[0])
 
@@ -228,17 +291,25 @@ def down(parsed, channel, cancelled, stop=False):
     """``down`` removes everything ``up`` created on this host (a no-op when nothing is there);
     ``stop`` stops its containers and keeps them."""
     release = _provider.release_from(parsed, {"image": parsed["options"].get("image") or "unused"})
-    extravars = {"stella_teardown_project": project_of(release),
-                 "stella_teardown_state": "stopped" if stop else "absent",
-                 "stella_work_directory": release["workDirectory"]}
+    extravars = {
+        "stella_teardown_project": project_of(release),
+        "stella_teardown_state": "stopped" if stop else "absent",
+        "stella_work_directory": release["workDirectory"],
+    }
     plays = [PLAYBOOKS["down"]]
     if not stop:  # stop keeps the relay endpoint, so the next up publishes the same one
         plays.append(PLAYBOOKS["relay"])
-        extravars["stella_relay"] = {"name": relay_name(parsed), "state": "absent", "state_directory": state_dir(parsed)}
+        extravars["stella_relay"] = {
+            "name": relay_name(parsed),
+            "state": "absent",
+            "state_directory": state_dir(parsed),
+        }
     rc, status, failure, _results, _code = run_playbook(plays, extravars, channel, cancelled)
     if rc != 0:
-        raise StellaError("teardown_failed", "%s failed: %s" % (
-            "stop" if stop else "down", failure or "ansible-runner %s, rc %s" % (status, rc)))
+        raise StellaError(
+            "teardown_failed",
+            "%s failed: %s" % ("stop" if stop else "down", failure or "ansible-runner %s, rc %s" % (status, rc)),
+        )
     channel.send("info", "stopped" if stop else "removed")
 
 
@@ -253,6 +324,7 @@ def _bookkeeping(parsed):
 
 def _remember(path, books, image, facts):
     from ansible_collections.stellaops.runtime.plugins.module_utils.host.files import atomic_write  # pylint: disable=import-outside-toplevel
+
     books = dict(books, **{image: facts})
     os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
     atomic_write(path, json.dumps(books, indent=1, sort_keys=True).encode("utf-8"), mode=0o600)
@@ -262,8 +334,9 @@ def daemon_image_id(ref, docker="docker"):
     """The id of the image ``ref`` names in this host's engine, ``None`` when it holds none."""
     import subprocess  # pylint: disable=import-outside-toplevel
 
-    proc = subprocess.run([docker, "image", "inspect", "--format", "{{.Id}}", ref], capture_output=True, check=False,
-                          timeout=60)
+    proc = subprocess.run(
+        [docker, "image", "inspect", "--format", "{{.Id}}", ref], capture_output=True, check=False, timeout=60
+    )
     if proc.returncode == 0:
         return proc.stdout.decode(errors="replace").strip() or None
     err = " ".join(proc.stderr.decode(errors="replace").split())
@@ -281,13 +354,19 @@ def local_pin(parsed, image, channel, docker="docker"):
         return None
     pinned = known.get("imageId") or known.get("digest")
     if not image_id(pinned) or daemon_image_id(pinned, docker) != pinned:
-        raise StellaError("local_image_missing", "%s was loaded by pull as %s and this engine no longer holds it: run "
-                          "`docker compose pull` (or `docker compose up --build` for a service that builds its image) "
-                          "so Compose hands it over again" % (image, pinned or "an unknown image"))
+        raise StellaError(
+            "local_image_missing",
+            "%s was loaded by pull as %s and this engine no longer holds it: run "
+            "`docker compose pull` (or `docker compose up --build` for a service that builds its image) "
+            "so Compose hands it over again" % (image, pinned or "an unknown image"),
+        )
     now = daemon_image_id(image, docker)
     if now != pinned:
-        channel.send("info", "%s now names %s in this engine, not the image pull loaded: deploying %s; "
-                     "`docker compose pull` takes the new one" % (image, now or "no image", pinned))
+        channel.send(
+            "info",
+            "%s now names %s in this engine, not the image pull loaded: deploying %s; "
+            "`docker compose pull` takes the new one" % (image, now or "no image", pinned),
+        )
     return pinned
 
 
@@ -302,8 +381,9 @@ def load_stream(channel, image, docker="docker"):
     if header.get("type") != "image-stream" or header.get("encoding") != "chunked":
         raise StellaError("image_stream_invalid", "unexpected answer to get-image: %s" % json.dumps(header)[:200])
     reader = _provider.ChunkedReader(channel.inp)
-    load = subprocess.Popen([docker, "load", "--quiet"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+    load = subprocess.Popen(
+        [docker, "load", "--quiet"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     try:
         for piece in reader.chunks():
             load.stdin.write(piece)
@@ -313,7 +393,9 @@ def load_stream(channel, image, docker="docker"):
         raise
     out, err = load.communicate()
     if load.returncode != 0:
-        raise StellaError("image_load_failed", "docker load failed: %s" % " ".join(err.decode(errors="replace").split())[:300])
+        raise StellaError(
+            "image_load_failed", "docker load failed: %s" % " ".join(err.decode(errors="replace").split())[:300]
+        )
     return reader.total, out.decode(errors="replace").strip()
 
 
@@ -329,25 +411,43 @@ def pull(parsed, channel):
     known = books.get(image) or {}
     decision = _provider.pull_decision(source, options.get("policy") or "missing", known, options.get("digest"))
     if decision == "up_to_date":
-        channel.send("info", "%s is up to date (%s, policy %s)" % (image, known.get("digest"),
-                                                                   options.get("policy") or "missing"))
+        channel.send(
+            "info",
+            "%s is up to date (%s, policy %s)" % (image, known.get("digest"), options.get("policy") or "missing"),
+        )
         return
     if decision == "load":
         size, loaded = load_stream(channel, image)
         held = daemon_image_id(image)
         if options.get("digest") and held != options["digest"]:
-            channel.send("debug", "Compose announced %s for %s, this engine holds %s after the load" % (
-                options["digest"], image, held))
+            channel.send(
+                "debug",
+                "Compose announced %s for %s, this engine holds %s after the load" % (options["digest"], image, held),
+            )
         # what up pins: the id this engine holds, verified again at up (local_pin)
-        _remember(path, books, image, {"digest": options.get("digest"), "created": options.get("created"),
-                                       "imageId": held, "source": "local", "bytes": size})
+        _remember(
+            path,
+            books,
+            image,
+            {
+                "digest": options.get("digest"),
+                "created": options.get("created"),
+                "imageId": held,
+                "source": "local",
+                "bytes": size,
+            },
+        )
         channel.send("info", "loaded %s (%d bytes): %s (%s)" % (image, size, loaded, held))
         return
     from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.inputs import (  # pylint: disable=import-outside-toplevel
-        load_credentials, resolve_digests)
+        load_credentials,
+        resolve_digests,
+    )
+
     probe = {"components": [{"name": "image", "image": image}]}
-    resolved, _resolution = resolve_digests(probe, load_credentials({}), options.get("insecure_registries") or [], {},
-                                            True, 15.0)
+    resolved, _resolution = resolve_digests(
+        probe, load_credentials({}), options.get("insecure_registries") or [], {}, True, 15.0
+    )
     digest = resolved.get(image)
     _remember(path, books, image, {"digest": digest, "source": "registry"})
     channel.send("info", "resolved %s to %s" % (image, digest))
@@ -359,6 +459,7 @@ def compose(argv, stdin, stdout, environ):
 
     def cancel(_signum, _frame):
         cancelled["flag"] = True
+
     try:
         parsed = _provider.parse_argv(argv)
         _dependencies.require(parsed["command"])

@@ -55,7 +55,14 @@ def require(command, python=None, find_spec=importlib.util.find_spec):
     absent = missing(NEEDS.get(command, NEEDS["install"]), find_spec)
     if absent:
         python = python or sys.executable
-        raise StellaError(DEPENDENCY_MISSING, "%s needs the Python module%s %s, which %s cannot import: run %s" % (
-            "stella install" if command == "install" else "stella compose %s" % command,
-            "s" if len(absent) > 1 else "", ", ".join(module for module, _package in absent), python,
-            pip_line([package for _module, package in absent], python)))
+        raise StellaError(
+            DEPENDENCY_MISSING,
+            "%s needs the Python module%s %s, which %s cannot import: run %s"
+            % (
+                "stella install" if command == "install" else "stella compose %s" % command,
+                "s" if len(absent) > 1 else "",
+                ", ".join(module for module, _package in absent),
+                python,
+                pip_line([package for _module, package in absent], python),
+            ),
+        )

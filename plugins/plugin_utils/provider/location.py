@@ -24,8 +24,10 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.sql import
 
 STORE_ENV = "STELLA_JOB_STORE"
 STORE_FILE = "jobs.sqlite3"  # the provider's store in its state directory (provider.cli ``up``)
-STORE_HELP = ("the job store: a path, sqlite:///path or postgresql://... (default: $%s, else %s)"
-              % (STORE_ENV, DEFAULT_STORE))
+STORE_HELP = "the job store: a path, sqlite:///path or postgresql://... (default: $%s, else %s)" % (
+    STORE_ENV,
+    DEFAULT_STORE,
+)
 
 # ``location``: what the store is opened with; ``source``: which rule chose it, as the commands print it.
 Location = collections.namedtuple("Location", "location source")
@@ -37,12 +39,21 @@ def add_options(parser, store=True):
     if store:
         parser.add_argument("--store", metavar="LOCATION", help=STORE_HELP)
     group = parser.add_argument_group("the Compose provider's job store (instead of --store)")
-    group.add_argument("--compose-project", metavar="PROJECT", help="read the store the Compose provider keeps for "
-                       "this Compose project (docker compose -p PROJECT)")
-    group.add_argument("--service", metavar="SERVICE", help="the service of PROJECT whose store to read (default: "
-                       "the one service of PROJECT that has a store)")
-    group.add_argument("--state-directory", metavar="DIR", help="the provider's state_directory option (default "
-                       "~/.local/state/stellaops/provider)")
+    group.add_argument(
+        "--compose-project",
+        metavar="PROJECT",
+        help="read the store the Compose provider keeps for this Compose project (docker compose -p PROJECT)",
+    )
+    group.add_argument(
+        "--service",
+        metavar="SERVICE",
+        help="the service of PROJECT whose store to read (default: the one service of PROJECT that has a store)",
+    )
+    group.add_argument(
+        "--state-directory",
+        metavar="DIR",
+        help="the provider's state_directory option (default ~/.local/state/stellaops/provider)",
+    )
     return parser
 
 
@@ -71,8 +82,9 @@ def state_dir(parsed):
 def provider_store(project, service=None, state_directory=None):
     """The provider's store of ``project``'s ``service`` (``service`` ``None``: the store ``up`` keeps for a
     project Compose names no service of)."""
-    return os.path.join(state_dir({"project": project, "service": service,
-                                   "options": {"state_directory": state_directory}}), STORE_FILE)
+    return os.path.join(
+        state_dir({"project": project, "service": service, "options": {"state_directory": state_directory}}), STORE_FILE
+    )
 
 
 def project_services(project, state_directory=None):
@@ -82,8 +94,11 @@ def project_services(project, state_directory=None):
         names = sorted(os.listdir(base))
     except OSError:
         return {}
-    return {name: os.path.join(base, name, STORE_FILE) for name in names
-            if os.path.isfile(os.path.join(base, name, STORE_FILE))}
+    return {
+        name: os.path.join(base, name, STORE_FILE)
+        for name in names
+        if os.path.isfile(os.path.join(base, name, STORE_FILE))
+    }
 
 
 def resolve(options, environ=None):
@@ -100,14 +115,18 @@ def resolve(options, environ=None):
             return Location(provider_store(project, service, state), chosen + " --service " + service)
         found = project_services(project, state)
         if len(found) == 1:
-            (name, path), = found.items()
+            ((name, path),) = found.items()
             return Location(path, chosen + " (its one service with a store: %s)" % name)
         base = os.path.dirname(os.path.dirname(provider_store(project, "-", state)))
         if not found:
-            raise StellaError("job_store_missing", "the Compose provider keeps no job store for project %s under %s"
-                              % (project, base))
-        raise StellaError("job_store_ambiguous", "the Compose provider keeps job stores for several services of "
-                          "project %s under %s (%s): choose one with --service" % (project, base, ", ".join(found)))
+            raise StellaError(
+                "job_store_missing", "the Compose provider keeps no job store for project %s under %s" % (project, base)
+            )
+        raise StellaError(
+            "job_store_ambiguous",
+            "the Compose provider keeps job stores for several services of "
+            "project %s under %s (%s): choose one with --service" % (project, base, ", ".join(found)),
+        )
     if environ.get(STORE_ENV):
         return Location(environ[STORE_ENV], STORE_ENV)
     return Location(DEFAULT_STORE, "default")

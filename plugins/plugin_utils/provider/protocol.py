@@ -27,8 +27,14 @@ import re
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
-    DEFAULT_KEEP_REVISIONS, DEFAULT_WORK_DIRECTORY, keep_revisions_problem)
-from ansible_collections.stellaops.runtime.plugins.module_utils.contract.versions import DEFAULT_MIN_COMPOSE, DEFAULT_MIN_ENGINE
+    DEFAULT_KEEP_REVISIONS,
+    DEFAULT_WORK_DIRECTORY,
+    keep_revisions_problem,
+)
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.versions import (
+    DEFAULT_MIN_COMPOSE,
+    DEFAULT_MIN_ENGINE,
+)
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.checks import split_port
 
 BASE_MESSAGES = ("info", "error", "setenv", "debug")
@@ -60,8 +66,12 @@ REPEATED_OPTIONS = set()
 def _param(name, description, kind="string", required=False, default=None, enum=None):
     """One parameter of the metadata. ``kind`` ``repeated`` is a string option that may be given more
     than once (the metadata's documented types are string, integer and boolean: it says ``string``)."""
-    entry = {"name": name, "description": description, "required": required,
-             "type": "string" if kind == REPEATED else kind}
+    entry = {
+        "name": name,
+        "description": description,
+        "required": required,
+        "type": "string" if kind == REPEATED else kind,
+    }
     if kind == REPEATED:
         REPEATED_OPTIONS.add(name)
     if default is not None:
@@ -72,41 +82,72 @@ def _param(name, description, kind="string", required=False, default=None, enum=
 
 
 _DEPLOY = [
-    _param("image", "Image to deploy (registry/repository:tag, pinned to its digest at planning); required unless "
-           "Compose answers get-service-config and the service has an image"),
+    _param(
+        "image",
+        "Image to deploy (registry/repository:tag, pinned to its digest at planning); required unless "
+        "Compose answers get-service-config and the service has an image",
+    ),
     _param("ports", "Published port HOST:CONTAINER (repeat the option for several)", REPEATED),
     _param("environment", "Container environment NAME=VALUE (repeat the option for several)", REPEATED),
     _param("version", "Release version recorded in the evidence", default="0.0.0"),
     _param("release_name", "Release name recorded in the evidence (default: the service name)"),
     _param("tenant", "Tenant of the deployment", default="default"),
     _param("environment_name", "Environment of the deployment", default="local"),
-    _param("strategy", "Deployment strategy", default="rolling",
-           enum=("rolling", "all-at-once", "blue-green", "canary", "a-b")),
-    _param("health_port", "Host port the post-deploy HTTP probe checks (default: the first published port)",
-           "integer"),
+    _param(
+        "strategy",
+        "Deployment strategy",
+        default="rolling",
+        enum=("rolling", "all-at-once", "blue-green", "canary", "a-b"),
+    ),
+    _param("health_port", "Host port the post-deploy HTTP probe checks (default: the first published port)", "integer"),
     _param("health_path", "Path of the post-deploy HTTP probe", default="/"),
     _param("insecure_registries", "Registries reached over plain HTTP (repeat for several)", REPEATED),
-    _param("work_directory", "Project directory root on the host (default: %s for root, "
-           "$XDG_STATE_HOME/stella/projects or ~/.local/state/stella/projects for any other user)" % DEFAULT_WORK_DIRECTORY,
-           default=default_work_directory()),
-    _param("state_directory", "Where the provider keeps its job store and evidence",
-           default="~/.local/state/stellaops/provider"),
+    _param(
+        "work_directory",
+        "Project directory root on the host (default: %s for root, "
+        "$XDG_STATE_HOME/stella/projects or ~/.local/state/stella/projects for any other user)"
+        % DEFAULT_WORK_DIRECTORY,
+        default=default_work_directory(),
+    ),
+    _param(
+        "state_directory",
+        "Where the provider keeps its job store and evidence",
+        default="~/.local/state/stellaops/provider",
+    ),
     _param("min_engine_version", "Oldest Docker Engine the preflight accepts", default=DEFAULT_MIN_ENGINE),
     _param("min_compose_version", "Oldest Compose plugin the preflight accepts", default=DEFAULT_MIN_COMPOSE),
     _param("auto_rollback", "Roll back automatically when the deployment fails", "boolean", default="true"),
-    _param("keep_revisions", "How many retained revisions of the project the host keeps (0: all)", "integer",
-           default=str(DEFAULT_KEEP_REVISIONS)),
-    _param("relay", "When Compose announces publish-endpoint: auto publishes each TCP port through a relay endpoint "
-           "bound to the relay-link gateway only; off publishes nothing", default="auto", enum=RELAY_MODES),
-    _param("raw_environment", "NAME=FACT sent as rawsetenv NAME=<value> (FACT: %s); needs a Compose that announces "
-           "rawsetenv (repeat the option for several)" % ", ".join(FACTS), REPEATED),
+    _param(
+        "keep_revisions",
+        "How many retained revisions of the project the host keeps (0: all)",
+        "integer",
+        default=str(DEFAULT_KEEP_REVISIONS),
+    ),
+    _param(
+        "relay",
+        "When Compose announces publish-endpoint: auto publishes each TCP port through a relay endpoint "
+        "bound to the relay-link gateway only; off publishes nothing",
+        default="auto",
+        enum=RELAY_MODES,
+    ),
+    _param(
+        "raw_environment",
+        "NAME=FACT sent as rawsetenv NAME=<value> (FACT: %s); needs a Compose that announces "
+        "rawsetenv (repeat the option for several)" % ", ".join(FACTS),
+        REPEATED,
+    ),
 ]
 _PULL = [
     _param("image", "The image reference as Compose resolved it", required=True),
-    _param("source", "Compose's verdict: local (the local daemon's image) or registry", required=True,
-           enum=("local", "registry")),
-    _param("policy", "missing (the up path) or always (docker compose pull)", required=True,
-           enum=("missing", "always")),
+    _param(
+        "source",
+        "Compose's verdict: local (the local daemon's image) or registry",
+        required=True,
+        enum=("local", "registry"),
+    ),
+    _param(
+        "policy", "missing (the up path) or always (docker compose pull)", required=True, enum=("missing", "always")
+    ),
     _param("digest", "Id of the image in the local daemon cache, when it is there"),
     _param("created", "Creation time of the image in the local daemon cache, when it is there"),
     _param("insecure_registries", "Registries reached over plain HTTP (repeat for several)", REPEATED),
@@ -114,7 +155,7 @@ _PULL = [
 ]
 METADATA = {
     "description": "Deploy the service with the stellaops.runtime Ansible collection under the Stella Ops "
-                   "runtime contract (digest-pinned, preflighted, verified, with evidence and rollback)",
+    "runtime contract (digest-pinned, preflighted, verified, with evidence and rollback)",
     "up": {"parameters": _DEPLOY},
     "down": {"parameters": _DEPLOY},
     "stop": {"parameters": _DEPLOY},
@@ -174,16 +215,25 @@ def parse_argv(argv):
             raise ProviderError("invalid_arguments", "unexpected argument %r after service %r" % (arg, service))
         index += 1
     if command not in COMMANDS:
-        raise ProviderError("invalid_arguments", "usage: stella compose [--project-name=NAME] %s [--option=value ...] "
-                            "[SERVICE] (got command %r)" % ("|".join(COMMANDS), command))
+        raise ProviderError(
+            "invalid_arguments",
+            "usage: stella compose [--project-name=NAME] %s [--option=value ...] "
+            "[SERVICE] (got command %r)" % ("|".join(COMMANDS), command),
+        )
     if command != "metadata" and not project:
         raise ProviderError("invalid_arguments", "--project-name is required for %s" % command)
     if project is not None and not PROJECT_NAME.match(project):
-        raise ProviderError("invalid_arguments", "project name %r is not a Compose project name (lower-case letters, "
-                            "digits, '-' and '_', starting with a letter or digit)" % project[:80])
+        raise ProviderError(
+            "invalid_arguments",
+            "project name %r is not a Compose project name (lower-case letters, "
+            "digits, '-' and '_', starting with a letter or digit)" % project[:80],
+        )
     if service is not None and not SERVICE_NAME.match(service):
-        raise ProviderError("invalid_arguments", "service name %r is not a Compose service name (letters, digits, "
-                            "'.', '-' and '_', starting with a letter or digit)" % service[:80])
+        raise ProviderError(
+            "invalid_arguments",
+            "service name %r is not a Compose service name (letters, digits, "
+            "'.', '-' and '_', starting with a letter or digit)" % service[:80],
+        )
     check_options(command, options)
     return {"command": command, "project": project, "service": service, "options": options, "unknown": unknown}
 
@@ -204,7 +254,9 @@ def check_options(command, options):
                 raise ProviderError("invalid_option", "--%s=%s is not true or false" % (name, item[:40]))
             allowed = param.get("enum", "").split(",") if param.get("enum") else None
             if allowed and item not in allowed:
-                raise ProviderError("invalid_option", "--%s=%s is not one of %s" % (name, item[:40], ", ".join(allowed)))
+                raise ProviderError(
+                    "invalid_option", "--%s=%s is not one of %s" % (name, item[:40], ", ".join(allowed))
+                )
 
 
 # Messages that only render progress: left out when Compose does not announce them.
@@ -261,12 +313,13 @@ class Channel:
         if not self.can(kind):
             if kind in PROGRESS_MESSAGES:
                 return False
-            raise ProviderError("compose_unsupported", "this Compose does not announce %s in "
-                                "COMPOSE_PROVIDER_MESSAGES, and the result needs it" % kind)
+            raise ProviderError(
+                "compose_unsupported",
+                "this Compose does not announce %s in COMPOSE_PROVIDER_MESSAGES, and the result needs it" % kind,
+            )
         if kind in ("setenv", "rawsetenv") and "=" not in message:
             raise ProviderError("internal_error", "%s message without '=' would abort Compose" % kind)
-        line = dict({"type": kind, "message": " ".join(str(message).split()) if kind == "error" else message},
-                    **extra)
+        line = dict({"type": kind, "message": " ".join(str(message).split()) if kind == "error" else message}, **extra)
         self.out.write(json.dumps(line, sort_keys=True).encode("utf-8") + b"\n")
         self.out.flush()
         self.sent.append(line)
@@ -275,8 +328,9 @@ class Channel:
     def request(self, kind, message=None, **extra):
         """Send a request and read its one-line JSON answer; EOF means this Compose cannot answer."""
         if not self.can(kind):
-            raise ProviderError("compose_unsupported", "this Compose does not announce %s in "
-                                "COMPOSE_PROVIDER_MESSAGES" % kind)
+            raise ProviderError(
+                "compose_unsupported", "this Compose does not announce %s in COMPOSE_PROVIDER_MESSAGES" % kind
+            )
         line = {"type": kind}
         if message is not None:
             line["message"] = message
@@ -285,8 +339,11 @@ class Channel:
         self.out.flush()
         answer = self.inp.readline()
         if not answer:
-            raise ProviderError("compose_unsupported", "Compose did not answer %s (its stdin closed): this Compose "
-                                "version does not support provider requests" % kind)
+            raise ProviderError(
+                "compose_unsupported",
+                "Compose did not answer %s (its stdin closed): this Compose "
+                "version does not support provider requests" % kind,
+            )
         try:
             return json.loads(answer)
         except ValueError:
@@ -310,8 +367,10 @@ class ChunkedReader:
     def _line(self):
         line = self.stream.readline(4096)
         if not line.endswith(b"\n"):
-            raise TruncatedStream("image_stream_truncated", "the image stream ended before its last chunk "
-                                  "(after %d bytes); it was discarded" % self.total)
+            raise TruncatedStream(
+                "image_stream_truncated",
+                "the image stream ended before its last chunk (after %d bytes); it was discarded" % self.total,
+            )
         return line
 
     def chunks(self):
@@ -326,14 +385,18 @@ class ChunkedReader:
             while left:
                 data = self.stream.read(min(left, self.piece))
                 if not data:
-                    raise TruncatedStream("image_stream_truncated", "the image stream ended inside a chunk "
-                                          "(after %d bytes); it was discarded" % self.total)
+                    raise TruncatedStream(
+                        "image_stream_truncated",
+                        "the image stream ended inside a chunk (after %d bytes); it was discarded" % self.total,
+                    )
                 left -= len(data)
                 self.total += len(data)
                 yield data
             if self.stream.read(2) != b"\r\n":
-                raise TruncatedStream("image_stream_truncated", "a chunk of the image stream was not terminated "
-                                      "(after %d bytes); it was discarded" % self.total)
+                raise TruncatedStream(
+                    "image_stream_truncated",
+                    "a chunk of the image stream was not terminated (after %d bytes); it was discarded" % self.total,
+                )
 
 
 def keep_revisions(options):
@@ -390,8 +453,9 @@ def relay_forwards(ports):
     forwards = []
     for address, host, container in published_ports(ports):
         upstream = address if address and address not in ("0.0.0.0", "::") else "127.0.0.1"
-        forwards.append({"port": int(container), "upstream_host": upstream, "upstream_port": int(host),
-                         "listen_port": 0})
+        forwards.append(
+            {"port": int(container), "upstream_host": upstream, "upstream_port": int(host), "listen_port": 0}
+        )
     return forwards
 
 
@@ -421,8 +485,9 @@ def raw_environment(values):
     out = _pairs(values, "raw_environment")
     for name, fact in sorted(out.items()):
         if fact not in FACTS:
-            raise ProviderError("invalid_option", "raw_environment %s=%s: the fact must be one of %s" % (
-                name, fact, ", ".join(FACTS)))
+            raise ProviderError(
+                "invalid_option", "raw_environment %s=%s: the fact must be one of %s" % (name, fact, ", ".join(FACTS))
+            )
     return out
 
 
@@ -436,12 +501,15 @@ def service_config(answer):
     string, ``ports`` a list, ``environment`` an object or a list and ``healthcheck`` an object, each
     when present; ``compose_protocol`` otherwise."""
     if not isinstance(answer, dict):
-        raise ProviderError("compose_protocol", "Compose answered get-service-config with %s, not a JSON object"
-                            % type(answer).__name__)
+        raise ProviderError(
+            "compose_protocol", "Compose answered get-service-config with %s, not a JSON object" % type(answer).__name__
+        )
     for key, kinds in (("image", (str,)), ("ports", (list,)), ("environment", (dict, list)), ("healthcheck", (dict,))):
         if answer.get(key) is not None and not isinstance(answer[key], kinds):
-            raise ProviderError("compose_protocol", "Compose answered get-service-config with a %s that is %s"
-                                % (key, type(answer[key]).__name__))
+            raise ProviderError(
+                "compose_protocol",
+                "Compose answered get-service-config with a %s that is %s" % (key, type(answer[key]).__name__),
+            )
     if isinstance(answer.get("environment"), list):
         answer = dict(answer, environment=_pairs(answer["environment"], "environment"))
     return answer
@@ -454,27 +522,44 @@ def release_from(parsed, service_config=None):
     config = service_config or {}
     image = options.get("image") or config.get("image")
     if not image:
-        raise ProviderError("provider_option_missing", "the provider option 'image' is required (provider: "
-                            "{type: stella, options: {image: registry/repository:tag}}): this Compose did not send "
-                            "the service definition")
+        raise ProviderError(
+            "provider_option_missing",
+            "the provider option 'image' is required (provider: "
+            "{type: stella, options: {image: registry/repository:tag}}): this Compose did not send "
+            "the service definition",
+        )
     ports = options.get("ports") or _service_ports(config)
     environment = dict(config.get("environment") or {})
     environment.update(_pairs(options.get("environment"), "environment"))
-    component = {"name": parsed["service"] or "service", "image": image, "ports": list(ports),
-                 "config": {"env." + k: "" if v is None else str(v) for k, v in sorted(environment.items())}}
+    component = {
+        "name": parsed["service"] or "service",
+        "image": image,
+        "ports": list(ports),
+        "config": {"env." + k: "" if v is None else str(v) for k, v in sorted(environment.items())},
+    }
     health = (config.get("healthcheck") or {}).get("test")
     if health and not (config.get("healthcheck") or {}).get("disable"):
         component["config"]["healthcheck.test"] = health
     port = options.get("health_port") or host_port(ports)
     if port:
-        component["config"].update({"healthProbe.type": "http", "healthProbe.port": int(port),
-                                    "healthProbe.path": options.get("health_path") or "/"})
+        component["config"].update(
+            {
+                "healthProbe.type": "http",
+                "healthProbe.port": int(port),
+                "healthProbe.path": options.get("health_path") or "/",
+            }
+        )
     service = parsed["service"] or "service"
     return {
-        "release": {"id": "%s-%s" % (service, options.get("version") or "0.0.0"),
-                    "name": options.get("release_name") or service, "version": options.get("version") or "0.0.0"},
-        "tenant": options.get("tenant") or "default", "environment": options.get("environment_name") or "local",
-        "application": "%s-%s" % (parsed["project"], service), "strategy": options.get("strategy") or "rolling",
+        "release": {
+            "id": "%s-%s" % (service, options.get("version") or "0.0.0"),
+            "name": options.get("release_name") or service,
+            "version": options.get("version") or "0.0.0",
+        },
+        "tenant": options.get("tenant") or "default",
+        "environment": options.get("environment_name") or "local",
+        "application": "%s-%s" % (parsed["project"], service),
+        "strategy": options.get("strategy") or "rolling",
         "strategyConfig": {"autoRollbackOnFailure": options.get("auto_rollback", "true") != "false"},
         "workDirectory": options.get("work_directory") or default_work_directory(),
         "target": {"type": "ComposeHost"},

@@ -28,7 +28,7 @@ import shlex
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 
-MAX_SAFE_INTEGER = 2 ** 53 - 1
+MAX_SAFE_INTEGER = 2**53 - 1
 PORT_MIN, PORT_MAX = 1, 65535
 
 
@@ -47,8 +47,9 @@ def field_path(parts):
 
 def fail(parts, message):
     field = field_path(parts)
-    raise StellaError("release_invalid", "release input field %s %s" % (field, message),
-                      phase="plan", evidence={"field": field})
+    raise StellaError(
+        "release_invalid", "release input field %s %s" % (field, message), phase="plan", evidence={"field": field}
+    )
 
 
 def _string_problem(text):
@@ -65,8 +66,11 @@ def check_values(instance, path=()):
         return
     if isinstance(instance, int):
         if not -MAX_SAFE_INTEGER <= instance <= MAX_SAFE_INTEGER:
-            fail(path, "must be an integer from -%d to %d (2^53-1), got a %d-bit integer; quote it as a string"
-                 % (MAX_SAFE_INTEGER, MAX_SAFE_INTEGER, instance.bit_length()))
+            fail(
+                path,
+                "must be an integer from -%d to %d (2^53-1), got a %d-bit integer; quote it as a string"
+                % (MAX_SAFE_INTEGER, MAX_SAFE_INTEGER, instance.bit_length()),
+            )
     elif isinstance(instance, float):
         if not math.isfinite(instance):
             fail(path, "must be a finite number, got %r" % instance)

@@ -39,7 +39,9 @@ import time
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import COMPOSE_PREFLIGHT
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.imageref import (
-    DEFAULT_REGISTRY, parse_image_ref, registry_key,
+    DEFAULT_REGISTRY,
+    parse_image_ref,
+    registry_key,
 )
 
 # The server URL credential stores keep Docker Hub's credentials under.
@@ -60,8 +62,11 @@ def _docker_auth():
     try:
         from docker import auth  # pylint: disable=import-outside-toplevel
     except ImportError as exc:
-        raise StellaError("invalid_request", "reading Docker's client config needs the docker SDK on the controller "
-                          "(pip install -r requirements.txt of stellaops.runtime): %s" % exc)
+        raise StellaError(
+            "invalid_request",
+            "reading Docker's client config needs the docker SDK on the controller "
+            "(pip install -r requirements.txt of stellaops.runtime): %s" % exc,
+        )
     return auth
 
 
@@ -82,12 +87,15 @@ def explicit_entry(registry, entry):
             with open(os.path.expanduser(entry["password_file"]), "r", encoding="utf-8") as handle:
                 password = handle.read().rstrip("\r\n")
         except OSError as exc:
-            raise StellaError("invalid_request", "registry_credentials[%s].password_file cannot be read (%s)"
-                              % (registry, exc.strerror))
+            raise StellaError(
+                "invalid_request",
+                "registry_credentials[%s].password_file cannot be read (%s)" % (registry, exc.strerror),
+            )
         entry = dict({k: v for k, v in entry.items() if k != "password_file"}, password=password)
     # imported here: it brings urllib.request (about 0.02 s), which an apply task without explicit
     # credentials never needs
     from ansible_collections.stellaops.runtime.plugins.module_utils.engine.registry import credential_entry  # pylint: disable=import-outside-toplevel
+
     return credential_entry(registry, entry)
 
 
@@ -151,8 +159,10 @@ class RegistryCredentials:
             try:
                 self._config = auth.load_config(config_path=self.config_path, credstore_env=self.environ)
             except Exception as exc:  # the SDK raises its own InvalidConfigFile / ValueError / binascii errors
-                raise StellaError("invalid_request", "Docker client config %s cannot be read: %s"
-                                  % (self.config_path, type(exc).__name__))
+                raise StellaError(
+                    "invalid_request",
+                    "Docker client config %s cannot be read: %s" % (self.config_path, type(exc).__name__),
+                )
         return self._config
 
     def _mentions(self, key):
@@ -165,8 +175,10 @@ class RegistryCredentials:
                 with open(self.config_path, "r", encoding="utf-8") as handle:
                     raw = json.load(handle)
             except (OSError, ValueError) as exc:
-                raise StellaError("invalid_request", "Docker client config %s cannot be read: %s"
-                                  % (self.config_path, type(exc).__name__))
+                raise StellaError(
+                    "invalid_request",
+                    "Docker client config %s cannot be read: %s" % (self.config_path, type(exc).__name__),
+                )
             self._raw = raw if isinstance(raw, dict) else {}
         raw = self._raw
         sections = [raw.get(name) for name in ("auths", "credHelpers", "credsStore")]
@@ -192,8 +204,11 @@ class RegistryCredentials:
             if entry.get("IdentityToken"):
                 return {"identitytoken": entry["IdentityToken"], "source": "docker-config:auths"}
             if entry.get("username"):
-                return {"username": entry["username"], "password": entry.get("password") or "",
-                        "source": "docker-config:auths"}
+                return {
+                    "username": entry["username"],
+                    "password": entry.get("password") or "",
+                    "source": "docker-config:auths",
+                }
         return None
 
     def _from_helper(self, helper, key, source):
@@ -204,13 +219,17 @@ class RegistryCredentials:
             if source.startswith("docker-config:credsStore:"):
                 # the default store of a config copied from another machine (e.g. ``desktop``): planning
                 # goes on without stored credentials and says so
-                self._warned[key] = ("Docker client config %s names credsStore %r but %s is not installed: no "
-                                     "stored credentials for %s" % (self.config_path, helper, program, key))
+                self._warned[key] = (
+                    "Docker client config %s names credsStore %r but %s is not installed: no "
+                    "stored credentials for %s" % (self.config_path, helper, program, key)
+                )
                 self.warnings.append(self._warned[key])
                 return None
-            raise StellaError("registry_auth_failed", "Docker client config %s names credential helper %s for %s, "
-                              "and it is not on PATH: install it or remove the credHelpers entry"
-                              % (self.config_path, program, key))
+            raise StellaError(
+                "registry_auth_failed",
+                "Docker client config %s names credential helper %s for %s, "
+                "and it is not on PATH: install it or remove the credHelpers entry" % (self.config_path, program, key),
+            )
         servers = [HUB_SERVER_URL] if key == DEFAULT_REGISTRY else [key, "https://" + key]
         for server in servers:
             data = self._helper_get(exe, program, server, key)
@@ -231,11 +250,19 @@ class RegistryCredentials:
         when the time is up or the answer grows beyond ``MAX_HELPER_OUTPUT`` bytes."""
         try:
             process = subprocess.Popen(  # pylint: disable=consider-using-with
-                [exe, "get"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.environ,
-                start_new_session=True)
+                [exe, "get"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=self.environ,
+                start_new_session=True,
+            )
         except OSError as exc:
-            raise StellaError("registry_auth_failed", "credential helper %s for %s could not be started: %s"
-                              % (program, key, exc.strerror or type(exc).__name__))
+            raise StellaError(
+                "registry_auth_failed",
+                "credential helper %s for %s could not be started: %s"
+                % (program, key, exc.strerror or type(exc).__name__),
+            )
         stdout, stderr, problem = b"", b"", "did not answer"
         try:
             stdout, stderr, problem = _exchange(process, server.encode("utf-8"))
@@ -255,8 +282,11 @@ class RegistryCredentials:
         if process.returncode != 0:
             if NOT_FOUND.encode() in stdout[:STDERR_KEPT] or NOT_FOUND.encode() in stderr:
                 return None
-            raise StellaError("registry_auth_failed", "credential helper %s failed for %s (exit %d; what it printed "
-                              "is not shown: it may hold a secret)" % (program, key, process.returncode))
+            raise StellaError(
+                "registry_auth_failed",
+                "credential helper %s failed for %s (exit %d; what it printed "
+                "is not shown: it may hold a secret)" % (program, key, process.returncode),
+            )
         try:
             data = json.loads(stdout.decode("utf-8"))
         except ValueError:
@@ -302,7 +332,7 @@ def _exchange(process, data):
                         return b"", b"", "answered more than %d MiB" % (MAX_HELPER_OUTPUT // (1024 * 1024))
                     out.append(chunk)
                 elif kept < STDERR_KEPT:
-                    err.append(chunk[:STDERR_KEPT - kept])
+                    err.append(chunk[: STDERR_KEPT - kept])
                     kept += len(err[-1])
     left = deadline - time.monotonic()
     try:
@@ -313,6 +343,7 @@ def _exchange(process, data):
 
 
 # -- the target's preflight --------------------------------------------------------------------------
+
 
 def preflight_registries(preflight):
     """The registries a preflight's options ask: the one of ``registry_url`` and the one of its image
@@ -336,8 +367,9 @@ def with_preflight_credentials(preflight, environ=None, config_path=None):
     ``registry_credentials`` given in the options first, then Docker's client config on this
     controller). Other registries' credentials never travel to the target."""
     options = dict(preflight)
-    credentials = RegistryCredentials(options.pop("registry_credentials", None) or {}, config_path=config_path,
-                                      environ=environ)
+    credentials = RegistryCredentials(
+        options.pop("registry_credentials", None) or {}, config_path=config_path, environ=environ
+    )
     entries = credentials.for_registries(preflight_registries(options))
     if entries:
         options["registry_credentials"] = entries

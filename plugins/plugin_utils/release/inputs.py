@@ -37,16 +37,26 @@ def resolve_digests(release, credentials, insecure, pre_resolved, resolve, timeo
     evidence = {}
     pending = [ref for ref in unresolved_references(release) if ref not in resolved]
     if pending and not resolve:
-        raise StellaError("image_unresolved", "image %s has no digest and resolve=false" % pending[0], phase="resolve",
-                          evidence={"image": pending[0]})
+        raise StellaError(
+            "image_unresolved",
+            "image %s has no digest and resolve=false" % pending[0],
+            phase="resolve",
+            evidence={"image": pending[0]},
+        )
     with DigestResolver(credentials, insecure, transport=transport, timeout=timeout) as resolver:
         for ref in pending:
             info = resolver.resolve(ref)
             resolved[ref] = info["digest"]
             evidence[ref] = info
     for ref, local in sorted(local_images(release).items()):
-        evidence[ref] = {"reference": ref, "image": local, "digest": local, "imageId": local, "resolved": False,
-                         "source": "local"}
+        evidence[ref] = {
+            "reference": ref,
+            "image": local,
+            "digest": local,
+            "imageId": local,
+            "resolved": False,
+            "source": "local",
+        }
     for ref in sorted(pre_resolved):
         evidence.setdefault(ref, {"reference": ref, "digest": pre_resolved[ref], "resolved": False, "source": "input"})
     return resolved, evidence

@@ -89,7 +89,9 @@ def _emit(value, indent, out):
                 out.append("%s%s:\n" % (pad, _key(key)))
                 _emit(item, indent + 1, out)
             else:
-                out.append("%s%s: %s\n" % (pad, _key(key), _empty(item) if isinstance(item, (dict, list)) else _scalar(item)))
+                out.append(
+                    "%s%s: %s\n" % (pad, _key(key), _empty(item) if isinstance(item, (dict, list)) else _scalar(item))
+                )
     elif isinstance(value, list):
         for item in value:
             if isinstance(item, (dict, list)) and item:
@@ -125,7 +127,7 @@ def _str(value):
 
 def healthcheck(config):
     """The service healthcheck from ``healthcheck.*`` config keys (``None`` when there are none)."""
-    keys = {key[len("healthcheck."):]: value for key, value in config.items() if key.startswith("healthcheck.")}
+    keys = {key[len("healthcheck.") :]: value for key, value in config.items() if key.startswith("healthcheck.")}
     if not keys:
         return None
     result = {}

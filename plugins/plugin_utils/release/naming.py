@@ -20,7 +20,10 @@ from __future__ import annotations
 import re
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.canonical import digest_json
-from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import MAX_PROJECT_LENGTH, PROJECT_RE
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
+    MAX_PROJECT_LENGTH,
+    PROJECT_RE,
+)
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 
 NAMED_SLOTS = ("active", "canary", "blue", "green")
@@ -43,7 +46,7 @@ def _clean_part(text):
 
 
 def _tuple_hash(parts):
-    return digest_json(list(parts))[len("sha256:"):][:_HASH_LEN]
+    return digest_json(list(parts))[len("sha256:") :][:_HASH_LEN]
 
 
 def bound_name(name, raw_parts, lossy):
@@ -70,8 +73,12 @@ def slot_suffix_present(project, slot):
 def explicit_project_name(project, slot):
     """An explicit project with the non-active slot appended unless it already ends with it."""
     if not PROJECT_RE.match(project or "") or len(project) > MAX_PROJECT_LENGTH:
-        raise StellaError("release_invalid", "release input field projectName %r is not a valid Compose project name"
-                          % (project,), phase="plan", evidence={"field": "projectName"})
+        raise StellaError(
+            "release_invalid",
+            "release input field projectName %r is not a valid Compose project name" % (project,),
+            phase="plan",
+            evidence={"field": "projectName"},
+        )
     if slot == "active" or slot_suffix_present(project, slot):
         return project
     return bound_name(project + "-" + slot, ["explicit", project, slot], False)
@@ -80,14 +87,19 @@ def explicit_project_name(project, slot):
 def project_name(release, slot):
     if release.get("projectName"):
         return explicit_project_name(release["projectName"], slot)
-    return derive_project_name(release["tenant"], release["environment"], release["target"]["id"],
-                               release["application"], slot)
+    return derive_project_name(
+        release["tenant"], release["environment"], release["target"]["id"], release["application"], slot
+    )
 
 
 def _check_slot(slot, field):
     if not isinstance(slot, str) or not _SLOT_RE.match(slot):
-        raise StellaError("release_invalid", "release input field %s %r is not a valid slot" % (field, slot),
-                          phase="plan", evidence={"field": field})
+        raise StellaError(
+            "release_invalid",
+            "release input field %s %r is not a valid slot" % (field, slot),
+            phase="plan",
+            evidence={"field": field},
+        )
     return slot
 
 
@@ -108,9 +120,13 @@ def select_slot(release):
             continue
         _check_slot(value, field)
         if value not in NAMED_SLOTS and release["strategy"] != "a-b" and not field.endswith("variantId"):
-            raise StellaError("release_invalid",
-                              "release input field %s %r is not active, canary, blue or green (variant ids need "
-                              "strategy a-b or variantId)" % (field, value), phase="plan", evidence={"field": field})
+            raise StellaError(
+                "release_invalid",
+                "release input field %s %r is not active, canary, blue or green (variant ids need "
+                "strategy a-b or variantId)" % (field, value),
+                phase="plan",
+                evidence={"field": field},
+            )
         return value, field
     return DEFAULT_SLOTS[release["strategy"]], "default:" + release["strategy"]
 

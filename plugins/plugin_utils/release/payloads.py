@@ -18,11 +18,24 @@ from __future__ import annotations
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.imageref import image_id
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (  # noqa: F401 (re-exported)
-    COMPOSE_PREFLIGHT, COMPOSE_ROLLBACK, COMPOSE_UP, DEFAULT_HOOK_INTERPRETER, DEFAULT_HOOK_TIMEOUT,
-    DEFAULT_MINIMUM_FREE_DISK_BYTES, DEFAULT_REACHABILITY_MODE, DOCKER_ROLLBACK, DOCKER_RUN, target_context)
+    COMPOSE_PREFLIGHT,
+    COMPOSE_ROLLBACK,
+    COMPOSE_UP,
+    DEFAULT_HOOK_INTERPRETER,
+    DEFAULT_HOOK_TIMEOUT,
+    DEFAULT_MINIMUM_FREE_DISK_BYTES,
+    DEFAULT_REACHABILITY_MODE,
+    DOCKER_ROLLBACK,
+    DOCKER_RUN,
+    target_context,
+)
 
-_SKIP_PULL_KEYS = (("runtime.skipPull", True), ("compose.skipPull", True),
-                   ("compose.pullImages", False), ("pullImages", False))
+_SKIP_PULL_KEYS = (
+    ("runtime.skipPull", True),
+    ("compose.skipPull", True),
+    ("compose.pullImages", False),
+    ("pullImages", False),
+)
 
 
 def _truthy(value):
@@ -110,10 +123,18 @@ def deployment_environment(plan, component):
 
 def compose_up(plan, lock_text, sticker_text, apply_manifest_text, pull_images, backup_existing, hooks):
     return COMPOSE_UP.payload(
-        ProjectName=plan["projectName"], ComposeLock=lock_text, VersionSticker=sticker_text,
-        ApplyManifest=apply_manifest_text, PullImages=pull_images, BackupExisting=backup_existing, Hooks=hooks,
-        WorkDirectory=plan["workDirectory"], ManifestHash=plan["manifestHash"], Target=target_context(plan["target"]),
-        Variables=variables(plan))
+        ProjectName=plan["projectName"],
+        ComposeLock=lock_text,
+        VersionSticker=sticker_text,
+        ApplyManifest=apply_manifest_text,
+        PullImages=pull_images,
+        BackupExisting=backup_existing,
+        Hooks=hooks,
+        WorkDirectory=plan["workDirectory"],
+        ManifestHash=plan["manifestHash"],
+        Target=target_context(plan["target"]),
+        Variables=variables(plan),
+    )
 
 
 def docker_run(plan, service, hooks):
@@ -124,31 +145,47 @@ def docker_run(plan, service, hooks):
             value = service["config"][key]
             env[key[4:]] = ("true" if value else "false") if isinstance(value, bool) else str(value)
     return DOCKER_RUN.payload(
-        Image=service["image"], Name="%s-%s" % (plan["projectName"], service["name"]),
-        PullImage=not (plan["pullImagesDisabled"] or component_skips_pull(service["config"])), Hooks=hooks,
-        Labels=dict(sorted(service["labels"].items())), Environment={name: env[name] for name in sorted(env)},
-        Ports=list(service["ports"]), Config={key: service["config"][key] for key in sorted(service["config"])},
-        WorkDirectory=plan["workDirectory"], ManifestHash=plan["manifestHash"], Target=target_context(plan["target"]),
+        Image=service["image"],
+        Name="%s-%s" % (plan["projectName"], service["name"]),
+        PullImage=not (plan["pullImagesDisabled"] or component_skips_pull(service["config"])),
+        Hooks=hooks,
+        Labels=dict(sorted(service["labels"].items())),
+        Environment={name: env[name] for name in sorted(env)},
+        Ports=list(service["ports"]),
+        Config={key: service["config"][key] for key in sorted(service["config"])},
+        WorkDirectory=plan["workDirectory"],
+        ManifestHash=plan["manifestHash"],
+        Target=target_context(plan["target"]),
         Variables=dict(variables(plan), componentName=service["name"]),
-        EnvFile=plan["paths"]["envArtifactPath"] if plan.get("envArtifactHash") else None)
+        EnvFile=plan["paths"]["envArtifactPath"] if plan.get("envArtifactHash") else None,
+    )
 
 
 def compose_rollback(plan, revision_path=None):
     """``ManifestHash`` is the release this deployment applies: its rollback restores only while the
     project still runs it (a newer deployment's release is never replaced)."""
     return COMPOSE_ROLLBACK.payload(
-        ProjectName=plan["projectName"], RevisionPath=revision_path, ManifestHash=plan["manifestHash"],
+        ProjectName=plan["projectName"],
+        RevisionPath=revision_path,
+        ManifestHash=plan["manifestHash"],
         WorkDirectory=plan["workDirectory"],
-        Target=target_context(plan["target"]), Variables=variables(plan, rollback=True))
+        Target=target_context(plan["target"]),
+        Variables=variables(plan, rollback=True),
+    )
 
 
 def docker_rollback(plan, names, revision_path=None):
     """``docker.rollback`` of this deployment's containers, guarded like ``compose.rollback`` by the
     manifest hash the deployment applies."""
     return DOCKER_ROLLBACK.payload(
-        ProjectName=plan["projectName"], Names=list(names), RevisionPath=revision_path,
-        ManifestHash=plan["manifestHash"], WorkDirectory=plan["workDirectory"],
-        Target=target_context(plan["target"]), Variables=variables(plan, rollback=True))
+        ProjectName=plan["projectName"],
+        Names=list(names),
+        RevisionPath=revision_path,
+        ManifestHash=plan["manifestHash"],
+        WorkDirectory=plan["workDirectory"],
+        Target=target_context(plan["target"]),
+        Variables=variables(plan, rollback=True),
+    )
 
 
 def compose_preflight(plan, images, preflight):
@@ -157,7 +194,9 @@ def compose_preflight(plan, images, preflight):
     component's pinned image (components sorted by name), left out for an image id pin (a locally
     loaded image, which no registry holds)."""
     return COMPOSE_PREFLIGHT.payload(
-        WorkDirectory=plan["workDirectory"], ImageReference=None if image_id(images[0]) else images[0],
+        WorkDirectory=plan["workDirectory"],
+        ImageReference=None if image_id(images[0]) else images[0],
         MinimumFreeDiskBytes=preflight.get("minimumFreeDiskBytes", DEFAULT_MINIMUM_FREE_DISK_BYTES),
         RegistryReachabilityMode=preflight.get("registryReachabilityMode", DEFAULT_REACHABILITY_MODE),
-        RequireCompose=plan["target"]["type"] == "ComposeHost")
+        RequireCompose=plan["target"]["type"] == "ComposeHost",
+    )

@@ -15,7 +15,12 @@ from __future__ import annotations
 import posixpath
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract import artifacts as _artifacts
-from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import ENV_FILE, LOCK_FILE, MANIFEST_FILE, STICKER_FILE
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
+    ENV_FILE,
+    LOCK_FILE,
+    MANIFEST_FILE,
+    STICKER_FILE,
+)
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.release import lock as _lock
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.release import naming as _naming
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.release import payloads as _payloads
@@ -39,8 +44,12 @@ def local_images(release):
         local = (component.get("config") or {}).get(LOCAL_IMAGE_KEY)
         if local is not None:
             if not image_id(local):
-                raise StellaError("release_invalid", "component %s: %s %r is not an image id (sha256:<64 hex>)" % (
-                    component.get("name"), LOCAL_IMAGE_KEY, local), phase="plan")
+                raise StellaError(
+                    "release_invalid",
+                    "component %s: %s %r is not an image id (sha256:<64 hex>)"
+                    % (component.get("name"), LOCAL_IMAGE_KEY, local),
+                    phase="plan",
+                )
             found[component.get("image")] = local
     return found
 
@@ -68,8 +77,9 @@ def pin_image(image, resolved, local=None):
         return ref.render(), ref.digest
     digest = resolved.get(image)
     if not digest:
-        raise StellaError("image_unresolved", "image %s was not resolved to a digest" % image, phase="plan",
-                          evidence={"image": image})
+        raise StellaError(
+            "image_unresolved", "image %s was not resolved to a digest" % image, phase="plan", evidence={"image": image}
+        )
     if not ref.tag:
         ref.tag = "latest"
     pinned = ref.with_digest(digest)
@@ -100,7 +110,7 @@ def labels_for(plan, component, digest):
 
 
 def _short(value):
-    return digest_json(value)[len("sha256:"):][:16]
+    return digest_json(value)[len("sha256:") :][:16]
 
 
 def script_graph_proof(scripts):
@@ -110,8 +120,12 @@ def script_graph_proof(scripts):
     proof = build_graph_proof(scripts)
     if proof["status"] != "passed":
         codes = sorted({issue["code"] for issue in proof["issues"]})
-        raise StellaError("graph_proof_failed", "release script graph proof failed (%s); proofDigest %s"
-                          % (", ".join(codes), proof["proofDigest"]), phase="plan", evidence={"scriptGraphProof": proof})
+        raise StellaError(
+            "graph_proof_failed",
+            "release script graph proof failed (%s); proofDigest %s" % (", ".join(codes), proof["proofDigest"]),
+            phase="plan",
+            evidence={"scriptGraphProof": proof},
+        )
     return proof
 
 
@@ -135,22 +149,41 @@ def plan_release(release, resolved):
     components = []
     for component in data["components"]:
         pinned, digest = pin_image(component["image"], resolved, component["config"].get(LOCAL_IMAGE_KEY))
-        components.append({"name": component["name"], "image": pinned, "digest": digest,
-                           "reference": component["image"], "config": component["config"],
-                           "ports": component["ports"]})
+        components.append(
+            {
+                "name": component["name"],
+                "image": pinned,
+                "digest": digest,
+                "reference": component["image"],
+                "config": component["config"],
+                "ports": component["ports"],
+            }
+        )
     components.sort(key=lambda item: item["name"])
 
-    scope = {"release": data["release"], "target": target, "tenant": data["tenant"],
-             "environment": data["environment"], "application": data["application"]}
+    scope = {
+        "release": data["release"],
+        "target": target,
+        "tenant": data["tenant"],
+        "environment": data["environment"],
+        "application": data["application"],
+    }
     desired = _artifacts.build_desired_state(scope, slot, role, project, components, data["secretEnv"])
     mhash = _artifacts.manifest_hash(desired)
 
     plan = dict(scope)
-    plan.update({
-        "projectName": project, "slot": slot, "slotSource": slot_source, "trafficRole": role,
-        "strategy": data["strategy"], "workDirectory": work_directory, "projectDirectory": project_directory,
-        "manifestHash": mhash,
-    })
+    plan.update(
+        {
+            "projectName": project,
+            "slot": slot,
+            "slotSource": slot_source,
+            "trafficRole": role,
+            "strategy": data["strategy"],
+            "workDirectory": work_directory,
+            "projectDirectory": project_directory,
+            "manifestHash": mhash,
+        }
+    )
     plan["paths"] = {
         "composePath": posixpath.join(project_directory, LOCK_FILE),
         "versionStickerPath": posixpath.join(project_directory, STICKER_FILE),
@@ -161,30 +194,33 @@ def plan_release(release, resolved):
         component["labels"] = labels_for(plan, component["name"], component["digest"])
 
     env_bytes = _artifacts.render_env_artifact(data["secretEnv"])
-    lock_bytes = _lock.render_lock(project, components, emit_version=data["emitComposeVersion"],
-                                   env_file=env_bytes is not None)
+    lock_bytes = _lock.render_lock(
+        project, components, emit_version=data["emitComposeVersion"], env_file=env_bytes is not None
+    )
     chash = sha256_bytes(lock_bytes)
     job_id = data.get("jobId") or "job-" + _short({"manifestHash": mhash, "strategy": data["strategy"]})
     task_id = data.get("taskId") or "task-" + _short({"jobId": job_id, "targetId": target["id"]})
 
-    sticker = _artifacts.build_sticker({
-        "release": dict(data["release"]),
-        "jobId": job_id,
-        "taskId": task_id,
-        "target": target,
-        "tenant": data["tenant"],
-        "environment": data["environment"],
-        "application": data["application"],
-        "strategy": data["strategy"],
-        "slot": slot,
-        "trafficRole": role,
-        "projectName": project,
-        "workDirectory": work_directory,
-        "projectDirectory": project_directory,
-        "manifestHash": mhash,
-        "composeHash": chash,
-        "components": [{"name": c["name"], "image": c["image"], "digest": c["digest"]} for c in components],
-    })
+    sticker = _artifacts.build_sticker(
+        {
+            "release": dict(data["release"]),
+            "jobId": job_id,
+            "taskId": task_id,
+            "target": target,
+            "tenant": data["tenant"],
+            "environment": data["environment"],
+            "application": data["application"],
+            "strategy": data["strategy"],
+            "slot": slot,
+            "trafficRole": role,
+            "projectName": project,
+            "workDirectory": work_directory,
+            "projectDirectory": project_directory,
+            "manifestHash": mhash,
+            "composeHash": chash,
+            "components": [{"name": c["name"], "image": c["image"], "digest": c["digest"]} for c in components],
+        }
+    )
     if env_bytes is not None:
         sticker["envArtifactHash"] = sha256_bytes(env_bytes)
     sticker_bytes = _artifacts.render_json(sticker)
@@ -195,12 +231,17 @@ def plan_release(release, resolved):
     apply_bytes = _artifacts.render_json(apply_manifest)
     files[MANIFEST_FILE] = apply_bytes
 
-    plan.update({
-        "jobId": job_id, "taskId": task_id, "composeHash": chash,
-        "versionStickerHash": sha256_bytes(sticker_bytes), "applyManifestHash": sha256_bytes(apply_bytes),
-        "envArtifactHash": sticker.get("envArtifactHash"),
-        "pullImagesDisabled": data.get("pullImages") is False,
-    })
+    plan.update(
+        {
+            "jobId": job_id,
+            "taskId": task_id,
+            "composeHash": chash,
+            "versionStickerHash": sha256_bytes(sticker_bytes),
+            "applyManifestHash": sha256_bytes(apply_bytes),
+            "envArtifactHash": sticker.get("envArtifactHash"),
+            "pullImagesDisabled": data.get("pullImages") is False,
+        }
+    )
     artifact_hashes = dict(apply_manifest["artifacts"])
     artifact_hashes[MANIFEST_FILE] = plan["applyManifestHash"]
 
@@ -212,8 +253,9 @@ def plan_release(release, resolved):
     payloads = {"compose.preflight": _payloads.compose_preflight(plan, images, data["preflight"])}
     if target["type"] == "ComposeHost":
         pull = not (plan["pullImagesDisabled"] or all(_payloads.component_skips_pull(c["config"]) for c in components))
-        payloads["compose.up"] = _payloads.compose_up(plan, lock_text, sticker_text, apply_text, pull,
-                                                      data["backupExisting"], hooks)
+        payloads["compose.up"] = _payloads.compose_up(
+            plan, lock_text, sticker_text, apply_text, pull, data["backupExisting"], hooks
+        )
         payloads["compose.rollback"] = _payloads.compose_rollback(plan)
     else:
         payloads["docker.run"] = [_payloads.docker_run(plan, c, hooks) for c in components]
@@ -234,8 +276,9 @@ def plan_release(release, resolved):
         "taskId": task_id,
         "workDirectory": work_directory,
         "projectDirectory": project_directory,
-        "paths": plan["paths"] if env_bytes is not None else
-        {k: v for k, v in plan["paths"].items() if k != "envArtifactPath"},
+        "paths": plan["paths"]
+        if env_bytes is not None
+        else {k: v for k, v in plan["paths"].items() if k != "envArtifactPath"},
         "lock": lock_text,
         "sticker": sticker_text,
         "applyManifest": apply_text,
@@ -246,8 +289,10 @@ def plan_release(release, resolved):
         "envArtifactHash": plan["envArtifactHash"],
         "artifactHashes": artifact_hashes,
         "desiredState": desired,
-        "components": [{"name": c["name"], "reference": c["reference"], "image": c["image"], "digest": c["digest"]}
-                       for c in components],
+        "components": [
+            {"name": c["name"], "reference": c["reference"], "image": c["image"], "digest": c["digest"]}
+            for c in components
+        ],
         "payloads": payloads,
         "scriptGraphProof": graph_proof,
         FILES_KEY: files,

@@ -26,11 +26,20 @@ import re
 import time
 import urllib.parse
 
-from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError, redact_text, redact_url
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import (
+    StellaError,
+    redact_text,
+    redact_url,
+)
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import DIGEST_RE
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.imageref import parse_image_ref
 from ansible_collections.stellaops.runtime.plugins.module_utils.engine.registry import (
-    INDEX_TYPES, MANIFEST_ACCEPT, MAX_MANIFEST_BYTES, RegistryApi, index_platforms, read_manifest,
+    INDEX_TYPES,
+    MANIFEST_ACCEPT,
+    MAX_MANIFEST_BYTES,
+    RegistryApi,
+    index_platforms,
+    read_manifest,
 )
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.execution import http as _requests
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.credentials import RegistryCredentials
@@ -94,15 +103,27 @@ def retry_policy(waits, retries=None, retry_after_max=None, backoff_factor=None)
                 super().sleep(response)
                 if self.waits is not None:
                     last = self.history[-1] if self.history else None
-                    self.waits.append({"url": redact_url((last.url if last else "") or "").split("?")[0],
-                                       "status": last.status if last else None,
-                                       "waitedSeconds": round(time.monotonic() - started, 2)})
+                    self.waits.append(
+                        {
+                            "url": redact_url((last.url if last else "") or "").split("?")[0],
+                            "status": last.status if last else None,
+                            "waitedSeconds": round(time.monotonic() - started, 2),
+                        }
+                    )
 
         _RETRY_CLASS["class"] = RegistryRetry
-    policy = _RETRY_CLASS["class"](total=retries, connect=0, read=False, redirect=0, status=retries,
-                                   status_forcelist=RETRY_STATUSES, allowed_methods=("GET", "HEAD", "POST"),
-                                   backoff_factor=backoff_factor, raise_on_status=False,
-                                   respect_retry_after_header=True)
+    policy = _RETRY_CLASS["class"](
+        total=retries,
+        connect=0,
+        read=False,
+        redirect=0,
+        status=retries,
+        status_forcelist=RETRY_STATUSES,
+        allowed_methods=("GET", "HEAD", "POST"),
+        backoff_factor=backoff_factor,
+        raise_on_status=False,
+        respect_retry_after_header=True,
+    )
     policy.waits, policy.retry_after_cap = waits, retry_after_max
     return policy
 
@@ -116,17 +137,25 @@ def describe_waits(waits):
 
 def platform_strings(index):
     """``["linux/amd64", "linux/arm64/v8"]`` from an index / manifest list (sorted, unique)."""
-    return sorted({"/".join(p[k] for k in ("os", "architecture", "variant") if p.get(k))
-                   for p in index_platforms(index) if p.get("os")})
+    return sorted(
+        {
+            "/".join(p[k] for k in ("os", "architecture", "variant") if p.get(k))
+            for p in index_platforms(index)
+            if p.get("os")
+        }
+    )
 
 
 def require_requests():
     """The ``requests`` module; ``StellaError("requests_missing")`` when it cannot be imported."""
     requests = _requests.load()
     if requests is None:
-        raise StellaError("requests_missing", "requests is required on the controller (pip install -r "
-                          "requirements.txt of stellaops.runtime, into the Python that runs ansible): %s"
-                          % (_requests.import_error() or "ImportError"))
+        raise StellaError(
+            "requests_missing",
+            "requests is required on the controller (pip install -r "
+            "requirements.txt of stellaops.runtime, into the Python that runs ansible): %s"
+            % (_requests.import_error() or "ImportError"),
+        )
     return requests
 
 
@@ -172,13 +201,22 @@ class RequestsTransport:
     def __call__(self, method, url, headers, timeout, body=None):
         deadline = time.monotonic() + timeout
         try:
-            response = self.session.request(method, url, headers=headers, data=body, auth=_KEEP_HEADERS,
-                                            timeout=timeout, allow_redirects=False, stream=True)
+            response = self.session.request(
+                method,
+                url,
+                headers=headers,
+                data=body,
+                auth=_KEEP_HEADERS,
+                timeout=timeout,
+                allow_redirects=False,
+                stream=True,
+            )
             with response:
                 body = self._read(response, url, deadline, timeout)
         except self.requests.RequestException as exc:
-            raise StellaError("registry_unreachable", "%s: %s" % (redact_url(url), redact_url(
-                _describe(exc, timeout, self.requests))))
+            raise StellaError(
+                "registry_unreachable", "%s: %s" % (redact_url(url), redact_url(_describe(exc, timeout, self.requests)))
+            )
         return response.status_code, {k.lower(): v for k, v in response.headers.items()}, body
 
     def _read(self, response, url, deadline, timeout):
@@ -190,9 +228,10 @@ class RequestsTransport:
             if size > self.max_body:
                 break
             if time.monotonic() > deadline:
-                raise StellaError("registry_unreachable", "%s: the answer took longer than %g s"
-                                  % (redact_url(url), timeout))
-        return b"".join(chunks)[:self.max_body + 1]
+                raise StellaError(
+                    "registry_unreachable", "%s: the answer took longer than %g s" % (redact_url(url), timeout)
+                )
+        return b"".join(chunks)[: self.max_body + 1]
 
     def close(self):
         if self.owns_session:
@@ -243,9 +282,15 @@ class DigestResolver:
     def _client(self, registry):
         if registry not in self._clients:
             cred = self.credentials.get(registry) or {}
-            self._clients[registry] = RegistryApi(cred.get("username"), cred.get("password"),
-                                                  self.insecure_registries, self.timeout, self._transport(),
-                                                  identitytoken=cred.get("identitytoken"), source=cred.get("source"))
+            self._clients[registry] = RegistryApi(
+                cred.get("username"),
+                cred.get("password"),
+                self.insecure_registries,
+                self.timeout,
+                self._transport(),
+                identitytoken=cred.get("identitytoken"),
+                source=cred.get("source"),
+            )
             self._sources[registry] = cred.get("source")
         return self._clients[registry]
 
@@ -265,13 +310,15 @@ class DigestResolver:
         evidence["image"] = image
         if cause:
             evidence["cause"] = cause
-        raise StellaError("image_unresolved", "cannot resolve image %s: %s" % (image, reason), phase="resolve",
-                          evidence=evidence)
+        raise StellaError(
+            "image_unresolved", "cannot resolve image %s: %s" % (image, reason), phase="resolve", evidence=evidence
+        )
 
     def _call(self, text, client, method, ref, path):
         try:
-            return client.request(method, ref.registry, path, {"Accept": MANIFEST_ACCEPT},
-                                  scope="repository:%s:pull" % ref.repository)
+            return client.request(
+                method, ref.registry, path, {"Accept": MANIFEST_ACCEPT}, scope="repository:%s:pull" % ref.repository
+            )
         except StellaError as exc:
             self._fail(text, "%s (%s)" % (exc.reason, exc.code), cause=exc.code)
         except (OSError, ValueError) as exc:
@@ -281,24 +328,39 @@ class DigestResolver:
         if status == 200:
             return
         if status == 404:
-            self._fail(text, "tag %s not found in %s/%s (HTTP 404)" % (tag, ref.registry, ref.repository),
-                       status=status)
+            self._fail(
+                text, "tag %s not found in %s/%s (HTTP 404)" % (tag, ref.registry, ref.repository), status=status
+            )
         if status in (401, 403):
             why = "credentials were refused" if client.has_credentials else "no credentials are configured"
             if not client.has_credentials and self.credentials.warning_for(ref.registry):
                 why += " (%s)" % self.credentials.warning_for(ref.registry)
-            self._fail(text, "registry %s requires authentication (%s) and %s (HTTP %d)"
-                       % (ref.registry, auth or "unknown scheme", why, status), cause="registry_auth_failed",
-                       status=status)
-        waits = self._waits()[self._first_wait:]
+            self._fail(
+                text,
+                "registry %s requires authentication (%s) and %s (HTTP %d)"
+                % (ref.registry, auth or "unknown scheme", why, status),
+                cause="registry_auth_failed",
+                status=status,
+            )
+        waits = self._waits()[self._first_wait :]
         if status in RETRY_STATUSES:
             what = "rate limit (HTTP 429)" if status == 429 else "HTTP %d" % status
-            self._fail(text, "registry %s answered %s%s; try again later%s" % (
-                ref.registry, what, describe_waits(waits) or " and was not asked again",
-                ", or log in (docker login / registry_credentials): a registry's rate limit is often higher for "
-                "authenticated pulls" if status == 429 else ""),
-                cause="registry_rate_limited" if status == 429 else "registry_unavailable", status=status,
-                waits=waits)
+            self._fail(
+                text,
+                "registry %s answered %s%s; try again later%s"
+                % (
+                    ref.registry,
+                    what,
+                    describe_waits(waits) or " and was not asked again",
+                    ", or log in (docker login / registry_credentials): a registry's rate limit is often higher for "
+                    "authenticated pulls"
+                    if status == 429
+                    else "",
+                ),
+                cause="registry_rate_limited" if status == 429 else "registry_unavailable",
+                status=status,
+                waits=waits,
+            )
         self._fail(text, "registry %s answered HTTP %d" % (ref.registry, status), status=status)
 
     def resolve(self, text):
@@ -311,8 +373,14 @@ class DigestResolver:
         """
         ref = parse_image_ref(text)
         if ref.digest:
-            return {"reference": text, "image": ref.render(), "digest": ref.digest, "mediaType": None,
-                    "platforms": [], "resolved": False}
+            return {
+                "reference": text,
+                "image": ref.render(),
+                "digest": ref.digest,
+                "mediaType": None,
+                "platforms": [],
+                "resolved": False,
+            }
         tag = ref.tag or "latest"
         try:
             client = self._client(ref.registry)
@@ -341,11 +409,17 @@ class DigestResolver:
             if media_type in INDEX_TYPES or "manifests" in document:
                 platforms = platform_strings(document)
         ref.tag = tag
-        found = {"reference": text, "image": ref.with_digest(digest).render(), "digest": digest,
-                 "mediaType": media_type or None, "platforms": platforms, "resolved": True}
+        found = {
+            "reference": text,
+            "image": ref.with_digest(digest).render(),
+            "digest": digest,
+            "mediaType": media_type or None,
+            "platforms": platforms,
+            "resolved": True,
+        }
         if self._sources.get(ref.registry):
             found["credentialSource"] = self._sources[ref.registry]
-        waits = self._waits()[self._first_wait:]
+        waits = self._waits()[self._first_wait :]
         if waits:
             found["registryWaits"] = waits
         return found

@@ -18,12 +18,22 @@ import copy
 import json
 import re
 
-from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import DEFAULT_WORK_DIRECTORY, PROJECT_RE
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
+    DEFAULT_WORK_DIRECTORY,
+    PROJECT_RE,
+)
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.imageref import parse_image_ref
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.probe.verify import PREFIX as PROBE_PREFIX, validate_probe_config
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.probe.verify import (
+    PREFIX as PROBE_PREFIX,
+    validate_probe_config,
+)
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.checks import (
-    check_hook, check_port, check_values, fail as _fail, field_path,
+    check_hook,
+    check_port,
+    check_values,
+    fail as _fail,
+    field_path,
 )
 
 SCHEMA_ID = "urn:stellaops:runtime:release-input:v1"
@@ -42,8 +52,10 @@ _SLOT = r"^[a-z0-9][a-z0-9-]{0,31}$"
 _COMPONENT = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
 _CONFIG_KEY = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$"
 _ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
-_PORT = (r"^(?:(?:[0-9]{1,3}(?:\.[0-9]{1,3}){3}|\[[0-9A-Fa-f:]+\]):)?"
-         r"(?:[0-9]{1,5}(?:-[0-9]{1,5})?:)?[0-9]{1,5}(?:-[0-9]{1,5})?(?:/(?:tcp|udp|sctp))?$")
+_PORT = (
+    r"^(?:(?:[0-9]{1,3}(?:\.[0-9]{1,3}){3}|\[[0-9A-Fa-f:]+\]):)?"
+    r"(?:[0-9]{1,5}(?:-[0-9]{1,5})?:)?[0-9]{1,5}(?:-[0-9]{1,5})?(?:/(?:tcp|udp|sctp))?$"
+)
 _PROJECT = PROJECT_RE.pattern.replace("\\Z", "$")  # the JSON Schema form of the one project-name rule
 _ABS_PATH = r"^/[^\u0000-\u001f\u007f]{0,4095}$"
 
@@ -90,10 +102,17 @@ RELEASE_SCHEMA = {
                 "required": ["name", "image"],
                 "additionalProperties": False,
                 "properties": {
-                    "name": {"type": "string", "pattern": _COMPONENT,
-                             "description": "Component name = Compose service name."},
-                    "image": {"type": "string", "minLength": 1, "maxLength": 512,
-                              "description": "Full image reference registry/repository:tag[@sha256:...]."},
+                    "name": {
+                        "type": "string",
+                        "pattern": _COMPONENT,
+                        "description": "Component name = Compose service name.",
+                    },
+                    "image": {
+                        "type": "string",
+                        "minLength": 1,
+                        "maxLength": 512,
+                        "description": "Full image reference registry/repository:tag[@sha256:...].",
+                    },
                     "config": {
                         "type": "object",
                         "description": "Flat config keys: env.*, healthcheck.*, healthProbe.*, runtime.skipPull, ...",
@@ -120,10 +139,16 @@ RELEASE_SCHEMA = {
                 "id": _ident("Target id."),
                 "name": _text("Target name."),
                 "type": {"type": "string", "enum": list(TARGET_TYPES)},
-                "endpoint": {"type": "string", "pattern": r"^[^\u0000-\u001f\u007f\s]{1,512}$",
-                             "description": "Target endpoint (URL userinfo is redacted)."},
-                "executionMode": {"type": "string", "pattern": r"^[A-Za-z][A-Za-z0-9_-]{0,63}$",
-                                  "description": "How tasks reach the target (agent, ssh, lab-bridge, ...)."},
+                "endpoint": {
+                    "type": "string",
+                    "pattern": r"^[^\u0000-\u001f\u007f\s]{1,512}$",
+                    "description": "Target endpoint (URL userinfo is redacted).",
+                },
+                "executionMode": {
+                    "type": "string",
+                    "pattern": r"^[A-Za-z][A-Za-z0-9_-]{0,63}$",
+                    "description": "How tasks reach the target (agent, ssh, lab-bridge, ...).",
+                },
             },
         },
         "tenant": _text("Tenant."),
@@ -138,14 +163,17 @@ RELEASE_SCHEMA = {
                 "deployment.slot": _slot("Alias of slot."),
                 "variantId": _slot("A/B variant id (becomes the slot)."),
                 "activeSlot": _slot("Slot currently serving traffic."),
-                "controlSlot": _slot("Slot that keeps the control traffic and gets it all back on a rollback "
-                                     "(default active)."),
+                "controlSlot": _slot(
+                    "Slot that keeps the control traffic and gets it all back on a rollback (default active)."
+                ),
                 # JSON booleans only: a string such as "false" would otherwise read as on
                 "autoRollbackOnFailure": {"type": "boolean", "description": "One automatic rollback (default true)."},
                 "rollbackOnFailure": {"type": "boolean", "description": "Alias of autoRollbackOnFailure."},
                 "waitForHealthCheck": {"type": "boolean", "description": "Run the post-deploy probes (default true)."},
-                "requireTrafficAdapter": {"type": "boolean",
-                                          "description": "Fail closed when no traffic adapter runs (default false)."},
+                "requireTrafficAdapter": {
+                    "type": "boolean",
+                    "description": "Fail closed when no traffic adapter runs (default false).",
+                },
             },
         },
         "slot": _slot("Explicit slot: active, canary, blue, green or a variant id."),
@@ -153,10 +181,16 @@ RELEASE_SCHEMA = {
         "activeSlot": _slot("Slot currently serving traffic (blue-green)."),
         "jobId": _ident("Deployment job id (default: derived from the inputs)."),
         "taskId": _ident("Deployment task id (default: derived from the inputs)."),
-        "projectName": {"type": "string", "pattern": _PROJECT,
-                        "description": "Explicit Compose project; the non-active slot is appended."},
-        "workDirectory": {"type": "string", "pattern": _ABS_PATH,
-                          "description": "Absolute directory holding the project directories."},
+        "projectName": {
+            "type": "string",
+            "pattern": _PROJECT,
+            "description": "Explicit Compose project; the non-active slot is appended.",
+        },
+        "workDirectory": {
+            "type": "string",
+            "pattern": _ABS_PATH,
+            "description": "Absolute directory holding the project directories.",
+        },
         "secretEnv": {
             "type": "object",
             "description": "Secret environment; values only reach .env.stella (mode 0600).",
@@ -184,7 +218,7 @@ RELEASE_SCHEMA = {
         "scripts": {
             "type": "array",
             "description": "Release script/module nodes for the release.script.graph-proof.v1 proof; a failed proof "
-                           "fails planning.",
+            "fails planning.",
             "items": {
                 "type": "object",
                 "required": ["moduleName", "scriptId", "phase"],
@@ -212,13 +246,12 @@ RELEASE_SCHEMA = {
         },
         "pullImages": {"type": "boolean", "description": "false marks preloaded/offline images."},
         "backupExisting": {"type": "boolean", "description": "Retain the previous revision (default true)."},
-        "emitComposeVersion": {"type": "boolean",
-                               "description": "Emit version: \"3.8\" in the lock for old readers."},
+        "emitComposeVersion": {"type": "boolean", "description": 'Emit version: "3.8" in the lock for old readers.'},
         "preflight": {
             "type": "object",
             "additionalProperties": False,
             "properties": {
-                "minimumFreeDiskBytes": {"type": "integer", "minimum": 0, "maximum": 2 ** 53 - 1},
+                "minimumFreeDiskBytes": {"type": "integer", "minimum": 0, "maximum": 2**53 - 1},
                 "registryReachabilityMode": {"type": "string", "enum": list(REACHABILITY_MODES)},
             },
         },
@@ -379,8 +412,9 @@ def _check_healthcheck(here, name, value):
         elif not isinstance(value, str) or not value:
             _fail(here, "must be a non-empty string or a list")
     elif name == "retries":
-        if isinstance(value, bool) or not ((isinstance(value, int) and value >= 0)
-                                           or (isinstance(value, str) and re.fullmatch(r"[0-9]{1,15}", value))):
+        if isinstance(value, bool) or not (
+            (isinstance(value, int) and value >= 0) or (isinstance(value, str) and re.fullmatch(r"[0-9]{1,15}", value))
+        ):
             _fail(here, "must be a non-negative integer")
     elif name == "disable":
         if not isinstance(value, bool):

@@ -9,9 +9,14 @@ from __future__ import annotations
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
-    job_evidence_dir, utc_timestamp)
+    job_evidence_dir,
+    utc_timestamp,
+)
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.writer import (
-    JOB_EVIDENCE_FILE, ROLLBACK_EVIDENCE_FILE, keep_documents)
+    JOB_EVIDENCE_FILE,
+    ROLLBACK_EVIDENCE_FILE,
+    keep_documents,
+)
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import preview as _preview
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import projection as _projection
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
@@ -58,11 +63,20 @@ class Close(Step):
         run = args["started"] or {}
         if run.get("jobId") != args["job_id"] or not run.get("checkMode"):
             raise StellaError("job_not_found", "no job %s was previewed in this run" % args["job_id"], phase="job")
-        close, order = ((_preview.rollback_close, "rollbackOrder") if run.get("kind") == "rollback"
-                        else (_preview.close, "targetOrder"))
+        close, order = (
+            (_preview.rollback_close, "rollbackOrder")
+            if run.get("kind") == "rollback"
+            else (_preview.close, "targetOrder")
+        )
         hostvars = ctx.hostvars
-        return close(run, {name: hostvars[name][_preview.PREVIEW_FACT] for name in run.get(order) or []
-                           if name in hostvars and _preview.PREVIEW_FACT in hostvars[name]})
+        return close(
+            run,
+            {
+                name: hostvars[name][_preview.PREVIEW_FACT]
+                for name in run.get(order) or []
+                if name in hostvars and _preview.PREVIEW_FACT in hostvars[name]
+            },
+        )
 
     def act(self, ctx, store, args):
         record = job_of(store, args)
@@ -71,21 +85,33 @@ class Close(Step):
         elif record["status"] == "Running":
             record = store.update(args["job_id"], lambda r: _job.finish(r, utc_timestamp()))
         # an operator rollback job's evidence is about the deployment it rolls back (its source)
-        source = store.get(record["sourceJobId"]) if record["kind"] == "rollback" and record.get("sourceJobId") else None
+        source = (
+            store.get(record["sourceJobId"]) if record["kind"] == "rollback" and record.get("sourceJobId") else None
+        )
         rollback = _job_view.rollback_evidence(record, source)
         files, documents = keep_evidence(store, record, args["evidence_dir"], rollback, args["report"])
         # the id of the rollback evidence packet (its document name in the store), only when it was written
         evidence_id = files[ROLLBACK_EVIDENCE_FILE]["document"] if ROLLBACK_EVIDENCE_FILE in files else None
         if record["status"] in _job.TERMINAL:  # the terminal projection: after the terminal evidence exists
-            store.project_terminal(record["jobId"], _projection.strategy_evidence(record, rollback, evidence_id, files),
-                                   utc_timestamp())
+            store.project_terminal(
+                record["jobId"], _projection.strategy_evidence(record, rollback, evidence_id, files), utc_timestamp()
+            )
             if source is not None and rollback is not None:
                 # the deployment an operator rollback job rolled back ends RolledBack (or Failed), once, and its
                 # projection carries the rollback's evidence and traffic rollback keys (run/recovery.py)
-                _recovery.ended(store, record, _projection.recovery_keys(record, rollback, evidence_id),
-                                utc_timestamp())
+                _recovery.ended(
+                    store, record, _projection.recovery_keys(record, rollback, evidence_id), utc_timestamp()
+                )
         on_disk = {name: entry for name, entry in files.items() if entry.get("path")}
-        return {"jobId": record["jobId"], "job": record, "status": record["status"], "reason": record["reason"],
-                "msg": _job_view.closing_line(record["jobId"], record["status"], record["reason"]),
-                "succeeded": _job.succeeded(record), "evidenceFiles": on_disk, "evidenceDocuments": documents,
-                "outcome": _job_view.outcome(record, on_disk), "text": _job_view.render_text(record)}
+        return {
+            "jobId": record["jobId"],
+            "job": record,
+            "status": record["status"],
+            "reason": record["reason"],
+            "msg": _job_view.closing_line(record["jobId"], record["status"], record["reason"]),
+            "succeeded": _job.succeeded(record),
+            "evidenceFiles": on_disk,
+            "evidenceDocuments": documents,
+            "outcome": _job_view.outcome(record, on_disk),
+            "text": _job_view.render_text(record),
+        }

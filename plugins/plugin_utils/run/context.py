@@ -47,8 +47,11 @@ def job_of(store, args, targets=True):
 def refuse_interrupted(record):
     """A job recorded interrupted (its run was taken for gone) goes no further, not even to a rollback."""
     if record.get("interrupted"):
-        raise StellaError(JOB_INTERRUPTED, "job %s was recorded interrupted, this run stops: %s" % (
-            record["jobId"], record["interrupted"]["why"]), phase="job")
+        raise StellaError(
+            JOB_INTERRUPTED,
+            "job %s was recorded interrupted, this run stops: %s" % (record["jobId"], record["interrupted"]["why"]),
+            phase="job",
+        )
 
 
 def batch_of(record, args):
@@ -57,13 +60,19 @@ def batch_of(record, args):
         return args["batch"]
     indexes = {record["targets"][n]["batch"] for n in args["targets"] if n in record["targets"]}
     if len(indexes) != 1:
-        raise StellaError("job_invalid", "step %s needs the targets of one batch (got %s)" % (
-            args["step"], ", ".join(args["targets"]) or "none"), phase="job")
+        raise StellaError(
+            "job_invalid",
+            "step %s needs the targets of one batch (got %s)" % (args["step"], ", ".join(args["targets"]) or "none"),
+            phase="job",
+        )
     return indexes.pop()
 
 
 def interrupt_gone_jobs(store, now):
     """Record every unfinished job whose run is gone (or whose claim lease expired) interrupted, which
     releases its projects, before a new job claims any; their job ids."""
-    return [record["jobId"] for record in store.unfinished()
-            if interrupt_gone(store, record, now)["status"] != record["status"]]
+    return [
+        record["jobId"]
+        for record in store.unfinished()
+        if interrupt_gone(store, record, now)["status"] != record["status"]
+    ]

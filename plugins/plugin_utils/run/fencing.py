@@ -17,7 +17,10 @@ from __future__ import annotations
 import copy
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError, first_line
-from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import CLAIM_SUPERSEDED, utc_timestamp
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
+    CLAIM_SUPERSEDED,
+    utc_timestamp,
+)
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import sql as _job_store
 
 
@@ -35,7 +38,10 @@ def refusal(claim, status, interrupted, holder, generation):
         return "project %s is held by %s" % (claim["projectKey"], "job %s" % holder if holder else "no job")
     if generation is not None and generation > claim["generation"]:
         return "project %s was claimed again (generation %d, this job's %d)" % (
-            claim["projectKey"], generation, claim["generation"])
+            claim["projectKey"],
+            generation,
+            claim["generation"],
+        )
     return None
 
 
@@ -47,8 +53,11 @@ def check(location, claim):
     finally:
         store.close()
     if why:
-        raise StellaError(CLAIM_SUPERSEDED, "%s: nothing was sent to the target; `stella show %s` shows the job" % (
-            why, claim["jobId"]), phase="preflight")
+        raise StellaError(
+            CLAIM_SUPERSEDED,
+            "%s: nothing was sent to the target; `stella show %s` shows the job" % (why, claim["jobId"]),
+            phase="preflight",
+        )
 
 
 def refused_work(failure):
@@ -63,8 +72,10 @@ def fenced(record, target, reason, now):
     new = copy.deepcopy(record)
     new["updatedAt"] = now
     new["targets"][target].update(status="Failed", code=CLAIM_SUPERSEDED, reason=reason)
-    new.update(code=CLAIM_SUPERSEDED, reason="%s; its work on %s was refused: %s" % (
-        new.get("reason") or "job interrupted", target, reason))
+    new.update(
+        code=CLAIM_SUPERSEDED,
+        reason="%s; its work on %s was refused: %s" % (new.get("reason") or "job interrupted", target, reason),
+    )
     return new
 
 

@@ -28,11 +28,14 @@ class Gate(Step):
 
         def change(record):
             batch = found["batch"] = batch_of(record, args)
-            outcomes = [(n, record["targets"][n]["status"], record["targets"][n]["reason"])
-                        for n in record["batches"][batch]]
-            decision = _strategy.gate(batch, outcomes, _job_traffic.gate_failure(record, batch),
-                                      _step_failure.gate_failure(record))
+            outcomes = [
+                (n, record["targets"][n]["status"], record["targets"][n]["reason"]) for n in record["batches"][batch]
+            ]
+            decision = _strategy.gate(
+                batch, outcomes, _job_traffic.gate_failure(record, batch), _step_failure.gate_failure(record)
+            )
             return _job.record_gate(record, decision, utc_timestamp())
+
         record = store.update(args["job_id"], change)
         decision = [g for g in record["gates"] if g["batch"] == found["batch"]][0]
         return {"jobId": args["job_id"], "proceed": decision["proceed"], "gate": decision}

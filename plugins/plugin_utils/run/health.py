@@ -22,6 +22,12 @@ class Health(Step):
         from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.plan import target_identity
 
         hostvars = ctx.hostvars
-        ids = [target_identity(name, dict(hostvars[name]) if name in hostvars else {}, None)["id"]
-               for name in args["targets"]] if args["targets"] else None
+        ids = (
+            [
+                target_identity(name, dict(hostvars[name]) if name in hostvars else {}, None)["id"]
+                for name in args["targets"]
+            ]
+            if args["targets"]
+            else None
+        )
         return {"health": store.health(ids)}

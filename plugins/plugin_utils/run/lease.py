@@ -82,8 +82,10 @@ def run_keeper(location, job_id, owner, lease):
             held[0].close()
 
 
-KEEPER = ("import sys; sys.path.insert(0, sys.argv[1]); "
-          "from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.lease import keeper_main; keeper_main()")
+KEEPER = (
+    "import sys; sys.path.insert(0, sys.argv[1]); "
+    "from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.lease import keeper_main; keeper_main()"
+)
 
 
 def start_keeper(location, job_id, owner, lease):
@@ -93,8 +95,13 @@ def start_keeper(location, job_id, owner, lease):
     password). Returns its pid, ``None`` when it could not be started."""
     order = json.dumps({"location": location, "jobId": job_id, "owner": owner, "lease": lease}).encode("utf-8")
     try:
-        keeper = subprocess.Popen([sys.executable, "-c", KEEPER, COLLECTIONS_PATH], stdin=subprocess.PIPE,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True)
+        keeper = subprocess.Popen(
+            [sys.executable, "-c", KEEPER, COLLECTIONS_PATH],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            close_fds=True,
+        )
     except OSError:
         return None
     try:

@@ -18,7 +18,10 @@ from __future__ import annotations
 import os
 import socket
 
-from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import seconds_between, utc_timestamp
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
+    seconds_between,
+    utc_timestamp,
+)
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.run import process as _process
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import projection as _projection
@@ -56,7 +59,9 @@ def owner_state(owner):
 def interrupted_why(record):
     """Why a job whose run is gone is recorded ``Failed`` (``job_interrupted``)."""
     return "interrupted: the controller run (pid %s) ended while the job was %s" % (
-        (record.get("owner") or {}).get("pid"), record["status"])
+        (record.get("owner") or {}).get("pid"),
+        record["status"],
+    )
 
 
 def lease_seconds(record):
@@ -90,9 +95,11 @@ def gone_why(record, now):
         return interrupted_why(record)
     if lease_expired(record, now):
         owner = record.get("owner") or {}
-        return ("interrupted: no change or lease renewal for %ds, longer than its claim lease of %ds "
-                "(controller %s, pid %s)" % (idle_seconds(record, now), lease_seconds(record), owner.get("host"),
-                                             owner.get("pid")))
+        return (
+            "interrupted: no change or lease renewal for %ds, longer than its claim lease of %ds "
+            "(controller %s, pid %s)"
+            % (idle_seconds(record, now), lease_seconds(record), owner.get("host"), owner.get("pid"))
+        )
     return None
 
 

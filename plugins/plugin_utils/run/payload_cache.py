@@ -57,8 +57,11 @@ def _sources(directory):
     found = []
     for root, dirs, files in os.walk(directory):
         dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-        found.extend((os.path.relpath(os.path.join(root, name), directory), os.path.join(root, name))
-                     for name in sorted(files) if name.endswith(".py"))
+        found.extend(
+            (os.path.relpath(os.path.join(root, name), directory), os.path.join(root, name))
+            for name in sorted(files)
+            if name.endswith(".py")
+        )
     return found
 
 
@@ -101,8 +104,7 @@ def entries(directory, prefix):
         names = os.listdir(directory)
     except OSError:
         return []
-    return sorted(name for name in names
-                  if name.startswith(prefix) and not name.endswith((".lock", "-part")))
+    return sorted(name for name in names if name.startswith(prefix) and not name.endswith((".lock", "-part")))
 
 
 def copy_entry(source, directory, name):
@@ -156,9 +158,11 @@ def _this_key():
     import ansible.module_utils
     from ansible.release import __version__
 
-    return payload_key(os.path.join(COLLECTION_ROOT, "plugins"),
-                       os.path.dirname(os.path.abspath(ansible.module_utils.__file__)),
-                       (__version__, "%d.%d.%d" % sys.version_info[:3], COLLECTION_ROOT))
+    return payload_key(
+        os.path.join(COLLECTION_ROOT, "plugins"),
+        os.path.dirname(os.path.abspath(ansible.module_utils.__file__)),
+        (__version__, "%d.%d.%d" % sys.version_info[:3], COLLECTION_ROOT),
+    )
 
 
 @contextlib.contextmanager

@@ -27,8 +27,11 @@ def _psutil():
     try:
         import psutil  # pylint: disable=import-outside-toplevel
     except ImportError:
-        raise StellaError(PSUTIL_MISSING, "the controller's Python cannot import psutil, which tells whether a job's "
-                                          "run is alive: run python3 -m pip install psutil") from None
+        raise StellaError(
+            PSUTIL_MISSING,
+            "the controller's Python cannot import psutil, which tells whether a job's "
+            "run is alive: run python3 -m pip install psutil",
+        ) from None
     return psutil
 
 

@@ -14,7 +14,11 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabul
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import projection as _projection
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.recovery import (
-    ended_by, recovering, recovery_ended, recovery_started)
+    ended_by,
+    recovering,
+    recovery_ended,
+    recovery_started,
+)
 
 
 def started(store, rollback_job, now=None):
@@ -26,11 +30,13 @@ def started(store, rollback_job, now=None):
         if recovering(source) == rollback_job["jobId"] or ended_by(source, rollback_job["jobId"]):
             return None
         return recovery_started(source, rollback_job, now)
+
     try:
         return store.update(rollback_job["sourceJobId"], change)
     except StellaError as exc:  # rolled back meanwhile: the rollback job ends before any target changes
-        store.update(rollback_job["jobId"],
-                     lambda r: _job.fail_closed(r, _job.ROLLBACK_ALREADY_DONE, exc.reason, {}, now))
+        store.update(
+            rollback_job["jobId"], lambda r: _job.fail_closed(r, _job.ROLLBACK_ALREADY_DONE, exc.reason, {}, now)
+        )
         raise _job.job_error(exc.reason, code=_job.ROLLBACK_ALREADY_DONE) from None
 
 
@@ -44,11 +50,15 @@ def ended(store, rollback_job, keys, now=None):
         return None
 
     def begin(source):
-        return None if recovering(source) == ident or ended_by(source, ident) else recovery_started(
-            source, rollback_job, now)
+        return (
+            None
+            if recovering(source) == ident or ended_by(source, ident)
+            else recovery_started(source, rollback_job, now)
+        )
 
     def end(source):
         return None if ended_by(source, ident) else recovery_ended(source, rollback_job, now)
+
     store.update(rollback_job["sourceJobId"], begin, end)
     return store.project_recovery(rollback_job["sourceJobId"], keys, now)
 

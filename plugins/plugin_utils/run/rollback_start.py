@@ -32,17 +32,27 @@ class RollbackStart(Step):
         now = utc_timestamp()
         if not ctx.check_mode:
             interrupt_gone_jobs(store, now)
-        record = _job.operator_rollback(source, "%s-rollback-%s" % (source["jobId"], secrets.token_hex(3)), now,
-                                        args["revision_paths"], first_line(args["reason"]), controller_owner(),
-                                        wait_timeout=args["wait_timeout"])
+        record = _job.operator_rollback(
+            source,
+            "%s-rollback-%s" % (source["jobId"], secrets.token_hex(3)),
+            now,
+            args["revision_paths"],
+            first_line(args["reason"]),
+            controller_owner(),
+            wait_timeout=args["wait_timeout"],
+        )
         if ctx.check_mode:
-            held = _preview.held_projects(record, store.claims(), {
-                job["jobId"] for job in store.unfinished() if gone_why(job, now) is None})
+            held = _preview.held_projects(
+                record, store.claims(), {job["jobId"] for job in store.unfinished() if gone_why(job, now) is None}
+            )
         else:
             record, held = store.create(record)
         if held:
-            raise StellaError(PROJECT_BUSY, "job %s: project held by unfinished job %s" % (
-                record["jobId"], ", ".join(sorted(set(held.values())))), phase="job")
+            raise StellaError(
+                PROJECT_BUSY,
+                "job %s: project held by unfinished job %s" % (record["jobId"], ", ".join(sorted(set(held.values())))),
+                phase="job",
+            )
         if record["status"] == "Failed":
             raise StellaError(record["code"], "job %s: %s" % (record["jobId"], record["reason"]), phase="job")
         if not ctx.check_mode:  # the deployment is RollingBack from now on (run/recovery.py)

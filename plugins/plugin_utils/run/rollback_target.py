@@ -35,9 +35,14 @@ class RollbackTarget(Step):
         def change(record):
             for name, status, duration, detail in outcome["phases"]:
                 record = _job.record_phase(record, args["target"], name, status, None, now, duration, now, detail)
-            facts = {"restoredRevisionPath": rollback.get("restoredRevisionPath"),
-                     "rollbackDigest": _job_target.services_digest(rollback), "completedAt": now}
-            return _job.finish_rollback_target(record, args["target"], outcome["succeeded"], now,
-                                               reason=outcome["reason"], facts=facts)
+            facts = {
+                "restoredRevisionPath": rollback.get("restoredRevisionPath"),
+                "rollbackDigest": _job_target.services_digest(rollback),
+                "completedAt": now,
+            }
+            return _job.finish_rollback_target(
+                record, args["target"], outcome["succeeded"], now, reason=outcome["reason"], facts=facts
+            )
+
         record = store.update(args["job_id"], change)
         return {"jobId": args["job_id"], "targetName": args["target"], "target": record["targets"][args["target"]]}

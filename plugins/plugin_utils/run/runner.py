@@ -12,12 +12,19 @@ and persists the result in the same transaction, so the record never shows progr
 from __future__ import annotations
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
-from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import JOB_CHECK_MODE, JOB_INTERRUPTED
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
+    JOB_CHECK_MODE,
+    JOB_INTERRUPTED,
+)
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.writer import clean
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.run import fencing as _fencing
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.run import step_failure as _step_failure
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.context import (
-    StepContext, job_of, need, refuse_interrupted)
+    StepContext,
+    job_of,
+    need,
+    refuse_interrupted,
+)
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.steps import STEPS
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import sql as _job_store
 
@@ -33,15 +40,19 @@ class JobRunner(StepContext):
         step = STEPS[args["step"]]
         need(args, *step.needs)
         if self.check_mode and step.check_mode not in ("read", "preview"):
-            raise StellaError(JOB_CHECK_MODE, "step %s records the job in the job store, so it does not run in "
-                              "check mode: nothing was planned, persisted or changed" % args["step"])
+            raise StellaError(
+                JOB_CHECK_MODE,
+                "step %s records the job in the job store, so it does not run in "
+                "check mode: nothing was planned, persisted or changed" % args["step"],
+            )
         if self.check_mode and step.check_mode == "preview":  # no store is opened: a preview persists nothing
             return step.preview(self, args)
         self.location = args["store"] or self.vars.get("stella_job_store")
         missing = _job_store.missing_sqlite(self.location) if self.check_mode else None
         if missing:
-            raise StellaError("job_store_missing", "no job store at %s (check mode creates none)" % missing,
-                              phase="job")
+            raise StellaError(
+                "job_store_missing", "no job store at %s (check mode creates none)" % missing, phase="job"
+            )
         # a step of a recorded job needs the store its start wrote: a vanished or truncated one is an error
         store = _job_store.open_store(self.location, existing=step.recorded_job)
         try:

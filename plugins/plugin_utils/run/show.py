@@ -26,5 +26,9 @@ class Show(Step):
         record = job_of(store, args)
         if not ctx.check_mode:
             record = interrupt_gone(store, record)
-        return {"jobId": record["jobId"], "job": record, "text": _job_view.render_text(record),
-                "projection": store.projection(record["jobId"])}
+        return {
+            "jobId": record["jobId"],
+            "job": record,
+            "text": _job_view.render_text(record),
+            "projection": store.projection(record["jobId"]),
+        }

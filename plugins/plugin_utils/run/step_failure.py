@@ -7,11 +7,19 @@ job still ends (the changes to the record: job/step_failure.py)."""
 
 from __future__ import annotations
 
-from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError, first_line, redact_text
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import (
+    StellaError,
+    first_line,
+    redact_text,
+)
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import utc_timestamp
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.step_failure import (
-    INTERNAL_ERROR, abandoned, answer, step_failed)
+    INTERNAL_ERROR,
+    abandoned,
+    answer,
+    step_failed,
+)
 
 
 def recorded(store, args, exc, secrets):
@@ -32,11 +40,22 @@ def recorded(store, args, exc, secrets):
     else:
         if record is None or record["status"] != "Running":
             raise exc
-        batch = args["batch"] if args["batch"] is not None else next(
-            (record["targets"][n]["batch"] for n in args["targets"] if n in record["targets"]), None)
-        record = store.update(args["job_id"], lambda r: step_failed(
-            r, step, code, reason, now, batch=batch, target=args["target"] if step == "target" else None))
+        batch = (
+            args["batch"]
+            if args["batch"] is not None
+            else next((record["targets"][n]["batch"] for n in args["targets"] if n in record["targets"]), None)
+        )
+        record = store.update(
+            args["job_id"],
+            lambda r: step_failed(
+                r, step, code, reason, now, batch=batch, target=args["target"] if step == "target" else None
+            ),
+        )
         outcome = answer(record, step, args["target"], batch)
     warning = "job %s: step %s failed (%s: %s); the error is recorded in the job, which fails" % (
-        args["job_id"], step, code, reason)
+        args["job_id"],
+        step,
+        code,
+        reason,
+    )
     return dict(outcome, stepFailure={"step": step, "code": code, "reason": reason}, warnings=[warning])

@@ -18,5 +18,19 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.start import
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.target import Target
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.traffic import Traffic, TrafficRollback
 
-STEPS = {step.name: step for step in (Start(), Target(), Traffic(), Gate(), Finish(), RollbackStart(),
-                                      RollbackTarget(), TrafficRollback(), Close(), Show(), Health())}
+STEPS = {
+    step.name: step
+    for step in (
+        Start(),
+        Target(),
+        Traffic(),
+        Gate(),
+        Finish(),
+        RollbackStart(),
+        RollbackTarget(),
+        TrafficRollback(),
+        Close(),
+        Show(),
+        Health(),
+    )
+}

@@ -8,9 +8,14 @@ target would do, left on it as a fact for ``close``."""
 from __future__ import annotations
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
-    deployment_evidence_dir, utc_timestamp)
+    deployment_evidence_dir,
+    utc_timestamp,
+)
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.writer import (
-    DEPLOYMENT_EVIDENCE_FILE, clean, keep_documents)
+    DEPLOYMENT_EVIDENCE_FILE,
+    clean,
+    keep_documents,
+)
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import preview as _preview
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import target as _job_target
@@ -21,8 +26,13 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.step import 
 def preview_answer(args, outcome):
     """A recording step's answer in check mode: the target's preview, also set as its fact
     (``PREVIEW_FACT``, which ``close`` reads)."""
-    return {"jobId": args["job_id"], "checkMode": True, "targetName": args["target"], "preview": outcome,
-            "ansible_facts": {_preview.PREVIEW_FACT: outcome}}
+    return {
+        "jobId": args["job_id"],
+        "checkMode": True,
+        "targetName": args["target"],
+        "preview": outcome,
+        "ansible_facts": {_preview.PREVIEW_FACT: outcome},
+    }
 
 
 class Target(Step):
@@ -47,18 +57,33 @@ class Target(Step):
         apply, probe = clean(args["result"]) or {}, clean(args["probe"])
         failure, plan = clean(args["failure"]), clean(args["plan"])
         now = utc_timestamp()
-        document = evidence.deployment_record(plan, apply, now, preflight=evidence.preflight_evidence(apply),
-                                              probe=probe)
-        directory = deployment_evidence_dir("", plan.get("projectName"), plan.get("jobId"),
-                                            (plan.get("target") or {}).get("id"))
+        document = evidence.deployment_record(
+            plan, apply, now, preflight=evidence.preflight_evidence(apply), probe=probe
+        )
+        directory = deployment_evidence_dir(
+            "", plan.get("projectName"), plan.get("jobId"), (plan.get("target") or {}).get("id")
+        )
         files, stored = keep_documents(args["evidence_dir"], directory, {DEPLOYMENT_EVIDENCE_FILE: document})
-        outcome = _job_target.deployment_outcome(apply, probe, failure, evidence_written=bool(args["evidence_dir"]),
-                                                 probe_duration_ms=(probe or {}).get("durationMs") or 0)
+        outcome = _job_target.deployment_outcome(
+            apply,
+            probe,
+            failure,
+            evidence_written=bool(args["evidence_dir"]),
+            probe_duration_ms=(probe or {}).get("durationMs") or 0,
+        )
 
         def change(record):
             for name, status, duration, detail in outcome["phases"]:
                 record = _job.record_phase(record, args["target"], name, status, None, now, duration, now, detail)
-            return _job.finish_target(record, args["target"], outcome["succeeded"], now, reason=outcome["reason"],
-                                      code=outcome["code"], facts=_job_target.target_facts(apply, files))
+            return _job.finish_target(
+                record,
+                args["target"],
+                outcome["succeeded"],
+                now,
+                reason=outcome["reason"],
+                code=outcome["code"],
+                facts=_job_target.target_facts(apply, files),
+            )
+
         record = store.update(args["job_id"], change, documents=stored)
         return {"jobId": args["job_id"], "targetName": args["target"], "target": record["targets"][args["target"]]}

@@ -77,13 +77,15 @@ class TargetModuleAction(NormalAction):
             try:
                 secrets = self._add_registry_credentials()
             except StellaError as exc:
-                return with_next({"failed": True, "msg": exc.reason, "code": exc.code, "failurePhase": "preflight",
-                                  "changed": False})
+                return with_next(
+                    {"failed": True, "msg": exc.reason, "code": exc.code, "failurePhase": "preflight", "changed": False}
+                )
         try:
             self._check_claim(task_vars or {})
         except StellaError as exc:
-            return with_next({"failed": True, "msg": exc.reason, "code": exc.code, "failurePhase": exc.phase,
-                              "changed": False})
+            return with_next(
+                {"failed": True, "msg": exc.reason, "code": exc.code, "failurePhase": exc.phase, "changed": False}
+            )
         with collector_paused(), _payload_cache.reused(module, C.DEFAULT_LOCAL_TMP, Display().vvvv):
             return scrubbed(super().run(tmp, task_vars), secrets)
 
@@ -96,6 +98,7 @@ class TargetModuleAction(NormalAction):
         claim = args.get("claim")
         if isinstance(claim, dict) and claim.get("projectKey") and claim.get("jobId") and not self._task.check_mode:
             from ansible_collections.stellaops.runtime.plugins.plugin_utils.run import fencing  # pylint: disable=import-outside-toplevel
+
             fencing.check(location, claim)
 
     def _add_registry_credentials(self):

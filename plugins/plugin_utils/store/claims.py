@@ -32,19 +32,28 @@ class ClaimStore:
         once; a claim left by a finished job is taken over under the claim row's lock."""
         held = {}
         for name, key in sorted(project_keys(record).items()):
-            if self._execute("INSERT INTO project_claims (project_key, job_id, claimed_at) VALUES (?, ?, ?) "
-                             "ON CONFLICT (project_key) DO NOTHING", (key, record["jobId"], now)).rowcount == 1:
+            if (
+                self._execute(
+                    "INSERT INTO project_claims (project_key, job_id, claimed_at) VALUES (?, ?, ?) "
+                    "ON CONFLICT (project_key) DO NOTHING",
+                    (key, record["jobId"], now),
+                ).rowcount
+                == 1
+            ):
                 continue
-            holder = self._execute("SELECT job_id FROM project_claims WHERE project_key = ?" + self.LOCK,
-                                   (key,)).fetchone()[0]
+            holder = self._execute(
+                "SELECT job_id FROM project_claims WHERE project_key = ?" + self.LOCK, (key,)
+            ).fetchone()[0]
             if holder == record["jobId"]:
                 continue
             status = self._execute("SELECT status FROM deployment_jobs WHERE job_id = ?", (holder,)).fetchone()
             if status is not None and status[0] in UNFINISHED:
                 held[name] = holder
             else:
-                self._execute("UPDATE project_claims SET job_id = ?, claimed_at = ? WHERE project_key = ?",
-                              (record["jobId"], now, key))
+                self._execute(
+                    "UPDATE project_claims SET job_id = ?, claimed_at = ? WHERE project_key = ?",
+                    (record["jobId"], now, key),
+                )
         if held:
             self._execute("DELETE FROM project_claims WHERE job_id = ?", (record["jobId"],))
         else:
@@ -63,14 +72,21 @@ class ClaimStore:
         job, and a store restored from a backup never hands out one it handed out before."""
         clock = max(int(self.clock() * 1000), 1)
         for name, key in sorted(project_keys(record).items()):
-            self._execute("INSERT INTO claim_generations (project_key, generation) VALUES (?, ?) ON CONFLICT "
-                          "(project_key) DO UPDATE SET generation = CASE WHEN claim_generations.generation >= "
-                          "excluded.generation THEN claim_generations.generation + 1 ELSE excluded.generation END",
-                          (key, clock))
-            generation = self._execute("SELECT generation FROM claim_generations WHERE project_key = ?",
-                                       (key,)).fetchone()[0]
-            record["targets"][name]["claim"] = {"jobId": record["jobId"], "generation": generation, "projectKey": key,
-                                                "storeId": self.store_id}
+            self._execute(
+                "INSERT INTO claim_generations (project_key, generation) VALUES (?, ?) ON CONFLICT "
+                "(project_key) DO UPDATE SET generation = CASE WHEN claim_generations.generation >= "
+                "excluded.generation THEN claim_generations.generation + 1 ELSE excluded.generation END",
+                (key, clock),
+            )
+            generation = self._execute(
+                "SELECT generation FROM claim_generations WHERE project_key = ?", (key,)
+            ).fetchone()[0]
+            record["targets"][name]["claim"] = {
+                "jobId": record["jobId"],
+                "generation": generation,
+                "projectKey": key,
+                "storeId": self.store_id,
+            }
 
     def standing(self, job_id, project_key):
         """``(job status or None, whether it was recorded interrupted, the project's holder, its latest
@@ -78,10 +94,15 @@ class ClaimStore:
         with self._transaction("read the claim of job %s" % job_id):
             row = self._execute("SELECT status, record FROM deployment_jobs WHERE job_id=?", (job_id,)).fetchone()
             holder = self._execute("SELECT job_id FROM project_claims WHERE project_key=?", (project_key,)).fetchone()
-            generation = self._execute("SELECT generation FROM claim_generations WHERE project_key=?",
-                                       (project_key,)).fetchone()
-        return (row[0] if row else None, bool(row and json.loads(row[1]).get("interrupted")),
-                holder[0] if holder else None, generation[0] if generation else None)
+            generation = self._execute(
+                "SELECT generation FROM claim_generations WHERE project_key=?", (project_key,)
+            ).fetchone()
+        return (
+            row[0] if row else None,
+            bool(row and json.loads(row[1]).get("interrupted")),
+            holder[0] if holder else None,
+            generation[0] if generation else None,
+        )
 
     def claims(self):
         """``{project key: the job that holds it}``."""

@@ -22,7 +22,10 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.canonic
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import job_evidence_dir
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.writer import (
-    DEPLOYMENT_EVIDENCE_FILE, JOB_EVIDENCE_FILE, ROLLBACK_EVIDENCE_FILE)
+    DEPLOYMENT_EVIDENCE_FILE,
+    JOB_EVIDENCE_FILE,
+    ROLLBACK_EVIDENCE_FILE,
+)
 
 EVIDENCE_IMMUTABLE = "evidence_immutable"
 
@@ -42,13 +45,16 @@ def checked_document(store, job_id, name, index):
     (its contents are never returned then)."""
     data = store.document(job_id, name)
     if data is None or sha256_bytes(data) != index[name]["sha256"]:
-        raise StellaError(EVIDENCE_CORRUPT, "the job store's document %s of job %s does not hash to the SHA-256 "
-                          "recorded with it" % (name, job_id))
+        raise StellaError(
+            EVIDENCE_CORRUPT,
+            "the job store's document %s of job %s does not hash to the SHA-256 recorded with it" % (name, job_id),
+        )
     try:
         return json.loads(data)
     except ValueError:
-        raise StellaError(EVIDENCE_CORRUPT, "the job store's document %s of job %s is no JSON document"
-                          % (name, job_id)) from None
+        raise StellaError(
+            EVIDENCE_CORRUPT, "the job store's document %s of job %s is no JSON document" % (name, job_id)
+        ) from None
 
 
 def stored_evidence(store, record, corrupt=None):
@@ -93,12 +99,16 @@ class DocumentStore:
             row = self._execute("SELECT sha256 FROM job_documents WHERE job_id=? AND name=?", (job_id, name)).fetchone()
             if row is not None:
                 if row[0] != digest:
-                    raise StellaError(EVIDENCE_IMMUTABLE, "job %s: the evidence document %s is already in the job store "
-                                      "with other content (%s); evidence is written once and never changed"
-                                      % (job_id, name, row[0]))
+                    raise StellaError(
+                        EVIDENCE_IMMUTABLE,
+                        "job %s: the evidence document %s is already in the job store "
+                        "with other content (%s); evidence is written once and never changed" % (job_id, name, row[0]),
+                    )
                 continue
-            self._execute("INSERT INTO job_documents (job_id, name, sha256, size, body, written_at) "
-                          "VALUES (?, ?, ?, ?, ?, ?)", (job_id, name, digest, len(data), data.decode("utf-8"), at))
+            self._execute(
+                "INSERT INTO job_documents (job_id, name, sha256, size, body, written_at) VALUES (?, ?, ?, ?, ?, ?)",
+                (job_id, name, digest, len(data), data.decode("utf-8"), at),
+            )
 
     def put_documents(self, job_id, documents, at):
         """Store ``documents`` (``{name: bytes}``, UTF-8 text) of job ``job_id`` in one transaction;
@@ -109,8 +119,12 @@ class DocumentStore:
 
     def document_index(self, job_id):
         """``{name: {"sha256", "size", "writtenAt"}}`` of every document job ``job_id`` stored."""
-        return {r[0]: {"sha256": r[1], "size": r[2], "writtenAt": r[3]} for r in self._read(
-            "SELECT name, sha256, size, written_at FROM job_documents WHERE job_id=? ORDER BY name", (job_id,))}
+        return {
+            r[0]: {"sha256": r[1], "size": r[2], "writtenAt": r[3]}
+            for r in self._read(
+                "SELECT name, sha256, size, written_at FROM job_documents WHERE job_id=? ORDER BY name", (job_id,)
+            )
+        }
 
     def document(self, job_id, name):
         """The bytes of the document ``name`` of job ``job_id``, ``None`` when the store has none."""

@@ -30,22 +30,30 @@ MIGRATION_LOCK = 0x5374656C  # pg_advisory_xact_lock key of the job store's star
 
 class PostgresCatalogue(_job_schema.Catalogue):
     def health_checks(self, execute):
-        rows = execute("SELECT c.conname, pg_get_constraintdef(c.oid) FROM pg_constraint c "
-                       "JOIN pg_class t ON t.oid = c.conrelid JOIN pg_namespace n ON n.oid = t.relnamespace "
-                       "WHERE t.relname = 'target_health' AND n.nspname = current_schema() AND c.contype = 'c'"
-                       ).fetchall()
+        rows = execute(
+            "SELECT c.conname, pg_get_constraintdef(c.oid) FROM pg_constraint c "
+            "JOIN pg_class t ON t.oid = c.conrelid JOIN pg_namespace n ON n.oid = t.relnamespace "
+            "WHERE t.relname = 'target_health' AND n.nspname = current_schema() AND c.contype = 'c'"
+        ).fetchall()
         return [(name, definition) for name, definition in rows if "status" in definition]
 
     def columns(self, execute, table):
-        return [r[0] for r in execute("SELECT column_name FROM information_schema.columns WHERE table_name = ? "
-                                      "AND table_schema = current_schema()", (table,)).fetchall()]
+        return [
+            r[0]
+            for r in execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = ? "
+                "AND table_schema = current_schema()",
+                (table,),
+            ).fetchall()
+        ]
 
     def refresh_health_check(self, execute, stale):
         """``ALTER TABLE``: drop the narrow checks, add the contract's; rows stay where they are."""
         for name in stale:
             execute('ALTER TABLE target_health DROP CONSTRAINT "%s"' % name.replace('"', '""'))
-        execute("ALTER TABLE target_health ADD CONSTRAINT %s %s" % (
-            _job_schema.HEALTH_CONSTRAINT, _job_schema.HEALTH_CHECK))
+        execute(
+            "ALTER TABLE target_health ADD CONSTRAINT %s %s" % (_job_schema.HEALTH_CONSTRAINT, _job_schema.HEALTH_CHECK)
+        )
 
     def widen_integer(self, execute, table, column):
         execute("ALTER TABLE %s ALTER COLUMN %s TYPE BIGINT" % (table, column))
@@ -59,19 +67,21 @@ class PostgresJobStore(SqlJobStore):
         self.location = redact_url(dsn)
         self._secret = [dsn]
         if psycopg is None:
-            raise store_error("job store %s: the controller's Python lacks psycopg (pip install 'psycopg[binary]')"
-                              % self.location, code="job_store_unsupported")
+            raise store_error(
+                "job store %s: the controller's Python lacks psycopg (pip install 'psycopg[binary]')" % self.location,
+                code="job_store_unsupported",
+            )
         self.errors = (psycopg.Error,)
         try:
-            self._db = psycopg.connect(dsn, autocommit=True, connect_timeout=int(timeout),
-                                       application_name="stellaops.runtime")
+            self._db = psycopg.connect(
+                dsn, autocommit=True, connect_timeout=int(timeout), application_name="stellaops.runtime"
+            )
         except psycopg.Error as exc:
             raise store_error("cannot open the job store %s: %s" % (self.location, self._clean(exc))) from None
         self._migrate()
 
     def _clean(self, exc):
-        return redact_text(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__,
-                           self._secret)
+        return redact_text(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__, self._secret)
 
     def _sql(self, statement):
         return statement.replace("?", "%s")
@@ -90,7 +100,9 @@ class PostgresJobStore(SqlJobStore):
             with self._db.transaction():
                 yield
         except psycopg.IntegrityError as exc:
-            raise store_error("cannot %s in %s: %s" % (what, self.location, self._clean(exc)),
-                              code="job_exists" if "deployment_jobs_pkey" in str(exc) else "job_store_failed") from None
+            raise store_error(
+                "cannot %s in %s: %s" % (what, self.location, self._clean(exc)),
+                code="job_exists" if "deployment_jobs_pkey" in str(exc) else "job_store_failed",
+            ) from None
         except psycopg.Error as exc:
             raise store_error("cannot %s in %s: %s" % (what, self.location, self._clean(exc))) from None

@@ -53,10 +53,15 @@ def changed_parts(before, after):
         return True, dict(targets), []
     old = before.get("targets") or {}
     columns = RECORD_COLUMNS if "revision" in after else PROJECTION_COLUMNS
-    return (dumps(header(before, columns)) != dumps(header(after, columns)),
-            {name: entry for name, entry in targets.items()
-             if name not in old or (old[name] is not entry and dumps(old[name]) != dumps(entry))},
-            sorted(set(old) - set(targets)))
+    return (
+        dumps(header(before, columns)) != dumps(header(after, columns)),
+        {
+            name: entry
+            for name, entry in targets.items()
+            if name not in old or (old[name] is not entry and dumps(old[name]) != dumps(entry))
+        },
+        sorted(set(old) - set(targets)),
+    )
 
 
 def positions(document):

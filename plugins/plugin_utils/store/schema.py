@@ -36,9 +36,15 @@ SCHEMA_VERSION = 7
 STORE_ID = "store_id"
 HEALTH_CONSTRAINT = "target_health_status_check"
 HEALTH_CHECK = "CHECK (status IN (%s))" % ", ".join("'%s'" % s for s in HEALTH_STATUSES)
-HEALTH_COLUMNS = (("target_id", "TEXT PRIMARY KEY"), ("target_name", "TEXT"),
-                  ("status", "TEXT NOT NULL CONSTRAINT %s %s" % (HEALTH_CONSTRAINT, HEALTH_CHECK)),
-                  ("reason", "TEXT"), ("code", "TEXT"), ("job_id", "TEXT"), ("updated_at", "TEXT"))
+HEALTH_COLUMNS = (
+    ("target_id", "TEXT PRIMARY KEY"),
+    ("target_name", "TEXT"),
+    ("status", "TEXT NOT NULL CONSTRAINT %s %s" % (HEALTH_CONSTRAINT, HEALTH_CHECK)),
+    ("reason", "TEXT"),
+    ("code", "TEXT"),
+    ("job_id", "TEXT"),
+    ("updated_at", "TEXT"),
+)
 
 
 def health_table(name="target_health"):
@@ -65,12 +71,8 @@ MIGRATIONS = {
         """CREATE TABLE IF NOT EXISTS project_claims (
             project_key TEXT PRIMARY KEY, job_id TEXT NOT NULL, claimed_at TEXT NOT NULL)""",
     ),
-    3: (
-        """CREATE TABLE IF NOT EXISTS job_leases (job_id TEXT PRIMARY KEY, renewed_at TEXT NOT NULL)""",
-    ),
-    4: (
-        """CREATE TABLE IF NOT EXISTS claim_generations (project_key TEXT PRIMARY KEY, generation BIGINT NOT NULL)""",
-    ),
+    3: ("""CREATE TABLE IF NOT EXISTS job_leases (job_id TEXT PRIMARY KEY, renewed_at TEXT NOT NULL)""",),
+    4: ("""CREATE TABLE IF NOT EXISTS claim_generations (project_key TEXT PRIMARY KEY, generation BIGINT NOT NULL)""",),
     5: (
         """CREATE TABLE IF NOT EXISTS job_documents (
             job_id TEXT NOT NULL, name TEXT NOT NULL, sha256 TEXT NOT NULL, size INTEGER NOT NULL, body TEXT NOT NULL,
@@ -86,9 +88,7 @@ MIGRATIONS = {
         lambda execute: split_rows(execute, "deployment_jobs", "job_id", "record", "job_targets"),
         lambda execute: split_rows(execute, "deployments", "deployment_id", "projection", "deployment_targets"),
     ),
-    7: (
-        """CREATE TABLE IF NOT EXISTS store_identity (name TEXT PRIMARY KEY, value TEXT NOT NULL)""",
-    ),
+    7: ("""CREATE TABLE IF NOT EXISTS store_identity (name TEXT PRIMARY KEY, value TEXT NOT NULL)""",),
 }
 WIDENED = 7  # from this version on, claim generations are 64-bit (4 to 6 created them 32-bit on PostgreSQL)
 VERSION_TABLE = "CREATE TABLE IF NOT EXISTS stella_schema (name TEXT PRIMARY KEY, version INTEGER NOT NULL)"
@@ -99,8 +99,10 @@ def split_rows(execute, table, key, column, targets):
     for ident, head in execute("SELECT %s, %s FROM %s" % (key, column, table)).fetchall():
         text, rows = split_stored(head)
         for name, position, body in rows:
-            execute("INSERT INTO %s (%s, name, position, body) VALUES (?, ?, ?, ?)" % (targets, key),
-                    (ident, name, position, body))
+            execute(
+                "INSERT INTO %s (%s, name, position, body) VALUES (?, ?, ?, ?)" % (targets, key),
+                (ident, name, position, body),
+            )
         execute("UPDATE %s SET %s = ? WHERE %s = ?" % (table, column, key), (text, ident))
 
 
@@ -137,8 +139,10 @@ def new_store_id():
 def store_id(execute, new_id=None):
     """The store's id, created (``new_id`` or :func:`new_store_id`) when the store has none: a new store,
     or one whose tables were emptied."""
-    execute("INSERT INTO store_identity (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING",
-            (STORE_ID, new_id or new_store_id()))
+    execute(
+        "INSERT INTO store_identity (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING",
+        (STORE_ID, new_id or new_store_id()),
+    )
     return execute("SELECT value FROM store_identity WHERE name = ?", (STORE_ID,)).fetchone()[0]
 
 

@@ -64,7 +64,7 @@ def prune_selection(finished, protected, before, keep=0, sources=None):
     job id: the job it rolled back}``; a rollback job stays as long as the job it rolled back stays (that
     job's projection names the rollback job's evidence document, ``rollback.evidence.id``)."""
     newest_first = sorted(finished, key=lambda row: (row[2], row[0]), reverse=True)
-    chosen = [row for row in newest_first[max(int(keep), 0):] if row[2] < before and row[0] not in protected]
+    chosen = [row for row in newest_first[max(int(keep), 0) :] if row[2] < before and row[0] not in protected]
     going = {row[0] for row in chosen}
     sources = sources or {}
     chosen = [row for row in chosen if row[0] not in sources or sources[row[0]] in going]
@@ -162,27 +162,38 @@ class SqlJobStore(DocumentStore, ClaimStore, JobStore):
         head, targets, gone = _rows.changed_parts(previous, record)
         columns = (record["status"], record["updatedAt"], record["revision"])
         if previous is None:
-            self._execute("INSERT INTO deployment_jobs (kind, release_id, record, status, updated_at, revision, "
-                          "job_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                          (record["kind"], (record.get("release") or {}).get("id"),
-                           _json(_rows.record_header(record))) + columns + (record["jobId"], record["createdAt"]))
+            self._execute(
+                "INSERT INTO deployment_jobs (kind, release_id, record, status, updated_at, revision, "
+                "job_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (record["kind"], (record.get("release") or {}).get("id"), _json(_rows.record_header(record)))
+                + columns
+                + (record["jobId"], record["createdAt"]),
+            )
         elif head:
-            self._execute("UPDATE deployment_jobs SET record=?, status=?, updated_at=?, revision=? WHERE job_id=?",
-                          (_json(_rows.record_header(record)),) + columns + (record["jobId"],))
+            self._execute(
+                "UPDATE deployment_jobs SET record=?, status=?, updated_at=?, revision=? WHERE job_id=?",
+                (_json(_rows.record_header(record)),) + columns + (record["jobId"],),
+            )
         else:
-            self._execute("UPDATE deployment_jobs SET status=?, updated_at=?, revision=? WHERE job_id=?",
-                          columns + (record["jobId"],))
+            self._execute(
+                "UPDATE deployment_jobs SET status=?, updated_at=?, revision=? WHERE job_id=?",
+                columns + (record["jobId"],),
+            )
         self._put_rows("job_targets", "job_id", record["jobId"], record, targets, gone)
-        self._execute("INSERT INTO deployment_job_history (job_id, revision, status, at) VALUES (?, ?, ?, ?)",
-                      (record["jobId"], record["revision"], record["status"], record["updatedAt"]))
+        self._execute(
+            "INSERT INTO deployment_job_history (job_id, revision, status, at) VALUES (?, ?, ?, ?)",
+            (record["jobId"], record["revision"], record["status"], record["updatedAt"]),
+        )
 
     def _put_rows(self, table, key, ident, document, targets, gone):
         """Upsert the rows of the ``targets`` that changed, delete those ``gone``."""
         places = _rows.positions(document)
         for name, entry in targets.items():
-            self._execute("INSERT INTO %s (%s, name, position, body) VALUES (?, ?, ?, ?) ON CONFLICT (%s, name) "
-                          "DO UPDATE SET position=excluded.position, body=excluded.body" % (table, key, key),
-                          (ident, name, places[name], _json(entry)))
+            self._execute(
+                "INSERT INTO %s (%s, name, position, body) VALUES (?, ?, ?, ?) ON CONFLICT (%s, name) "
+                "DO UPDATE SET position=excluded.position, body=excluded.body" % (table, key, key),
+                (ident, name, places[name], _json(entry)),
+            )
         for name in gone:
             self._execute("DELETE FROM %s WHERE %s=? AND name=?" % (table, key), (ident, name))
 
@@ -196,30 +207,58 @@ class SqlJobStore(DocumentStore, ClaimStore, JobStore):
                 "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (target_id) DO UPDATE SET target_name=excluded.target_name, "
                 "status=excluded.status, reason=excluded.reason, code=excluded.code, job_id=excluded.job_id, "
                 "updated_at=excluded.updated_at",
-                (event["targetId"], event["targetName"], event["status"], event["reason"], event["code"],
-                 event["jobId"], event["at"]))
+                (
+                    event["targetId"],
+                    event["targetName"],
+                    event["status"],
+                    event["reason"],
+                    event["code"],
+                    event["jobId"],
+                    event["at"],
+                ),
+            )
 
     def _put_projection(self, projection, at, previous=None):
         """Write ``projection`` over ``previous`` (``None``: a new one), its target views as rows."""
         head, targets, gone = _rows.changed_parts(previous, projection)
         columns = (projection["status"], int(projection["terminal"]), projection["jobRevision"], at)
         if previous is None:
-            self._execute("INSERT INTO deployments (projection, status, terminal, job_revision, updated_at, "
-                          "deployment_id) VALUES (?, ?, ?, ?, ?, ?)",
-                          (_json(_rows.projection_header(projection)),) + columns + (projection["deploymentId"],))
+            self._execute(
+                "INSERT INTO deployments (projection, status, terminal, job_revision, updated_at, "
+                "deployment_id) VALUES (?, ?, ?, ?, ?, ?)",
+                (_json(_rows.projection_header(projection)),) + columns + (projection["deploymentId"],),
+            )
         elif head:
-            self._execute("UPDATE deployments SET projection=?, status=?, terminal=?, job_revision=?, updated_at=? "
-                          "WHERE deployment_id=?",
-                          (_json(_rows.projection_header(projection)),) + columns + (projection["deploymentId"],))
+            self._execute(
+                "UPDATE deployments SET projection=?, status=?, terminal=?, job_revision=?, updated_at=? "
+                "WHERE deployment_id=?",
+                (_json(_rows.projection_header(projection)),) + columns + (projection["deploymentId"],),
+            )
         else:
-            self._execute("UPDATE deployments SET status=?, terminal=?, job_revision=?, updated_at=? "
-                          "WHERE deployment_id=?", columns + (projection["deploymentId"],))
+            self._execute(
+                "UPDATE deployments SET status=?, terminal=?, job_revision=?, updated_at=? WHERE deployment_id=?",
+                columns + (projection["deploymentId"],),
+            )
         self._put_rows("deployment_targets", "deployment_id", projection["deploymentId"], projection, targets, gone)
-        seq = self._execute("SELECT COUNT(*) FROM deployment_projection_history WHERE deployment_id=?",
-                            (projection["deploymentId"],)).fetchone()[0] + 1
-        self._execute("INSERT INTO deployment_projection_history (deployment_id, seq, job_revision, status, terminal, "
-                      "at) VALUES (?, ?, ?, ?, ?, ?)", (projection["deploymentId"], seq, projection["jobRevision"],
-                                                        projection["status"], int(projection["terminal"]), at))
+        seq = (
+            self._execute(
+                "SELECT COUNT(*) FROM deployment_projection_history WHERE deployment_id=?",
+                (projection["deploymentId"],),
+            ).fetchone()[0]
+            + 1
+        )
+        self._execute(
+            "INSERT INTO deployment_projection_history (deployment_id, seq, job_revision, status, terminal, "
+            "at) VALUES (?, ?, ?, ?, ?, ?)",
+            (
+                projection["deploymentId"],
+                seq,
+                projection["jobRevision"],
+                projection["status"],
+                int(projection["terminal"]),
+                at,
+            ),
+        )
 
     def create(self, record):
         with self._transaction("create job %s" % record["jobId"]):
@@ -237,8 +276,10 @@ class SqlJobStore(DocumentStore, ClaimStore, JobStore):
     def update(self, job_id, *changes, documents=None):
         """As :meth:`JobStore.update`; ``documents`` (``{name: bytes}``) are stored in the same transaction."""
         with self._transaction("write job %s" % job_id):
-            if self._execute("SELECT revision FROM deployment_jobs WHERE job_id=?" + self.LOCK,
-                             (job_id,)).fetchone() is None:
+            if (
+                self._execute("SELECT revision FROM deployment_jobs WHERE job_id=?" + self.LOCK, (job_id,)).fetchone()
+                is None
+            ):
                 raise store_error("no job %s in %s" % (job_id, self.location), code="job_not_found")
             record = self.get(job_id)
             revision = record["revision"]
@@ -263,8 +304,11 @@ class SqlJobStore(DocumentStore, ClaimStore, JobStore):
         with self._transaction("renew the claim lease of job %s" % job_id):
             row = self._execute("SELECT status FROM deployment_jobs WHERE job_id=?" + self.LOCK, (job_id,)).fetchone()
             if row is not None and row[0] in UNFINISHED:
-                self._execute("INSERT INTO job_leases (job_id, renewed_at) VALUES (?, ?) ON CONFLICT (job_id) "
-                              "DO UPDATE SET renewed_at=excluded.renewed_at", (job_id, at))
+                self._execute(
+                    "INSERT INTO job_leases (job_id, renewed_at) VALUES (?, ?) ON CONFLICT (job_id) "
+                    "DO UPDATE SET renewed_at=excluded.renewed_at",
+                    (job_id, at),
+                )
         return row[0] if row is not None else None
 
     @staticmethod
@@ -305,37 +349,63 @@ class SqlJobStore(DocumentStore, ClaimStore, JobStore):
 
     def prune(self, before, keep=0, dry_run=False):
         with self._transaction("prune the job store"):
-            finished = self._execute("SELECT job_id, status, updated_at FROM deployment_jobs WHERE status NOT IN (%s)"
-                                     % _marks(UNFINISHED) + self.LOCK, UNFINISHED).fetchall()
+            finished = self._execute(
+                "SELECT job_id, status, updated_at FROM deployment_jobs WHERE status NOT IN (%s)" % _marks(UNFINISHED)
+                + self.LOCK,
+                UNFINISHED,
+            ).fetchall()
             protected = {r[0] for r in self._execute("SELECT job_id FROM target_health").fetchall()}
             protected.update(r[0] for r in self._execute("SELECT job_id FROM project_claims").fetchall())
             # the deployment an unfinished rollback job rolls back: its close reads it and writes about it
-            protected.update(json.loads(r[0]).get("sourceJobId") for r in self._execute(
-                "SELECT record FROM deployment_jobs WHERE kind = 'rollback' AND status IN (%s)" % _marks(UNFINISHED),
-                UNFINISHED).fetchall())
+            protected.update(
+                json.loads(r[0]).get("sourceJobId")
+                for r in self._execute(
+                    "SELECT record FROM deployment_jobs WHERE kind = 'rollback' AND status IN (%s)"
+                    % _marks(UNFINISHED),
+                    UNFINISHED,
+                ).fetchall()
+            )
             # the rollback jobs whose source is still stored (finished, or unfinished and so staying)
-            stored = {r[0] for r in finished} | {r[0] for r in self._execute(
-                "SELECT job_id FROM deployment_jobs WHERE status IN (%s)" % _marks(UNFINISHED), UNFINISHED).fetchall()}
-            sources = {job_id: source for job_id, source in ((r[0], json.loads(r[1]).get("sourceJobId")) for r in
-                       self._execute("SELECT job_id, record FROM deployment_jobs WHERE kind = 'rollback'").fetchall())
-                       if source in stored}
+            stored = {r[0] for r in finished} | {
+                r[0]
+                for r in self._execute(
+                    "SELECT job_id FROM deployment_jobs WHERE status IN (%s)" % _marks(UNFINISHED), UNFINISHED
+                ).fetchall()
+            }
+            sources = {
+                job_id: source
+                for job_id, source in (
+                    (r[0], json.loads(r[1]).get("sourceJobId"))
+                    for r in self._execute(
+                        "SELECT job_id, record FROM deployment_jobs WHERE kind = 'rollback'"
+                    ).fetchall()
+                )
+                if source in stored
+            }
             chosen = prune_selection([tuple(r) for r in finished], protected, before, keep, sources)
             ids = [row[0] for row in chosen]
             projects = {}
             for start in range(0, len(ids), PRUNE_CHUNK):
-                part = tuple(ids[start:start + PRUNE_CHUNK])
+                part = tuple(ids[start : start + PRUNE_CHUNK])
                 for record in self._records("j.job_id IN (%s)" % _marks(part), part):
                     projects[record["jobId"]] = project_names(record)
                 if dry_run:
                     continue
-                for table, column in (("deployment_job_history", "job_id"), ("job_leases", "job_id"),
-                                      ("job_documents", "job_id"), ("job_targets", "job_id"),
-                                      ("deployment_jobs", "job_id"), ("deployment_targets", "deployment_id"),
-                                      ("deployment_projection_history", "deployment_id"),
-                                      ("deployments", "deployment_id")):
+                for table, column in (
+                    ("deployment_job_history", "job_id"),
+                    ("job_leases", "job_id"),
+                    ("job_documents", "job_id"),
+                    ("job_targets", "job_id"),
+                    ("deployment_jobs", "job_id"),
+                    ("deployment_targets", "deployment_id"),
+                    ("deployment_projection_history", "deployment_id"),
+                    ("deployments", "deployment_id"),
+                ):
                     self._execute("DELETE FROM %s WHERE %s IN (%s)" % (table, column, _marks(part)), part)
-        return [{"jobId": job_id, "status": status, "updatedAt": at, "projects": projects.get(job_id, [])}
-                for job_id, status, at in chosen]
+        return [
+            {"jobId": job_id, "status": status, "updatedAt": at, "projects": projects.get(job_id, [])}
+            for job_id, status, at in chosen
+        ]
 
     # ------------------------------------------------------------------ reads
     def _read(self, statement, params=()):
@@ -348,21 +418,34 @@ class SqlJobStore(DocumentStore, ClaimStore, JobStore):
         """``{id: [(name, body)]}`` of the target rows of the jobs or projections ``ids``, in position order."""
         found = {}
         for start in range(0, len(ids), PRUNE_CHUNK):
-            part = tuple(ids[start:start + PRUNE_CHUNK])
-            for ident, name, body in self._read("SELECT %s, name, body FROM %s WHERE %s IN (%s) ORDER BY %s, position"
-                                                % (key, table, key, _marks(part), key), part):
+            part = tuple(ids[start : start + PRUNE_CHUNK])
+            for ident, name, body in self._read(
+                "SELECT %s, name, body FROM %s WHERE %s IN (%s) ORDER BY %s, position"
+                % (key, table, key, _marks(part), key),
+                part,
+            ):
                 found.setdefault(ident, []).append((name, body))
         return found
 
     def _records(self, where, params=(), tail="", targets=True):
         """The records selected by ``where``, with their targets' rows (``targets``) and last lease renewal."""
-        heads = self._read("SELECT j.job_id, j.record, j.status, j.revision, j.updated_at, l.renewed_at FROM "
-                           "deployment_jobs j LEFT JOIN job_leases l ON l.job_id = j.job_id WHERE " + where + tail,
-                           params)
+        heads = self._read(
+            "SELECT j.job_id, j.record, j.status, j.revision, j.updated_at, l.renewed_at FROM "
+            "deployment_jobs j LEFT JOIN job_leases l ON l.job_id = j.job_id WHERE " + where + tail,
+            params,
+        )
         rows = self._target_rows("job_targets", "job_id", [h[0] for h in heads]) if targets else None
-        return [self._leased(_rows.assemble(head, {"status": status, "revision": revision, "updatedAt": at},
-                                            None if rows is None else rows.get(job_id, ())), (renewed,))
-                for job_id, head, status, revision, at, renewed in heads]
+        return [
+            self._leased(
+                _rows.assemble(
+                    head,
+                    {"status": status, "revision": revision, "updatedAt": at},
+                    None if rows is None else rows.get(job_id, ()),
+                ),
+                (renewed,),
+            )
+            for job_id, head, status, revision, at, renewed in heads
+        ]
 
     def get(self, job_id):
         found = self._records("j.job_id=?", (job_id,))
@@ -393,28 +476,51 @@ class SqlJobStore(DocumentStore, ClaimStore, JobStore):
         return self._records("j.status IN (%s)" % _marks(UNFINISHED), UNFINISHED, " ORDER BY j.created_at")
 
     def history(self, job_id):
-        return [{"revision": r, "status": s, "at": a} for r, s, a in self._read(
-            "SELECT revision, status, at FROM deployment_job_history WHERE job_id=? ORDER BY revision", (job_id,))]
+        return [
+            {"revision": r, "status": s, "at": a}
+            for r, s, a in self._read(
+                "SELECT revision, status, at FROM deployment_job_history WHERE job_id=? ORDER BY revision", (job_id,)
+            )
+        ]
 
     def projection(self, deployment_id):
-        rows = self._read("SELECT projection, status, job_revision FROM deployments WHERE deployment_id=?",
-                          (deployment_id,))
+        rows = self._read(
+            "SELECT projection, status, job_revision FROM deployments WHERE deployment_id=?", (deployment_id,)
+        )
         if not rows:
             return None
         views = self._target_rows("deployment_targets", "deployment_id", [deployment_id])
-        return _rows.assemble(rows[0][0], {"status": rows[0][1], "jobRevision": rows[0][2]},
-                              views.get(deployment_id, ()))
+        return _rows.assemble(
+            rows[0][0], {"status": rows[0][1], "jobRevision": rows[0][2]}, views.get(deployment_id, ())
+        )
 
     def projection_history(self, deployment_id):
-        return [{"seq": q, "jobRevision": r, "status": s, "terminal": bool(t), "at": a} for q, r, s, t, a in self._read(
-            "SELECT seq, job_revision, status, terminal, at FROM deployment_projection_history "
-            "WHERE deployment_id=? ORDER BY seq", (deployment_id,))]
+        return [
+            {"seq": q, "jobRevision": r, "status": s, "terminal": bool(t), "at": a}
+            for q, r, s, t, a in self._read(
+                "SELECT seq, job_revision, status, terminal, at FROM deployment_projection_history "
+                "WHERE deployment_id=? ORDER BY seq",
+                (deployment_id,),
+            )
+        ]
 
     def health(self, target_ids=None):
-        rows = self._read("SELECT target_id, target_name, status, reason, code, job_id, updated_at FROM target_health "
-                          "ORDER BY target_id")
-        found = {r[0]: {"targetId": r[0], "targetName": r[1], "status": r[2], "reason": r[3], "code": r[4],
-                        "jobId": r[5], "updatedAt": r[6]} for r in rows}
+        rows = self._read(
+            "SELECT target_id, target_name, status, reason, code, job_id, updated_at FROM target_health "
+            "ORDER BY target_id"
+        )
+        found = {
+            r[0]: {
+                "targetId": r[0],
+                "targetName": r[1],
+                "status": r[2],
+                "reason": r[3],
+                "code": r[4],
+                "jobId": r[5],
+                "updatedAt": r[6],
+            }
+            for r in rows
+        }
         if target_ids is None:
             return list(found.values())
         return [found.get(t) or {"targetId": t, "status": _health.UNKNOWN} for t in target_ids]
@@ -423,7 +529,7 @@ class SqlJobStore(DocumentStore, ClaimStore, JobStore):
 def _sqlite_path(location):
     """The file of the SQLite store ``location`` (a path or ``sqlite:///path``); ``None`` for another URL."""
     if location.startswith("sqlite:///"):
-        return location[len("sqlite:///"):]
+        return location[len("sqlite:///") :]
     return None if "://" in location else location
 
 
@@ -447,17 +553,25 @@ def open_store(location=None, existing=False):
     steps of a job that is under way must never start over on a blank store."""
     location = location or DEFAULT_STORE
     if existing and vanished_sqlite(location):
-        raise store_error("job store %s is missing or empty, though this job was recorded there: it was removed or "
-                          "truncated; restore it from a backup (nothing was created in its place)"
-                          % vanished_sqlite(location))
+        raise store_error(
+            "job store %s is missing or empty, though this job was recorded there: it was removed or "
+            "truncated; restore it from a backup (nothing was created in its place)" % vanished_sqlite(location)
+        )
     if location.startswith(("postgresql://", "postgres://")):
         from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.postgres import (  # pylint: disable=import-outside-toplevel
-            PostgresJobStore)
+            PostgresJobStore,
+        )
+
         return PostgresJobStore(location)
     path = _sqlite_path(location)
     if path is None:
-        raise store_error("job store %s: only SQLite (a path or sqlite:///path) and PostgreSQL (postgresql://) are "
-                          "available" % redact_url(location), code="job_store_unsupported")
+        raise store_error(
+            "job store %s: only SQLite (a path or sqlite:///path) and PostgreSQL (postgresql://) are "
+            "available" % redact_url(location),
+            code="job_store_unsupported",
+        )
     from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.sqlite import (  # pylint: disable=import-outside-toplevel
-        SqliteJobStore)
+        SqliteJobStore,
+    )
+
     return SqliteJobStore(path)

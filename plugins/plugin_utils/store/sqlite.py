@@ -20,7 +20,7 @@ class SqliteCatalogue(_job_schema.Catalogue):
         row = execute("SELECT sql FROM sqlite_master WHERE type='table' AND name='target_health'").fetchone()
         text = row[0] if row else ""
         start = text.upper().find("CHECK")
-        while start >= 0 and "status" not in text[start:start + 40].lower():
+        while start >= 0 and "status" not in text[start : start + 40].lower():
             start = text.upper().find("CHECK", start + 5)
         return [("target_health", text[start:])] if start >= 0 else []
 

@@ -2,5 +2,4 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Traffic adapters on the controller: shifting requests between the control and the canary slot.
-"""
+"""Traffic adapters on the controller: shifting requests between the control and the canary slot."""

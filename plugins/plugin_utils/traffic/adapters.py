@@ -57,8 +57,9 @@ class TrafficError(StellaError):
 
 def _weight(value, what):
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 100:
-        raise StellaError("traffic_config_invalid", "%s must be a number from 0 to 100, got %r" % (what, value),
-                          phase="plan")
+        raise StellaError(
+            "traffic_config_invalid", "%s must be a number from 0 to 100, got %r" % (what, value), phase="plan"
+        )
     return int(value)
 
 
@@ -72,8 +73,9 @@ def step_weights(strategy, config, batch, batches):
     """
     config = config or {}
     if strategy == "canary":
-        steps = [_weight(v, "trafficSteps[%d]" % i) for i, v in enumerate(config.get("trafficSteps")
-                                                                          or DEFAULT_CANARY_STEPS)]
+        steps = [
+            _weight(v, "trafficSteps[%d]" % i) for i, v in enumerate(config.get("trafficSteps") or DEFAULT_CANARY_STEPS)
+        ]
         if steps != sorted(steps):
             raise StellaError("traffic_config_invalid", "trafficSteps must not decrease: %s" % steps, phase="plan")
         treatment = 100 if batch >= batches - 1 else steps[min(batch, len(steps) - 1)]
@@ -84,8 +86,11 @@ def step_weights(strategy, config, batch, batches):
         control = _weight(weights.get("control"), "trafficWeights.control")
         treatment = _weight(weights.get("treatment"), "trafficWeights.treatment")
         if control + treatment != 100:
-            raise StellaError("traffic_config_invalid", "trafficWeights must add up to 100, got %d + %d" % (
-                control, treatment), phase="plan")
+            raise StellaError(
+                "traffic_config_invalid",
+                "trafficWeights must add up to 100, got %d + %d" % (control, treatment),
+                phase="plan",
+            )
         return control, treatment
     else:
         raise StellaError("traffic_config_invalid", "strategy %s moves no traffic" % strategy, phase="plan")
@@ -112,15 +117,24 @@ def check_traffic_config(strategy, config, batches):
     for name, value in sorted((config.get("trafficAdapterOptions") or {}).items()):
         userinfo = isinstance(value, str) and "@" in value.split("://", 1)[-1].split("/", 1)[0]
         if _SECRET_OPTION.search(str(name)) or userinfo:
-            raise StellaError("traffic_config_invalid", "strategyConfig.trafficAdapterOptions.%s carries credentials, "
-                              "which the job record and its evidence would keep: give them in "
-                              "stella_traffic_adapter_options (never logged or stored) instead" % name, phase="plan")
+            raise StellaError(
+                "traffic_config_invalid",
+                "strategyConfig.trafficAdapterOptions.%s carries credentials, "
+                "which the job record and its evidence would keep: give them in "
+                "stella_traffic_adapter_options (never logged or stored) instead" % name,
+                phase="plan",
+            )
 
 
 def standby_evidence(reason, slot):
     """Evidence when no adapter moved traffic: exactly the contract's standby-only keys (pure)."""
-    return {PREFIX + "mode": MODE_STANDBY_ONLY, PREFIX + "status": STATUS_NOT_SHIFTED, PREFIX + "shifted": False,
-            PREFIX + "reason": reason, PREFIX + "slot": slot}
+    return {
+        PREFIX + "mode": MODE_STANDBY_ONLY,
+        PREFIX + "status": STATUS_NOT_SHIFTED,
+        PREFIX + "shifted": False,
+        PREFIX + "reason": reason,
+        PREFIX + "slot": slot,
+    }
 
 
 def no_adapter_evidence(reason, step):
@@ -128,16 +142,25 @@ def no_adapter_evidence(reason, step):
     rollback; never a word that implies traffic moved."""
     if not step.get("rollback"):
         return standby_evidence(reason, step["treatmentSlot"])
-    return {ROLLBACK_PREFIX + "mode": MODE_ROLLBACK, ROLLBACK_PREFIX + "status": STATUS_NOT_SHIFTED,
-            ROLLBACK_PREFIX + "shifted": False, ROLLBACK_PREFIX + "reason": reason,
-            ROLLBACK_PREFIX + "slot": step["controlSlot"]}
+    return {
+        ROLLBACK_PREFIX + "mode": MODE_ROLLBACK,
+        ROLLBACK_PREFIX + "status": STATUS_NOT_SHIFTED,
+        ROLLBACK_PREFIX + "shifted": False,
+        ROLLBACK_PREFIX + "reason": reason,
+        ROLLBACK_PREFIX + "slot": step["controlSlot"],
+    }
 
 
 def failed_evidence(kind, reason, slot, control, treatment, extra=None, rollback=False):
     prefix = ROLLBACK_PREFIX if rollback else PREFIX
-    evidence = {prefix + "mode": MODE_ROLLBACK if rollback else MODE_SHIFT, prefix + "status": STATUS_FAILED,
-                prefix + "shifted": False, prefix + "reason": reason, prefix + "slot": slot,
-                prefix + "adapter": kind}
+    evidence = {
+        prefix + "mode": MODE_ROLLBACK if rollback else MODE_SHIFT,
+        prefix + "status": STATUS_FAILED,
+        prefix + "shifted": False,
+        prefix + "reason": reason,
+        prefix + "slot": slot,
+        prefix + "adapter": kind,
+    }
     if not rollback:
         evidence.update({prefix + "controlWeight": control, prefix + "treatmentWeight": treatment})
     evidence.update(extra or {})
@@ -146,11 +169,19 @@ def failed_evidence(kind, reason, slot, control, treatment, extra=None, rollback
 
 def shift_request(job, step):
     """The JSON body of a shift (or, with ``step["rollback"]``, a rollback) request (pure)."""
-    return {"action": "rollback" if step.get("rollback") else "shift", "jobId": job["jobId"],
-            "release": job.get("release"), "strategy": job.get("strategy"), "application": job.get("application"),
-            "environment": job.get("environment"), "controlSlot": step["controlSlot"],
-            "treatmentSlot": step["treatmentSlot"], "controlWeight": step["controlWeight"],
-            "treatmentWeight": step["treatmentWeight"], "batch": step.get("batch")}
+    return {
+        "action": "rollback" if step.get("rollback") else "shift",
+        "jobId": job["jobId"],
+        "release": job.get("release"),
+        "strategy": job.get("strategy"),
+        "application": job.get("application"),
+        "environment": job.get("environment"),
+        "controlSlot": step["controlSlot"],
+        "treatmentSlot": step["treatmentSlot"],
+        "controlWeight": step["controlWeight"],
+        "treatmentWeight": step["treatmentWeight"],
+        "batch": step.get("batch"),
+    }
 
 
 def check_answer(answer, step):
@@ -171,13 +202,16 @@ def check_answer(answer, step):
 def _urllib3_errors():
     """``urllib3.exceptions`` (``requests`` is loaded, so urllib3 is): what reading a body raises."""
     from urllib3 import exceptions  # pylint: disable=import-outside-toplevel
+
     return exceptions
 
 
 def header_values(options):
     """The values of ``options.headers`` as strings (secrets to redact), whatever its shape (pure)."""
     headers = options.get("headers") or {}
-    values = headers.values() if isinstance(headers, dict) else headers if isinstance(headers, (list, tuple)) else [headers]
+    values = (
+        headers.values() if isinstance(headers, dict) else headers if isinstance(headers, (list, tuple)) else [headers]
+    )
     return [str(value) for value in values]
 
 
@@ -187,12 +221,17 @@ def webhook_limits(options):
     otherwise, so a bad option fails the traffic step (and closes the gate) instead of aborting the job."""
     timeout = options.get("timeoutSeconds", DEFAULT_TIMEOUT)
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0.1 <= timeout <= MAX_TIMEOUT:
-        raise TrafficError(CODE_SHIFT_FAILED, "trafficAdapterOptions.timeoutSeconds must be a number of seconds "
-                           "from 0.1 to %d, got %s" % (MAX_TIMEOUT, json.dumps(timeout)[:40]), phase="traffic")
+        raise TrafficError(
+            CODE_SHIFT_FAILED,
+            "trafficAdapterOptions.timeoutSeconds must be a number of seconds "
+            "from 0.1 to %d, got %s" % (MAX_TIMEOUT, json.dumps(timeout)[:40]),
+            phase="traffic",
+        )
     headers = options.get("headers") or {}
     if not isinstance(headers, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
-        raise TrafficError(CODE_SHIFT_FAILED, "trafficAdapterOptions.headers must map header names to strings",
-                           phase="traffic")
+        raise TrafficError(
+            CODE_SHIFT_FAILED, "trafficAdapterOptions.headers must map header names to strings", phase="traffic"
+        )
     return float(timeout), dict(headers)
 
 
@@ -220,16 +259,26 @@ class Adapter(abc.ABC):
         except TrafficError as exc:
             # the slot the step asked for: the treatment for a shift, the control slot a rollback restores
             slot = step["controlSlot"] if step.get("rollback") else step["treatmentSlot"]
-            exc.evidence = failed_evidence(self.kind, exc.reason, slot, step["controlWeight"],
-                                           step["treatmentWeight"], {prefix + k: v for k, v in (exc.evidence or {}).items()},
-                                           rollback=bool(step.get("rollback")))
+            exc.evidence = failed_evidence(
+                self.kind,
+                exc.reason,
+                slot,
+                step["controlWeight"],
+                step["treatmentWeight"],
+                {prefix + k: v for k, v in (exc.evidence or {}).items()},
+                rollback=bool(step.get("rollback")),
+            )
             exc.code = CODE_ROLLBACK_FAILED if step.get("rollback") else CODE_SHIFT_FAILED
             raise
-        evidence = {prefix + "mode": MODE_ROLLBACK if step.get("rollback") else MODE_SHIFT,
-                    prefix + "status": STATUS_RESTORED if step.get("rollback") else STATUS_SHIFTED,
-                    prefix + "shifted": True, prefix + "adapter": self.kind,
-                    prefix + "slot": step["controlSlot"] if step.get("rollback") else step["treatmentSlot"],
-                    prefix + "controlWeight": step["controlWeight"], prefix + "treatmentWeight": step["treatmentWeight"]}
+        evidence = {
+            prefix + "mode": MODE_ROLLBACK if step.get("rollback") else MODE_SHIFT,
+            prefix + "status": STATUS_RESTORED if step.get("rollback") else STATUS_SHIFTED,
+            prefix + "shifted": True,
+            prefix + "adapter": self.kind,
+            prefix + "slot": step["controlSlot"] if step.get("rollback") else step["treatmentSlot"],
+            prefix + "controlWeight": step["controlWeight"],
+            prefix + "treatmentWeight": step["treatmentWeight"],
+        }
         if step.get("rollback"):
             evidence[prefix + "reason"] = step.get("reason") or "deployment rolled back"
         evidence.update({prefix + k: v for k, v in facts.items()})
@@ -247,15 +296,21 @@ class LocalFileAdapter(Adapter):
 
     def apply(self, body):
         path = self.options["path"]
-        state = {"jobId": body["jobId"], "action": body["action"], "controlSlot": body["controlSlot"],
-                 "treatmentSlot": body["treatmentSlot"], "controlWeight": body["controlWeight"],
-                 "treatmentWeight": body["treatmentWeight"]}
+        state = {
+            "jobId": body["jobId"],
+            "action": body["action"],
+            "controlSlot": body["controlSlot"],
+            "treatmentSlot": body["treatmentSlot"],
+            "controlWeight": body["controlWeight"],
+            "treatmentWeight": body["treatmentWeight"],
+        }
         try:
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
             atomic_write(path, pretty_json(state), mode=0o644)
         except OSError as exc:
-            raise TrafficError(CODE_SHIFT_FAILED, "cannot write route state %s: %s" % (path, exc.strerror or exc),
-                               phase="traffic")
+            raise TrafficError(
+                CODE_SHIFT_FAILED, "cannot write route state %s: %s" % (path, exc.strerror or exc), phase="traffic"
+            )
         return {"statePath": path}
 
 
@@ -315,6 +370,7 @@ def _deadline_http_adapter(requests, deadline):
             def connect(self):
                 super().connect()
                 deadline.opened(self.sock)  # the TLS socket, which took the plain one's place
+
         return Connection
 
     class HTTPPool(HTTPConnectionPool):
@@ -361,14 +417,20 @@ class WebhookAdapter(Adapter):
     def apply(self, body):
         requests = _requests.load()
         url = self.options.get("rollbackUrl" if body["action"] == "rollback" else "shiftUrl") or (
-            self.options.get("shiftUrl") if body["action"] == "rollback" else None)
+            self.options.get("shiftUrl") if body["action"] == "rollback" else None
+        )
         facts = {"webhookUrl": redact_url(url) if url else None}
         if not url:
-            raise TrafficError(CODE_SHIFT_FAILED, "no webhook URL for %s" % body["action"], phase="traffic",
-                               evidence=facts)
+            raise TrafficError(
+                CODE_SHIFT_FAILED, "no webhook URL for %s" % body["action"], phase="traffic", evidence=facts
+            )
         if requests is None:
-            raise TrafficError(CODE_SHIFT_FAILED, "requests is required on the controller for the webhook adapter: %s"
-                               % _requests.import_error(), phase="traffic", evidence=facts)
+            raise TrafficError(
+                CODE_SHIFT_FAILED,
+                "requests is required on the controller for the webhook adapter: %s" % _requests.import_error(),
+                phase="traffic",
+                evidence=facts,
+            )
         timeout, headers = webhook_limits(self.options)
         deadline = _Deadline(timeout)
         session = requests.Session()
@@ -381,23 +443,35 @@ class WebhookAdapter(Adapter):
         answered = False
         try:
             # redirects are never followed: the credential header and the body go to this URL only
-            with session.post(url, json=body, timeout=timeout, headers=headers, allow_redirects=False,
-                              stream=True) as response:
+            with session.post(
+                url, json=body, timeout=timeout, headers=headers, allow_redirects=False, stream=True
+            ) as response:
                 answered = not deadline.expired  # else the deadline cut the status line or the headers
                 facts["webhookStatus"] = response.status_code
                 if not 200 <= response.status_code < 300:
-                    raise TrafficError(CODE_SHIFT_FAILED, "webhook %s answered HTTP %d%s" % (
-                        facts["webhookUrl"], response.status_code,
-                        " (redirects are not followed)" if 300 <= response.status_code < 400 else ""),
-                        phase="traffic", evidence=facts)
+                    raise TrafficError(
+                        CODE_SHIFT_FAILED,
+                        "webhook %s answered HTTP %d%s"
+                        % (
+                            facts["webhookUrl"],
+                            response.status_code,
+                            " (redirects are not followed)" if 300 <= response.status_code < 400 else "",
+                        ),
+                        phase="traffic",
+                        evidence=facts,
+                    )
                 data = self._read(response, deadline, timeout, facts)
         except (requests.Timeout, _urllib3_errors().ReadTimeoutError):
             self._timed_out(facts, timeout, answered)
         except (requests.RequestException, _urllib3_errors().HTTPError) as exc:
             if deadline.expired:
                 self._timed_out(facts, timeout, answered)
-            raise TrafficError(CODE_SHIFT_FAILED, "webhook %s unreachable: %s" % (
-                facts["webhookUrl"], type(exc).__name__), phase="traffic", evidence=facts) from None
+            raise TrafficError(
+                CODE_SHIFT_FAILED,
+                "webhook %s unreachable: %s" % (facts["webhookUrl"], type(exc).__name__),
+                phase="traffic",
+                evidence=facts,
+            ) from None
         finally:
             timer.cancel()
             session.close()
@@ -409,8 +483,12 @@ class WebhookAdapter(Adapter):
             answer = None
         problems = check_answer(answer, body)
         if problems:
-            raise TrafficError(CODE_SHIFT_FAILED, "webhook %s answer invalid: %s" % (
-                facts["webhookUrl"], "; ".join(problems)), phase="traffic", evidence=facts)
+            raise TrafficError(
+                CODE_SHIFT_FAILED,
+                "webhook %s answer invalid: %s" % (facts["webhookUrl"], "; ".join(problems)),
+                phase="traffic",
+                evidence=facts,
+            )
         facts["appliedAt"] = answer.get("appliedAt")
         if answer.get("dataPlaneUrl"):
             facts["dataPlaneUrl"] = redact_url(str(answer["dataPlaneUrl"]))
@@ -419,10 +497,18 @@ class WebhookAdapter(Adapter):
     @staticmethod
     def _timed_out(facts, timeout, answered):
         if answered:
-            raise TrafficError(CODE_SHIFT_FAILED, "webhook %s did not finish its answer within %gs" % (
-                facts["webhookUrl"], timeout), phase="traffic", evidence=facts) from None
-        raise TrafficError(CODE_SHIFT_FAILED, "webhook %s timed out after %gs" % (facts["webhookUrl"], timeout),
-                           phase="traffic", evidence=facts) from None
+            raise TrafficError(
+                CODE_SHIFT_FAILED,
+                "webhook %s did not finish its answer within %gs" % (facts["webhookUrl"], timeout),
+                phase="traffic",
+                evidence=facts,
+            ) from None
+        raise TrafficError(
+            CODE_SHIFT_FAILED,
+            "webhook %s timed out after %gs" % (facts["webhookUrl"], timeout),
+            phase="traffic",
+            evidence=facts,
+        ) from None
 
     @staticmethod
     def _read(response, deadline, timeout, facts):
@@ -434,11 +520,19 @@ class WebhookAdapter(Adapter):
         for chunk in iter(lambda: read1(8192), b"") if read1 else response.iter_content(8192):
             size += len(chunk)
             if size > MAX_ANSWER_BYTES:
-                raise TrafficError(CODE_SHIFT_FAILED, "webhook %s answered more than %d bytes" % (
-                    facts["webhookUrl"], MAX_ANSWER_BYTES), phase="traffic", evidence=facts)
+                raise TrafficError(
+                    CODE_SHIFT_FAILED,
+                    "webhook %s answered more than %d bytes" % (facts["webhookUrl"], MAX_ANSWER_BYTES),
+                    phase="traffic",
+                    evidence=facts,
+                )
             if deadline.expired or time.monotonic() > deadline.at:
-                raise TrafficError(CODE_SHIFT_FAILED, "webhook %s did not finish its answer within %gs" % (
-                    facts["webhookUrl"], timeout), phase="traffic", evidence=facts)
+                raise TrafficError(
+                    CODE_SHIFT_FAILED,
+                    "webhook %s did not finish its answer within %gs" % (facts["webhookUrl"], timeout),
+                    phase="traffic",
+                    evidence=facts,
+                )
             chunks.append(chunk)
         return b"".join(chunks)
 

@@ -22,9 +22,25 @@ FRAGMENTS = os.path.join(ROOT, "plugins", "doc_fragments")
 PACKAGE = "ansible_collections.stellaops.runtime.plugins"
 NAMES = sorted(name[:-3] for name in os.listdir(MODULES) if name.endswith(".py") and not name.startswith("_"))
 SECRET_WORDS = re.compile(r"password|secret|token|credential|env_artifact|private_key")
-SPEC_KEYS = {"type", "default", "choices", "required", "elements", "options", "no_log", "aliases",
-             "apply_defaults", "removed_in_version", "removed_at_date", "fallback", "mutually_exclusive",
-             "required_if", "required_one_of", "required_together", "required_by"}
+SPEC_KEYS = {
+    "type",
+    "default",
+    "choices",
+    "required",
+    "elements",
+    "options",
+    "no_log",
+    "aliases",
+    "apply_defaults",
+    "removed_in_version",
+    "removed_at_date",
+    "fallback",
+    "mutually_exclusive",
+    "required_if",
+    "required_one_of",
+    "required_together",
+    "required_by",
+}
 
 
 def literal(path, name):
@@ -45,7 +61,7 @@ def fragment(reference):
     """``stellaops.runtime.<file>[.<VARIABLE>]`` -> the fragment's parsed YAML."""
     prefix = "stellaops.runtime."
     assert reference.startswith(prefix), "fragment %s is not this collection's" % reference
-    parts = reference[len(prefix):].split(".")
+    parts = reference[len(prefix) :].split(".")
     path = os.path.join(FRAGMENTS, parts[0] + ".py")
     assert os.path.isfile(path), "fragment file %s is missing" % path
     text = literal(path, parts[1].upper() if len(parts) > 1 else "DOCUMENTATION")
@@ -94,11 +110,17 @@ def compare(name, documented, spec, path=""):
             problems.append("%s spec has unknown keys %s" % (where, sorted(unknown)))
         if not doc.get("description"):
             problems.append("%s has no description" % where)
-        for key, fallback in (("type", "str"), ("default", None), ("choices", None), ("required", False),
-                              ("elements", None)):
+        for key, fallback in (
+            ("type", "str"),
+            ("default", None),
+            ("choices", None),
+            ("required", False),
+            ("elements", None),
+        ):
             if doc.get(key, fallback) != arg.get(key, fallback):
-                problems.append("%s %s: documented %r, spec %r" % (
-                    where, key, doc.get(key, fallback), arg.get(key, fallback)))
+                problems.append(
+                    "%s %s: documented %r, spec %r" % (where, key, doc.get(key, fallback), arg.get(key, fallback))
+                )
         if arg.get("required") and "default" in arg:
             problems.append("%s is required and has a default" % where)
         if SECRET_WORDS.search(option) and not arg.get("no_log"):
@@ -145,21 +167,37 @@ def test_check_and_diff_support_match_the_attributes(name):
 
 
 def test_every_module_is_checked():
-    assert set(NAMES) >= {"stella_compose_deploy", "stella_evidence", "stella_plan", "stella_preflight",
-                          "stella_probe", "stella_rollback"}
+    assert set(NAMES) >= {
+        "stella_compose_deploy",
+        "stella_evidence",
+        "stella_plan",
+        "stella_preflight",
+        "stella_probe",
+        "stella_rollback",
+    }
     for name in os.listdir(ACTIONS):
         if name.endswith(".py") and not name.startswith("_"):
             assert name[:-3] in NAMES, "action %s has no documentation stub in plugins/modules" % name
 
 
 def test_compare_reports_each_kind_of_drift():
-    documented = {"a": {"description": "x", "type": "int", "default": 1}, "b": {"description": "x"},
-                  "nested": {"description": "x", "type": "list", "elements": "dict",
-                             "suboptions": {"n": {"description": "x", "choices": ["p", "q"]}}},
-                  "api_token": {"description": "x"}}
-    spec = {"a": {"type": "int", "default": 2}, "c": {"type": "str"},
-            "nested": {"type": "list", "elements": "dict", "options": {"n": {"type": "str", "choices": ["p"]}}},
-            "api_token": {"type": "str"}}
+    documented = {
+        "a": {"description": "x", "type": "int", "default": 1},
+        "b": {"description": "x"},
+        "nested": {
+            "description": "x",
+            "type": "list",
+            "elements": "dict",
+            "suboptions": {"n": {"description": "x", "choices": ["p", "q"]}},
+        },
+        "api_token": {"description": "x"},
+    }
+    spec = {
+        "a": {"type": "int", "default": 2},
+        "c": {"type": "str"},
+        "nested": {"type": "list", "elements": "dict", "options": {"n": {"type": "str", "choices": ["p"]}}},
+        "api_token": {"type": "str"},
+    }
     problems = compare("m", documented, spec)
     assert problems == [
         "m: b is documented but not accepted",

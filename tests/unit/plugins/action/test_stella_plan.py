@@ -13,12 +13,20 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "fixtures"))
 
 from planning_support import (  # noqa: E402
-    DIGEST_A, ROOT, FakeRegistry, compose_accepts_every_lock, compose_config, image_manifest, minimal_release,
+    DIGEST_A,
+    ROOT,
+    FakeRegistry,
+    compose_accepts_every_lock,
+    compose_config,
+    image_manifest,
+    minimal_release,
 )
 
 from ansible_collections.stellaops.runtime.plugins.action.stella_plan import write_artifacts  # noqa: E402
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.inputs import (  # noqa: E402
-    load_credentials, resolve_digests)
+    load_credentials,
+    resolve_digests,
+)
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError  # noqa: E402
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.plan import plan_release  # noqa: E402
 
@@ -64,9 +72,12 @@ def test_stale_env_artifact_is_removed_and_check_mode_writes_nothing(tmp_path):
 def test_resolve_digests_with_pre_resolved_and_registry():
     registry = FakeRegistry("registry.example.com")
     digest = registry.push("shop/web", "1.0", image_manifest("1"), "application/vnd.oci.image.manifest.v1+json")
-    release = minimal_release(components=[{"name": "web", "image": IMAGE}, {"name": "db", "image": "registry.example.com/x/db:2"}])
-    resolved, evidence = resolve_digests(release, {}, [], {"registry.example.com/x/db:2": DIGEST_A}, True, 5,
-                                         transport=registry)
+    release = minimal_release(
+        components=[{"name": "web", "image": IMAGE}, {"name": "db", "image": "registry.example.com/x/db:2"}]
+    )
+    resolved, evidence = resolve_digests(
+        release, {}, [], {"registry.example.com/x/db:2": DIGEST_A}, True, 5, transport=registry
+    )
     assert resolved == {IMAGE: digest, "registry.example.com/x/db:2": DIGEST_A}
     assert evidence[IMAGE]["resolved"] is True and evidence["registry.example.com/x/db:2"]["source"] == "input"
     with pytest.raises(StellaError, match="resolve=false"):
@@ -77,7 +88,10 @@ def test_load_credentials(tmp_path):
     path = tmp_path / "pw"
     path.write_text(SECRET + "\n")
     assert load_credentials({"r:1": {"username": "u", "password_file": str(path)}}).get("r:1") == {
-        "username": "u", "password": SECRET, "source": "registry_credentials"}
+        "username": "u",
+        "password": SECRET,
+        "source": "registry_credentials",
+    }
     with pytest.raises(StellaError):
         load_credentials({"r:1": {"password": "x"}})
     with pytest.raises(StellaError) as info:
@@ -86,18 +100,45 @@ def test_load_credentials(tmp_path):
 
 
 def _playbook(tmp_path, args, check=False, diff=False, verbosity=""):
-    play = [{"hosts": "localhost", "gather_facts": False, "tasks": [
-        {"name": "plan", "stellaops.runtime.stella_plan": "{{ plan_args }}", "register": "plan",
-         "ignore_errors": True},
-        {"name": "show", "ansible.builtin.copy": {"content": "{{ plan | to_json }}", "dest": str(tmp_path / "result.json")},
-         "check_mode": False}]}]
+    play = [
+        {
+            "hosts": "localhost",
+            "gather_facts": False,
+            "tasks": [
+                {
+                    "name": "plan",
+                    "stellaops.runtime.stella_plan": "{{ plan_args }}",
+                    "register": "plan",
+                    "ignore_errors": True,
+                },
+                {
+                    "name": "show",
+                    "ansible.builtin.copy": {"content": "{{ plan | to_json }}", "dest": str(tmp_path / "result.json")},
+                    "check_mode": False,
+                },
+            ],
+        }
+    ]
     (tmp_path / "play.yml").write_text(json.dumps(play))
     (tmp_path / "vars.json").write_text(json.dumps({"plan_args": args}))
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, ".build", "collections"), ANSIBLE_NOCOLOR="1",
-               ANSIBLE_RETRY_FILES_ENABLED="0")
-    cmd = [os.path.join(ROOT, ".venv", "bin", "ansible-playbook"), "-i", "localhost,", "-c", "local",
-           "-e", "ansible_python_interpreter=" + sys.executable, "-e", "@" + str(tmp_path / "vars.json"),
-           str(tmp_path / "play.yml")]
+    env = dict(
+        os.environ,
+        ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, ".build", "collections"),
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_RETRY_FILES_ENABLED="0",
+    )
+    cmd = [
+        os.path.join(ROOT, ".venv", "bin", "ansible-playbook"),
+        "-i",
+        "localhost,",
+        "-c",
+        "local",
+        "-e",
+        "ansible_python_interpreter=" + sys.executable,
+        "-e",
+        "@" + str(tmp_path / "vars.json"),
+        str(tmp_path / "play.yml"),
+    ]
     if check:
         cmd.append("--check")
     if diff:
@@ -111,8 +152,12 @@ def _playbook(tmp_path, args, check=False, diff=False, verbosity=""):
 
 def test_playbook_plan_check_mode_diff_and_write(tmp_path):
     dest = tmp_path / "artifacts"
-    args = {"release": minimal_release(secretEnv={"DB_PASSWORD": SECRET}), "resolved": {IMAGE: DIGEST_A},
-            "resolve": False, "dest": str(dest)}
+    args = {
+        "release": minimal_release(secretEnv={"DB_PASSWORD": SECRET}),
+        "resolved": {IMAGE: DIGEST_A},
+        "resolve": False,
+        "dest": str(dest),
+    }
     result, output = _playbook(tmp_path, args, check=True, diff=True, verbosity="-vvv")
     assert result["changed"] is True and not dest.exists()
     assert '+name: "acme_prod_tgt-1_shop"' in output
@@ -121,7 +166,8 @@ def test_playbook_plan_check_mode_diff_and_write(tmp_path):
     assert "_files" not in result
     result, _output = _playbook(tmp_path, args)
     assert result["changed"] is True and sorted(os.listdir(dest)) == sorted(
-        [".env.stella", "apply-manifest.json", "compose.stella.lock.yml", "stella.version.json"])
+        [".env.stella", "apply-manifest.json", "compose.stella.lock.yml", "stella.version.json"]
+    )
     assert (dest / "compose.stella.lock.yml").read_text() == result["lock"]
     config = compose_config({name: (dest / name).read_bytes() for name in os.listdir(dest)})
     assert config["services"]["web"]["environment"]["DB_PASSWORD"] == SECRET

@@ -60,18 +60,20 @@ def closed_port():
 
 def _env(tmp_path):
     env = dict(os.environ)
-    env.update({
-        "ANSIBLE_COLLECTIONS_PATH": COLLECTIONS,
-        "ANSIBLE_STDOUT_CALLBACK": "json_results",
-        "ANSIBLE_CALLBACK_PLUGINS": os.path.join(ROOT, "tests", "callback_plugins"),
-        "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1",
-        "ANSIBLE_LOCALHOST_WARNING": "0",
-        "ANSIBLE_INVENTORY_UNPARSED_WARNING": "0",
-        "ANSIBLE_LOCAL_TEMP": str(tmp_path / "local-tmp"),
-        "ANSIBLE_HOME": str(tmp_path / "ansible-home"),
-        "ANSIBLE_NOCOLOR": "1",
-        "PATH": BIN + os.pathsep + env.get("PATH", ""),
-    })
+    env.update(
+        {
+            "ANSIBLE_COLLECTIONS_PATH": COLLECTIONS,
+            "ANSIBLE_STDOUT_CALLBACK": "json_results",
+            "ANSIBLE_CALLBACK_PLUGINS": os.path.join(ROOT, "tests", "callback_plugins"),
+            "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1",
+            "ANSIBLE_LOCALHOST_WARNING": "0",
+            "ANSIBLE_INVENTORY_UNPARSED_WARNING": "0",
+            "ANSIBLE_LOCAL_TEMP": str(tmp_path / "local-tmp"),
+            "ANSIBLE_HOME": str(tmp_path / "ansible-home"),
+            "ANSIBLE_NOCOLOR": "1",
+            "PATH": BIN + os.pathsep + env.get("PATH", ""),
+        }
+    )
     for key in ("ANSIBLE_CONFIG", "http_proxy", "HTTP_PROXY"):
         env.pop(key, None)
     return env
@@ -86,9 +88,25 @@ def _host_result(proc):
 
 def adhoc(tmp_path, args, *extra):
     proc = subprocess.run(
-        [os.path.join(BIN, "ansible"), "localhost", "-c", "local", "-m", "stellaops.runtime.stella_probe",
-         "-a", json.dumps(args), "-e", "ansible_python_interpreter=" + PYTHON, *extra],
-        cwd=str(tmp_path), env=_env(tmp_path), capture_output=True, text=True, timeout=180, check=False,
+        [
+            os.path.join(BIN, "ansible"),
+            "localhost",
+            "-c",
+            "local",
+            "-m",
+            "stellaops.runtime.stella_probe",
+            "-a",
+            json.dumps(args),
+            "-e",
+            "ansible_python_interpreter=" + PYTHON,
+            *extra,
+        ],
+        cwd=str(tmp_path),
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
     )
     return proc, _host_result(proc)
 
@@ -127,8 +145,15 @@ def test_cli_probe_failure_fails_task(tmp_path, http_server, closed_port):
     args = {
         "target": {"endpoint": "tcp://127.0.0.1:2376"},
         "components": [
-            {"name": "api", "config": {"healthProbe.port": http_server.server_port, "healthProbe.path": "/fail",
-                                       "healthProbe.attempts": 2, "healthProbe.intervalSeconds": 0}},
+            {
+                "name": "api",
+                "config": {
+                    "healthProbe.port": http_server.server_port,
+                    "healthProbe.path": "/fail",
+                    "healthProbe.attempts": 2,
+                    "healthProbe.intervalSeconds": 0,
+                },
+            },
         ],
     }
     proc, res = adhoc(tmp_path, args)
@@ -138,51 +163,73 @@ def test_cli_probe_failure_fails_task(tmp_path, http_server, closed_port):
     assert res["code"] == "health_probe_failed"
     assert res["msg"] == (
         "Post-deploy health probe failed for component 'api': expected HTTP 200 at "
-        "http://127.0.0.1:%d/fail, observed 500 after 2 attempt(s)" % http_server.server_port)
+        "http://127.0.0.1:%d/fail, observed 500 after 2 attempt(s)" % http_server.server_port
+    )
     assert res["evidence"]["healthProbe.status"] == "failed"
     assert res["evidence"]["healthProbe.api.observed"] == "500"
     assert http_server.seen == ["/fail", "/fail"]
 
 
 def test_cli_refused_tcp_fails_task(tmp_path, closed_port):
-    args = {"target": {"endpoint": "local"},
-            "components": [{"name": "db", "config": {"healthProbe.type": "tcp", "healthProbe.tcp.port": closed_port,
-                                                     "healthProbe.attempts": 1}}]}
+    args = {
+        "target": {"endpoint": "local"},
+        "components": [
+            {
+                "name": "db",
+                "config": {"healthProbe.type": "tcp", "healthProbe.tcp.port": closed_port, "healthProbe.attempts": 1},
+            }
+        ],
+    }
     proc, res = adhoc(tmp_path, args)
     assert proc.returncode != 0
     assert res["evidence"]["healthProbe.db.observed"].startswith("refused: ")
-    assert res["msg"].startswith("Post-deploy health probe failed for component 'db': expected TCP connect at "
-                                 "tcp://127.0.0.1:%d, observed refused: " % closed_port)
+    assert res["msg"].startswith(
+        "Post-deploy health probe failed for component 'db': expected TCP connect at "
+        "tcp://127.0.0.1:%d, observed refused: " % closed_port
+    )
 
 
 def test_cli_invalid_config_fails_closed(tmp_path, http_server):
-    args = {"target": {"endpoint": "unix:///var/run/docker.sock"},
-            "components": [{"name": "api", "config": {"healthProbe.path": "/ok"}}]}
+    args = {
+        "target": {"endpoint": "unix:///var/run/docker.sock"},
+        "components": [{"name": "api", "config": {"healthProbe.path": "/ok"}}],
+    }
     proc, res = adhoc(tmp_path, args)
     assert proc.returncode != 0
     assert res["code"] == "health_probe_config_invalid"
     assert res["msg"] == INVALID + (
         "component 'api': no resolvable host (target endpoint 'unix:///var/run/docker.sock' has no host; "
-        "set healthProbe.host or healthProbe.url)")
+        "set healthProbe.host or healthProbe.url)"
+    )
     assert res["evidence"]["healthProbe.status"] == "failed"
 
 
 def test_cli_host_override(tmp_path, http_server):
-    args = {"target": {"endpoint": "unix:///var/run/docker.sock"}, "host_override": "127.0.0.1",
-            "components": [{"name": "api", "config": {"healthProbe.path": "/ok",
-                                                      "healthProbe.port": http_server.server_port}}]}
+    args = {
+        "target": {"endpoint": "unix:///var/run/docker.sock"},
+        "host_override": "127.0.0.1",
+        "components": [
+            {"name": "api", "config": {"healthProbe.path": "/ok", "healthProbe.port": http_server.server_port}}
+        ],
+    }
     proc, res = adhoc(tmp_path, args)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert res["evidence"]["healthProbe.api.healthy"] is True
 
 
 def test_cli_skip_records_skip(tmp_path, http_server):
-    args = {"target": {"endpoint": "local"}, "wait_for_health_check": False,
-            "components": [{"name": "api", "config": {"healthProbe.port": http_server.server_port}}]}
+    args = {
+        "target": {"endpoint": "local"},
+        "wait_for_health_check": False,
+        "components": [{"name": "api", "config": {"healthProbe.port": http_server.server_port}}],
+    }
     proc, res = adhoc(tmp_path, args)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert res["evidence"] == {"healthProbe.status": "skipped", "healthProbe.reason": "waitForHealthCheck=false",
-                               "healthProbe.count": 1}
+    assert res["evidence"] == {
+        "healthProbe.status": "skipped",
+        "healthProbe.reason": "waitForHealthCheck=false",
+        "healthProbe.count": 1,
+    }
     assert http_server.seen == []
 
 
@@ -221,9 +268,21 @@ def test_playbook_check_mode_reports_without_probing(tmp_path, http_server, tcp_
         "          - probe is not failed\n" % (http_server.server_port, tcp_port)
     )
     proc = subprocess.run(
-        [os.path.join(BIN, "ansible-playbook"), "--check", "-c", "local", "-e", "ansible_python_interpreter=" + PYTHON,
-         str(playbook)],
-        cwd=str(tmp_path), env=_env(tmp_path), capture_output=True, text=True, timeout=180, check=False,
+        [
+            os.path.join(BIN, "ansible-playbook"),
+            "--check",
+            "-c",
+            "local",
+            "-e",
+            "ansible_python_interpreter=" + PYTHON,
+            str(playbook),
+        ],
+        cwd=str(tmp_path),
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(proc.stdout)

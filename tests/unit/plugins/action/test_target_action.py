@@ -21,8 +21,14 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils.run import targe
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 BIN = os.path.join(ROOT, ".venv", "bin")
 COLLECTIONS = os.path.join(ROOT, ".build", "collections")
-TARGET_MODULES = ("stella_compose_deploy", "stella_preflight", "stella_rollback", "stella_teardown", "stella_relay",
-                  "stella_runtime_install")
+TARGET_MODULES = (
+    "stella_compose_deploy",
+    "stella_preflight",
+    "stella_rollback",
+    "stella_teardown",
+    "stella_relay",
+    "stella_runtime_install",
+)
 
 
 @pytest.fixture
@@ -82,7 +88,8 @@ CONFIG = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "docker
 
 @pytest.mark.parametrize("module_name,option", [("stella_preflight", None), ("stella_compose_deploy", "preflight")])
 def test_the_preflight_gets_its_registry_s_credentials_only_and_they_are_scrubbed(
-        module_name, option, tmp_path, monkeypatch):
+    module_name, option, tmp_path, monkeypatch
+):
     """The Docker config on the controller holds credentials for Docker Hub and 127.0.0.1:5002; the
     preflight asks 127.0.0.1:5002: only that entry travels, with its source, and the module's answer is
     scrubbed of its password."""
@@ -101,8 +108,9 @@ def test_the_preflight_gets_its_registry_s_credentials_only_and_they_are_scrubbe
     action._task = types.SimpleNamespace(args={option: preflight, "task": "compose.up"} if option else preflight)
     result = action.run(task_vars={})
     options = sent[0][option] if option else sent[0]
-    assert options["registry_credentials"] == {"127.0.0.1:5002": {
-        "username": "stella", "password": "auth-password-Planted", "source": "docker-config:auths"}}
+    assert options["registry_credentials"] == {
+        "127.0.0.1:5002": {"username": "stella", "password": "auth-password-Planted", "source": "docker-config:auths"}
+    }
     assert "auth-password-Planted" not in json.dumps(result) and "hub-password-Planted" not in json.dumps(sent)
 
 
@@ -111,13 +119,21 @@ def test_explicit_credentials_win_and_a_skipped_registry_check_sends_none(tmp_pa
     sent = []
     monkeypatch.setattr(NormalAction, "run", lambda self, tmp=None, task_vars=None: sent.append(self._task.args) or {})
     module = importlib.import_module("ansible_collections.stellaops.runtime.plugins.action.stella_preflight")
-    for mode, expected in (("http", {"127.0.0.1:5002": {"username": "u", "password": "p-Planted",
-                                                        "source": "registry_credentials"}}), ("skip", None)):
+    for mode, expected in (
+        ("http", {"127.0.0.1:5002": {"username": "u", "password": "p-Planted", "source": "registry_credentials"}}),
+        ("skip", None),
+    ):
         action = object.__new__(module.ActionModule)
-        action._task = types.SimpleNamespace(args={
-            "image_reference": "127.0.0.1:5002/stella/app:v1", "registry_reachability_mode": mode,
-            "registry_credentials": {"127.0.0.1:5002": {"username": "u", "password": "p-Planted"},
-                                     "other.example": {"username": "o", "password": "o-Planted"}}})
+        action._task = types.SimpleNamespace(
+            args={
+                "image_reference": "127.0.0.1:5002/stella/app:v1",
+                "registry_reachability_mode": mode,
+                "registry_credentials": {
+                    "127.0.0.1:5002": {"username": "u", "password": "p-Planted"},
+                    "other.example": {"username": "o", "password": "o-Planted"},
+                },
+            }
+        )
         action.run(task_vars={})
         assert sent[-1].get("registry_credentials") == expected
 
@@ -125,14 +141,39 @@ def test_explicit_credentials_win_and_a_skipped_registry_check_sends_none(tmp_pa
 def adhoc_preflight(tmp_path):
     """``ansible -m stellaops.runtime.stella_preflight`` with a payload the module refuses (the payload is
     built and run all the same), Ansible's debug log on, and the local temporary directory under tmp_path."""
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=COLLECTIONS, ANSIBLE_LOCAL_TEMP=str(tmp_path / "local-tmp"),
-               ANSIBLE_HOME=str(tmp_path / "ansible-home"), ANSIBLE_DEBUG="1", ANSIBLE_NOCOLOR="1",
-               ANSIBLE_LOCALHOST_WARNING="0", ANSIBLE_INVENTORY_UNPARSED_WARNING="0")
+    env = dict(
+        os.environ,
+        ANSIBLE_COLLECTIONS_PATH=COLLECTIONS,
+        ANSIBLE_LOCAL_TEMP=str(tmp_path / "local-tmp"),
+        ANSIBLE_HOME=str(tmp_path / "ansible-home"),
+        ANSIBLE_DEBUG="1",
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_LOCALHOST_WARNING="0",
+        ANSIBLE_INVENTORY_UNPARSED_WARNING="0",
+    )
     env.pop("ANSIBLE_CONFIG", None)
-    proc = subprocess.run([os.path.join(BIN, "ansible"), "localhost", "-i", "localhost,", "-c", "local",
-                           "-e", "ansible_python_interpreter=" + os.path.join(BIN, "python"),
-                           "-m", "stellaops.runtime.stella_preflight", "-a", '{"payload": {"Unknown": 1}}'],
-                          cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        [
+            os.path.join(BIN, "ansible"),
+            "localhost",
+            "-i",
+            "localhost,",
+            "-c",
+            "local",
+            "-e",
+            "ansible_python_interpreter=" + os.path.join(BIN, "python"),
+            "-m",
+            "stellaops.runtime.stella_preflight",
+            "-a",
+            '{"payload": {"Unknown": 1}}',
+        ],
+        cwd=str(tmp_path),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert "compose.preflight payload has unknown key(s) Unknown" in proc.stdout, proc.stdout + proc.stderr
     return proc.stdout + proc.stderr
 
@@ -143,7 +184,8 @@ def test_the_next_run_uses_the_payload_ansible_built_in_the_first(tmp_path):
     store = tmp_path / "local-tmp" / _target_action._payload_cache.STORE_NAME
     [key] = os.listdir(store)
     assert os.listdir(store / key) == [
-        "ansible_collections.stellaops.runtime.plugins.modules.stella_preflight-ZIP_DEFLATED-none"]
+        "ansible_collections.stellaops.runtime.plugins.modules.stella_preflight-ZIP_DEFLATED-none"
+    ]
     second = adhoc_preflight(tmp_path)
     assert "ANSIBALLZ: Creating module" not in second
     assert "ANSIBALLZ: using cached module: " in second

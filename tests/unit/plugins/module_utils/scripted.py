@@ -177,8 +177,10 @@ class ScriptedRunner:
                 return step.respond(inner)
         expected = self.steps[self.position] if self.position < len(self.steps) else "nothing more"
         self.unexpected.append(inner)  # seen by assert_done also when a thread's failure is never looked at
-        pytest.fail("unexpected command %s (expected %r); commands so far: %s" % (
-            " ".join(inner), expected, self.verbs()[:-1]), pytrace=False)
+        pytest.fail(
+            "unexpected command %s (expected %r); commands so far: %s" % (" ".join(inner), expected, self.verbs()[:-1]),
+            pytrace=False,
+        )
         return None  # not reached
 
     def verbs(self):
@@ -193,10 +195,11 @@ class ScriptedRunner:
 
     def assert_done(self):
         assert not self.unexpected, "unexpected commands: %s" % [" ".join(argv) for argv in self.unexpected]
-        assert self.position == len(self.steps), "script steps never called: %r" % (self.steps[self.position:],)
+        assert self.position == len(self.steps), "script steps never called: %r" % (self.steps[self.position :],)
 
 
 # --------------------------------------------------------------------------- Docker answers
+
 
 def docker_version(rc=0):
     return Step(["docker", "version", "--format", "{{json .}}"], rc, fixture("docker_version_20.10.json"))
@@ -241,7 +244,7 @@ def runtime_once(verbs):
     where = [index for index, name in enumerate(verbs) if name in RUNTIME_VERBS]
     assert sorted(verbs[index] for index in where) == sorted(RUNTIME_VERBS), verbs
     assert where[1] == where[0] + 1, verbs
-    return verbs[:where[0]] + ["runtime"] + verbs[where[1] + 1:]
+    return verbs[: where[0]] + ["runtime"] + verbs[where[1] + 1 :]
 
 
 def early_once(verbs, *early):
@@ -249,28 +252,45 @@ def early_once(verbs, *early):
     and ``early`` (the early look: ``ps``, ``inspect``, ``image inspect``), as the one entry ``early``;
     fails unless they come first, each as often as listed."""
     head = sorted(RUNTIME_VERBS + early)
-    assert sorted(verbs[:len(head)]) == head, verbs
-    return ["early"] + verbs[len(head):]
+    assert sorted(verbs[: len(head)]) == head, verbs
+    return ["early"] + verbs[len(head) :]
 
 
 def compose_argv(project_dir, project, *tail):
-    return ["docker", "compose", "--project-name", project, "--project-directory", project_dir, "-f",
-            os.path.join(project_dir, LOCK)] + list(tail)
+    return [
+        "docker",
+        "compose",
+        "--project-name",
+        project,
+        "--project-directory",
+        project_dir,
+        "-f",
+        os.path.join(project_dir, LOCK),
+    ] + list(tail)
 
 
 def ps_project(project, entries):
-    return Step(["docker", "ps", "--all", "--quiet", "--no-trunc", "--filter",
-                 "label=com.docker.compose.project=%s" % project], 0, "".join(e["Id"] + "\n" for e in entries))
+    return Step(
+        ["docker", "ps", "--all", "--quiet", "--no-trunc", "--filter", "label=com.docker.compose.project=%s" % project],
+        0,
+        "".join(e["Id"] + "\n" for e in entries),
+    )
 
 
 def ps_name(name, entries):
-    return Step(["docker", "ps", "--all", "--quiet", "--no-trunc", "--filter", "name=^/%s$" % name], 0,
-                "".join(e["Id"] + "\n" for e in entries))
+    return Step(
+        ["docker", "ps", "--all", "--quiet", "--no-trunc", "--filter", "name=^/%s$" % name],
+        0,
+        "".join(e["Id"] + "\n" for e in entries),
+    )
 
 
 def inspect(entries):
-    return Step(["docker", "inspect", "--type", "container"] + sorted(e["Id"] for e in entries), 0,
-                json.dumps(sorted(entries, key=lambda e: e["Id"]), indent=4))
+    return Step(
+        ["docker", "inspect", "--type", "container"] + sorted(e["Id"] for e in entries),
+        0,
+        json.dumps(sorted(entries, key=lambda e: e["Id"]), indent=4),
+    )
 
 
 def containers(project, entries):
@@ -305,6 +325,7 @@ def image_absent(ref=PINNED):
 
 # --------------------------------------------------------------------------- the preflight inside a task
 
+
 def preflight_which(name):
     """The host's binaries as the preflight looks them up: the Docker CLI, no standalone docker-compose."""
     return None if name == "docker-compose" else "/usr/bin/" + name
@@ -337,12 +358,14 @@ def offline_preflight(monkeypatch):
     monkeypatch.delenv("DOCKER_HOST", raising=False)
     monkeypatch.setattr(_preflight, "_ping_unix_socket", ping)
     monkeypatch.setattr(_preflight, "RegistryClient", NoRegistry)
-    monkeypatch.setattr(_compose_apply, "preflight_with",
-                        functools.partial(_preflight.preflight_with, get_bin_path=preflight_which))
+    monkeypatch.setattr(
+        _compose_apply, "preflight_with", functools.partial(_preflight.preflight_with, get_bin_path=preflight_which)
+    )
     return pings
 
 
 # --------------------------------------------------------------------------- container entries
+
 
 def container_entry(base="web", **state):
     """A captured ``docker inspect`` entry (``web``: running healthy; ``bad``: running unhealthy;
@@ -387,6 +410,7 @@ def container_id(seed):
 
 # --------------------------------------------------------------------------- a project on a test host
 
+
 def snapshot(directory, skip=()):
     """``{relative path: (bytes, mode)}`` of every file under ``directory`` (``skip``: top-level names)."""
     out = {}
@@ -413,8 +437,12 @@ class Site:
 
     def release(self, version="1.0.0", secret=None, hooks=None, mode="x", job_id=None):
         release = {
-            "release": {"id": "rel-" + version, "name": "shop", "version": version}, "tenant": "acme",
-            "environment": "prod", "application": "shop", "strategy": "rolling", "workDirectory": self.work,
+            "release": {"id": "rel-" + version, "name": "shop", "version": version},
+            "tenant": "acme",
+            "environment": "prod",
+            "application": "shop",
+            "strategy": "rolling",
+            "workDirectory": self.work,
             "target": dict(TARGET, type=self.target_type),
             "components": [{"name": "web", "image": IMAGE, "config": {"env.MODE": mode}, "ports": ["8080"]}],
         }
@@ -452,25 +480,42 @@ class Site:
         return self._configs[lock]
 
     def config_step(self, plan, action=None):
-        return Step(compose_argv(self.directory(plan), self.project(plan), "config", "--format", "json"), 0,
-                    json.dumps(self.config(plan)), action=action)
+        return Step(
+            compose_argv(self.directory(plan), self.project(plan), "config", "--format", "json"),
+            0,
+            json.dumps(self.config(plan)),
+            action=action,
+        )
 
     def up_step(self, plan, rc=0, err="", wait_timeout=120, action=None):
         """``up -d`` (the managers wait for the containers themselves; ``wait_timeout`` is the bound the
         step expects on top of the command timeout)."""
         del wait_timeout
-        return Step(compose_argv(self.directory(plan), self.project(plan), "up", "-d", "--remove-orphans", "--pull",
-                                 "never"), rc, "", err, action=action)
+        return Step(
+            compose_argv(self.directory(plan), self.project(plan), "up", "-d", "--remove-orphans", "--pull", "never"),
+            rc,
+            "",
+            err,
+            action=action,
+        )
 
     def pull_step(self, plan, *services):
-        return Step(compose_argv(self.directory(plan), self.project(plan), "pull", "--quiet", *services), 0, "",
-                    "".join(" %s Pulled\n" % s for s in services))
+        return Step(
+            compose_argv(self.directory(plan), self.project(plan), "pull", "--quiet", *services),
+            0,
+            "",
+            "".join(" %s Pulled\n" % s for s in services),
+        )
 
     def container(self, plan, seed, base="web", **state):
         """The entry Docker reports for the plan's ``web`` container (labels as Compose sets them)."""
-        labels = {"com.docker.compose.project": self.project(plan), "com.docker.compose.service": "web",
-                  "com.docker.compose.container-number": "1", "com.docker.compose.oneoff": "False",
-                  "com.docker.compose.version": "2.40.3"}
+        labels = {
+            "com.docker.compose.project": self.project(plan),
+            "com.docker.compose.service": "web",
+            "com.docker.compose.container-number": "1",
+            "com.docker.compose.oneoff": "False",
+            "com.docker.compose.version": "2.40.3",
+        }
         labels.update(self.config(plan)["services"]["web"]["labels"])
         state.setdefault("labels", labels)
         state.setdefault("image_id", IMAGE_ID)
@@ -485,12 +530,11 @@ class Site:
         read directly; with ``config=True`` (a lock the reader declines) the images are asked only after
         ``docker compose config`` rendered it. After a pre-deploy hook the images are asked again."""
         image = list(image) if image is not None else [image_present()]
-        early = [] if config else list(itertools.takewhile(lambda step: verb(step.pattern) == "image inspect",
-                                                           image))
+        early = [] if config else list(itertools.takewhile(lambda step: verb(step.pattern) == "image inspect", image))
         head = runtime() if first is None else list(first)
         steps = [Unordered(list(head[0].pending) + containers(self.project(plan), before) + early)] + head[1:]
         steps += [self.config_step(plan)] if config else []
         hooked = any(hook["Phase"] == "pre-deploy" for hook in plan["payloads"]["compose.up"].get("Hooks") or [])
-        steps += image if early and hooked else image[len(early):]
+        steps += image if early and hooked else image[len(early) :]
         steps += [up or self.up_step(plan)] + containers(self.project(plan), after)
         return steps

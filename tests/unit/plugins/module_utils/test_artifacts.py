@@ -11,10 +11,20 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "fixtures"))
 
-from planning_support import compose_accepts_every_lock, DIGEST_A, ROOT, TRICKY, compose_config, compose_value, minimal_release  # noqa: E402
+from planning_support import (
+    compose_accepts_every_lock,
+    DIGEST_A,
+    ROOT,
+    TRICKY,
+    compose_config,
+    compose_value,
+    minimal_release,
+)  # noqa: E402
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.artifacts import (  # noqa: E402
-    build_apply_manifest, render_env_artifact, verify_artifact_set,
+    build_apply_manifest,
+    render_env_artifact,
+    verify_artifact_set,
 )
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.canonical import sha256_bytes  # noqa: E402
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError  # noqa: E402
@@ -36,9 +46,12 @@ def _plan(**overrides):
 def test_apply_manifest_shape():
     files = {"compose.stella.lock.yml": b"lock", "stella.version.json": b"{}", ".env.stella": None}
     manifest = build_apply_manifest("p", "sha256:" + "c" * 64, files)
-    assert manifest == {"schema": "stella.apply-manifest.v1", "projectName": "p", "manifestHash": "sha256:" + "c" * 64,
-                        "artifacts": {"compose.stella.lock.yml": sha256_bytes(b"lock"),
-                                      "stella.version.json": sha256_bytes(b"{}")}}
+    assert manifest == {
+        "schema": "stella.apply-manifest.v1",
+        "projectName": "p",
+        "manifestHash": "sha256:" + "c" * 64,
+        "artifacts": {"compose.stella.lock.yml": sha256_bytes(b"lock"), "stella.version.json": sha256_bytes(b"{}")},
+    }
     with pytest.raises(StellaError):
         build_apply_manifest("p", "x", {"stella.version.json": b"{}"})
     with pytest.raises(StellaError):
@@ -59,13 +72,23 @@ def test_plan_artifact_set_verifies_and_hash_chain_holds():
     assert plan["artifactHashes"]["apply-manifest.json"] == plan["applyManifestHash"]
 
 
-@pytest.mark.parametrize("tamper,expect", [
-    (lambda a: a.update({"compose.stella.lock.yml": a["compose.stella.lock.yml"] + b"#"}), "compose.stella.lock.yml hash"),
-    (lambda a: a.update({"stella.version.json": a["stella.version.json"].replace(b"rel-1", b"rel-2")}), "stella.version.json hash"),
-    (lambda a: a.update({".env.stella": b"X=1\n"}), ".env.stella hash"),
-    (lambda a: a.pop(".env.stella"), ".env.stella is listed but missing"),
-    (lambda a: a.pop("stella.version.json"), "stella.version.json is listed but missing"),
-], ids=["lock", "sticker", "env", "env-missing", "sticker-missing"])
+@pytest.mark.parametrize(
+    "tamper,expect",
+    [
+        (
+            lambda a: a.update({"compose.stella.lock.yml": a["compose.stella.lock.yml"] + b"#"}),
+            "compose.stella.lock.yml hash",
+        ),
+        (
+            lambda a: a.update({"stella.version.json": a["stella.version.json"].replace(b"rel-1", b"rel-2")}),
+            "stella.version.json hash",
+        ),
+        (lambda a: a.update({".env.stella": b"X=1\n"}), ".env.stella hash"),
+        (lambda a: a.pop(".env.stella"), ".env.stella is listed but missing"),
+        (lambda a: a.pop("stella.version.json"), "stella.version.json is listed but missing"),
+    ],
+    ids=["lock", "sticker", "env", "env-missing", "sticker-missing"],
+)
 def test_tampering_is_detected(tamper, expect):
     plan = _plan(secretEnv=SECRETS)
     files = dict(plan["_files"])
@@ -106,7 +129,9 @@ def test_env_artifact_values_reach_compose_verbatim():
     secrets.update({"T%d" % i: text for i, text in enumerate(TRICKY) if "\u2028" not in text and "\x85" not in text})
     plan = _plan(secretEnv=secrets)
     files = plan["_files"]
-    config = compose_config({"compose.stella.lock.yml": files["compose.stella.lock.yml"], ".env.stella": files[".env.stella"]})
+    config = compose_config(
+        {"compose.stella.lock.yml": files["compose.stella.lock.yml"], ".env.stella": files[".env.stella"]}
+    )
     env = config["services"]["web"]["environment"]
     for name, value in secrets.items():
         assert env[name] == compose_value(value), name

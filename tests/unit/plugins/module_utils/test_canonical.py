@@ -8,16 +8,25 @@ import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ansible_collections.stellaops.runtime.plugins.module_utils.contract.canonical import canonical_json, clone, digest_json
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.canonical import (
+    canonical_json,
+    clone,
+    digest_json,
+)
 
-_SAFE = 2 ** 53 - 1
+_SAFE = 2**53 - 1
 _floats = st.floats(allow_nan=False, allow_infinity=False)
-_scalars = st.one_of(st.none(), st.booleans(), st.integers(-_SAFE, _SAFE), _floats,
-                     st.text(st.characters(exclude_categories=("Cs",))))
-_values = st.recursive(_scalars, lambda inner: st.one_of(
-    st.lists(inner, max_size=5),
-    st.dictionaries(st.text(st.characters(exclude_categories=("Cs",)), max_size=8), inner, max_size=5)),
-    max_leaves=25)
+_scalars = st.one_of(
+    st.none(), st.booleans(), st.integers(-_SAFE, _SAFE), _floats, st.text(st.characters(exclude_categories=("Cs",)))
+)
+_values = st.recursive(
+    _scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=5),
+        st.dictionaries(st.text(st.characters(exclude_categories=("Cs",)), max_size=8), inner, max_size=5),
+    ),
+    max_leaves=25,
+)
 
 
 @settings(max_examples=1000, deadline=None)
@@ -40,8 +49,16 @@ def test_nested_values_match_rfc8785(value):
 
 
 def test_known_vectors():
-    for value in (1e21, 1e-7, 5e-324, 1.7976931348623157e308, -0.0, 0.1 + 0.2, 123456789012345680000.0,
-                  {"\u20ac": 1, "\r": 2, "\U0001F600": 3, "\ufb33": 4, "1": 5}):
+    for value in (
+        1e21,
+        1e-7,
+        5e-324,
+        1.7976931348623157e308,
+        -0.0,
+        0.1 + 0.2,
+        123456789012345680000.0,
+        {"\u20ac": 1, "\r": 2, "\U0001f600": 3, "\ufb33": 4, "1": 5},
+    ):
         if isinstance(value, float):
             assert not math.isnan(value)
         assert canonical_json(value) == rfc8785.dumps(value)

@@ -12,7 +12,12 @@ import pytest
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
-    CLAIM_FILE, CLAIM_STORES_KEPT, STICKER_FILE, generated_job_id, job_is_newer)
+    CLAIM_FILE,
+    CLAIM_STORES_KEPT,
+    STICKER_FILE,
+    generated_job_id,
+    job_is_newer,
+)
 from ansible_collections.stellaops.runtime.plugins.module_utils.host import claim as _claim
 
 AT = "2026-12-07T18:00:00.000000Z"
@@ -54,8 +59,10 @@ def test_an_older_generation_of_the_same_store_is_refused_and_nothing_is_written
     with pytest.raises(StellaError) as err:
         fence(tmp_path, A1)
     assert err.value.code == "claim_superseded"
-    assert ("job %s (claim generation 1 of store store-a) was superseded on this project by job %s (generation 2)"
-            % (J1, J2)) in err.value.reason
+    assert (
+        "job %s (claim generation 1 of store store-a) was superseded on this project by job %s (generation 2)"
+        % (J1, J2)
+    ) in err.value.reason
     assert "nothing was changed" in err.value.reason and "stella show %s" % J2 in err.value.reason
     assert err.value.evidence == {"claim": A1, "acceptedClaim": A2}
     assert (os.path.getmtime(path(tmp_path)), kept(tmp_path)) == before
@@ -127,10 +134,20 @@ def test_work_without_a_claim_is_not_fenced(tmp_path):
     assert fence(tmp_path, None) == {} and kept(tmp_path)["jobId"] == J2
 
 
-@pytest.mark.parametrize("value", [{}, {"jobId": "j"}, {"jobId": "", "generation": 1}, {"jobId": "j", "generation": 0},
-                                   {"jobId": "j", "generation": True}, {"jobId": "j", "generation": "2"}, ["j", 1],
-                                   {"jobId": "j", "generation": 1, "storeId": ""},
-                                   {"jobId": "j", "generation": 1, "storeId": 7}])
+@pytest.mark.parametrize(
+    "value",
+    [
+        {},
+        {"jobId": "j"},
+        {"jobId": "", "generation": 1},
+        {"jobId": "j", "generation": 0},
+        {"jobId": "j", "generation": True},
+        {"jobId": "j", "generation": "2"},
+        ["j", 1],
+        {"jobId": "j", "generation": 1, "storeId": ""},
+        {"jobId": "j", "generation": 1, "storeId": 7},
+    ],
+)
 def test_a_malformed_claim_is_an_invalid_payload(value):
     with pytest.raises(StellaError) as err:
         _claim.parse_claim(value)
@@ -139,7 +156,10 @@ def test_a_malformed_claim_is_an_invalid_payload(value):
 
 def test_extra_keys_of_a_claim_stay_on_the_controller():
     assert _claim.parse_claim({"jobId": "j", "generation": 3, "projectKey": "t|p", "storeId": "s"}) == {
-        "jobId": "j", "generation": 3, "storeId": "s"}
+        "jobId": "j",
+        "generation": 3,
+        "storeId": "s",
+    }
 
 
 # ------------------------------------------------------------------ a missing or unreadable claim file
@@ -148,8 +168,13 @@ def test_a_lost_claim_file_refuses_work_of_a_job_older_than_the_stickers(tmp_pat
     """The frozen-controller case with the file gone: job J1's late work where job J2's release runs."""
     fence(tmp_path, A2)
     sticker(tmp_path, J2)
-    content = {"missing": None, "garbled": b"{not json", "not-an-object": b"[1, 2]",
-               "bad-claim": b'{"jobId": "x", "generation": -1}', "binary": b"\xff\xfe\x00"}[damage]
+    content = {
+        "missing": None,
+        "garbled": b"{not json",
+        "not-an-object": b"[1, 2]",
+        "bad-claim": b'{"jobId": "x", "generation": -1}',
+        "binary": b"\xff\xfe\x00",
+    }[damage]
     os.remove(path(tmp_path))
     if content is not None:
         with open(path(tmp_path), "wb") as handle:
@@ -158,8 +183,10 @@ def test_a_lost_claim_file_refuses_work_of_a_job_older_than_the_stickers(tmp_pat
         fence(tmp_path, A1)
     assert err.value.code == "claim_lost"
     problem = "missing" if damage == "missing" else "unreadable"
-    assert err.value.reason.startswith("job %s started before job %s, whose release this project runs, and the "
-                                       "project's .stella-claim.json is %s: nothing was changed" % (J1, J2, problem))
+    assert err.value.reason.startswith(
+        "job %s started before job %s, whose release this project runs, and the "
+        "project's .stella-claim.json is %s: nothing was changed" % (J1, J2, problem)
+    )
     assert err.value.evidence == {"claim": A1, "claimFile": problem, "stickerJobId": J2}
     assert os.path.exists(path(tmp_path)) == (content is not None)
 

@@ -30,11 +30,15 @@ STICKER, MANIFEST, ENV = "stella.version.json", "apply-manifest.json", ".env.ste
 
 def planned(secret_env=None, target_type="ComposeHost", endpoint="local", work="/srv/stella"):
     release = {
-        "release": {"id": "rel-1", "name": "shop", "version": "1.0.0"}, "tenant": "acme", "environment": "prod",
-        "application": "shop", "strategy": "rolling",
+        "release": {"id": "rel-1", "name": "shop", "version": "1.0.0"},
+        "tenant": "acme",
+        "environment": "prod",
+        "application": "shop",
+        "strategy": "rolling",
         "target": dict(TARGET, type=target_type, endpoint=endpoint),
-        "components": [{"name": "web", "image": "127.0.0.1:5000/stella/app:v1", "config": {"env.MODE": "x"},
-                        "ports": ["8080"]}],
+        "components": [
+            {"name": "web", "image": "127.0.0.1:5000/stella/app:v1", "config": {"env.MODE": "x"}, "ports": ["8080"]}
+        ],
         "hooks": [{"name": "h", "phase": "pre-deploy", "command": "true"}],
     }
     if work is not None:
@@ -45,6 +49,7 @@ def planned(secret_env=None, target_type="ComposeHost", endpoint="local", work="
 
 
 # --------------------------------------------------------------------------- requests and artifacts
+
 
 def test_compose_payload_from_the_real_planner_normalizes():
     plan = planned()
@@ -59,17 +64,21 @@ def test_compose_payload_from_the_real_planner_normalizes():
     assert files[sc.LOCK].decode() == plan["lock"]
 
 
-@pytest.mark.parametrize("mutate,needle", [
-    (lambda p: p.update(Extra=1), "unknown key(s) Extra"),
-    (lambda p: p.pop("PullImages"), "lacks required PullImages"),
-    (lambda p: p.pop("Target"), "lacks required Target"),
-    (lambda p: p.update(projectName="x"), "unknown key(s) projectName"),
-    (lambda p: p.update(PullImages="yes"), "PullImages must be a boolean"),
-    (lambda p: p["Target"].pop("Endpoint"), "Target.Endpoint"),
-    (lambda p: p["Target"].update(Region="eu"), "Region"),
-    (lambda p: p.update(Hooks=[{"Name": "x"}]), "Hooks[0]"),
-    (lambda p: p.update(Variables=[]), "Variables"),
-], ids=["unknown", "missing", "no-target", "wrong-case", "type", "target-field", "target-extra", "hook", "vars"])
+@pytest.mark.parametrize(
+    "mutate,needle",
+    [
+        (lambda p: p.update(Extra=1), "unknown key(s) Extra"),
+        (lambda p: p.pop("PullImages"), "lacks required PullImages"),
+        (lambda p: p.pop("Target"), "lacks required Target"),
+        (lambda p: p.update(projectName="x"), "unknown key(s) projectName"),
+        (lambda p: p.update(PullImages="yes"), "PullImages must be a boolean"),
+        (lambda p: p["Target"].pop("Endpoint"), "Target.Endpoint"),
+        (lambda p: p["Target"].update(Region="eu"), "Region"),
+        (lambda p: p.update(Hooks=[{"Name": "x"}]), "Hooks[0]"),
+        (lambda p: p.update(Variables=[]), "Variables"),
+    ],
+    ids=["unknown", "missing", "no-target", "wrong-case", "type", "target-field", "target-extra", "hook", "vars"],
+)
 def test_compose_payload_rejections(mutate, needle):
     payload = copy.deepcopy(planned()["payloads"]["compose.up"])
     mutate(payload)
@@ -96,9 +105,18 @@ def test_work_directory_required_somewhere():
 
 def test_options_request():
     plan = planned(work=None)
-    request = ca.parse_request(None, {"project_name": plan["projectName"], "compose_lock": plan["lock"],
-                                      "version_sticker": plan["sticker"], "target": TARGET,
-                                      "pull_images": None, "backup_existing": False, "hooks": None})
+    request = ca.parse_request(
+        None,
+        {
+            "project_name": plan["projectName"],
+            "compose_lock": plan["lock"],
+            "version_sticker": plan["sticker"],
+            "target": TARGET,
+            "pull_images": None,
+            "backup_existing": False,
+            "hooks": None,
+        },
+    )
     assert request["pull_images"] is True and request["backup_existing"] is False
     assert request["work_directory"] == DEFAULT_WORK_DIRECTORY
     ca.check_artifacts(request)
@@ -107,16 +125,23 @@ def test_options_request():
     assert err.value.code == "invalid_payload"
 
 
-@pytest.mark.parametrize("field,value,needle", [
-    ("compose_lock", lambda plan: plan["lock"].replace("x", "y"), "composeHash"),
-    ("version_sticker", lambda plan: plan["sticker"].replace(plan["manifestHash"], "sha256:" + "0" * 64),
-     "manifestHash"),
-    ("apply_manifest", lambda plan: plan["applyManifest"].replace('"sha256:', '"sha256:0', 1), "hash"),
-    ("manifest_hash", lambda plan: "sha256:" + "1" * 64, "ManifestHash"),
-    ("project_name", lambda plan: "other", "projectName"),
-    ("target", lambda plan: dict(TARGET, id="tgt-02"), "differs from the sticker"),
-    ("version_sticker", lambda plan: "not json", "not JSON"),
-], ids=["lock-edited", "sticker-hash", "manifest-edited", "manifest-hash", "project", "target", "sticker-json"])
+@pytest.mark.parametrize(
+    "field,value,needle",
+    [
+        ("compose_lock", lambda plan: plan["lock"].replace("x", "y"), "composeHash"),
+        (
+            "version_sticker",
+            lambda plan: plan["sticker"].replace(plan["manifestHash"], "sha256:" + "0" * 64),
+            "manifestHash",
+        ),
+        ("apply_manifest", lambda plan: plan["applyManifest"].replace('"sha256:', '"sha256:0', 1), "hash"),
+        ("manifest_hash", lambda plan: "sha256:" + "1" * 64, "ManifestHash"),
+        ("project_name", lambda plan: "other", "projectName"),
+        ("target", lambda plan: dict(TARGET, id="tgt-02"), "differs from the sticker"),
+        ("version_sticker", lambda plan: "not json", "not JSON"),
+    ],
+    ids=["lock-edited", "sticker-hash", "manifest-edited", "manifest-hash", "project", "target", "sticker-json"],
+)
 def test_check_artifacts_rejects_inconsistent_sets(field, value, needle):
     plan = planned()
     request = ca.parse_request(plan["payloads"]["compose.up"])
@@ -141,12 +166,16 @@ def test_lock_diff():
     assert ca.lock_diff(None, "x", "/p") == {"before": "", "after": "x", "before_header": "/p", "after_header": "/p"}
 
 
-@pytest.mark.parametrize("stderr,code", [
-    (sc.fixture("compose_up_unhealthy.stderr"), "service_unhealthy"),
-    (sc.fixture("compose_up_exited.stderr"), "service_not_running"),
-    (sc.fixture("compose_pull_unknown_digest.stderr"), "image_pull_failed"),
-    ("something else entirely", "compose_up_failed"),
-], ids=["unhealthy", "exited", "manifest-unknown", "other"])
+@pytest.mark.parametrize(
+    "stderr,code",
+    [
+        (sc.fixture("compose_up_unhealthy.stderr"), "service_unhealthy"),
+        (sc.fixture("compose_up_exited.stderr"), "service_not_running"),
+        (sc.fixture("compose_pull_unknown_digest.stderr"), "image_pull_failed"),
+        ("something else entirely", "compose_up_failed"),
+    ],
+    ids=["unhealthy", "exited", "manifest-unknown", "other"],
+)
 def test_up_failure_code_from_captured_compose_errors(stderr, code):
     assert ca.up_failure_code(stderr, "compose_up_failed") == code
 
@@ -169,6 +198,7 @@ def test_engine_refuses_wrong_host_before_touching_docker(tmp_path):
 
 
 # --------------------------------------------------------------------------- ComposeApply, scripted
+
 
 def apply(site, plan, runner, env=True, **kw):
     """Run ComposeApply for ``plan``'s compose.up payload (with its env artifact unless ``env=False``)."""
@@ -200,8 +230,13 @@ def site(tmp_path):
 def early(site, plan, running, images=None):
     """The first steps of an apply of ``plan``: the runtime questions and the early look at the project's
     ``running`` containers and the lock's images (``images``: present), in any order."""
-    return [sc.Unordered(list(sc.runtime()[0].pending) + sc.containers(site.project(plan), running)
-                         + (images if images is not None else [sc.image_present()]))]
+    return [
+        sc.Unordered(
+            list(sc.runtime()[0].pending)
+            + sc.containers(site.project(plan), running)
+            + (images if images is not None else [sc.image_present()])
+        )
+    ]
 
 
 def test_converged_project_is_a_no_op(site):
@@ -231,21 +266,32 @@ def test_converged_project_is_a_no_op(site):
     assert evidence["hookResults"] == [] and evidence["failurePhase"] is None
     assert evidence["completedPhases"] == ["inspect_services"]
     assert {p["phase"]: p["status"] for p in evidence["deploymentPhases"]} == {
-        "prepare": "skipped", "pre-deploy": "skipped", "deploy": "skipped", "verify": "succeeded",
-        "promote": "skipped", "post-deploy": "skipped"}
+        "prepare": "skipped",
+        "pre-deploy": "skipped",
+        "deploy": "skipped",
+        "verify": "succeeded",
+        "promote": "skipped",
+        "post-deploy": "skipped",
+    }
     assert evidence["serviceCount"] == 1 and evidence["services"][0]["imageDigest"] == D1
     assert sc.snapshot(directory) == content
     after = {name: os.stat(os.path.join(directory, name)) for name in os.listdir(directory)}
-    assert {n: (s.st_ino, s.st_mtime_ns) for n, s in after.items()} == \
-        {n: (s.st_ino, s.st_mtime_ns) for n, s in before.items()}
+    assert {n: (s.st_ino, s.st_mtime_ns) for n, s in after.items()} == {
+        n: (s.st_ino, s.st_mtime_ns) for n, s in before.items()
+    }
 
 
-@pytest.mark.parametrize("early_state,because", [
-    ({"health": "starting"}, "container of service web: {name} health is starting"),
-    ({"restarting": True}, "container of service web: {name} is restarting (exit code 0)"),
-], ids=["health-starting", "restarting"])
+@pytest.mark.parametrize(
+    "early_state,because",
+    [
+        ({"health": "starting"}, "container of service web: {name} health is starting"),
+        ({"restarting": True}, "container of service web: {name} is restarting (exit code 0)"),
+    ],
+    ids=["health-starting", "restarting"],
+)
 def test_same_release_not_verified_at_first_look_is_applied_and_changes_nothing_when_up_touches_nothing(
-        site, early_state, because):
+    site, early_state, because
+):
     """The committed set is the one asked for, but the first look finds the container not ready: the apply
     runs (``compose up``, inspection), says why, and reports ``changed: false`` when ``up`` left the same
     container running and no file differs; the committed files are not rewritten."""
@@ -268,16 +314,18 @@ def test_same_release_not_verified_at_first_look_is_applied_and_changes_nothing_
     assert "compose_up" in evidence["completedPhases"]
     assert sc.snapshot(directory) == content
     after = {name: os.stat(os.path.join(directory, name)) for name in os.listdir(directory)}
-    assert {n: (s.st_ino, s.st_mtime_ns) for n, s in after.items()} == \
-        {n: (s.st_ino, s.st_mtime_ns) for n, s in before.items()}
+    assert {n: (s.st_ino, s.st_mtime_ns) for n, s in after.items()} == {
+        n: (s.st_ino, s.st_mtime_ns) for n, s in before.items()
+    }
 
 
 def test_same_release_whose_container_up_replaced_is_a_change(site):
     """Same committed set, the first look finds the container exited, ``up`` starts another one: changed."""
     plan = site.plan(secret="s1")
     deploy(site, plan, [], [site.container(plan, "a1")])
-    runner = sc.ScriptedRunner(site.apply_steps(plan, [site.container(plan, "a1", base="exited")],
-                                                [site.container(plan, "a2")]))
+    runner = sc.ScriptedRunner(
+        site.apply_steps(plan, [site.container(plan, "a1", base="exited")], [site.container(plan, "a2")])
+    )
     result = apply(site, plan, runner)
     runner.assert_done()
     assert result["changed"] is True
@@ -299,8 +347,9 @@ def test_a_likely_no_op_looks_at_the_containers_while_the_engine_answers(site):
     version = sc.Step(sc.docker_version().pattern, 0, sc.fixture("docker_version_20.10.json"), action=hold_version)
     ps_step, inspect_step = sc.containers(site.project(plan), running)
     ps_step.action = lambda _argv: ps_seen.set()
-    runner = sc.ScriptedRunner([sc.Unordered([version, sc.docker_info(), ps_step, inspect_step])],
-                               keyed=[sc.image_present()])
+    runner = sc.ScriptedRunner(
+        [sc.Unordered([version, sc.docker_info(), ps_step, inspect_step])], keyed=[sc.image_present()]
+    )
     result = apply(site, plan, runner)
 
     runner.assert_done()
@@ -308,12 +357,15 @@ def test_a_likely_no_op_looks_at_the_containers_while_the_engine_answers(site):
     assert result["changed"] is False and result["evidence"]["completedPhases"] == ["inspect_services"]
 
 
-@pytest.mark.parametrize("options,code", [
-    ({"min_engine_version": "99.0.0"}, "runtime_version_too_old"),
-    ({"payload": {"MinimumFreeDiskBytes": 2 ** 62}}, "disk_space_low"),
-], ids=["engine-too-old", "disk"])
-def test_failed_preflight_of_a_likely_no_op_changes_nothing_and_lets_the_project_go(
-        site, monkeypatch, options, code):
+@pytest.mark.parametrize(
+    "options,code",
+    [
+        ({"min_engine_version": "99.0.0"}, "runtime_version_too_old"),
+        ({"payload": {"MinimumFreeDiskBytes": 2**62}}, "disk_space_low"),
+    ],
+    ids=["engine-too-old", "disk"],
+)
+def test_failed_preflight_of_a_likely_no_op_changes_nothing_and_lets_the_project_go(site, monkeypatch, options, code):
     """The early look holds the project lock while the preflight runs: a failed preflight still changes
     nothing, and the lock is free again when the task ends."""
     running = [site.container(site.plan(secret="s1"), "a1")]
@@ -323,8 +375,9 @@ def test_failed_preflight_of_a_likely_no_op_changes_nothing_and_lets_the_project
     plan = site.plan(secret="s1")
     preflight = preflight_options(site, **options.get("payload", {}))
     preflight.update({k: v for k, v in options.items() if k != "payload"})
-    runner = sc.ScriptedRunner(sc.runtime_and_look(site.project(plan), running, sc.preflight_runtime()),
-                               keyed=[sc.image_present()])
+    runner = sc.ScriptedRunner(
+        sc.runtime_and_look(site.project(plan), running, sc.preflight_runtime()), keyed=[sc.image_present()]
+    )
     with pytest.raises(StellaError) as err:
         apply(site, plan, runner, preflight=preflight)
 
@@ -352,8 +405,11 @@ def test_a_later_job_finding_the_same_release_keeps_the_committed_sticker(site):
     assert later["_files"]["stella.version.json"] != first["_files"]["stella.version.json"]
     for check_mode in (True, False):
         # check mode looks only after the runtime answered; a real run looks while it answers
-        look = sc.runtime() + sc.containers(site.project(later), running) if check_mode else \
-            sc.runtime_and_look(site.project(later), running)
+        look = (
+            sc.runtime() + sc.containers(site.project(later), running)
+            if check_mode
+            else sc.runtime_and_look(site.project(later), running)
+        )
         runner = sc.ScriptedRunner(look, keyed=[sc.image_present()])
         request = ca.parse_request(later["payloads"]["compose.up"])
         manager = ca.ComposeApply(sc.engine(runner), runner, env_bytes=site.env(later))
@@ -361,8 +417,9 @@ def test_a_later_job_finding_the_same_release_keeps_the_committed_sticker(site):
         assert "compose up" not in runner.verbs()
         assert result["changed"] is False, check_mode
         evidence = result["evidence"]
-        assert (evidence["appliedByJobId"], evidence["versionStickerHash"]) == (
-            "job-a", first["versionStickerHash"]), check_mode
+        assert (evidence["appliedByJobId"], evidence["versionStickerHash"]) == ("job-a", first["versionStickerHash"]), (
+            check_mode
+        )
         assert evidence["artifactHashes"]["apply-manifest.json"] == first["applyManifestHash"]
         assert sc.snapshot(directory) == content
     # A different release is still a change.
@@ -380,8 +437,10 @@ def test_fresh_apply_stages_the_lock_and_commits_the_sticker_only_after_inspecti
 
     def look(moment):
         def action(_argv):
-            seen[moment] = {name: _fsutil.read_bytes(os.path.join(directory, name))
-                            for name in (sc.LOCK, STICKER, MANIFEST, ENV)}
+            seen[moment] = {
+                name: _fsutil.read_bytes(os.path.join(directory, name)) for name in (sc.LOCK, STICKER, MANIFEST, ENV)
+            }
+
         return action
 
     after = [site.container(plan, "a1")]
@@ -401,12 +460,22 @@ def test_fresh_apply_stages_the_lock_and_commits_the_sticker_only_after_inspecti
         assert seen[moment][ENV] == files[ENV], moment
         assert seen[moment][STICKER] is None and seen[moment][MANIFEST] is None, moment
     assert sc.snapshot(directory, skip=(".stella.lock",)) == {
-        sc.LOCK: (files[sc.LOCK], 0o644), STICKER: (files[STICKER], 0o644), MANIFEST: (files[MANIFEST], 0o644),
-        ENV: (files[ENV], 0o600)}
+        sc.LOCK: (files[sc.LOCK], 0o644),
+        STICKER: (files[STICKER], 0o644),
+        MANIFEST: (files[MANIFEST], 0o644),
+        ENV: (files[ENV], 0o600),
+    }
     evidence = result["evidence"]
     assert result["changed"] is True and evidence["failurePhase"] is None
-    assert evidence["completedPhases"] == ["write_artifacts", "pre_deploy_hooks", "compose_pull", "compose_up",
-                                           "inspect_services", "write_sticker", "post_deploy_hooks"]
+    assert evidence["completedPhases"] == [
+        "write_artifacts",
+        "pre_deploy_hooks",
+        "compose_pull",
+        "compose_up",
+        "inspect_services",
+        "write_sticker",
+        "post_deploy_hooks",
+    ]
     assert "previousRevisionPath" not in evidence and not os.path.exists(os.path.join(directory, "revisions"))
     assert evidence["pulledServices"] == [] and evidence["imageIds"] == {"web": sc.IMAGE_ID}
     assert evidence["dockerVersion"] == "20.10.24+dfsg1" and evidence["composeVersion"] == "2.40.3"
@@ -449,19 +518,36 @@ def test_images_are_asked_again_after_a_pre_deploy_hook(site):
     result = apply(site, plan, runner)
     runner.assert_done()
     assert sc.early_once(runner.docker_verbs(), "ps", "image inspect") == [
-        "early", "image inspect", "compose up", "ps", "inspect"]
+        "early",
+        "image inspect",
+        "compose up",
+        "ps",
+        "inspect",
+    ]
     assert result["evidence"]["hookResults"][0]["outcome"] == "succeeded"
 
 
 def test_missing_image_is_pulled_before_compose_up(site):
     plan = site.plan()
     after = [site.container(plan, "a1")]
-    runner = sc.ScriptedRunner(site.apply_steps(plan, [], after, image=[
-        sc.image_absent(), sc.image_absent(), site.pull_step(plan, "web"), sc.image_present()]))
+    runner = sc.ScriptedRunner(
+        site.apply_steps(
+            plan,
+            [],
+            after,
+            image=[sc.image_absent(), sc.image_absent(), site.pull_step(plan, "web"), sc.image_present()],
+        )
+    )
     result = apply(site, plan, runner)
     runner.assert_done()
     assert sc.early_once(runner.docker_verbs(), "ps", "image inspect", "image inspect") == [
-        "early", "compose pull", "image inspect", "compose up", "ps", "inspect"]
+        "early",
+        "compose pull",
+        "image inspect",
+        "compose up",
+        "ps",
+        "inspect",
+    ]
     assert result["evidence"]["pulledServices"] == ["web"]
 
 
@@ -560,8 +646,9 @@ def test_keep_revisions_prunes_the_oldest_retained_revisions(site, keep, kept):
         result = apply(site, plan, runner, keep_revisions=keep)
         runner.assert_done()
         assert result["changed"] is True
-    stickers = [json.loads(_fsutil.read_bytes(os.path.join(revisions, name, STICKER)))
-                for name in sorted(os.listdir(revisions))]
+    stickers = [
+        json.loads(_fsutil.read_bytes(os.path.join(revisions, name, STICKER))) for name in sorted(os.listdir(revisions))
+    ]
     assert [sticker["release"]["version"] for sticker in stickers] == kept
     assert result["evidence"]["previousRevisionPath"] == os.path.join(revisions, sorted(os.listdir(revisions))[-1])
 
@@ -657,8 +744,9 @@ def test_check_mode_runs_nothing_and_writes_nothing(site):
     plan = site.plan(secret="s1")
     runner = sc.ScriptedRunner(sc.runtime() + sc.containers(site.project(plan), []))
     request = ca.parse_request(plan["payloads"]["compose.up"])
-    result = ca.ComposeApply(sc.engine(runner), runner, env_bytes=site.env(plan)).run(request, check_mode=True,
-                                                                                      diff=True)
+    result = ca.ComposeApply(sc.engine(runner), runner, env_bytes=site.env(plan)).run(
+        request, check_mode=True, diff=True
+    )
     runner.assert_done()
     assert result["changed"] is True and result["evidence"]["checkMode"] is True
     assert result["evidence"]["wouldChangeFiles"] == sorted([sc.LOCK, STICKER, MANIFEST])
@@ -674,19 +762,23 @@ def test_check_mode_says_why_the_same_release_would_be_applied(site):
     deploy(site, plan, [], [site.container(plan, "a1")])
     request = ca.parse_request(plan["payloads"]["compose.up"])
     for state, changed in (({"health": "starting"}, True), ({}, False)):
-        runner = sc.ScriptedRunner(sc.runtime() + sc.containers(site.project(plan), [site.container(plan, "a1", **state)]),
-                                   keyed=[sc.image_present()])
+        runner = sc.ScriptedRunner(
+            sc.runtime() + sc.containers(site.project(plan), [site.container(plan, "a1", **state)]),
+            keyed=[sc.image_present()],
+        )
         result = ca.ComposeApply(sc.engine(runner), runner, env_bytes=site.env(plan)).run(request, check_mode=True)
         evidence = result["evidence"]
         assert result["changed"] is changed and evidence["wouldChangeFiles"] == []
         if changed:
             assert evidence["wouldApplyBecause"] == [
-                "container of service web: %s-web-1 health is starting" % site.project(plan)]
+                "container of service web: %s-web-1 health is starting" % site.project(plan)
+            ]
         else:
             assert "wouldApplyBecause" not in evidence
 
 
 # --------------------------------------------------------------------------- a lock the reader declines
+
 
 def dollar_plan(site, version="1.0.0"):
     """A planned release whose lock carries a ``$`` (escaped ``$$`` for Compose) in a label value, which
@@ -712,15 +804,22 @@ def test_lock_the_reader_declines_is_rendered_by_compose_config_once(site):
     broken = [site.container(plan, "b1", base="bad")]
     up = site.up_step(plan, rc=1, err=sc.fixture("compose_up_unhealthy.stderr"))
     steps = site.apply_steps(plan, [], broken, up=up, config=True)
-    next(step for step in steps if isinstance(step, sc.Step)
-         and sc.verb(step.pattern) == "compose config").action = at_config
+    next(
+        step for step in steps if isinstance(step, sc.Step) and sc.verb(step.pattern) == "compose config"
+    ).action = at_config
     runner = sc.ScriptedRunner(steps)
     with pytest.raises(StellaError) as err:
         apply(site, plan, runner)
 
     runner.assert_done()
     assert sc.early_once(runner.docker_verbs(), "ps") == [
-        "early", "compose config", "image inspect", "compose up", "ps", "inspect"]
+        "early",
+        "compose config",
+        "image inspect",
+        "compose up",
+        "ps",
+        "inspect",
+    ]
     assert seen == {sc.LOCK: plan["_files"][sc.LOCK], ENV: plan["_files"][ENV], STICKER: None}
     assert err.value.code == "service_unhealthy" and err.value.phase == "compose_up"
     evidence = err.value.evidence
@@ -737,8 +836,7 @@ def test_lock_the_reader_declines_verifies_the_labels_docker_sets(site):
     """Compose sets ``stella.release.name`` to ``shop $HOME`` (``$$`` interpolated) on the container, as a
     real ``docker compose create`` of such a lock shows; the apply must accept exactly that."""
     plan = dollar_plan(site)
-    labels = {key: value.replace("$$", "$")
-              for key, value in site.container(plan, "a1")["Config"]["Labels"].items()}
+    labels = {key: value.replace("$$", "$") for key, value in site.container(plan, "a1")["Config"]["Labels"].items()}
     assert labels["stella.release.name"] == "shop $HOME"
     running = [site.container(plan, "a1", labels=labels)]
     runner = sc.ScriptedRunner(site.apply_steps(plan, [], running, config=True))
@@ -753,6 +851,7 @@ def test_lock_the_reader_declines_verifies_the_labels_docker_sets(site):
 
 
 # --------------------------------------------------------------------------- the preflight inside the apply
+
 
 def preflight_options(site, **payload):
     """stella_preflight options for the apply: no registry or platform check over the network (no
@@ -784,8 +883,10 @@ def test_preflight_passes_then_the_apply_asks_the_runtime_nothing_again(site, mo
     assert preflight["docker"]["serverVersion"] == "20.10.24+dfsg1" and preflight["compose"]["version"] == "2.40.3"
     checks = {check["name"]: check["status"] for check in preflight["checks"]}
     assert checks["registry"] == "skipped" and checks["platform"] == "skipped"
-    assert {checks[name] for name in ("runtime", "daemon", "engine_version", "compose", "compose_version",
-                                      "workdir", "disk")} == {"passed"}
+    assert {
+        checks[name]
+        for name in ("runtime", "daemon", "engine_version", "compose", "compose_version", "workdir", "disk")
+    } == {"passed"}
     assert preflight["workDirectory"]["path"] == site.work
     assert evidence["dockerVersion"] == "20.10.24+dfsg1" and evidence["composeVersion"] == "2.40.3"
     assert evidence["completedPhases"][:2] == ["preflight", "write_artifacts"]
@@ -794,10 +895,14 @@ def test_preflight_passes_then_the_apply_asks_the_runtime_nothing_again(site, mo
 
 
 @pytest.mark.parametrize("existing", [False, True], ids=["fresh", "existing"])
-@pytest.mark.parametrize("options,code", [
-    ({"min_engine_version": "99.0.0"}, "runtime_version_too_old"),
-    ({"payload": {"MinimumFreeDiskBytes": 2 ** 62}}, "disk_space_low"),
-], ids=["engine-too-old", "disk"])
+@pytest.mark.parametrize(
+    "options,code",
+    [
+        ({"min_engine_version": "99.0.0"}, "runtime_version_too_old"),
+        ({"payload": {"MinimumFreeDiskBytes": 2**62}}, "disk_space_low"),
+    ],
+    ids=["engine-too-old", "disk"],
+)
 def test_failed_preflight_fails_before_anything_on_the_host_changes(site, monkeypatch, options, code, existing):
     if existing:
         plan_a = site.plan("1.0.0", secret="s1")
@@ -809,14 +914,22 @@ def test_failed_preflight_fails_before_anything_on_the_host_changes(site, monkey
     preflight.update({k: v for k, v in options.items() if k != "payload"})
     # The early look (the project's containers, the lock's images) reads while the preflight runs.
     running = [site.container(plan_a, "a1")] if existing else []
-    runner = sc.ScriptedRunner([sc.Unordered(list(sc.preflight_runtime()[0].pending) +
-                                             sc.containers(site.project(plan), running) + [sc.image_present()])])
+    runner = sc.ScriptedRunner(
+        [
+            sc.Unordered(
+                list(sc.preflight_runtime()[0].pending)
+                + sc.containers(site.project(plan), running)
+                + [sc.image_present()]
+            )
+        ]
+    )
     with pytest.raises(StellaError) as err:
         apply(site, plan, runner, preflight=preflight)
 
     runner.assert_done()
-    assert sorted(runner.docker_verbs()) == sorted(["info", "version", "ps", "image inspect"] +
-                                                   (["inspect"] if existing else []))
+    assert sorted(runner.docker_verbs()) == sorted(
+        ["info", "version", "ps", "image inspect"] + (["inspect"] if existing else [])
+    )
     assert err.value.code == code and err.value.phase == "preflight"
     evidence = err.value.evidence
     assert evidence["failurePhase"] == "preflight" and evidence["changed"] is False

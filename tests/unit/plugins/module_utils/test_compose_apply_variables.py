@@ -22,13 +22,16 @@ def test_the_planners_variables_agree(payload):
     assert sticker["manifestHash"] == payload["Variables"]["manifestHash"] and files
 
 
-@pytest.mark.parametrize("key,value", [
-    ("manifestHash", "sha256:" + "0" * 64),
-    ("projectName", "someone_else"),
-    ("composeHash", "sha256:" + "1" * 64),
-    ("targetId", "tgt-other"),
-    ("workDirectory", "/elsewhere"),
-])
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("manifestHash", "sha256:" + "0" * 64),
+        ("projectName", "someone_else"),
+        ("composeHash", "sha256:" + "1" * 64),
+        ("targetId", "tgt-other"),
+        ("workDirectory", "/elsewhere"),
+    ],
+)
 def test_contradicting_variables_are_refused(payload, key, value):
     payload["Variables"][key] = value
     with pytest.raises(StellaError) as err:

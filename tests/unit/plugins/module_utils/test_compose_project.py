@@ -19,24 +19,47 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils.release import p
 D1 = sc.DIGEST
 TARGET = sc.TARGET
 
-CONFIG = {"services": {"web": {"image": "r.lab/app:v1@" + D1,
-                               "labels": {"stella.manifest.hash": "sha256:m", "stella.target.id": "tgt-01",
-                                          "stella.target.name": "vm-01", "stella.target.type": "ComposeHost",
-                                          "stella.target.endpoint": "local", "stella.execution.mode": "agent",
-                                          "stella.slot": "active"}}}}
+CONFIG = {
+    "services": {
+        "web": {
+            "image": "r.lab/app:v1@" + D1,
+            "labels": {
+                "stella.manifest.hash": "sha256:m",
+                "stella.target.id": "tgt-01",
+                "stella.target.name": "vm-01",
+                "stella.target.type": "ComposeHost",
+                "stella.target.endpoint": "local",
+                "stella.execution.mode": "agent",
+                "stella.slot": "active",
+            },
+        }
+    }
+}
 
 
 def container(**kw):
-    base = {"id": "c1", "name": "p-web-1", "state": "running", "running": True, "restarting": False,
-            "health": "healthy", "imageId": "sha256:img", "labels": dict(CONFIG["services"]["web"]["labels"]),
-            "service": "web", "startedAt": "t0", "ipAddress": "10.0.0.2", "exitCode": 0}
+    base = {
+        "id": "c1",
+        "name": "p-web-1",
+        "state": "running",
+        "running": True,
+        "restarting": False,
+        "health": "healthy",
+        "imageId": "sha256:img",
+        "labels": dict(CONFIG["services"]["web"]["labels"]),
+        "service": "web",
+        "startedAt": "t0",
+        "ipAddress": "10.0.0.2",
+        "exitCode": 0,
+    }
     base.update(kw)
     return base
 
 
 def verify(containers):
-    return cp.verify_services(cp.service_images(CONFIG), cp.service_labels(CONFIG), containers, {"web": "sha256:img"},
-                              TARGET, "sha256:m")
+    return cp.verify_services(
+        cp.service_images(CONFIG), cp.service_labels(CONFIG), containers, {"web": "sha256:img"}, TARGET, "sha256:m"
+    )
 
 
 def test_verify_services_accepts_a_converged_project():
@@ -45,15 +68,19 @@ def test_verify_services_accepts_a_converged_project():
     assert services[0]["imageDigest"] == D1 and services[0]["labels"]["stella.slot"] == "active"
 
 
-@pytest.mark.parametrize("change,code", [
-    ({"running": False, "state": "exited", "exitCode": 3}, "service_not_running"),
-    ({"health": "unhealthy"}, "service_unhealthy"),
-    ({"health": "starting"}, "service_unhealthy"),
-    ({"imageId": "sha256:other"}, "digest_mismatch"),
-    ({"labels": dict(CONFIG["services"]["web"]["labels"], **{"stella.target.id": "x"})}, "label_mismatch"),
-    ({"service": "ghost"}, "service_not_running"),
-    ({"restarting": True}, "service_not_running"),
-], ids=["exited", "unhealthy", "starting", "digest", "label", "missing", "restarting"])
+@pytest.mark.parametrize(
+    "change,code",
+    [
+        ({"running": False, "state": "exited", "exitCode": 3}, "service_not_running"),
+        ({"health": "unhealthy"}, "service_unhealthy"),
+        ({"health": "starting"}, "service_unhealthy"),
+        ({"imageId": "sha256:other"}, "digest_mismatch"),
+        ({"labels": dict(CONFIG["services"]["web"]["labels"], **{"stella.target.id": "x"})}, "label_mismatch"),
+        ({"service": "ghost"}, "service_not_running"),
+        ({"restarting": True}, "service_not_running"),
+    ],
+    ids=["exited", "unhealthy", "starting", "digest", "label", "missing", "restarting"],
+)
 def test_verify_services_problems(change, code):
     _services, problems = verify([container(**change)])
     assert problems and problems[0][0] == code
@@ -67,8 +94,9 @@ def test_verify_services_flags_unexpected_and_required_labels():
     _s, problems = verify([container(), container(id="c2", service="extra")])
     assert "service_unexpected" in [p[0] for p in problems]
     bare = {"services": {"web": {"image": "r.lab/app:v1@" + D1, "labels": {}}}}
-    _s, problems = cp.verify_services(cp.service_images(bare), cp.service_labels(bare), [container()],
-                                      {"web": "sha256:img"}, TARGET, "sha256:m")
+    _s, problems = cp.verify_services(
+        cp.service_images(bare), cp.service_labels(bare), [container()], {"web": "sha256:img"}, TARGET, "sha256:m"
+    )
     assert any("lacks required label stella.manifest.hash" in p[1] for p in problems)
 
 
@@ -77,11 +105,16 @@ def test_verify_services_over_captured_inspect_output():
     entries = sc.fixture_json("inspect_containers_healthy_unhealthy.json")
     containers = [container_summary(e) for e in entries]
     labels = {"stella.manifest.hash": "sha256:0000", "stella.target.id": "t-1"}
-    config = {"services": {name: {"image": "127.0.0.1:5000/stella/app:%s@%s" % (tag, D1), "labels": labels}
-                           for name, tag in (("web", "v1"), ("bad", "broken"))}}
+    config = {
+        "services": {
+            name: {"image": "127.0.0.1:5000/stella/app:%s@%s" % (tag, D1), "labels": labels}
+            for name, tag in (("web", "v1"), ("bad", "broken"))
+        }
+    }
     ids = {"web": sc.IMAGE_ID, "bad": entries[1]["Image"]}
-    services, problems = cp.verify_services(cp.service_images(config), cp.service_labels(config), containers, ids,
-                                            dict(TARGET, id="t-1"), "sha256:0000")
+    services, problems = cp.verify_services(
+        cp.service_images(config), cp.service_labels(config), containers, ids, dict(TARGET, id="t-1"), "sha256:0000"
+    )
     assert {s["service"]: s["health"] for s in services} == {"web": "healthy", "bad": "unhealthy"}
     codes = {p[0] for p in problems}
     assert "service_unhealthy" in codes and "label_mismatch" in codes
@@ -105,10 +138,13 @@ def test_service_labels_list_form_and_check_pinned():
 def test_fingerprint_and_stella_labels():
     assert cp.container_fingerprint([container(id="b"), container(id="a")]) == [("a", "t0"), ("b", "t0")]
     assert cp.stella_labels({"stella.x": "1", "other": "2", "com.docker.compose.service": "web"}) == {
-        "com.docker.compose.service": "web", "stella.x": "1"}
+        "com.docker.compose.service": "web",
+        "stella.x": "1",
+    }
 
 
 # --------------------------------------------------------------------------- ComposeProject over a script
+
 
 @pytest.fixture
 def project(tmp_path):
@@ -168,8 +204,9 @@ def test_converged_needs_containers_and_treats_engine_errors_as_not_converged(pr
     assert services and services[0]["imageDigest"] == D1
     # With the committed lock's bytes the lock is read directly: only the image is asked about.
     runner = sc.ScriptedRunner(keyed=[sc.image_present()])
-    services = cp.ComposeProject(sc.engine(runner), layout).converged(running, TARGET, plan["manifestHash"],
-                                                                      lock_bytes=plan["_files"][sc.LOCK])
+    services = cp.ComposeProject(sc.engine(runner), layout).converged(
+        running, TARGET, plan["manifestHash"], lock_bytes=plan["_files"][sc.LOCK]
+    )
     assert services and services[0]["imageDigest"] == D1
     assert runner.docker_verbs() == ["image inspect"]
 
@@ -205,8 +242,9 @@ def test_expected_asks_compose_when_the_reader_declines(project):
 
 def test_config_without_json_is_lock_invalid(project):
     _site, _plan, layout = project
-    runner = sc.ScriptedRunner([sc.Step(sc.compose_argv(layout.project_dir, layout.project_name, "config", "--format",
-                                                        "json"), 0, "not json")])
+    runner = sc.ScriptedRunner(
+        [sc.Step(sc.compose_argv(layout.project_dir, layout.project_name, "config", "--format", "json"), 0, "not json")]
+    )
     with pytest.raises(StellaError) as err:
         cp.ComposeProject(sc.engine(runner), layout).config("write_artifacts")
     assert err.value.code == "lock_invalid" and err.value.phase == "write_artifacts"
@@ -239,17 +277,25 @@ class Clock:
 
 def waiting_project(site, plan, layout, looks, wait_timeout=30):
     """A ComposeProject whose ``up`` sees ``looks`` (one list of containers per look) in turn."""
-    runner = sc.ScriptedRunner([site.up_step(plan, wait_timeout=wait_timeout)] +
-                               sc.readiness_looks(layout.project_name, looks))
+    runner = sc.ScriptedRunner(
+        [site.up_step(plan, wait_timeout=wait_timeout)] + sc.readiness_looks(layout.project_name, looks)
+    )
     clock = Clock()
-    return cp.ComposeProject(sc.engine(runner), layout, wait_timeout=wait_timeout, clock=clock,
-                             sleep=clock.sleep), runner, clock
+    return (
+        cp.ComposeProject(sc.engine(runner), layout, wait_timeout=wait_timeout, clock=clock, sleep=clock.sleep),
+        runner,
+        clock,
+    )
 
 
 def test_up_waits_until_starting_containers_are_healthy(project):
     site, plan, layout = project
-    looks = [[], [site.container(plan, "w1", health="starting")], [site.container(plan, "w1", health="starting")],
-             [site.container(plan, "w1")]]
+    looks = [
+        [],
+        [site.container(plan, "w1", health="starting")],
+        [site.container(plan, "w1", health="starting")],
+        [site.container(plan, "w1")],
+    ]
     proj, runner, clock = waiting_project(site, plan, layout, looks)
     started = proj.up()
     runner.assert_done()
@@ -261,22 +307,40 @@ def test_up_looks_again_by_id_and_lists_anew_when_a_container_went_away(project)
     site, plan, layout = project
     starting = [site.container(plan, "w1", health="starting")]
     replaced = [site.container(plan, "w2")]
-    gone = sc.Step(["docker", "inspect", "--type", "container", sc.container_id("w1")], 1, "[]\n",
-                   "Error: No such container: %s\n" % sc.container_id("w1"))
-    runner = sc.ScriptedRunner([site.up_step(plan)] + sc.containers(layout.project_name, starting) + [gone] +
-                               sc.containers(layout.project_name, replaced))
+    gone = sc.Step(
+        ["docker", "inspect", "--type", "container", sc.container_id("w1")],
+        1,
+        "[]\n",
+        "Error: No such container: %s\n" % sc.container_id("w1"),
+    )
+    runner = sc.ScriptedRunner(
+        [site.up_step(plan)]
+        + sc.containers(layout.project_name, starting)
+        + [gone]
+        + sc.containers(layout.project_name, replaced)
+    )
     clock = Clock()
     started = cp.ComposeProject(sc.engine(runner), layout, clock=clock, sleep=clock.sleep).up()
     runner.assert_done()
     assert [c["id"] for c in started] == [sc.container_id("w2")]
     assert [" ".join(c[1:3]) for c in runner.calls] == [
-        "compose --project-name", "ps --all", "inspect --type", "inspect --type", "ps --all", "inspect --type"]
+        "compose --project-name",
+        "ps --all",
+        "inspect --type",
+        "inspect --type",
+        "ps --all",
+        "inspect --type",
+    ]
 
 
-@pytest.mark.parametrize("state,code,reason", [
-    ({"health": "unhealthy"}, "service_unhealthy", "is unhealthy"),
-    ({"running": False, "status": "exited"}, "service_not_running", "exited ("),
-], ids=["unhealthy", "exited"])
+@pytest.mark.parametrize(
+    "state,code,reason",
+    [
+        ({"health": "unhealthy"}, "service_unhealthy", "is unhealthy"),
+        ({"running": False, "status": "exited"}, "service_not_running", "exited ("),
+    ],
+    ids=["unhealthy", "exited"],
+)
 def test_up_fails_on_the_first_look_that_settles_it(project, state, code, reason):
     site, plan, layout = project
     looks = [[site.container(plan, "w1", health="starting")], [site.container(plan, "w1", **state)]]
@@ -302,20 +366,37 @@ def test_up_gives_up_after_wait_timeout_and_slows_down_after_the_first_seconds(p
     assert clock.now == pytest.approx(12, abs=0.01)
 
 
-@pytest.mark.parametrize("containers,status,code", [
-    ([], "waiting", None),
-    ([container()], "ready", None),
-    ([container(health="none")], "ready", None),
-    ([container(health="none", state="created", running=False)], "waiting", None),
-    ([container(health="none", state="restarting", restarting=True)], "waiting", None),
-    ([container(health="starting")], "waiting", None),
-    ([container(), container(id="c2", name="p-web-2", health="starting")], "waiting", None),
-    ([container(health="starting"), container(id="c2", name="p-web-2", health="unhealthy")], "failed",
-     "service_unhealthy"),
-    ([container(state="exited", running=False, exitCode=3)], "failed", "service_not_running"),
-    ([container(state="dead", running=False, health="none")], "failed", "service_not_running"),
-], ids=["none-yet", "healthy", "no-healthcheck-running", "created", "restarting", "starting", "one-starting",
-        "one-unhealthy", "exited", "dead"])
+@pytest.mark.parametrize(
+    "containers,status,code",
+    [
+        ([], "waiting", None),
+        ([container()], "ready", None),
+        ([container(health="none")], "ready", None),
+        ([container(health="none", state="created", running=False)], "waiting", None),
+        ([container(health="none", state="restarting", restarting=True)], "waiting", None),
+        ([container(health="starting")], "waiting", None),
+        ([container(), container(id="c2", name="p-web-2", health="starting")], "waiting", None),
+        (
+            [container(health="starting"), container(id="c2", name="p-web-2", health="unhealthy")],
+            "failed",
+            "service_unhealthy",
+        ),
+        ([container(state="exited", running=False, exitCode=3)], "failed", "service_not_running"),
+        ([container(state="dead", running=False, health="none")], "failed", "service_not_running"),
+    ],
+    ids=[
+        "none-yet",
+        "healthy",
+        "no-healthcheck-running",
+        "created",
+        "restarting",
+        "starting",
+        "one-starting",
+        "one-unhealthy",
+        "exited",
+        "dead",
+    ],
+)
 def test_readiness_follows_compose_up_wait(containers, status, code):
     got, problems = cp.readiness(containers)
     assert got == status

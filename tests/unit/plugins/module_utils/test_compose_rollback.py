@@ -24,16 +24,26 @@ STICKER, MANIFEST, ENV = "stella.version.json", "apply-manifest.json", ".env.ste
 
 def planned(work):
     release = {
-        "release": {"id": "rel-1", "name": "shop", "version": "1.0.0"}, "tenant": "acme", "environment": "prod",
-        "application": "shop", "strategy": "rolling", "workDirectory": work,
-        "target": {"id": "tgt-01", "name": "vm-01", "type": "ComposeHost", "endpoint": "local",
-                   "executionMode": "agent"},
+        "release": {"id": "rel-1", "name": "shop", "version": "1.0.0"},
+        "tenant": "acme",
+        "environment": "prod",
+        "application": "shop",
+        "strategy": "rolling",
+        "workDirectory": work,
+        "target": {
+            "id": "tgt-01",
+            "name": "vm-01",
+            "type": "ComposeHost",
+            "endpoint": "local",
+            "executionMode": "agent",
+        },
         "components": [{"name": "web", "image": "127.0.0.1:5000/stella/app:v1"}],
     }
     return _plan.plan_release(release, {"127.0.0.1:5000/stella/app:v1": D1})
 
 
 # --------------------------------------------------------------------------- requests
+
 
 def test_payload_from_the_real_planner():
     plan = planned("/srv/stella")
@@ -61,15 +71,18 @@ def test_payload_from_the_real_planner_rolls_back_in_the_planned_work_directory(
     assert request["work_directory"] == "/srv/stella"
 
 
-@pytest.mark.parametrize("payload,needle", [
-    ({"ProjectName": "p", "Target": TARGET, "revisionPath": "x"}, "unknown key(s) revisionPath"),
-    ({"Target": TARGET}, "ProjectName"),
-    ({"ProjectName": "p"}, "Target"),
-    ({"ProjectName": "", "Target": TARGET}, "ProjectName"),
-    ({"ProjectName": "p", "Target": TARGET, "RevisionPath": ""}, "RevisionPath"),
-    ({"ProjectName": "p", "Target": TARGET, "Variables": "x"}, "Variables"),
-    ({"ProjectName": "p", "Target": TARGET, "ManifestHash": "sha256:abc"}, "ManifestHash"),
-])
+@pytest.mark.parametrize(
+    "payload,needle",
+    [
+        ({"ProjectName": "p", "Target": TARGET, "revisionPath": "x"}, "unknown key(s) revisionPath"),
+        ({"Target": TARGET}, "ProjectName"),
+        ({"ProjectName": "p"}, "Target"),
+        ({"ProjectName": "", "Target": TARGET}, "ProjectName"),
+        ({"ProjectName": "p", "Target": TARGET, "RevisionPath": ""}, "RevisionPath"),
+        ({"ProjectName": "p", "Target": TARGET, "Variables": "x"}, "Variables"),
+        ({"ProjectName": "p", "Target": TARGET, "ManifestHash": "sha256:abc"}, "ManifestHash"),
+    ],
+)
 def test_payload_rejections(payload, needle):
     with pytest.raises(StellaError) as err:
         rb.parse_request(payload)
@@ -98,13 +111,17 @@ def test_revision_digests():
     assert rb.revision_digests(b"nope") == {}
 
 
-@pytest.mark.parametrize("committed,own,restoring,refused", [
-    (None, "sha256:b", "sha256:a", False),
-    ("sha256:b", "sha256:b", "sha256:a", False),
-    ("sha256:a", "sha256:b", "sha256:a", False),
-    ("sha256:c", "sha256:b", "sha256:a", True),
-    ("sha256:c", None, "sha256:a", False),
-], ids=["nothing-committed", "still-own", "already-restored", "newer-release", "no-own-hash"])
+@pytest.mark.parametrize(
+    "committed,own,restoring,refused",
+    [
+        (None, "sha256:b", "sha256:a", False),
+        ("sha256:b", "sha256:b", "sha256:a", False),
+        ("sha256:a", "sha256:b", "sha256:a", False),
+        ("sha256:c", "sha256:b", "sha256:a", True),
+        ("sha256:c", None, "sha256:a", False),
+    ],
+    ids=["nothing-committed", "still-own", "already-restored", "newer-release", "no-own-hash"],
+)
 def test_superseded(committed, own, restoring, refused):
     why = rb.superseded(committed, own, restoring)
     assert bool(why) is refused
@@ -140,9 +157,17 @@ def test_check_revision_set(tmp_path):
 
 
 def request_for(tmp_path, plan, **kw):
-    options = {"project_name": plan["projectName"], "work_directory": str(tmp_path),
-               "target": {"id": "tgt-01", "name": "vm-01", "type": "ComposeHost", "endpoint": "local",
-                          "executionMode": "agent"}}
+    options = {
+        "project_name": plan["projectName"],
+        "work_directory": str(tmp_path),
+        "target": {
+            "id": "tgt-01",
+            "name": "vm-01",
+            "type": "ComposeHost",
+            "endpoint": "local",
+            "executionMode": "agent",
+        },
+    }
     options.update(kw)
     return rb.parse_request(None, options)
 
@@ -183,13 +208,16 @@ def test_tampered_and_traversal_fail_without_docker(tmp_path):
 
 # --------------------------------------------------------------------------- ComposeRollback, scripted
 
+
 class History:
     """Releases A, B and C applied in turn on one project (C runs now; A and B are retained)."""
 
     def __init__(self, tmp_path):
         self.site = sc.Site(tmp_path / "work")
-        self.plans = {name: self.site.plan(version, secret="secret-" + name)
-                      for name, version in (("A", "1.0.0"), ("B", "2.0.0"), ("C", "3.0.0"))}
+        self.plans = {
+            name: self.site.plan(version, secret="secret-" + name)
+            for name, version in (("A", "1.0.0"), ("B", "2.0.0"), ("C", "3.0.0"))
+        }
         self.running = {name: [self.site.container(plan, "run-" + name)] for name, plan in self.plans.items()}
         self.baseline = {}
         previous = []
@@ -197,7 +225,8 @@ class History:
             plan = self.plans[name]
             runner = sc.ScriptedRunner(self.site.apply_steps(plan, previous, self.running[name]))
             result = ca.ComposeApply(sc.engine(runner), runner, env_bytes=self.site.env(plan)).run(
-                ca.parse_request(plan["payloads"]["compose.up"]))
+                ca.parse_request(plan["payloads"]["compose.up"])
+            )
             runner.assert_done()
             self.baseline[name] = result["evidence"].get("previousRevisionPath")
             previous = self.running[name]
@@ -242,17 +271,27 @@ def test_rollback_of_an_explicit_revision_path(history):
         seen["lock"] = read_bytes(os.path.join(history.directory, sc.LOCK))
         seen["sticker"] = read_bytes(os.path.join(history.directory, STICKER))
 
-    steps = (sc.runtime() + sc.containers(history.project, history.running["C"])
-             + [sc.image_present(), site.up_step(plan_a, action=at_up)]
-             + sc.containers(history.project, restored))
+    steps = (
+        sc.runtime()
+        + sc.containers(history.project, history.running["C"])
+        + [sc.image_present(), site.up_step(plan_a, action=at_up)]
+        + sc.containers(history.project, restored)
+    )
     runner = sc.ScriptedRunner(steps)
     request = history.request("C", revision_path=revisions[0], reason="probe failed")
     result = rollback(runner, request)
 
     runner.assert_done()
     # The retained lock is hash-verified and planner-rendered: read directly, never rendered by Compose.
-    assert sc.runtime_once(runner.docker_verbs()) == ["runtime", "ps", "inspect", "image inspect", "compose up",
-                                                      "ps", "inspect"]
+    assert sc.runtime_once(runner.docker_verbs()) == [
+        "runtime",
+        "ps",
+        "inspect",
+        "image inspect",
+        "compose up",
+        "ps",
+        "inspect",
+    ]
     assert seen == {"lock": plan_a["_files"][sc.LOCK], "sticker": history.plans["C"]["_files"][STICKER]}
     for name in (sc.LOCK, STICKER, MANIFEST, ENV):
         assert read_bytes(os.path.join(history.directory, name)) == plan_a["_files"][name], name
@@ -269,15 +308,19 @@ def test_rollback_of_an_explicit_revision_path(history):
 
 def test_rollback_to_the_release_already_running_is_a_no_op(history):
     """The latest retained revision is B's; with B's files and containers in place nothing is restarted."""
-    first = sc.ScriptedRunner(sc.runtime() + sc.containers(history.project, history.running["C"])
-                              + [sc.image_present(), history.site.up_step(history.plans["B"])]
-                              + sc.containers(history.project, history.running["B"]))
+    first = sc.ScriptedRunner(
+        sc.runtime()
+        + sc.containers(history.project, history.running["C"])
+        + [sc.image_present(), history.site.up_step(history.plans["B"])]
+        + sc.containers(history.project, history.running["B"])
+    )
     rollback(first, history.request("C"))
     first.assert_done()
     assert "compose config" not in first.verbs()
     before = sc.snapshot(history.directory)
-    runner = sc.ScriptedRunner(sc.runtime() + sc.containers(history.project, history.running["B"]),
-                               keyed=[sc.image_present()])
+    runner = sc.ScriptedRunner(
+        sc.runtime() + sc.containers(history.project, history.running["B"]), keyed=[sc.image_present()]
+    )
     result = rollback(runner, history.request("C"))
     runner.assert_done()
     assert sc.runtime_once(runner.docker_verbs()) == ["runtime", "ps", "inspect", "image inspect"]
@@ -290,8 +333,9 @@ def test_failed_rollback_puts_every_file_back(history):
     before = sc.snapshot(history.directory, skip=("revisions",))
     plan_b, site = history.plans["B"], history.site
     up = site.up_step(plan_b, rc=1, err=sc.fixture("compose_up_exited.stderr"))
-    runner = sc.ScriptedRunner(sc.runtime() + sc.containers(history.project, history.running["C"])
-                               + [sc.image_present(), up])
+    runner = sc.ScriptedRunner(
+        sc.runtime() + sc.containers(history.project, history.running["C"]) + [sc.image_present(), up]
+    )
     with pytest.raises(StellaError) as err:
         rollback(runner, history.request("C"))
     runner.assert_done()

@@ -21,14 +21,18 @@ def fixture(name):
         return handle.read()
 
 
-@pytest.mark.parametrize("text,count", [
-    ("", 0),
-    ('[{"a": 1}, {"b": 2}]', 2),
-    ('{"a": 1}\n{"b": 2}\n', 2),
-    ('{"a": 1}', 1),
-    ('[{"a": 1}]\n[{"b": 2}]', 2),
-    ("42", 0),
-], ids=["empty", "array", "json-lines", "one-object", "arrays-per-line", "scalar"])
+@pytest.mark.parametrize(
+    "text,count",
+    [
+        ("", 0),
+        ('[{"a": 1}, {"b": 2}]', 2),
+        ('{"a": 1}\n{"b": 2}\n', 2),
+        ('{"a": 1}', 1),
+        ('[{"a": 1}]\n[{"b": 2}]', 2),
+        ("42", 0),
+    ],
+    ids=["empty", "array", "json-lines", "one-object", "arrays-per-line", "scalar"],
+)
 def test_parse_json_documents(text, count):
     assert len(cli.parse_json_documents(text)) == count
 
@@ -60,11 +64,15 @@ def test_docker_version_daemon_down_has_no_server():
     assert cli.classify_failure(fixture("docker_version_daemon_down.stderr"), "x") == "runtime_daemon_unavailable"
 
 
-@pytest.mark.parametrize("text,version", [
-    ('{"version":"v2.40.3"}', "2.40.3"),
-    ("Docker Compose version v2.20.2", "2.20.2"),
-    ("docker-compose version 1.29.2, build unknown", "1.29.2"),
-], ids=["json", "plain", "v1"])
+@pytest.mark.parametrize(
+    "text,version",
+    [
+        ('{"version":"v2.40.3"}', "2.40.3"),
+        ("Docker Compose version v2.20.2", "2.20.2"),
+        ("docker-compose version 1.29.2, build unknown", "1.29.2"),
+    ],
+    ids=["json", "plain", "v1"],
+)
 def test_parse_compose_version(text, version):
     assert cli.parse_compose_version(text) == version
 
@@ -110,31 +118,42 @@ def test_image_summary_and_repo_digests_captured():
     assert cli.repo_digests_contain(image["repoDigests"], "127.0.0.1:5002/stella/app:v1@" + V1)
 
 
-@pytest.mark.parametrize("repo_digests,ref,expected", [
-    (["busybox@" + V1], "docker.io/library/busybox:1@" + V1, True),
-    (["docker.io/library/busybox@" + V1], "busybox@" + V1, True),
-    (["garbage", "x@y"], "busybox@" + V1, False),
-    ([], "busybox@" + V1, False),
-], ids=["hub-short", "hub-long", "garbage", "none"])
+@pytest.mark.parametrize(
+    "repo_digests,ref,expected",
+    [
+        (["busybox@" + V1], "docker.io/library/busybox:1@" + V1, True),
+        (["docker.io/library/busybox@" + V1], "busybox@" + V1, True),
+        (["garbage", "x@y"], "busybox@" + V1, False),
+        ([], "busybox@" + V1, False),
+    ],
+    ids=["hub-short", "hub-long", "garbage", "none"],
+)
 def test_repo_digests_contain_normalizes_docker_hub(repo_digests, ref, expected):
     assert cli.repo_digests_contain(repo_digests, ref) is expected
 
 
-@pytest.mark.parametrize("name,code", [
-    ("compose_pull_unknown_digest.stderr", "image_pull_failed"),
-    ("compose_up_unhealthy.stderr", "image_pull_failed"),
-    ("docker_version_daemon_down.stderr", "runtime_daemon_unavailable"),
-], ids=["pull", "up", "daemon"])
+@pytest.mark.parametrize(
+    "name,code",
+    [
+        ("compose_pull_unknown_digest.stderr", "image_pull_failed"),
+        ("compose_up_unhealthy.stderr", "image_pull_failed"),
+        ("docker_version_daemon_down.stderr", "runtime_daemon_unavailable"),
+    ],
+    ids=["pull", "up", "daemon"],
+)
 def test_classify_failure(name, code):
     assert cli.classify_failure(fixture(name), "image_pull_failed") == code
 
 
-@pytest.mark.parametrize("name,needle", [
-    ("compose_pull_unknown_digest.stderr", "manifest unknown"),
-    ("compose_up_unhealthy.stderr", "is unhealthy"),
-    ("compose_up_exited.stderr", "exited (3)"),
-    ("pull_unknown_digest.stderr", "not found"),
-])
+@pytest.mark.parametrize(
+    "name,needle",
+    [
+        ("compose_pull_unknown_digest.stderr", "manifest unknown"),
+        ("compose_up_unhealthy.stderr", "is unhealthy"),
+        ("compose_up_exited.stderr", "exited (3)"),
+        ("pull_unknown_digest.stderr", "not found"),
+    ],
+)
 def test_one_line_picks_the_telling_line(name, needle):
     line = cli.one_line(fixture(name))
     assert needle in line and "\n" not in line
@@ -159,31 +178,54 @@ class FakeRun:
         argv = unwrapped(argv)
         self.calls.append(argv)
         for prefix, answer in self.answers:
-            if argv[1:1 + len(prefix)] == prefix:
+            if argv[1 : 1 + len(prefix)] == prefix:
                 return answer
         return 0, "", ""
 
 
 def test_docker_cli_uses_argv_lists_and_parses():
-    run = FakeRun([(["version"], (0, fixture("docker_version_20.10.json"), "")),
-                   (["compose", "version"], (0, fixture("compose_version.json"), "")),
-                   (["image", "inspect"], (1, "", "Error: No such image: x"))])
+    run = FakeRun(
+        [
+            (["version"], (0, fixture("docker_version_20.10.json"), "")),
+            (["compose", "version"], (0, fixture("compose_version.json"), "")),
+            (["image", "inspect"], (1, "", "Error: No such image: x")),
+        ]
+    )
     docker = cli.DockerCli(run, which=which)
     assert docker.version()["server"] == "20.10.24+dfsg1"
     assert docker.compose_version() == "2.40.3"
     assert docker.image_inspect("x@" + V1) is None
     docker.compose_up("p", "/w/p/compose.stella.lock.yml", "/w/p", wait_timeout=30)
     up = run.calls[-1]
-    assert up == ["docker", "compose", "--project-name", "p", "--project-directory", "/w/p", "-f",
-                  "/w/p/compose.stella.lock.yml", "up", "-d", "--remove-orphans", "--pull", "never"]
+    assert up == [
+        "docker",
+        "compose",
+        "--project-name",
+        "p",
+        "--project-directory",
+        "/w/p",
+        "-f",
+        "/w/p/compose.stella.lock.yml",
+        "up",
+        "-d",
+        "--remove-orphans",
+        "--pull",
+        "never",
+    ]
     assert all(isinstance(call, list) for call in run.calls)
 
 
 def test_docker_cli_failures_have_codes():
-    run = FakeRun([(["version"], (1, fixture("docker_version_daemon_down.json"),
-                                  fixture("docker_version_daemon_down.stderr"))),
-                   (["compose", "version"], (1, "", "docker: unknown command: docker compose")),
-                   (["compose", "--project-name"], (1, "", fixture("compose_up_exited.stderr")))])
+    run = FakeRun(
+        [
+            (
+                ["version"],
+                (1, fixture("docker_version_daemon_down.json"), fixture("docker_version_daemon_down.stderr")),
+            ),
+            (["compose", "version"], (1, "", "docker: unknown command: docker compose")),
+            (["compose", "--project-name"], (1, "", fixture("compose_up_exited.stderr"))),
+        ]
+    )
     docker = cli.DockerCli(run, which=which)
     with pytest.raises(StellaError) as err:
         docker.version(phase="preflight")
@@ -208,16 +250,29 @@ def info_with_plugins(plugins):
 COMPOSE_PLUGIN = json.loads(fixture("docker_info.json"))["ClientInfo"]["Plugins"][0]
 
 
-@pytest.mark.parametrize("plugins,version,error", [
-    ([COMPOSE_PLUGIN], "2.40.3", None),
-    ([dict(COMPOSE_PLUGIN, Version="2.26.1")], "2.26.1", None),
-    ([{"Name": "buildx", "Version": "v0.23.0"}], None, "lists no compose plugin"),
-    ([], None, "lists no compose plugin"),
-    ([{"Name": "compose", "Path": "/usr/libexec/docker/cli-plugins/docker-compose",
-       "Err": "plugin candidate \"compose\" did not match \"^[a-z][a-z0-9]*$\""}], None, "did not match"),
-    ([dict(COMPOSE_PLUGIN, Version="")], None, "reports no version"),
-    (None, None, None),
-], ids=["captured", "no-v-prefix", "other-plugin-only", "no-plugins", "broken-plugin", "no-version", "not-listed"])
+@pytest.mark.parametrize(
+    "plugins,version,error",
+    [
+        ([COMPOSE_PLUGIN], "2.40.3", None),
+        ([dict(COMPOSE_PLUGIN, Version="2.26.1")], "2.26.1", None),
+        ([{"Name": "buildx", "Version": "v0.23.0"}], None, "lists no compose plugin"),
+        ([], None, "lists no compose plugin"),
+        (
+            [
+                {
+                    "Name": "compose",
+                    "Path": "/usr/libexec/docker/cli-plugins/docker-compose",
+                    "Err": 'plugin candidate "compose" did not match "^[a-z][a-z0-9]*$"',
+                }
+            ],
+            None,
+            "did not match",
+        ),
+        ([dict(COMPOSE_PLUGIN, Version="")], None, "reports no version"),
+        (None, None, None),
+    ],
+    ids=["captured", "no-v-prefix", "other-plugin-only", "no-plugins", "broken-plugin", "no-version", "not-listed"],
+)
 def test_compose_plugin_from_docker_info(plugins, version, error):
     found, why = cli.compose_plugin(json.loads(info_with_plugins(plugins)))
     assert found == version
@@ -251,8 +306,10 @@ def test_docker_info_is_asked_once_by_threads_asking_at_once():
 
     docker = cli.DockerCli(slow, which=which)
     answers = []
-    threads = [threading.Thread(target=lambda: answers.append(docker.compose_version())),
-               threading.Thread(target=lambda: answers.append(docker.registry_config() is not None))]
+    threads = [
+        threading.Thread(target=lambda: answers.append(docker.compose_version())),
+        threading.Thread(target=lambda: answers.append(docker.registry_config() is not None)),
+    ]
     threads[0].start()
     assert asked.wait(5)
     threads[1].start()  # while the first question is still unanswered
@@ -271,14 +328,22 @@ def test_compose_version_when_the_daemon_is_down():
     assert docker.registry_config() is None
 
 
-@pytest.mark.parametrize("plugins,code_or_version", [
-    ([], "compose_missing"),
-    ([{"Name": "compose", "Err": "permission denied"}], "compose_missing"),
-    (None, "2.40.3"),
-], ids=["not-listed", "broken", "cli-lists-no-plugins"])
+@pytest.mark.parametrize(
+    "plugins,code_or_version",
+    [
+        ([], "compose_missing"),
+        ([{"Name": "compose", "Err": "permission denied"}], "compose_missing"),
+        (None, "2.40.3"),
+    ],
+    ids=["not-listed", "broken", "cli-lists-no-plugins"],
+)
 def test_compose_version_asks_the_plugin_only_when_the_cli_lists_none(plugins, code_or_version):
-    run = FakeRun([(["info"], (0, info_with_plugins(plugins), "")),
-                   (["compose", "version"], (0, fixture("compose_version.json"), ""))])
+    run = FakeRun(
+        [
+            (["info"], (0, info_with_plugins(plugins), "")),
+            (["compose", "version"], (0, fixture("compose_version.json"), "")),
+        ]
+    )
     docker = cli.DockerCli(run, which=which)
     if code_or_version == "compose_missing":
         with pytest.raises(StellaError) as err:
@@ -295,8 +360,9 @@ def test_compose_version_asks_the_plugin_only_when_the_cli_lists_none(plugins, c
 def test_compose_version_when_docker_info_does_not_finish():
     """A daemon that accepts but never answers: ``docker info`` ends by its bound (rc 124), and the plugin
     itself still tells its version, so the preflight does not report Compose missing on top."""
-    run = FakeRun([(["info"], (cli.TIMEOUT_RC, "", "")),
-                   (["compose", "version"], (0, fixture("compose_version.json"), ""))])
+    run = FakeRun(
+        [(["info"], (cli.TIMEOUT_RC, "", "")), (["compose", "version"], (0, fixture("compose_version.json"), ""))]
+    )
     docker = cli.DockerCli(run, which=which)
     assert docker.compose_version() == "2.40.3"
     assert ["docker", "compose", "version", "--format", "json"] in run.calls
@@ -328,6 +394,7 @@ def test_image_inspect_many_falls_back_per_reference_when_one_is_missing():
         if len(argv) > 4:
             return 1, "[" + doc.strip()[1:-1] + "]", "Error: No such image: r/b:1@" + V1
         return answers[argv[-1]]
+
     run.calls = []
     found = cli.DockerCli(run, which=which).image_inspect_many(answers)
     assert len(run.calls) == 3

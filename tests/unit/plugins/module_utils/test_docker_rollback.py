@@ -26,13 +26,18 @@ class Retained(Host):
         self.old_container = self.old()
         self.old_container["Name"] = "/" + self.previous
         self.new_container = self.container("new")
-        self.revision = drv.write_revision(self.directory, self.plan["projectName"],
-                                           self.old_plan["sticker"].encode(), {self.name: self.old_container["Id"]})
+        self.revision = drv.write_revision(
+            self.directory,
+            self.plan["projectName"],
+            self.old_plan["sticker"].encode(),
+            {self.name: self.old_container["Id"]},
+        )
         self.payload = self.plan["payloads"]["docker.rollback"]
 
     def rollback(self, runner, payload=None):
-        manager = rb.DockerRollback(sc.engine(runner), runner, wait_timeout=0, settle=0.25, sleep=self.clock.sleep,
-                                    clock=self.clock)
+        manager = rb.DockerRollback(
+            sc.engine(runner), runner, wait_timeout=0, settle=0.25, sleep=self.clock.sleep, clock=self.clock
+        )
         return manager.run(rb.parse_request(payload or self.payload))
 
     def restored(self):
@@ -45,10 +50,14 @@ class Retained(Host):
 
     def swap(self):
         new, old = self.new_container["Id"], self.old_container["Id"]
-        return [self.ps([self.new_container]), sc.inspect([self.new_container]),
-                sc.Step(["docker", "stop", "--time", "10", new], 0, new + "\n"),
-                sc.Step(["docker", "rename", new, self.name + "-stella-rolled-back"]),
-                sc.Step(["docker", "rename", old, self.name]), sc.Step(["docker", "start", old])]
+        return [
+            self.ps([self.new_container]),
+            sc.inspect([self.new_container]),
+            sc.Step(["docker", "stop", "--time", "10", new], 0, new + "\n"),
+            sc.Step(["docker", "rename", new, self.name + "-stella-rolled-back"]),
+            sc.Step(["docker", "rename", old, self.name]),
+            sc.Step(["docker", "start", old]),
+        ]
 
 
 @pytest.fixture
@@ -63,8 +72,12 @@ def test_the_planner_names_every_container_of_the_deployment(site):
 
 def test_the_retained_release_is_restored_and_the_rolled_back_container_removed(site):
     restored = site.restored()
-    steps = (site.validate() + site.swap() + [site.ps([restored]), sc.inspect([restored])]
-             + [sc.Step(["docker", "rm", "--force", site.new_container["Id"]])])
+    steps = (
+        site.validate()
+        + site.swap()
+        + [site.ps([restored]), sc.inspect([restored])]
+        + [sc.Step(["docker", "rm", "--force", site.new_container["Id"]])]
+    )
     runner = sc.ScriptedRunner(steps)
     result = site.rollback(runner)
     runner.assert_done()
@@ -74,7 +87,11 @@ def test_the_retained_release_is_restored_and_the_rolled_back_container_removed(
     assert read(os.path.join(site.directory, "stella.version.json")) == site.old_plan["sticker"]
     assert not os.path.exists(site.revision)
     assert [p["phase"] for p in evidence["deploymentPhases"]] == [
-        "rollback-pre", "rollback-deploy", "rollback-verify", "rollback-post"]
+        "rollback-pre",
+        "rollback-deploy",
+        "rollback-verify",
+        "rollback-post",
+    ]
     assert evidence["services"][0]["containerId"] == site.old_container["Id"]
     assert evidence["rolledBackContainerIds"] == [site.new_container["Id"]]
 
@@ -122,11 +139,19 @@ def test_a_restored_container_that_fails_puts_everything_back(site):
     broken["State"] = dict(broken["State"], Running=False, Status="exited", ExitCode=1)
     broken["State"].pop("Health", None)
     new, old = site.new_container["Id"], site.old_container["Id"]
-    steps = (site.validate() + site.swap() + [site.ps([broken]), sc.inspect([broken])]
-             + [site.ps([broken]), sc.inspect([broken]),
-                sc.Step(["docker", "stop", "--time", "10", old], 0, old + "\n"),
-                sc.Step(["docker", "rename", old, site.previous]),
-                sc.Step(["docker", "rename", new, site.name]), sc.Step(["docker", "start", new])])
+    steps = (
+        site.validate()
+        + site.swap()
+        + [site.ps([broken]), sc.inspect([broken])]
+        + [
+            site.ps([broken]),
+            sc.inspect([broken]),
+            sc.Step(["docker", "stop", "--time", "10", old], 0, old + "\n"),
+            sc.Step(["docker", "rename", old, site.previous]),
+            sc.Step(["docker", "rename", new, site.name]),
+            sc.Step(["docker", "start", new]),
+        ]
+    )
     runner = sc.ScriptedRunner(steps)
     with pytest.raises(StellaError) as err:
         site.rollback(runner)

@@ -21,20 +21,35 @@ D1 = sc.DIGEST
 
 def planned(work="/srv/stella"):
     release = {
-        "release": {"id": "rel-1", "name": "shop", "version": "1.0.0"}, "tenant": "acme", "environment": "prod",
-        "application": "shop", "strategy": "rolling", "workDirectory": work,
+        "release": {"id": "rel-1", "name": "shop", "version": "1.0.0"},
+        "tenant": "acme",
+        "environment": "prod",
+        "application": "shop",
+        "strategy": "rolling",
+        "workDirectory": work,
         "target": dict(sc.TARGET, type="DockerHost"),
-        "components": [{"name": "web", "image": "127.0.0.1:5000/stella/app:v1", "config": {"env.MODE": "x"},
-                        "ports": ["8080"]}],
+        "components": [
+            {"name": "web", "image": "127.0.0.1:5000/stella/app:v1", "config": {"env.MODE": "x"}, "ports": ["8080"]}
+        ],
         "hooks": [{"name": "h", "phase": "pre-deploy", "command": "true"}],
     }
     return _plan.plan_release(release, {"127.0.0.1:5000/stella/app:v1": D1})
 
 
 def summary(**kw):
-    base = {"id": "c1", "name": "p-web-1", "state": "running", "running": True, "restarting": False,
-            "restartCount": 0, "health": "healthy", "imageId": "sha256:img", "labels": {}, "startedAt": "t0",
-            "exitCode": 0}
+    base = {
+        "id": "c1",
+        "name": "p-web-1",
+        "state": "running",
+        "running": True,
+        "restarting": False,
+        "restartCount": 0,
+        "health": "healthy",
+        "imageId": "sha256:img",
+        "labels": {},
+        "startedAt": "t0",
+        "exitCode": 0,
+    }
     base.update(kw)
     return base
 
@@ -66,13 +81,17 @@ def test_docker_run_payload_from_the_real_planner():
     assert err.value.code == "invalid_payload" and "Labels" in err.value.reason
 
 
-@pytest.mark.parametrize("change,needle", [
-    ({"Name": "-bad name"}, "not a valid container name"),
-    ({"Variables": {"projectDirectory": "relative"}}, "absolute path"),
-    ({"Variables": {"projectDirectory": "/srv/../etc"}}, "absolute path"),
-    ({"Ports": "8080"}, "Ports must be a list"),
-    ({"Environment": {"A": 1}}, "Environment must be an object of strings"),
-], ids=["name", "relative-dir", "dotdot-dir", "ports", "environment"])
+@pytest.mark.parametrize(
+    "change,needle",
+    [
+        ({"Name": "-bad name"}, "not a valid container name"),
+        ({"Variables": {"projectDirectory": "relative"}}, "absolute path"),
+        ({"Variables": {"projectDirectory": "/srv/../etc"}}, "absolute path"),
+        ({"Ports": "8080"}, "Ports must be a list"),
+        ({"Environment": {"A": 1}}, "Environment must be an object of strings"),
+    ],
+    ids=["name", "relative-dir", "dotdot-dir", "ports", "environment"],
+)
 def test_docker_run_payload_rejections(change, needle):
     payload = dict(planned()["payloads"]["docker.run"][0], **change)
     with pytest.raises(StellaError) as err:
@@ -81,23 +100,28 @@ def test_docker_run_payload_rejections(change, needle):
 
 
 def test_env_file_and_ports_in_argv():
-    request = dr.parse_request(dict(planned()["payloads"]["docker.run"][0], EnvFile="/srv/p/.env.stella",
-                                    Ports=[8080, "9090:90"]))
+    request = dr.parse_request(
+        dict(planned()["payloads"]["docker.run"][0], EnvFile="/srv/p/.env.stella", Ports=[8080, "9090:90"])
+    )
     argv = dr.container_run_argv(request, name="other")
     assert argv[:2] == ["--name", "other"]
     assert argv[argv.index("--env-file") + 1] == "/srv/p/.env.stella"
     assert [argv[i + 1] for i, word in enumerate(argv) if word == "--publish"] == ["8080", "9090:90"]
 
 
-@pytest.mark.parametrize("change,codes", [
-    ({}, []),
-    ({"running": False, "state": "exited", "exitCode": 3}, ["service_not_running"]),
-    ({"restarting": True}, ["service_not_running"]),
-    ({"restartCount": 2}, ["service_not_running"]),
-    ({"health": "unhealthy"}, ["service_unhealthy"]),
-    ({"imageId": "sha256:other"}, ["digest_mismatch"]),
-    ({"labels": {"stella.slot": "green"}}, ["label_mismatch"]),
-], ids=["ok", "exited", "restarting", "restart-count", "unhealthy", "digest", "label"])
+@pytest.mark.parametrize(
+    "change,codes",
+    [
+        ({}, []),
+        ({"running": False, "state": "exited", "exitCode": 3}, ["service_not_running"]),
+        ({"restarting": True}, ["service_not_running"]),
+        ({"restartCount": 2}, ["service_not_running"]),
+        ({"health": "unhealthy"}, ["service_unhealthy"]),
+        ({"imageId": "sha256:other"}, ["digest_mismatch"]),
+        ({"labels": {"stella.slot": "green"}}, ["label_mismatch"]),
+    ],
+    ids=["ok", "exited", "restarting", "restart-count", "unhealthy", "digest", "label"],
+)
 def test_verify_container(change, codes):
     request = {"labels": {"stella.slot": "active"}}
     container = summary(**dict({"labels": {"stella.slot": "active"}}, **change))
@@ -111,6 +135,7 @@ def test_verify_container_over_captured_inspect_output():
 
 
 # --------------------------------------------------------------------------- DockerRun, scripted
+
 
 class Clock:
     """A monotonic clock that only moves when the manager sleeps."""
@@ -142,8 +167,9 @@ class Host:
     def container(self, seed, labels=None, base="web", **state):
         if labels is None:
             labels = dict(self.request["labels"], **{"stella.container.name": self.name})
-        return sc.container_entry(base, id=sc.container_id(seed), name=self.name, labels=labels,
-                                  image_id=sc.IMAGE_ID, **state)
+        return sc.container_entry(
+            base, id=sc.container_id(seed), name=self.name, labels=labels, image_id=sc.IMAGE_ID, **state
+        )
 
     def old(self):
         labels = dict(self.old_plan["payloads"]["docker.run"][0]["Labels"], **{"stella.container.name": self.name})
@@ -164,15 +190,21 @@ class Host:
         return sc.ps_name(name or self.name, entries)
 
     def pull(self):
-        return [sc.image_absent(), sc.Step(["docker", "pull", "--quiet", sc.PINNED], 0, sc.PINNED + "\n"),
-                sc.image_present()]
+        return [
+            sc.image_absent(),
+            sc.Step(["docker", "pull", "--quiet", sc.PINNED], 0, sc.PINNED + "\n"),
+            sc.image_present(),
+        ]
 
     def replace(self, old, new):
         """Set the previous container aside and start the new one."""
         aside = self.name + "-stella-replaced"
-        return [self.ps([], aside), sc.Step(["docker", "stop", "--time", "10", old["Id"]], 0, old["Id"] + "\n"),
-                sc.Step(["docker", "rename", old["Id"], aside]),
-                sc.Step(["docker", "run", "--detach", sc.REST], 0, new["Id"] + "\n")]
+        return [
+            self.ps([], aside),
+            sc.Step(["docker", "stop", "--time", "10", old["Id"]], 0, old["Id"] + "\n"),
+            sc.Step(["docker", "rename", old["Id"], aside]),
+            sc.Step(["docker", "run", "--detach", sc.REST], 0, new["Id"] + "\n"),
+        ]
 
     def watch(self, new, times):
         steps = []
@@ -194,27 +226,44 @@ def test_container_gaps_name_every_difference():
     assert dc.container_gaps(dict(ok, health="none"), request, "sha256:img") == []
     assert dc.container_gaps(None, request, "sha256:img") == ["container shop-web does not exist"]
     assert dc.container_gaps(dict(ok, health="starting"), request, "sha256:img") == [
-        "container shop-web health is starting"]
+        "container shop-web health is starting"
+    ]
     assert dc.container_gaps(dict(ok, health="starting"), request, "sha256:img", health=None) == []
     assert dc.container_gaps(dict(ok, health="unhealthy"), request, "sha256:img", health=None) == []
-    assert dc.container_gaps(dict(ok, health="starting"), request, "sha256:img",
-                             health=("healthy", "none", "starting")) == []
+    assert (
+        dc.container_gaps(dict(ok, health="starting"), request, "sha256:img", health=("healthy", "none", "starting"))
+        == []
+    )
     assert dc.container_gaps(dict(ok, health="unhealthy"), request, "sha256:img") == [
-        "container shop-web health is unhealthy"]
-    assert dc.container_gaps(dict(ok, running=False, state="exited", exitCode=1, labels={"stella.slot": "green"}),
-                             request, "sha256:other") == [
+        "container shop-web health is unhealthy"
+    ]
+    assert dc.container_gaps(
+        dict(ok, running=False, state="exited", exitCode=1, labels={"stella.slot": "green"}), request, "sha256:other"
+    ) == [
         "container shop-web runs sha256:img, not sha256:other",
         "container shop-web label stella.container.name is None, expected 'shop-web'",
         "container shop-web label stella.slot is 'green', expected 'active'",
-        "container shop-web is exited (exit code 1)"]
-    assert dc.container_gaps(dict(ok, restarting=True, state="restarting", health="unhealthy"), request,
-                             "sha256:img") == ["container shop-web is restarting (exit code 0)"]
+        "container shop-web is exited (exit code 1)",
+    ]
+    assert dc.container_gaps(
+        dict(ok, restarting=True, state="restarting", health="unhealthy"), request, "sha256:img"
+    ) == ["container shop-web is restarting (exit code 0)"]
 
 
 def test_a_container_of_the_request_still_starting_is_waited_for_not_replaced(host):
     starting, healthy = host.container("current", health="starting"), host.container("current")
-    runner = sc.ScriptedRunner([sc.docker_version(), sc.image_present(), host.ps([starting]), sc.inspect([starting]),
-                                host.ps([starting]), sc.inspect([starting]), host.ps([healthy]), sc.inspect([healthy])])
+    runner = sc.ScriptedRunner(
+        [
+            sc.docker_version(),
+            sc.image_present(),
+            host.ps([starting]),
+            sc.inspect([starting]),
+            host.ps([starting]),
+            sc.inspect([starting]),
+            host.ps([healthy]),
+            sc.inspect([healthy]),
+        ]
+    )
     result = host.run(runner, health_timeout=30)
     runner.assert_done()
     assert "run" not in runner.docker_verbs() and "stop" not in runner.docker_verbs()
@@ -230,9 +279,19 @@ def test_a_container_of_the_request_still_starting_is_waited_for_not_replaced(ho
 def test_a_container_still_starting_that_turns_unhealthy_is_replaced_and_says_why(host):
     starting, unhealthy = host.container("current", health="starting"), host.container("current", health="unhealthy")
     new = host.container("new")
-    steps = ([sc.docker_version(), sc.image_present(), host.ps([starting]), sc.inspect([starting]),
-              host.ps([unhealthy]), sc.inspect([unhealthy])] + host.replace(unhealthy, new) + host.watch(new, 1)
-             + [sc.Step(["docker", "rm", "--force", unhealthy["Id"]])])
+    steps = (
+        [
+            sc.docker_version(),
+            sc.image_present(),
+            host.ps([starting]),
+            sc.inspect([starting]),
+            host.ps([unhealthy]),
+            sc.inspect([unhealthy]),
+        ]
+        + host.replace(unhealthy, new)
+        + host.watch(new, 1)
+        + [sc.Step(["docker", "rm", "--force", unhealthy["Id"]])]
+    )
     runner = sc.ScriptedRunner(steps)
     result = host.run(runner, health_timeout=30)
     runner.assert_done()
@@ -250,9 +309,12 @@ def test_replacing_another_release_says_why_and_check_mode_says_the_same(host):
     assert checked["changed"] is True and checked["evidence"]["wouldReplaceContainers"] == [host.name]
     assert reasons and all(r.startswith("container %s label stella." % host.name) for r in reasons), reasons
     new = host.container("new")
-    runner = sc.ScriptedRunner([sc.docker_version(), sc.image_present(), host.ps([old]), sc.inspect([old])]
-                               + host.replace(old, new) + host.watch(new, 1)
-                               + [sc.Step(["docker", "rm", "--force", old["Id"]])])
+    runner = sc.ScriptedRunner(
+        [sc.docker_version(), sc.image_present(), host.ps([old]), sc.inspect([old])]
+        + host.replace(old, new)
+        + host.watch(new, 1)
+        + [sc.Step(["docker", "rm", "--force", old["Id"]])]
+    )
     assert host.run(runner)["evidence"]["appliedBecause"] == reasons
     runner.assert_done()
 
@@ -275,23 +337,37 @@ def test_check_mode_counts_a_container_still_starting_as_running_its_request(hos
     assert "wouldApplyBecause" not in checked["evidence"]
 
 
-@pytest.mark.parametrize("state", [
-    {"restarting": True, "restart_count": 4, "health": None},
-    {"restart_count": 3, "health": None},
-], ids=["restarting", "restarted"])
+@pytest.mark.parametrize(
+    "state",
+    [
+        {"restarting": True, "restart_count": 4, "health": None},
+        {"restart_count": 3, "health": None},
+    ],
+    ids=["restarting", "restarted"],
+)
 def test_crash_loop_puts_the_previous_container_back(host, state):
     old = host.old()
     new = host.container("new", **state)
-    steps = ([sc.docker_version()] + host.pull() + [host.ps([old]), sc.inspect([old])] + host.replace(old, new)
-             + host.watch(new, 2)
-             + [host.ps([new]), sc.inspect([new]), sc.Step(["docker", "rm", "--force", new["Id"]]),
-                sc.Step(["docker", "rename", old["Id"], host.name]), sc.Step(["docker", "start", old["Id"]])])
+    steps = (
+        [sc.docker_version()]
+        + host.pull()
+        + [host.ps([old]), sc.inspect([old])]
+        + host.replace(old, new)
+        + host.watch(new, 2)
+        + [
+            host.ps([new]),
+            sc.inspect([new]),
+            sc.Step(["docker", "rm", "--force", new["Id"]]),
+            sc.Step(["docker", "rename", old["Id"], host.name]),
+            sc.Step(["docker", "start", old["Id"]]),
+        ]
+    )
     runner = sc.ScriptedRunner(steps)
     with pytest.raises(StellaError) as err:
         host.run(runner)
     runner.assert_done()
     verbs = runner.docker_verbs()
-    assert verbs.index("pull") < verbs.index("ps") and "rm" not in verbs[:verbs.index("pull")]
+    assert verbs.index("pull") < verbs.index("ps") and "rm" not in verbs[: verbs.index("pull")]
     assert err.value.code == "service_not_running" and err.value.phase == "inspect_container"
     evidence = err.value.evidence
     assert evidence["failurePhase"] == "inspect_container" and evidence["changed"] is True
@@ -304,15 +380,25 @@ def test_crash_loop_puts_the_previous_container_back(host, state):
 def test_verified_container_replaces_the_previous_one(host):
     old = host.old()
     new = host.container("new")
-    steps = ([sc.docker_version(), sc.image_present(), host.ps([old]), sc.inspect([old])] + host.replace(old, new)
-             + host.watch(new, 1) + [sc.Step(["docker", "rm", "--force", old["Id"]])])
+    steps = (
+        [sc.docker_version(), sc.image_present(), host.ps([old]), sc.inspect([old])]
+        + host.replace(old, new)
+        + host.watch(new, 1)
+        + [sc.Step(["docker", "rm", "--force", old["Id"]])]
+    )
     runner = sc.ScriptedRunner(steps)
     result = host.run(runner)
     runner.assert_done()
     assert result["changed"] is True and result["evidence"]["failurePhase"] is None
     assert result["evidence"]["health"] == "healthy" and result["evidence"]["containerId"] == new["Id"]
-    assert result["evidence"]["completedPhases"] == ["pull_image", "write_artifacts", "pre_deploy_hooks",
-                                                     "prepare_container", "inspect_container", "post_deploy_hooks"]
+    assert result["evidence"]["completedPhases"] == [
+        "pull_image",
+        "write_artifacts",
+        "pre_deploy_hooks",
+        "prepare_container",
+        "inspect_container",
+        "post_deploy_hooks",
+    ]
     assert "pulled" not in result["evidence"]
     assert runner.limit_of("stop") == 10 + 60
     run_argv = next(argv for argv in runner.calls if argv[1] == "run")
@@ -330,9 +416,12 @@ def test_container_already_running_the_request_is_a_no_op(host):
 
 def test_first_container_failing_verification_is_removed(host):
     new = host.container("new", base="exited", running=False, status="exited")
-    steps = ([sc.docker_version(), sc.image_present(), host.ps([])]
-             + [sc.Step(["docker", "run", "--detach", sc.REST], 0, new["Id"] + "\n")] + host.watch(new, 1)
-             + [host.ps([new]), sc.inspect([new]), sc.Step(["docker", "rm", "--force", new["Id"]])])
+    steps = (
+        [sc.docker_version(), sc.image_present(), host.ps([])]
+        + [sc.Step(["docker", "run", "--detach", sc.REST], 0, new["Id"] + "\n")]
+        + host.watch(new, 1)
+        + [host.ps([new]), sc.inspect([new]), sc.Step(["docker", "rm", "--force", new["Id"]])]
+    )
     runner = sc.ScriptedRunner(steps)
     with pytest.raises(StellaError) as err:
         host.run(runner)
@@ -369,6 +458,7 @@ def test_missing_stella_labels_are_refused_before_docker(host):
 
 # --------------------------------------------------------------------------- a release with its sticker
 
+
 def write_committed(host, plan):
     """The sticker of ``plan`` committed in the project directory (an earlier deployment)."""
     directory = host.request["project_directory"]
@@ -387,8 +477,12 @@ def test_a_replaced_release_is_retained_as_the_previous_revision(host):
     directory = write_committed(host, host.old_plan)
     old, new = host.old(), host.container("new")
     previous = host.name + "-stella-previous"
-    steps = ([sc.docker_version(), sc.image_present(), host.ps([old]), sc.inspect([old])] + host.replace(old, new)
-             + host.watch(new, 1) + [host.ps([], previous), sc.Step(["docker", "rename", old["Id"], previous])])
+    steps = (
+        [sc.docker_version(), sc.image_present(), host.ps([old]), sc.inspect([old])]
+        + host.replace(old, new)
+        + host.watch(new, 1)
+        + [host.ps([], previous), sc.Step(["docker", "rename", old["Id"], previous])]
+    )
     runner = sc.ScriptedRunner(steps)
     result = host.run(runner, dr.parse_deployment([host.payload], version_sticker=host.plan["sticker"]))
     runner.assert_done()
@@ -410,10 +504,18 @@ def test_a_failing_post_deploy_hook_puts_the_containers_and_the_sticker_back(hos
     payload = plan["payloads"]["docker.run"][0]
     directory = write_committed(host, host.old_plan)
     old, new = host.old(), host.container("new", labels=dict(payload["Labels"], **{"stella.container.name": host.name}))
-    steps = ([sc.docker_version(), sc.image_present(), host.ps([old]), sc.inspect([old])] + host.replace(old, new)
-             + host.watch(new, 1)
-             + [host.ps([new]), sc.inspect([new]), sc.Step(["docker", "rm", "--force", new["Id"]]),
-                sc.Step(["docker", "rename", old["Id"], host.name]), sc.Step(["docker", "start", old["Id"]])])
+    steps = (
+        [sc.docker_version(), sc.image_present(), host.ps([old]), sc.inspect([old])]
+        + host.replace(old, new)
+        + host.watch(new, 1)
+        + [
+            host.ps([new]),
+            sc.inspect([new]),
+            sc.Step(["docker", "rm", "--force", new["Id"]]),
+            sc.Step(["docker", "rename", old["Id"], host.name]),
+            sc.Step(["docker", "start", old["Id"]]),
+        ]
+    )
     runner = sc.ScriptedRunner(steps)
     with pytest.raises(StellaError) as err:
         host.run(runner, dr.parse_deployment([payload], version_sticker=plan["sticker"]))
@@ -437,11 +539,14 @@ def test_a_later_job_of_the_same_release_keeps_the_committed_sticker(host):
     assert result["evidence"]["appliedByJobId"] == host.plan["jobId"] != later["jobId"]
 
 
-@pytest.mark.parametrize("change,needle", [
-    (lambda p: [p, p], "the same container twice"),
-    (lambda p: [p, dict(p, Name="other", ManifestHash="sha256:" + "9" * 64)], "differ in manifest_hash"),
-    (lambda p: [], "at least one payload"),
-])
+@pytest.mark.parametrize(
+    "change,needle",
+    [
+        (lambda p: [p, p], "the same container twice"),
+        (lambda p: [p, dict(p, Name="other", ManifestHash="sha256:" + "9" * 64)], "differ in manifest_hash"),
+        (lambda p: [], "at least one payload"),
+    ],
+)
 def test_deployment_rejections(host, change, needle):
     with pytest.raises(StellaError) as err:
         dr.parse_deployment(change(host.payload))
@@ -454,17 +559,35 @@ def test_a_sticker_of_another_release_is_refused(host):
     assert err.value.code == "invalid_payload" and "manifestHash" in err.value.reason
 
 
-@pytest.mark.parametrize("config,argv", [
-    ({}, []),
-    ({"healthcheck.test": "wget -q -O- http://127.0.0.1:8080/", "healthcheck.interval": "1s",
-      "healthcheck.retries": 15, "healthcheck.start_period": "5s"},
-     ["--health-cmd", "wget -q -O- http://127.0.0.1:8080/", "--health-interval", "1s", "--health-start-period", "5s",
-      "--health-retries", "15"]),
-    ({"healthcheck.test": ["CMD", "curl", "-f", "http://x/a b"]}, ["--health-cmd", "curl -f 'http://x/a b'"]),
-    ({"healthcheck.test": ["CMD-SHELL", "exit 0"]}, ["--health-cmd", "exit 0"]),
-    ({"healthcheck.disable": True, "healthcheck.test": "x"}, ["--no-healthcheck"]),
-    ({"env.MODE": "x"}, []),
-], ids=["none", "shell", "cmd-list", "cmd-shell-list", "disable", "other-keys"])
+@pytest.mark.parametrize(
+    "config,argv",
+    [
+        ({}, []),
+        (
+            {
+                "healthcheck.test": "wget -q -O- http://127.0.0.1:8080/",
+                "healthcheck.interval": "1s",
+                "healthcheck.retries": 15,
+                "healthcheck.start_period": "5s",
+            },
+            [
+                "--health-cmd",
+                "wget -q -O- http://127.0.0.1:8080/",
+                "--health-interval",
+                "1s",
+                "--health-start-period",
+                "5s",
+                "--health-retries",
+                "15",
+            ],
+        ),
+        ({"healthcheck.test": ["CMD", "curl", "-f", "http://x/a b"]}, ["--health-cmd", "curl -f 'http://x/a b'"]),
+        ({"healthcheck.test": ["CMD-SHELL", "exit 0"]}, ["--health-cmd", "exit 0"]),
+        ({"healthcheck.disable": True, "healthcheck.test": "x"}, ["--no-healthcheck"]),
+        ({"env.MODE": "x"}, []),
+    ],
+    ids=["none", "shell", "cmd-list", "cmd-shell-list", "disable", "other-keys"],
+)
 def test_health_flags_from_the_components_healthcheck_keys(config, argv):
     assert dr.health_argv(config) == argv
 
@@ -478,8 +601,18 @@ def test_the_planned_healthcheck_reaches_docker_run(host):
 # --------------------------------------------------------------------------- the preflight inside the run
 
 # Docker commands that change something on the host.
-CHANGING_VERBS = ("pull", "run", "stop", "start", "rm", "create", "rename", "container create", "container rm",
-                  "image pull")
+CHANGING_VERBS = (
+    "pull",
+    "run",
+    "stop",
+    "start",
+    "rm",
+    "create",
+    "rename",
+    "container create",
+    "container rm",
+    "image pull",
+)
 
 
 def preflight_options(host, **payload):
@@ -493,8 +626,13 @@ def preflight_options(host, **payload):
 def test_preflight_passes_then_the_run_deploys_and_asks_the_runtime_nothing_again(host, monkeypatch):
     pings = sc.offline_preflight(monkeypatch)
     old, new = host.old(), host.container("new")
-    steps = (sc.preflight_runtime() + [sc.image_present(), host.ps([old]), sc.inspect([old])]
-             + host.replace(old, new) + host.watch(new, 1) + [sc.Step(["docker", "rm", "--force", old["Id"]])])
+    steps = (
+        sc.preflight_runtime()
+        + [sc.image_present(), host.ps([old]), sc.inspect([old])]
+        + host.replace(old, new)
+        + host.watch(new, 1)
+        + [sc.Step(["docker", "rm", "--force", old["Id"]])]
+    )
     runner = sc.ScriptedRunner(steps)
     result = host.run(runner, preflight=preflight_options(host))
 
@@ -513,19 +651,31 @@ def test_preflight_passes_then_the_run_deploys_and_asks_the_runtime_nothing_agai
     assert {checks[name] for name in ("registry", "platform", "compose", "compose_version")} == {"skipped"}
     assert {checks[name] for name in ("runtime", "daemon", "engine_version", "workdir", "disk")} == {"passed"}
     assert preflight["docker"]["serverVersion"] == "20.10.24+dfsg1" == evidence["dockerVersion"]
-    assert evidence["completedPhases"] == ["preflight", "pull_image", "write_artifacts", "pre_deploy_hooks",
-                                           "prepare_container", "inspect_container", "post_deploy_hooks"]
-    assert evidence["deploymentPhases"][0] == dict(evidence["deploymentPhases"][0], phase="preflight",
-                                                   status="succeeded")
+    assert evidence["completedPhases"] == [
+        "preflight",
+        "pull_image",
+        "write_artifacts",
+        "pre_deploy_hooks",
+        "prepare_container",
+        "inspect_container",
+        "post_deploy_hooks",
+    ]
+    assert evidence["deploymentPhases"][0] == dict(
+        evidence["deploymentPhases"][0], phase="preflight", status="succeeded"
+    )
     assert evidence["containerId"] == new["Id"] and evidence["health"] == "healthy"
 
 
 @pytest.mark.parametrize("existing", [False, True], ids=["fresh", "existing"])
-@pytest.mark.parametrize("options,code", [
-    ({"min_engine_version": "99.0.0"}, "runtime_version_too_old"),
-    ({"payload": {"MinimumFreeDiskBytes": 2 ** 62}}, "disk_space_low"),
-    ({"payload": {"RequireCompose": True}, "min_compose_version": "99.0.0"}, "runtime_version_too_old"),
-], ids=["engine-too-old", "disk", "compose-too-old"])
+@pytest.mark.parametrize(
+    "options,code",
+    [
+        ({"min_engine_version": "99.0.0"}, "runtime_version_too_old"),
+        ({"payload": {"MinimumFreeDiskBytes": 2**62}}, "disk_space_low"),
+        ({"payload": {"RequireCompose": True}, "min_compose_version": "99.0.0"}, "runtime_version_too_old"),
+    ],
+    ids=["engine-too-old", "disk", "compose-too-old"],
+)
 def test_failed_preflight_fails_before_any_docker_change(host, monkeypatch, options, code, existing):
     sticker = None
     if existing:
@@ -561,8 +711,9 @@ def test_failed_preflight_fails_before_any_docker_change(host, monkeypatch, opti
 def test_failed_preflight_in_check_mode_fails_the_same_way(host, monkeypatch):
     sc.offline_preflight(monkeypatch)
     runner = sc.ScriptedRunner(sc.preflight_runtime())
-    manager = dr.DockerRun(sc.engine(runner), runner, preflight=dict(preflight_options(host),
-                                                                     min_engine_version="99.0.0"))
+    manager = dr.DockerRun(
+        sc.engine(runner), runner, preflight=dict(preflight_options(host), min_engine_version="99.0.0")
+    )
     with pytest.raises(StellaError) as err:
         manager.run(dr.parse_deployment([host.payload]), check_mode=True)
     runner.assert_done()

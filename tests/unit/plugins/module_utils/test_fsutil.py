@@ -24,8 +24,11 @@ def test_restore_puts_back_replaced_and_removes_new_files(tmp_path):
     staged.write("lock", b"new lock")
     staged.write("lock", b"newer lock")
     staged.write(".env", b"SECRET=1\n", mode=0o600)
-    assert listing(str(tmp_path)) == {".env": b"SECRET=1\n", ".stella-tmp-prev-lock": b"old lock",
-                                      "lock": b"newer lock"}
+    assert listing(str(tmp_path)) == {
+        ".env": b"SECRET=1\n",
+        ".stella-tmp-prev-lock": b"old lock",
+        "lock": b"newer lock",
+    }
     assert os.stat(tmp_path / ".env").st_mode & 0o777 == 0o600
     assert staged.names() == [".env", "lock"]
     assert staged.restore() == [".env", "lock"]

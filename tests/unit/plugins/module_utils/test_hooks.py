@@ -18,24 +18,45 @@ def hook(**kw):
 
 
 def test_defaults_applied():
-    assert hook() == {"Name": "h", "Phase": "pre-deploy", "Interpreter": "/bin/sh", "Command": "true",
-                      "WorkingDirectory": None, "TimeoutSeconds": 300, "FailurePolicy": "fail",
-                      "RedactionPolicy": "redact"}
+    assert hook() == {
+        "Name": "h",
+        "Phase": "pre-deploy",
+        "Interpreter": "/bin/sh",
+        "Command": "true",
+        "WorkingDirectory": None,
+        "TimeoutSeconds": 300,
+        "FailurePolicy": "fail",
+        "RedactionPolicy": "redact",
+    }
 
 
-@pytest.mark.parametrize("entry,needle", [
-    ({"Name": "h", "Phase": "pre-deploy", "Command": "x", "name": "lower"}, "unknown key"),
-    ({"Phase": "pre-deploy", "Command": "x"}, "Name is required"),
-    ({"Name": "h", "Phase": "during", "Command": "x"}, "Phase"),
-    ({"Name": "h", "Phase": "pre-deploy", "Command": ""}, "Command is required"),
-    ({"Name": "h", "Phase": "pre-deploy", "Command": "x", "TimeoutSeconds": 0}, "TimeoutSeconds"),
-    ({"Name": "h", "Phase": "pre-deploy", "Command": "x", "TimeoutSeconds": True}, "TimeoutSeconds"),
-    ({"Name": "h", "Phase": "pre-deploy", "Command": "x", "FailurePolicy": "explode"}, "FailurePolicy"),
-    ({"Name": "h", "Phase": "pre-deploy", "Command": "x", "RedactionPolicy": "partial"}, "RedactionPolicy"),
-    ({"Name": "h", "Phase": "pre-deploy", "Command": "x", "Interpreter": "  "}, "Interpreter"),
-    ("not a dict", "must be an object"),
-], ids=["unknown-key", "no-name", "bad-phase", "empty-command", "zero-timeout", "bool-timeout", "bad-policy",
-        "bad-redaction", "blank-interpreter", "not-object"])
+@pytest.mark.parametrize(
+    "entry,needle",
+    [
+        ({"Name": "h", "Phase": "pre-deploy", "Command": "x", "name": "lower"}, "unknown key"),
+        ({"Phase": "pre-deploy", "Command": "x"}, "Name is required"),
+        ({"Name": "h", "Phase": "during", "Command": "x"}, "Phase"),
+        ({"Name": "h", "Phase": "pre-deploy", "Command": ""}, "Command is required"),
+        ({"Name": "h", "Phase": "pre-deploy", "Command": "x", "TimeoutSeconds": 0}, "TimeoutSeconds"),
+        ({"Name": "h", "Phase": "pre-deploy", "Command": "x", "TimeoutSeconds": True}, "TimeoutSeconds"),
+        ({"Name": "h", "Phase": "pre-deploy", "Command": "x", "FailurePolicy": "explode"}, "FailurePolicy"),
+        ({"Name": "h", "Phase": "pre-deploy", "Command": "x", "RedactionPolicy": "partial"}, "RedactionPolicy"),
+        ({"Name": "h", "Phase": "pre-deploy", "Command": "x", "Interpreter": "  "}, "Interpreter"),
+        ("not a dict", "must be an object"),
+    ],
+    ids=[
+        "unknown-key",
+        "no-name",
+        "bad-phase",
+        "empty-command",
+        "zero-timeout",
+        "bool-timeout",
+        "bad-policy",
+        "bad-redaction",
+        "blank-interpreter",
+        "not-object",
+    ],
+)
 def test_invalid_entries(entry, needle):
     with pytest.raises(StellaError) as err:
         _hooks.normalize_hook(entry, 3)
@@ -45,7 +66,10 @@ def test_invalid_entries(entry, needle):
 
 def test_duplicate_names_per_phase_rejected_and_none_is_empty():
     assert _hooks.normalize_hooks(None) == []
-    entries = [{"Name": "a", "Phase": "pre-deploy", "Command": "x"}, {"Name": "a", "Phase": "post-deploy", "Command": "x"}]
+    entries = [
+        {"Name": "a", "Phase": "pre-deploy", "Command": "x"},
+        {"Name": "a", "Phase": "post-deploy", "Command": "x"},
+    ]
     assert len(_hooks.normalize_hooks(entries)) == 2
     with pytest.raises(StellaError):
         _hooks.normalize_hooks(entries + [{"Name": "a", "Phase": "pre-deploy", "Command": "y"}])
@@ -53,22 +77,33 @@ def test_duplicate_names_per_phase_rejected_and_none_is_empty():
         _hooks.normalize_hooks({"Name": "a"})
 
 
-@pytest.mark.parametrize("interpreter,argv", [
-    ("/bin/sh", ["/bin/sh", "-c", "CMD"]),
-    ("bash -e", ["bash", "-e", "-c", "CMD"]),
-    ("/usr/bin/python3.11", ["/usr/bin/python3.11", "-c", "CMD"]),
-    ("/opt/run-script", ["/opt/run-script", "CMD"]),
-    ("/usr/bin/env node", ["/usr/bin/env", "node", "CMD"]),
-], ids=["sh", "bash-args", "python-versioned", "other", "env"])
+@pytest.mark.parametrize(
+    "interpreter,argv",
+    [
+        ("/bin/sh", ["/bin/sh", "-c", "CMD"]),
+        ("bash -e", ["bash", "-e", "-c", "CMD"]),
+        ("/usr/bin/python3.11", ["/usr/bin/python3.11", "-c", "CMD"]),
+        ("/opt/run-script", ["/opt/run-script", "CMD"]),
+        ("/usr/bin/env node", ["/usr/bin/env", "node", "CMD"]),
+    ],
+    ids=["sh", "bash-args", "python-versioned", "other", "env"],
+)
 def test_hook_argv(interpreter, argv):
     assert _hooks.hook_argv(hook(Interpreter=interpreter, Command="CMD")) == argv
 
 
-@pytest.mark.parametrize("policy,code,timed_out,outcome", [
-    ("fail", 0, False, "succeeded"), ("fail", 1, False, "failed"), ("ignore", 1, False, "ignored"),
-    ("continue", 2, False, "continued"), ("warn", 3, False, "warned"), ("warn", 0, True, "warned"),
-    ("fail", None, True, "failed"),
-])
+@pytest.mark.parametrize(
+    "policy,code,timed_out,outcome",
+    [
+        ("fail", 0, False, "succeeded"),
+        ("fail", 1, False, "failed"),
+        ("ignore", 1, False, "ignored"),
+        ("continue", 2, False, "continued"),
+        ("warn", 3, False, "warned"),
+        ("warn", 0, True, "warned"),
+        ("fail", None, True, "failed"),
+    ],
+)
 def test_outcome_for(policy, code, timed_out, outcome):
     assert _hooks.outcome_for(policy, code, timed_out) == outcome
 
@@ -85,8 +120,9 @@ def test_redact_output():
 
 
 def test_run_hook_success_failure_and_environment(tmp_path):
-    ok = _hooks.run_hook(hook(Command="echo $STELLA_X; pwd", RedactionPolicy="none"), str(tmp_path),
-                         env={"STELLA_X": "value"})
+    ok = _hooks.run_hook(
+        hook(Command="echo $STELLA_X; pwd", RedactionPolicy="none"), str(tmp_path), env={"STELLA_X": "value"}
+    )
     assert ok["exitCode"] == 0 and ok["outcome"] == "succeeded" and not ok["timedOut"]
     assert ok["stdout"] == "value\n%s\n" % tmp_path
     bad = _hooks.run_hook(hook(Command="echo oops >&2; exit 4", FailurePolicy="warn"), str(tmp_path))
@@ -106,8 +142,9 @@ def test_run_hook_missing_interpreter_is_a_failed_result(tmp_path):
 def test_timeout_kills_the_whole_process_group(tmp_path):
     pidfile = tmp_path / "pid"
     start = time.monotonic()
-    result = _hooks.run_hook(hook(Command="sleep 120 & echo $! > %s; sleep 120" % pidfile, TimeoutSeconds=1),
-                             str(tmp_path))
+    result = _hooks.run_hook(
+        hook(Command="sleep 120 & echo $! > %s; sleep 120" % pidfile, TimeoutSeconds=1), str(tmp_path)
+    )
     assert time.monotonic() - start < 8
     assert result["timedOut"] is True and result["outcome"] == "failed" and result["exitCode"] == -9
     child = int(pidfile.read_text())
@@ -117,12 +154,14 @@ def test_timeout_kills_the_whole_process_group(tmp_path):
 
 
 def test_run_phase_hooks_stops_at_first_blocking_failure(tmp_path):
-    hooks = _hooks.normalize_hooks([
-        {"Name": "a", "Phase": "pre-deploy", "Command": "exit 1", "FailurePolicy": "continue"},
-        {"Name": "b", "Phase": "post-deploy", "Command": "exit 0"},
-        {"Name": "c", "Phase": "pre-deploy", "Command": "exit 2"},
-        {"Name": "d", "Phase": "pre-deploy", "Command": "exit 0"},
-    ])
+    hooks = _hooks.normalize_hooks(
+        [
+            {"Name": "a", "Phase": "pre-deploy", "Command": "exit 1", "FailurePolicy": "continue"},
+            {"Name": "b", "Phase": "post-deploy", "Command": "exit 0"},
+            {"Name": "c", "Phase": "pre-deploy", "Command": "exit 2"},
+            {"Name": "d", "Phase": "pre-deploy", "Command": "exit 0"},
+        ]
+    )
     results, blocking = _hooks.run_phase_hooks(hooks, "pre-deploy", str(tmp_path))
     assert [r["name"] for r in results] == ["a", "c"]
     assert blocking["name"] == "c"
@@ -155,11 +194,13 @@ def test_a_child_in_its_own_session_dies_at_the_timeout_and_the_output_is_kept(t
 def test_a_hook_left_by_a_killed_task_is_killed_before_the_next_run(tmp_path):
     """The marker names the running hook; a later run kills what a SIGKILLed task left running."""
     import subprocess  # pylint: disable=import-outside-toplevel
+
     survivor = subprocess.Popen(["sleep", "120"], start_new_session=True)
     try:
         stat = _hooks._proc_stat(survivor.pid)  # pylint: disable=protected-access
         (tmp_path / ".stella-hook.json").write_text(
-            '{"pid": %d, "startTime": %d, "hook": "h"}' % (survivor.pid, stat[3]))
+            '{"pid": %d, "startTime": %d, "hook": "h"}' % (survivor.pid, stat[3])
+        )
         killed = _hooks.reap_stale_hooks(str(tmp_path))
         assert survivor.pid in killed
         assert survivor.wait(timeout=5) == -9
@@ -173,11 +214,13 @@ def test_a_hook_left_by_a_killed_task_is_killed_before_the_next_run(tmp_path):
 def test_a_recycled_pid_is_not_killed(tmp_path):
     """A marker whose pid now belongs to another process (other start time) kills nothing."""
     import subprocess  # pylint: disable=import-outside-toplevel
+
     other = subprocess.Popen(["sleep", "120"], start_new_session=True)
     try:
         stat = _hooks._proc_stat(other.pid)  # pylint: disable=protected-access
         (tmp_path / ".stella-hook.json").write_text(
-            '{"pid": %d, "startTime": %d, "hook": "h"}' % (other.pid, stat[3] + 1))
+            '{"pid": %d, "startTime": %d, "hook": "h"}' % (other.pid, stat[3] + 1)
+        )
         assert _hooks.reap_stale_hooks(str(tmp_path)) == []
         assert other.poll() is None
     finally:

@@ -13,16 +13,31 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabul
 TARGET = sc.TARGET
 
 
-@pytest.mark.parametrize("endpoint,expected", [
-    ("local", True), ("localhost", True), ("127.0.0.1", True), ("ssh://root@127.0.0.1", True),
-    ("ssh://root@172.17.0.2", True), ("ssh://root@172.17.0.3", False), ("target-a", True), ("TARGET-A.lab", True),
-    ("other-host", False), ("ssh://named-elsewhere", False), ("resolves-here", True), ("", False),
-    ("tcp://[::1]:2376", True), ("unix:///var/run/docker.sock", True),
-])
+@pytest.mark.parametrize(
+    "endpoint,expected",
+    [
+        ("local", True),
+        ("localhost", True),
+        ("127.0.0.1", True),
+        ("ssh://root@127.0.0.1", True),
+        ("ssh://root@172.17.0.2", True),
+        ("ssh://root@172.17.0.3", False),
+        ("target-a", True),
+        ("TARGET-A.lab", True),
+        ("other-host", False),
+        ("ssh://named-elsewhere", False),
+        ("resolves-here", True),
+        ("", False),
+        ("tcp://[::1]:2376", True),
+        ("unix:///var/run/docker.sock", True),
+    ],
+)
 def test_endpoint_is_this_host(endpoint, expected):
     resolved = {"resolves-here": ["172.17.0.2"], "named-elsewhere": ["10.9.9.9"]}.get(endpoint_host(endpoint), [])
-    assert ident.endpoint_is_this_host(endpoint, ["127.0.0.1", "172.17.0.2"], ["target-a", "target-a.lab"],
-                                       resolved) is expected
+    assert (
+        ident.endpoint_is_this_host(endpoint, ["127.0.0.1", "172.17.0.2"], ["target-a", "target-a.lab"], resolved)
+        is expected
+    )
 
 
 def ip_runner(calls):
@@ -32,6 +47,7 @@ def ip_runner(calls):
         calls.append(argv)
         assert argv == ["ip", "-j", "addr"]
         return 0, ip_json, ""
+
     return run
 
 

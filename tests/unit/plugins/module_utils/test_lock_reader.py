@@ -12,7 +12,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "fixtures
 
 import planning_support as ps  # noqa: E402  pylint: disable=wrong-import-position
 from ansible_collections.stellaops.runtime.plugins.module_utils.compose.project import (  # noqa: E402
-    read_lock_services, service_images, service_labels)
+    read_lock_services,
+    service_images,
+    service_labels,
+)
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.release import plan as _plan  # noqa: E402
 
 
@@ -24,11 +27,13 @@ def _lock(**overrides):
 WEB = {"name": "web", "image": "registry.example.com/shop/web:1.0"}
 CASES = {
     "one": {},
-    "three-with-config": {"components": [
-        dict(WEB, config={"env.A": "x", "healthcheck.test": "wget -q -O- http://127.0.0.1:8080/"}, ports=["8080"]),
-        dict(WEB, name="api", config={"label.team": "core"}),
-        dict(WEB, name="admin", config={"env.QUOTE": 'it is "ok"', "label.cost": "$5"}),
-    ]},
+    "three-with-config": {
+        "components": [
+            dict(WEB, config={"env.A": "x", "healthcheck.test": "wget -q -O- http://127.0.0.1:8080/"}, ports=["8080"]),
+            dict(WEB, name="api", config={"label.team": "core"}),
+            dict(WEB, name="admin", config={"env.QUOTE": 'it is "ok"', "label.cost": "$5"}),
+        ]
+    },
 }
 
 
@@ -39,13 +44,17 @@ def test_reader_matches_compose_config(name):
     assert read_lock_services(lock.encode("utf-8")) == (service_images(config), service_labels(config))
 
 
-@pytest.mark.parametrize("text", [
-    'services:\n  web:\n    image: "a$b"\n    labels:\n      x: "y"\n',
-    'services:\n  web:\n    image: "a"\n    labels:\n      x: "y\\"z"\n',
-    'services:\n  web:\n    image: a\n',
-    'name: "x"\n',
-    'services:\n    image: "a"\n',
-], ids=["dollar", "escape", "plain-scalar", "no-services", "no-service-key"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        'services:\n  web:\n    image: "a$b"\n    labels:\n      x: "y"\n',
+        'services:\n  web:\n    image: "a"\n    labels:\n      x: "y\\"z"\n',
+        "services:\n  web:\n    image: a\n",
+        'name: "x"\n',
+        'services:\n    image: "a"\n',
+    ],
+    ids=["dollar", "escape", "plain-scalar", "no-services", "no-service-key"],
+)
 def test_reader_declines_what_it_cannot_read_exactly(text):
     assert read_lock_services(text.encode("utf-8")) is None
 

@@ -26,7 +26,10 @@ def test_phase_recorder_and_deployment_phases():
     assert evidence["completedPhases"] == ["write_artifacts"]
     assert evidence["failurePhase"] == "compose_pull"
     assert {p["phase"]: p["status"] for p in evidence["deploymentPhases"]} == {
-        "prepare": "succeeded", "pre-deploy": "skipped", "deploy": "failed"}
+        "prepare": "succeeded",
+        "pre-deploy": "skipped",
+        "deploy": "failed",
+    }
     assert set(evidence["phaseDurationsMs"]) == {"write_artifacts", "pre_deploy_hooks", "compose_pull"}
 
 
@@ -57,10 +60,17 @@ def test_phase_recorder_counts_carried_time_in_the_step_that_runs_only():
     assert rec.evidence()["phaseDurationsMs"]["inspect_container"] < 2500
 
 
-@pytest.mark.parametrize("number,code", [
-    (errno.ENOSPC, "disk_full"), (errno.EDQUOT, "disk_full"), (errno.EACCES, "workdir_not_writable"),
-    (errno.EPERM, "workdir_not_writable"), (errno.EROFS, "workdir_not_writable"), (errno.EIO, "io_error"),
-])
+@pytest.mark.parametrize(
+    "number,code",
+    [
+        (errno.ENOSPC, "disk_full"),
+        (errno.EDQUOT, "disk_full"),
+        (errno.EACCES, "workdir_not_writable"),
+        (errno.EPERM, "workdir_not_writable"),
+        (errno.EROFS, "workdir_not_writable"),
+        (errno.EIO, "io_error"),
+    ],
+)
 def test_io_error_codes(number, code):
     error = mg.io_error(OSError(number, "why", "/w/p/file"), "write_sticker")
     assert error.code == code and error.phase == "write_sticker"
@@ -77,15 +87,37 @@ def test_phase_recorder_maps_os_errors():
     assert rec.evidence()["failurePhase"] == "write_sticker"
 
 
-@pytest.mark.parametrize("groups,completed,failure,skipped,expected", [
-    (None, ["write_artifacts", "pre_deploy_hooks", "compose_pull", "compose_up", "inspect_services", "write_sticker",
-            "post_deploy_hooks"], None, [], ["succeeded"] * 6),
-    (None, ["write_artifacts"], "pre_deploy_hooks", [], ["succeeded", "failed"]),
-    (None, [], None, ["write_artifacts"], ["skipped"]),
-    (ROLLBACK_PHASES, ["resolve_revision"], "validate_revision", [], ["failed"]),
-    (ROLLBACK_PHASES, ["resolve_revision", "validate_revision", "restore_lock", "compose_pull"], "compose_up", [],
-     ["succeeded", "failed"]),
-], ids=["all", "hook-failed", "skipped", "rollback-pre", "rollback-up"])
+@pytest.mark.parametrize(
+    "groups,completed,failure,skipped,expected",
+    [
+        (
+            None,
+            [
+                "write_artifacts",
+                "pre_deploy_hooks",
+                "compose_pull",
+                "compose_up",
+                "inspect_services",
+                "write_sticker",
+                "post_deploy_hooks",
+            ],
+            None,
+            [],
+            ["succeeded"] * 6,
+        ),
+        (None, ["write_artifacts"], "pre_deploy_hooks", [], ["succeeded", "failed"]),
+        (None, [], None, ["write_artifacts"], ["skipped"]),
+        (ROLLBACK_PHASES, ["resolve_revision"], "validate_revision", [], ["failed"]),
+        (
+            ROLLBACK_PHASES,
+            ["resolve_revision", "validate_revision", "restore_lock", "compose_pull"],
+            "compose_up",
+            [],
+            ["succeeded", "failed"],
+        ),
+    ],
+    ids=["all", "hook-failed", "skipped", "rollback-pre", "rollback-up"],
+)
 def test_deployment_phases_table(groups, completed, failure, skipped, expected):
     durations = dict.fromkeys(completed + ([failure] if failure else []) + skipped, 1)
     kwargs = {"groups": groups} if groups else {}
@@ -113,6 +145,7 @@ def test_manager_result_shape():
         with rec.phase("write_artifacts"):
             result["changed"] = True
         result["warnings"].append("w")
+
     result = Steps(body).run(request())
     assert result["changed"] is True and result["warnings"] == ["w"]
     evidence = result["evidence"]
@@ -126,6 +159,7 @@ def test_manager_failure_carries_evidence_changed_and_warnings():
         with rec.phase("compose_up"):
             result["changed"] = True
             raise StellaError("service_unhealthy", "web is unhealthy", evidence={"problems": ["p"]})
+
     with pytest.raises(StellaError) as err:
         Steps(body).run(request())
     assert err.value.phase == "compose_up" and err.value.evidence["failurePhase"] == "compose_up"
@@ -139,6 +173,7 @@ def test_manager_maps_an_os_error_outside_any_phase():
         with rec.phase("write_artifacts"):
             pass
         raise OSError(errno.EACCES, "Permission denied", "/w/p/.stella.lock")
+
     with pytest.raises(StellaError) as err:
         Steps(body).run(request())
     assert err.value.code == "workdir_not_writable" and err.value.phase == "prepare"
@@ -148,5 +183,6 @@ def test_manager_maps_an_os_error_outside_any_phase():
 def test_manager_lets_unexpected_exceptions_through():
     def body(rec, result):
         raise RuntimeError("bug")
+
     with pytest.raises(RuntimeError):
         Steps(body).run(request())

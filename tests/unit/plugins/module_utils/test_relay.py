@@ -20,24 +20,36 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors 
 
 
 def request(tmp_path, **over):
-    options = {"name": "shop-web", "state": "present", "listen_address": "127.0.0.1", "device": "auto",
-               "forwards": [{"port": 8080, "upstream_host": "127.0.0.1", "upstream_port": 18080, "listen_port": 0}],
-               "state_directory": str(tmp_path)}
+    options = {
+        "name": "shop-web",
+        "state": "present",
+        "listen_address": "127.0.0.1",
+        "device": "auto",
+        "forwards": [{"port": 8080, "upstream_host": "127.0.0.1", "upstream_port": 18080, "listen_port": 0}],
+        "state_directory": str(tmp_path),
+    }
     options.update(over)
     return rl.parse_request(options)
 
 
-@pytest.mark.parametrize("over,code,text", [
-    ({"listen_address": "0.0.0.0"}, "relay_bind_refused", "every interface"),
-    ({"listen_address": "::"}, "invalid_payload", "IPv4"),
-    ({"listen_address": "relay.example"}, "invalid_payload", "IPv4"),
-    ({"name": "../x"}, "invalid_payload", "name"),
-    ({"forwards": []}, "invalid_payload", "at least one"),
-    ({"forwards": [{"port": 80, "upstream_port": 1}, {"port": 80, "upstream_port": 2}]}, "invalid_payload", "twice"),
-    ({"forwards": [{"port": 80, "upstream_port": 70000}]}, "invalid_payload", "upstream_port"),
-    ({"state_directory": "relative"}, "invalid_payload", "absolute"),
-    ({"state": "running"}, "invalid_payload", "state"),
-])
+@pytest.mark.parametrize(
+    "over,code,text",
+    [
+        ({"listen_address": "0.0.0.0"}, "relay_bind_refused", "every interface"),
+        ({"listen_address": "::"}, "invalid_payload", "IPv4"),
+        ({"listen_address": "relay.example"}, "invalid_payload", "IPv4"),
+        ({"name": "../x"}, "invalid_payload", "name"),
+        ({"forwards": []}, "invalid_payload", "at least one"),
+        (
+            {"forwards": [{"port": 80, "upstream_port": 1}, {"port": 80, "upstream_port": 2}]},
+            "invalid_payload",
+            "twice",
+        ),
+        ({"forwards": [{"port": 80, "upstream_port": 70000}]}, "invalid_payload", "upstream_port"),
+        ({"state_directory": "relative"}, "invalid_payload", "absolute"),
+        ({"state": "running"}, "invalid_payload", "state"),
+    ],
+)
 def test_bad_requests_are_refused_before_anything_is_touched(tmp_path, over, code, text):
     with pytest.raises(StellaError) as err:
         request(tmp_path, **over)
@@ -45,8 +57,9 @@ def test_bad_requests_are_refused_before_anything_is_touched(tmp_path, over, cod
 
 
 def test_absent_needs_only_the_name(tmp_path):
-    assert rl.parse_request({"name": "x", "state": "absent", "state_directory": str(tmp_path)})["directory"] == \
-        str(tmp_path / "x")
+    assert rl.parse_request({"name": "x", "state": "absent", "state_directory": str(tmp_path)})["directory"] == str(
+        tmp_path / "x"
+    )
 
 
 def test_interface_of_finds_the_owner_or_fails_with_a_code():
@@ -148,8 +161,9 @@ def test_a_real_forwarder_is_started_detached_kept_restarted_and_removed(tmp_pat
     assert gone["changed"] and not (tmp_path / "shop-web").exists()
     with pytest.raises(OSError):
         ask(ev["endpoints"][0])
-    assert not relay.run(rl.parse_request({"name": "shop-web", "state": "absent",
-                                           "state_directory": str(tmp_path)}))["changed"]
+    assert not relay.run(rl.parse_request({"name": "shop-web", "state": "absent", "state_directory": str(tmp_path)}))[
+        "changed"
+    ]
 
 
 # A process whose main thread exits (the raw exit system call ends that thread only) while another
@@ -166,14 +180,16 @@ ctypes.CDLL(None, use_errno=True).syscall(int(sys.argv[1]), 0)
 SYS_EXIT = {"x86_64": 60, "aarch64": 93}
 
 
-@pytest.mark.skipif(platform.machine() not in SYS_EXIT, reason="the exit system call's number is known for "
-                    "x86_64 and aarch64 only")
+@pytest.mark.skipif(
+    platform.machine() not in SYS_EXIT, reason="the exit system call's number is known for x86_64 and aarch64 only"
+)
 def test_a_zombie_leader_whose_threads_still_hold_its_socket_is_running():
     """The relay waits for its old forwarder to stop before it binds the same port again; a forwarder
     whose main thread had exited while its other threads still held the listening socket was taken for
     stopped, and the port was lost to a new one."""
-    proc = subprocess.Popen([sys.executable, "-c", ZOMBIE_LEADER, str(SYS_EXIT[platform.machine()]), "3"],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", ZOMBIE_LEADER, str(SYS_EXIT[platform.machine()]), "3"], stdout=subprocess.PIPE, text=True
+    )
     try:
         port = int(proc.stdout.readline())
         deadline = time.monotonic() + 5

@@ -121,8 +121,15 @@ def test_resolve_revision(layout, tmp_path):
     outside = tmp_path / "outside"
     outside.mkdir()
     os.symlink(str(outside), os.path.join(layout.revisions_dir, "000099-aaaaaaaaaaaa"))
-    for bad in ("../../..", "/etc", str(outside), "000099-aaaaaaaaaaaa", "../revisions/../..", first + "/..",
-                os.path.join(first, rv.LOCK_FILE)):
+    for bad in (
+        "../../..",
+        "/etc",
+        str(outside),
+        "000099-aaaaaaaaaaaa",
+        "../revisions/../..",
+        first + "/..",
+        os.path.join(first, rv.LOCK_FILE),
+    ):
         with pytest.raises(StellaError) as err:
             rv.resolve_revision(layout, bad)
         assert err.value.code == "revision_path_rejected" and err.value.phase == "resolve_revision", bad

@@ -18,12 +18,31 @@ C1, C2 = sc.container_id("web"), sc.container_id("previous")
 def listing(running=(), every=(), networks=()):
     def ps(label, ids, status=False):
         extra = ["--filter", "status=running"] if status else []
-        return sc.Step(["docker", "ps", "--all", "--quiet", "--no-trunc", "--filter", "label=%s=%s" % (label, PROJECT)]
-                       + extra, 0, "".join(i + "\n" for i in ids))
-    return [ps("com.docker.compose.project", every), ps("stella.project", every[1:]),
-            ps("com.docker.compose.project", running, True), ps("stella.project", (), True),
-            sc.Step(["docker", "network", "ls", "--quiet", "--no-trunc", "--filter",
-                     "label=com.docker.compose.project=%s" % PROJECT], 0, "".join(n + "\n" for n in networks))]
+        return sc.Step(
+            ["docker", "ps", "--all", "--quiet", "--no-trunc", "--filter", "label=%s=%s" % (label, PROJECT)] + extra,
+            0,
+            "".join(i + "\n" for i in ids),
+        )
+
+    return [
+        ps("com.docker.compose.project", every),
+        ps("stella.project", every[1:]),
+        ps("com.docker.compose.project", running, True),
+        ps("stella.project", (), True),
+        sc.Step(
+            [
+                "docker",
+                "network",
+                "ls",
+                "--quiet",
+                "--no-trunc",
+                "--filter",
+                "label=com.docker.compose.project=%s" % PROJECT,
+            ],
+            0,
+            "".join(n + "\n" for n in networks),
+        ),
+    ]
 
 
 def run(tmp_path, runner, state="absent", check=False):
@@ -34,8 +53,10 @@ def run(tmp_path, runner, state="absent", check=False):
 def test_absent_removes_containers_networks_and_the_directory(tmp_path):
     (tmp_path / PROJECT).mkdir()
     (tmp_path / PROJECT / "stella.version.json").write_text("{}")
-    runner = sc.ScriptedRunner(listing(running=[C1], every=[C1, C2], networks=["n1"]) + [
-        sc.Step(["docker", "rm", "--force", "--volumes", C1, C2]), sc.Step(["docker", "network", "rm", "n1"])])
+    runner = sc.ScriptedRunner(
+        listing(running=[C1], every=[C1, C2], networks=["n1"])
+        + [sc.Step(["docker", "rm", "--force", "--volumes", C1, C2]), sc.Step(["docker", "network", "rm", "n1"])]
+    )
     result = run(tmp_path, runner)
     runner.assert_done()
     assert result["changed"] is True and not os.path.exists(tmp_path / PROJECT)
@@ -60,19 +81,21 @@ def test_check_mode_lists_and_touches_nothing(tmp_path):
 
 def test_stopped_stops_running_containers_and_keeps_everything(tmp_path):
     (tmp_path / PROJECT).mkdir()
-    runner = sc.ScriptedRunner(listing(running=[C1], every=[C1]) + [
-        sc.Step(["docker", "stop", "--time", "10", C1])])
+    runner = sc.ScriptedRunner(listing(running=[C1], every=[C1]) + [sc.Step(["docker", "stop", "--time", "10", C1])])
     result = run(tmp_path, runner, state="stopped")
     runner.assert_done()
     assert result["changed"] is True and os.path.isdir(tmp_path / PROJECT)
     assert result["evidence"]["stoppedContainers"] == [C1]
 
 
-@pytest.mark.parametrize("options", [
-    {"project_name": "Bad Name", "state": "absent"},
-    {"project_name": PROJECT, "state": "paused"},
-    {"project_name": PROJECT, "state": "absent", "work_directory": "relative/dir"},
-])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"project_name": "Bad Name", "state": "absent"},
+        {"project_name": PROJECT, "state": "paused"},
+        {"project_name": PROJECT, "state": "absent", "work_directory": "relative/dir"},
+    ],
+)
 def test_bad_input_is_refused(options):
     with pytest.raises(StellaError) as err:
         td.parse_request(options)

@@ -39,11 +39,14 @@ def run_module(module, args, capsys, monkeypatch):
 
 def script_engine(monkeypatch, module, runner):
     """Route the module's engine client and ``run_command`` through ``runner``; nothing real runs."""
-    monkeypatch.setattr(module, "engine_client",
-                        lambda ansible_module, run_command=None: sc.engine(runner,
-                                                                           ansible_module.params["command_timeout"]))
-    monkeypatch.setattr(basic.AnsibleModule, "run_command",
-                        lambda self, argv, **kwargs: runner(argv, kwargs.get("environ_update")))
+    monkeypatch.setattr(
+        module,
+        "engine_client",
+        lambda ansible_module, run_command=None: sc.engine(runner, ansible_module.params["command_timeout"]),
+    )
+    monkeypatch.setattr(
+        basic.AnsibleModule, "run_command", lambda self, argv, **kwargs: runner(argv, kwargs.get("environ_update"))
+    )
 
 
 def warning_texts(result):

@@ -82,8 +82,12 @@ def test_unexpected_exception_in_docker_run(tmp_path, runner, capsys, monkeypatc
 
     monkeypatch.setattr(_docker_run.DockerRun, "execute", explode)
     plan = sc.Site(tmp_path, target_type="DockerHost").plan()
-    rc, result = run_module(module, {"task": "docker.run", "payload": plan["payloads"]["docker.run"][0],
-                                     "_ansible_tracebacks_for": ["error"]}, capsys, monkeypatch)
+    rc, result = run_module(
+        module,
+        {"task": "docker.run", "payload": plan["payloads"]["docker.run"][0], "_ansible_tracebacks_for": ["error"]},
+        capsys,
+        monkeypatch,
+    )
     assert rc == 1 and result["code"] == "internal_error" and "KeyError" in result["exception"]
 
 
@@ -94,8 +98,9 @@ def test_warnings_of_a_non_blocking_hook_survive_a_later_failure(site, monkeypat
     up = site.up_step(plan, rc=1, err=sc.fixture("compose_up_unhealthy.stderr"))
     runner = sc.ScriptedRunner(site.apply_steps(plan, [], broken, up=up))
     script_engine(monkeypatch, module, runner)
-    rc, result = run_module(module, {"payload": plan["payloads"]["compose.up"], "secret_env": {"DB_PASSWORD": SECRET}},
-                            capsys, monkeypatch)
+    rc, result = run_module(
+        module, {"payload": plan["payloads"]["compose.up"], "secret_env": {"DB_PASSWORD": SECRET}}, capsys, monkeypatch
+    )
     runner.assert_done()
     assert rc == 1 and result["code"] == "service_unhealthy" and result["failurePhase"] == "compose_up"
     assert result["changed"] is True
@@ -107,11 +112,21 @@ def test_warnings_of_a_non_blocking_hook_survive_a_later_failure(site, monkeypat
 
 def test_apply_through_the_module_keeps_secrets_out_of_the_output(site, monkeypatch, capsys):
     plan = site.plan(secret=SECRET)
-    runner = sc.ScriptedRunner(site.apply_steps(plan, [], [site.container(plan, "a1")],
-                                                up=site.up_step(plan, wait_timeout=45)))
+    runner = sc.ScriptedRunner(
+        site.apply_steps(plan, [], [site.container(plan, "a1")], up=site.up_step(plan, wait_timeout=45))
+    )
     script_engine(monkeypatch, module, runner)
-    rc, result = run_module(module, {"payload": plan["payloads"]["compose.up"], "secret_env": {"DB_PASSWORD": SECRET},
-                                     "command_timeout": 30, "wait_timeout": 45}, capsys, monkeypatch)
+    rc, result = run_module(
+        module,
+        {
+            "payload": plan["payloads"]["compose.up"],
+            "secret_env": {"DB_PASSWORD": SECRET},
+            "command_timeout": 30,
+            "wait_timeout": 45,
+        },
+        capsys,
+        monkeypatch,
+    )
     runner.assert_done()
     assert rc == 0 and result["changed"] is True and result["failurePhase"] is None
     assert result["manifestHash"] == plan["manifestHash"] and result["targetId"] == "tgt-01"
@@ -126,8 +141,12 @@ def test_check_mode_through_the_module(site, monkeypatch, capsys):
     plan = site.plan()
     runner = sc.ScriptedRunner(sc.runtime() + sc.containers(site.project(plan), []))
     script_engine(monkeypatch, module, runner)
-    rc, result = run_module(module, {"payload": plan["payloads"]["compose.up"], "_ansible_check_mode": True,
-                                     "_ansible_diff": True}, capsys, monkeypatch)
+    rc, result = run_module(
+        module,
+        {"payload": plan["payloads"]["compose.up"], "_ansible_check_mode": True, "_ansible_diff": True},
+        capsys,
+        monkeypatch,
+    )
     runner.assert_done()
     assert rc == 0 and result["changed"] is True and result["checkMode"] is True
     assert result["diff"]["after"] == plan["lock"]
@@ -139,13 +158,22 @@ def test_preflight_option_fails_the_task_before_anything_changes(site, monkeypat
     captured 20.10 engine): the task fails in phase preflight with the evidence, and nothing on the host
     changes (the early look only read the project's containers and the lock's images)."""
     plan = site.plan(secret=SECRET)
-    runner = sc.ScriptedRunner([sc.Unordered(list(sc.preflight_runtime()[0].pending) +
-                                             sc.containers(site.project(plan), []) + [sc.image_present()])])
+    runner = sc.ScriptedRunner(
+        [
+            sc.Unordered(
+                list(sc.preflight_runtime()[0].pending) + sc.containers(site.project(plan), []) + [sc.image_present()]
+            )
+        ]
+    )
     script_engine(monkeypatch, module, runner)
     sc.offline_preflight(monkeypatch)
     preflight = {"payload": {"WorkDirectory": site.work, "MinimumFreeDiskBytes": 1, "RegistryReachabilityMode": "skip"}}
-    rc, result = run_module(module, {"payload": plan["payloads"]["compose.up"], "secret_env": {"DB_PASSWORD": SECRET},
-                                     "preflight": preflight}, capsys, monkeypatch)
+    rc, result = run_module(
+        module,
+        {"payload": plan["payloads"]["compose.up"], "secret_env": {"DB_PASSWORD": SECRET}, "preflight": preflight},
+        capsys,
+        monkeypatch,
+    )
     runner.assert_done()
     assert rc == 1 and result["code"] == "runtime_version_too_old" and result["failurePhase"] == "preflight"
     assert result["changed"] is False and result["preflight"]["status"] == "failed"
@@ -160,10 +188,13 @@ def test_preflight_option_passes_and_the_apply_reuses_the_runtime(site, monkeypa
     runner = sc.ScriptedRunner(site.apply_steps(plan, [], [site.container(plan, "a1")], first=sc.preflight_runtime()))
     script_engine(monkeypatch, module, runner)
     sc.offline_preflight(monkeypatch)
-    preflight = {"payload": {"WorkDirectory": site.work, "MinimumFreeDiskBytes": 1, "RegistryReachabilityMode": "skip"},
-                 "min_engine_version": "20.10.0"}
-    rc, result = run_module(module, {"payload": plan["payloads"]["compose.up"], "preflight": preflight},
-                            capsys, monkeypatch)
+    preflight = {
+        "payload": {"WorkDirectory": site.work, "MinimumFreeDiskBytes": 1, "RegistryReachabilityMode": "skip"},
+        "min_engine_version": "20.10.0",
+    }
+    rc, result = run_module(
+        module, {"payload": plan["payloads"]["compose.up"], "preflight": preflight}, capsys, monkeypatch
+    )
     runner.assert_done()
     assert rc == 0 and result["changed"] is True and result["failurePhase"] is None
     assert result["preflight"]["status"] == "passed" and result["preflightFailures"] == []
@@ -176,10 +207,20 @@ def test_preflight_option_asks_the_daemon_the_task_uses(site, monkeypatch, capsy
     runner = sc.ScriptedRunner(site.apply_steps(plan, [], [site.container(plan, "a1")], first=sc.preflight_runtime()))
     script_engine(monkeypatch, module, runner)
     pings = sc.offline_preflight(monkeypatch)
-    preflight = {"payload": {"WorkDirectory": site.work, "MinimumFreeDiskBytes": 1, "RegistryReachabilityMode": "skip"},
-                 "min_engine_version": "20.10.0"}
-    rc, result = run_module(module, {"payload": plan["payloads"]["compose.up"], "preflight": preflight,
-                                     "docker_host": "unix:///run/user/1000/docker.sock"}, capsys, monkeypatch)
+    preflight = {
+        "payload": {"WorkDirectory": site.work, "MinimumFreeDiskBytes": 1, "RegistryReachabilityMode": "skip"},
+        "min_engine_version": "20.10.0",
+    }
+    rc, result = run_module(
+        module,
+        {
+            "payload": plan["payloads"]["compose.up"],
+            "preflight": preflight,
+            "docker_host": "unix:///run/user/1000/docker.sock",
+        },
+        capsys,
+        monkeypatch,
+    )
     assert rc == 0, result
     assert pings == ["/run/user/1000/docker.sock"], pings
     assert result["preflight"]["docker"]["host"] == "unix:///run/user/1000/docker.sock"
@@ -190,22 +231,42 @@ def test_preflight_registry_credentials_refused_fail_the_task_without_returning_
     with registry_auth_failed and the credentials' label, the password nowhere in the result, the user name
     and label not masked."""
     password = "hub-pw-Planted-2Rt"
-    registry = FakeRegistry("registry-1.docker.io", auth=("bearer", "acme", password), anonymous=(),
-                            realm="https://auth.docker.io/token", service="registry.docker.io",
-                            challenge='Bearer realm="https://auth.docker.io/token",service="registry.docker.io"')
+    registry = FakeRegistry(
+        "registry-1.docker.io",
+        auth=("bearer", "acme", password),
+        anonymous=(),
+        realm="https://auth.docker.io/token",
+        service="registry.docker.io",
+        challenge='Bearer realm="https://auth.docker.io/token",service="registry.docker.io"',
+    )
     plan = site.plan(secret=SECRET)
-    runner = sc.ScriptedRunner([sc.Unordered(list(sc.preflight_runtime()[0].pending) +
-                                             sc.containers(site.project(plan), []) + [sc.image_present()])])
+    runner = sc.ScriptedRunner(
+        [
+            sc.Unordered(
+                list(sc.preflight_runtime()[0].pending) + sc.containers(site.project(plan), []) + [sc.image_present()]
+            )
+        ]
+    )
     script_engine(monkeypatch, module, runner)
     sc.offline_preflight(monkeypatch)
     monkeypatch.setattr(_preflight, "RegistryClient", lambda **kw: RegistryClient(transport=registry, **kw))
-    preflight = {"payload": {"WorkDirectory": site.work, "MinimumFreeDiskBytes": 1,
-                             "ImageReference": "docker.io/acme/private:2.0"},
-                 "min_engine_version": "20.10.0",
-                 "registry_credentials": {"index.docker.io": {"username": "acme", "password": "wrong-" + password,
-                                                              "source": "vault:hub"}}}
-    rc, result = run_module(module, {"payload": plan["payloads"]["compose.up"], "secret_env": {"DB_PASSWORD": SECRET},
-                                     "preflight": preflight}, capsys, monkeypatch)
+    preflight = {
+        "payload": {
+            "WorkDirectory": site.work,
+            "MinimumFreeDiskBytes": 1,
+            "ImageReference": "docker.io/acme/private:2.0",
+        },
+        "min_engine_version": "20.10.0",
+        "registry_credentials": {
+            "index.docker.io": {"username": "acme", "password": "wrong-" + password, "source": "vault:hub"}
+        },
+    }
+    rc, result = run_module(
+        module,
+        {"payload": plan["payloads"]["compose.up"], "secret_env": {"DB_PASSWORD": SECRET}, "preflight": preflight},
+        capsys,
+        monkeypatch,
+    )
     runner.assert_done()
     assert rc == 1 and result["code"] == "registry_auth_failed" and result["failurePhase"] == "preflight"
     assert [f["code"] for f in result["preflightFailures"]] == ["registry_auth_failed"]

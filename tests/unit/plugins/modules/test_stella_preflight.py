@@ -30,12 +30,16 @@ def runner(monkeypatch):
     return scripted
 
 
-@pytest.mark.parametrize("args,needle", [
-    ({"payload": {"WorkDir": "/x"}}, "unknown key(s) WorkDir"),
-    ({"payload": {"ImageReference": "a/b:1"}, "image_reference": "c/d:2"}, "conflicts with option image_reference"),
-    ({"payload": {"RequireCompose": "yes"}}, "must be a boolean"),
-    ({"work_directory": "relative/dir"}, "absolute path"),
-], ids=["unknown", "conflict", "type", "relative"])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        ({"payload": {"WorkDir": "/x"}}, "unknown key(s) WorkDir"),
+        ({"payload": {"ImageReference": "a/b:1"}, "image_reference": "c/d:2"}, "conflicts with option image_reference"),
+        ({"payload": {"RequireCompose": "yes"}}, "must be a boolean"),
+        ({"work_directory": "relative/dir"}, "absolute path"),
+    ],
+    ids=["unknown", "conflict", "type", "relative"],
+)
 def test_bad_input_is_refused_before_any_check(capsys, monkeypatch, runner, args, needle):
     def never(*_args, **_kwargs):
         raise AssertionError("no check may run")
@@ -62,8 +66,11 @@ def test_unexpected_exception_is_an_internal_error_with_traceback(capsys, monkey
     assert runner.calls == []
 
 
-@pytest.mark.parametrize("min_engine,code", [("20.10.0", None), (None, "runtime_version_too_old")],
-                         ids=["passes", "default-gate-refuses-20.10"])
+@pytest.mark.parametrize(
+    "min_engine,code",
+    [("20.10.0", None), (None, "runtime_version_too_old")],
+    ids=["passes", "default-gate-refuses-20.10"],
+)
 def test_preflight_over_the_module_engine_client(tmp_path, capsys, monkeypatch, min_engine, code):
     """main() runs the preflight over the task's engine client (bounded by the smaller of timeout and
     command_timeout) and the module's binary lookup; each runtime question is asked once."""
@@ -77,8 +84,11 @@ def test_preflight_over_the_module_engine_client(tmp_path, capsys, monkeypatch, 
         return sc.preflight_which(name)
 
     monkeypatch.setattr(module.AnsibleModule, "get_bin_path", get_bin_path)
-    args = {"payload": {"WorkDirectory": str(tmp_path), "MinimumFreeDiskBytes": 1, "RegistryReachabilityMode": "skip"},
-            "timeout": 5, "command_timeout": 30}
+    args = {
+        "payload": {"WorkDirectory": str(tmp_path), "MinimumFreeDiskBytes": 1, "RegistryReachabilityMode": "skip"},
+        "timeout": 5,
+        "command_timeout": 30,
+    }
     if min_engine:
         args["min_engine_version"] = min_engine
     rc, result = run_module(module, args, capsys, monkeypatch)
@@ -108,11 +118,22 @@ NO_LOG = "VALUE_SPECIFIED_IN_NO_LOG_PARAMETER"
 
 def hub():
     """Docker Hub: anonymous tokens pull nothing of acme/private; the identity token and acme's password may."""
-    registry = FakeRegistry("registry-1.docker.io", auth=("bearer", "acme", PASSWORD), anonymous=(), realm=HUB_TOKEN,
-                            service="registry.docker.io", challenge=HUB_CHALLENGE, identitytoken=IDENTITY_TOKEN,
-                            token_answer={"access_token": None, "expires_in": 300, "issued_at": "2025-06-02T09:14:03Z"})
-    registry.push("acme/private", "2.0", image_index([("sha256:" + "1" * 64, {"os": "linux", "architecture": "amd64"})]),
-                  "application/vnd.oci.image.index.v1+json")
+    registry = FakeRegistry(
+        "registry-1.docker.io",
+        auth=("bearer", "acme", PASSWORD),
+        anonymous=(),
+        realm=HUB_TOKEN,
+        service="registry.docker.io",
+        challenge=HUB_CHALLENGE,
+        identitytoken=IDENTITY_TOKEN,
+        token_answer={"access_token": None, "expires_in": 300, "issued_at": "2025-06-02T09:14:03Z"},
+    )
+    registry.push(
+        "acme/private",
+        "2.0",
+        image_index([("sha256:" + "1" * 64, {"os": "linux", "architecture": "amd64"})]),
+        "application/vnd.oci.image.index.v1+json",
+    )
     return registry
 
 
@@ -122,8 +143,10 @@ def echoing_proxy(registry):
 
     def transport(method, url, headers, timeout, body=None):
         if headers.get("Authorization") == "Bearer " + registry.token:
-            raise StellaError("registry_unreachable", "proxy refused %s %s (Authorization: %s)" % (
-                method, url, headers["Authorization"]))
+            raise StellaError(
+                "registry_unreachable",
+                "proxy refused %s %s (Authorization: %s)" % (method, url, headers["Authorization"]),
+            )
         return registry(method, url, headers, timeout, body)
 
     return transport
@@ -135,8 +158,11 @@ def run_preflight(tmp_path, capsys, monkeypatch, transport, **args):
     script_engine(monkeypatch, module, runner)
     sc.offline_preflight(monkeypatch)
     monkeypatch.setattr(_preflight, "RegistryClient", lambda **kw: RegistryClient(transport=transport, **kw))
-    monkeypatch.setattr(module.AnsibleModule, "get_bin_path",
-                        lambda _self, name, required=False, opt_dirs=None: sc.preflight_which(name))
+    monkeypatch.setattr(
+        module.AnsibleModule,
+        "get_bin_path",
+        lambda _self, name, required=False, opt_dirs=None: sc.preflight_which(name),
+    )
     base = {"payload": {"WorkDirectory": str(tmp_path), "MinimumFreeDiskBytes": 1}, "min_engine_version": "20.10.0"}
     base.update(args)
     capsys.readouterr()
@@ -147,20 +173,32 @@ def run_preflight(tmp_path, capsys, monkeypatch, transport, **args):
 
 def planted(registry):
     """Every secret of the scenario: the planted password and identity token, what they make and obtain."""
-    return [PASSWORD, IDENTITY_TOKEN, registry.token, base64.b64encode(("acme:" + PASSWORD).encode()).decode(),
-            base64.b64encode(("octo:" + PASSWORD).encode()).decode()]
+    return [
+        PASSWORD,
+        IDENTITY_TOKEN,
+        registry.token,
+        base64.b64encode(("acme:" + PASSWORD).encode()).decode(),
+        base64.b64encode(("octo:" + PASSWORD).encode()).decode(),
+    ]
 
 
 def test_registry_credentials_pull_a_private_image_and_no_secret_is_returned(tmp_path, capsys, monkeypatch):
     registry = hub()
-    credentials = {"https://index.docker.io/v1/": {"identitytoken": IDENTITY_TOKEN, "source": "docker-config:credHelpers:desktop"},
-                   "ghcr.io": {"username": "octo", "password": PASSWORD, "source": "vault:ghcr"}}
-    rc, result, out = run_preflight(tmp_path, capsys, monkeypatch, registry, image_reference=PRIVATE,
-                                    registry_credentials=credentials)
+    credentials = {
+        "https://index.docker.io/v1/": {"identitytoken": IDENTITY_TOKEN, "source": "docker-config:credHelpers:desktop"},
+        "ghcr.io": {"username": "octo", "password": PASSWORD, "source": "vault:ghcr"},
+    }
+    rc, result, out = run_preflight(
+        tmp_path, capsys, monkeypatch, registry, image_reference=PRIVATE, registry_credentials=credentials
+    )
     assert rc == 0, result.get("msg")
     found = result["preflight"]["registry"]
     assert (found["reachable"], found["authRequired"], found["pullAccess"], found["credentialSource"]) == (
-        True, True, "credentials", "docker-config:credHelpers:desktop")
+        True,
+        True,
+        "credentials",
+        "docker-config:credHelpers:desktop",
+    )
     assert found["challenge"] == {"scheme": "bearer", "realm": HUB_TOKEN, "service": "registry.docker.io"}
     assert ("POST", HUB_TOKEN) in [(m, u) for m, u, dummy in registry.calls]  # the identity token was used
     # user names and labels are not secrets: not masked; passwords and identity tokens are
@@ -171,15 +209,24 @@ def test_registry_credentials_pull_a_private_image_and_no_secret_is_returned(tmp
         assert secret not in out, secret
 
 
-@pytest.mark.parametrize("entry", [
-    {"identitytoken": IDENTITY_TOKEN, "source": "docker-config:auths"},
-    {"username": "acme", "password": PASSWORD, "source": "docker-config:auths"},
-], ids=["identity-token", "password"])
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"identitytoken": IDENTITY_TOKEN, "source": "docker-config:auths"},
+        {"username": "acme", "password": PASSWORD, "source": "docker-config:auths"},
+    ],
+    ids=["identity-token", "password"],
+)
 def test_no_secret_is_returned_when_the_registry_check_fails(tmp_path, capsys, monkeypatch, entry):
     registry = hub()
-    rc, result, out = run_preflight(tmp_path, capsys, monkeypatch, echoing_proxy(registry), image_reference=PRIVATE,
-                                    registry_credentials={"docker.io": entry,
-                                                          "ghcr.io": {"username": "octo", "password": PASSWORD}})
+    rc, result, out = run_preflight(
+        tmp_path,
+        capsys,
+        monkeypatch,
+        echoing_proxy(registry),
+        image_reference=PRIVATE,
+        registry_credentials={"docker.io": entry, "ghcr.io": {"username": "octo", "password": PASSWORD}},
+    )
     assert rc == 1 and result["failed"] is True and result["failurePhase"] == "preflight"
     assert [f["code"] for f in result["failures"]] == ["registry_unreachable", "platform_unsupported"]
     assert "proxy refused" in result["msg"] and "********" in result["msg"]  # the echo reached the reason, masked
@@ -189,9 +236,16 @@ def test_no_secret_is_returned_when_the_registry_check_fails(tmp_path, capsys, m
 
 
 def test_refused_credentials_fail_with_registry_auth_failed(tmp_path, capsys, monkeypatch):
-    rc, result, out = run_preflight(tmp_path, capsys, monkeypatch, hub(), image_reference=PRIVATE,
-                                    registry_credentials={"docker.io": {"username": "acme", "password": "wrong-" + PASSWORD,
-                                                                        "source": "vault:hub"}})
+    rc, result, out = run_preflight(
+        tmp_path,
+        capsys,
+        monkeypatch,
+        hub(),
+        image_reference=PRIVATE,
+        registry_credentials={
+            "docker.io": {"username": "acme", "password": "wrong-" + PASSWORD, "source": "vault:hub"}
+        },
+    )
     assert rc == 1 and result["code"] == "registry_auth_failed"
     assert [f["code"] for f in result["failures"]] == ["registry_auth_failed"]
     assert "refused pull of acme/private with the credentials from vault:hub" in result["msg"]
@@ -202,7 +256,8 @@ def test_refused_credentials_fail_with_registry_auth_failed(tmp_path, capsys, mo
 def test_bad_registry_credentials_are_refused_before_any_check(capsys, monkeypatch):
     runner = sc.ScriptedRunner()
     script_engine(monkeypatch, module, runner)
-    rc, result = run_module(module, {"registry_credentials": {"docker.io": {"username": "acme", "passwd": PASSWORD}}},
-                            capsys, monkeypatch)
+    rc, result = run_module(
+        module, {"registry_credentials": {"docker.io": {"username": "acme", "passwd": PASSWORD}}}, capsys, monkeypatch
+    )
     assert rc == 1 and result["code"] == "invalid_request" and "unknown key(s) passwd" in result["msg"]
     assert runner.calls == [] and PASSWORD not in json.dumps(result)

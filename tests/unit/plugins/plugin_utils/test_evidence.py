@@ -44,7 +44,9 @@ def load(name):
         run = json.load(handle)
     rollback = run["rollback"]
     return {
-        "plan": _clean(run["plan"]), "preflight": _clean(run["preflight"]), "apply": _clean(run["apply"]),
+        "plan": _clean(run["plan"]),
+        "preflight": _clean(run["preflight"]),
+        "apply": _clean(run["apply"]),
         "probe": _clean(run["probe"]),
         # the role passes a skipped rollback task as "no rollback" (omit)
         "rollback": None if rollback is None or rollback.get("skipped") else _clean(rollback),
@@ -52,8 +54,13 @@ def load(name):
     }
 
 
-RUNS = ["deploy_succeeded", "probe_failed_rolled_back", "apply_failed_rolled_back",
-        "first_deploy_failed_rollback_skipped", "rollback_failed"]
+RUNS = [
+    "deploy_succeeded",
+    "probe_failed_rolled_back",
+    "apply_failed_rolled_back",
+    "first_deploy_failed_rollback_skipped",
+    "rollback_failed",
+]
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +76,7 @@ def dep(run, created_at=CREATED, **overrides):
 
 # ------------------------------------------------------------------ the records the role wrote
 
+
 @pytest.mark.parametrize("name", RUNS)
 def test_records_rebuilt_from_registered_results_equal_the_written_ones(runs, name):
     run = runs[name]
@@ -77,23 +85,28 @@ def test_records_rebuilt_from_registered_results_equal_the_written_ones(runs, na
     # Keys the record gained after these runs were captured: compare everything else verbatim.
     assert rebuilt["changed"] is True and rebuilt["appliedByJobId"] in (None, run["plan"]["jobId"])
     assert {k: v for k, v in rebuilt.items() if k not in ADDED_AFTER_CAPTURE} == {
-        k: v for k, v in written.items() if k != "evidenceDigest"}
+        k: v for k, v in written.items() if k != "evidenceDigest"
+    }
     assert verify_record(written) and verify_record(rebuilt)
     if "recovery.json" in run["records"]:
         created = run["records"].get("rollback-evidence.json", {}).get("createdAt", CREATED)
-        evidence, recovery = rollback_records(run["plan"], run["apply"], run["rollback"], created,
-                                              failed_probe=run["probe"])
+        evidence, recovery = rollback_records(
+            run["plan"], run["apply"], run["rollback"], created, failed_probe=run["probe"]
+        )
         assert recovery == run["records"]["recovery.json"]
         assert evidence == run["records"].get("rollback-evidence.json")
 
 
-@pytest.mark.parametrize("name, status, stage, code, phase", [
-    ("deploy_succeeded", "succeeded", None, None, None),
-    ("probe_failed_rolled_back", "failed", "verify", "health_probe_failed", None),
-    ("apply_failed_rolled_back", "failed", "deploy", "service_unhealthy", "compose_up"),
-    ("first_deploy_failed_rollback_skipped", "failed", "deploy", "service_unhealthy", "compose_up"),
-    ("rollback_failed", "failed", "verify", "health_probe_failed", None),
-])
+@pytest.mark.parametrize(
+    "name, status, stage, code, phase",
+    [
+        ("deploy_succeeded", "succeeded", None, None, None),
+        ("probe_failed_rolled_back", "failed", "verify", "health_probe_failed", None),
+        ("apply_failed_rolled_back", "failed", "deploy", "service_unhealthy", "compose_up"),
+        ("first_deploy_failed_rollback_skipped", "failed", "deploy", "service_unhealthy", "compose_up"),
+        ("rollback_failed", "failed", "verify", "health_probe_failed", None),
+    ],
+)
 def test_status_and_failure_of_real_runs(runs, name, status, stage, code, phase):
     record = dep(runs[name])
     assert record["evidenceVersion"] == DEPLOYMENT_EVIDENCE_VERSION
@@ -101,26 +114,60 @@ def test_status_and_failure_of_real_runs(runs, name, status, stage, code, phase)
     if stage is None:
         assert record["failure"] is None
     else:
-        assert (record["failure"]["stage"], record["failure"]["code"], record["failure"]["failurePhase"]) == \
-            (stage, code, phase)
+        assert (record["failure"]["stage"], record["failure"]["code"], record["failure"]["failurePhase"]) == (
+            stage,
+            code,
+            phase,
+        )
         assert "\n" not in record["failure"]["reason"]
 
 
-@pytest.mark.parametrize("name, boundary", [
-    ("deploy_succeeded", dict(preflightPassed=True, imagesPinnedAndPulled=True, workloadRunning=True,
-                              runtimeVerified=True, stickerRecorded=True, serviceHealthVerified=True)),
-    ("probe_failed_rolled_back", dict(preflightPassed=True, imagesPinnedAndPulled=True, workloadRunning=True,
-                                      runtimeVerified=True, stickerRecorded=True, serviceHealthVerified=False)),
-    # the broken container runs, but the apply failed in compose_up: no digest proof, no sticker, no probe
-    ("apply_failed_rolled_back", dict(preflightPassed=True, imagesPinnedAndPulled=False, workloadRunning=True,
-                                      runtimeVerified=False, stickerRecorded=False, serviceHealthVerified=None)),
-])
+@pytest.mark.parametrize(
+    "name, boundary",
+    [
+        (
+            "deploy_succeeded",
+            dict(
+                preflightPassed=True,
+                imagesPinnedAndPulled=True,
+                workloadRunning=True,
+                runtimeVerified=True,
+                stickerRecorded=True,
+                serviceHealthVerified=True,
+            ),
+        ),
+        (
+            "probe_failed_rolled_back",
+            dict(
+                preflightPassed=True,
+                imagesPinnedAndPulled=True,
+                workloadRunning=True,
+                runtimeVerified=True,
+                stickerRecorded=True,
+                serviceHealthVerified=False,
+            ),
+        ),
+        # the broken container runs, but the apply failed in compose_up: no digest proof, no sticker, no probe
+        (
+            "apply_failed_rolled_back",
+            dict(
+                preflightPassed=True,
+                imagesPinnedAndPulled=False,
+                workloadRunning=True,
+                runtimeVerified=False,
+                stickerRecorded=False,
+                serviceHealthVerified=None,
+            ),
+        ),
+    ],
+)
 def test_success_boundary_of_real_runs(runs, name, boundary):
     run = runs[name]
     assert success_boundary(run["preflight"], run["plan"], run["apply"], run["probe"]) == boundary
 
 
 # ------------------------------------------------------------------ success boundary table
+
 
 def _boundary_case(base, preflight="keep", apply_patch=None, probe="keep", service_patch=None):
     run = copy.deepcopy(base)
@@ -138,21 +185,45 @@ def _boundary_case(base, preflight="keep", apply_patch=None, probe="keep", servi
 BOUNDARY_CASES = [
     # (id, changes, key, expected value)
     ("no-preflight", dict(preflight=None), "preflightPassed", None),
-    ("preflight-failed", dict(preflight={"failed": True, "msg": "disk", "code": "disk_space_low"}),
-     "preflightPassed", False),
+    (
+        "preflight-failed",
+        dict(preflight={"failed": True, "msg": "disk", "code": "disk_space_low"}),
+        "preflightPassed",
+        False,
+    ),
     ("no-probe", dict(probe=None), "serviceHealthVerified", None),
-    ("probe-failed", dict(probe={"failed": True, "evidence": {"healthProbe.status": "failed"}}),
-     "serviceHealthVerified", False),
-    ("probe-status-failed-only", dict(probe={"failed": False, "evidence": {"healthProbe.status": "failed"}}),
-     "serviceHealthVerified", False),
-    ("probe-skipped", dict(probe={"failed": False, "evidence": {"healthProbe.status": "skipped",
-                                                                "healthProbe.reason": "waitForHealthCheck=false"}}),
-     "serviceHealthVerified", None),
+    (
+        "probe-failed",
+        dict(probe={"failed": True, "evidence": {"healthProbe.status": "failed"}}),
+        "serviceHealthVerified",
+        False,
+    ),
+    (
+        "probe-status-failed-only",
+        dict(probe={"failed": False, "evidence": {"healthProbe.status": "failed"}}),
+        "serviceHealthVerified",
+        False,
+    ),
+    (
+        "probe-skipped",
+        dict(
+            probe={
+                "failed": False,
+                "evidence": {"healthProbe.status": "skipped", "healthProbe.reason": "waitForHealthCheck=false"},
+            }
+        ),
+        "serviceHealthVerified",
+        None,
+    ),
     ("no-probe-keys", dict(probe={"failed": False, "evidence": {}}), "serviceHealthVerified", None),
     ("digest-missing", dict(service_patch={"imageDigest": None}), "imagesPinnedAndPulled", False),
     ("not-running", dict(service_patch={"state": "exited"}), "workloadRunning", False),
-    ("no-inspect", dict(apply_patch={"completedPhases": ["write_artifacts", "compose_pull", "compose_up"]}),
-     "runtimeVerified", False),
+    (
+        "no-inspect",
+        dict(apply_patch={"completedPhases": ["write_artifacts", "compose_pull", "compose_up"]}),
+        "runtimeVerified",
+        False,
+    ),
     ("no-sticker", dict(apply_patch={"versionStickerHash": None}), "stickerRecorded", False),
     ("apply-failed", dict(apply_patch={"failed": True}), "stickerRecorded", False),
     ("no-services", dict(apply_patch={"services": []}), "workloadRunning", False),
@@ -173,13 +244,16 @@ def test_success_boundary_table(runs, changes, key, expected):
         assert moved == {key}
 
 
-@pytest.mark.parametrize("changes, status", [
-    (dict(preflight=None), "failed"),                         # no preflight on the target, no success
-    (dict(probe=None), "succeeded"),
-    (dict(probe={"failed": False, "evidence": {"healthProbe.status": "skipped"}}), "succeeded"),
-    (dict(service_patch={"state": "restarting"}), "failed"),  # a False condition fails without a failed stage
-    (dict(apply_patch={"versionStickerHash": ""}), "failed"),
-])
+@pytest.mark.parametrize(
+    "changes, status",
+    [
+        (dict(preflight=None), "failed"),  # no preflight on the target, no success
+        (dict(probe=None), "succeeded"),
+        (dict(probe={"failed": False, "evidence": {"healthProbe.status": "skipped"}}), "succeeded"),
+        (dict(service_patch={"state": "restarting"}), "failed"),  # a False condition fails without a failed stage
+        (dict(apply_patch={"versionStickerHash": ""}), "failed"),
+    ],
+)
 def test_status_follows_the_boundary(runs, changes, status):
     run = copy.deepcopy(runs["deploy_succeeded"])
     for name in ("preflight", "probe"):
@@ -196,9 +270,16 @@ def test_status_follows_the_boundary(runs, changes, status):
 
 def test_skipped_probe_is_recorded_not_verified(runs):
     run = copy.deepcopy(runs["deploy_succeeded"])
-    run["probe"] = {"failed": False, "changed": False, "msg": "skipped",
-                    "evidence": {"healthProbe.status": "skipped", "healthProbe.count": 1,
-                                 "healthProbe.reason": "waitForHealthCheck=false"}}
+    run["probe"] = {
+        "failed": False,
+        "changed": False,
+        "msg": "skipped",
+        "evidence": {
+            "healthProbe.status": "skipped",
+            "healthProbe.count": 1,
+            "healthProbe.reason": "waitForHealthCheck=false",
+        },
+    }
     record = dep(run)
     assert record["status"] == "succeeded"
     assert record["successBoundary"]["serviceHealthVerified"] is None
@@ -207,25 +288,64 @@ def test_skipped_probe_is_recorded_not_verified(runs):
 
 # ------------------------------------------------------------------ failure stage and code selection
 
-PREFLIGHT_FAIL = {"failed": True, "msg": "Docker Engine 20.10 is older than 24.0.0\nsecond line",
-                  "code": "runtime_version_too_old"}
+PREFLIGHT_FAIL = {
+    "failed": True,
+    "msg": "Docker Engine 20.10 is older than 24.0.0\nsecond line",
+    "code": "runtime_version_too_old",
+}
 APPLY_FAIL = {"failed": True, "msg": "compose up failed", "code": "service_unhealthy", "failurePhase": "compose_up"}
-PROBE_FAIL = {"failed": True, "msg": "Post-deploy health probe failed for component 'web': ...",
-              "code": "health_probe_failed", "evidence": {"healthProbe.status": "failed"}}
+PROBE_FAIL = {
+    "failed": True,
+    "msg": "Post-deploy health probe failed for component 'web': ...",
+    "code": "health_probe_failed",
+    "evidence": {"healthProbe.status": "failed"},
+}
 
 
-@pytest.mark.parametrize("preflight, apply, probe, expected", [
-    (PREFLIGHT_FAIL, None, None, ("preflight", "runtime_version_too_old", "Docker Engine 20.10 is older than 24.0.0", None)),
-    (dict(PREFLIGHT_FAIL, code=None), None, None, ("preflight", "preflight_failed", "Docker Engine 20.10 is older than 24.0.0", None)),
-    ({"failed": False}, APPLY_FAIL, None, ("deploy", "service_unhealthy", "compose up failed", "compose_up")),
-    ({"failed": False}, dict(APPLY_FAIL, code=None), None, ("deploy", "deploy_failed", "compose up failed", "compose_up")),
-    ({"failed": False}, {"failed": False, "services": []}, PROBE_FAIL,
-     ("verify", "health_probe_failed", "Post-deploy health probe failed for component 'web': ...", None)),
-    ({"failed": False}, {"failed": False}, dict(PROBE_FAIL, code=None, msg=""), ("verify", "health_probe_failed", "failed", None)),
-    # the earliest failed stage wins
-    (PREFLIGHT_FAIL, APPLY_FAIL, PROBE_FAIL, ("preflight", "runtime_version_too_old", "Docker Engine 20.10 is older than 24.0.0", None)),
-    (None, APPLY_FAIL, PROBE_FAIL, ("deploy", "service_unhealthy", "compose up failed", "compose_up")),
-])
+@pytest.mark.parametrize(
+    "preflight, apply, probe, expected",
+    [
+        (
+            PREFLIGHT_FAIL,
+            None,
+            None,
+            ("preflight", "runtime_version_too_old", "Docker Engine 20.10 is older than 24.0.0", None),
+        ),
+        (
+            dict(PREFLIGHT_FAIL, code=None),
+            None,
+            None,
+            ("preflight", "preflight_failed", "Docker Engine 20.10 is older than 24.0.0", None),
+        ),
+        ({"failed": False}, APPLY_FAIL, None, ("deploy", "service_unhealthy", "compose up failed", "compose_up")),
+        (
+            {"failed": False},
+            dict(APPLY_FAIL, code=None),
+            None,
+            ("deploy", "deploy_failed", "compose up failed", "compose_up"),
+        ),
+        (
+            {"failed": False},
+            {"failed": False, "services": []},
+            PROBE_FAIL,
+            ("verify", "health_probe_failed", "Post-deploy health probe failed for component 'web': ...", None),
+        ),
+        (
+            {"failed": False},
+            {"failed": False},
+            dict(PROBE_FAIL, code=None, msg=""),
+            ("verify", "health_probe_failed", "failed", None),
+        ),
+        # the earliest failed stage wins
+        (
+            PREFLIGHT_FAIL,
+            APPLY_FAIL,
+            PROBE_FAIL,
+            ("preflight", "runtime_version_too_old", "Docker Engine 20.10 is older than 24.0.0", None),
+        ),
+        (None, APPLY_FAIL, PROBE_FAIL, ("deploy", "service_unhealthy", "compose up failed", "compose_up")),
+    ],
+)
 def test_failure_stage_and_code(preflight, apply, probe, expected):
     record = deployment_record({"jobId": "job-1"}, apply, CREATED, preflight=preflight, probe=probe)
     failure = record["failure"]
@@ -235,17 +355,25 @@ def test_failure_stage_and_code(preflight, apply, probe, expected):
 
 # ------------------------------------------------------------------ project digest
 
-@pytest.mark.parametrize("services, expected", [
-    ([], None),
-    (None, None),
-    ([{"service": "web", "imageDigest": D1}], D1),
-    ([{"service": "web", "imageDigest": D1}, {"service": "api", "imageDigest": D2}],
-     digest_json({"api": D2, "web": D1})),
-    ([{"service": "api", "imageDigest": D2}, {"service": "web", "imageDigest": D1}],
-     digest_json({"web": D1, "api": D2})),
-    ([{"service": "web", "imageDigest": D1}, {"service": "api", "imageDigest": None}], None),
-    ([{"service": "web", "imageDigest": ""}], None),
-])
+
+@pytest.mark.parametrize(
+    "services, expected",
+    [
+        ([], None),
+        (None, None),
+        ([{"service": "web", "imageDigest": D1}], D1),
+        (
+            [{"service": "web", "imageDigest": D1}, {"service": "api", "imageDigest": D2}],
+            digest_json({"api": D2, "web": D1}),
+        ),
+        (
+            [{"service": "api", "imageDigest": D2}, {"service": "web", "imageDigest": D1}],
+            digest_json({"web": D1, "api": D2}),
+        ),
+        ([{"service": "web", "imageDigest": D1}, {"service": "api", "imageDigest": None}], None),
+        ([{"service": "web", "imageDigest": ""}], None),
+    ],
+)
 def test_project_digest(services, expected):
     assert project_digest(services) == expected
 
@@ -264,19 +392,39 @@ def test_project_digest_of_real_runs(runs):
 
 # ------------------------------------------------------------------ rollback records
 
-@pytest.mark.parametrize("name, recovery_status, proof, order_proof, suffix", [
-    ("probe_failed_rolled_back", "rolled_back", "complete", "complete",
-     " (auto-rollback restored the retained previous revision)"),
-    ("apply_failed_rolled_back", "rolled_back", "complete", "complete",
-     " (auto-rollback restored the retained previous revision)"),
-    ("rollback_failed", "rollback_failed", "incomplete", "complete", "; auto-rollback failed: "),
-    ("first_deploy_failed_rollback_skipped", "rollback_skipped", None, None,
-     " (auto-rollback skipped: %s)" % SKIP_TEXT),
-])
+
+@pytest.mark.parametrize(
+    "name, recovery_status, proof, order_proof, suffix",
+    [
+        (
+            "probe_failed_rolled_back",
+            "rolled_back",
+            "complete",
+            "complete",
+            " (auto-rollback restored the retained previous revision)",
+        ),
+        (
+            "apply_failed_rolled_back",
+            "rolled_back",
+            "complete",
+            "complete",
+            " (auto-rollback restored the retained previous revision)",
+        ),
+        ("rollback_failed", "rollback_failed", "incomplete", "complete", "; auto-rollback failed: "),
+        (
+            "first_deploy_failed_rollback_skipped",
+            "rollback_skipped",
+            None,
+            None,
+            " (auto-rollback skipped: %s)" % SKIP_TEXT,
+        ),
+    ],
+)
 def test_rollback_records(runs, name, recovery_status, proof, order_proof, suffix):
     run = runs[name]
-    evidence, recovery = rollback_records(run["plan"], run["apply"], run["rollback"], CREATED,
-                                          failed_probe=run["probe"])
+    evidence, recovery = rollback_records(
+        run["plan"], run["apply"], run["rollback"], CREATED, failed_probe=run["probe"]
+    )
     assert recovery["deploymentStatus"] == "failed"
     assert recovery["recoveryStatus"] == recovery_status
     assert recovery["deploymentId"] == run["plan"]["jobId"]
@@ -295,7 +443,9 @@ def test_rollback_records(runs, name, recovery_status, proof, order_proof, suffi
     assert evidence["rollbackJobId"] == run["plan"]["jobId"] + "-rollback"
     assert recovery["strategyEvidence"]["rollback.evidence.hash"] == digest_json(evidence)
     if recovery_status == "rolled_back":
-        assert target["hasDigestProof"] is True and target["rollbackDigest"] == run["rollback"]["restoredDigests"]["web"]
+        assert (
+            target["hasDigestProof"] is True and target["rollbackDigest"] == run["rollback"]["restoredDigests"]["web"]
+        )
         assert evidence["rollbackOrder"][0]["status"] == "succeeded"
     else:
         assert target["hasDigestProof"] is False and target["missingProofReason"] == "rollback_digest_missing"
@@ -305,15 +455,24 @@ def test_rollback_records(runs, name, recovery_status, proof, order_proof, suffi
 
 def test_skip_reason_of_a_skipped_rollback_result_is_used():
     apply = dict(APPLY_FAIL, targetId="t-1", targetName="h", targetType="ComposeHost")
-    _evidence, recovery = rollback_records({"jobId": "job-1"}, apply,
-                                           {"skipped": True, "skip_reason": "autoRollbackOnFailure=false"}, CREATED)
+    _evidence, recovery = rollback_records(
+        {"jobId": "job-1"}, apply, {"skipped": True, "skip_reason": "autoRollbackOnFailure=false"}, CREATED
+    )
     assert recovery["recoveryStatus"] == "rollback_skipped"
     assert recovery["reason"] == "compose up failed (auto-rollback skipped: autoRollbackOnFailure=false)"
 
 
 def test_target_identity_falls_back_to_the_plan_with_the_endpoint_redacted():
-    plan = {"jobId": "job-9", "target": {"id": "t-9", "name": "vm", "type": "ComposeHost",
-                                         "endpoint": "ssh://deploy:hunter2@10.0.0.5", "executionMode": "ssh"}}
+    plan = {
+        "jobId": "job-9",
+        "target": {
+            "id": "t-9",
+            "name": "vm",
+            "type": "ComposeHost",
+            "endpoint": "ssh://deploy:hunter2@10.0.0.5",
+            "executionMode": "ssh",
+        },
+    }
     record = deployment_record(plan, None, CREATED, preflight=PREFLIGHT_FAIL)
     assert record["target"]["targetId"] == "t-9"
     assert "hunter2" not in json.dumps(record)
@@ -321,13 +480,18 @@ def test_target_identity_falls_back_to_the_plan_with_the_endpoint_redacted():
 
 # ------------------------------------------------------------------ digests: drift, createdAt
 
+
 def test_created_at_is_not_digested(runs):
     run = runs["probe_failed_rolled_back"]
     first, second = dep(run, "2026-01-01T00:00:00Z"), dep(run, "2027-12-31T23:59:59.999999Z")
     assert first["evidenceDigest"] == second["evidenceDigest"]
     assert first["createdAt"] != second["createdAt"]
-    ev1, _rec1 = rollback_records(run["plan"], run["apply"], run["rollback"], "2026-01-01T00:00:00Z", failed_probe=run["probe"])
-    ev2, _rec2 = rollback_records(run["plan"], run["apply"], run["rollback"], "2027-01-01T00:00:00Z", failed_probe=run["probe"])
+    ev1, _rec1 = rollback_records(
+        run["plan"], run["apply"], run["rollback"], "2026-01-01T00:00:00Z", failed_probe=run["probe"]
+    )
+    ev2, _rec2 = rollback_records(
+        run["plan"], run["apply"], run["rollback"], "2027-01-01T00:00:00Z", failed_probe=run["probe"]
+    )
     assert (ev1["proofDigest"], ev1["orderProofDigest"]) == (ev2["proofDigest"], ev2["orderProofDigest"])
 
 
@@ -361,14 +525,18 @@ def test_verify_record_ignores_created_at(runs):
 
 def test_deployment_record_is_independent_of_input_key_order(runs):
     run = runs["deploy_succeeded"]
-    reordered = {name: (dict(reversed(list(value.items()))) if isinstance(value, dict) else value)
-                 for name, value in run.items()}
+    reordered = {
+        name: (dict(reversed(list(value.items()))) if isinstance(value, dict) else value) for name, value in run.items()
+    }
     assert dep(reordered)["evidenceDigest"] == dep(run)["evidenceDigest"]
 
 
 def test_failed_preflight_is_the_recovery_reason():
-    preflight = {"failed": True, "msg": "preflight failed: compose_missing: Docker Compose v2 plugin is not available",
-                 "failures": [{"code": "compose_missing", "reason": "Docker Compose v2 plugin is not available"}]}
+    preflight = {
+        "failed": True,
+        "msg": "preflight failed: compose_missing: Docker Compose v2 plugin is not available",
+        "failures": [{"code": "compose_missing", "reason": "Docker Compose v2 plugin is not available"}],
+    }
     evidence, recovery = rollback_records({"jobId": "job-2"}, None, None, CREATED, preflight=preflight)
     assert evidence is None
     assert recovery["originalFailureReason"] == preflight["msg"]
@@ -377,10 +545,15 @@ def test_failed_preflight_is_the_recovery_reason():
 
 def test_order_entries_carry_the_timestamps(runs):
     run = runs["probe_failed_rolled_back"]
-    times = {"deployStartedAt": "2026-11-30T04:00:00.000000Z", "deployCompletedAt": "2026-11-30T04:00:05.000000Z",
-             "rollbackStartedAt": "2026-11-30T04:00:05.100000Z", "rollbackCompletedAt": "2026-11-30T04:00:09.000000Z"}
-    evidence, dummy = rollback_records(run["plan"], run["apply"], run["rollback"], CREATED,
-                                       failed_probe=run["probe"], timestamps=times)
+    times = {
+        "deployStartedAt": "2026-11-30T04:00:00.000000Z",
+        "deployCompletedAt": "2026-11-30T04:00:05.000000Z",
+        "rollbackStartedAt": "2026-11-30T04:00:05.100000Z",
+        "rollbackCompletedAt": "2026-11-30T04:00:09.000000Z",
+    }
+    evidence, dummy = rollback_records(
+        run["plan"], run["apply"], run["rollback"], CREATED, failed_probe=run["probe"], timestamps=times
+    )
     deployed, rolled = evidence["deploymentOrder"][0], evidence["rollbackOrder"][0]
     assert (deployed["startedAt"], deployed["completedAt"]) == (times["deployStartedAt"], times["deployCompletedAt"])
     assert (rolled["startedAt"], rolled["completedAt"]) == (times["rollbackStartedAt"], times["rollbackCompletedAt"])
@@ -395,8 +568,9 @@ def test_why_an_apply_ran_is_recorded_only_when_the_apply_says_it(runs):
     plain = dep(run)
     assert "appliedBecause" not in plain
     because = ["container of service web: shop-web-1 health is starting"]
-    record = deployment_record(run["plan"], dict(run["apply"], appliedBecause=because), CREATED,
-                               preflight=run["preflight"], probe=run["probe"])
+    record = deployment_record(
+        run["plan"], dict(run["apply"], appliedBecause=because), CREATED, preflight=run["preflight"], probe=run["probe"]
+    )
     assert record["appliedBecause"] == because and verify_record(record)
     assert record["evidenceDigest"] != plain["evidenceDigest"]
 
@@ -405,7 +579,12 @@ def test_a_wait_for_a_starting_container_is_recorded_only_when_the_apply_says_it
     run = runs["deploy_succeeded"]
     plain = dep(run)
     assert "startingWaitMs" not in plain
-    record = deployment_record(run["plan"], dict(run["apply"], startingWaitMs={"shop-web": 4250}), CREATED,
-                               preflight=run["preflight"], probe=run["probe"])
+    record = deployment_record(
+        run["plan"],
+        dict(run["apply"], startingWaitMs={"shop-web": 4250}),
+        CREATED,
+        preflight=run["preflight"],
+        probe=run["probe"],
+    )
     assert record["startingWaitMs"] == {"shop-web": 4250} and verify_record(record)
     assert record["evidenceDigest"] != plain["evidenceDigest"]

@@ -18,8 +18,9 @@ def test_the_same_bytes_again_are_kept_other_bytes_are_refused_before_anything_i
     again, _stored = writer.keep_documents(root, "jobs/awx-7", {"job.json": {"jobId": "awx-7", "store": "a"}})
     assert first == again
     with pytest.raises(StellaError) as err:
-        writer.keep_documents(root, "jobs/awx-7", {"report.html": b"<html>b</html>",
-                                                   "job.json": {"jobId": "awx-7", "store": "b"}})
+        writer.keep_documents(
+            root, "jobs/awx-7", {"report.html": b"<html>b</html>", "job.json": {"jobId": "awx-7", "store": "b"}}
+        )
     assert err.value.code == "evidence_conflict" and "job.json" in err.value.reason
     assert not os.path.exists(os.path.join(root, "jobs", "awx-7", "report.html"))  # nothing of the call written
     with open(first["job.json"]["path"], encoding="utf-8") as handle:

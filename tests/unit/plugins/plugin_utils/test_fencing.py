@@ -17,8 +17,15 @@ T0 = "2026-01-01T00:00:00.000000Z"
 
 
 def new(job_id, targets=("a", "b")):
-    return _job.new_job(job_id, None, {"release": {"id": "r1"}}, [list(targets)],
-                        {n: {"targetId": "id-" + n, "targetName": n, "projectName": "shop"} for n in targets}, {}, T0)
+    return _job.new_job(
+        job_id,
+        None,
+        {"release": {"id": "r1"}},
+        [list(targets)],
+        {n: {"targetId": "id-" + n, "targetName": n, "projectName": "shop"} for n in targets},
+        {},
+        T0,
+    )
 
 
 @pytest.fixture
@@ -36,8 +43,12 @@ def test_each_claimed_project_gets_the_next_generation_and_generations_only_grow
     store.clock = lambda: 1000.0  # generations are at least the store's clock in milliseconds
     first, held = store.create(new("job-1"))
     assert held == {}
-    assert first["targets"]["a"]["claim"] == {"jobId": "job-1", "generation": 1000000, "projectKey": "id-a|shop",
-                                              "storeId": store.store_id}
+    assert first["targets"]["a"]["claim"] == {
+        "jobId": "job-1",
+        "generation": 1000000,
+        "projectKey": "id-a|shop",
+        "storeId": store.store_id,
+    }
     assert store.get("job-1")["targets"]["b"]["claim"]["generation"] == 1000000  # persisted with the record
     busy, held = store.create(new("job-2", ("a",)))
     assert held == {"a": "job-1"} and "claim" not in busy["targets"]["a"]  # a refused job claims nothing
@@ -63,7 +74,7 @@ def test_a_store_restored_from_a_backup_never_hands_out_a_generation_twice(tmp_p
     finish_claim = store.create(new("job-1", ("a",)))[0]["targets"]["a"]["claim"]
     finish(store, "job-1")
     store.close()
-    backup = (tmp_path / "backup.sqlite3")
+    backup = tmp_path / "backup.sqlite3"
     backup.write_bytes(location.read_bytes())
     store = _job_store.open_store(str(location))
     store.clock = lambda: 1005.0
@@ -124,14 +135,17 @@ def test_the_store_says_whether_a_job_still_holds_its_project(store, tmp_path):
     assert "nothing was sent to the target" in err.value.reason
 
 
-@pytest.mark.parametrize("standing, why", [
-    ((None, False, None, None), "is not in the job store"),
-    (("Running", True, "job-1", 1), "recorded interrupted"),
-    (("Succeeded", False, None, 1), "has already ended (Succeeded)"),
-    (("Running", False, "job-2", 2), "is held by job job-2"),
-    (("Running", False, None, 1), "is held by no job"),
-    (("Running", False, "job-1", 2), "was claimed again (generation 2, this job's 1)"),
-])
+@pytest.mark.parametrize(
+    "standing, why",
+    [
+        ((None, False, None, None), "is not in the job store"),
+        (("Running", True, "job-1", 1), "recorded interrupted"),
+        (("Succeeded", False, None, 1), "has already ended (Succeeded)"),
+        (("Running", False, "job-2", 2), "is held by job job-2"),
+        (("Running", False, None, 1), "is held by no job"),
+        (("Running", False, "job-1", 2), "was claimed again (generation 2, this job's 1)"),
+    ],
+)
 def test_what_refuses_the_work(standing, why):
     claim = {"jobId": "job-1", "generation": 1, "projectKey": "t|p"}
     assert why in _fencing.refusal(claim, *standing)
@@ -145,8 +159,11 @@ def test_a_job_that_still_holds_its_project_may_send_its_work():
 
 def test_work_the_target_refused_is_recorded_on_a_job_recorded_interrupted(store, tmp_path):
     store.create(new("job-1", ("a",)))
-    store.update("job-1", lambda r: _job.start(r, T0),
-                 lambda r: _job.interrupted(r, T0, "not renewed for longer than its claim lease of 6s"))
+    store.update(
+        "job-1",
+        lambda r: _job.start(r, T0),
+        lambda r: _job.interrupted(r, T0, "not renewed for longer than its claim lease of 6s"),
+    )
     args = {key: spec.get("default") for key, spec in ARGUMENT_SPEC.items()}
     failure = {"failed": True, "code": "claim_superseded", "msg": "job job-1 (claim generation 1) was superseded"}
     args.update(step="target", store=str(tmp_path / "jobs.sqlite3"), job_id="job-1", target="a", failure=failure)

@@ -58,10 +58,14 @@ def test_known_graph_passes_with_phase_split_orders():
     # and billing/backfill waits for billing/reindex only (its start-phase dependency is not an edge).
     assert ids(proof["updateOrder"]) == ["auth/rotate@5", "billing/reindex@1", "billing/backfill@3"]
     assert proof["crossPhaseReferences"] == [
-        {"from": {"moduleName": "auth", "scriptId": "rotate", "scriptVersion": "5"},
-         "to": {"moduleName": "auth", "scriptId": "users", "scriptVersion": "1"}},
-        {"from": {"moduleName": "billing", "scriptId": "backfill", "scriptVersion": "3"},
-         "to": {"moduleName": "billing", "scriptId": "tables", "scriptVersion": "2"}},
+        {
+            "from": {"moduleName": "auth", "scriptId": "rotate", "scriptVersion": "5"},
+            "to": {"moduleName": "auth", "scriptId": "users", "scriptVersion": "1"},
+        },
+        {
+            "from": {"moduleName": "billing", "scriptId": "backfill", "scriptVersion": "3"},
+            "to": {"moduleName": "billing", "scriptId": "tables", "scriptVersion": "2"},
+        },
     ]
     assert all(ref["resolution"] == "resolved" for ref in proof["dependencyRefs"])
     assert len(proof["dependencyRefs"]) == 5
@@ -81,11 +85,13 @@ def test_digest_is_rfc8785_sha256_over_the_contract_fields():
 
 
 def test_update_ordering_ignores_start_dependencies_but_start_chain_is_ordered():
-    proof = build_graph_proof([
-        node("a", "s2", deps=[("a", "s1")]),
-        node("a", "s1"),
-        node("a", "u1", phase="update", deps=[("a", "s2")]),
-    ])
+    proof = build_graph_proof(
+        [
+            node("a", "s2", deps=[("a", "s1")]),
+            node("a", "s1"),
+            node("a", "u1", phase="update", deps=[("a", "s2")]),
+        ]
+    )
     assert proof["status"] == "passed"
     assert ids(proof["startOrder"]) == ["a/s1@1", "a/s2@1"]
     assert ids(proof["updateOrder"]) == ["a/u1@1"]
@@ -127,12 +133,14 @@ def test_exact_duplicate_node_fails_closed():
 
 
 def test_cycle_detected_names_cycle_and_nodes_behind_it():
-    proof = build_graph_proof([
-        node("a", "x", phase="update", deps=[("a", "y")]),
-        node("a", "y", phase="update", deps=[("a", "x")]),
-        node("a", "z", phase="update", deps=[("a", "x")]),
-        node("a", "free", phase="update"),
-    ])
+    proof = build_graph_proof(
+        [
+            node("a", "x", phase="update", deps=[("a", "y")]),
+            node("a", "y", phase="update", deps=[("a", "x")]),
+            node("a", "z", phase="update", deps=[("a", "x")]),
+            node("a", "free", phase="update"),
+        ]
+    )
     assert proof["status"] == "failed"
     assert codes(proof) == ["cycle_detected"]
     issue = proof["issues"][0]
@@ -200,12 +208,22 @@ def test_malformed_input_raises_stable_code(bad, fragment):
 
 
 def _shuffled_graph(graph):
-    return st.permutations(graph).flatmap(
-        lambda nodes: st.tuples(*[
-            st.permutations(n["dependencies"]).map(lambda deps, n=n: dict(n, dependencies=list(deps)))
-            for n in nodes
-        ]) if nodes else st.just(())
-    ).flatmap(lambda nodes: st.permutations(list(nodes)))
+    return (
+        st.permutations(graph)
+        .flatmap(
+            lambda nodes: (
+                st.tuples(
+                    *[
+                        st.permutations(n["dependencies"]).map(lambda deps, n=n: dict(n, dependencies=list(deps)))
+                        for n in nodes
+                    ]
+                )
+                if nodes
+                else st.just(())
+            )
+        )
+        .flatmap(lambda nodes: st.permutations(list(nodes)))
+    )
 
 
 @settings(max_examples=60, deadline=None)
@@ -228,8 +246,12 @@ def test_shuffle_invariance_failing_graph(nodes):
     proof = build_graph_proof(copy.deepcopy(list(nodes)))
     assert proof == build_graph_proof(FAILING_GRAPH)
     assert proof["status"] == "failed"
-    assert sorted(set(codes(proof))) == ["cycle_detected", "duplicate_node", "missing_dependency",
-                                         "start_depends_on_update"]
+    assert sorted(set(codes(proof))) == [
+        "cycle_detected",
+        "duplicate_node",
+        "missing_dependency",
+        "start_depends_on_update",
+    ]
 
 
 _names = st.sampled_from(["a", "b", "c", "d"])
@@ -241,8 +263,11 @@ def random_graphs(draw):
     graph = []
     for module, script in keys:
         deps = draw(st.lists(st.sampled_from(keys), max_size=3, unique=True)) if keys else []
-        graph.append(node(module, script, draw(st.sampled_from(["1", "2"])),
-                          draw(st.sampled_from(["start", "update"])), deps=deps))
+        graph.append(
+            node(
+                module, script, draw(st.sampled_from(["1", "2"])), draw(st.sampled_from(["start", "update"])), deps=deps
+            )
+        )
     return graph
 
 

@@ -24,25 +24,43 @@ def with_target(record, name, **fields):
     return new
 
 
-@pytest.mark.parametrize("fields, expected", [
-    ({"status": "Succeeded"}, "healthy"),
-    ({"status": "Succeeded", "phases": [{"name": "verify", "status": "succeeded", "detail": {"probes": "passed"}}]},
-     "healthy"),
-    # waitForHealthCheck=false: deployed, but nothing verified the services' health
-    ({"status": "Succeeded", "phases": [{"name": "verify", "status": "succeeded",
-                                         "detail": {"probes": "skipped", "reason": "waitForHealthCheck=false"}}]},
-     "unknown"),
-    ({"status": "RolledBack"}, "degraded"),
-    ({"status": "Failed", "code": "service_unhealthy", "reason": "web unhealthy"}, "unhealthy"),
-    ({"status": "Failed", "code": "rollback_failed"}, "unhealthy"),
-    ({"status": "Failed", "code": "target_unreachable", "reason": "ssh: no route"}, "unreachable"),
-    ({"status": "Failed", "code": "runtime_daemon_unavailable"}, "offline"),
-    ({"status": "Failed", "code": "runtime_missing"}, "offline"),
-    ({"status": "Failed", "code": "compose_missing"}, "offline"),
-    ({"status": "Failed", "code": "project_busy"}, None),
-    ({"status": "Skipped"}, None),
-    ({"status": "Running"}, None),
-])
+@pytest.mark.parametrize(
+    "fields, expected",
+    [
+        ({"status": "Succeeded"}, "healthy"),
+        (
+            {
+                "status": "Succeeded",
+                "phases": [{"name": "verify", "status": "succeeded", "detail": {"probes": "passed"}}],
+            },
+            "healthy",
+        ),
+        # waitForHealthCheck=false: deployed, but nothing verified the services' health
+        (
+            {
+                "status": "Succeeded",
+                "phases": [
+                    {
+                        "name": "verify",
+                        "status": "succeeded",
+                        "detail": {"probes": "skipped", "reason": "waitForHealthCheck=false"},
+                    }
+                ],
+            },
+            "unknown",
+        ),
+        ({"status": "RolledBack"}, "degraded"),
+        ({"status": "Failed", "code": "service_unhealthy", "reason": "web unhealthy"}, "unhealthy"),
+        ({"status": "Failed", "code": "rollback_failed"}, "unhealthy"),
+        ({"status": "Failed", "code": "target_unreachable", "reason": "ssh: no route"}, "unreachable"),
+        ({"status": "Failed", "code": "runtime_daemon_unavailable"}, "offline"),
+        ({"status": "Failed", "code": "runtime_missing"}, "offline"),
+        ({"status": "Failed", "code": "compose_missing"}, "offline"),
+        ({"status": "Failed", "code": "project_busy"}, None),
+        ({"status": "Skipped"}, None),
+        ({"status": "Running"}, None),
+    ],
+)
 def test_each_target_outcome_has_one_health_status(fields, expected):
     before = job()
     after = with_target(before, "a", **fields)
@@ -76,8 +94,14 @@ def test_every_status_is_the_contracts():
 
 def test_a_target_deployed_with_its_probes_skipped_is_unknown_and_says_why():
     before = _job.start(job(("a",)), T0)
-    after = with_target(before, "a", status="Succeeded", phases=[
-        {"name": "verify", "status": "succeeded", "detail": {"probes": "skipped"}}])
+    after = with_target(
+        before,
+        "a",
+        status="Succeeded",
+        phases=[{"name": "verify", "status": "succeeded", "detail": {"probes": "skipped"}}],
+    )
     [event] = _health.health_events(before, after)
     assert (event["status"], event["targetId"]) == ("unknown", "id-a")
-    assert event["reason"] == "job job-1: deployed with its probes skipped (waitForHealthCheck=false), health not verified"
+    assert (
+        event["reason"] == "job job-1: deployed with its probes skipped (waitForHealthCheck=false), health not verified"
+    )

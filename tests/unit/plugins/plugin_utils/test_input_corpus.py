@@ -88,8 +88,16 @@ def test_corpus_table_is_well_formed():
         for env in (row.get("expect_env") or {}).values():  # an unquoted YES: key would load as True
             assert all(isinstance(name, str) for name in env), row["id"]
     # each item of the hostile-input report has rows
-    for prefix in ("probe-", "config-integer-beyond", "port-host-99999", "probe-url-does-not-parse",
-                   "hook-interpreter-unbalanced", "workdir-traversal", "secret-", "valid-yaml-retyping"):
+    for prefix in (
+        "probe-",
+        "config-integer-beyond",
+        "port-host-99999",
+        "probe-url-does-not-parse",
+        "hook-interpreter-unbalanced",
+        "workdir-traversal",
+        "secret-",
+        "valid-yaml-retyping",
+    ):
         assert any(i.startswith(prefix) for i in ids), prefix
 
 
@@ -105,7 +113,12 @@ def test_malformed_input_ends_in_its_code_naming_the_field(row):
             call()
         err = info.value
         assert err.code == row["code"], "%s: %s gave %s: %s" % (row["id"], name, err.code, err.reason)
-        assert row["field"] in err.reason, "%s: %s reason does not name %s: %s" % (row["id"], name, row["field"], err.reason)
+        assert row["field"] in err.reason, "%s: %s reason does not name %s: %s" % (
+            row["id"],
+            name,
+            row["field"],
+            err.reason,
+        )
         assert err.phase == "plan"
         if "field" in err.evidence:
             assert row["field"] in err.evidence["field"] or row["field"] == err.evidence["field"], err.evidence

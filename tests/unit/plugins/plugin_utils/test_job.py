@@ -34,8 +34,12 @@ def test_new_job_is_pending_with_every_target_pending_in_order():
     record = _job.new_job("job-1", "stella_job_id", {}, BATCHES, {n: {} for b in BATCHES for n in b}, {}, T0)
     assert record["status"] == "Pending" and record["targetOrder"] == ["t1", "t2", "t3", "t4", "t5"]
     assert [(n, t["batch"], t["order"], t["status"]) for n, t in record["targets"].items()] == [
-        ("t1", 0, 0, "Pending"), ("t2", 0, 1, "Pending"), ("t3", 1, 2, "Pending"), ("t4", 1, 3, "Pending"),
-        ("t5", 2, 4, "Pending")]
+        ("t1", 0, 0, "Pending"),
+        ("t2", 0, 1, "Pending"),
+        ("t3", 1, 2, "Pending"),
+        ("t4", 1, 3, "Pending"),
+        ("t5", 2, 4, "Pending"),
+    ]
     with pytest.raises(StellaError):
         _job.new_job("j", None, {}, BATCHES, {"t1": {}}, {}, T0)
 
@@ -77,8 +81,9 @@ def test_closed_gate_skips_later_batches_and_rolls_back_in_reverse_batch_order()
     record = run(run(record, "t1", True), "t2", True)
     record = _job.record_gate(record, {"batch": 0, "proceed": True, "reason": "ok", "failedTargets": []}, T0)
     record = run(run(record, "t3", False, reason="probe failed"), "t4", True)
-    record = _job.record_gate(record, {"batch": 1, "proceed": False, "reason": "gate closed", "failedTargets": ["t3"]},
-                              T0)
+    record = _job.record_gate(
+        record, {"batch": 1, "proceed": False, "reason": "gate closed", "failedTargets": ["t3"]}, T0
+    )
     assert record["targets"]["t5"]["status"] == "Skipped"
     assert record["targets"]["t5"]["reason"] == "not started: gate closed"
     record = _job.finish(record, T0)
@@ -117,8 +122,9 @@ def test_no_eligible_target_suffixes_the_reason_and_stays_failed():
     record = _job.finish(run(make(), "t1", False, previous=False), T0)
     record = _job.auto_rollback(record, T0)
     assert record["status"] == "Failed"
-    assert record["reason"] == ("target t1: boom (auto-rollback skipped: no target retained a previous revision "
-                                "to restore)")
+    assert record["reason"] == (
+        "target t1: boom (auto-rollback skipped: no target retained a previous revision to restore)"
+    )
     # t2, of t1's batch, started and never ended: failed, and it retained nothing either
     assert record["rollback"]["skipped"] == {"t1": _job.NO_REVISION, "t2": _job.NO_REVISION}
     assert (record["targets"]["t2"]["status"], record["targets"]["t3"]["status"]) == ("Failed", "Skipped")
@@ -137,45 +143,76 @@ def test_a_batch_starts_its_targets_when_the_job_starts_or_the_gate_before_it_op
 
 def test_a_rollback_leaves_the_targets_this_job_did_not_change_and_says_why():
     record = _job.finish_target(make(), "t1", True, T0, facts={"unchangedByJob": True})
-    record = _job.finish_target(record, "t2", False, T0, reason="boom", code="deploy_failed",
-                                facts={"previousRevisionPath": "/p/t2/revisions/000001-x"})
+    record = _job.finish_target(
+        record,
+        "t2",
+        False,
+        T0,
+        reason="boom",
+        code="deploy_failed",
+        facts={"previousRevisionPath": "/p/t2/revisions/000001-x"},
+    )
     record = _job.auto_rollback(_job.finish(record, T0), T0)
     assert record["status"] == "RollingBack" and record["rollback"]["batches"] == [["t2"]]
     assert record["rollback"]["skipped"] == {"t1": _job.UNCHANGED}
     assert record["targets"]["t1"]["rollbackSkipped"] == _job.UNCHANGED
-    source = _job.finish_target(_job.finish_target(make(), "t1", True, T0, facts={"unchangedByJob": True}),
-                                "t2", True, T0, facts={"previousRevisionPath": "/r"})
+    source = _job.finish_target(
+        _job.finish_target(make(), "t1", True, T0, facts={"unchangedByJob": True}),
+        "t2",
+        True,
+        T0,
+        facts={"previousRevisionPath": "/r"},
+    )
     operator = _job.operator_rollback(_job.finish(source, T0), "job-1-r", T0)
     assert operator["rollback"]["batches"] == [["t2"]] and operator["rollback"]["skipped"]["t1"] == _job.UNCHANGED
 
 
 def test_disabled_auto_rollback_leaves_the_job_untouched():
-    record = _job.finish(run(make({"autoRollbackOnFailure": False,
-                                   "autoRollbackSource": "strategyConfig.autoRollbackOnFailure"}), "t1", False), T0)
+    record = _job.finish(
+        run(
+            make({"autoRollbackOnFailure": False, "autoRollbackSource": "strategyConfig.autoRollbackOnFailure"}),
+            "t1",
+            False,
+        ),
+        T0,
+    )
     after = _job.auto_rollback(record, T0)
     assert (after["status"], after["reason"]) == ("Failed", "target t1: boom")
-    assert after["rollback"] == {"attempted": False, "skipReason": "autoRollbackOnFailure=false",
-                                 "source": "strategyConfig.autoRollbackOnFailure"}
+    assert after["rollback"] == {
+        "attempted": False,
+        "skipReason": "autoRollbackOnFailure=false",
+        "source": "strategyConfig.autoRollbackOnFailure",
+    }
 
 
-@pytest.mark.parametrize("config, override, expected", [
-    ({}, None, (True, "default")),
-    ({"autoRollbackOnFailure": False}, None, (False, "strategyConfig.autoRollbackOnFailure")),
-    ({"rollbackOnFailure": False}, None, (False, "strategyConfig.rollbackOnFailure")),
-    ({"autoRollbackOnFailure": True, "rollbackOnFailure": False}, None, (True, "strategyConfig.autoRollbackOnFailure")),
-    ({"autoRollbackOnFailure": True}, False, (False, "override")),
-])
+@pytest.mark.parametrize(
+    "config, override, expected",
+    [
+        ({}, None, (True, "default")),
+        ({"autoRollbackOnFailure": False}, None, (False, "strategyConfig.autoRollbackOnFailure")),
+        ({"rollbackOnFailure": False}, None, (False, "strategyConfig.rollbackOnFailure")),
+        (
+            {"autoRollbackOnFailure": True, "rollbackOnFailure": False},
+            None,
+            (True, "strategyConfig.autoRollbackOnFailure"),
+        ),
+        ({"autoRollbackOnFailure": True}, False, (False, "override")),
+    ],
+)
 def test_rollback_options(config, override, expected):
     assert _job_plan.rollback_options(config, override) == expected
 
 
-@pytest.mark.parametrize("variables, expected", [
-    ({"awx_job_id": 42}, ("awx-42", "awx_job_id")),
-    ({"tower_job_id": "7", "stella_job_id": "x"}, ("tower-7", "tower_job_id")),
-    ({"stella_job_id": "job-abc"}, ("job-abc", "stella_job_id")),
-    ({"awx_job_id": ""}, (None, None)),
-    ({}, (None, None)),
-])
+@pytest.mark.parametrize(
+    "variables, expected",
+    [
+        ({"awx_job_id": 42}, ("awx-42", "awx_job_id")),
+        ({"tower_job_id": "7", "stella_job_id": "x"}, ("tower-7", "tower_job_id")),
+        ({"stella_job_id": "job-abc"}, ("job-abc", "stella_job_id")),
+        ({"awx_job_id": ""}, (None, None)),
+        ({}, (None, None)),
+    ],
+)
 def test_job_ids_from_the_caller(variables, expected):
     assert _job.job_id_from(variables) == expected
 
@@ -194,8 +231,13 @@ def test_illegal_transitions_are_refused():
 
 
 def test_fail_closed_names_the_unreachable_targets():
-    record = _job.fail_closed(make(), "target_unreachable", "target t4 is unreachable",
-                              {"t4": "ssh: connect to host t4 port 22: Connection refused"}, T0)
+    record = _job.fail_closed(
+        make(),
+        "target_unreachable",
+        "target t4 is unreachable",
+        {"t4": "ssh: connect to host t4 port 22: Connection refused"},
+        T0,
+    )
     assert record["status"] == "Failed" and record["code"] == "target_unreachable"
     assert record["targets"]["t4"]["status"] == "Failed"
     assert {n for n, t in record["targets"].items() if t["status"] == "Skipped"} == {"t1", "t2", "t3", "t5"}
@@ -212,8 +254,9 @@ def test_interrupted_job_is_failed_never_running():
 def test_an_interrupted_job_gets_its_rollback_decision_and_its_mid_apply_targets_are_outcome_unknown():
     """t1 finished with a retained revision, t2 without one (known), t3 and t4 were mid-apply when the run
     ended (their batch had started), t5 never started."""
-    record = _job.record_gate(run(run(make(), "t1", True), "t2", True, previous=False),
-                              {"batch": 0, "proceed": True, "reason": None}, T0)
+    record = _job.record_gate(
+        run(run(make(), "t1", True), "t2", True, previous=False), {"batch": 0, "proceed": True, "reason": None}, T0
+    )
     record = _job.record_phase(record, "t4", "preflight", "passed", T0, T0, 1, T0)
     assert [record["targets"][n]["status"] for n in ("t3", "t4", "t5")] == ["Running", "Running", "Pending"]
     record = _job.interrupted(record, T0, "interrupted: the controller run ended (pid 9)")
@@ -221,9 +264,12 @@ def test_an_interrupted_job_gets_its_rollback_decision_and_its_mid_apply_targets
         assert record["targets"][name]["outcomeUnknown"] is True and _job.eligible(record["targets"][name])
     assert not record["targets"]["t1"].get("outcomeUnknown") and _job.eligible(record["targets"]["t1"])
     # its rollback decision: no automatic rollback (no run is left to run one), what an operator's would do
-    assert record["rollback"] == {"attempted": False, "skipReason": "job_interrupted",
-                                  "batches": [["t3", "t4"], ["t1"]],
-                                  "skipped": {"t2": _job.NO_REVISION}}
+    assert record["rollback"] == {
+        "attempted": False,
+        "skipReason": "job_interrupted",
+        "batches": [["t3", "t4"], ["t1"]],
+        "skipped": {"t2": _job.NO_REVISION},
+    }
     rollback = _job.operator_rollback(record, "job-1-rollback-a", T0)
     assert rollback["rollback"]["batches"] == [["t3", "t4"], ["t1"]]
     assert rollback["rollback"]["skipped"] == {"t2": _job.NO_REVISION, "t5": _job.NOT_STARTED}
@@ -250,7 +296,11 @@ def test_operator_rollback_is_a_rollback_job_over_the_eligible_targets():
     record = _job.operator_rollback(source, "job-1-rollback-a", T0, reason="operator: bad release")
     # recovery, never a deployment: it rolls back from its start, and promotes nothing
     assert (record["kind"], record["isRollback"], record["status"], record["sourceJobId"]) == (
-        "rollback", True, "RollingBack", "job-1")
+        "rollback",
+        True,
+        "RollingBack",
+        "job-1",
+    )
     assert record["promotion"] == source["promotion"] == "Succeeded"
     assert [e["kind"] for e in record["events"]] == ["RollbackStarted"]
     assert record["rollback"]["batches"] == [["t5"], ["t3", "t4"], ["t1"]]
@@ -272,8 +322,9 @@ def test_the_deployment_an_operator_rolled_back_goes_through_rolling_back(restor
     source = _job.finish(run(run(make(), "t1", True), "t2", True), T0)
     rollback = _job.operator_rollback(source, "job-1-rollback-a", T0, reason="operator: bad release")
     for name in ("t2", "t1"):
-        rollback = _job.finish_rollback_target(rollback, name, restore_all or name == "t2", T0,
-                                               reason=None if restore_all else "rollback_failed: boom")
+        rollback = _job.finish_rollback_target(
+            rollback, name, restore_all or name == "t2", T0, reason=None if restore_all else "rollback_failed: boom"
+        )
     rollback = _job.finish_rollback(rollback, "T1")
     assert rollback["status"] == ("RolledBack" if restore_all else "Failed")
     after = _recovery.recovery_ended(_recovery.recovery_started(source, rollback, "T1"), rollback, "T1")
@@ -281,8 +332,12 @@ def test_the_deployment_an_operator_rolled_back_goes_through_rolling_back(restor
     assert after["promotion"] == "Succeeded" and after["reason"] == source["reason"]
     assert [(e["kind"], e["rollbackJobId"]) for e in after["events"]] == [
         ("RollbackStarted", "job-1-rollback-a"),
-        ("RollbackCompleted" if restore_all else "RollbackFailed", "job-1-rollback-a")]
-    assert (after["targets"]["t2"]["status"], after["targets"]["t2"]["statusBeforeRollback"]) == ("RolledBack", "Succeeded")
+        ("RollbackCompleted" if restore_all else "RollbackFailed", "job-1-rollback-a"),
+    ]
+    assert (after["targets"]["t2"]["status"], after["targets"]["t2"]["statusBeforeRollback"]) == (
+        "RolledBack",
+        "Succeeded",
+    )
     assert after["targets"]["t1"]["status"] == ("RolledBack" if restore_all else "Succeeded")
     assert restore_all or after["targets"]["t1"]["rollbackError"].startswith("rollback_failed")
     assert after["recovery"]["status"] == ("rolled_back" if restore_all else "rollback_failed")
@@ -300,12 +355,23 @@ def test_rollback_orders_are_the_rollback_batches_with_each_targets_revision_pay
     record["targets"]["t1"]["claim"] = claim
     orders = _job.rollback_orders(record, source=source)
     assert (orders["jobId"], orders["status"], orders["rollbackBatches"], orders["rollbackSerial"]) == (
-        "job-1-rollback-a", "RollingBack", [["t3"], ["t1"]], [1, 1])
+        "job-1-rollback-a",
+        "RollingBack",
+        [["t3"], ["t1"]],
+        [1, 1],
+    )
     assert orders["rollbackOrder"] == ["t3", "t1"]
-    assert orders["rollbackTargets"]["t1"] == {"revisionPath": "/p/t1/revisions/000001-x", "payload": {"ProjectName": "p1"},
-                                               "task": "docker.rollback", "target": None,
-                                               "waitTimeout": 120, "taskTimeout": 840, "jobId": "job-1-rollback-a",
-                                               "reason": record["reason"] or "", "claim": claim}
+    assert orders["rollbackTargets"]["t1"] == {
+        "revisionPath": "/p/t1/revisions/000001-x",
+        "payload": {"ProjectName": "p1"},
+        "task": "docker.rollback",
+        "target": None,
+        "waitTimeout": 120,
+        "taskTimeout": 840,
+        "jobId": "job-1-rollback-a",
+        "reason": record["reason"] or "",
+        "claim": claim,
+    }
     assert orders["rollbackTargets"]["t3"]["claim"] is None  # a record the store never claimed carries none
     source["options"]["taskTimeout"] = 1500  # the job rolled back knew its hooks: its task timeout is kept
     assert _job.rollback_orders(record, source=source)["rollbackTargets"]["t1"]["taskTimeout"] == 1500
@@ -327,7 +393,9 @@ def test_operator_rollback_fails_closed_without_an_eligible_target():
     record = _job.operator_rollback(source, "r", T0)
     assert (record["status"], record["code"]) == ("Failed", "rollback_no_eligible_target")
     with_path = _job.operator_rollback(source, "r2", T0, revision_paths={"t1": "/p/revisions/000003-x"})
-    assert with_path["status"] == "RollingBack" and with_path["targets"]["t1"]["previousRevisionPath"].endswith("000003-x")
+    assert with_path["status"] == "RollingBack" and with_path["targets"]["t1"]["previousRevisionPath"].endswith(
+        "000003-x"
+    )
     with pytest.raises(StellaError):
         _job.operator_rollback(source, "r3", T0, revision_paths={"nope": "/x"})
 
@@ -335,8 +403,9 @@ def test_operator_rollback_fails_closed_without_an_eligible_target():
 def test_a_target_whose_agent_put_the_previous_release_back_is_skipped_as_restored_in_place():
     record = _job.finish_target(make(), "t1", True, T0, facts={"previousRevisionPath": "/p/previous"})
     record = _job.finish_target(record, "t2", False, T0, reason="boom", facts={"restoredInPlace": True})
-    record = _job.record_gate(record, {"batch": 0, "proceed": False, "reason": "batch 1 failed",
-                                       "failedTargets": ["t2"]}, T0)
+    record = _job.record_gate(
+        record, {"batch": 0, "proceed": False, "reason": "batch 1 failed", "failedTargets": ["t2"]}, T0
+    )
     record = _job.auto_rollback(_job.finish(record, T0), T0)
     assert record["status"] == "RollingBack" and record["rollback"]["batches"] == [["t1"]]
     assert record["rollback"]["skipped"] == {"t2": _job.RESTORED_IN_PLACE}
@@ -346,8 +415,9 @@ def test_a_target_lost_during_its_apply_is_rolled_back_with_the_others_and_its_a
     """It may run the failed release: the rollback includes it (no revision path: the target's own agent
     restores the newest revision that is not this release), in reverse batch order."""
     record = run(run(make(), "t1", True), "t2", True)
-    lost = _job.finish_target(record, "t3", False, T0, reason="stopped answering", code="target_unreachable",
-                              facts={"outcomeUnknown": True})
+    lost = _job.finish_target(
+        record, "t3", False, T0, reason="stopped answering", code="target_unreachable", facts={"outcomeUnknown": True}
+    )
     assert _job.eligible(lost["targets"]["t3"])
     failed = _job.auto_rollback(_job.finish(lost, T0), T0)
     assert failed["status"] == "RollingBack" and failed["rollback"]["batches"] == [["t3"], ["t1", "t2"]]
@@ -358,14 +428,18 @@ def test_a_target_lost_during_its_apply_is_rolled_back_with_the_others_and_its_a
     assert not _job.eligible(plain_failure["targets"]["t3"])
 
 
-@pytest.mark.parametrize("facts,target_type,expected", [
-    ({"applyRan": True}, "ComposeHost", True),  # its agent resolves the revision (and fails there without one)
-    ({"applyRan": True}, "DockerHost", False),  # a DockerHost needs the revision its run retained
-    ({"applyRan": True, "previousRevisionPath": "/p/previous"}, "DockerHost", True),
-    ({}, "ComposeHost", False),  # the task never ran
-    ({"applyRan": True, "unchangedByJob": True}, "ComposeHost", False),
-    ({"applyRan": True, "restoredInPlace": True, "previousRevisionPath": "/p/previous"}, "DockerHost", False),
-], ids=["compose-ran", "docker-ran-no-revision", "docker-revision", "never-ran", "unchanged", "restored-in-place"])
+@pytest.mark.parametrize(
+    "facts,target_type,expected",
+    [
+        ({"applyRan": True}, "ComposeHost", True),  # its agent resolves the revision (and fails there without one)
+        ({"applyRan": True}, "DockerHost", False),  # a DockerHost needs the revision its run retained
+        ({"applyRan": True, "previousRevisionPath": "/p/previous"}, "DockerHost", True),
+        ({}, "ComposeHost", False),  # the task never ran
+        ({"applyRan": True, "unchangedByJob": True}, "ComposeHost", False),
+        ({"applyRan": True, "restoredInPlace": True, "previousRevisionPath": "/p/previous"}, "DockerHost", False),
+    ],
+    ids=["compose-ran", "docker-ran-no-revision", "docker-revision", "never-ran", "unchanged", "restored-in-place"],
+)
 def test_the_contracts_retained_revision_rule(facts, target_type, expected):
     record = make()
     record["targets"]["t1"]["targetType"] = target_type
@@ -377,8 +451,16 @@ def test_a_job_that_failed_closed_says_its_automatic_rollback_was_skipped_unless
     closed = _job.fail_closed(make(), "project_busy", "project held", {"t1": "held"}, T0)
     assert closed["reason"] == "project held (auto-rollback skipped: no target retained a previous revision to restore)"
     assert closed["rollback"] == {"attempted": False, "skipReason": "no_eligible_target", "skipped": {}}
-    disabled = _job.fail_closed(make({"autoRollbackOnFailure": False, "autoRollbackSource": "strategyConfig"}),
-                                "project_busy", "project held", {"t1": "held"}, T0)
+    disabled = _job.fail_closed(
+        make({"autoRollbackOnFailure": False, "autoRollbackSource": "strategyConfig"}),
+        "project_busy",
+        "project held",
+        {"t1": "held"},
+        T0,
+    )
     assert disabled["reason"] == "project held"
-    assert disabled["rollback"] == {"attempted": False, "skipReason": "autoRollbackOnFailure=false",
-                                    "source": "strategyConfig"}
+    assert disabled["rollback"] == {
+        "attempted": False,
+        "skipReason": "autoRollbackOnFailure=false",
+        "source": "strategyConfig",
+    }

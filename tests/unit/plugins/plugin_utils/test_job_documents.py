@@ -44,21 +44,37 @@ def step(location, name, **given):
 
 
 def apply_result():
-    return {"changed": True, "projectName": "shop", "composeLockHash": "sha256:" + "1" * 64,
-            "deploymentPhases": [{"name": p, "status": "succeeded", "durationMs": 1}
-                                 for p in ("preflight", "prepare", "pre-deploy", "deploy", "verify", "promote",
-                                           "post-deploy")],
-            "services": [{"service": "web", "containerName": "shop-web-1", "health": "healthy"}]}
+    return {
+        "changed": True,
+        "projectName": "shop",
+        "composeLockHash": "sha256:" + "1" * 64,
+        "deploymentPhases": [
+            {"name": p, "status": "succeeded", "durationMs": 1}
+            for p in ("preflight", "prepare", "pre-deploy", "deploy", "verify", "promote", "post-deploy")
+        ],
+        "services": [{"service": "web", "containerName": "shop-web-1", "health": "healthy"}],
+    }
 
 
 def plan():
-    return {"jobId": "job-1", "projectName": "shop", "target": {"id": "id-a", "type": "ComposeHost"},
-            "release": {"id": "r1", "name": "shop", "version": "1.0.0"}}
+    return {
+        "jobId": "job-1",
+        "projectName": "shop",
+        "target": {"id": "id-a", "type": "ComposeHost"},
+        "release": {"id": "r1", "name": "shop", "version": "1.0.0"},
+    }
 
 
 def deploy(location, evidence_dir=None):
-    recorded = step(location, "target", target="a", result=apply_result(), probe={"passed": True, "checks": []},
-                    plan=plan(), evidence_dir=evidence_dir)
+    recorded = step(
+        location,
+        "target",
+        target="a",
+        result=apply_result(),
+        probe={"passed": True, "checks": []},
+        plan=plan(),
+        evidence_dir=evidence_dir,
+    )
     closed = step(location, "close", evidence_dir=evidence_dir, report=True)
     return recorded, closed
 
@@ -85,12 +101,16 @@ def test_without_an_evidence_directory_the_store_keeps_the_whole_evidence(tmp_pa
     entry = recorded["target"]["evidence"]["deployment.json"]
     assert entry == {"sha256": "sha256:" + hashlib.sha256(kept[DEPLOYMENT]).hexdigest(), "document": DEPLOYMENT}
     evidence = [p for p in recorded["target"]["phases"] if p["name"] == "evidence"][0]
-    assert evidence["status"] == "succeeded" and evidence["detail"] == {"written": "deployment.json", "in": ["job store"]}
+    assert evidence["status"] == "succeeded" and evidence["detail"] == {
+        "written": "deployment.json",
+        "in": ["job store"],
+    }
     assert json.loads(kept[DEPLOYMENT])["deploymentId"] == "job-1"
     assert json.loads(kept["jobs/job-1/job.json"])["status"] == "Succeeded"
     assert closed["evidenceFiles"] == {} and closed["outcome"]["evidence"] == {}
-    assert closed["evidenceDocuments"] == {name: "sha256:" + hashlib.sha256(data).hexdigest()
-                                           for name, data in kept.items()}
+    assert closed["evidenceDocuments"] == {
+        name: "sha256:" + hashlib.sha256(data).hexdigest() for name, data in kept.items()
+    }
     # the report links the job's documents as they lie in an exported tree
     page = kept["jobs/job-1/report.html"].decode()
     assert 'href="job.json"' in page and 'href="../../shop/job-1/id-a/deployment.json"' in page
@@ -118,10 +138,11 @@ def test_a_document_is_written_once(tmp_path):
     store = _job_store.open_store(location)
     try:
         assert store.put_documents("job-1", {"jobs/job-1/x.json": b"{}"}, T0) == {
-            "jobs/job-1/x.json": "sha256:" + hashlib.sha256(b"{}").hexdigest()}
+            "jobs/job-1/x.json": "sha256:" + hashlib.sha256(b"{}").hexdigest()
+        }
         store.put_documents("job-1", {"jobs/job-1/x.json": b"{}"}, T0)  # the same bytes: nothing changes
         with pytest.raises(StellaError) as info:
-            store.put_documents("job-1", {"jobs/job-1/x.json": b"{\"changed\": true}"}, T0)
+            store.put_documents("job-1", {"jobs/job-1/x.json": b'{"changed": true}'}, T0)
         assert info.value.code == "evidence_immutable"
         assert store.document("job-1", "jobs/job-1/x.json") == b"{}"
         # a record update whose documents are refused persists nothing of the update either
@@ -190,6 +211,7 @@ def test_a_document_name_outside_an_evidence_directory_is_refused(name):
 
 def _documents_cli():
     from ansible_collections.stellaops.runtime.plugins.plugin_utils.command import evidence as evidence_cli  # pylint: disable=import-outside-toplevel
+
     return evidence_cli
 
 
@@ -207,8 +229,13 @@ def test_stella_report_from_the_store_alone_shows_the_stored_evidence(tmp_path, 
 def test_no_url_credentials_reach_the_record_or_a_stored_document(tmp_path):
     """A failure message that quotes a URL with its credentials is recorded and kept without them."""
     location = running_job(tmp_path)
-    result = dict(apply_result(), failed=True, code="registry_auth_failed", failurePhase="preflight",
-                  msg="pull failed from https://deploy:%s@registry.example/v2/" % SECRET)
+    result = dict(
+        apply_result(),
+        failed=True,
+        code="registry_auth_failed",
+        failurePhase="preflight",
+        msg="pull failed from https://deploy:%s@registry.example/v2/" % SECRET,
+    )
     recorded = step(location, "target", target="a", result=result, probe=None, plan=plan(), failure=result)
     assert recorded["target"]["reason"] == "pull failed from https://registry.example/v2/"
     step(location, "close", report=True)
@@ -224,11 +251,15 @@ def test_the_store_name_of_an_evidence_file():
     assert _documents.evidence_path("", "jobs/job-1/job.json") == "jobs/job-1/job.json"
 
 
-@pytest.mark.parametrize("name,body,rehash", [
-    (DEPLOYMENT, '{"health": {"probe": {"healthProbe.status": "passed", "planted": "tampered-probe"}}}', False),
-    (DEPLOYMENT, "tampered-probe: not JSON", True),
-    ("jobs/job-1/job.json", "tampered-probe", False),
-], ids=["deployment-changed", "deployment-not-json", "job-json-changed"])
+@pytest.mark.parametrize(
+    "name,body,rehash",
+    [
+        (DEPLOYMENT, '{"health": {"probe": {"healthProbe.status": "passed", "planted": "tampered-probe"}}}', False),
+        (DEPLOYMENT, "tampered-probe: not JSON", True),
+        ("jobs/job-1/job.json", "tampered-probe", False),
+    ],
+    ids=["deployment-changed", "deployment-not-json", "job-json-changed"],
+)
 def test_stella_report_shows_a_document_that_fails_its_check_as_corrupt(tmp_path, capsys, name, body, rehash):
     """A stored document that no longer hashes to its SHA-256 (or is no JSON document) is shown as corrupt with
     a non-zero exit, never its contents; no traceback."""
@@ -237,8 +268,10 @@ def test_stella_report_shows_a_document_that_fails_its_check_as_corrupt(tmp_path
     with sqlite3.connect(location) as db:
         db.execute("UPDATE job_documents SET body = ? WHERE name = ?", (body, name))
         if rehash:
-            db.execute("UPDATE job_documents SET sha256 = ? WHERE name = ?",
-                       ("sha256:" + hashlib.sha256(body.encode()).hexdigest(), name))
+            db.execute(
+                "UPDATE job_documents SET sha256 = ? WHERE name = ?",
+                ("sha256:" + hashlib.sha256(body.encode()).hexdigest(), name),
+            )
     rc, page, err = stella(["report", "job-1", "--store", location], capsys)
     assert rc == 1 and err.startswith("stella report: evidence_corrupt: ") and err.count("\n") == 1, err
     assert name in err and "tampered-probe" not in err
@@ -248,11 +281,23 @@ def test_stella_report_shows_a_document_that_fails_its_check_as_corrupt(tmp_path
 def test_a_secret_anywhere_in_the_strategy_config_is_masked_in_the_record_and_the_evidence(tmp_path):
     """``password``, ``token``, ``secret`` (any spelling, any depth) of the release's strategyConfig reach
     neither the job store nor any evidence document: masked as the report masks them, the rest kept."""
-    config = {"batchSize": 1, "notify": {"password": SECRET, "targets": [{"apiToken": SECRET, "url": "u"}]},
-              "client_secret": SECRET, "Token": SECRET, "controlSlot": "active"}
-    release = {"release": {"id": "r1", "name": "shop", "version": "1.0.0"}, "tenant": "t", "environment": "lab",
-               "application": "shop", "strategy": "rolling", "target": {"type": "ComposeHost"}, "strategyConfig": config,
-               "components": [{"name": "web", "image": "registry.invalid/shop/web:1@sha256:" + "a" * 64}]}
+    config = {
+        "batchSize": 1,
+        "notify": {"password": SECRET, "targets": [{"apiToken": SECRET, "url": "u"}]},
+        "client_secret": SECRET,
+        "Token": SECRET,
+        "controlSlot": "active",
+    }
+    release = {
+        "release": {"id": "r1", "name": "shop", "version": "1.0.0"},
+        "tenant": "t",
+        "environment": "lab",
+        "application": "shop",
+        "strategy": "rolling",
+        "target": {"type": "ComposeHost"},
+        "strategyConfig": config,
+        "components": [{"name": "web", "image": "registry.invalid/shop/web:1@sha256:" + "a" * 64}],
+    }
     location = str(tmp_path / "jobs.sqlite3")
     args = {key: spec.get("default") for key, spec in ARGUMENT_SPEC.items()}
     args.update(step="start", store=location, job_id="job-1", release=release, targets=["localhost"], claim_lease=0)
@@ -265,8 +310,13 @@ def test_a_secret_anywhere_in_the_strategy_config_is_masked_in_the_record_and_th
     finally:
         store.close()
     stored = documents(location)
-    assert kept == {"batchSize": 1, "notify": {"password": MASK, "targets": [{"apiToken": MASK, "url": "u"}]},
-                    "client_secret": MASK, "Token": MASK, "controlSlot": "active"}
+    assert kept == {
+        "batchSize": 1,
+        "notify": {"password": MASK, "targets": [{"apiToken": MASK, "url": "u"}]},
+        "client_secret": MASK,
+        "Token": MASK,
+        "controlSlot": "active",
+    }
     assert config["notify"]["password"] == SECRET  # the caller's release is not changed
     assert json.loads(stored["jobs/job-1/job.json"])["strategyConfig"] == kept
     assert stored and all(SECRET.encode() not in data for data in stored.values())

@@ -9,9 +9,15 @@ import sqlite3
 
 import pytest
 
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.context import interrupt_gone_jobs, refuse_interrupted
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.context import (
+    interrupt_gone_jobs,
+    refuse_interrupted,
+)
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
-from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import seconds_between, utc_timestamp
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
+    seconds_between,
+    utc_timestamp,
+)
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.run import owner as _job_owner
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import schema as _job_schema
@@ -25,16 +31,26 @@ ELSEWHERE = {"host": "controller-b.invalid", "pid": 4242, "startTicks": 1}  # an
 
 def at(seconds_after_t1):
     """The contract timestamp ``seconds_after_t1`` seconds after T1."""
-    return utc_timestamp(datetime.datetime(2026, 3, 1, 10, 5, tzinfo=datetime.timezone.utc)
-                         + datetime.timedelta(seconds=seconds_after_t1))
+    return utc_timestamp(
+        datetime.datetime(2026, 3, 1, 10, 5, tzinfo=datetime.timezone.utc)
+        + datetime.timedelta(seconds=seconds_after_t1)
+    )
 
 
 def pending_job(lease, owner=None):
     """job-1 (targets a, b of project shop) created at T0 with claim lease ``lease``, owned by ``owner``
     (default: a run on another controller)."""
     targets = {n: {"targetId": "id-" + n, "targetName": n, "projectName": "shop"} for n in ("a", "b")}
-    return _job.new_job("job-1", None, {"release": {"id": "r1"}}, [["a"], ["b"]], targets,
-                        {"claimLeaseSeconds": lease}, T0, owner=owner or ELSEWHERE)
+    return _job.new_job(
+        "job-1",
+        None,
+        {"release": {"id": "r1"}},
+        [["a"], ["b"]],
+        targets,
+        {"claimLeaseSeconds": lease},
+        T0,
+        owner=owner or ELSEWHERE,
+    )
 
 
 def job(lease, status="Running", owner=None, updated=T1):
@@ -50,16 +66,19 @@ def test_seconds_between_contract_timestamps():
     assert seconds_between("yesterday", T1) is None
 
 
-@pytest.mark.parametrize("lease, status, now, expired", [
-    (900, "Running", at(900), False),       # exactly the lease: still held
-    (900, "Running", at(901), True),        # one second past it
-    (900, "RollingBack", at(901), True),    # a rollback in progress is a run too
-    (900, "Pending", at(901), True),
-    (0, "Running", at(100000), False),      # no lease: never taken for gone from elsewhere
-    (900, "Succeeded", at(100000), False),  # finished jobs hold nothing
-    (900, "Failed", at(100000), False),
-    (900, "Running", at(-60), False),       # a reader whose clock is behind
-])
+@pytest.mark.parametrize(
+    "lease, status, now, expired",
+    [
+        (900, "Running", at(900), False),  # exactly the lease: still held
+        (900, "Running", at(901), True),  # one second past it
+        (900, "RollingBack", at(901), True),  # a rollback in progress is a run too
+        (900, "Pending", at(901), True),
+        (0, "Running", at(100000), False),  # no lease: never taken for gone from elsewhere
+        (900, "Succeeded", at(100000), False),  # finished jobs hold nothing
+        (900, "Failed", at(100000), False),
+        (900, "Running", at(-60), False),  # a reader whose clock is behind
+    ],
+)
 def test_lease_expired(lease, status, now, expired):
     assert _job_owner.lease_expired(job(lease, status), now) is expired
 
@@ -72,13 +91,15 @@ def test_gone_why_names_the_idle_time_the_lease_and_the_owner():
     assert _job_owner.gone_why(job(900), at(899)) is None
     assert _job_owner.gone_why(job(900), at(912)) == (
         "interrupted: no change or lease renewal for 912s, longer than its claim lease of 900s (controller "
-        "controller-b.invalid, pid 4242)")
+        "controller-b.invalid, pid 4242)"
+    )
 
 
 def test_a_run_gone_on_this_host_is_interrupted_whatever_its_lease():
-    gone_here = dict(_job_owner.controller_owner(), pid=2 ** 22 + 7, startTicks=1)  # no such process
+    gone_here = dict(_job_owner.controller_owner(), pid=2**22 + 7, startTicks=1)  # no such process
     assert _job_owner.gone_why(job(900, owner=gone_here), at(1)).startswith(
-        "interrupted: the controller run (pid %d) ended" % gone_here["pid"])
+        "interrupted: the controller run (pid %d) ended" % gone_here["pid"]
+    )
 
 
 def stored(tmp_path, lease, updated=T1):
@@ -106,16 +127,19 @@ def test_an_expired_lease_releases_the_projects_to_the_next_job(tmp_path):
         assert interrupt_gone_jobs(store, at(901)) == ["job-1"]
         record = store.get("job-1")
         assert (record["status"], record["promotion"], record["code"]) == ("Failed", "Failed", "job_interrupted")
-        assert record["interrupted"] == {"at": at(901), "why": "interrupted: no change or lease renewal for 901s, "
-                                         "longer than its claim lease of 900s (controller controller-b.invalid, "
-                                         "pid 4242)"}
+        assert record["interrupted"] == {
+            "at": at(901),
+            "why": "interrupted: no change or lease renewal for 901s, "
+            "longer than its claim lease of 900s (controller controller-b.invalid, "
+            "pid 4242)",
+        }
         assert (record["targets"]["a"]["status"], record["targets"]["b"]["status"]) == ("Failed", "Skipped")
         assert store.claims() == {}
         assert store.projection("job-1")["terminal"] is True
         _stored, held = new_job_for_a(store, "job-3", at(902))
         assert held == {} and store.claims() == {"id-a|shop": "job-3"}
         # a second pass has nothing left to do (job-3 has no lease)
-        assert interrupt_gone_jobs(store, at(10 ** 6)) == []
+        assert interrupt_gone_jobs(store, at(10**6)) == []
     finally:
         store.close()
 
@@ -123,9 +147,9 @@ def test_an_expired_lease_releases_the_projects_to_the_next_job(tmp_path):
 def test_without_a_lease_another_controller_never_takes_the_job(tmp_path):
     store = stored(tmp_path, 0)
     try:
-        assert interrupt_gone_jobs(store, at(10 ** 6)) == []
+        assert interrupt_gone_jobs(store, at(10**6)) == []
         assert store.get("job-1")["status"] == "Running"
-        assert new_job_for_a(store, "job-2", at(10 ** 6))[1] == {"a": "job-1"}
+        assert new_job_for_a(store, "job-2", at(10**6))[1] == {"a": "job-1"}
     finally:
         store.close()
 
@@ -147,9 +171,11 @@ def test_a_run_still_alive_stops_at_its_next_step(tmp_path):
         with pytest.raises(StellaError) as caught:
             refuse_interrupted(store.get("job-1"))
         assert caught.value.code == "job_interrupted" and caught.value.phase == "job"
-        assert caught.value.reason == ("job job-1 was recorded interrupted, this run stops: interrupted: no change "
-                                       "or lease renewal for 901s, longer than its claim lease of 900s (controller "
-                                       "controller-b.invalid, pid 4242)")
+        assert caught.value.reason == (
+            "job job-1 was recorded interrupted, this run stops: interrupted: no change "
+            "or lease renewal for 901s, longer than its claim lease of 900s (controller "
+            "controller-b.invalid, pid 4242)"
+        )
     finally:
         store.close()
 
@@ -204,8 +230,13 @@ def test_a_step_after_a_renewal_keeps_the_renewal_out_of_the_record(tmp_path):
     try:
         store.renew_lease("job-1", at(800))
         seen = []
-        after = store.update("job-1", lambda r: seen.append(r.get("leaseRenewedAt")) or _job.record_phase(
-            r, "a", "deploy", "succeeded", None, at(850), 10, at(850)))
+        after = store.update(
+            "job-1",
+            lambda r: (
+                seen.append(r.get("leaseRenewedAt"))
+                or _job.record_phase(r, "a", "deploy", "succeeded", None, at(850), 10, at(850))
+            ),
+        )
         assert seen == [at(800)]  # the change sees the renewal (an interrupt re-checks it)
         assert after["leaseRenewedAt"] == at(800)
         assert all("leaseRenewedAt" not in json.loads(r[0]) for r in store._read("SELECT record FROM deployment_jobs"))
@@ -221,8 +252,10 @@ def test_a_renewal_between_the_look_and_the_write_keeps_the_job(tmp_path):
         assert _job_owner.gone_why(looked, at(1000)) is not None
         store.renew_lease("job-1", at(999))
         assert _job_owner.interrupt_gone(store, looked, at(1000))["status"] == "Running"
-        assert store.get("job-1").get("interrupted") is None and store.claims() == {"id-a|shop": "job-1",
-                                                                                    "id-b|shop": "job-1"}
+        assert store.get("job-1").get("interrupted") is None and store.claims() == {
+            "id-a|shop": "job-1",
+            "id-b|shop": "job-1",
+        }
     finally:
         store.close()
 
@@ -250,8 +283,10 @@ def test_a_store_made_before_leases_is_migrated_and_keeps_its_jobs(tmp_path):
 def test_job_show_names_the_lease_while_the_job_runs_and_evidence_leaves_the_renewal_out():
     running = dict(job(900), leaseRenewedAt=at(30))
     text = _job_view.render_text(running)
-    assert ("claim lease 900s  run: controller controller-b.invalid pid 4242  changed %s  renewed %s" % (T1, at(30))
-            in text.splitlines())
+    assert (
+        "claim lease 900s  run: controller controller-b.invalid pid 4242  changed %s  renewed %s" % (T1, at(30))
+        in text.splitlines()
+    )
     assert "claim lease" not in _job_view.render_text(job(0))
     assert "claim lease" not in _job_view.render_text(dict(running, status="Succeeded"))
     assert _job_view.job_evidence(running) == _job_view.job_evidence(job(900))

@@ -138,8 +138,11 @@ def running_job(tmp_path):
     store = _job_store.open_store(location)
     targets = {"a": {"targetId": "id-a", "targetName": "a", "projectName": "shop"}}
     now = utc_timestamp()
-    store.create(_job.new_job("job-1", None, {"release": {"id": "r1"}}, [["a"]], targets,
-                              {"claimLeaseSeconds": 2}, now, owner=ELSEWHERE))
+    store.create(
+        _job.new_job(
+            "job-1", None, {"release": {"id": "r1"}}, [["a"]], targets, {"claimLeaseSeconds": 2}, now, owner=ELSEWHERE
+        )
+    )
     store.update("job-1", lambda r: _job.start(r, now))
     yield location, store
     store.close()
@@ -199,5 +202,6 @@ def test_a_keeper_that_cannot_be_started_is_reported_as_none(monkeypatch, tmp_pa
 
 def test_the_keeper_finds_the_collection_where_this_one_was_found():
     root = _job_lease.COLLECTIONS_PATH
-    assert os.path.isfile(os.path.join(root, "ansible_collections", "stellaops", "runtime", "plugins", "plugin_utils",
-                                       "run", "lease.py"))
+    assert os.path.isfile(
+        os.path.join(root, "ansible_collections", "stellaops", "runtime", "plugins", "plugin_utils", "run", "lease.py")
+    )

@@ -10,14 +10,34 @@ T0 = "2026-01-01T00:00:00Z"
 
 def finished(ok):
     targets = {"t1": {"targetId": "id-t1"}, "t2": {"targetId": "id-t2"}}
-    record = _job.start(_job.new_job("awx-42", "awx_job_id", {"release": {"id": "r1"}, "strategy": "rolling"},
-                                     [["t2", "t1"]], targets, {"autoRollbackOnFailure": False}, T0), T0)
+    record = _job.start(
+        _job.new_job(
+            "awx-42",
+            "awx_job_id",
+            {"release": {"id": "r1"}, "strategy": "rolling"},
+            [["t2", "t1"]],
+            targets,
+            {"autoRollbackOnFailure": False},
+            T0,
+        ),
+        T0,
+    )
     for name in ("t2", "t1"):
         record = _job.record_phase(record, name, "preflight", "passed", T0, T0, 5, T0)
-        record = _job.finish_target(record, name, ok or name == "t2", T0, reason=None if ok else "probe failed",
-                                    code=None if ok else "health_probe_failed", facts={})
-    record = _job.record_gate(record, {"batch": 0, "proceed": ok, "reason": "ok" if ok else "t1 failed",
-                                       "failedTargets": [] if ok else ["t1"]}, T0)
+        record = _job.finish_target(
+            record,
+            name,
+            ok or name == "t2",
+            T0,
+            reason=None if ok else "probe failed",
+            code=None if ok else "health_probe_failed",
+            facts={},
+        )
+    record = _job.record_gate(
+        record,
+        {"batch": 0, "proceed": ok, "reason": "ok" if ok else "t1 failed", "failedTargets": [] if ok else ["t1"]},
+        T0,
+    )
     return _job.finish(record, T0)
 
 
@@ -42,4 +62,5 @@ def test_a_failed_job_publishes_its_code_and_reason():
 def test_the_closing_line_names_the_job_its_status_and_why():
     assert _job_view.closing_line("job-1", "Succeeded", None) == "job job-1 Succeeded"
     assert _job_view.closing_line("job-1", "RolledBack", "target a: unhealthy (auto-rollback restored it)") == (
-        "job job-1 RolledBack: target a: unhealthy (auto-rollback restored it)")
+        "job job-1 RolledBack: target a: unhealthy (auto-rollback restored it)"
+    )

@@ -21,16 +21,21 @@ def every_lock_is_accepted_by_compose(monkeypatch):
 
 
 def hosts(count):
-    return [("vm%d" % i, {"ansible_host": "10.0.0.%d" % i, "ansible_user": "root", "ansible_port": 22})
-            for i in range(1, count + 1)]
+    return [
+        ("vm%d" % i, {"ansible_host": "10.0.0.%d" % i, "ansible_user": "root", "ansible_port": 22})
+        for i in range(1, count + 1)
+    ]
 
 
-@pytest.mark.parametrize("host, expected", [
-    ({"ansible_connection": "local"}, ("local", "local")),
-    ({"ansible_host": "10.0.0.9", "ansible_user": "deploy", "ansible_port": 2222}, ("ssh://10.0.0.9:2222", "ssh")),
-    ({"ansible_host": "vm.example"}, ("ssh://vm.example", "ssh")),
-    ({}, ("ssh://vm1", "ssh")),
-])
+@pytest.mark.parametrize(
+    "host, expected",
+    [
+        ({"ansible_connection": "local"}, ("local", "local")),
+        ({"ansible_host": "10.0.0.9", "ansible_user": "deploy", "ansible_port": 2222}, ("ssh://10.0.0.9:2222", "ssh")),
+        ({"ansible_host": "vm.example"}, ("ssh://vm.example", "ssh")),
+        ({}, ("ssh://vm1", "ssh")),
+    ],
+)
 def test_target_identity_from_the_connection(host, expected):
     identity = _job_plan.target_identity("vm1", host, "ComposeHost")
     assert (identity["endpoint"], identity["executionMode"]) == expected
@@ -38,8 +43,9 @@ def test_target_identity_from_the_connection(host, expected):
 
 
 def test_stella_target_wins():
-    identity = _job_plan.target_identity("vm1", {"ansible_host": "10.0.0.1", "stella_target": {
-        "id": "tgt-7", "name": "shop-vm-7"}}, "ComposeHost")
+    identity = _job_plan.target_identity(
+        "vm1", {"ansible_host": "10.0.0.1", "stella_target": {"id": "tgt-7", "name": "shop-vm-7"}}, "ComposeHost"
+    )
     assert (identity["id"], identity["name"], identity["endpoint"]) == ("tgt-7", "shop-vm-7", "ssh://10.0.0.1")
 
 
@@ -77,52 +83,106 @@ def test_duplicate_target_ids_and_empty_jobs_are_refused():
         _job_plan.plan_job(release, [], resolved_for(release), "job-x")
 
 
-@pytest.mark.parametrize("config, overrides, expected", [
-    ({}, {}, (True, "default", True, "default")),
-    ({"waitForHealthCheck": False, "rollbackOnFailure": False}, {},
-     (False, "strategyConfig.rollbackOnFailure", False, "strategyConfig.waitForHealthCheck")),
-    ({"waitForHealthCheck": False}, {"waitForHealthCheck": True, "autoRollbackOnFailure": False},
-     (False, "override", True, "override")),
-])
+@pytest.mark.parametrize(
+    "config, overrides, expected",
+    [
+        ({}, {}, (True, "default", True, "default")),
+        (
+            {"waitForHealthCheck": False, "rollbackOnFailure": False},
+            {},
+            (False, "strategyConfig.rollbackOnFailure", False, "strategyConfig.waitForHealthCheck"),
+        ),
+        (
+            {"waitForHealthCheck": False},
+            {"waitForHealthCheck": True, "autoRollbackOnFailure": False},
+            (False, "override", True, "override"),
+        ),
+    ],
+)
 def test_job_options(config, overrides, expected):
     options = _job_plan.job_options({"strategyConfig": config}, overrides)
-    assert (options["autoRollbackOnFailure"], options["autoRollbackSource"], options["waitForHealthCheck"],
-            options["waitForHealthCheckSource"]) == expected
+    assert (
+        options["autoRollbackOnFailure"],
+        options["autoRollbackSource"],
+        options["waitForHealthCheck"],
+        options["waitForHealthCheckSource"],
+    ) == expected
 
 
 def test_each_target_plan_carries_its_tasks_options_for_a_compose_host():
-    release = minimal_release(components=[{"name": "web", "image": "registry.example.com/shop/web:1.0",
-                                           "config": {"healthProbe.type": "tcp", "healthProbe.tcp.port": "80"}}])
-    settings = {"waitForHealthCheck": False, "waitTimeout": 30, "keepRevisions": 3, "minEngineVersion": "25.0.0",
-                "minComposeVersion": "2.30.0", "insecureRegistries": ["registry.lab:5001"], "claimLeaseSeconds": 0}
+    release = minimal_release(
+        components=[
+            {
+                "name": "web",
+                "image": "registry.example.com/shop/web:1.0",
+                "config": {"healthProbe.type": "tcp", "healthProbe.tcp.port": "80"},
+            }
+        ]
+    )
+    settings = {
+        "waitForHealthCheck": False,
+        "waitTimeout": 30,
+        "keepRevisions": 3,
+        "minEngineVersion": "25.0.0",
+        "minComposeVersion": "2.30.0",
+        "insecureRegistries": ["registry.lab:5001"],
+        "claimLeaseSeconds": 0,
+    }
     plan = _job_plan.plan_job(release, hosts(1), resolved_for(release), "job-x", settings)["plans"]["vm1"]
     inputs = plan["inputs"]
     assert inputs["apply"] == {
-        "task": "compose.up", "payload": plan["payloads"]["compose.up"], "wait_timeout": 30, "keep_revisions": 3,
+        "task": "compose.up",
+        "payload": plan["payloads"]["compose.up"],
+        "wait_timeout": 30,
+        "keep_revisions": 3,
         "task_timeout": 2 * 30 + 600,  # no hooks: the waits and the allowance (record.task_timeout)
-        "preflight": {"payload": plan["payloads"]["compose.preflight"], "target_type": "ComposeHost",
-                      "min_engine_version": "25.0.0", "min_compose_version": "2.30.0",
-                      "insecure_registries": ["registry.lab:5001"]}}
-    assert inputs["probe"] == {"components": [{"name": "web", "config": {"healthProbe.type": "tcp",
-                                                                         "healthProbe.tcp.port": "80"}}],
-                               "target": plan["target"], "wait_for_health_check": False}
-    assert inputs["rollback"] == {"task": "compose.rollback", "payload": plan["payloads"]["compose.rollback"],
-                                  "wait_timeout": 30, "task_timeout": 660}
+        "preflight": {
+            "payload": plan["payloads"]["compose.preflight"],
+            "target_type": "ComposeHost",
+            "min_engine_version": "25.0.0",
+            "min_compose_version": "2.30.0",
+            "insecure_registries": ["registry.lab:5001"],
+        },
+    }
+    assert inputs["probe"] == {
+        "components": [{"name": "web", "config": {"healthProbe.type": "tcp", "healthProbe.tcp.port": "80"}}],
+        "target": plan["target"],
+        "wait_for_health_check": False,
+    }
+    assert inputs["rollback"] == {
+        "task": "compose.rollback",
+        "payload": plan["payloads"]["compose.rollback"],
+        "wait_timeout": 30,
+        "task_timeout": 660,
+    }
     given = _job_plan.plan_job(release, hosts(1), resolved_for(release), "job-x", dict(settings, taskTimeout=90))
     assert given["plans"]["vm1"]["inputs"]["apply"]["task_timeout"] == 90
 
 
 def test_a_docker_host_plan_applies_every_components_payload_and_commits_the_sticker():
-    release = minimal_release(target={"id": "tgt-1", "name": "vm-1", "type": "DockerHost",
-                                      "endpoint": "ssh://10.0.0.5", "executionMode": "ssh"})
+    release = minimal_release(
+        target={
+            "id": "tgt-1",
+            "name": "vm-1",
+            "type": "DockerHost",
+            "endpoint": "ssh://10.0.0.5",
+            "executionMode": "ssh",
+        }
+    )
     plan = _job_plan.plan_job(release, hosts(1), resolved_for(release), "job-x")["plans"]["vm1"]
     apply = plan["inputs"]["apply"]
     assert (apply["task"], apply["payloads"], apply["version_sticker"]) == (
-        "docker.run", plan["payloads"]["docker.run"], plan["sticker"])
+        "docker.run",
+        plan["payloads"]["docker.run"],
+        plan["sticker"],
+    )
     assert "payload" not in apply and apply["preflight"]["target_type"] == "DockerHost"
     # without settings, the contract's defaults
     assert (apply["wait_timeout"], apply["keep_revisions"], apply["preflight"]["min_engine_version"]) == (
-        120, 10, "24.0.0")
+        120,
+        10,
+        "24.0.0",
+    )
     assert plan["inputs"]["rollback"]["task"] == "docker.rollback"
     assert plan["inputs"]["probe"]["wait_for_health_check"] is True
 

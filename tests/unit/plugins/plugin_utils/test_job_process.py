@@ -71,8 +71,9 @@ def test_an_exited_process_is_gone_as_a_zombie_and_once_reaped(child):
 
 
 def test_a_dead_pid_and_a_reused_pid_are_gone(child):
-    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
-                          check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+    )
     dead = int(done.stdout)
     assert _process.stat(dead) is None or _process.stat(dead)[1] != _process.start_ticks(child.pid)
     assert _process.state(dead, None) == _process.GONE

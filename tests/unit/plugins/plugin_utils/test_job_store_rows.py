@@ -24,25 +24,43 @@ def names(count):
 
 
 def batches_of(hosts, size):
-    return [hosts[i:i + size] for i in range(0, len(hosts), size)]
+    return [hosts[i : i + size] for i in range(0, len(hosts), size)]
 
 
 def new_record(count, size=None, job_id="job-1"):
     hosts = names(count)
     targets = {n: {"targetId": "id-" + n, "projectName": "shop-" + n} for n in hosts}
-    return _job.new_job(job_id, None, {"release": {"id": "r1"}}, batches_of(hosts, size or count), targets,
-                        {"autoRollbackOnFailure": True}, T0)
+    return _job.new_job(
+        job_id,
+        None,
+        {"release": {"id": "r1"}},
+        batches_of(hosts, size or count),
+        targets,
+        {"autoRollbackOnFailure": True},
+        T0,
+    )
 
 
 def outcome(record, name, at):
     """One target's recorded outcome, as the record step writes it: nine phases and its facts (a
     realistic size: hashes of its sticker, lock and manifest, a revision path, per-phase detail)."""
     for index, phase in enumerate(PHASES):
-        record = _job.record_phase(record, name, phase, "passed", at, at, 10 + index, at,
-                                   detail={"probes": "passed"} if phase == "verify" else None)
-    facts = {"artifacts": {k: "sha256:%064x" % i for i, k in enumerate(("sticker", "lock", "manifest", "hash"))},
-             "previousRevisionPath": "/var/lib/stella/projects/shop-%s/.stella/revisions/1" % name,
-             "evidence": {"deployment.json": {"sha256": "%064x" % 7, "document": "shop/%s/deployment.json" % name}}}
+        record = _job.record_phase(
+            record,
+            name,
+            phase,
+            "passed",
+            at,
+            at,
+            10 + index,
+            at,
+            detail={"probes": "passed"} if phase == "verify" else None,
+        )
+    facts = {
+        "artifacts": {k: "sha256:%064x" % i for i, k in enumerate(("sticker", "lock", "manifest", "hash"))},
+        "previousRevisionPath": "/var/lib/stella/projects/shop-%s/.stella/revisions/1" % name,
+        "evidence": {"deployment.json": {"sha256": "%064x" % 7, "document": "shop/%s/deployment.json" % name}},
+    }
     return _job.finish_target(record, name, True, at, facts=facts)
 
 
@@ -56,8 +74,12 @@ def run_job(store, count, size):
         for name in batch:
             store.update("job-1", lambda r, n=name: outcome(r, n, T0))
         if index + 1 < len(plan):
-            store.update("job-1", lambda r, i=index: _job.record_gate(
-                r, {"batch": i, "proceed": True, "reason": "batch %d healthy" % i}, T0))
+            store.update(
+                "job-1",
+                lambda r, i=index: _job.record_gate(
+                    r, {"batch": i, "proceed": True, "reason": "batch %d healthy" % i}, T0
+                ),
+            )
     return store.update("job-1", lambda r: _job.finish(r, T0))
 
 
@@ -154,6 +176,7 @@ def test_recording_one_target_serialises_and_copies_that_target_only(tmp_path, m
             def counted_clone(document):
                 seen["cloned"] += len(document.get("targets") or {}) or 1
                 return clone(document)
+
             monkeypatch.setattr(_rows, "dumps", counted_dumps)
             monkeypatch.setattr(_job, "clone", counted_clone)
             final = store.update("job-1", lambda r: outcome(r, "host-003", T0))
@@ -218,17 +241,26 @@ def test_a_schema_5_store_is_split_into_rows_and_reads_back_the_same(tmp_path):
     old.execute("INSERT INTO stella_schema (name, version) VALUES ('job_store', 5)")
     record = dict(_job.start(new_record(4, 2), T0), revision=2)
     projection = _projection.initial(new_record(4, 2))
-    old.execute("INSERT INTO deployment_jobs (job_id, kind, status, release_id, created_at, updated_at, revision, "
-                "record) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", ("job-1", "deployment", "Running", "r1", T0, T0, 2,
-                                                            _rows.dumps(record)))
-    old.execute("INSERT INTO deployments (deployment_id, status, terminal, job_revision, projection, updated_at) "
-                "VALUES (?, ?, ?, ?, ?, ?)", ("job-1", "Pending", 0, 1, _rows.dumps(projection), T0))
+    old.execute(
+        "INSERT INTO deployment_jobs (job_id, kind, status, release_id, created_at, updated_at, revision, "
+        "record) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        ("job-1", "deployment", "Running", "r1", T0, T0, 2, _rows.dumps(record)),
+    )
+    old.execute(
+        "INSERT INTO deployments (deployment_id, status, terminal, job_revision, projection, updated_at) "
+        "VALUES (?, ?, ?, ?, ?, ?)",
+        ("job-1", "Pending", 0, 1, _rows.dumps(projection), T0),
+    )
     old.commit()
     old.close()
     store = _job_store.open_store(str(path))
     try:
-        assert store.migration == {"from": 5, "to": 7, "healthConstraint": store.migration["healthConstraint"],
-                                   "storeId": store.store_id}
+        assert store.migration == {
+            "from": 5,
+            "to": 7,
+            "healthConstraint": store.migration["healthConstraint"],
+            "storeId": store.store_id,
+        }
         assert store.get("job-1") == record and list(store.get("job-1")["targets"]) == names(4)
         assert store.projection("job-1") == projection
         assert [n for (n,) in store._read("SELECT name FROM job_targets ORDER BY position")] == names(4)

@@ -14,15 +14,19 @@ def agent(statuses=None, failed=False, **extra):
     """An apply result whose agent phases have ``statuses`` (default all succeeded), 10 ms each."""
     statuses = statuses or ["succeeded"] * 7
     phases = [{"phase": name, "status": status, "durationMs": 10} for name, status in zip(AGENT, statuses)]
-    phases += [{"phase": name, "status": "not_run", "durationMs": 0} for name in AGENT[len(statuses):]]
+    phases += [{"phase": name, "status": "not_run", "durationMs": 0} for name in AGENT[len(statuses) :]]
     return dict({"deploymentPhases": phases, "failed": failed, "changed": True}, **extra)
 
 
 PASSED = {"evidence": {"healthProbe.status": "passed", "healthProbe.count": 1}, "failed": False}
 SKIPPED = {"evidence": {"healthProbe.status": "skipped", "healthProbe.reason": "waitForHealthCheck=false"}}
 NONE = {"evidence": {}, "msg": "No post-deploy health probes configured"}
-PROBE_FAILED = {"failed": True, "code": "health_probe_failed", "msg": "Post-deploy health probe failed for web\nx",
-                "evidence": {"healthProbe.status": "failed"}}
+PROBE_FAILED = {
+    "failed": True,
+    "code": "health_probe_failed",
+    "msg": "Post-deploy health probe failed for web\nx",
+    "evidence": {"healthProbe.status": "failed"},
+}
 
 
 def names(outcome):
@@ -39,9 +43,14 @@ def test_a_target_that_succeeded_ran_all_nine_phases():
     assert evidence[3] == {"written": "deployment.json", "in": ["job store", "evidence directory"]}
 
 
-@pytest.mark.parametrize("probe, probes, reason", [
-    (SKIPPED, "skipped", "waitForHealthCheck=false"), (NONE, "none", None), (None, "not_run", None),
-])
+@pytest.mark.parametrize(
+    "probe, probes, reason",
+    [
+        (SKIPPED, "skipped", "waitForHealthCheck=false"),
+        (NONE, "none", None),
+        (None, "not_run", None),
+    ],
+)
 def test_probes_that_did_not_run_are_recorded_as_what_they_were(probe, probes, reason):
     outcome = jt.deployment_outcome(agent(), probe)
     verify = [p for p in outcome["phases"] if p[0] == "verify"][0]
@@ -49,7 +58,10 @@ def test_probes_that_did_not_run_are_recorded_as_what_they_were(probe, probes, r
     if reason:
         expected["reason"] = reason
     assert verify[1] == "succeeded" and verify[3] == expected
-    assert [p for p in outcome["phases"] if p[0] == "evidence"][0][3] == {"written": "deployment.json", "in": ["job store"]}
+    assert [p for p in outcome["phases"] if p[0] == "evidence"][0][3] == {
+        "written": "deployment.json",
+        "in": ["job store"],
+    }
     on_disk = jt.deployment_outcome(agent(), probe, evidence_written=True)
     assert [p for p in on_disk["phases"] if p[0] == "evidence"][0][3]["in"] == ["job store", "evidence directory"]
 
@@ -58,13 +70,18 @@ def test_a_failed_probe_fails_verify_and_no_later_phase_is_recorded():
     outcome = jt.deployment_outcome(agent(), PROBE_FAILED, failure=PROBE_FAILED)
     assert names(outcome) == [(n, "succeeded") for n in AGENT[:4]] + [("verify", "failed")]
     assert (outcome["succeeded"], outcome["failedPhase"], outcome["code"], outcome["reason"]) == (
-        False, "verify", "health_probe_failed", "Post-deploy health probe failed for web")
+        False,
+        "verify",
+        "health_probe_failed",
+        "Post-deploy health probe failed for web",
+    )
 
 
 @pytest.mark.parametrize("failed_at", range(7))
 def test_an_agent_failure_is_recorded_at_the_phase_the_agent_names_and_not_run_phases_are_not(failed_at):
-    apply = agent(["succeeded"] * failed_at + ["failed"], failed=True, code="some_code", msg="it broke",
-                  failurePhase="compose_up")
+    apply = agent(
+        ["succeeded"] * failed_at + ["failed"], failed=True, code="some_code", msg="it broke", failurePhase="compose_up"
+    )
     outcome = jt.deployment_outcome(apply, None, failure=apply)
     assert names(outcome) == [(n, "succeeded") for n in AGENT[:failed_at]] + [(AGENT[failed_at], "failed")]
     assert (outcome["failedPhase"], outcome["code"], outcome["reason"]) == (AGENT[failed_at], "some_code", "it broke")
@@ -96,10 +113,16 @@ def test_a_failure_before_the_apply_ran_is_a_preflight_failure():
     assert names(outcome) == [("preflight", "failed")] and outcome["code"] == "deploy_failed"
 
 
-RESTORED = {"rollbackRestored": True, "restoredRevisionPath": "/r/1", "changed": True,
-            "services": [{"service": "web", "state": "running", "imageDigest": "sha256:" + "a" * 64}],
-            "deploymentPhases": [{"phase": p, "status": "succeeded", "durationMs": 5}
-                                 for p in ("rollback-pre", "rollback-deploy", "rollback-verify", "rollback-post")]}
+RESTORED = {
+    "rollbackRestored": True,
+    "restoredRevisionPath": "/r/1",
+    "changed": True,
+    "services": [{"service": "web", "state": "running", "imageDigest": "sha256:" + "a" * 64}],
+    "deploymentPhases": [
+        {"phase": p, "status": "succeeded", "durationMs": 5}
+        for p in ("rollback-pre", "rollback-deploy", "rollback-verify", "rollback-post")
+    ],
+}
 
 
 def test_a_verified_restoration_is_a_rolled_back_target():
@@ -108,20 +131,30 @@ def test_a_verified_restoration_is_a_rolled_back_target():
     assert [p[0] for p in outcome["phases"]] == ["rollback-pre", "rollback-deploy", "rollback-verify", "rollback-post"]
 
 
-@pytest.mark.parametrize("change", [
-    {"rollbackRestored": False}, {"services": []},
-    {"services": [{"service": "web", "state": "exited", "imageDigest": "sha256:" + "a" * 64}]},
-    {"services": [{"service": "web", "state": "running", "imageDigest": None}]},
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"rollbackRestored": False},
+        {"services": []},
+        {"services": [{"service": "web", "state": "exited", "imageDigest": "sha256:" + "a" * 64}]},
+        {"services": [{"service": "web", "state": "running", "imageDigest": None}]},
+    ],
+)
 def test_a_restoration_the_agent_did_not_verify_is_not_a_rollback(change):
     outcome = jt.rollback_outcome(dict(RESTORED, **change))
     assert outcome["succeeded"] is False and outcome["reason"].startswith("rollback_unverified: ")
 
 
 def test_a_failed_rollback_keeps_its_code_and_first_line():
-    result = {"failed": True, "code": "rollback_superseded", "msg": "a newer release runs\ndetail",
-              "deploymentPhases": [{"phase": "rollback-pre", "status": "failed", "durationMs": 1},
-                                   {"phase": "rollback-deploy", "status": "not_run", "durationMs": 0}]}
+    result = {
+        "failed": True,
+        "code": "rollback_superseded",
+        "msg": "a newer release runs\ndetail",
+        "deploymentPhases": [
+            {"phase": "rollback-pre", "status": "failed", "durationMs": 1},
+            {"phase": "rollback-deploy", "status": "not_run", "durationMs": 0},
+        ],
+    }
     outcome = jt.rollback_outcome(result, result)
     assert (outcome["succeeded"], outcome["reason"]) == (False, "rollback_superseded: a newer release runs")
     assert [(p[0], p[1]) for p in outcome["phases"]] == [("rollback-pre", "failed")]
@@ -132,8 +165,14 @@ SERVICE = {"service": "web", "state": "running", "imageDigest": "sha256:" + "b" 
 
 
 def test_an_apply_that_changed_the_target_keeps_the_revision_a_rollback_restores():
-    apply = {"changed": True, "previousRevisionPath": "/p/revisions/000002-x", "projectName": "p",
-             "versionStickerHash": "sha256:s", "composeLockHash": "sha256:l", "services": [SERVICE]}
+    apply = {
+        "changed": True,
+        "previousRevisionPath": "/p/revisions/000002-x",
+        "projectName": "p",
+        "versionStickerHash": "sha256:s",
+        "composeLockHash": "sha256:l",
+        "services": [SERVICE],
+    }
     facts = jt.target_facts(apply, {"deployment.json": {"path": "/e/d.json", "sha256": "x"}})
     assert facts["previousRevisionPath"] == "/p/revisions/000002-x" and "unchangedByJob" not in facts
     assert facts["artifacts"] == {"versionStickerHash": "sha256:s", "composeLockHash": "sha256:l"}
@@ -141,13 +180,20 @@ def test_an_apply_that_changed_the_target_keeps_the_revision_a_rollback_restores
     assert facts["currentDigest"].startswith("sha256:")
 
 
-@pytest.mark.parametrize("apply", [
-    # a converged re-run: the agent still names the revision the project retained earlier
-    {"changed": False, "previousRevisionPath": "/p/revisions/000001-x", "appliedByJobId": "job-0",
-     "services": [SERVICE]},
-    # a failure that changed nothing (a pre-deploy hook refused; the staged files were put back)
-    {"changed": False, "failed": True, "previousRevisionPath": "/p/revisions/000001-x", "code": "hook_failed"},
-])
+@pytest.mark.parametrize(
+    "apply",
+    [
+        # a converged re-run: the agent still names the revision the project retained earlier
+        {
+            "changed": False,
+            "previousRevisionPath": "/p/revisions/000001-x",
+            "appliedByJobId": "job-0",
+            "services": [SERVICE],
+        },
+        # a failure that changed nothing (a pre-deploy hook refused; the staged files were put back)
+        {"changed": False, "failed": True, "previousRevisionPath": "/p/revisions/000001-x", "code": "hook_failed"},
+    ],
+)
 def test_an_apply_that_did_not_change_the_target_leaves_nothing_to_restore(apply):
     facts = jt.target_facts(apply, {})
     assert facts["unchangedByJob"] is True and "previousRevisionPath" not in facts
@@ -157,8 +203,11 @@ def test_no_apply_no_facts_but_the_evidence():
     assert jt.target_facts(None, {}) == {"evidence": {}}
 
 
-LOST = {"unreachable": True, "changed": False,
-        "msg": "Failed to connect to the host via ssh: Connection closed by 10.0.0.2 port 22\nmore"}
+LOST = {
+    "unreachable": True,
+    "changed": False,
+    "msg": "Failed to connect to the host via ssh: Connection closed by 10.0.0.2 port 22\nmore",
+}
 
 
 def test_a_target_that_stopped_answering_during_its_apply_is_failed_unreachable_with_its_outcome_unknown():

@@ -14,21 +14,31 @@ T0 = "2026-01-01T00:00:00Z"
 
 
 def job(strategy, config=None, batches=(("t1",), ("t2", "t3"))):
-    targets = {n: {"targetId": n, "slot": {"canary": "canary", "a-b": "b"}.get(strategy, "green")}
-               for b in batches for n in b}
-    summary = {"release": {"id": "r1"}, "strategy": strategy, "strategyConfig": dict(config or {}),
-               "application": "shop", "environment": "lab"}
-    record = _job.new_job("job-1", None, summary, [list(b) for b in batches], targets,
-                          {"autoRollbackOnFailure": True}, T0)
+    targets = {
+        n: {"targetId": n, "slot": {"canary": "canary", "a-b": "b"}.get(strategy, "green")} for b in batches for n in b
+    }
+    summary = {
+        "release": {"id": "r1"},
+        "strategy": strategy,
+        "strategyConfig": dict(config or {}),
+        "application": "shop",
+        "environment": "lab",
+    }
+    record = _job.new_job(
+        "job-1", None, summary, [list(b) for b in batches], targets, {"autoRollbackOnFailure": True}, T0
+    )
     return _job.start(record, T0)
 
 
-@pytest.mark.parametrize("strategy,config,expected", [
-    ("canary", {"trafficSteps": [10, 50, 100]}, [(90, 10, "canary"), (0, 100, "canary")]),
-    ("blue-green", {}, [None, (0, 100, "green")]),
-    ("a-b", {"trafficWeights": {"control": 80, "treatment": 20}}, [(80, 20, "b"), (80, 20, "b")]),
-    ("rolling", {}, [None, None]),
-])
+@pytest.mark.parametrize(
+    "strategy,config,expected",
+    [
+        ("canary", {"trafficSteps": [10, 50, 100]}, [(90, 10, "canary"), (0, 100, "canary")]),
+        ("blue-green", {}, [None, (0, 100, "green")]),
+        ("a-b", {"trafficWeights": {"control": 80, "treatment": 20}}, [(80, 20, "b"), (80, 20, "b")]),
+        ("rolling", {}, [None, None]),
+    ],
+)
 def test_shift_step_per_batch(strategy, config, expected):
     record = job(strategy, config)
     got = []
@@ -63,8 +73,12 @@ def test_a_failed_traffic_rollback_fails_the_rollback():
     record = _job.finish_rollback_target(record, "t1", True, T0)
     step = _job_traffic.rollback_step(record, record["reason"])
     assert (step["controlWeight"], step["treatmentWeight"], step["rollback"]) == (100, 0, True)
-    record = _job_traffic.record_rollback(record, {"strategy.traffic.rollback.shifted": False}, T0,
-                                          {"code": "traffic_adapter_rollback_failed", "reason": "HTTP 500"})
+    record = _job_traffic.record_rollback(
+        record,
+        {"strategy.traffic.rollback.shifted": False},
+        T0,
+        {"code": "traffic_adapter_rollback_failed", "reason": "HTTP 500"},
+    )
     record = _job.finish_rollback(record, T0)
     assert record["status"] == "Failed" and record["rollback"]["status"] == "failed"
     assert record["reason"].endswith("auto-rollback failed: traffic: traffic_adapter_rollback_failed: HTTP 500")
@@ -73,14 +87,25 @@ def test_a_failed_traffic_rollback_fails_the_rollback():
 def test_job_show_prints_each_traffic_step_and_the_traffic_rollback():
     record = _job.finish_target(job("canary"), "t1", True, T0)
     step = _job_traffic.shift_step(record, 0)
-    evidence = {"strategy.traffic.mode": "traffic_shift", "strategy.traffic.status": "shifted",
-                "strategy.traffic.controlWeight": 90, "strategy.traffic.treatmentWeight": 10,
-                "strategy.traffic.slot": "canary", "strategy.traffic.adapter": "webhook"}
+    evidence = {
+        "strategy.traffic.mode": "traffic_shift",
+        "strategy.traffic.status": "shifted",
+        "strategy.traffic.controlWeight": 90,
+        "strategy.traffic.treatmentWeight": 10,
+        "strategy.traffic.slot": "canary",
+        "strategy.traffic.adapter": "webhook",
+    }
     record = _job_traffic.record_shift(record, step, evidence, T0)
-    record = _job_traffic.record_rollback(record, {"strategy.traffic.rollback.mode": "traffic_rollback",
-                                                   "strategy.traffic.rollback.status": "failed",
-                                                   "strategy.traffic.rollback.slot": "active",
-                                                   "strategy.traffic.rollback.reason": "HTTP 500"}, T0)
+    record = _job_traffic.record_rollback(
+        record,
+        {
+            "strategy.traffic.rollback.mode": "traffic_rollback",
+            "strategy.traffic.rollback.status": "failed",
+            "strategy.traffic.rollback.slot": "active",
+            "strategy.traffic.rollback.reason": "HTTP 500",
+        },
+        T0,
+    )
     text = _job_view.render_text(record)
     assert "  traffic: traffic_shift shifted control 90 / treatment 10 slot canary (webhook)\n" in text
     assert "traffic rollback: traffic_rollback failed slot active: HTTP 500\n" in text
@@ -93,8 +118,9 @@ def first_canary_failing_later(auto_rollback=True):
     record["options"]["autoRollbackOnFailure"] = auto_rollback
     record = _job.finish_target(record, "t1", True, T0)
     step = _job_traffic.shift_step(record, 0)
-    record = _job_traffic.record_shift(record, step, {"strategy.traffic.shifted": True,
-                                                      "strategy.traffic.treatmentWeight": 10}, T0)
+    record = _job_traffic.record_shift(
+        record, step, {"strategy.traffic.shifted": True, "strategy.traffic.treatmentWeight": 10}, T0
+    )
     record = _job.record_gate(record, _strategy.gate(0, [("t1", "Succeeded", None)]), T0)
     record = _job.finish_target(record, "t2", False, T0, reason="probe failed")
     return _job.auto_rollback(_job.finish(record, T0), T0)
@@ -104,8 +130,12 @@ def test_traffic_this_job_moved_is_put_back_though_no_target_was_rolled_back():
     record = first_canary_failing_later()
     assert record["status"] == "Failed" and record["rollback"]["attempted"] is False
     assert _job_traffic.puts_traffic_back(record)
-    back = _job_traffic.record_rollback(record, {"strategy.traffic.rollback.shifted": False}, T0,
-                                        {"code": "traffic_adapter_rollback_failed", "reason": "HTTP 500"})
+    back = _job_traffic.record_rollback(
+        record,
+        {"strategy.traffic.rollback.shifted": False},
+        T0,
+        {"code": "traffic_adapter_rollback_failed", "reason": "HTTP 500"},
+    )
     assert back["reason"].endswith("; traffic rollback failed: traffic_adapter_rollback_failed: HTTP 500")
     assert not _job_traffic.puts_traffic_back(back)  # never twice
 
@@ -124,13 +154,16 @@ def test_traffic_is_put_back_though_the_targets_rollback_found_no_revision():
     applied = {"applyRan": True, "targetType": "ComposeHost"}
     record = _job.finish_target(record, "t1", True, T0, facts=applied)
     step = _job_traffic.shift_step(record, 0)
-    record = _job_traffic.record_shift(record, step, {"strategy.traffic.shifted": True,
-                                                      "strategy.traffic.treatmentWeight": 10}, T0)
+    record = _job_traffic.record_shift(
+        record, step, {"strategy.traffic.shifted": True, "strategy.traffic.treatmentWeight": 10}, T0
+    )
     record = _job.record_gate(record, _strategy.gate(0, [("t1", "Succeeded", None)]), T0)
     record = _job.finish_target(record, "t2", False, T0, reason="probe failed", facts=applied)
     record = _job.auto_rollback(_job.finish(record, T0), T0)
     assert record["status"] == "RollingBack" and sorted(n for b in record["rollback"]["batches"] for n in b) == [
-        "t1", "t2"]
+        "t1",
+        "t2",
+    ]
     for name in ("t2", "t1"):
         record = _job.finish_rollback_target(record, name, False, T0, reason="no_revision: no retained revision")
     assert _job_traffic.puts_traffic_back(record)
@@ -146,14 +179,21 @@ def test_no_traffic_rollback_after_a_failed_target_rollback_when_the_job_moved_n
     record = job("blue-green", batches=(("t1",),))
     record = _job.finish_target(record, "t1", True, T0, facts={"applyRan": True, "targetType": "ComposeHost"})
     step = _job_traffic.shift_step(record, 0)
-    record = _job_traffic.record_shift(record, step, {"strategy.traffic.shifted": False}, T0,
-                                       {"code": "traffic_adapter_failed", "reason": "unreachable"})
-    record = _job.record_gate(record, _strategy.gate(0, [("t1", "Succeeded", None)],
-                                                     _job_traffic.gate_failure(record, 0)), T0)
+    record = _job_traffic.record_shift(
+        record,
+        step,
+        {"strategy.traffic.shifted": False},
+        T0,
+        {"code": "traffic_adapter_failed", "reason": "unreachable"},
+    )
+    record = _job.record_gate(
+        record, _strategy.gate(0, [("t1", "Succeeded", None)], _job_traffic.gate_failure(record, 0)), T0
+    )
     record = _job.auto_rollback(_job.finish(record, T0), T0)
     record = _job.finish_rollback_target(record, "t1", False, T0, reason="no_revision: no retained revision")
     assert record["status"] == "RollingBack" and not _job_traffic.puts_traffic_back(record)
-    failed = _job.finish_target(job("blue-green", batches=(("t1",),)), "t1", False, T0,
-                                facts={"previousRevisionPath": "/p"})
+    failed = _job.finish_target(
+        job("blue-green", batches=(("t1",),)), "t1", False, T0, facts={"previousRevisionPath": "/p"}
+    )
     restored = _job.finish_rollback_target(_job.auto_rollback(_job.finish(failed, T0), T0), "t1", True, T0)
     assert _job_traffic.puts_traffic_back(restored)  # every planned target restored: put back as always

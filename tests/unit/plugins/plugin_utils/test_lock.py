@@ -14,12 +14,22 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "fixtures
 
 from planning_support import (  # noqa: E402
     compose_accepts_every_lock,
-    DIGEST_A, FIXTURES, TRICKY, compose_config, compose_value, load_release, minimal_release, resolved_for,
+    DIGEST_A,
+    FIXTURES,
+    TRICKY,
+    compose_config,
+    compose_value,
+    load_release,
+    minimal_release,
+    resolved_for,
 )
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError  # noqa: E402
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.lock import (  # noqa: E402
-    emit_yaml, healthcheck, quote, render_lock,
+    emit_yaml,
+    healthcheck,
+    quote,
+    render_lock,
 )
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.plan import plan_release  # noqa: E402
 
@@ -43,14 +53,15 @@ def test_any_string_round_trips_through_pyyaml(text):
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.dictionaries(_TEXT, st.one_of(_TEXT, st.integers(-10 ** 12, 10 ** 12), st.booleans()), max_size=6))
+@given(st.dictionaries(_TEXT, st.one_of(_TEXT, st.integers(-(10**12), 10**12), st.booleans()), max_size=6))
 def test_keys_and_scalars_round_trip(mapping):
     assert yaml.safe_load(emit_yaml({"m": mapping})) == {"m": mapping}
 
 
 def test_ints_and_bools_are_unquoted_and_empty_collections_are_inline():
     assert emit_yaml({"a": 3, "b": True, "c": False, "d": [], "e": {}, "yes": "on"}) == (
-        'a: 3\nb: true\nc: false\nd: []\ne: {}\n"yes": "on"\n')
+        'a: 3\nb: true\nc: false\nd: []\ne: {}\n"yes": "on"\n'
+    )
 
 
 def test_lone_surrogates_are_refused():
@@ -61,7 +72,10 @@ def test_lone_surrogates_are_refused():
 def test_healthcheck_from_config():
     assert healthcheck({"env.A": "1"}) is None
     assert healthcheck({"healthcheck.test": "curl -f x", "healthcheck.retries": "3", "healthcheck.interval": "5s"}) == {
-        "test": ["CMD-SHELL", "curl -f x"], "interval": "5s", "retries": 3}
+        "test": ["CMD-SHELL", "curl -f x"],
+        "interval": "5s",
+        "retries": 3,
+    }
     assert healthcheck({"healthcheck.test": ["CMD", "wget", "$x"]})["test"] == ["CMD", "wget", "$$x"]
 
 
@@ -108,10 +122,15 @@ def test_every_tricky_string_survives_compose_in_env_labels_and_healthcheck():
     config = {"env.V%d" % i: text for i, text in enumerate(TRICKY)}
     config["healthcheck.test"] = ["CMD", "echo"] + TRICKY[:10]
     release = minimal_release(
-        application="010", tenant="yes", environment="3.8",
-        components=[{"name": "010", "image": "registry.example.com/shop/web:1.0", "config": config},
-                    {"name": "on", "image": "registry.example.com/shop/web:1.0"}],
-        emitComposeVersion=True)
+        application="010",
+        tenant="yes",
+        environment="3.8",
+        components=[
+            {"name": "010", "image": "registry.example.com/shop/web:1.0", "config": config},
+            {"name": "on", "image": "registry.example.com/shop/web:1.0"},
+        ],
+        emitComposeVersion=True,
+    )
     plan = plan_release(release, {"registry.example.com/shop/web:1.0": DIGEST_A})
     assert plan["lock"].startswith('version: "3.8"\n')
     out = compose_config({"compose.stella.lock.yml": plan["lock"]})
@@ -125,20 +144,28 @@ def test_every_tricky_string_survives_compose_in_env_labels_and_healthcheck():
 
 
 @settings(max_examples=25, deadline=None)
-@given(st.lists(st.text(st.characters(exclude_categories=("Cs", "Cc"), exclude_characters="\u2028\u2029\u0085"),
-                        max_size=12), min_size=1, max_size=4))
+@given(
+    st.lists(
+        st.text(st.characters(exclude_categories=("Cs", "Cc"), exclude_characters="\u2028\u2029\u0085"), max_size=12),
+        min_size=1,
+        max_size=4,
+    )
+)
 def test_random_env_values_survive_compose(values):
     config = {"env.V%d" % i: text for i, text in enumerate(values)}
-    release = minimal_release(components=[{"name": "web", "image": "registry.example.com/shop/web:1.0",
-                                           "config": config}])
+    release = minimal_release(
+        components=[{"name": "web", "image": "registry.example.com/shop/web:1.0", "config": config}]
+    )
     plan = plan_release(release, {"registry.example.com/shop/web:1.0": DIGEST_A})
     env = compose_config({"compose.stella.lock.yml": plan["lock"]})["services"]["web"]["environment"]
     assert env == {"V%d" % i: compose_value(text) for i, text in enumerate(values)}
 
 
 def test_render_lock_direct():
-    services = [{"name": "b", "image": "r.io/x:1@" + DIGEST_A, "config": {}, "ports": [], "labels": {"z": "1", "a": "2"}},
-                {"name": "a", "image": "r.io/y:1@" + DIGEST_A, "config": {}, "ports": ["80"], "labels": {}}]
+    services = [
+        {"name": "b", "image": "r.io/x:1@" + DIGEST_A, "config": {}, "ports": [], "labels": {"z": "1", "a": "2"}},
+        {"name": "a", "image": "r.io/y:1@" + DIGEST_A, "config": {}, "ports": ["80"], "labels": {}},
+    ]
     text = render_lock("p", services).decode()
     assert text.index("  a:") < text.index("  b:")
     assert text.index('a: "2"') < text.index('z: "1"')

@@ -10,7 +10,10 @@ from hypothesis import strategies as st
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.naming import (
-    derive_project_name, explicit_project_name, select_slot, traffic_role,
+    derive_project_name,
+    explicit_project_name,
+    select_slot,
+    traffic_role,
 )
 
 COMPOSE_PROJECT = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
@@ -20,11 +23,15 @@ def valid(name):
     return bool(COMPOSE_PROJECT.match(name)) and len(name) <= 63
 
 
-@pytest.mark.parametrize("parts,expected", [
-    (("acme", "prod", "tgt-1", "shop", "active"), "acme_prod_tgt-1_shop"),
-    (("acme", "prod", "tgt-1", "shop", "green"), "acme_prod_tgt-1_shop_green"),
-    (("acme", "prod", "tgt-1", "shop", "canary"), "acme_prod_tgt-1_shop_canary"),
-], ids=["active-no-suffix", "green", "canary"])
+@pytest.mark.parametrize(
+    "parts,expected",
+    [
+        (("acme", "prod", "tgt-1", "shop", "active"), "acme_prod_tgt-1_shop"),
+        (("acme", "prod", "tgt-1", "shop", "green"), "acme_prod_tgt-1_shop_green"),
+        (("acme", "prod", "tgt-1", "shop", "canary"), "acme_prod_tgt-1_shop_canary"),
+    ],
+    ids=["active-no-suffix", "green", "canary"],
+)
 def test_lossless_names_are_readable(parts, expected):
     assert derive_project_name(*parts) == expected
 
@@ -63,15 +70,19 @@ def test_different_tuples_never_collide_and_names_are_always_valid(one, two):
     assert first != second, (one, two)
 
 
-@pytest.mark.parametrize("project,slot,expected", [
-    ("shop", "active", "shop"),
-    ("shop", "green", "shop-green"),
-    ("shop-green", "green", "shop-green"),
-    ("shop_green", "green", "shop_green"),
-    ("shop-blue", "green", "shop-blue-green"),
-    ("shop", "canary", "shop-canary"),
-    ("shop", "variant-b", "shop-variant-b"),
-], ids=["active", "append", "already-dash", "already-underscore", "other-slot", "canary", "variant"])
+@pytest.mark.parametrize(
+    "project,slot,expected",
+    [
+        ("shop", "active", "shop"),
+        ("shop", "green", "shop-green"),
+        ("shop-green", "green", "shop-green"),
+        ("shop_green", "green", "shop_green"),
+        ("shop-blue", "green", "shop-blue-green"),
+        ("shop", "canary", "shop-canary"),
+        ("shop", "variant-b", "shop-variant-b"),
+    ],
+    ids=["active", "append", "already-dash", "already-underscore", "other-slot", "canary", "variant"],
+)
 def test_explicit_project_gets_the_non_active_slot(project, slot, expected):
     assert explicit_project_name(project, slot) == expected
 
@@ -92,21 +103,37 @@ def _release(strategy, **extra):
     return data
 
 
-@pytest.mark.parametrize("release,slot", [
-    (_release("rolling"), "active"),
-    (_release("all-at-once"), "active"),
-    (_release("canary"), "canary"),
-    (_release("blue-green"), "green"),
-    (_release("a-b"), "green"),
-    (_release("blue-green", slot="blue"), "blue"),
-    (_release("rolling", strategyConfig={"slot": "canary"}), "canary"),
-    (_release("blue-green", strategyConfig={"deployment.slot": "blue"}), "blue"),
-    (_release("a-b", strategyConfig={"variantId": "variant-b"}), "variant-b"),
-    (_release("a-b", variantId="b2"), "b2"),
-    (_release("canary", slot="active", strategyConfig={"slot": "blue"}), "active"),
-    (_release("a-b", slot="exp-7"), "exp-7"),
-], ids=["rolling", "all-at-once", "canary", "blue-green", "a-b", "explicit", "config-slot", "deployment.slot",
-        "config-variant", "variantId", "release-wins", "a-b-variant-slot"])
+@pytest.mark.parametrize(
+    "release,slot",
+    [
+        (_release("rolling"), "active"),
+        (_release("all-at-once"), "active"),
+        (_release("canary"), "canary"),
+        (_release("blue-green"), "green"),
+        (_release("a-b"), "green"),
+        (_release("blue-green", slot="blue"), "blue"),
+        (_release("rolling", strategyConfig={"slot": "canary"}), "canary"),
+        (_release("blue-green", strategyConfig={"deployment.slot": "blue"}), "blue"),
+        (_release("a-b", strategyConfig={"variantId": "variant-b"}), "variant-b"),
+        (_release("a-b", variantId="b2"), "b2"),
+        (_release("canary", slot="active", strategyConfig={"slot": "blue"}), "active"),
+        (_release("a-b", slot="exp-7"), "exp-7"),
+    ],
+    ids=[
+        "rolling",
+        "all-at-once",
+        "canary",
+        "blue-green",
+        "a-b",
+        "explicit",
+        "config-slot",
+        "deployment.slot",
+        "config-variant",
+        "variantId",
+        "release-wins",
+        "a-b-variant-slot",
+    ],
+)
 def test_slot_selection(release, slot):
     assert select_slot(release)[0] == slot
 
@@ -118,9 +145,17 @@ def test_unknown_slot_outside_a_b_is_an_error_naming_the_field():
         select_slot(_release("rolling", strategyConfig={"deployment.slot": "Bad Slot"}))
 
 
-@pytest.mark.parametrize("slot,active,role", [
-    ("active", None, "active"), ("canary", None, "canary"), ("green", None, "standby"), ("blue", None, "standby"),
-    ("blue", "blue", "active"), ("green", "blue", "standby"), ("variant-b", None, "variant"),
-])
+@pytest.mark.parametrize(
+    "slot,active,role",
+    [
+        ("active", None, "active"),
+        ("canary", None, "canary"),
+        ("green", None, "standby"),
+        ("blue", None, "standby"),
+        ("blue", "blue", "active"),
+        ("green", "blue", "standby"),
+        ("variant-b", None, "variant"),
+    ],
+)
 def test_traffic_roles(slot, active, role):
     assert traffic_role(slot, active) == role

@@ -27,14 +27,20 @@ def finished_deployment(tmp_path, owner=None):
     location = str(tmp_path / "jobs.sqlite3")
     store = _job_store.open_store(location)
     try:
-        targets = {n: {"targetId": "id-" + n, "targetName": n, "targetType": "ComposeHost", "projectName": "shop"}
-                   for n in ("a", "b")}
-        store.create(_job.new_job("job-1", None, {"release": {"id": "r1"}}, [["a"], ["b"]], targets, {}, T0,
-                                  owner=owner))
-        store.update("job-1", lambda r: _job.start(r, T0),
-                     lambda r: _job.finish_target(r, "a", True, T0, facts={"previousRevisionPath": "/p/a/r0"}),
-                     lambda r: _job.finish_target(r, "b", True, T0, facts={"previousRevisionPath": "/p/b/r0"}),
-                     lambda r: _job.finish(r, T0))
+        targets = {
+            n: {"targetId": "id-" + n, "targetName": n, "targetType": "ComposeHost", "projectName": "shop"}
+            for n in ("a", "b")
+        }
+        store.create(
+            _job.new_job("job-1", None, {"release": {"id": "r1"}}, [["a"], ["b"]], targets, {}, T0, owner=owner)
+        )
+        store.update(
+            "job-1",
+            lambda r: _job.start(r, T0),
+            lambda r: _job.finish_target(r, "a", True, T0, facts={"previousRevisionPath": "/p/a/r0"}),
+            lambda r: _job.finish_target(r, "b", True, T0, facts={"previousRevisionPath": "/p/b/r0"}),
+            lambda r: _job.finish(r, T0),
+        )
         store.project_terminal("job-1", _projection.strategy_evidence(store.get("job-1")), T0)
     finally:
         store.close()
@@ -139,8 +145,12 @@ def test_rolling_back_a_deployment_already_rolled_back_is_refused_before_anythin
 def test_the_operator_rollback_s_traffic_rollback_is_projected_onto_the_deployment(tmp_path):
     location = finished_deployment(tmp_path)
     orders = step(location, "rollback_start", job_id="job-1")
-    back = {"strategy.traffic.rollback.mode": "traffic_rollback", "strategy.traffic.rollback.status": "restored",
-            "strategy.traffic.rollback.shifted": True, "strategy.traffic.rollback.slot": "active"}
+    back = {
+        "strategy.traffic.rollback.mode": "traffic_rollback",
+        "strategy.traffic.rollback.status": "restored",
+        "strategy.traffic.rollback.shifted": True,
+        "strategy.traffic.rollback.slot": "active",
+    }
     store = _job_store.open_store(location)
     try:
         store.update(orders["jobId"], lambda r: _job_traffic.record_rollback(r, back, T0))

@@ -46,8 +46,21 @@ def test_the_key_is_stable_and_ignores_bytecode_caches_and_other_plugins(sources
     assert key(sources) == first and len(first) == 64
 
 
-@pytest.mark.parametrize("change", ["module", "new module", "util content", "util same size", "new util", "renamed util",
-                                    "core mtime", "core size", "new core", "versions"])
+@pytest.mark.parametrize(
+    "change",
+    [
+        "module",
+        "new module",
+        "util content",
+        "util same size",
+        "new util",
+        "renamed util",
+        "core mtime",
+        "core size",
+        "new core",
+        "versions",
+    ],
+)
 def test_the_key_changes_with_everything_the_payload_is_made_of(sources, change):
     module, utils, core = sources
     before = key(sources)
@@ -105,9 +118,15 @@ def test_another_users_directory_is_not_trusted(tmp_path, monkeypatch):
 
 
 def test_entries_are_the_modules_own_without_locks_and_temporaries(tmp_path):
-    for name in (ENTRY, ENTRY + ".lock", ENTRY + "-part", ".stella-x1", PREFIX + "ZIP_STORED-none",
-                 _payload_cache.MODULE_FQN % "stella_preflight_x" + "-ZIP_DEFLATED-none",
-                 _payload_cache.MODULE_FQN % "stella_probe" + "-ZIP_DEFLATED-none"):
+    for name in (
+        ENTRY,
+        ENTRY + ".lock",
+        ENTRY + "-part",
+        ".stella-x1",
+        PREFIX + "ZIP_STORED-none",
+        _payload_cache.MODULE_FQN % "stella_preflight_x" + "-ZIP_DEFLATED-none",
+        _payload_cache.MODULE_FQN % "stella_probe" + "-ZIP_DEFLATED-none",
+    ):
         (tmp_path / name).write_text(name)
     assert _payload_cache.entries(str(tmp_path), PREFIX) == [ENTRY, PREFIX + "ZIP_STORED-none"]
     assert _payload_cache.entries(str(tmp_path / "missing"), PREFIX) == []
@@ -147,7 +166,7 @@ def test_a_failed_copy_leaves_neither_the_entry_nor_its_temporary(tmp_path, monk
 def test_prune_keeps_the_keys_used_last(tmp_path):
     for age, name in enumerate(["k0", "k1", "k2", "k3"]):
         os.mkdir(tmp_path / name, 0o700)
-        os.utime(tmp_path / name, ns=(10 ** 18 - age, 10 ** 18 - age))
+        os.utime(tmp_path / name, ns=(10**18 - age, 10**18 - age))
     os.mkdir(tmp_path / "shared", 0o777)
     os.chmod(tmp_path / "shared", 0o777)
     assert sorted(_payload_cache.prune(str(tmp_path), keep_keys=2)) == ["k2", "k3"]
@@ -169,8 +188,11 @@ def test_reused_keeps_what_ansible_built_then_seeds_the_next_run(tmp_path):
     next_run.mkdir()
     with _payload_cache.reused("stella_preflight", str(next_run), heard.append):
         assert (next_run / "ansiballz_cache" / ENTRY).read_bytes() == b"payload"
-    assert heard == ["payload store: seeded nothing", "payload store: kept [%r]" % ENTRY,
-                     "payload store: seeded [%r]" % ENTRY]
+    assert heard == [
+        "payload store: seeded nothing",
+        "payload store: kept [%r]" % ENTRY,
+        "payload store: seeded [%r]" % ENTRY,
+    ]
 
 
 def test_reused_keeps_what_was_built_when_the_task_fails(tmp_path):
@@ -221,7 +243,8 @@ def test_every_module_of_the_collection_shares_one_key(tmp_path):
             (local_tmp / "ansiballz_cache" / entry).write_bytes(name.encode())
     [key] = os.listdir(tmp_path / _payload_cache.STORE_NAME)
     assert sorted(os.listdir(tmp_path / _payload_cache.STORE_NAME / key)) == [
-        _payload_cache.MODULE_FQN % name + "-ZIP_DEFLATED-none" for name in ("stella_preflight", "stella_rollback")]
+        _payload_cache.MODULE_FQN % name + "-ZIP_DEFLATED-none" for name in ("stella_preflight", "stella_rollback")
+    ]
 
 
 def test_a_run_whose_sources_change_under_it_never_files_its_payload_under_the_new_key(tmp_path, monkeypatch):
@@ -262,5 +285,7 @@ def test_a_payload_built_while_the_sources_changed_is_not_kept(tmp_path, monkeyp
     with _payload_cache.reused("stella_preflight", str(local_tmp), heard.append):
         (local_tmp / "ansiballz_cache" / ENTRY).write_bytes(b"a payload of both")
     assert os.listdir(tmp_path / _payload_cache.STORE_NAME / "before") == []
-    assert heard == ["payload store: seeded nothing",
-                     "payload store: the collection or ansible-core changed during the build, not kept"]
+    assert heard == [
+        "payload store: seeded nothing",
+        "payload store: the collection or ansible-core changed during the build, not kept",
+    ]

@@ -16,7 +16,13 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "fixtures
 
 from planning_support import (  # noqa: E402
     compose_accepts_every_lock,
-    DIGEST_A, DIGEST_B, ROOT, compose_config, load_release, minimal_release, resolved_for,
+    DIGEST_A,
+    DIGEST_B,
+    ROOT,
+    compose_config,
+    load_release,
+    minimal_release,
+    resolved_for,
 )
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError  # noqa: E402
@@ -54,8 +60,19 @@ def _reorder(value, rnd):
 
 
 def _digests(plan):
-    return {k: plan[k] for k in ("manifestHash", "composeHash", "versionStickerHash", "applyManifestHash",
-                                 "envArtifactHash", "jobId", "taskId", "projectName")}
+    return {
+        k: plan[k]
+        for k in (
+            "manifestHash",
+            "composeHash",
+            "versionStickerHash",
+            "applyManifestHash",
+            "envArtifactHash",
+            "jobId",
+            "taskId",
+            "projectName",
+        )
+    }
 
 
 BASE = _big_release()
@@ -77,7 +94,13 @@ def test_component_and_dict_order_never_change_bytes_or_digests(rnd):
 
 
 @settings(max_examples=30, deadline=None)
-@given(st.dictionaries(st.from_regex(r"\A[A-Z_]{1,8}\Z"), st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7e), max_size=8), max_size=5))
+@given(
+    st.dictionaries(
+        st.from_regex(r"\A[A-Z_]{1,8}\Z"),
+        st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=8),
+        max_size=5,
+    )
+)
 def test_process_environment_never_changes_the_plan(noise):
     saved = dict(os.environ)
     try:
@@ -112,9 +135,18 @@ def test_two_processes_with_different_hash_seeds_agree():
     outputs = []
     for seed in ("0", "1", "4242", "random"):
         env = dict(os.environ, PYTHONHASHSEED=seed)
-        proc = subprocess.run([sys.executable, "-c", _SCRIPT, os.path.join(ROOT, ".build", "collections"),
-                               os.path.join(ROOT, "tests", "unit", "fixtures")], env=env, capture_output=True,
-                              check=True)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                _SCRIPT,
+                os.path.join(ROOT, ".build", "collections"),
+                os.path.join(ROOT, "tests", "unit", "fixtures"),
+            ],
+            env=env,
+            capture_output=True,
+            check=True,
+        )
         outputs.append(proc.stdout)
     assert len(set(outputs)) == 1
     assert b"compose.stella.lock.yml" in outputs[0]
@@ -123,12 +155,15 @@ def test_two_processes_with_different_hash_seeds_agree():
 def test_same_release_planned_twice_is_identical_including_default_ids():
     again = plan_release(copy.deepcopy(BASE), dict(BASE_RESOLVED))
     assert json.dumps({k: v for k, v in again.items() if k != "_files"}, sort_keys=True) == json.dumps(
-        {k: v for k, v in BASE_PLAN.items() if k != "_files"}, sort_keys=True)
+        {k: v for k, v in BASE_PLAN.items() if k != "_files"}, sort_keys=True
+    )
     assert again["jobId"].startswith("job-") and again["taskId"].startswith("task-")
 
 
 def test_explicit_job_and_task_ids_reach_sticker_and_variables_but_not_the_lock():
-    plan = plan_release(minimal_release(jobId="job-77", taskId="task-9"), {"registry.example.com/shop/web:1.0": DIGEST_A})
+    plan = plan_release(
+        minimal_release(jobId="job-77", taskId="task-9"), {"registry.example.com/shop/web:1.0": DIGEST_A}
+    )
     default = plan_release(minimal_release(), {"registry.example.com/shop/web:1.0": DIGEST_A})
     sticker = json.loads(plan["sticker"])
     assert sticker["jobId"] == "job-77" and sticker["taskId"] == "task-9"
@@ -138,11 +173,23 @@ def test_explicit_job_and_task_ids_reach_sticker_and_variables_but_not_the_lock(
 
 def test_sticker_contents():
     sticker = json.loads(BASE_PLAN["sticker"])
-    for key in ("release", "jobId", "taskId", "target", "slot", "trafficRole", "projectName", "workDirectory",
-                "manifestHash", "composeHash", "components", "envArtifactHash"):
+    for key in (
+        "release",
+        "jobId",
+        "taskId",
+        "target",
+        "slot",
+        "trafficRole",
+        "projectName",
+        "workDirectory",
+        "manifestHash",
+        "composeHash",
+        "components",
+        "envArtifactHash",
+    ):
         assert key in sticker, key
     assert all(set(c) == {"name", "image", "digest"} for c in sticker["components"])
-    assert not any(word in BASE_PLAN["sticker"].lower() for word in ("timestamp", "createdat", "time\""))
+    assert not any(word in BASE_PLAN["sticker"].lower() for word in ("timestamp", "createdat", 'time"'))
 
 
 def test_digest_change_changes_everything_downstream():
@@ -151,13 +198,20 @@ def test_digest_change_changes_everything_downstream():
 
 
 def test_images_pinned_with_full_identity():
-    components = [{"name": "a", "image": "nginx:1.25"}, {"name": "b", "image": "ghcr.io/org/team/api"},
-                  {"name": "c", "image": "registry.example.com:5000/x/y:2@" + DIGEST_B}]
-    plan = plan_release(minimal_release(components=components),
-                        {"nginx:1.25": DIGEST_A, "ghcr.io/org/team/api": DIGEST_A})
+    components = [
+        {"name": "a", "image": "nginx:1.25"},
+        {"name": "b", "image": "ghcr.io/org/team/api"},
+        {"name": "c", "image": "registry.example.com:5000/x/y:2@" + DIGEST_B},
+    ]
+    plan = plan_release(
+        minimal_release(components=components), {"nginx:1.25": DIGEST_A, "ghcr.io/org/team/api": DIGEST_A}
+    )
     images = {c["name"]: c["image"] for c in plan["components"]}
-    assert images == {"a": "docker.io/library/nginx:1.25@" + DIGEST_A, "b": "ghcr.io/org/team/api:latest@" + DIGEST_A,
-                      "c": "registry.example.com:5000/x/y:2@" + DIGEST_B}
+    assert images == {
+        "a": "docker.io/library/nginx:1.25@" + DIGEST_A,
+        "b": "ghcr.io/org/team/api:latest@" + DIGEST_A,
+        "c": "registry.example.com:5000/x/y:2@" + DIGEST_B,
+    }
     config = compose_config({"compose.stella.lock.yml": plan["lock"]})
     assert {n: s["image"] for n, s in config["services"].items()} == images
 
@@ -183,14 +237,18 @@ def test_target_endpoint_userinfo_is_redacted_everywhere():
     assert plan["target"]["endpoint"] == "https://agent.example.com:8443"
 
 
-@pytest.mark.parametrize("overrides,slot,role,suffix", [
-    ({}, "active", "active", ""),
-    ({"strategy": "canary"}, "canary", "canary", "_canary"),
-    ({"strategy": "blue-green"}, "green", "standby", "_green"),
-    ({"strategy": "blue-green", "activeSlot": "green"}, "green", "active", "_green"),
-    ({"strategy": "a-b", "variantId": "variant-b"}, "variant-b", "variant", "_variant-b"),
-    ({"strategy": "blue-green", "projectName": "shop"}, "green", "standby", None),
-], ids=["rolling", "canary", "blue-green", "blue-green-active", "a-b", "explicit-project"])
+@pytest.mark.parametrize(
+    "overrides,slot,role,suffix",
+    [
+        ({}, "active", "active", ""),
+        ({"strategy": "canary"}, "canary", "canary", "_canary"),
+        ({"strategy": "blue-green"}, "green", "standby", "_green"),
+        ({"strategy": "blue-green", "activeSlot": "green"}, "green", "active", "_green"),
+        ({"strategy": "a-b", "variantId": "variant-b"}, "variant-b", "variant", "_variant-b"),
+        ({"strategy": "blue-green", "projectName": "shop"}, "green", "standby", None),
+    ],
+    ids=["rolling", "canary", "blue-green", "blue-green-active", "a-b", "explicit-project"],
+)
 def test_slots_labels_and_compose_acceptance(overrides, slot, role, suffix):
     plan = plan_release(minimal_release(**overrides), {"registry.example.com/shop/web:1.0": DIGEST_A})
     assert plan["slot"] == slot and plan["trafficRole"] == role
@@ -207,8 +265,13 @@ def test_slots_labels_and_compose_acceptance(overrides, slot, role, suffix):
 
 SCRIPTS = [
     {"moduleName": "db", "scriptId": "schema", "scriptVersion": "1", "phase": "start"},
-    {"moduleName": "api", "scriptId": "seed", "scriptVersion": "2", "phase": "update",
-     "dependencies": [{"moduleName": "db", "scriptId": "schema", "scriptVersion": "1"}]},
+    {
+        "moduleName": "api",
+        "scriptId": "seed",
+        "scriptVersion": "2",
+        "phase": "update",
+        "dependencies": [{"moduleName": "db", "scriptId": "schema", "scriptVersion": "1"}],
+    },
 ]
 
 
@@ -227,8 +290,10 @@ def test_scripts_give_a_passed_graph_proof_in_the_plan():
 
 def test_a_failed_graph_proof_blocks_planning():
     release = copy.deepcopy(BASE)
-    release["scripts"] = [dict(SCRIPTS[0], phase="start", dependencies=[{"moduleName": "api", "scriptId": "seed"}]),
-                          SCRIPTS[1]]
+    release["scripts"] = [
+        dict(SCRIPTS[0], phase="start", dependencies=[{"moduleName": "api", "scriptId": "seed"}]),
+        SCRIPTS[1],
+    ]
     with pytest.raises(StellaError) as info:
         plan_release(release, BASE_RESOLVED)
     assert info.value.code == "graph_proof_failed"
@@ -238,21 +303,53 @@ def test_a_failed_graph_proof_blocks_planning():
     assert proof["proofDigest"] in info.value.reason
 
 
-@pytest.mark.parametrize("mutate, code, field", [
-    (lambda r: r["components"][0]["config"].update({"env.BIG": 2 ** 53 + 1}), "release_invalid",
-     'components[0].config["env.BIG"]'),
-    (lambda r: r["components"][0]["config"].update({"healthcheck.retries": 2 ** 64}), "release_invalid",
-     'components[0].config["healthcheck.retries"]'),
-    (lambda r: r["components"][0]["config"].update({"env.S": "a\ud800"}), "release_invalid",
-     'components[0].config["env.S"]'),
-    (lambda r: r["components"][0].update({"ports": ["99999:8080"]}), "release_invalid", "components[0].ports[0]"),
-    (lambda r: r.update({"hooks": [{"name": "h", "phase": "pre-deploy", "command": "x", "interpreter": '/bin/sh -c "x'}]}),
-     "release_invalid", "hooks[0].interpreter"),
-    (lambda r: r["components"][0]["config"].update({"healthProbe.type": "udp"}), "health_probe_config_invalid",
-     'components[0].config["healthProbe.type"]'),
-    (lambda r: r["components"][0]["config"].update({"healthProbe.url": "http://h:0/"}), "health_probe_config_invalid",
-     'components[0].config["healthProbe.url"]'),
-], ids=["int-beyond-2^53", "retries-2^64", "lone-surrogate", "port-99999", "interpreter-quote", "probe-udp", "probe-url"])
+@pytest.mark.parametrize(
+    "mutate, code, field",
+    [
+        (
+            lambda r: r["components"][0]["config"].update({"env.BIG": 2**53 + 1}),
+            "release_invalid",
+            'components[0].config["env.BIG"]',
+        ),
+        (
+            lambda r: r["components"][0]["config"].update({"healthcheck.retries": 2**64}),
+            "release_invalid",
+            'components[0].config["healthcheck.retries"]',
+        ),
+        (
+            lambda r: r["components"][0]["config"].update({"env.S": "a\ud800"}),
+            "release_invalid",
+            'components[0].config["env.S"]',
+        ),
+        (lambda r: r["components"][0].update({"ports": ["99999:8080"]}), "release_invalid", "components[0].ports[0]"),
+        (
+            lambda r: r.update(
+                {"hooks": [{"name": "h", "phase": "pre-deploy", "command": "x", "interpreter": '/bin/sh -c "x'}]}
+            ),
+            "release_invalid",
+            "hooks[0].interpreter",
+        ),
+        (
+            lambda r: r["components"][0]["config"].update({"healthProbe.type": "udp"}),
+            "health_probe_config_invalid",
+            'components[0].config["healthProbe.type"]',
+        ),
+        (
+            lambda r: r["components"][0]["config"].update({"healthProbe.url": "http://h:0/"}),
+            "health_probe_config_invalid",
+            'components[0].config["healthProbe.url"]',
+        ),
+    ],
+    ids=[
+        "int-beyond-2^53",
+        "retries-2^64",
+        "lone-surrogate",
+        "port-99999",
+        "interpreter-quote",
+        "probe-udp",
+        "probe-url",
+    ],
+)
 def test_bad_values_fail_planning_with_a_code_and_the_field_never_a_crash(mutate, code, field):
     release = load_release()
     mutate(release)

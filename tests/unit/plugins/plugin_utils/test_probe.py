@@ -116,8 +116,15 @@ def http_spec(port, path="/ok", **kw):
     kw.setdefault("attempts", 1)
     kw.setdefault("interval_seconds", 0.5)
     kw.setdefault("timeout_seconds", 2.0)
-    return ProbeSpec("api", "http", "127.0.0.1", port=port, url="http://127.0.0.1:%d%s" % (port, path),
-                     expected_status=kw.pop("expected_status", 200), **kw)
+    return ProbeSpec(
+        "api",
+        "http",
+        "127.0.0.1",
+        port=port,
+        url="http://127.0.0.1:%d%s" % (port, path),
+        expected_status=kw.pop("expected_status", 200),
+        **kw,
+    )
 
 
 def tcp_spec(port, **kw):
@@ -173,39 +180,145 @@ BASE = {"timeoutSeconds": 5.0, "attempts": 3, "intervalSeconds": 2.0}
 @pytest.mark.parametrize(
     "config, target, override, expected",
     [
-        ({"healthProbe.type": "http"}, TARGET, None,
-         dict(BASE, component="api", type="http", endpoint="http://10.0.0.5/", host="10.0.0.5", port=80,
-              expectedStatus=200)),
-        ({"healthProbe.port": "8080", "healthProbe.path": "healthz"}, TARGET, None,
-         dict(BASE, component="api", type="http", endpoint="http://10.0.0.5:8080/healthz", host="10.0.0.5",
-              port=8080, expectedStatus=200)),
-        ({"healthProbe.type": "HTTP", "healthProbe.scheme": "https", "healthProbe.host": "svc.internal",
-          "healthProbe.expectedStatus": 204, "healthProbe.timeoutSeconds": "1.5", "healthProbe.attempts": "5",
-          "healthProbe.intervalSeconds": 0},
-         TARGET, None,
-         dict(component="api", type="http", endpoint="https://svc.internal/", host="svc.internal", port=443,
-              expectedStatus=204, timeoutSeconds=1.5, attempts=5, intervalSeconds=0.0)),
-        ({"healthProbe.url": "http://10.9.9.9:9000/ready"}, {}, None,
-         dict(BASE, component="api", type="http", endpoint="http://10.9.9.9:9000/ready", host="10.9.9.9",
-              port=9000, expectedStatus=200)),
-        ({"healthProbe.type": "tcp", "healthProbe.tcp.port": 5432}, {"endpoint": "tcp://dbhost:2376"}, None,
-         dict(BASE, component="api", type="tcp", endpoint="tcp://dbhost:5432", host="dbhost", port=5432)),
-        ({"healthProbe.type": "tcp", "healthProbe.tcp.port": "6379"}, {"endpoint": "local"}, None,
-         dict(BASE, component="api", type="tcp", endpoint="tcp://127.0.0.1:6379", host="127.0.0.1", port=6379)),
-        ({"healthProbe.port": 8080}, TARGET, "192.168.50.2",
-         dict(BASE, component="api", type="http", endpoint="http://192.168.50.2:8080/", host="192.168.50.2",
-              port=8080, expectedStatus=200)),
-        ({"healthProbe.host": "explicit", "healthProbe.port": 8080}, TARGET, "192.168.50.2",
-         dict(BASE, component="api", type="http", endpoint="http://explicit:8080/", host="explicit",
-              port=8080, expectedStatus=200)),
-        ({"healthProbe.type": "tcp", "healthProbe.tcp.port": 22}, {"endpoint": "[fd00::5]:22"}, None,
-         dict(BASE, component="api", type="tcp", endpoint="tcp://[fd00::5]:22", host="fd00::5", port=22)),
-        ({"healthProbe.port": 80}, {"targetEndpoint": "web-3"}, None,
-         dict(BASE, component="api", type="http", endpoint="http://web-3:80/", host="web-3", port=80,
-              expectedStatus=200)),
+        (
+            {"healthProbe.type": "http"},
+            TARGET,
+            None,
+            dict(
+                BASE,
+                component="api",
+                type="http",
+                endpoint="http://10.0.0.5/",
+                host="10.0.0.5",
+                port=80,
+                expectedStatus=200,
+            ),
+        ),
+        (
+            {"healthProbe.port": "8080", "healthProbe.path": "healthz"},
+            TARGET,
+            None,
+            dict(
+                BASE,
+                component="api",
+                type="http",
+                endpoint="http://10.0.0.5:8080/healthz",
+                host="10.0.0.5",
+                port=8080,
+                expectedStatus=200,
+            ),
+        ),
+        (
+            {
+                "healthProbe.type": "HTTP",
+                "healthProbe.scheme": "https",
+                "healthProbe.host": "svc.internal",
+                "healthProbe.expectedStatus": 204,
+                "healthProbe.timeoutSeconds": "1.5",
+                "healthProbe.attempts": "5",
+                "healthProbe.intervalSeconds": 0,
+            },
+            TARGET,
+            None,
+            dict(
+                component="api",
+                type="http",
+                endpoint="https://svc.internal/",
+                host="svc.internal",
+                port=443,
+                expectedStatus=204,
+                timeoutSeconds=1.5,
+                attempts=5,
+                intervalSeconds=0.0,
+            ),
+        ),
+        (
+            {"healthProbe.url": "http://10.9.9.9:9000/ready"},
+            {},
+            None,
+            dict(
+                BASE,
+                component="api",
+                type="http",
+                endpoint="http://10.9.9.9:9000/ready",
+                host="10.9.9.9",
+                port=9000,
+                expectedStatus=200,
+            ),
+        ),
+        (
+            {"healthProbe.type": "tcp", "healthProbe.tcp.port": 5432},
+            {"endpoint": "tcp://dbhost:2376"},
+            None,
+            dict(BASE, component="api", type="tcp", endpoint="tcp://dbhost:5432", host="dbhost", port=5432),
+        ),
+        (
+            {"healthProbe.type": "tcp", "healthProbe.tcp.port": "6379"},
+            {"endpoint": "local"},
+            None,
+            dict(BASE, component="api", type="tcp", endpoint="tcp://127.0.0.1:6379", host="127.0.0.1", port=6379),
+        ),
+        (
+            {"healthProbe.port": 8080},
+            TARGET,
+            "192.168.50.2",
+            dict(
+                BASE,
+                component="api",
+                type="http",
+                endpoint="http://192.168.50.2:8080/",
+                host="192.168.50.2",
+                port=8080,
+                expectedStatus=200,
+            ),
+        ),
+        (
+            {"healthProbe.host": "explicit", "healthProbe.port": 8080},
+            TARGET,
+            "192.168.50.2",
+            dict(
+                BASE,
+                component="api",
+                type="http",
+                endpoint="http://explicit:8080/",
+                host="explicit",
+                port=8080,
+                expectedStatus=200,
+            ),
+        ),
+        (
+            {"healthProbe.type": "tcp", "healthProbe.tcp.port": 22},
+            {"endpoint": "[fd00::5]:22"},
+            None,
+            dict(BASE, component="api", type="tcp", endpoint="tcp://[fd00::5]:22", host="fd00::5", port=22),
+        ),
+        (
+            {"healthProbe.port": 80},
+            {"targetEndpoint": "web-3"},
+            None,
+            dict(
+                BASE,
+                component="api",
+                type="http",
+                endpoint="http://web-3:80/",
+                host="web-3",
+                port=80,
+                expectedStatus=200,
+            ),
+        ),
     ],
-    ids=["defaults", "port-path", "https-explicit", "url", "tcp", "tcp-local", "host-override",
-         "host-beats-override", "ipv6", "targetEndpoint-key"],
+    ids=[
+        "defaults",
+        "port-path",
+        "https-explicit",
+        "url",
+        "tcp",
+        "tcp-local",
+        "host-override",
+        "host-beats-override",
+        "ipv6",
+        "targetEndpoint-key",
+    ],
 )
 def test_parse_valid(config, target, override, expected):
     assert one(config, target, override) == expected
@@ -214,60 +327,130 @@ def test_parse_valid(config, target, override, expected):
 @pytest.mark.parametrize(
     "config, target, reason",
     [
-        ({"healthProbe.type": "udp"}, TARGET,
-         "component 'api': unsupported healthProbe.type 'udp' (supported: http, tcp)"),
-        ({"healthProbe.type": "tcp"}, TARGET,
-         "component 'api': healthProbe.tcp.port is required for tcp probes"),
-        ({"healthProbe.type": "tcp", "healthProbe.port": 5432}, TARGET,
-         "component 'api': healthProbe.port does not apply to tcp probes (use healthProbe.tcp.port)"),
-        ({"healthProbe.tcp.port": 5432}, TARGET,
-         "component 'api': healthProbe.tcp.port does not apply to http probes"),
-        ({"healthProbe.port": 8080}, {"endpoint": "unix:///var/run/docker.sock"},
-         "component 'api': no resolvable host (target endpoint 'unix:///var/run/docker.sock' has no host; "
-         "set healthProbe.host or healthProbe.url)"),
-        ({"healthProbe.type": "tcp", "healthProbe.tcp.port": 1}, {},
-         "component 'api': no resolvable host (the target has no endpoint; set healthProbe.host or healthProbe.url)"),
-        ({"healthProbe.port": 8080}, {"endpoint": "ssh://deploy:pw@/x"},
-         "component 'api': no resolvable host (target endpoint 'ssh:///x' has no host; "
-         "set healthProbe.host or healthProbe.url)"),
-        ({"healthProbe.expectedstatus": 200}, TARGET,
-         "component 'api': unknown key healthProbe.expectedstatus (supported: healthProbe.type, healthProbe.url, "
-         "healthProbe.host, healthProbe.port, healthProbe.path, healthProbe.scheme, healthProbe.tcp.port, "
-         "healthProbe.expectedStatus, healthProbe.timeoutSeconds, healthProbe.attempts, "
-         "healthProbe.intervalSeconds)"),
-        ({"healthProbe.url": "http://h/x", "healthProbe.port": 1}, TARGET,
-         "component 'api': healthProbe.url cannot be combined with healthProbe.port"),
-        ({"healthProbe.url": "ftp://h/x"}, TARGET,
-         "component 'api': healthProbe.url 'ftp://h/x' must be an absolute http:// or https:// URL with a host"),
-        ({"healthProbe.url": "/healthz"}, TARGET,
-         "component 'api': healthProbe.url '/healthz' must be an absolute http:// or https:// URL with a host"),
-        ({"healthProbe.url": "http://u:p@h/x"}, TARGET,
-         "component 'api': healthProbe.url must not carry credentials"),
-        ({"healthProbe.scheme": "ftp"}, TARGET,
-         "component 'api': unsupported healthProbe.scheme 'ftp' (supported: http, https)"),
-        ({"healthProbe.port": "eighty"}, TARGET,
-         "component 'api': healthProbe.port must be an integer from 1 to 65535, got 'eighty'"),
-        ({"healthProbe.type": "tcp", "healthProbe.tcp.port": 70000}, TARGET,
-         "component 'api': healthProbe.tcp.port must be an integer from 1 to 65535, got 70000"),
-        ({"healthProbe.expectedStatus": 42}, TARGET,
-         "component 'api': healthProbe.expectedStatus must be an integer from 100 to 599, got 42"),
-        ({"healthProbe.attempts": 0}, TARGET,
-         "component 'api': healthProbe.attempts must be an integer from 1 to 100, got 0"),
-        ({"healthProbe.attempts": True}, TARGET,
-         "component 'api': healthProbe.attempts must be an integer from 1 to 100, got True"),
-        ({"healthProbe.timeoutSeconds": 0}, TARGET,
-         "component 'api': healthProbe.timeoutSeconds must be a number of seconds greater than 0 up to 300, got 0"),
-        ({"healthProbe.timeoutSeconds": "nan"}, TARGET,
-         "component 'api': healthProbe.timeoutSeconds must be a number of seconds greater than 0 up to 300, got 'nan'"),
-        ({"healthProbe.intervalSeconds": "-1"}, TARGET,
-         "component 'api': healthProbe.intervalSeconds must be a number of seconds from 0 up to 300, got '-1'"),
-        ({"healthProbe.host": ""}, TARGET,
-         "component 'api': healthProbe.host must be a non-empty string"),
+        (
+            {"healthProbe.type": "udp"},
+            TARGET,
+            "component 'api': unsupported healthProbe.type 'udp' (supported: http, tcp)",
+        ),
+        ({"healthProbe.type": "tcp"}, TARGET, "component 'api': healthProbe.tcp.port is required for tcp probes"),
+        (
+            {"healthProbe.type": "tcp", "healthProbe.port": 5432},
+            TARGET,
+            "component 'api': healthProbe.port does not apply to tcp probes (use healthProbe.tcp.port)",
+        ),
+        ({"healthProbe.tcp.port": 5432}, TARGET, "component 'api': healthProbe.tcp.port does not apply to http probes"),
+        (
+            {"healthProbe.port": 8080},
+            {"endpoint": "unix:///var/run/docker.sock"},
+            "component 'api': no resolvable host (target endpoint 'unix:///var/run/docker.sock' has no host; "
+            "set healthProbe.host or healthProbe.url)",
+        ),
+        (
+            {"healthProbe.type": "tcp", "healthProbe.tcp.port": 1},
+            {},
+            "component 'api': no resolvable host (the target has no endpoint; set healthProbe.host or healthProbe.url)",
+        ),
+        (
+            {"healthProbe.port": 8080},
+            {"endpoint": "ssh://deploy:pw@/x"},
+            "component 'api': no resolvable host (target endpoint 'ssh:///x' has no host; "
+            "set healthProbe.host or healthProbe.url)",
+        ),
+        (
+            {"healthProbe.expectedstatus": 200},
+            TARGET,
+            "component 'api': unknown key healthProbe.expectedstatus (supported: healthProbe.type, healthProbe.url, "
+            "healthProbe.host, healthProbe.port, healthProbe.path, healthProbe.scheme, healthProbe.tcp.port, "
+            "healthProbe.expectedStatus, healthProbe.timeoutSeconds, healthProbe.attempts, "
+            "healthProbe.intervalSeconds)",
+        ),
+        (
+            {"healthProbe.url": "http://h/x", "healthProbe.port": 1},
+            TARGET,
+            "component 'api': healthProbe.url cannot be combined with healthProbe.port",
+        ),
+        (
+            {"healthProbe.url": "ftp://h/x"},
+            TARGET,
+            "component 'api': healthProbe.url 'ftp://h/x' must be an absolute http:// or https:// URL with a host",
+        ),
+        (
+            {"healthProbe.url": "/healthz"},
+            TARGET,
+            "component 'api': healthProbe.url '/healthz' must be an absolute http:// or https:// URL with a host",
+        ),
+        ({"healthProbe.url": "http://u:p@h/x"}, TARGET, "component 'api': healthProbe.url must not carry credentials"),
+        (
+            {"healthProbe.scheme": "ftp"},
+            TARGET,
+            "component 'api': unsupported healthProbe.scheme 'ftp' (supported: http, https)",
+        ),
+        (
+            {"healthProbe.port": "eighty"},
+            TARGET,
+            "component 'api': healthProbe.port must be an integer from 1 to 65535, got 'eighty'",
+        ),
+        (
+            {"healthProbe.type": "tcp", "healthProbe.tcp.port": 70000},
+            TARGET,
+            "component 'api': healthProbe.tcp.port must be an integer from 1 to 65535, got 70000",
+        ),
+        (
+            {"healthProbe.expectedStatus": 42},
+            TARGET,
+            "component 'api': healthProbe.expectedStatus must be an integer from 100 to 599, got 42",
+        ),
+        (
+            {"healthProbe.attempts": 0},
+            TARGET,
+            "component 'api': healthProbe.attempts must be an integer from 1 to 100, got 0",
+        ),
+        (
+            {"healthProbe.attempts": True},
+            TARGET,
+            "component 'api': healthProbe.attempts must be an integer from 1 to 100, got True",
+        ),
+        (
+            {"healthProbe.timeoutSeconds": 0},
+            TARGET,
+            "component 'api': healthProbe.timeoutSeconds must be a number of seconds greater than 0 up to 300, got 0",
+        ),
+        (
+            {"healthProbe.timeoutSeconds": "nan"},
+            TARGET,
+            "component 'api': healthProbe.timeoutSeconds must be a number of seconds greater than 0 up to 300, got 'nan'",
+        ),
+        (
+            {"healthProbe.intervalSeconds": "-1"},
+            TARGET,
+            "component 'api': healthProbe.intervalSeconds must be a number of seconds from 0 up to 300, got '-1'",
+        ),
+        ({"healthProbe.host": ""}, TARGET, "component 'api': healthProbe.host must be a non-empty string"),
     ],
-    ids=["unsupported-type", "tcp-no-port", "tcp-with-http-port", "http-with-tcp-port", "unix-endpoint",
-         "no-endpoint", "endpoint-no-host-redacted", "unknown-key", "url-and-port", "url-ftp", "url-relative",
-         "url-credentials", "bad-scheme", "port-text", "tcp-port-range", "status-range", "attempts-zero",
-         "attempts-bool", "timeout-zero", "timeout-nan", "interval-negative", "empty-host"],
+    ids=[
+        "unsupported-type",
+        "tcp-no-port",
+        "tcp-with-http-port",
+        "http-with-tcp-port",
+        "unix-endpoint",
+        "no-endpoint",
+        "endpoint-no-host-redacted",
+        "unknown-key",
+        "url-and-port",
+        "url-ftp",
+        "url-relative",
+        "url-credentials",
+        "bad-scheme",
+        "port-text",
+        "tcp-port-range",
+        "status-range",
+        "attempts-zero",
+        "attempts-bool",
+        "timeout-zero",
+        "timeout-nan",
+        "interval-negative",
+        "empty-host",
+    ],
 )
 def test_parse_invalid_exact_reason(config, target, reason):
     with pytest.raises(StellaError) as err:
@@ -294,8 +477,11 @@ def test_parse_invalid_components(components, reason):
 
 def test_components_without_probe_keys_produce_no_spec():
     specs = parse_probe_specs(
-        [{"name": "worker", "config": {"healthcheck.test": "curl -f localhost", "env.X": "1"}},
-         {"name": "plain"}, {"name": "api", "config": {"healthProbe.port": 1}}],
+        [
+            {"name": "worker", "config": {"healthcheck.test": "curl -f localhost", "env.X": "1"}},
+            {"name": "plain"},
+            {"name": "api", "config": {"healthProbe.port": 1}},
+        ],
         target=TARGET,
     )
     assert [s.component for s in specs] == ["api"]
@@ -376,8 +562,10 @@ def test_tcp_refused(closed_port):
     assert result.healthy is False
     assert result.observed == "refused: [Errno 111] Connection refused"
     assert fake.sleeps == [0.25]
-    assert result.detail == ("expected TCP connect at tcp://127.0.0.1:%d, observed refused: [Errno 111] "
-                             "Connection refused after 2 attempt(s)" % closed_port)
+    assert result.detail == (
+        "expected TCP connect at tcp://127.0.0.1:%d, observed refused: [Errno 111] "
+        "Connection refused after 2 attempt(s)" % closed_port
+    )
 
 
 def test_runner_interface_can_be_replaced():
@@ -433,37 +621,58 @@ def test_verify_passed_evidence_keys(http_server, tcp_listener):
 
 def test_verify_failed_reason_and_evidence(http_server, closed_port):
     components = [
-        {"name": "api", "config": {"healthProbe.url": "http://127.0.0.1:%d/fail" % http_server.server_port,
-                                   "healthProbe.attempts": 2, "healthProbe.intervalSeconds": 0}},
-        {"name": "cache", "config": {"healthProbe.type": "tcp", "healthProbe.tcp.port": closed_port,
-                                     "healthProbe.attempts": 1}},
+        {
+            "name": "api",
+            "config": {
+                "healthProbe.url": "http://127.0.0.1:%d/fail" % http_server.server_port,
+                "healthProbe.attempts": 2,
+                "healthProbe.intervalSeconds": 0,
+            },
+        },
+        {
+            "name": "cache",
+            "config": {"healthProbe.type": "tcp", "healthProbe.tcp.port": closed_port, "healthProbe.attempts": 1},
+        },
         {"name": "ok", "config": {"healthProbe.url": "http://127.0.0.1:%d/ok" % http_server.server_port}},
     ]
     out = verify(components, target=TARGET, runner=runner())
     assert out["failed"] is True
     assert out["code"] == "health_probe_failed"
-    assert out["msg"] == (
-        "Post-deploy health probe failed for component 'api': expected HTTP 200 at http://127.0.0.1:%d/fail, "
-        "observed 500 after 2 attempt(s); "
-        "Post-deploy health probe failed for component 'cache': expected TCP connect at tcp://10.0.0.5:%d, "
-        "observed " % (http_server.server_port, closed_port)
-    ) + out["evidence"]["healthProbe.cache.observed"] + " after 1 attempt(s)"
+    assert (
+        out["msg"]
+        == (
+            "Post-deploy health probe failed for component 'api': expected HTTP 200 at http://127.0.0.1:%d/fail, "
+            "observed 500 after 2 attempt(s); "
+            "Post-deploy health probe failed for component 'cache': expected TCP connect at tcp://10.0.0.5:%d, "
+            "observed " % (http_server.server_port, closed_port)
+        )
+        + out["evidence"]["healthProbe.cache.observed"]
+        + " after 1 attempt(s)"
+    )
     ev = out["evidence"]
     assert ev["healthProbe.status"] == "failed"
     assert ev["healthProbe.count"] == 3
     assert (ev["healthProbe.api.healthy"], ev["healthProbe.api.attempts"], ev["healthProbe.api.observed"]) == (
-        False, 2, "500")
+        False,
+        2,
+        "500",
+    )
     assert ev["healthProbe.ok.healthy"] is True
     assert out["probes"][0]["reason"].startswith("Post-deploy health probe failed for component 'api': ")
 
 
 def test_verify_skip_path_records_skip_and_probes_nothing(http_server):
-    components = [{"name": "api", "config": {"healthProbe.url": "http://127.0.0.1:%d/ok" % http_server.server_port}},
-                  {"name": "worker", "config": {}}]
+    components = [
+        {"name": "api", "config": {"healthProbe.url": "http://127.0.0.1:%d/ok" % http_server.server_port}},
+        {"name": "worker", "config": {}},
+    ]
     out = verify(components, target=TARGET, wait_for_health_check=False, runner=runner())
     assert out["failed"] is False
-    assert out["evidence"] == {"healthProbe.status": "skipped", "healthProbe.reason": "waitForHealthCheck=false",
-                               "healthProbe.count": 1}
+    assert out["evidence"] == {
+        "healthProbe.status": "skipped",
+        "healthProbe.reason": "waitForHealthCheck=false",
+        "healthProbe.count": 1,
+    }
     assert out["probes"] == []
     assert http_server.seen == []
 
@@ -471,8 +680,7 @@ def test_verify_skip_path_records_skip_and_probes_nothing(http_server):
 def test_verify_without_probe_components_has_no_evidence():
     for wait in (True, False):
         out = verify([{"name": "worker", "config": {"env.A": "1"}}], target=TARGET, wait_for_health_check=wait)
-        assert out == {"failed": False, "msg": "No post-deploy health probes configured", "evidence": {},
-                       "probes": []}
+        assert out == {"failed": False, "msg": "No post-deploy health probes configured", "evidence": {}, "probes": []}
 
 
 def test_verify_invalid_config_fails_closed_before_probing(http_server):
@@ -482,7 +690,11 @@ def test_verify_invalid_config_fails_closed_before_probing(http_server):
     ]
     out = verify(components, target=TARGET, runner=runner())
     reason = INVALID + "component 'db': healthProbe.tcp.port is required for tcp probes"
-    assert out == {"failed": True, "msg": reason, "code": "health_probe_config_invalid", "probes": [],
-                   "evidence": {"healthProbe.status": "failed", "healthProbe.reason": reason,
-                                "healthProbe.count": 2}}
+    assert out == {
+        "failed": True,
+        "msg": reason,
+        "code": "health_probe_config_invalid",
+        "probes": [],
+        "evidence": {"healthProbe.status": "failed", "healthProbe.reason": reason, "healthProbe.count": 2},
+    }
     assert http_server.seen == []

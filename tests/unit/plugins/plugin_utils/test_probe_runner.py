@@ -14,7 +14,9 @@ from urllib3.exceptions import ConnectTimeoutError, MaxRetryError, NewConnection
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.execution import http as _requests
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.probe.verify import ProbeSpec, verify
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.probe.runner import (
-    HttpTcpProbeRunner, ProbeRunner, describe_request_error,
+    HttpTcpProbeRunner,
+    ProbeRunner,
+    describe_request_error,
 )
 
 
@@ -81,8 +83,15 @@ def spec(port, path="/ok", **kw):
     kw.setdefault("attempts", 1)
     kw.setdefault("interval_seconds", 0)
     kw.setdefault("timeout_seconds", 2.0)
-    return ProbeSpec("api", "http", "127.0.0.1", port=port, url="http://127.0.0.1:%d%s" % (port, path),
-                     expected_status=kw.pop("expected_status", 200), **kw)
+    return ProbeSpec(
+        "api",
+        "http",
+        "127.0.0.1",
+        port=port,
+        url="http://127.0.0.1:%d%s" % (port, path),
+        expected_status=kw.pop("expected_status", 200),
+        **kw,
+    )
 
 
 def no_sleep(_seconds):
@@ -133,10 +142,14 @@ def test_session_ignores_the_environment():
         runner.close()
 
 
-@pytest.mark.parametrize("reply, observed", [
-    (b"garbage\r\n\r\n", "error: BadStatusLine: garbage\r\n"),
-    (b"", "error: Remote end closed connection without response"),
-], ids=["bad-status-line", "closed-without-response"])
+@pytest.mark.parametrize(
+    "reply, observed",
+    [
+        (b"garbage\r\n\r\n", "error: BadStatusLine: garbage\r\n"),
+        (b"", "error: Remote end closed connection without response"),
+    ],
+    ids=["bad-status-line", "closed-without-response"],
+)
 def test_protocol_errors_keep_their_observation_strings(raw_server, reply, observed):
     port, state = raw_server
     state["reply"] = reply
@@ -163,22 +176,32 @@ def test_describe_request_error_reaches_the_innermost_cause():
 
     timeout = ConnectTimeoutError(None, "Connection timed out")
     timeout.__cause__ = socket.timeout("timed out")
-    assert describe_request_error(requests.exceptions.ConnectTimeout(MaxRetryError(None, "/", reason=timeout))) == \
-        "timeout: timed out"
+    assert (
+        describe_request_error(requests.exceptions.ConnectTimeout(MaxRetryError(None, "/", reason=timeout)))
+        == "timeout: timed out"
+    )
 
     gai = socket.gaierror(-2, "Name or service not known")
-    assert describe_request_error(requests.exceptions.ConnectionError(MaxRetryError(None, "/", reason=gai))) == \
-        "error: [Errno -2] Name or service not known"
+    assert (
+        describe_request_error(requests.exceptions.ConnectionError(MaxRetryError(None, "/", reason=gai)))
+        == "error: [Errno -2] Name or service not known"
+    )
 
     bad = http.client.BadStatusLine("nope")
-    assert describe_request_error(requests.exceptions.ConnectionError(ProtocolError("Connection aborted.", bad))) == \
-        "error: BadStatusLine: nope"
+    assert (
+        describe_request_error(requests.exceptions.ConnectionError(ProtocolError("Connection aborted.", bad)))
+        == "error: BadStatusLine: nope"
+    )
     assert describe_request_error(requests.exceptions.ReadTimeout("read timed out")) == "timeout: read timed out"
 
 
 def test_missing_requests_fails_clearly_before_probing(monkeypatch, keepalive_server):
-    monkeypatch.setattr(_requests, "_STATE", {"module": None, "error": "ModuleNotFoundError: No module named 'requests'"})
-    components = [{"name": "api", "config": {"healthProbe.url": "http://127.0.0.1:%d/ok" % keepalive_server.server_port}}]
+    monkeypatch.setattr(
+        _requests, "_STATE", {"module": None, "error": "ModuleNotFoundError: No module named 'requests'"}
+    )
+    components = [
+        {"name": "api", "config": {"healthProbe.url": "http://127.0.0.1:%d/ok" % keepalive_server.server_port}}
+    ]
     out = verify(components, target={"endpoint": "local"})
     assert out["failed"] is True
     assert out["code"] == "requests_missing"
@@ -188,8 +211,12 @@ def test_missing_requests_fails_clearly_before_probing(monkeypatch, keepalive_se
 
 
 def test_tcp_probes_do_not_need_requests(monkeypatch, keepalive_server):
-    monkeypatch.setattr(_requests, "_STATE", {"module": None, "error": "ModuleNotFoundError: No module named 'requests'"})
-    components = [{"name": "db", "config": {"healthProbe.type": "tcp", "healthProbe.tcp.port": keepalive_server.server_port}}]
+    monkeypatch.setattr(
+        _requests, "_STATE", {"module": None, "error": "ModuleNotFoundError: No module named 'requests'"}
+    )
+    components = [
+        {"name": "db", "config": {"healthProbe.type": "tcp", "healthProbe.tcp.port": keepalive_server.server_port}}
+    ]
     out = verify(components, target={"endpoint": "local"})
     assert out["failed"] is False and out["evidence"]["healthProbe.db.observed"] == "connected"
 
@@ -206,7 +233,10 @@ def test_check_mode_reports_what_it_would_probe_and_passes_no_verdict(keepalive_
     monkeypatch.setattr(socket, "create_connection", no_network)
     monkeypatch.setattr(requests.Session, "request", no_network)
     components = [
-        {"name": "api", "config": {"healthProbe.port": 8080, "healthProbe.path": "/healthz", "healthProbe.attempts": 5}},
+        {
+            "name": "api",
+            "config": {"healthProbe.port": 8080, "healthProbe.path": "/healthz", "healthProbe.attempts": 5},
+        },
         {"name": "db", "config": {"healthProbe.type": "tcp", "healthProbe.tcp.port": 5432}},
         {"name": "worker", "config": {"env.A": "1"}},
     ]
@@ -221,7 +251,9 @@ def test_check_mode_reports_what_it_would_probe_and_passes_no_verdict(keepalive_
             "healthProbe.db.endpoint": "tcp://10.0.0.5:5432",
         }
         assert [(p["component"], p["type"], p["expected"], p["attempts"]) for p in out["probes"]] == [
-            ("api", "http", "HTTP 200", 5), ("db", "tcp", "TCP connect", 3)]
+            ("api", "http", "HTTP 200", 5),
+            ("db", "tcp", "TCP connect", 3),
+        ]
         assert out["msg"].startswith("Check mode: nothing probed, no verdict; would probe 2 component(s): ")
     assert keepalive_server.seen == []
 

@@ -19,8 +19,15 @@ def job():
 def test_a_new_deployment_is_projected_pending_from_its_first_revision():
     projection = _projection.initial(job())
     assert projection["status"] == "Pending" and projection["jobRevision"] == 1 and not projection["terminal"]
-    assert projection["targets"]["a"] == {"status": "Pending", "batch": 0, "phase": None, "progress": 0,
-                                          "code": None, "error": None, "reason": None}
+    assert projection["targets"]["a"] == {
+        "status": "Pending",
+        "batch": 0,
+        "phase": None,
+        "progress": 0,
+        "code": None,
+        "error": None,
+        "reason": None,
+    }
     with pytest.raises(ValueError):
         _projection.initial(dict(_job.start(job(), T0), revision=2))
 
@@ -56,11 +63,23 @@ def test_a_terminal_job_status_waits_for_the_terminal_step():
 
 
 def test_strategy_evidence_carries_the_rollback_evidence_keys():
-    evidence = build_rollback_evidence([{"targetId": "a", "targetName": "a", "targetType": "ComposeHost",
-                                         "currentDigest": "sha256:" + "1" * 64, "rollbackDigest": "sha256:" + "2" * 64}],
-                                       T0, deployment_id="job-1", rollback_job_id="job-1-rollback")
-    strategy = _projection.strategy_evidence(job(), evidence, "jobs/job-1/rollback-evidence.json",
-                                             {"job.json": {"sha256": "abc"}})
+    evidence = build_rollback_evidence(
+        [
+            {
+                "targetId": "a",
+                "targetName": "a",
+                "targetType": "ComposeHost",
+                "currentDigest": "sha256:" + "1" * 64,
+                "rollbackDigest": "sha256:" + "2" * 64,
+            }
+        ],
+        T0,
+        deployment_id="job-1",
+        rollback_job_id="job-1-rollback",
+    )
+    strategy = _projection.strategy_evidence(
+        job(), evidence, "jobs/job-1/rollback-evidence.json", {"job.json": {"sha256": "abc"}}
+    )
     assert strategy["rollback.evidence.id"] == "jobs/job-1/rollback-evidence.json"
     assert strategy["rollback.evidence.proofStatus"] == evidence["proofStatus"] == "complete"
     for key in ("hash", "proofDigest", "orderProofDigest", "orderProofStatus"):
@@ -72,15 +91,27 @@ def test_strategy_evidence_carries_the_rollback_evidence_keys():
 def test_traffic_is_projected_under_the_contract_s_keys():
     """The last traffic step's ``strategy.traffic.*`` keys (the traffic as the job left it) and the traffic
     rollback's ``strategy.traffic.rollback.*`` keys, flat in the strategy evidence; no nested list."""
-    shifted = {"strategy.traffic.mode": "traffic_shift", "strategy.traffic.status": "shifted",
-               "strategy.traffic.shifted": True, "strategy.traffic.slot": "canary",
-               "strategy.traffic.controlWeight": 50, "strategy.traffic.treatmentWeight": 50}
+    shifted = {
+        "strategy.traffic.mode": "traffic_shift",
+        "strategy.traffic.status": "shifted",
+        "strategy.traffic.shifted": True,
+        "strategy.traffic.slot": "canary",
+        "strategy.traffic.controlWeight": 50,
+        "strategy.traffic.treatmentWeight": 50,
+    }
     first = dict(shifted, **{"strategy.traffic.controlWeight": 90, "strategy.traffic.treatmentWeight": 10})
-    back = {"strategy.traffic.rollback.mode": "traffic_rollback", "strategy.traffic.rollback.status": "failed",
-            "strategy.traffic.rollback.shifted": False, "strategy.traffic.rollback.slot": "active",
-            "strategy.traffic.rollback.reason": "controller answered HTTP 500"}
-    record = dict(job(), traffic=[{"batch": 0, "evidence": first}, {"batch": 1, "evidence": shifted}],
-                  trafficRollback={"at": T0, "evidence": back, "failure": {"code": "x", "reason": "y"}})
+    back = {
+        "strategy.traffic.rollback.mode": "traffic_rollback",
+        "strategy.traffic.rollback.status": "failed",
+        "strategy.traffic.rollback.shifted": False,
+        "strategy.traffic.rollback.slot": "active",
+        "strategy.traffic.rollback.reason": "controller answered HTTP 500",
+    }
+    record = dict(
+        job(),
+        traffic=[{"batch": 0, "evidence": first}, {"batch": 1, "evidence": shifted}],
+        trafficRollback={"at": T0, "evidence": back, "failure": {"code": "x", "reason": "y"}},
+    )
     evidence = _projection.strategy_evidence(record)
     assert "traffic" not in evidence
     for key, value in list(shifted.items()) + list(back.items()):

@@ -14,12 +14,15 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import 
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.plan import plan_job
 
 
-@pytest.mark.parametrize("argv", [
-    # v2.40+: one element; 2.35-2.39: two; options in any order; the service last
-    ["compose", "--project-name=shop", "up", "--image=reg/app:v1", "--ports=8080:80", "--ports=8443:443", "web"],
-    ["compose", "--project-name", "shop", "up", "--ports=8080:80", "--image=reg/app:v1", "--ports=8443:443", "web"],
-    ["--project-name=shop", "up", "--ports", "8080:80", "--ports=8443:443", "--image", "reg/app:v1", "web"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        # v2.40+: one element; 2.35-2.39: two; options in any order; the service last
+        ["compose", "--project-name=shop", "up", "--image=reg/app:v1", "--ports=8080:80", "--ports=8443:443", "web"],
+        ["compose", "--project-name", "shop", "up", "--ports=8080:80", "--image=reg/app:v1", "--ports=8443:443", "web"],
+        ["--project-name=shop", "up", "--ports", "8080:80", "--ports=8443:443", "--image", "reg/app:v1", "web"],
+    ],
+)
 def test_argv_forms(argv):
     parsed = pv.parse_argv(argv)
     assert (parsed["command"], parsed["project"], parsed["service"]) == ("up", "shop", "web")
@@ -33,12 +36,15 @@ def test_missing_service_and_unknown_options_are_kept_aside():
     assert parsed["options"] == {"image": "reg/app:v1"}
 
 
-@pytest.mark.parametrize("argv,code", [
-    (["compose", "up", "--image=x"], "invalid_arguments"),
-    (["compose", "--project-name=p", "explode"], "invalid_arguments"),
-    (["compose", "--project-name=p", "up", "--image=a", "--image=b", "web"], "invalid_option"),
-    (["compose", "--project-name=p", "up", "web", "extra"], "invalid_arguments"),
-])
+@pytest.mark.parametrize(
+    "argv,code",
+    [
+        (["compose", "up", "--image=x"], "invalid_arguments"),
+        (["compose", "--project-name=p", "explode"], "invalid_arguments"),
+        (["compose", "--project-name=p", "up", "--image=a", "--image=b", "web"], "invalid_option"),
+        (["compose", "--project-name=p", "up", "web", "extra"], "invalid_arguments"),
+    ],
+)
 def test_bad_argv(argv, code):
     with pytest.raises(pv.ProviderError) as err:
         pv.parse_argv(argv)
@@ -89,7 +95,10 @@ def test_without_announcement_only_the_base_four_are_sent():
             chan.send(kind, message)
     chan.send("error", "preflight failed:\nruntime_version_too_old")
     assert [(m["type"], m["message"]) for m in lines(out)] == [
-        ("info", "deploying"), ("setenv", "URL=http://localhost:8080/"), ("error", "preflight failed: runtime_version_too_old")]
+        ("info", "deploying"),
+        ("setenv", "URL=http://localhost:8080/"),
+        ("error", "preflight failed: runtime_version_too_old"),
+    ]
 
 
 def test_an_announced_list_gates_every_type():
@@ -124,7 +133,7 @@ def test_requests_read_one_line_each():
 def chunked(data, sizes):
     out, pos = b"", 0
     for size in sizes:
-        out += b"%x\r\n" % size + data[pos:pos + size] + b"\r\n"
+        out += b"%x\r\n" % size + data[pos : pos + size] + b"\r\n"
         pos += size
     return out + b"0\r\n"
 
@@ -152,9 +161,15 @@ def test_release_needs_an_image_from_the_options_or_the_service():
     with pytest.raises(pv.ProviderError) as err:
         pv.release_from(parsed)
     assert err.value.code == "provider_option_missing" and "'image'" in err.value.reason
-    release = pv.release_from(parsed, {"image": "reg/app:v1", "environment": {"MODE": "x"},
-                                       "ports": [{"target": 80, "published": "8080"}],
-                                       "healthcheck": {"test": ["CMD", "true"]}})
+    release = pv.release_from(
+        parsed,
+        {
+            "image": "reg/app:v1",
+            "environment": {"MODE": "x"},
+            "ports": [{"target": 80, "published": "8080"}],
+            "healthcheck": {"test": ["CMD", "true"]},
+        },
+    )
     component = release["components"][0]
     assert (component["image"], component["ports"]) == ("reg/app:v1", ["8080:80"])
     assert component["config"]["env.MODE"] == "x" and component["config"]["healthProbe.port"] == 8080
@@ -162,8 +177,17 @@ def test_release_needs_an_image_from_the_options_or_the_service():
 
 
 def test_options_win_over_the_service_definition():
-    parsed = pv.parse_argv(["compose", "--project-name=shop", "up", "--image=reg/app:v2", "--environment=MODE=y",
-                            "--auto_rollback=false", "web"])
+    parsed = pv.parse_argv(
+        [
+            "compose",
+            "--project-name=shop",
+            "up",
+            "--image=reg/app:v2",
+            "--environment=MODE=y",
+            "--auto_rollback=false",
+            "web",
+        ]
+    )
     release = pv.release_from(parsed, {"image": "reg/app:v1", "environment": {"MODE": "x"}})
     assert release["components"][0]["image"] == "reg/app:v2"
     assert release["components"][0]["config"]["env.MODE"] == "y"
@@ -188,8 +212,14 @@ def test_down_names_the_project_up_deployed():
     assert cli.project_of(release) == planned["plans"]["localhost"]["projectName"]
 
 
-def job_event(step, record, action="stellaops.runtime.stella_job", host="localhost", target_name="localhost",
-              task="Record the outcome"):
+def job_event(
+    step,
+    record,
+    action="stellaops.runtime.stella_job",
+    host="localhost",
+    target_name="localhost",
+    task="Record the outcome",
+):
     """The ``runner_on_ok`` event of the ``stella_job`` task that records a target's outcome."""
     res = {"changed": True, "step": step, "target": record}
     if target_name:
@@ -204,54 +234,100 @@ def phases(*pairs):
 def test_phase_events_become_one_info_per_recorded_phase_and_target():
     chan, out = channel({})
     events = cli.PhaseEvents(chan)
-    record = {"status": "Failed", "phases": phases(("preflight", "succeeded"), ("prepare", "succeeded"),
-                                                   ("deploy", "failed"), ("verify", "skipped"))}
+    record = {
+        "status": "Failed",
+        "phases": phases(
+            ("preflight", "succeeded"), ("prepare", "succeeded"), ("deploy", "failed"), ("verify", "skipped")
+        ),
+    }
     for event in [
         {"event": "playbook_on_task_start", "event_data": {"task": "Check the runtime on the target"}},
-        {"event": "runner_on_ok", "event_data": {"task": "Check the runtime on the target", "host": "localhost",
-                                                 "task_action": "stellaops.runtime.stella_preflight"}},
-        {"event": "runner_on_failed", "event_data": {"task": "Check the services", "host": "localhost",
-                                                     "res": {"msg": "the target does not run\\nthe release"}}},
+        {
+            "event": "runner_on_ok",
+            "event_data": {
+                "task": "Check the runtime on the target",
+                "host": "localhost",
+                "task_action": "stellaops.runtime.stella_preflight",
+            },
+        },
+        {
+            "event": "runner_on_failed",
+            "event_data": {
+                "task": "Check the services",
+                "host": "localhost",
+                "res": {"msg": "the target does not run\\nthe release"},
+            },
+        },
         job_event("target", record),
         job_event("target", record, action="stella_job"),  # the same outcome again: nothing new
     ]:
         assert events(event) is True
     assert [(m["type"], m["message"]) for m in lines(out)] == [
-        ("debug", "task: Check the runtime on the target"), ("info", "preflight ok on localhost"),
-        ("info", "prepare ok on localhost"), ("info", "deploy failed on localhost"),
-        ("info", "verify skipped on localhost")]
+        ("debug", "task: Check the runtime on the target"),
+        ("info", "preflight ok on localhost"),
+        ("info", "prepare ok on localhost"),
+        ("info", "deploy failed on localhost"),
+        ("info", "verify skipped on localhost"),
+    ]
     assert events.failure == "the target does not run\\nthe release"
 
 
 def test_phase_events_name_the_target_of_the_result_and_accept_the_short_action():
     chan, out = channel({})
     events = cli.PhaseEvents(chan)
-    events(job_event("target", {"phases": phases(("preflight", "failed"))}, action="stella_job",
-                     host="controller", target_name="web-1"))
+    events(
+        job_event(
+            "target",
+            {"phases": phases(("preflight", "failed"))},
+            action="stella_job",
+            host="controller",
+            target_name="web-1",
+        )
+    )
     events(job_event("target", {"phases": phases(("preflight", "succeeded"))}, host="web-2", target_name=None))
     assert [(m["type"], m["message"]) for m in lines(out)] == [
-        ("info", "preflight failed on web-1"), ("info", "preflight ok on web-2")]
+        ("info", "preflight failed on web-1"),
+        ("info", "preflight ok on web-2"),
+    ]
 
 
 def test_rollback_target_sends_the_rollback_phases():
     chan, out = channel({})
     events = cli.PhaseEvents(chan)
-    record = {"phases": phases(("preflight", "succeeded"), ("deploy", "failed")),
-              "rollbackPhases": phases(("rollback-pre", "succeeded"), ("rollback-deploy", "succeeded"),
-                                       ("rollback-verify", "failed"), ("rollback-post", "skipped"))}
+    record = {
+        "phases": phases(("preflight", "succeeded"), ("deploy", "failed")),
+        "rollbackPhases": phases(
+            ("rollback-pre", "succeeded"),
+            ("rollback-deploy", "succeeded"),
+            ("rollback-verify", "failed"),
+            ("rollback-post", "skipped"),
+        ),
+    }
     events(job_event("rollback_target", record))
     assert [m["message"] for m in lines(out)] == [
-        "rollback-pre ok on localhost", "rollback-deploy ok on localhost", "rollback-verify failed on localhost",
-        "rollback-post skipped on localhost"]
+        "rollback-pre ok on localhost",
+        "rollback-deploy ok on localhost",
+        "rollback-verify failed on localhost",
+        "rollback-post skipped on localhost",
+    ]
 
 
 def test_task_names_carry_no_meaning():
     chan, out = channel({})
     events = cli.PhaseEvents(chan)
     for kind in ("runner_on_ok", "runner_on_failed"):
-        events({"event": kind, "event_data": {"task": "preflight | whatever", "host": "localhost",
-                                              "task_action": "ansible.builtin.command", "ignore_errors": True,
-                                              "res": {"target": {"phases": phases(("preflight", "succeeded"))}}}})
+        events(
+            {
+                "event": kind,
+                "event_data": {
+                    "task": "preflight | whatever",
+                    "host": "localhost",
+                    "task_action": "ansible.builtin.command",
+                    "ignore_errors": True,
+                    "res": {"target": {"phases": phases(("preflight", "succeeded"))}},
+                },
+            }
+        )
     events(job_event("target", {"phases": phases(("deploy", "succeeded"))}, task="verify | something else"))
     events(job_event("plan", None))  # a stella_job step without a target record
     assert [(m["type"], m["message"]) for m in lines(out)] == [("info", "deploy ok on localhost")]
@@ -262,19 +338,24 @@ def test_setenv_facts_of_a_job_do_not_change_between_jobs_of_the_same_release():
     release = pv.release_from(parsed)
     target = {"currentDigest": DIGEST, "slot": "active", "projectName": "p", "manifestHash": "sha256:" + "b" * 64}
     first = cli.deployment_facts({"jobId": "job-1", "targets": {"localhost": target}}, release)
-    again = cli.deployment_facts({"jobId": "job-2", "targets": {"localhost": dict(target, appliedByJobId="job-1")}},
-                                 release)
+    again = cli.deployment_facts(
+        {"jobId": "job-2", "targets": {"localhost": dict(target, appliedByJobId="job-1")}}, release
+    )
     assert first == again and first["URL"] == "http://localhost:18080/" and first["PORT"] == "18080"
     assert set(first) == set(pv.FACTS)
 
 
 # ------------------------------------------------------------------ publish-endpoint, the relay, rawsetenv
 
-@pytest.mark.parametrize("ports,published", [
-    (["18080:8080"], [(None, "18080", "8080")]),
-    (["127.0.0.1:18080:8080/tcp", "53:53/udp", "9000"], [("127.0.0.1", "18080", "8080")]),
-    (["[::1]:18080:8080", "8000-8001:8000-8001"], [("::1", "18080", "8080")]),
-])
+
+@pytest.mark.parametrize(
+    "ports,published",
+    [
+        (["18080:8080"], [(None, "18080", "8080")]),
+        (["127.0.0.1:18080:8080/tcp", "53:53/udp", "9000"], [("127.0.0.1", "18080", "8080")]),
+        (["[::1]:18080:8080", "8000-8001:8000-8001"], [("::1", "18080", "8080")]),
+    ],
+)
 def test_published_ports_keep_single_tcp_host_ports(ports, published):
     assert pv.published_ports(ports) == published
     assert pv.host_port(ports) == published[0][1]
@@ -284,27 +365,35 @@ def test_relay_forwards_reach_the_published_port_on_this_host():
     assert pv.relay_forwards(["18080:8080", "0.0.0.0:18081:81", "10.0.0.5:18082:82"]) == [
         {"port": 8080, "upstream_host": "127.0.0.1", "upstream_port": 18080, "listen_port": 0},
         {"port": 81, "upstream_host": "127.0.0.1", "upstream_port": 18081, "listen_port": 0},
-        {"port": 82, "upstream_host": "10.0.0.5", "upstream_port": 18082, "listen_port": 0}]
+        {"port": 82, "upstream_host": "10.0.0.5", "upstream_port": 18082, "listen_port": 0},
+    ]
 
 
-@pytest.mark.parametrize("answer,expected", [
-    ({"networks": [{"name": "p_db_relay", "gateway": "172.20.0.1"}]}, ("172.20.0.1", "p_db_relay")),
-    ({"networks": [{"name": "desktop", "gateway": "127.0.0.1"}]}, ("127.0.0.1", "desktop")),
-    ({"networks": [{"name": "p_db_relay"}]}, (None, "p_db_relay")),
-    ({}, (None, None)),
-])
+@pytest.mark.parametrize(
+    "answer,expected",
+    [
+        ({"networks": [{"name": "p_db_relay", "gateway": "172.20.0.1"}]}, ("172.20.0.1", "p_db_relay")),
+        ({"networks": [{"name": "desktop", "gateway": "127.0.0.1"}]}, ("127.0.0.1", "desktop")),
+        ({"networks": [{"name": "p_db_relay"}]}, (None, "p_db_relay")),
+        ({}, (None, None)),
+    ],
+)
 def test_relay_listen_takes_the_announced_gateway(answer, expected):
     assert pv.relay_listen(answer) == expected
 
 
 def test_publish_lines_keep_routable_addresses_and_name_loopback_localhost():
     assert pv.publish_lines(["8080=172.20.0.1:41000", "81=127.0.0.1:41001"]) == [
-        "8080=172.20.0.1:41000", "81=localhost:41001"]
+        "8080=172.20.0.1:41000",
+        "81=localhost:41001",
+    ]
 
 
 def test_raw_environment_names_facts_only():
     raw = pv.raw_environment(["DATABASE_URL=URL", "IMAGE_DIGEST=DIGEST"])
-    assert pv.rawsetenv_lines(raw, {"URL": "http://localhost:1/", "DIGEST": None}) == ["DATABASE_URL=http://localhost:1/"]
+    assert pv.rawsetenv_lines(raw, {"URL": "http://localhost:1/", "DIGEST": None}) == [
+        "DATABASE_URL=http://localhost:1/"
+    ]
     with pytest.raises(pv.ProviderError) as err:
         pv.raw_environment(["X=PASSWORD"])
     assert err.value.code == "invalid_option"
@@ -317,27 +406,50 @@ def relay_channel(messages):
 
 
 def test_relay_plan_follows_what_compose_announces():
-    parsed = pv.parse_argv(["compose", "--project-name=shop", "up", "--image=" + IMAGE, "--ports=18080:8080",
-                            "--state_directory=/state", "web"])
+    parsed = pv.parse_argv(
+        [
+            "compose",
+            "--project-name=shop",
+            "up",
+            "--image=" + IMAGE,
+            "--ports=18080:8080",
+            "--state_directory=/state",
+            "web",
+        ]
+    )
     release = pv.release_from(parsed)
     assert cli.relay_plan(parsed, relay_channel("info,error"), release) is None
     linked = cli.relay_plan(parsed, relay_channel("info,publish-endpoint,get-relay-info"), release)
-    assert linked == {"name": "shop-web", "state": "present", "listen_address": "172.20.0.1", "device": "auto",
-                      "forwards": [{"port": 8080, "upstream_host": "127.0.0.1", "upstream_port": 18080,
-                                    "listen_port": 0}], "state_directory": "/state/shop/web"}
+    assert linked == {
+        "name": "shop-web",
+        "state": "present",
+        "listen_address": "172.20.0.1",
+        "device": "auto",
+        "forwards": [{"port": 8080, "upstream_host": "127.0.0.1", "upstream_port": 18080, "listen_port": 0}],
+        "state_directory": "/state/shop/web",
+    }
     fallback = cli.relay_plan(parsed, relay_channel("info,publish-endpoint"), release)
     assert (fallback["listen_address"], fallback["device"]) == ("host-gateway", "none")
-    off = pv.parse_argv(["compose", "--project-name=shop", "up", "--image=" + IMAGE, "--ports=18080:8080",
-                         "--relay=off", "web"])
+    off = pv.parse_argv(
+        ["compose", "--project-name=shop", "up", "--image=" + IMAGE, "--ports=18080:8080", "--relay=off", "web"]
+    )
     assert cli.relay_plan(off, relay_channel("info,publish-endpoint,get-relay-info"), release) is None
 
 
 def test_the_relay_task_result_is_kept_from_the_events():
     chan, _out = channel({})
     events = cli.PhaseEvents(chan)
-    events({"event": "runner_on_ok", "event_data": {"task": "Relay | start or remove the relay endpoint",
-                                                    "task_action": cli.RELAY_ACTION, "host": "localhost",
-                                                    "res": {"endpoints": ["8080=172.20.0.1:41000"]}}})
+    events(
+        {
+            "event": "runner_on_ok",
+            "event_data": {
+                "task": "Relay | start or remove the relay endpoint",
+                "task_action": cli.RELAY_ACTION,
+                "host": "localhost",
+                "res": {"endpoints": ["8080=172.20.0.1:41000"]},
+            },
+        }
+    )
     assert events.results[cli.RELAY_ACTION]["endpoints"] == ["8080=172.20.0.1:41000"]
 
 
@@ -347,19 +459,22 @@ def test_repeatable_options_are_strings_given_more_than_once():
     assert parsed["options"]["ports"] == ["1:1", "2:2"]
 
 
-@pytest.mark.parametrize("source, policy, known, digest, decision", [
-    ("local", "missing", {}, "sha256:a", "load"),
-    ("local", "missing", {"source": "local", "digest": "sha256:old"}, "sha256:new", "load"),  # rebuilt
-    ("local", "missing", {"source": "local", "digest": "sha256:a"}, "sha256:a", "up_to_date"),
-    ("local", "missing", {"source": "local", "digest": "sha256:a"}, None, "up_to_date"),
-    ("local", "always", {"source": "local", "digest": "sha256:a"}, None, "load"),
-    ("local", "always", {"source": "local", "digest": "sha256:old"}, "sha256:new", "load"),
-    ("local", "always", {"source": "local", "digest": "sha256:a"}, "sha256:a", "up_to_date"),
-    ("local", "missing", {"source": "registry", "digest": "sha256:a"}, "sha256:a", "load"),
-    ("registry", "missing", {}, None, "resolve"),
-    ("registry", "missing", {"source": "registry", "digest": "sha256:a"}, None, "up_to_date"),
-    ("registry", "always", {"source": "registry", "digest": "sha256:a"}, None, "resolve"),
-])
+@pytest.mark.parametrize(
+    "source, policy, known, digest, decision",
+    [
+        ("local", "missing", {}, "sha256:a", "load"),
+        ("local", "missing", {"source": "local", "digest": "sha256:old"}, "sha256:new", "load"),  # rebuilt
+        ("local", "missing", {"source": "local", "digest": "sha256:a"}, "sha256:a", "up_to_date"),
+        ("local", "missing", {"source": "local", "digest": "sha256:a"}, None, "up_to_date"),
+        ("local", "always", {"source": "local", "digest": "sha256:a"}, None, "load"),
+        ("local", "always", {"source": "local", "digest": "sha256:old"}, "sha256:new", "load"),
+        ("local", "always", {"source": "local", "digest": "sha256:a"}, "sha256:a", "up_to_date"),
+        ("local", "missing", {"source": "registry", "digest": "sha256:a"}, "sha256:a", "load"),
+        ("registry", "missing", {}, None, "resolve"),
+        ("registry", "missing", {"source": "registry", "digest": "sha256:a"}, None, "up_to_date"),
+        ("registry", "always", {"source": "registry", "digest": "sha256:a"}, None, "resolve"),
+    ],
+)
 def test_the_pull_policy_decides(source, policy, known, digest, decision):
     assert pv.pull_decision(source, policy, known, digest) == decision
 
@@ -382,25 +497,31 @@ def test_a_message_compose_did_not_announce_fails_loudly_unless_it_only_renders(
     assert [json.loads(line)["type"] for line in out.getvalue().splitlines()] == ["setenv"]
 
 
-@pytest.mark.parametrize("argv, what", [
-    (["--project-name=../escape", "up", "web"], "project name"),
-    (["--project-name=p", "up", "../../etc"], "service name"),
-    (["--project-name=p", "up", ".hidden"], "service name"),
-    (["--project-name=P", "up", "web"], "project name"),
-])
+@pytest.mark.parametrize(
+    "argv, what",
+    [
+        (["--project-name=../escape", "up", "web"], "project name"),
+        (["--project-name=p", "up", "../../etc"], "service name"),
+        (["--project-name=p", "up", ".hidden"], "service name"),
+        (["--project-name=P", "up", "web"], "project name"),
+    ],
+)
 def test_names_that_would_leave_the_state_directory_are_refused(argv, what):
     with pytest.raises(pv.ProviderError) as err:
         pv.parse_argv(argv)
     assert err.value.code == "invalid_arguments" and what in err.value.reason
 
 
-@pytest.mark.parametrize("option, reason", [
-    ("--health_port=abc", "--health_port=abc is not a whole number"),
-    ("--keep_revisions=-1", "is not a whole number"),
-    ("--strategy=yolo", "--strategy=yolo is not one of rolling, all-at-once"),
-    ("--auto_rollback=maybe", "--auto_rollback=maybe is not true or false"),
-    ("--relay=sometimes", "is not one of"),
-])
+@pytest.mark.parametrize(
+    "option, reason",
+    [
+        ("--health_port=abc", "--health_port=abc is not a whole number"),
+        ("--keep_revisions=-1", "is not a whole number"),
+        ("--strategy=yolo", "--strategy=yolo is not one of rolling, all-at-once"),
+        ("--auto_rollback=maybe", "--auto_rollback=maybe is not true or false"),
+        ("--relay=sometimes", "is not one of"),
+    ],
+)
 def test_each_option_is_checked_against_its_declaration(option, reason):
     with pytest.raises(pv.ProviderError) as err:
         pv.parse_argv(["--project-name=p", "up", option, "web"])
@@ -416,8 +537,9 @@ def test_chunk_sizes_are_hex_digits_only(size):
     assert err.value.code == "image_stream_invalid"
 
 
-@pytest.mark.parametrize("answer", [[], "text", 3, {"ports": "80"}, {"environment": "A=b"}, {"image": 5},
-                                    {"healthcheck": ["CMD"]}])
+@pytest.mark.parametrize(
+    "answer", [[], "text", 3, {"ports": "80"}, {"environment": "A=b"}, {"image": 5}, {"healthcheck": ["CMD"]}]
+)
 def test_a_service_config_of_the_wrong_shape_is_a_protocol_error(answer):
     with pytest.raises(pv.ProviderError) as err:
         pv.service_config(answer)

@@ -17,7 +17,10 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.plan import 
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import cli
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import protocol as pv
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.release import inputs as _inputs
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.plan import LOCAL_IMAGE_KEY, unresolved_references
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.plan import (
+    LOCAL_IMAGE_KEY,
+    unresolved_references,
+)
 
 IMAGE = "shop-web"  # a build-only image: <project>-<service>, in no registry
 IMAGE_ID = "sha256:" + "c" * 64
@@ -39,12 +42,25 @@ def run_up(state, monkeypatch, held):
     def fake_run(playbooks, extravars, channel, cancelled):
         seen["release"] = extravars["stella_release"]
         return 2, "failed", "stop here", {}, "planned"
+
     monkeypatch.setattr(cli, "run_playbook", fake_run)
     out = io.BytesIO()
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        rc = cli.compose(["compose", "--project-name=shop", "up", "--image=" + IMAGE, "--ports=18080:8080",
-                          "--state_directory=%s" % state, "web"], io.BytesIO(), out, {})
+        rc = cli.compose(
+            [
+                "compose",
+                "--project-name=shop",
+                "up",
+                "--image=" + IMAGE,
+                "--ports=18080:8080",
+                "--state_directory=%s" % state,
+                "web",
+            ],
+            io.BytesIO(),
+            out,
+            {},
+        )
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
@@ -68,11 +84,15 @@ def test_a_tag_that_moved_since_pull_is_said_and_the_loaded_image_deployed(tmp_p
     assert "%s now names %s in this engine, not the image pull loaded" % (IMAGE, OTHER_ID) in lines[0]["message"]
 
 
-@pytest.mark.parametrize("entry,held", [
-    ({"source": "local", "digest": IMAGE_ID, "imageId": IMAGE_ID}, {}),
-    ({"source": "local", "digest": IMAGE_ID}, {IMAGE: OTHER_ID}),  # only the digest Compose announced, now gone
-    ({"source": "local"}, {IMAGE: IMAGE_ID}),  # nothing to pin
-], ids=["gone", "announced-only", "no-id"])
+@pytest.mark.parametrize(
+    "entry,held",
+    [
+        ({"source": "local", "digest": IMAGE_ID, "imageId": IMAGE_ID}, {}),
+        ({"source": "local", "digest": IMAGE_ID}, {IMAGE: OTHER_ID}),  # only the digest Compose announced, now gone
+        ({"source": "local"}, {IMAGE: IMAGE_ID}),  # nothing to pin
+    ],
+    ids=["gone", "announced-only", "no-id"],
+)
 def test_a_loaded_image_the_engine_no_longer_holds_fails_before_anything_runs(tmp_path, monkeypatch, entry, held):
     books(tmp_path, entry)
     rc, lines, release = run_up(tmp_path, monkeypatch, held)
@@ -101,8 +121,16 @@ def test_planning_pins_the_image_id_and_asks_no_registry():
     assert unresolved_references(release) == []
     resolved, resolution = _inputs.resolve_digests(release, _inputs.load_credentials({}), [], {}, True, 1.0)
     assert resolved == {}
-    assert resolution == {IMAGE: {"reference": IMAGE, "image": IMAGE_ID, "digest": IMAGE_ID, "imageId": IMAGE_ID,
-                                  "resolved": False, "source": "local"}}
+    assert resolution == {
+        IMAGE: {
+            "reference": IMAGE,
+            "image": IMAGE_ID,
+            "digest": IMAGE_ID,
+            "imageId": IMAGE_ID,
+            "resolved": False,
+            "source": "local",
+        }
+    }
     planned = plan_job(release, [("localhost", {"ansible_connection": "local"})], resolved, "job-1")
     plan = planned["plans"]["localhost"]
     assert plan["components"] == [{"name": "web", "reference": IMAGE, "image": IMAGE_ID, "digest": IMAGE_ID}]
@@ -128,13 +156,30 @@ def test_the_target_accepts_an_image_id_pin_and_checks_the_id():
     held = {"id": IMAGE_ID, "repoDigests": []}
     assert _project.present_image_ids({"web": IMAGE_ID}, {IMAGE_ID: held}) == {"web": IMAGE_ID}
     assert _project.present_image_ids({"web": IMAGE_ID}, {IMAGE_ID: dict(held, id=OTHER_ID)}) is None
-    containers = [{"service": "web", "id": "c1", "name": "p-web-1", "state": "running", "running": True,
-                   "health": "none", "imageId": IMAGE_ID, "labels": {}}]
+    containers = [
+        {
+            "service": "web",
+            "id": "c1",
+            "name": "p-web-1",
+            "state": "running",
+            "running": True,
+            "health": "none",
+            "imageId": IMAGE_ID,
+            "labels": {},
+        }
+    ]
     target = {"id": "t", "name": "t", "type": "ComposeHost", "endpoint": "local", "executionMode": "local"}
-    services, problems = _project.verify_services({"web": IMAGE_ID}, {"web": {}}, containers, {"web": IMAGE_ID},
-                                                  target, "sha256:" + "e" * 64)
+    services, problems = _project.verify_services(
+        {"web": IMAGE_ID}, {"web": {}}, containers, {"web": IMAGE_ID}, target, "sha256:" + "e" * 64
+    )
     assert services[0]["imageDigest"] == IMAGE_ID
     assert not [code for code, _reason in problems if code == "digest_mismatch"]
-    _services, problems = _project.verify_services({"web": IMAGE_ID}, {"web": {}}, [dict(containers[0], imageId=OTHER_ID)],
-                                                   {"web": IMAGE_ID}, target, "sha256:" + "e" * 64)
+    _services, problems = _project.verify_services(
+        {"web": IMAGE_ID},
+        {"web": {}},
+        [dict(containers[0], imageId=OTHER_ID)],
+        {"web": IMAGE_ID},
+        target,
+        "sha256:" + "e" * 64,
+    )
     assert "digest_mismatch" in [code for code, _reason in problems]

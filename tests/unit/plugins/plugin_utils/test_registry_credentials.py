@@ -21,7 +21,9 @@ from planning_support import FakeRegistry, image_manifest  # noqa: E402
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError  # noqa: E402
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.credentials import (  # noqa: E402
-    RegistryCredentials, docker_config_path, registry_key,
+    RegistryCredentials,
+    docker_config_path,
+    registry_key,
 )
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.registry import DigestResolver  # noqa: E402
 
@@ -50,9 +52,10 @@ def helper(tmp_path, name, answers):
     bindir = tmp_path / "bin"
     bindir.mkdir(exist_ok=True)
     log = tmp_path / ("%s.log" % name)
-    cases = "\n".join('  "get %s") echo \'%s\' ;;' % (server, json.dumps({"ServerURL": server, "Username": user,
-                                                                          "Secret": secret}))
-                      for server, (user, secret) in answers.items())
+    cases = "\n".join(
+        "  \"get %s\") echo '%s' ;;" % (server, json.dumps({"ServerURL": server, "Username": user, "Secret": secret}))
+        for server, (user, secret) in answers.items()
+    )
     path = bindir / ("docker-credential-" + name)
     path.write_text(HELPER % {"name": name, "log": log, "cases": cases})
     path.chmod(path.stat().st_mode | stat.S_IXUSR)
@@ -64,11 +67,18 @@ def creds(tmp_path, config, environ=None, explicit=None):
     return RegistryCredentials(explicit, environ=env)
 
 
-@pytest.mark.parametrize("name,key", [
-    ("docker.io", "docker.io"), ("index.docker.io", "docker.io"), ("https://index.docker.io/v1/", "docker.io"),
-    ("registry-1.docker.io", "docker.io"), ("HTTPS://Ghcr.IO/", "ghcr.io"), ("127.0.0.1:5002", "127.0.0.1:5002"),
-    ("http://registry.lab:5001/v2/", "registry.lab:5001"),
-])
+@pytest.mark.parametrize(
+    "name,key",
+    [
+        ("docker.io", "docker.io"),
+        ("index.docker.io", "docker.io"),
+        ("https://index.docker.io/v1/", "docker.io"),
+        ("registry-1.docker.io", "docker.io"),
+        ("HTTPS://Ghcr.IO/", "ghcr.io"),
+        ("127.0.0.1:5002", "127.0.0.1:5002"),
+        ("http://registry.lab:5001/v2/", "registry.lab:5001"),
+    ],
+)
 def test_registry_key_is_one_name_per_registry(name, key):
     assert registry_key(name) == key
 
@@ -82,8 +92,11 @@ def test_config_path_follows_docker_config_then_home(tmp_path):
 def test_auths_base64_entries_for_hub_under_any_name(tmp_path):
     found = creds(tmp_path, "linux-docker-login.json")
     for name in ("docker.io", "index.docker.io", "registry-1.docker.io"):
-        assert found.get(name) == {"username": "stella-hub", "password": "hub-password-Planted",
-                                   "source": "docker-config:auths"}
+        assert found.get(name) == {
+            "username": "stella-hub",
+            "password": "hub-password-Planted",
+            "source": "docker-config:auths",
+        }
     assert found.get("127.0.0.1:5002")["password"] == "auth-password-Planted"
     assert found.get("ghcr.io") is None
     assert sorted(found.secrets()) == ["auth-password-Planted", "hub-password-Planted"]
@@ -91,16 +104,31 @@ def test_auths_base64_entries_for_hub_under_any_name(tmp_path):
 
 def test_identitytoken_wins_over_auth(tmp_path):
     found = creds(tmp_path, "acr-identitytoken.json").get("stellaops.azurecr.io")
-    assert found == {"identitytoken": "eyJhbGciOiJSUzI1NiJ9.identity-token-Planted.sig", "source": "docker-config:auths"}
+    assert found == {
+        "identitytoken": "eyJhbGciOiJSUzI1NiJ9.identity-token-Planted.sig",
+        "source": "docker-config:auths",
+    }
 
 
 def test_creds_store_is_asked_with_hub_s_index_url(tmp_path):
-    env, log = helper(tmp_path, "desktop", {"https://index.docker.io/v1/": ("stella-hub", "store-secret-Planted"),
-                                            "ghcr.io": ("<token>", "ghcr-identity-Planted")})
+    env, log = helper(
+        tmp_path,
+        "desktop",
+        {
+            "https://index.docker.io/v1/": ("stella-hub", "store-secret-Planted"),
+            "ghcr.io": ("<token>", "ghcr-identity-Planted"),
+        },
+    )
     found = creds(tmp_path, "desktop-credsstore.json", env)
-    assert found.get("docker.io") == {"username": "stella-hub", "password": "store-secret-Planted",
-                                      "source": "docker-config:credsStore:desktop"}
-    assert found.get("ghcr.io") == {"identitytoken": "ghcr-identity-Planted", "source": "docker-config:credsStore:desktop"}
+    assert found.get("docker.io") == {
+        "username": "stella-hub",
+        "password": "store-secret-Planted",
+        "source": "docker-config:credsStore:desktop",
+    }
+    assert found.get("ghcr.io") == {
+        "identitytoken": "ghcr-identity-Planted",
+        "source": "docker-config:credsStore:desktop",
+    }
     assert found.get("quay.io") is None
     asked = log.read_text().splitlines()
     assert asked[:2] == ["get https://index.docker.io/v1/", "get ghcr.io"] and "get quay.io" in asked
@@ -109,11 +137,15 @@ def test_creds_store_is_asked_with_hub_s_index_url(tmp_path):
 
 
 def test_cred_helpers_per_registry(tmp_path):
-    env, log = helper(tmp_path, "ecr-login", {
-        "123456789012.dkr.ecr.eu-west-1.amazonaws.com": ("AWS", "ecr-token-Planted")})
+    env, log = helper(
+        tmp_path, "ecr-login", {"123456789012.dkr.ecr.eu-west-1.amazonaws.com": ("AWS", "ecr-token-Planted")}
+    )
     found = creds(tmp_path, "cloud-credhelpers.json", env)
     assert found.get("123456789012.dkr.ecr.eu-west-1.amazonaws.com") == {
-        "username": "AWS", "password": "ecr-token-Planted", "source": "docker-config:credHelpers:ecr-login"}
+        "username": "AWS",
+        "password": "ecr-token-Planted",
+        "source": "docker-config:credHelpers:ecr-login",
+    }
     assert found.get("docker.io") is None  # no helper, no auths entry: anonymous
     assert log.read_text().splitlines() == ["get 123456789012.dkr.ecr.eu-west-1.amazonaws.com"]
 
@@ -135,10 +167,16 @@ def test_a_default_store_that_is_not_installed_is_a_warning(tmp_path):
 def test_explicit_credentials_win_and_read_password_files(tmp_path):
     password_file = tmp_path / "pw"
     password_file.write_text("file-password-Planted\n")
-    found = creds(tmp_path, "linux-docker-login.json", explicit={
-        "index.docker.io": {"username": "ops", "password_file": str(password_file)}})
-    assert found.get("docker.io") == {"username": "ops", "password": "file-password-Planted",
-                                      "source": "registry_credentials"}
+    found = creds(
+        tmp_path,
+        "linux-docker-login.json",
+        explicit={"index.docker.io": {"username": "ops", "password_file": str(password_file)}},
+    )
+    assert found.get("docker.io") == {
+        "username": "ops",
+        "password": "file-password-Planted",
+        "source": "registry_credentials",
+    }
     with pytest.raises(StellaError, match="needs username"):
         RegistryCredentials({"r": {"password": "x"}}, config_path=False)
 
@@ -164,8 +202,9 @@ def test_planning_names_the_source_never_the_value(tmp_path):
     registry.push("shop/web", "1.0", image_manifest("1"), "application/vnd.oci.image.manifest.v1+json")
     directory = tmp_path / "docker"
     directory.mkdir()
-    (directory / "config.json").write_text(json.dumps({"auths": {"https://registry.example.com": {
-        "auth": "c3RlbGxhOmF1dGgtcGFzc3dvcmQtUGxhbnRlZA=="}}}))
+    (directory / "config.json").write_text(
+        json.dumps({"auths": {"https://registry.example.com": {"auth": "c3RlbGxhOmF1dGgtcGFzc3dvcmQtUGxhbnRlZA=="}}})
+    )
     found = RegistryCredentials(environ={"DOCKER_CONFIG": str(directory)})
     result = DigestResolver(found, transport=registry).resolve("registry.example.com/shop/web:1.0")
     assert result["credentialSource"] == "docker-config:auths"
@@ -199,15 +238,19 @@ def script_helper(tmp_path, name, body):
     directory = tmp_path / "docker"
     directory.mkdir(exist_ok=True)
     (directory / "config.json").write_text(json.dumps({"credHelpers": {"ghcr.io": name}}))
-    return RegistryCredentials(environ={"PATH": "%s:/usr/bin:/bin" % bindir, "DOCKER_CONFIG": str(directory),
-                                        "HOME": str(tmp_path)})
+    return RegistryCredentials(
+        environ={"PATH": "%s:/usr/bin:/bin" % bindir, "DOCKER_CONFIG": str(directory), "HOME": str(tmp_path)}
+    )
 
 
-@pytest.mark.parametrize("body", [
-    'echo "token %s expired" ; echo "stderr %s" >&2 ; exit 1' % (PLANTED, PLANTED),
-    'echo "stderr only %s" >&2 ; exit 3' % PLANTED,
-    'echo "{\\"Username\\": \\"u\\", \\"Secret\\": \\"%s\\"" ; exit 0' % PLANTED,  # cut JSON
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        'echo "token %s expired" ; echo "stderr %s" >&2 ; exit 1' % (PLANTED, PLANTED),
+        'echo "stderr only %s" >&2 ; exit 3' % PLANTED,
+        'echo "{\\"Username\\": \\"u\\", \\"Secret\\": \\"%s\\"" ; exit 0' % PLANTED,  # cut JSON
+    ],
+)
 def test_nothing_a_helper_prints_reaches_the_error(tmp_path, body):
     found = script_helper(tmp_path, "leaky", body)
     with pytest.raises(StellaError) as info:

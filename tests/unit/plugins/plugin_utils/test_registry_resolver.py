@@ -23,11 +23,17 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "fixtures
 from planning_support import FakeRegistry, image_index, image_manifest  # noqa: E402
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError  # noqa: E402
-from ansible_collections.stellaops.runtime.plugins.module_utils.engine.registry import MANIFEST_ACCEPT, MAX_MANIFEST_BYTES  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.module_utils.engine.registry import (
+    MANIFEST_ACCEPT,
+    MAX_MANIFEST_BYTES,
+)  # noqa: E402
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.execution import http as _requests  # noqa: E402
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.release import registry as _registry_mod  # noqa: E402
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.registry import (  # noqa: E402
-    CHUNK_BYTES, DigestResolver, RequestsTransport, platform_strings,
+    CHUNK_BYTES,
+    DigestResolver,
+    RequestsTransport,
+    platform_strings,
 )
 
 HOST = "registry.example.com"
@@ -50,9 +56,12 @@ def test_head_resolves_tag_and_keeps_full_identity():
     assert result["digest"] == digest and result["image"] == HOST + "/shop/web:1.0@" + digest
     assert [c[0] for c in registry.calls] == ["HEAD"]
     assert registry.calls[0][2]["Accept"] == MANIFEST_ACCEPT
-    for media in ("application/vnd.oci.image.index.v1+json", "application/vnd.oci.image.manifest.v1+json",
-                  "application/vnd.docker.distribution.manifest.list.v2+json",
-                  "application/vnd.docker.distribution.manifest.v2+json"):
+    for media in (
+        "application/vnd.oci.image.index.v1+json",
+        "application/vnd.oci.image.manifest.v1+json",
+        "application/vnd.docker.distribution.manifest.list.v2+json",
+        "application/vnd.docker.distribution.manifest.v2+json",
+    ):
         assert media in MANIFEST_ACCEPT
 
 
@@ -75,9 +84,18 @@ def test_index_digest_is_pinned_and_platforms_reported():
     registry = FakeRegistry(HOST)
     amd = registry.push("shop/web", "amd", image_manifest("1"), OCI_MANIFEST)
     arm = registry.push("shop/web", "arm", image_manifest("2"), OCI_MANIFEST)
-    index = registry.push("shop/web", "multi", image_index([
-        (amd, {"os": "linux", "architecture": "amd64"}), (arm, {"os": "linux", "architecture": "arm64", "variant": "v8"}),
-        ("sha256:" + "3" * 64, {"os": "unknown", "architecture": "unknown"})]), "application/vnd.oci.image.index.v1+json")
+    index = registry.push(
+        "shop/web",
+        "multi",
+        image_index(
+            [
+                (amd, {"os": "linux", "architecture": "amd64"}),
+                (arm, {"os": "linux", "architecture": "arm64", "variant": "v8"}),
+                ("sha256:" + "3" * 64, {"os": "unknown", "architecture": "unknown"}),
+            ]
+        ),
+        "application/vnd.oci.image.index.v1+json",
+    )
     result = DigestResolver(transport=registry).resolve(HOST + "/shop/web:multi")
     assert result["digest"] == index and result["digest"] not in (amd, arm)
     assert result["platforms"] == ["linux/amd64", "linux/arm64/v8"]
@@ -107,10 +125,16 @@ def test_bearer_token_flow_with_credentials():
     assert "scope=repository%3Ashop%2Fweb%3Apull" in token_calls[0][1]
 
 
-@pytest.mark.parametrize("creds,kind", [
-    ({}, "basic"), ({HOST: {"username": "stella", "password": "wrong-" + PASSWORD}}, "basic"),
-    ({}, "bearer"), ({HOST: {"username": "stella", "password": "wrong-" + PASSWORD}}, "bearer"),
-], ids=["basic-none", "basic-wrong", "bearer-none", "bearer-wrong"])
+@pytest.mark.parametrize(
+    "creds,kind",
+    [
+        ({}, "basic"),
+        ({HOST: {"username": "stella", "password": "wrong-" + PASSWORD}}, "basic"),
+        ({}, "bearer"),
+        ({HOST: {"username": "stella", "password": "wrong-" + PASSWORD}}, "bearer"),
+    ],
+    ids=["basic-none", "basic-wrong", "bearer-none", "bearer-wrong"],
+)
 def test_auth_failures_are_image_unresolved_without_secrets(creds, kind):
     registry, _digest = _registry(auth=(kind, "stella", PASSWORD))
     with pytest.raises(StellaError) as info:
@@ -135,7 +159,9 @@ def test_unreachable_registry_and_userinfo_redaction():
     resolver = DigestResolver({HOST: {"username": "bob", "password": PASSWORD}}, transport=transport)
     with pytest.raises(StellaError) as info:
         resolver.resolve(HOST + "/shop/web:1.0")
-    assert info.value.code == "image_unresolved" and PASSWORD not in info.value.reason and "bob:" not in info.value.reason
+    assert (
+        info.value.code == "image_unresolved" and PASSWORD not in info.value.reason and "bob:" not in info.value.reason
+    )
 
 
 def test_plain_http_for_loopback_and_insecure_registries():
@@ -145,8 +171,12 @@ def test_plain_http_for_loopback_and_insecure_registries():
         seen.append(url)
         return 404, {}, b""
 
-    for image, insecure in (("127.0.0.1:5000/x/y:1", ()), ("localhost:5000/x/y:1", ()),
-                            ("registry.lab:5001/x/y:1", ("registry.lab:5001",)), ("r.example.com/x/y:1", ())):
+    for image, insecure in (
+        ("127.0.0.1:5000/x/y:1", ()),
+        ("localhost:5000/x/y:1", ()),
+        ("registry.lab:5001/x/y:1", ("registry.lab:5001",)),
+        ("r.example.com/x/y:1", ()),
+    ):
         with pytest.raises(StellaError):
             DigestResolver(insecure_registries=insecure, transport=transport).resolve(image)
     assert [u.split("://")[0] for u in seen] == ["http", "http", "http", "https"]
@@ -159,17 +189,26 @@ def test_resolve_all_resolves_each_reference_once():
 
 
 def test_platform_strings_ignores_attestations():
-    assert platform_strings({"manifests": [{"platform": {"os": "unknown", "architecture": "unknown"}},
-                                           {"platform": {"os": "linux", "architecture": "amd64"}}, {}]}) == ["linux/amd64"]
+    assert platform_strings(
+        {
+            "manifests": [
+                {"platform": {"os": "unknown", "architecture": "unknown"}},
+                {"platform": {"os": "linux", "architecture": "amd64"}},
+                {},
+            ]
+        }
+    ) == ["linux/amd64"]
 
 
 def test_platform_strings_need_an_os():
-    index = {"manifests": [
-        {"platform": {"os": "linux", "architecture": "arm64", "variant": "v8"}},
-        {"platform": {"os": "unknown", "architecture": "unknown"}},
-        {"platform": {"architecture": "amd64"}},
-        {"platform": {"os": "linux", "architecture": "amd64", "os.version": "x"}},
-    ]}
+    index = {
+        "manifests": [
+            {"platform": {"os": "linux", "architecture": "arm64", "variant": "v8"}},
+            {"platform": {"os": "unknown", "architecture": "unknown"}},
+            {"platform": {"architecture": "amd64"}},
+            {"platform": {"os": "linux", "architecture": "amd64", "os.version": "x"}},
+        ]
+    }
     assert platform_strings(index) == ["linux/amd64", "linux/arm64/v8"]
 
 
@@ -207,14 +246,22 @@ class _RegistryHandler(http.server.BaseHTTPRequestHandler):
         path, _sep, query = self.path.partition("?")
         self.server.seen.append((self.command, path, self.headers.get("Authorization")))
         if path == "/token":
-            ok = self.headers.get("Authorization") == "Basic " + base64.b64encode(("stella:" + PASSWORD).encode()).decode()
-            body = json.dumps({"token": self.server.token, "query": urllib.parse.parse_qs(query)}).encode() if ok else b""
+            ok = (
+                self.headers.get("Authorization")
+                == "Basic " + base64.b64encode(("stella:" + PASSWORD).encode()).decode()
+            )
+            body = (
+                json.dumps({"token": self.server.token, "query": urllib.parse.parse_qs(query)}).encode() if ok else b""
+            )
             return self._send(200 if ok else 401, {"Content-Type": "application/json"}, body, send_body)
         if not self._authorized():
-            challenge = ('Bearer realm="http://%s:%d/token",service="loop"' % self.server.server_address
-                         if self.server.auth == "bearer" else 'Basic realm="loop"')
+            challenge = (
+                'Bearer realm="http://%s:%d/token",service="loop"' % self.server.server_address
+                if self.server.auth == "bearer"
+                else 'Basic realm="loop"'
+            )
             return self._send(401, {"WWW-Authenticate": challenge}, b'{"errors":[]}', send_body)
-        repository, _sep, reference = path[len("/v2/"):].rpartition("/manifests/")
+        repository, _sep, reference = path[len("/v2/") :].rpartition("/manifests/")
         special = self.server.special.get(reference)
         if special:
             return special(self, send_body)
@@ -292,7 +339,9 @@ def test_basic_auth_and_missing_credentials_over_requests(loop):
     server = loop("basic")
     ref = "%s/shop/web:1" % server.address
     digest = _push(server, "shop/web", "1", "1")
-    assert DigestResolver({server.address: {"username": "stella", "password": PASSWORD}}).resolve(ref)["digest"] == digest
+    assert (
+        DigestResolver({server.address: {"username": "stella", "password": PASSWORD}}).resolve(ref)["digest"] == digest
+    )
     with pytest.raises(StellaError, match=r"requires authentication \(basic\) and no credentials"):
         DigestResolver().resolve(ref)
 
@@ -394,8 +443,11 @@ def test_bodies_are_read_only_up_to_the_limit(loop):
 
 
 def test_missing_requests_fails_clearly_at_use_only(monkeypatch):
-    monkeypatch.setattr(_requests, "_STATE", {
-        "module": None, "error": "Traceback...\nModuleNotFoundError: No module named 'requests'\n"})
+    monkeypatch.setattr(
+        _requests,
+        "_STATE",
+        {"module": None, "error": "Traceback...\nModuleNotFoundError: No module named 'requests'\n"},
+    )
     pinned = HOST + "/shop/web:1.0@sha256:" + "9" * 64
     with DigestResolver() as resolver:
         assert resolver.resolve(pinned)["resolved"] is False
@@ -439,7 +491,9 @@ def test_a_rate_limit_is_waited_out_as_retry_after_asks_and_recorded(loop):
     assert result["digest"] == digest and flaky.calls == ["HEAD", "HEAD"]
     assert elapsed >= 1.0
     [wait] = result["registryWaits"]
-    assert wait["status"] == 429 and wait["url"].endswith("/v2/shop/web/manifests/1") and 1.0 <= wait["waitedSeconds"] < 3
+    assert (
+        wait["status"] == 429 and wait["url"].endswith("/v2/shop/web/manifests/1") and 1.0 <= wait["waitedSeconds"] < 3
+    )
 
 
 def test_retry_after_beyond_the_bound_is_capped(loop, monkeypatch):
@@ -463,7 +517,11 @@ def test_a_registry_that_keeps_answering_503_fails_after_the_bounded_tries(loop,
     assert flaky.calls == ["HEAD"] * (_registry_mod.RETRIES + 1)
     reason = info.value.reason
     assert info.value.code == "image_unresolved" and info.value.evidence["cause"] == "registry_unavailable"
-    assert server.address in reason and "HTTP 503" in reason and "after %d tries over" % (_registry_mod.RETRIES + 1) in reason
+    assert (
+        server.address in reason
+        and "HTTP 503" in reason
+        and "after %d tries over" % (_registry_mod.RETRIES + 1) in reason
+    )
     waits = [wait["waitedSeconds"] for wait in info.value.evidence["waits"]]
     assert len(waits) == _registry_mod.RETRIES and waits[0] >= 0.05 and waits[-1] >= 0.4  # 0.05 * 2 ** 3
 

@@ -18,7 +18,12 @@ from planning_support import ROOT, load_release, minimal_release  # noqa: E402
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError  # noqa: E402
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.schema import (  # noqa: E402
-    DEFAULT_WORK_DIRECTORY, RELEASE_SCHEMA, field_path, normalize_release, schema_document, schema_errors,
+    DEFAULT_WORK_DIRECTORY,
+    RELEASE_SCHEMA,
+    field_path,
+    normalize_release,
+    schema_document,
+    schema_errors,
     validate_release,
 )
 
@@ -37,8 +42,11 @@ def test_schema_is_a_valid_draft_2020_12_schema():
 
 
 def _mutate(path, value):
-    release = minimal_release(hooks=[{"name": "h", "phase": "pre-deploy", "command": "true"}],
-                              secretEnv={"DB_PASSWORD": "x"}, preflight={"minimumFreeDiskBytes": 1})
+    release = minimal_release(
+        hooks=[{"name": "h", "phase": "pre-deploy", "command": "true"}],
+        secretEnv={"DB_PASSWORD": "x"},
+        preflight={"minimumFreeDiskBytes": 1},
+    )
     node = release
     for part in path[:-1]:
         node = node[part]
@@ -66,14 +74,19 @@ CASES = [
     ("component-extra", ("components", 0, "cpu"), 1, "components[0].cpu"),
     ("config-key", ("components", 0, "config"), {"bad key": "x"}, 'components[0].config["bad key"]'),
     ("config-value-float", ("components", 0, "config"), {"env.A": 1.5}, 'components[0].config["env.A"]'),
-    ("config-list-items", ("components", 0, "config"), {"healthcheck.test": [1]}, 'components[0].config["healthcheck.test"][0]'),
+    (
+        "config-list-items",
+        ("components", 0, "config"),
+        {"healthcheck.test": [1]},
+        'components[0].config["healthcheck.test"][0]',
+    ),
     ("port-pattern", ("components", 0, "ports"), ["80:80:80:80"], "components[0].ports[0]"),
     ("port-int-range", ("components", 0, "ports"), [70000], "components[0].ports[0]"),
     ("port-int-ok", ("components", 0, "ports"), [8080, "127.0.0.1:80:8080/udp"], None),
     ("slot-pattern", ("slot",), "Blue", "slot"),
     ("project-pattern", ("projectName",), "-x", "projectName"),
     ("workdir-relative", ("workDirectory",), "var/lib", "workDirectory"),
-    ("secret-name", ("secretEnv",), {"1BAD": "x"}, "secretEnv[\"1BAD\"]"),
+    ("secret-name", ("secretEnv",), {"1BAD": "x"}, 'secretEnv["1BAD"]'),
     ("secret-value-type", ("secretEnv",), {"OK": 1}, "secretEnv.OK"),
     ("hook-phase", ("hooks", 0, "phase"), "during", "hooks[0].phase"),
     ("hook-timeout", ("hooks", 0, "timeoutSeconds"), 0, "hooks[0].timeoutSeconds"),
@@ -83,14 +96,30 @@ CASES = [
     ("preflight-bool-as-int", ("preflight", "minimumFreeDiskBytes"), True, "preflight.minimumFreeDiskBytes"),
     ("strategy-config-extra-ok", ("strategyConfig",), {"waitForHealthCheck": False}, None),
     # a string boolean would read as on ("false" is truthy): refused, whichever of the four
-    ("strategy-config-auto-rollback-string", ("strategyConfig",), {"autoRollbackOnFailure": "false"},
-     "strategyConfig.autoRollbackOnFailure"),
-    ("strategy-config-rollback-alias-string", ("strategyConfig",), {"rollbackOnFailure": "no"},
-     "strategyConfig.rollbackOnFailure"),
-    ("strategy-config-wait-string", ("strategyConfig",), {"waitForHealthCheck": "false"},
-     "strategyConfig.waitForHealthCheck"),
-    ("strategy-config-require-adapter-int", ("strategyConfig",), {"requireTrafficAdapter": 0},
-     "strategyConfig.requireTrafficAdapter"),
+    (
+        "strategy-config-auto-rollback-string",
+        ("strategyConfig",),
+        {"autoRollbackOnFailure": "false"},
+        "strategyConfig.autoRollbackOnFailure",
+    ),
+    (
+        "strategy-config-rollback-alias-string",
+        ("strategyConfig",),
+        {"rollbackOnFailure": "no"},
+        "strategyConfig.rollbackOnFailure",
+    ),
+    (
+        "strategy-config-wait-string",
+        ("strategyConfig",),
+        {"waitForHealthCheck": "false"},
+        "strategyConfig.waitForHealthCheck",
+    ),
+    (
+        "strategy-config-require-adapter-int",
+        ("strategyConfig",),
+        {"requireTrafficAdapter": 0},
+        "strategyConfig.requireTrafficAdapter",
+    ),
     ("strategy-config-control-slot", ("strategyConfig",), {"controlSlot": "Blue"}, "strategyConfig.controlSlot"),
     ("tenant-control-char", ("tenant",), "a\nb", "tenant"),
 ]
@@ -117,14 +146,42 @@ def test_validator_agrees_with_jsonschema_and_names_the_field(path, value, field
     assert any(not p or field.startswith(field_path(p)) for p in theirs_paths), theirs_paths
 
 
-_json_scalars = st.one_of(st.none(), st.booleans(), st.integers(-5, 70000), st.text(max_size=6),
-                          st.sampled_from(["rolling", "ComposeHost", "active", "8080:80", "env.A", "a-b"]))
-_json = st.recursive(_json_scalars, lambda inner: st.one_of(
-    st.lists(inner, max_size=3), st.dictionaries(st.sampled_from(
-        ["id", "name", "version", "type", "image", "config", "ports", "slot", "env.A", "x", "phase", "command"]),
-        inner, max_size=3)), max_leaves=8)
-_FIELDS = ["release", "components", "target", "tenant", "strategy", "slot", "secretEnv", "hooks", "preflight",
-           "strategyConfig", "projectName", "pullImages", "workDirectory"]
+_json_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-5, 70000),
+    st.text(max_size=6),
+    st.sampled_from(["rolling", "ComposeHost", "active", "8080:80", "env.A", "a-b"]),
+)
+_json = st.recursive(
+    _json_scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.dictionaries(
+            st.sampled_from(
+                ["id", "name", "version", "type", "image", "config", "ports", "slot", "env.A", "x", "phase", "command"]
+            ),
+            inner,
+            max_size=3,
+        ),
+    ),
+    max_leaves=8,
+)
+_FIELDS = [
+    "release",
+    "components",
+    "target",
+    "tenant",
+    "strategy",
+    "slot",
+    "secretEnv",
+    "hooks",
+    "preflight",
+    "strategyConfig",
+    "projectName",
+    "pullImages",
+    "workDirectory",
+]
 
 
 @settings(max_examples=300, deadline=None)
@@ -143,22 +200,46 @@ def test_validator_agrees_with_jsonschema_inside_components(index, key, value):
     assert bool(schema_errors(release)) == (not VALIDATOR.is_valid(release))
 
 
-@pytest.mark.parametrize("components,field", [
-    ([{"name": "a", "image": "r.io/x:1"}, {"name": "a", "image": "r.io/y:1"}], "components[1].name"),
-    ([{"name": "a", "image": "r.io/X:1"}], "components[0].image"),
-    ([{"name": "a", "image": "r.io/x:1", "config": {"env.STELLA_SLOT": "x"}}], 'components[0].config["env.STELLA_SLOT"]'),
-    ([{"name": "a", "image": "r.io/x:1", "config": {"env.1A": "x"}}], 'components[0].config["env.1A"]'),
-    ([{"name": "a", "image": "r.io/x:1", "config": {"healthcheck.interval": "often"}}],
-     'components[0].config["healthcheck.interval"]'),
-    ([{"name": "a", "image": "r.io/x:1", "config": {"healthcheck.retries": "three"}}],
-     'components[0].config["healthcheck.retries"]'),
-    ([{"name": "a", "image": "r.io/x:1", "config": {"healthcheck.test": ["RUN", "x"]}}],
-     'components[0].config["healthcheck.test"]'),
-    ([{"name": "a", "image": "r.io/x:1", "config": {"healthcheck.bogus": "x"}}],
-     'components[0].config["healthcheck.bogus"]'),
-    ([{"name": "a", "image": "r.io/x:1", "config": {"other": ["x"]}}], "components[0].config.other"),
-], ids=["duplicate-name", "bad-image", "reserved-env", "env-name", "duration", "retries", "test-list", "hc-key",
-        "list-value"])
+@pytest.mark.parametrize(
+    "components,field",
+    [
+        ([{"name": "a", "image": "r.io/x:1"}, {"name": "a", "image": "r.io/y:1"}], "components[1].name"),
+        ([{"name": "a", "image": "r.io/X:1"}], "components[0].image"),
+        (
+            [{"name": "a", "image": "r.io/x:1", "config": {"env.STELLA_SLOT": "x"}}],
+            'components[0].config["env.STELLA_SLOT"]',
+        ),
+        ([{"name": "a", "image": "r.io/x:1", "config": {"env.1A": "x"}}], 'components[0].config["env.1A"]'),
+        (
+            [{"name": "a", "image": "r.io/x:1", "config": {"healthcheck.interval": "often"}}],
+            'components[0].config["healthcheck.interval"]',
+        ),
+        (
+            [{"name": "a", "image": "r.io/x:1", "config": {"healthcheck.retries": "three"}}],
+            'components[0].config["healthcheck.retries"]',
+        ),
+        (
+            [{"name": "a", "image": "r.io/x:1", "config": {"healthcheck.test": ["RUN", "x"]}}],
+            'components[0].config["healthcheck.test"]',
+        ),
+        (
+            [{"name": "a", "image": "r.io/x:1", "config": {"healthcheck.bogus": "x"}}],
+            'components[0].config["healthcheck.bogus"]',
+        ),
+        ([{"name": "a", "image": "r.io/x:1", "config": {"other": ["x"]}}], "components[0].config.other"),
+    ],
+    ids=[
+        "duplicate-name",
+        "bad-image",
+        "reserved-env",
+        "env-name",
+        "duration",
+        "retries",
+        "test-list",
+        "hc-key",
+        "list-value",
+    ],
+)
 def test_semantic_errors_name_the_field(components, field):
     with pytest.raises(StellaError) as info:
         validate_release(minimal_release(components=components))
@@ -167,8 +248,9 @@ def test_semantic_errors_name_the_field(components, field):
 
 
 def test_secret_env_key_cannot_also_be_plain_env():
-    release = minimal_release(secretEnv={"TOKEN": "s"},
-                              components=[{"name": "a", "image": "r.io/x:1", "config": {"env.TOKEN": "x"}}])
+    release = minimal_release(
+        secretEnv={"TOKEN": "s"}, components=[{"name": "a", "image": "r.io/x:1", "config": {"env.TOKEN": "x"}}]
+    )
     with pytest.raises(StellaError, match=r'config\["env.TOKEN"\] is also a secretEnv key'):
         validate_release(release)
 
@@ -200,23 +282,39 @@ def test_trailing_newline_is_refused_even_where_python_dollar_would_accept_it(pa
         validate_release(release)
 
 
-@pytest.mark.parametrize("port", ["8080", "18080:8080", "127.0.0.1:80:8080/udp", "[::1]:80:8080", "8000-8010:80",
-                                  "8000-8010:9000-9010/tcp", "80-90", 1, 65535, "65535:65535"])
+@pytest.mark.parametrize(
+    "port",
+    [
+        "8080",
+        "18080:8080",
+        "127.0.0.1:80:8080/udp",
+        "[::1]:80:8080",
+        "8000-8010:80",
+        "8000-8010:9000-9010/tcp",
+        "80-90",
+        1,
+        65535,
+        "65535:65535",
+    ],
+)
 def test_valid_port_specs_still_plan(port):
     validate_release(minimal_release(components=[{"name": "a", "image": "r.io/x:1", "ports": [port]}]))
 
 
-@pytest.mark.parametrize("port, message", [
-    ("99999:8080", "host port 99999 is out of range 1..65535"),
-    ("0:80", "host port 0 is out of range 1..65535"),
-    ("80:0", "container port 0 is out of range 1..65535"),
-    ("8080:99999/udp", "container port 99999 is out of range 1..65535"),
-    ("9000-8000:80", "host port range 9000-8000 is reversed"),
-    ("8000-8001:80-90", "host port range 8000-8001 does not match container port range 80-90"),
-    ("8000:80-90", "host port range 8000 does not match container port range 80-90"),
-    ("300.0.0.1:80:80", "has an invalid IP address '300.0.0.1'"),
-    ("[fe80::1::2]:80:80", "has an invalid IP address 'fe80::1::2'"),
-])
+@pytest.mark.parametrize(
+    "port, message",
+    [
+        ("99999:8080", "host port 99999 is out of range 1..65535"),
+        ("0:80", "host port 0 is out of range 1..65535"),
+        ("80:0", "container port 0 is out of range 1..65535"),
+        ("8080:99999/udp", "container port 99999 is out of range 1..65535"),
+        ("9000-8000:80", "host port range 9000-8000 is reversed"),
+        ("8000-8001:80-90", "host port range 8000-8001 does not match container port range 80-90"),
+        ("8000:80-90", "host port range 8000 does not match container port range 80-90"),
+        ("300.0.0.1:80:80", "has an invalid IP address '300.0.0.1'"),
+        ("[fe80::1::2]:80:80", "has an invalid IP address 'fe80::1::2'"),
+    ],
+)
 def test_port_specs_are_checked_at_planning(port, message):
     with pytest.raises(StellaError) as info:
         validate_release(minimal_release(components=[{"name": "a", "image": "r.io/x:1", "ports": ["80", port]}]))
@@ -225,13 +323,17 @@ def test_port_specs_are_checked_at_planning(port, message):
     assert info.value.evidence["field"] == "components[0].ports[1]"
 
 
-@pytest.mark.parametrize("value, field", [
-    (2 ** 53, 'components[0].config["env.N"]'),
-    (-(2 ** 63), 'components[0].config["env.N"]'),
-    (10 ** 5000, 'components[0].config["env.N"]'),
-    ("a\ud800", 'components[0].config["env.N"]'),
-    ("a\x00b", 'components[0].config["env.N"]'),
-], ids=["2^53", "-2^63", "5000-digits", "lone-surrogate", "nul"])
+@pytest.mark.parametrize(
+    "value, field",
+    [
+        (2**53, 'components[0].config["env.N"]'),
+        (-(2**63), 'components[0].config["env.N"]'),
+        (10**5000, 'components[0].config["env.N"]'),
+        ("a\ud800", 'components[0].config["env.N"]'),
+        ("a\x00b", 'components[0].config["env.N"]'),
+    ],
+    ids=["2^53", "-2^63", "5000-digits", "lone-surrogate", "nul"],
+)
 def test_values_that_cannot_be_hashed_or_passed_on_are_refused_with_the_field(value, field):
     release = minimal_release(components=[{"name": "a", "image": "r.io/x:1", "config": {"env.N": value}}])
     with pytest.raises(StellaError) as info:
@@ -241,20 +343,24 @@ def test_values_that_cannot_be_hashed_or_passed_on_are_refused_with_the_field(va
 
 
 def test_safe_integers_and_open_strategy_config_floats_are_kept():
-    release = minimal_release(components=[{"name": "a", "image": "r.io/x:1", "config": {"env.N": 2 ** 53 - 1}}],
-                              strategyConfig={"weight": 0.5})
+    release = minimal_release(
+        components=[{"name": "a", "image": "r.io/x:1", "config": {"env.N": 2**53 - 1}}], strategyConfig={"weight": 0.5}
+    )
     validate_release(release)
     with pytest.raises(StellaError, match=r"strategyConfig.weight must be a finite number"):
         validate_release(dict(release, strategyConfig={"weight": float("inf")}))
 
 
-@pytest.mark.parametrize("hook, field, message", [
-    ({"interpreter": '/bin/sh -c "x'}, "hooks[0].interpreter", "cannot be split into words (No closing quotation)"),
-    ({"interpreter": "'"}, "hooks[0].interpreter", "cannot be split into words (No closing quotation)"),
-    ({"interpreter": "   "}, "hooks[0].interpreter", "must name a program"),
-    ({"name": "  "}, "hooks[0].name", "must not be blank"),
-    ({"command": " \t "}, "hooks[0].command", "must not be blank"),
-])
+@pytest.mark.parametrize(
+    "hook, field, message",
+    [
+        ({"interpreter": '/bin/sh -c "x'}, "hooks[0].interpreter", "cannot be split into words (No closing quotation)"),
+        ({"interpreter": "'"}, "hooks[0].interpreter", "cannot be split into words (No closing quotation)"),
+        ({"interpreter": "   "}, "hooks[0].interpreter", "must name a program"),
+        ({"name": "  "}, "hooks[0].name", "must not be blank"),
+        ({"command": " \t "}, "hooks[0].command", "must not be blank"),
+    ],
+)
 def test_hooks_the_target_could_not_run_are_refused(hook, field, message):
     entry = dict({"name": "h", "phase": "pre-deploy", "command": "true"}, **hook)
     with pytest.raises(StellaError) as info:
@@ -264,7 +370,9 @@ def test_hooks_the_target_could_not_run_are_refused(hook, field, message):
 
 def test_healthcheck_retries_must_not_be_negative():
     for value in (-1, "-1", "\u00b2", "9" * 20):
-        release = minimal_release(components=[{"name": "a", "image": "r.io/x:1", "config": {"healthcheck.retries": value}}])
+        release = minimal_release(
+            components=[{"name": "a", "image": "r.io/x:1", "config": {"healthcheck.retries": value}}]
+        )
         with pytest.raises(StellaError, match=r'config\["healthcheck.retries"\] must be a non-negative integer'):
             validate_release(release)
 
@@ -274,6 +382,8 @@ def test_probe_configuration_is_validated_with_the_release():
     with pytest.raises(StellaError) as info:
         validate_release(release)
     assert info.value.code == "health_probe_config_invalid"
-    assert info.value.reason == ("Post-deploy health probe configuration invalid: component 'a': unsupported "
-                                 "healthProbe.type 'udp' (supported: http, tcp)")
+    assert info.value.reason == (
+        "Post-deploy health probe configuration invalid: component 'a': unsupported "
+        "healthProbe.type 'udp' (supported: http, tcp)"
+    )
     assert info.value.evidence["field"] == 'components[0].config["healthProbe.type"]'

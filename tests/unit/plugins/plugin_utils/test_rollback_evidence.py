@@ -32,19 +32,49 @@ TARGETS = [
 T1 = {"targetId": "t-1", "targetName": "web-1", "targetType": "ComposeHost"}
 T2 = {"targetId": "t-2", "targetName": "web-2", "targetType": "ComposeHost"}
 DEPLOYMENT_ORDER = [
-    {"moduleName": "api", "target": T1, "batchIndex": 1, "startedAt": "2026-05-09T07:01:00Z",
-     "completedAt": "2026-05-09T07:02:00Z", "status": "Failed", "dependencies": ["db"],
-     "failureReason": "Post-deploy health probe failed for component 'api': HTTP 500",
-     "scriptProofDigest": "sha256:" + "a" * 64},
-    {"moduleName": "db", "target": T2, "batchIndex": 0, "startedAt": "2026-05-09T07:00:00Z",
-     "completedAt": "2026-05-09T07:00:30Z", "status": "succeeded", "dependencies": [],
-     "failureReason": None, "scriptProofDigest": None},
+    {
+        "moduleName": "api",
+        "target": T1,
+        "batchIndex": 1,
+        "startedAt": "2026-05-09T07:01:00Z",
+        "completedAt": "2026-05-09T07:02:00Z",
+        "status": "Failed",
+        "dependencies": ["db"],
+        "failureReason": "Post-deploy health probe failed for component 'api': HTTP 500",
+        "scriptProofDigest": "sha256:" + "a" * 64,
+    },
+    {
+        "moduleName": "db",
+        "target": T2,
+        "batchIndex": 0,
+        "startedAt": "2026-05-09T07:00:00Z",
+        "completedAt": "2026-05-09T07:00:30Z",
+        "status": "succeeded",
+        "dependencies": [],
+        "failureReason": None,
+        "scriptProofDigest": None,
+    },
 ]
 ROLLBACK_ORDER = [
-    {"moduleName": "db", "targetId": "t-2", "targetName": "web-2", "targetType": "ComposeHost", "batchIndex": 1,
-     "startedAt": "2026-05-09T07:05:00Z", "completedAt": "2026-05-09T07:05:20Z", "status": "succeeded"},
-    {"moduleName": "api", "target": T1, "batchIndex": 0, "startedAt": "2026-05-09T07:03:00Z",
-     "completedAt": "2026-05-09T07:04:00Z", "status": "succeeded", "dependencies": ["db"]},
+    {
+        "moduleName": "db",
+        "targetId": "t-2",
+        "targetName": "web-2",
+        "targetType": "ComposeHost",
+        "batchIndex": 1,
+        "startedAt": "2026-05-09T07:05:00Z",
+        "completedAt": "2026-05-09T07:05:20Z",
+        "status": "succeeded",
+    },
+    {
+        "moduleName": "api",
+        "target": T1,
+        "batchIndex": 0,
+        "startedAt": "2026-05-09T07:03:00Z",
+        "completedAt": "2026-05-09T07:04:00Z",
+        "status": "succeeded",
+        "dependencies": ["db"],
+    },
 ]
 GOLDEN_PROOF_DIGEST = "sha256:f3c28144fa91aa83edf0e87efc537a9c08fd4eb9dce11a711216c1255354c158"
 GOLDEN_ORDER_PROOF_DIGEST = "sha256:79ca1b3afddfe122bf0ff744b02d336c44938acf390a1fe465f7bbccb294ca41"
@@ -67,8 +97,11 @@ def test_complete_evidence():
     assert [e["moduleName"] for e in ev["rollbackOrder"]] == ["api", "db"]
     assert ev["rollbackOrder"][1]["target"] == T2
     assert ev["deploymentOrder"][1]["status"] == "failed"
-    assert ev["failure"] == {"moduleName": "api", "target": T1,
-                             "failureReason": "Post-deploy health probe failed for component 'api': HTTP 500"}
+    assert ev["failure"] == {
+        "moduleName": "api",
+        "target": T1,
+        "failureReason": "Post-deploy health probe failed for component 'api': HTTP 500",
+    }
     assert verify_rollback_evidence(ev) == []
 
 
@@ -141,8 +174,16 @@ def test_digest_changes_when_a_digest_changes():
         ("nope", None, "rollback_digest_missing"),
         (D1, D2, None),
     ],
-    ids=["both-none", "both-blank", "current", "rollback", "current-invalid", "rollback-invalid",
-         "missing-before-invalid", "ok"],
+    ids=[
+        "both-none",
+        "both-blank",
+        "current",
+        "rollback",
+        "current-invalid",
+        "rollback-invalid",
+        "missing-before-invalid",
+        "ok",
+    ],
 )
 def test_missing_proof_reasons(current, rollback, reason):
     target = rollback_target({"targetId": "t", "currentDigest": current, "rollbackDigest": rollback})
@@ -166,8 +207,11 @@ def test_no_targets_is_incomplete():
 
 @pytest.mark.parametrize(
     "overrides",
-    [{"deployment_order": []}, {"rollback_order": None},
-     {"deployment_order": [dict(DEPLOYMENT_ORDER[0], status="succeeded"), DEPLOYMENT_ORDER[1]]}],
+    [
+        {"deployment_order": []},
+        {"rollback_order": None},
+        {"deployment_order": [dict(DEPLOYMENT_ORDER[0], status="succeeded"), DEPLOYMENT_ORDER[1]]},
+    ],
     ids=["no-deployment-order", "no-rollback-order", "no-failed-module"],
 )
 def test_order_proof_incomplete(overrides):
@@ -210,12 +254,19 @@ def test_invalid_input(kwargs, fragment):
 
 def test_recovery_record_keeps_deployment_failed():
     ev = full()
-    rec = build_recovery_record("dep-1", "Post-deploy health probe failed for component 'api': HTTP 500",
-                                "rolled_back", evidence=ev, evidence_id="ev-7")
+    rec = build_recovery_record(
+        "dep-1",
+        "Post-deploy health probe failed for component 'api': HTTP 500",
+        "rolled_back",
+        evidence=ev,
+        evidence_id="ev-7",
+    )
     assert rec["deploymentStatus"] == "failed"
     assert rec["recoveryStatus"] == "rolled_back"
-    assert rec["reason"] == ("Post-deploy health probe failed for component 'api': HTTP 500"
-                             " (auto-rollback restored the retained previous revision)")
+    assert rec["reason"] == (
+        "Post-deploy health probe failed for component 'api': HTTP 500"
+        " (auto-rollback restored the retained previous revision)"
+    )
     projection = rec["strategyEvidence"]
     assert projection["rollback.evidence.proofDigest"] == ev["proofDigest"]
     assert projection["rollback.evidence.orderProofStatus"] == "complete"
@@ -225,17 +276,25 @@ def test_recovery_record_keeps_deployment_failed():
 
 def test_recovery_failed_and_skipped_reasons():
     failed = build_recovery_record("dep-1", "boom", "rollback_failed", detail="compose.rollback timed out")
-    assert (failed["deploymentStatus"], failed["reason"]) == ("failed", "boom; auto-rollback failed: compose.rollback timed out")
-    skipped = build_recovery_record("dep-1", "boom", "rollback_skipped",
-                                    detail="no target retained a previous revision to restore")
+    assert (failed["deploymentStatus"], failed["reason"]) == (
+        "failed",
+        "boom; auto-rollback failed: compose.rollback timed out",
+    )
+    skipped = build_recovery_record(
+        "dep-1", "boom", "rollback_skipped", detail="no target retained a previous revision to restore"
+    )
     assert skipped["reason"] == "boom (auto-rollback skipped: no target retained a previous revision to restore)"
     assert "strategyEvidence" not in skipped
 
 
 @pytest.mark.parametrize(
     "args",
-    [("dep", "boom", "succeeded"), ("dep", "", "rolled_back"), ("dep", "boom", "rollback_failed"),
-     ("dep", "boom", "rolled_back")],
+    [
+        ("dep", "boom", "succeeded"),
+        ("dep", "", "rolled_back"),
+        ("dep", "boom", "rollback_failed"),
+        ("dep", "boom", "rolled_back"),
+    ],
     ids=["unknown-status", "no-reason", "failed-without-detail", "rolled-back-without-evidence"],
 )
 def test_recovery_record_rejects_bad_input(args):

@@ -22,10 +22,15 @@ def stored(tmp_path):
     """A Running job of two batches (a, then b), ComposeHost targets, in a real SQLite store."""
     location = str(tmp_path / "jobs.sqlite3")
     store = _job_store.open_store(location)
-    targets = {name: {"targetId": name, "targetName": name, "targetType": "ComposeHost", "projectName": "shop"}
-               for name in ("a", "b")}
-    store.create(_job.new_job("job-1", None, {"release": {"id": "r1"}}, [["a"], ["b"]], targets,
-                              {"autoRollbackOnFailure": True}, T0))
+    targets = {
+        name: {"targetId": name, "targetName": name, "targetType": "ComposeHost", "projectName": "shop"}
+        for name in ("a", "b")
+    }
+    store.create(
+        _job.new_job(
+            "job-1", None, {"release": {"id": "r1"}}, [["a"], ["b"]], targets, {"autoRollbackOnFailure": True}, T0
+        )
+    )
     store.update("job-1", lambda r: _job.start(r, T0))
     store.close()
     return location
@@ -46,8 +51,11 @@ def job(location):
 
 
 def succeed(location, name):
-    result = {"changed": True, "previousRevisionPath": "/var/lib/stella/projects/shop/.stella/revisions/r0",
-              "deploymentPhases": [{"name": phase, "status": "succeeded"} for phase in ("preflight", "deploy")]}
+    result = {
+        "changed": True,
+        "previousRevisionPath": "/var/lib/stella/projects/shop/.stella/revisions/r0",
+        "deploymentPhases": [{"name": phase, "status": "succeeded"} for phase in ("preflight", "deploy")],
+    }
     return step(location, "target", target=name, result=result, probe={"passed": True, "checks": []}, plan=plan(name))
 
 
@@ -59,10 +67,13 @@ def plan(name):
 def broken(monkeypatch, name, exc):
     def raising(ctx, store, args):
         raise exc
+
     monkeypatch.setattr(STEPS[name], "act", raising)
 
 
-def test_an_error_in_the_traffic_step_closes_the_gate_and_the_job_fails_with_its_rollback_decided(tmp_path, monkeypatch):
+def test_an_error_in_the_traffic_step_closes_the_gate_and_the_job_fails_with_its_rollback_decided(
+    tmp_path, monkeypatch
+):
     location = stored(tmp_path)
     succeed(location, "a")
     with monkeypatch.context() as patched:
@@ -121,8 +132,11 @@ def test_an_error_in_finish_fails_the_job_with_its_rollback_skipped_and_said_why
         orders = step(location, "finish")
     record = job(location)
     assert record["status"] == "Failed" and record["promotion"] == "Failed"
-    assert record["rollback"] == {"attempted": False, "skipReason": "controller_step_failed",
-                                  "error": {"code": "internal_error", "reason": "RuntimeError: boom"}}
+    assert record["rollback"] == {
+        "attempted": False,
+        "skipReason": "controller_step_failed",
+        "error": {"code": "internal_error", "reason": "RuntimeError: boom"},
+    }
     assert record["reason"].endswith("(auto-rollback skipped: the controller's finish step failed: RuntimeError: boom)")
     assert record["targets"]["b"]["status"] == "Skipped" and orders["rollbackOrder"] == []
     closed = step(location, "close")

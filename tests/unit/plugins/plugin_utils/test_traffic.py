@@ -18,31 +18,42 @@ import yaml
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.traffic import adapters as tr
 
-JOB = {"jobId": "job-1", "release": {"id": "r1", "name": "shop", "version": "2.0.0"}, "strategy": "blue-green",
-       "application": "shop", "environment": "lab"}
+JOB = {
+    "jobId": "job-1",
+    "release": {"id": "r1", "name": "shop", "version": "2.0.0"},
+    "strategy": "blue-green",
+    "application": "shop",
+    "environment": "lab",
+}
 STEP = {"controlSlot": "active", "treatmentSlot": "green", "controlWeight": 0, "treatmentWeight": 100, "batch": 0}
 SECRET = "s3cr3t-router-token"
 
 
-@pytest.mark.parametrize("strategy,config,batches,expected", [
-    ("canary", {}, 3, [(90, 10), (50, 50), (0, 100)]),
-    ("canary", {}, 5, [(90, 10), (50, 50), (0, 100), (0, 100), (0, 100)]),
-    ("canary", {"trafficSteps": [5, 25]}, 4, [(95, 5), (75, 25), (75, 25), (0, 100)]),
-    ("blue-green", {}, 2, [(100, 0), (0, 100)]),
-    ("blue-green", {}, 1, [(0, 100)]),
-    ("a-b", {"trafficWeights": {"control": 70, "treatment": 30}}, 2, [(70, 30), (70, 30)]),
-    ("a-b", {}, 1, [(50, 50)]),
-])
+@pytest.mark.parametrize(
+    "strategy,config,batches,expected",
+    [
+        ("canary", {}, 3, [(90, 10), (50, 50), (0, 100)]),
+        ("canary", {}, 5, [(90, 10), (50, 50), (0, 100), (0, 100), (0, 100)]),
+        ("canary", {"trafficSteps": [5, 25]}, 4, [(95, 5), (75, 25), (75, 25), (0, 100)]),
+        ("blue-green", {}, 2, [(100, 0), (0, 100)]),
+        ("blue-green", {}, 1, [(0, 100)]),
+        ("a-b", {"trafficWeights": {"control": 70, "treatment": 30}}, 2, [(70, 30), (70, 30)]),
+        ("a-b", {}, 1, [(50, 50)]),
+    ],
+)
 def test_step_weights(strategy, config, batches, expected):
     assert [tr.step_weights(strategy, config, b, batches) for b in range(batches)] == expected
 
 
-@pytest.mark.parametrize("strategy,config,needle", [
-    ("canary", {"trafficSteps": [50, 10]}, "must not decrease"),
-    ("canary", {"trafficSteps": [150]}, "from 0 to 100"),
-    ("a-b", {"trafficWeights": {"control": 70, "treatment": 70}}, "add up to 100"),
-    ("rolling", {}, "moves no traffic"),
-])
+@pytest.mark.parametrize(
+    "strategy,config,needle",
+    [
+        ("canary", {"trafficSteps": [50, 10]}, "must not decrease"),
+        ("canary", {"trafficSteps": [150]}, "from 0 to 100"),
+        ("a-b", {"trafficWeights": {"control": 70, "treatment": 70}}, "add up to 100"),
+        ("rolling", {}, "moves no traffic"),
+    ],
+)
 def test_bad_traffic_config_is_refused(strategy, config, needle):
     with pytest.raises(StellaError) as err:
         tr.step_weights(strategy, config, 0, 2)
@@ -51,19 +62,27 @@ def test_bad_traffic_config_is_refused(strategy, config, needle):
 
 def test_standby_evidence_is_exactly_the_contract_keys():
     assert tr.standby_evidence(tr.REASON_MISSING, "green") == {
-        "strategy.traffic.mode": "standby_only", "strategy.traffic.status": "not_shifted",
-        "strategy.traffic.shifted": False, "strategy.traffic.reason": "traffic_adapter_missing",
-        "strategy.traffic.slot": "green"}
+        "strategy.traffic.mode": "standby_only",
+        "strategy.traffic.status": "not_shifted",
+        "strategy.traffic.shifted": False,
+        "strategy.traffic.reason": "traffic_adapter_missing",
+        "strategy.traffic.slot": "green",
+    }
 
 
-@pytest.mark.parametrize("config,reason", [
-    ({}, "traffic_adapter_missing"),
-    ({"trafficAdapter": "f5-bigip"}, "traffic_adapter_executor_missing"),
-    ({"trafficAdapter": "webhook"}, "traffic_adapter_executor_missing"),
-    ({"trafficAdapter": "webhook", "trafficAdapterOptions": {"shiftUrl": "http://x/", "enabled": False}},
-     "traffic_adapter_executor_missing"),
-    ({"trafficAdapter": "local-file"}, "traffic_adapter_executor_missing"),
-])
+@pytest.mark.parametrize(
+    "config,reason",
+    [
+        ({}, "traffic_adapter_missing"),
+        ({"trafficAdapter": "f5-bigip"}, "traffic_adapter_executor_missing"),
+        ({"trafficAdapter": "webhook"}, "traffic_adapter_executor_missing"),
+        (
+            {"trafficAdapter": "webhook", "trafficAdapterOptions": {"shiftUrl": "http://x/", "enabled": False}},
+            "traffic_adapter_executor_missing",
+        ),
+        ({"trafficAdapter": "local-file"}, "traffic_adapter_executor_missing"),
+    ],
+)
 def test_resolve_without_a_runnable_adapter(config, reason):
     assert tr.resolve(config) == (None, reason)
 
@@ -74,12 +93,24 @@ def test_local_file_adapter_writes_the_route_state_atomically(tmp_path):
     assert why is None
     evidence = adapter.shift(JOB, STEP)
     with open(path, encoding="utf-8") as handle:
-        assert json.load(handle) == {"jobId": "job-1", "action": "shift", "controlSlot": "active",
-                                     "treatmentSlot": "green", "controlWeight": 0, "treatmentWeight": 100}
-    assert evidence == {"strategy.traffic.mode": "traffic_shift", "strategy.traffic.status": "shifted",
-                        "strategy.traffic.shifted": True, "strategy.traffic.adapter": "local-file",
-                        "strategy.traffic.slot": "green", "strategy.traffic.controlWeight": 0,
-                        "strategy.traffic.treatmentWeight": 100, "strategy.traffic.statePath": path}
+        assert json.load(handle) == {
+            "jobId": "job-1",
+            "action": "shift",
+            "controlSlot": "active",
+            "treatmentSlot": "green",
+            "controlWeight": 0,
+            "treatmentWeight": 100,
+        }
+    assert evidence == {
+        "strategy.traffic.mode": "traffic_shift",
+        "strategy.traffic.status": "shifted",
+        "strategy.traffic.shifted": True,
+        "strategy.traffic.adapter": "local-file",
+        "strategy.traffic.slot": "green",
+        "strategy.traffic.controlWeight": 0,
+        "strategy.traffic.treatmentWeight": 100,
+        "strategy.traffic.statePath": path,
+    }
     back = adapter.shift(JOB, dict(STEP, controlWeight=100, treatmentWeight=0, rollback=True, reason="probe failed"))
     with open(path, encoding="utf-8") as handle:
         assert json.load(handle)["action"] == "rollback"
@@ -89,6 +120,7 @@ def test_local_file_adapter_writes_the_route_state_atomically(tmp_path):
 
 
 # ------------------------------------------------------------------ a real router controller on loopback
+
 
 class Controller(http.server.BaseHTTPRequestHandler):
     """Answers as ``server.mode`` says; records each request's body and Authorization header."""
@@ -100,17 +132,28 @@ class Controller(http.server.BaseHTTPRequestHandler):
         mode = self.server.mode
         if mode == "slow":
             time.sleep(1.5)
-        status, payload = 200, {"applied": {"controlWeight": body["controlWeight"],
-                                            "treatmentWeight": body["treatmentWeight"]},
-                                "appliedAt": "2026-12-01T10:00:00Z", "dataPlaneUrl": "http://127.0.0.1:8099/"}
+        status, payload = (
+            200,
+            {
+                "applied": {"controlWeight": body["controlWeight"], "treatmentWeight": body["treatmentWeight"]},
+                "appliedAt": "2026-12-01T10:00:00Z",
+                "dataPlaneUrl": "http://127.0.0.1:8099/",
+            },
+        )
         if mode == "500":
             status = 500
         data = b"not json" if mode == "garbage" else json.dumps(payload).encode()
         if mode == "wrong":
             data = json.dumps({"applied": {"controlWeight": 50, "treatmentWeight": 50}}).encode()
         if mode == "false":  # JSON false where 0 is asked
-            data = json.dumps({"applied": {"controlWeight": False if body["controlWeight"] == 0 else
-                                           body["controlWeight"], "treatmentWeight": body["treatmentWeight"]}}).encode()
+            data = json.dumps(
+                {
+                    "applied": {
+                        "controlWeight": False if body["controlWeight"] == 0 else body["controlWeight"],
+                        "treatmentWeight": body["treatmentWeight"],
+                    }
+                }
+            ).encode()
         if mode == "huge":
             data = b" " * (2 * 1024 * 1024) + json.dumps(payload).encode()
         try:
@@ -129,7 +172,7 @@ class Controller(http.server.BaseHTTPRequestHandler):
                 for index in range(0, len(data), 4):
                     if time.monotonic() - started > 1.6:
                         return
-                    self.wfile.write(data[index:index + 4])
+                    self.wfile.write(data[index : index + 4])
                     self.wfile.flush()
                     time.sleep(0.2)
                 return
@@ -154,8 +197,15 @@ def controller():
 
 def webhook(server, userinfo=False, **options):
     base = "http://%s127.0.0.1:%d" % ("router:%s@" % SECRET if userinfo else "", server.server_address[1])
-    options = dict({"shiftUrl": base + "/shift", "rollbackUrl": base + "/rollback", "timeoutSeconds": 1,
-                    "headers": {"Authorization": "Bearer " + SECRET}}, **options)
+    options = dict(
+        {
+            "shiftUrl": base + "/shift",
+            "rollbackUrl": base + "/rollback",
+            "timeoutSeconds": 1,
+            "headers": {"Authorization": "Bearer " + SECRET},
+        },
+        **options,
+    )
     adapter, why = tr.resolve({"trafficAdapter": "webhook"}, options)
     assert why is None
     return adapter
@@ -169,8 +219,10 @@ def test_webhook_shift_and_rollback(controller):
     assert evidence["strategy.traffic.dataPlaneUrl"] == "http://127.0.0.1:8099/"
     back = adapter.shift(JOB, dict(STEP, controlWeight=100, treatmentWeight=0, rollback=True))
     assert back["strategy.traffic.rollback.status"] == "restored"
-    assert [(path, body["action"]) for path, body, _auth in controller.seen] == [("/shift", "shift"),
-                                                                                 ("/rollback", "rollback")]
+    assert [(path, body["action"]) for path, body, _auth in controller.seen] == [
+        ("/shift", "shift"),
+        ("/rollback", "rollback"),
+    ]
     assert controller.seen[0][1]["treatmentSlot"] == "green" and controller.seen[0][2] == "Bearer " + SECRET
     assert SECRET not in json.dumps([evidence, back])
 
@@ -182,7 +234,9 @@ def test_a_failed_traffic_rollback_names_the_slot_it_was_to_restore(controller):
     evidence = info.value.evidence
     assert info.value.code == "traffic_adapter_rollback_failed"
     assert (evidence["strategy.traffic.rollback.status"], evidence["strategy.traffic.rollback.slot"]) == (
-        "failed", "active")
+        "failed",
+        "active",
+    )
     assert "strategy.traffic.slot" not in evidence
 
 
@@ -193,12 +247,15 @@ def test_webhook_credentials_in_the_url_are_sent_but_never_recorded(controller):
     assert evidence["strategy.traffic.webhookUrl"].startswith("http://") and SECRET not in json.dumps(evidence)
 
 
-@pytest.mark.parametrize("mode,needle", [
-    ("500", "answered HTTP 500"),
-    ("garbage", "answer invalid"),
-    ("wrong", "applied controlWeight is 50"),
-    ("slow", "timed out"),
-])
+@pytest.mark.parametrize(
+    "mode,needle",
+    [
+        ("500", "answered HTTP 500"),
+        ("garbage", "answer invalid"),
+        ("wrong", "applied controlWeight is 50"),
+        ("slow", "timed out"),
+    ],
+)
 def test_webhook_fails_closed(controller, mode, needle):
     controller.mode = mode
     with pytest.raises(StellaError) as err:
@@ -250,18 +307,23 @@ def test_the_documented_request_body_and_route_state_have_the_keys_the_adapters_
 def test_no_adapter_evidence_never_says_traffic_moved():
     assert tr.no_adapter_evidence(tr.REASON_MISSING, STEP) == tr.standby_evidence(tr.REASON_MISSING, "green")
     assert tr.no_adapter_evidence(tr.REASON_EXECUTOR_MISSING, dict(STEP, rollback=True)) == {
-        "strategy.traffic.rollback.mode": "traffic_rollback", "strategy.traffic.rollback.status": "not_shifted",
+        "strategy.traffic.rollback.mode": "traffic_rollback",
+        "strategy.traffic.rollback.status": "not_shifted",
         "strategy.traffic.rollback.shifted": False,
         "strategy.traffic.rollback.reason": "traffic_adapter_executor_missing",
-        "strategy.traffic.rollback.slot": "active"}
+        "strategy.traffic.rollback.slot": "active",
+    }
 
 
-@pytest.mark.parametrize("mode, needle", [
-    ("redirect", "answered HTTP 307 (redirects are not followed)"),
-    ("huge", "answered more than 65536 bytes"),
-    ("drip", "did not finish its answer within 1s"),
-    ("false", "applied controlWeight is false, asked 0"),
-])
+@pytest.mark.parametrize(
+    "mode, needle",
+    [
+        ("redirect", "answered HTTP 307 (redirects are not followed)"),
+        ("huge", "answered more than 65536 bytes"),
+        ("drip", "did not finish its answer within 1s"),
+        ("false", "applied controlWeight is false, asked 0"),
+    ],
+)
 def test_webhook_answers_are_bounded_and_exact(controller, mode, needle):
     controller.mode = mode
     with pytest.raises(tr.TrafficError) as info:
@@ -271,12 +333,15 @@ def test_webhook_answers_are_bounded_and_exact(controller, mode, needle):
     assert [path for path, _body, _auth in controller.seen] == ["/shift"]
 
 
-@pytest.mark.parametrize("options, needle", [
-    ({"timeoutSeconds": "ten"}, "timeoutSeconds must be a number"),
-    ({"timeoutSeconds": 0}, "timeoutSeconds must be a number"),
-    ({"headers": ["Authorization: x"]}, "headers must map header names to strings"),
-    ({"headers": {"X-Retries": 3}}, "headers must map header names to strings"),
-])
+@pytest.mark.parametrize(
+    "options, needle",
+    [
+        ({"timeoutSeconds": "ten"}, "timeoutSeconds must be a number"),
+        ({"timeoutSeconds": 0}, "timeoutSeconds must be a number"),
+        ({"headers": ["Authorization: x"]}, "headers must map header names to strings"),
+        ({"headers": {"X-Retries": 3}}, "headers must map header names to strings"),
+    ],
+)
 def test_bad_webhook_options_fail_the_step_not_the_job(controller, options, needle):
     with pytest.raises(tr.TrafficError) as info:
         webhook(controller, **options).shift(JOB, STEP)
@@ -285,6 +350,7 @@ def test_bad_webhook_options_fail_the_step_not_the_job(controller, options, need
 
 
 # ------------------------------------------------------------------ a router controller that trickles its answer
+
 
 @pytest.fixture
 def trickler():
@@ -310,12 +376,15 @@ def trickler():
                 while b"\r\n\r\n" not in seen:
                     seen += conn.recv(65536) or b"\r\n\r\n"
                 status = b"HTTP/1.1 200 OK\r\n"
-                rest = b"Content-Type: application/json\r\n" + b"".join(
-                    b"X-Slow-%d: %s\r\n" % (i, b"a" * 20) for i in range(40)) + b"\r\n"
+                rest = (
+                    b"Content-Type: application/json\r\n"
+                    + b"".join(b"X-Slow-%d: %s\r\n" % (i, b"a" * 20) for i in range(40))
+                    + b"\r\n"
+                )
                 try:
                     if state["stage"] == "headers":
                         conn.sendall(status)
-                    for byte in (status + rest if state["stage"] == "status" else rest):
+                    for byte in status + rest if state["stage"] == "status" else rest:
                         if stop.is_set():
                             break
                         conn.sendall(bytes([byte]))
@@ -336,8 +405,9 @@ def trickler():
 def test_webhook_timeout_bounds_the_whole_exchange_headers_included(trickler, stage):
     # every byte arrives well within the read timeout, the whole answer would take about 90 s
     trickler["stage"] = stage
-    adapter, _why = tr.resolve({"trafficAdapter": "webhook"}, {
-        "shiftUrl": "http://127.0.0.1:%d/shift" % trickler["port"], "timeoutSeconds": 1})
+    adapter, _why = tr.resolve(
+        {"trafficAdapter": "webhook"}, {"shiftUrl": "http://127.0.0.1:%d/shift" % trickler["port"], "timeoutSeconds": 1}
+    )
     started = time.monotonic()
     with pytest.raises(tr.TrafficError) as info:
         adapter.shift(JOB, STEP)
