@@ -27,7 +27,7 @@ import fleetkit as fl
 from labkit import free_port
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.canonical import sha256_bytes
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.report import STATUS_COLOURS
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.report_view import STATUS_COLOURS
 
 CHROMIUM = "/usr/bin/chromium"
 STELLA = os.path.join(ar.ROOT, "scripts", "stella.py")

@@ -1,5 +1,5 @@
-"""The job evidence report (plugins/plugin_utils/job/report.py, docs/report.md): records built through the
-job's own state machine (``_job``, ``_job_traffic``), rendered and read back with an HTML parser."""
+"""The job evidence report (plugins/plugin_utils/job/report.py, its data in report_view.py, docs/report.md): records
+built through the job's own state machine (``_job``, ``_job_traffic``), rendered and read back with an HTML parser."""
 
 from __future__ import annotations
 
@@ -21,6 +21,8 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import traff
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import view as _job_view
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.command import main as _command
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import report as _report
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.report_view import STATUS_COLOURS
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.masking import collect_secrets
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.command import store as _store_cli
 
 T = ["2026-03-0%dT10:00:%02d.000000Z" % (1, s) for s in range(60)]
@@ -276,7 +278,7 @@ def test_the_banner_shows_the_status_in_its_own_colour(build, status, colour):
     assert page.banner["data-status"] == status
     assert page.banner["class"] == "banner st-" + status.lower()
     assert ".st-%s{background:%s}" % (status.lower(), colour) in source
-    assert len(set(_report.STATUS_COLOURS.values())) == len(_report.STATUS_COLOURS)  # each status its own colour
+    assert len(set(STATUS_COLOURS.values())) == len(STATUS_COLOURS)  # each status its own colour
     assert page.text.startswith("%s Deployment job %s" % (status, record["jobId"]))
 
 
@@ -440,7 +442,7 @@ def test_a_planted_secret_is_never_rendered():
 
 
 def test_secret_collection_finds_values_only_under_secret_keys():
-    found = _report.collect_secrets(
+    found = collect_secrets(
         {
             "a": {"secretEnv": {"X": "s1", "N": 5}},
             "token": ["s2"],

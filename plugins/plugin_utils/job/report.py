@@ -5,7 +5,8 @@
 """The evidence report of a deployment job: one self-contained HTML page for people (docs/report.md).
 
 :func:`render_report` is pure: the job record (and, when known, the evidence files written for it, the
-job's ``release.rollback.evidence.v1`` and each target's ``deployment.json``) in, HTML out. The page has
+job's ``release.rollback.evidence.v1`` and each target's ``deployment.json``) in, HTML out; what the page
+shows comes from :func:`.report_view.report_view`, the page itself is :data:`TEMPLATE`. The page has
 inline CSS only, no script and no external address; every value is escaped, links are relative, and
 values under secret-bearing keys (``secretEnv``, registry credentials, passwords, tokens, headers) are
 never shown: they are collected first and masked wherever they would appear. :func:`load_evidence` and
@@ -18,8 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import posixpath
-import urllib.parse
 
 import jinja2
 import markupsafe
@@ -30,395 +29,18 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors 
     redact_text,
     redact_url,
 )
-from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import job_evidence_dir
 from ansible_collections.stellaops.runtime.plugins.module_utils.host.files import atomic_write
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.view import (
-    job_evidence,
-    rollback_evidence as _rollback_evidence,
-)
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.masking import collect_secrets, masked
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.rollback import verify_rollback_evidence
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.masking import collect_secrets
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.writer import (
     JOB_EVIDENCE_FILE,
     ROLLBACK_EVIDENCE_FILE,
 )
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.report_view import report_view
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.view import rollback_evidence as _rollback_evidence
 
 REPORT_FILE = "report.html"
 JOB_FILES = (JOB_EVIDENCE_FILE, ROLLBACK_EVIDENCE_FILE)
-# Banner colours: the job's status at a glance.
-STATUS_COLOURS = {
-    "Succeeded": "#1a7f37",
-    "RolledBack": "#b45309",
-    "Failed": "#b91c1c",
-    "RollingBack": "#6d28d9",
-    "Running": "#1d4ed8",
-    "Pending": "#57606a",
-}
-BADGES = {
-    "succeeded": "ok",
-    "passed": "ok",
-    "shifted": "ok",
-    "restored": "ok",
-    "complete": "ok",
-    "proceed": "ok",
-    "failed": "bad",
-    "stop": "bad",
-    "incomplete": "bad",
-    "rolledback": "warn",
-    "rollingback": "warn",
-    "running": "info",
-    "pending": "muted",
-    "skipped": "muted",
-    "not_shifted": "muted",
-    "not_run": "muted",
-}
 CORRUPT = "evidence_corrupt"
-ARTIFACT_KEYS = ("manifestHash", "composeLockHash", "versionStickerHash", "applyManifestHash", "currentDigest")
-PHASE_COLOURS = {"ok": "#2da44e", "bad": "#cf222e", "muted": "#afb8c1", "warn": "#d97706", "info": "#218bff"}
-
-
-def _flat(value, prefix=""):
-    """``[(dotted key, text)]`` of a mapping (pure)."""
-    rows = []
-    for key, item in sorted((value or {}).items()):
-        name = "%s%s" % (prefix, key)
-        if isinstance(item, dict) and item:
-            rows.extend(_flat(item, name + "."))
-        else:
-            rows.append((name, item if isinstance(item, str) else json.dumps(item, sort_keys=True)))
-    return rows
-
-
-def _badge(status):
-    return BADGES.get(str(status or "").lower().replace("-", "_"), "muted")
-
-
-def _yes(value):
-    return None if value is None else ("yes" if value else "no")
-
-
-def _failure_text(failure):
-    if not failure:
-        return None
-    target = failure.get("target") or {}
-    return "%s: %s" % (
-        target.get("targetName") or target.get("targetId") or failure.get("moduleName"),
-        failure.get("failureReason"),
-    )
-
-
-def _duration(ms):
-    if ms is None:
-        return ""
-    return "%d ms" % ms if ms < 1000 else "%.1f s" % (ms / 1000.0)
-
-
-def _href(path, base):
-    """A relative link to ``path`` from ``base`` (the report's directory), or ``None``."""
-    if not path:
-        return None
-    if base is None:
-        return None if os.path.isabs(path) else urllib.parse.quote(path)
-    return urllib.parse.quote(os.path.relpath(path, base) if os.path.isabs(path) else path)
-
-
-def _document_href(document, job_id):
-    """A link to a document of the job store from the job's report, as the two lie in an evidence
-    directory (``stella evidence JOB --output DIR`` writes that tree), or ``None``."""
-    if not document:
-        return None
-    return urllib.parse.quote(posixpath.relpath(document, job_evidence_dir("", job_id)))
-
-
-def _phases(target, key):
-    phases = target.get(key) or []
-    total = sum(p.get("durationMs") or 0 for p in phases)
-    rows = []
-    for phase in phases:
-        ms = phase.get("durationMs") or 0
-        width = (100.0 * ms / total) if total else 100.0 / len(phases)
-        rows.append(
-            {
-                "name": phase.get("name"),
-                "status": phase.get("status"),
-                "badge": _badge(phase.get("status")),
-                "duration": _duration(ms),
-                "completedAt": phase.get("completedAt"),
-                "width": "%.2f%%" % max(width, 0.8),
-                "colour": PHASE_COLOURS[_badge(phase.get("status"))],
-            }
-        )
-    return {"rows": rows, "total": _duration(total) if phases else ""}
-
-
-def _traffic(evidence, prefix):
-    evidence = evidence or {}
-
-    def get(key):
-        return evidence.get(prefix + key)
-
-    known = ("mode", "status", "shifted", "adapter", "slot", "controlWeight", "treatmentWeight", "reason")
-    extra = [
-        (k[len(prefix) :], v)
-        for k, v in _flat(evidence)
-        if k.startswith(prefix) and k[len(prefix) :] not in known and not k[len(prefix) :].startswith("rollback.")
-    ]
-    return {
-        "mode": get("mode"),
-        "status": get("status"),
-        "badge": _badge(get("status")),
-        "adapter": get("adapter"),
-        "shifted": get("shifted"),
-        "slot": get("slot"),
-        "control": get("controlWeight"),
-        "treatment": get("treatmentWeight"),
-        "reason": get("reason"),
-        "extra": extra,
-    }
-
-
-def _hashes(target, deployment):
-    """``[(what, value)]``: the artifact hashes of one target, from the record and its deployment.json."""
-    rows, seen = [], set()
-
-    def add(what, value):
-        if value and (what, value) not in seen:
-            seen.add((what, value))
-            rows.append((what, value))
-
-    artifacts = dict((deployment or {}).get("artifacts") or {})
-    for key in ARTIFACT_KEYS:
-        add(key, target.get(key) or artifacts.get(key))
-    add("rollbackDigest", (target.get("rollback") or {}).get("rollbackDigest"))
-    for file_name, digest in sorted(
-        dict(artifacts.get("artifactHashes") or {}, **(target.get("artifactHashes") or {})).items()
-    ):
-        add(file_name, digest)
-    for container in (deployment or {}).get("containers") or []:
-        add("image %s" % container.get("service"), container.get("imageDigest"))
-    if deployment and deployment.get("evidenceDigest"):
-        add("deployment.json evidenceDigest", deployment["evidenceDigest"])
-    return rows
-
-
-def _corrupt(entry, corrupt):
-    """Whether the evidence file ``entry`` (``{"path", "document", "corrupt"}``) failed its check."""
-    return bool(entry.get("corrupt") or any(entry.get(k) and entry[k] in corrupt for k in ("path", "document")))
-
-
-def _target_view(record, name, deployment, base, corrupt):
-    target = record["targets"][name]
-    probe = ((deployment or {}).get("health") or {}).get("probe") or {}
-    files = [
-        {
-            "name": file_name,
-            "sha256": entry.get("sha256"),
-            "path": entry.get("path"),
-            "href": _href(entry.get("path"), base) or _document_href(entry.get("document"), record["jobId"]),
-            "corrupt": _corrupt(entry, corrupt),
-        }
-        for file_name, entry in sorted((target.get("evidence") or {}).items())
-    ]
-    rollback = target.get("rollback") or {}
-    verify = next((p.get("status") for p in target.get("phases") or [] if p.get("name") == "verify"), None)
-    return {
-        "name": name,
-        "status": target.get("status"),
-        "badge": _badge(target.get("status")),
-        "before": target.get("statusBeforeRollback"),
-        "batch": (target.get("batch") or 0) + 1,
-        "id": target.get("targetId"),
-        "type": target.get("targetType"),
-        "endpoint": target.get("endpoint"),
-        "project": target.get("projectName"),
-        "slot": target.get("slot"),
-        "reason": target.get("reason"),
-        "code": target.get("code"),
-        "rollbackError": target.get("rollbackError"),
-        "rollbackSkipped": target.get("rollbackSkipped"),
-        "restored": rollback.get("restoredRevisionPath"),
-        "previous": target.get("previousRevisionPath"),
-        "appliedBy": target.get("appliedByJobId"),
-        "phases": _phases(target, "phases"),
-        "rollbackPhases": _phases(target, "rollbackPhases"),
-        "probe": {
-            "status": probe.get("healthProbe.status"),
-            "badge": _badge(probe.get("healthProbe.status")),
-            "rows": [(k, v) for k, v in _flat(probe) if k != "healthProbe.status"],
-        }
-        if probe
-        else None,
-        "verify": verify,
-        "verifyBadge": _badge(verify),
-        "hashes": _hashes(target, deployment),
-        "files": files,
-    }
-
-
-def _rollback_view(record, evidence):
-    rollback = record.get("rollback") or {}
-    order = " \u2192 ".join(", ".join(batch) for batch in rollback.get("batches") or [])
-    view = {
-        "status": rollback.get("status"),
-        "badge": _badge(rollback.get("status")),
-        "present": bool(rollback),
-        "rows": [
-            ("Attempted", _yes(rollback.get("attempted"))),
-            ("Automatic", _yes(rollback.get("automatic"))),
-            ("Skipped because", rollback.get("skipReason")),
-            ("Setting from", rollback.get("source")),
-            ("Reason", rollback.get("reason")),
-            ("Order (reverse batch order)", order),
-            ("Started", rollback.get("startedAt")),
-            ("Completed", rollback.get("completedAt")),
-        ],
-        "skipped": sorted((rollback.get("skipped") or {}).items()),
-        "proof": None,
-    }
-    if evidence:
-        drift = verify_rollback_evidence(evidence)
-        view["proof"] = {
-            "proofStatus": evidence.get("proofStatus"),
-            "proofBadge": _badge(evidence.get("proofStatus")),
-            "proofDigest": evidence.get("proofDigest"),
-            "orderProofStatus": evidence.get("orderProofStatus"),
-            "orderBadge": _badge(evidence.get("orderProofStatus")),
-            "orderProofDigest": evidence.get("orderProofDigest"),
-            "drift": ", ".join(drift) if drift else None,
-            "failure": _failure_text(evidence.get("failure")),
-            "targets": [
-                {
-                    "name": t.get("targetName") or t.get("targetId"),
-                    "id": t.get("targetId"),
-                    "hasDigestProof": t.get("hasDigestProof"),
-                    "missing": t.get("missingProofReason"),
-                    "current": t.get("currentDigest"),
-                    "rollback": t.get("rollbackDigest"),
-                }
-                for t in evidence.get("targets") or []
-            ],
-            "orders": [
-                (
-                    key,
-                    [
-                        (
-                            e.get("batchIndex"),
-                            (e.get("target") or {}).get("targetName"),
-                            e.get("status"),
-                            _badge(e.get("status")),
-                        )
-                        for e in evidence.get(key) or []
-                    ],
-                )
-                for key in ("deploymentOrder", "rollbackOrder")
-            ],
-        }
-    return view
-
-
-def _view(record, evidence_files, rollback, deployments, base, corrupt):
-    release = record.get("release") or {}
-    gates = {g.get("batch"): g for g in record.get("gates") or []}
-    batches = []
-    for index, batch in enumerate(record.get("batches") or []):
-        gate = gates.get(index)
-        verdict = None if gate is None else ("proceed" if gate.get("proceed") else "stop")
-        batches.append(
-            {
-                "number": index + 1,
-                "targets": batch,
-                "gate": verdict,
-                "badge": _badge(verdict),
-                "reason": (gate or {}).get("reason"),
-                "at": (gate or {}).get("at"),
-                "failed": ", ".join((gate or {}).get("failedTargets") or []),
-            }
-        )
-    traffic = [
-        dict(
-            _traffic(t.get("evidence"), "strategy.traffic."),
-            batch=(t.get("batch") or 0) + 1,
-            at=t.get("at"),
-            failure=t.get("failure"),
-        )
-        for t in record.get("traffic") or []
-    ]
-    back = record.get("trafficRollback")
-    if back:
-        traffic.append(
-            dict(
-                _traffic(back.get("evidence"), "strategy.traffic.rollback."),
-                batch="rollback",
-                at=back.get("at"),
-                failure=back.get("failure"),
-            )
-        )
-    targets = [
-        _target_view(record, name, (deployments or {}).get(name), base, corrupt)
-        for name in record.get("targetOrder") or sorted(record.get("targets") or {})
-    ]
-    files = [
-        {
-            "name": name,
-            "sha256": entry.get("sha256"),
-            "href": _href(entry.get("path") or name, base) or urllib.parse.quote(name),
-            "corrupt": _corrupt(entry, corrupt),
-        }
-        for name, entry in sorted((evidence_files or {}).items())
-    ]
-    job_hashes = [("job evidenceDigest", job_evidence(record)["evidenceDigest"])]
-    if (record.get("scriptGraphProof") or {}).get("proofDigest"):
-        job_hashes.append(("scriptGraphProof proofDigest", record["scriptGraphProof"]["proofDigest"]))
-    if rollback:
-        job_hashes += [
-            ("rollback proofDigest", rollback.get("proofDigest")),
-            ("rollback orderProofDigest", rollback.get("orderProofDigest")),
-        ]
-    job_hashes += [
-        ("image %s" % ref, (info or {}).get("digest")) for ref, info in sorted((record.get("resolution") or {}).items())
-    ]
-    job_hashes += [("%s sha256" % f["name"], f["sha256"]) for f in files]
-    status = record.get("status")
-    return {
-        "job": record.get("jobId"),
-        "status": status,
-        "statusClass": "st-" + (status if status in STATUS_COLOURS else "other").lower(),
-        "promotion": record.get("promotion"),
-        "reason": record.get("reason"),
-        "code": record.get("code"),
-        "kind": record.get("kind"),
-        "strategy": record.get("strategy"),
-        "sourceJob": record.get("sourceJobId"),
-        "summary": [
-            ("Release id", release.get("id")),
-            ("Release", " ".join(str(release[k]) for k in ("name", "version") if release.get(k))),
-            ("Tenant", record.get("tenant")),
-            ("Environment", record.get("environment")),
-            ("Application", record.get("application")),
-            ("Strategy", record.get("strategy")),
-            ("Job kind", record.get("kind")),
-            ("Job id source", record.get("jobIdSource")),
-            ("Created", record.get("createdAt")),
-            ("Started", record.get("startedAt")),
-            ("Completed", record.get("completedAt")),
-            ("Record revision", record.get("revision")),
-        ],
-        "config": _flat(masked(record.get("strategyConfig") or {})),
-        "options": _flat(masked(record.get("options") or {})),
-        "batches": batches,
-        "targets": targets,
-        "traffic": traffic,
-        "rollback": _rollback_view(record, rollback),
-        "events": [
-            (e.get("kind"), e.get("at"), ", ".join(e.get("targets") or []) or e.get("error"))
-            for e in record.get("events") or []
-        ],
-        "files": files,
-        "jobHashes": [(k, v) for k, v in job_hashes if v],
-        "corrupt": sorted(corrupt),
-        "colours": STATUS_COLOURS,
-        "phaseColours": PHASE_COLOURS,
-    }
 
 
 TEMPLATE = r"""<!DOCTYPE html>
@@ -589,7 +211,7 @@ def render_report(record, evidence_files=None, rollback_evidence=None, deploymen
     environment = jinja2.Environment(
         autoescape=True, finalize=finalize, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True
     )
-    view = _view(record, evidence_files, rollback_evidence, deployments, base, set(corrupt or ()))
+    view = report_view(record, evidence_files, rollback_evidence, deployments, base, set(corrupt or ()))
     return environment.from_string(TEMPLATE).render(v=view)
 
 
