@@ -21,8 +21,6 @@ option names in a target's inputs). Types only, nothing runs here.
   traffic steps, a failed controller step, an interruption, the recovery an operator rollback made.
 """
 
-from __future__ import annotations
-
 from typing import Any, Literal, NotRequired, TypedDict
 
 JobStatus = Literal["Pending", "Running", "Succeeded", "Failed", "RollingBack", "RolledBack"]
