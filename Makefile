@@ -8,7 +8,7 @@ COLL_DIR := $(COLL_ROOT)/ansible_collections/stellaops/runtime
 export ANSIBLE_COLLECTIONS_PATH := $(COLL_ROOT)
 export PATH := $(BIN):$(PATH)
 
-.PHONY: demo demo-down test venv collection lab lab-down unit integration sanity lint changelog-lint docsite docs-check bench build ee molecule molecule-run clean
+.PHONY: demo demo-down test venv collection lab lab-down unit integration sanity lint format typecheck changelog-lint docsite docs-check bench build ee molecule molecule-run clean
 
 $(BIN)/.stamp: requirements/dev.txt
 	@command -v $(PY) >/dev/null || { echo "error: $(PY) not found (Python 3.11 is required)"; exit 1; }
@@ -48,8 +48,18 @@ integration: lab
 sanity: venv
 	tests/sanity/run.sh
 
+# ansible-lint (production profile), and the Python tree as the formatter lays it out (ruff.toml).
+FORMATTED := plugins scripts python bench tests
 lint: venv collection
 	$(BIN)/ansible-lint --profile production --offline
+	$(BIN)/ruff format --check $(FORMATTED)
+
+format: venv
+	$(BIN)/ruff format $(FORMATTED)
+
+# mypy over the collection's plugins, as Ansible imports them (mypy.ini: the job core and the runner strictly).
+typecheck: venv collection
+	cd $(COLL_ROOT) && $(BIN)/mypy --config-file $(CURDIR)/mypy.ini -p ansible_collections.stellaops.runtime.plugins
 
 # The changelog fragments and changelogs/changelog.yaml (antsibull-changelog, docs/development.md).
 changelog-lint: venv
@@ -104,9 +114,9 @@ test: venv collection
 	@( $(MAKE) --no-print-directory lab && $(MAKE) --no-print-directory $(MOLECULE_VENV)/.stamp \
 	  && $(MAKE) --no-print-directory ee ) \
 	  > .build/lab-setup.log 2>&1 & lab=$$!; \
-	  $(MAKE) --no-print-directory unit sanity lint changelog-lint; checks=$$?; \
+	  $(MAKE) --no-print-directory unit sanity lint typecheck changelog-lint; checks=$$?; \
 	  wait $$lab; labrc=$$?; echo "--- lab set-up:"; cat .build/lab-setup.log; \
-	  echo "unit, sanity, lint, changelog-lint rc=$$checks; lab set-up rc=$$labrc"; test $$checks -eq 0 -a $$labrc -eq 0
+	  echo "unit, sanity, lint, typecheck, changelog-lint rc=$$checks; lab set-up rc=$$labrc"; test $$checks -eq 0 -a $$labrc -eq 0
 	@echo "integration: two sessions ($(INTEGRATION_SPLIT) | the rest)"
 	@$(BIN)/pytest -q -p no:cacheprovider --durations=10 $(INTEGRATION_SPLIT) > .build/integration-split.log 2>&1 & split=$$!; \
 	  $(BIN)/pytest -q --durations=10 tests/integration $(addprefix --ignore=,$(INTEGRATION_SPLIT)); rest=$$?; \

@@ -8,6 +8,7 @@ the standard library, ``ansible.module_utils`` and the collection's own ``module
 from __future__ import annotations
 
 import ast
+import collections
 import os
 import subprocess
 import sys
@@ -102,21 +103,48 @@ def test_each_side_is_grouped_into_subpackages_that_say_what_they_own():
                 assert ast.get_docstring(ast.parse(handle.read())), "%s says nothing of what it owns" % init
 
 
-def test_no_plugin_file_above_500_lines():
-    long = []
-    for rel in (
-        "plugins/modules",
-        "plugins/module_utils",
-        "plugins/plugin_utils",
-        "plugins/action",
-        "plugins/doc_fragments",
-    ):
-        for path in _files(rel):
-            with open(os.path.join(ROOT, path), encoding="utf-8") as handle:
-                count = sum(1 for _line in handle)
-            if count > 500:
-                long.append("%s (%d lines)" % (path, count))
-    assert not long, "files above 500 lines: %s" % ", ".join(long)
+def formatted_line_count(path):
+    """The lines of ``path`` once formatted (``ruff format``, ruff.toml): the size rule counts code as the
+    formatter lays it out, so it cannot be met by packing more onto each line."""
+    with open(os.path.join(ROOT, path), encoding="utf-8") as handle:
+        source = handle.read()
+    proc = subprocess.run(
+        [RUFF, "format", "--config", os.path.join(ROOT, "ruff.toml"), "--stdin-filename", path, "-"],
+        input=source,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return proc.stdout.count("\n")
+
+
+RUFF = os.path.join(os.path.dirname(sys.executable), "ruff")
+PLUGIN_DIRS = (
+    "plugins/modules",
+    "plugins/module_utils",
+    "plugins/plugin_utils",
+    "plugins/action",
+    "plugins/doc_fragments",
+)
+
+
+def test_no_plugin_file_above_500_lines_once_formatted():
+    long = [
+        "%s (%d lines)" % (path, count)
+        for path in _files(*PLUGIN_DIRS)
+        for count in [formatted_line_count(path)]
+        if count > 500
+    ]
+    assert not long, "files above 500 lines once formatted: %s" % ", ".join(long)
+
+
+def test_the_size_rule_counts_formatted_lines():
+    packed = "x = {%s}\n" % ", ".join("'k%d': %d" % (i, i) for i in range(60))
+    path = os.path.join(".build", "size-rule-probe.py")
+    os.makedirs(os.path.join(ROOT, ".build"), exist_ok=True)
+    with open(os.path.join(ROOT, path), "w", encoding="utf-8") as handle:
+        handle.write(packed)
+    assert packed.count("\n") == 1 and formatted_line_count(path) == 62
 
 
 # Ansible imports an action plugin in the controller's main process before the first task that uses
@@ -124,7 +152,6 @@ def test_no_plugin_file_above_500_lines():
 EVERY_RUN_ACTIONS = (
     "stella_plan",
     "stella_probe",
-    "stella_evidence",
     "stella_job",
     "stella_compose_deploy",
     "stella_preflight",
@@ -168,3 +195,179 @@ def test_the_controller_takes_only_the_shared_packages_from_the_target_side(path
         names = [n for n in imported_modules(handle.read()) if n.startswith(OWN_TARGET + ".")]
     bad = [name for name in names if not name.startswith(SHARED_WITH_CONTROLLER)]
     assert not bad, "%s imports %s from the target side" % (path, ", ".join(bad))
+
+
+# The controller's packages, bottom to top (docs/architecture.md): a package imports only itself and the
+# packages of lower layers, never a sibling of its own layer, never one above.
+CONTROLLER_LAYERS = (
+    ("execution",),
+    ("evidence",),
+    ("probe", "traffic"),
+    ("release",),
+    ("job",),
+    ("store",),
+    ("run",),
+    ("provider",),
+    ("command",),
+)
+# The target side's packages, bottom to top.
+TARGET_LAYERS = (
+    ("contract",),
+    ("host",),
+    ("engine",),
+    ("agent",),
+    ("compose", "docker", "relay"),
+)
+OWN = "ansible_collections.stellaops.runtime.plugins."
+
+
+def package_of(name):
+    """The collection package an absolute module name belongs to: ``plugin_utils.<pkg>``,
+    ``module_utils.<pkg>``, ``action``, ``modules`` or ``doc_fragments``; ``None`` outside the collection."""
+    if not name.startswith(OWN):
+        return None
+    parts = name[len(OWN) :].split(".")
+    if parts[0] in ("plugin_utils", "module_utils") and len(parts) > 1:
+        return "%s.%s" % (parts[0], parts[1])
+    return parts[0]
+
+
+def import_graph(sources):
+    """``{package: {imported package: [importing file, ...]}}`` from ``{path: source}`` (pure): every import
+    statement counts, at module level or inside a function."""
+    graph = collections.defaultdict(lambda: collections.defaultdict(list))
+    for path, source in sources.items():
+        parts = path.split("/")
+        own = "%s.%s" % (parts[1], parts[2]) if parts[1] in ("plugin_utils", "module_utils") else parts[1]
+        for name in imported_modules(source):
+            other = package_of(name)
+            if other and other != own:
+                graph[own][other].append(path)
+    return graph
+
+
+def cycles(graph):
+    """The strongly connected components of more than one package (Tarjan), each sorted (pure)."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(node):
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for other in graph.get(node, {}):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in on_stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(found)
+
+
+def upward_imports(graph, side, layers):
+    """``["a -> b (file, ...)"]`` for each import of a package of ``side`` that is not below it (pure)."""
+    rank = {"%s.%s" % (side, name): level for level, names in enumerate(layers) for name in names}
+    bad = []
+    for source, targets in sorted(graph.items()):
+        for target, files in sorted(targets.items()):
+            if source in rank and target in rank and rank[target] >= rank[source]:
+                bad.append("%s -> %s (%s)" % (source, target, ", ".join(sorted(set(files)))))
+    return bad
+
+
+def collection_graph():
+    sources = {}
+    for path in _files("plugins"):
+        with open(os.path.join(ROOT, path), encoding="utf-8") as handle:
+            sources[path.replace(os.sep, "/")] = handle.read()
+    return import_graph(sources)
+
+
+def test_every_package_has_a_layer():
+    on_disk = {
+        "%s.%s" % (side, name)
+        for side in ("plugin_utils", "module_utils")
+        for name in os.listdir(os.path.join(ROOT, "plugins", side))
+        if os.path.isdir(os.path.join(ROOT, "plugins", side, name)) and name != "__pycache__"
+    }
+    layered = {"plugin_utils.%s" % n for names in CONTROLLER_LAYERS for n in names} | {
+        "module_utils.%s" % n for names in TARGET_LAYERS for n in names
+    }
+    assert on_disk == layered, "packages without a layer: %s; layers without a package: %s" % (
+        sorted(on_disk - layered),
+        sorted(layered - on_disk),
+    )
+
+
+def test_no_package_imports_upward_or_sideways():
+    graph = collection_graph()
+    bad = upward_imports(graph, "plugin_utils", CONTROLLER_LAYERS) + upward_imports(
+        graph, "module_utils", TARGET_LAYERS
+    )
+    assert not bad, "imports against the layers: %s" % "; ".join(bad)
+
+
+def test_no_package_cycle_in_the_collection():
+    found = cycles(collection_graph())
+    assert not found, "package cycles: %s" % "; ".join(" <-> ".join(c) for c in found)
+
+
+PURE_JOB_CORE_FORBIDS = ("os", "subprocess", "socket", "sqlite3", "shutil", "tempfile", "time", "psutil", "requests")
+
+
+@pytest.mark.parametrize("path", list(_files("plugins/plugin_utils/job")))
+def test_the_job_core_does_no_io(path):
+    with open(os.path.join(ROOT, path), encoding="utf-8") as handle:
+        source = handle.read()
+    names = [n.split(".")[0] for n in imported_modules(source)]
+    assert not [n for n in names if n in PURE_JOB_CORE_FORBIDS], "%s imports %s" % (path, names)
+    assert "task_vars" not in source and "open(" not in source, "%s reads task variables or files" % path
+
+
+@pytest.mark.parametrize(
+    "sources,expected_cycles,expected_upward",
+    [
+        (
+            {
+                "plugins/plugin_utils/job/a.py": "from %splugin_utils.store import sql" % OWN,
+                "plugins/plugin_utils/store/sql.py": "def f():\n    from %splugin_utils.job import a" % OWN,
+            },
+            [["plugin_utils.job", "plugin_utils.store"]],
+            ["plugin_utils.job -> plugin_utils.store (plugins/plugin_utils/job/a.py)"],
+        ),
+        (
+            {
+                "plugins/plugin_utils/traffic/a.py": "import %splugin_utils.probe.b" % OWN,
+                "plugins/plugin_utils/run/s.py": "from %splugin_utils.job import record" % OWN,
+            },
+            [],
+            ["plugin_utils.traffic -> plugin_utils.probe (plugins/plugin_utils/traffic/a.py)"],
+        ),
+        (
+            {
+                "plugins/action/x.py": "from %splugin_utils.run import runner" % OWN,
+                "plugins/plugin_utils/run/r.py": "from %smodule_utils.contract import errors" % OWN,
+            },
+            [],
+            [],
+        ),
+    ],
+    ids=["lazy-import-cycle", "same-layer-sibling", "downward-only"],
+)
+def test_the_layer_checks_themselves(sources, expected_cycles, expected_upward):
+    graph = import_graph(sources)
+    assert cycles(graph) == expected_cycles
+    assert upward_imports(graph, "plugin_utils", CONTROLLER_LAYERS) == expected_upward
