@@ -17,6 +17,8 @@ the restoration evidence the agent must return before a target counts as restore
 
 from __future__ import annotations
 
+from typing import Any, TypeGuard
+
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import first_line
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
     PHASES,
@@ -24,31 +26,44 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabul
     UNREACHABLE_CODE,
 )
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.deployment import project_digest
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.model import OutcomePhase, TargetOutcome
 
 # Phases the agent reports; verify is also the controller's probes, evidence and cleanup are the record.
 AGENT_PHASES = PHASES[: PHASES.index("post-deploy") + 1]
 RECORDED = ("succeeded", "failed", "skipped")
 DEPLOY_FAILED, PROBE_FAILED, ROLLBACK_FAILED = "deploy_failed", "health_probe_failed", "rollback_failed"
 UNVERIFIED_ROLLBACK = "rollback_unverified"
+# The registered result of a task (the agent's apply or rollback, the probes, the task that failed): free-form.
+TaskResult = dict[str, Any]
 
 
-def _failed(result):
+def _failed(result: object) -> TypeGuard[TaskResult]:
     return isinstance(result, dict) and bool(result.get("failed"))
 
 
-def unreachable(result):
+def unreachable(result: object) -> TypeGuard[TaskResult]:
     """A registered result of a task whose target stopped answering: its connection dropped
     (``ignore_unreachable``), or the task ran past its timeout (a host that hangs while its connection
     stays up)."""
     return isinstance(result, dict) and bool(result.get("unreachable") or result.get("timedout"))
 
 
-def _ran(result):
+def _unanswered(*results: TaskResult | None) -> TaskResult | None:
+    """The first of ``results`` whose target stopped answering (:func:`unreachable`), ``None`` when none did."""
+    return next((result for result in results if unreachable(result)), None)
+
+
+def _first_failed(*results: TaskResult | None) -> TaskResult | None:
+    """The first of ``results`` that failed, ``None`` when none did."""
+    return next((result for result in results if _failed(result)), None)
+
+
+def _ran(result: object) -> TypeGuard[TaskResult]:
     """A registered result of a task that ran (not skipped by a condition, not absent)."""
     return isinstance(result, dict) and bool(result) and not result.get("skipped")
 
 
-def probe_status(probe):
+def probe_status(probe: TaskResult | None) -> tuple[str, str | None]:
     """``(status of the probes, reason)``: ``passed``, ``failed``, ``skipped`` (``waitForHealthCheck=false``),
     ``none`` (no component asks for a probe) or ``not_run`` (the probe task did not run)."""
     if not _ran(probe):
@@ -62,7 +77,7 @@ def probe_status(probe):
     return "none", None
 
 
-def _agent_phases(result, names=AGENT_PHASES):
+def _agent_phases(result: TaskResult | None, names: tuple[str, ...] = AGENT_PHASES) -> dict[str, dict[str, Any]]:
     """The phases of ``names`` the agent ran (``not_run`` ones are not recorded), by name, in its order."""
     phases = {}
     for entry in (result or {}).get("deploymentPhases") or []:
@@ -71,7 +86,7 @@ def _agent_phases(result, names=AGENT_PHASES):
     return phases
 
 
-def failed_phase(apply, probe, failure):
+def failed_phase(apply: TaskResult | None, probe: TaskResult | None, failure: TaskResult | None) -> str:
     """The contract phase a failure belongs to: the agent's own ``failurePhase`` (its failed phase) when
     the apply failed, ``verify`` when the probes failed, else the failure's ``failurePhase`` when it
     names a phase, else ``cleanup`` (the record itself failed)."""
@@ -85,11 +100,17 @@ def failed_phase(apply, probe, failure):
         return "verify"
     named = (failure or {}).get("failurePhase")
     if named in PHASES:
-        return named
+        return str(named)
     return "cleanup" if _ran(apply) else "preflight"
 
 
-def deployment_outcome(apply, probe=None, failure=None, evidence_written=False, probe_duration_ms=0):
+def deployment_outcome(
+    apply: TaskResult | None,
+    probe: TaskResult | None = None,
+    failure: TaskResult | None = None,
+    evidence_written: bool = False,
+    probe_duration_ms: int = 0,
+) -> TargetOutcome:
     """One target's outcome: ``{"succeeded", "phases", "failedPhase", "code", "reason"}``.
 
     ``apply``: the agent's result (``deploymentPhases``, ``failurePhase``, ``failed``); ``probe``: the
@@ -100,10 +121,11 @@ def deployment_outcome(apply, probe=None, failure=None, evidence_written=False, 
     was kept: the job store and, with ``evidence_written``, the evidence directory) and cleanup. A failed
     target's phases end with the failed one. Entries: ``(name, status, durationMs, detail or None)``.
     """
-    if unreachable(apply) or unreachable(failure):
+    stopped = _unanswered(apply, failure)
+    if stopped is not None:
         # The connection dropped while the apply ran: it may have finished on the target, or not. Only
         # the phase it started is recorded, and a rollback restores the target once it answers again.
-        cause = first_line((apply if unreachable(apply) else failure).get("msg")) or "no answer"
+        cause = first_line(stopped.get("msg")) or "no answer"
         return {
             "succeeded": False,
             "phases": [("preflight", "failed", 0, {"outcome": "unknown"})],
@@ -116,14 +138,14 @@ def deployment_outcome(apply, probe=None, failure=None, evidence_written=False, 
     probes, probe_reason = probe_status(probe)
     failing = _failed(apply) or _failed(probe) or _failed(failure)
     phase = failed_phase(apply, probe, failure) if failing else None
-    out = []
+    out: list[OutcomePhase] = []
     for name in AGENT_PHASES:
         entry = agent.get(name)
         if name == "verify" and (entry is not None or probes != "not_run"):
             status = (entry or {}).get("status", "succeeded")
             if probes == "failed":
                 status = "failed"
-            detail = {"probes": probes}
+            detail: dict[str, Any] = {"probes": probes}
             if probe_reason:
                 detail["reason"] = probe_reason
             out.append(("verify", status, (entry or {}).get("durationMs", 0) + int(probe_duration_ms or 0), detail))
@@ -153,12 +175,13 @@ def deployment_outcome(apply, probe=None, failure=None, evidence_written=False, 
     }
 
 
-def services_digest(result):
+def services_digest(result: TaskResult) -> str | None:
     """The digest over the services a target agent's result (or its evidence) reports, ``None`` without any."""
-    return project_digest(result.get("services") or (result.get("evidence") or {}).get("services"))
+    digest: str | None = project_digest(result.get("services") or (result.get("evidence") or {}).get("services"))
+    return digest
 
 
-def target_facts(apply, files):
+def target_facts(apply: TaskResult | None, files: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """What the job keeps of a target's apply: the evidence files written for it, the artifact hashes it
     committed, its project, the digest it runs and, only when this job changed the target, the revision
     the apply retained (what a rollback restores). A target the apply did not change (a converged re-run,
@@ -166,7 +189,7 @@ def target_facts(apply, files):
     is, because what it ran before this job is what it runs. A target that stopped answering during its
     apply is ``outcomeUnknown``: it may run this job's release, so a rollback includes it."""
     apply = apply or {}
-    facts = {"evidence": dict(files)}
+    facts: dict[str, Any] = {"evidence": dict(files)}
     if unreachable(apply):
         # what the target runs is unknown: the rollback restores the newest revision that is not this release
         facts["outcomeUnknown"] = True
@@ -192,25 +215,26 @@ def target_facts(apply, files):
     return facts
 
 
-def rollback_outcome(result, failure=None):
+def rollback_outcome(result: TaskResult | None, failure: TaskResult | None = None) -> TargetOutcome:
     """One target's rollback: ``{"succeeded", "phases", "reason"}``. The agent's rollback phases as it
     reports them (``not_run`` ones are not recorded); a target counts as restored only when the agent
     says so (``rollbackRestored``) and every service it verified runs its pinned digest."""
     result = result or {}
-    if unreachable(result) or unreachable(failure):
-        cause = first_line((result if unreachable(result) else failure).get("msg")) or "no answer"
+    stopped = _unanswered(result, failure)
+    if stopped is not None:
+        cause = first_line(stopped.get("msg")) or "no answer"
         return {
             "succeeded": False,
             "phases": [],
             "reason": "%s: the target did not answer (%s) and may still run the release being rolled back; "
             "roll it back once it answers (the rollback playbook)" % (UNREACHABLE_CODE, cause),
         }
-    phases = [
+    phases: list[OutcomePhase] = [
         (name, entry["status"], entry["durationMs"], None)
         for name, entry in _agent_phases(result, ROLLBACK_PHASE_NAMES).items()
     ]
-    if _failed(result) or _failed(failure):
-        source = result if _failed(result) else failure
+    source = _first_failed(result, failure)
+    if source is not None:
         return {
             "succeeded": False,
             "phases": phases,
