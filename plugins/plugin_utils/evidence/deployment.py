@@ -16,13 +16,6 @@ from __future__ import annotations
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.canonical import digest_json
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import redact_url
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.rollback import (
-    RECOVERY_ROLLBACK_FAILED,
-    RECOVERY_ROLLBACK_SKIPPED,
-    RECOVERY_ROLLED_BACK,
-    build_recovery_record,
-    build_rollback_evidence,
-)
 
 DEPLOYMENT_EVIDENCE_VERSION = "stella.deployment.evidence.v1"
 TARGET_KEYS = ("targetId", "targetName", "targetType", "targetEndpoint", "targetExecutionMode")
@@ -208,70 +201,3 @@ def project_digest(services):
     if len(digests) == 1:
         return next(iter(digests.values()))
     return digest_json(digests)
-
-
-def _order(plan, target, result, started_at=None, completed_at=None, batch_index=0):
-    failed = _failed(result)
-    reason = (result or {}).get("msg") if failed else None
-    return [
-        {
-            "moduleName": plan.get("application") or plan.get("projectName") or "release",
-            "target": {
-                "targetId": target.get("targetId"),
-                "targetName": target.get("targetName"),
-                "targetType": target.get("targetType"),
-            },
-            "batchIndex": batch_index,
-            "startedAt": started_at,
-            "completedAt": completed_at,
-            "status": "failed" if failed else "succeeded",
-            "failureReason": reason.splitlines()[0] if reason else None,
-            "scriptProofDigest": (plan.get("scriptGraphProof") or {}).get("proofDigest"),
-        }
-    ]
-
-
-def rollback_records(plan, failed_apply, rollback, created_at, failed_probe=None, preflight=None, timestamps=None):
-    """Rollback evidence (``release.rollback.evidence.v1``) and the recovery record for one target.
-
-    ``failed_apply`` is the target agent's result of the failed deployment (or of the deployment a
-    failed probe condemned), ``rollback`` the ``stella_rollback`` result, or ``None`` when no rollback
-    ran (no retained revision, or rollback disabled). ``timestamps`` may carry ``deployStartedAt``,
-    ``deployCompletedAt``, ``rollbackStartedAt`` and ``rollbackCompletedAt`` (ISO 8601 UTC) for the
-    order proof entries.
-    """
-    times = timestamps or {}
-    plan = plan or {}
-    failed_apply = failed_apply or {}
-    target = _target(plan, failed_apply)
-    deployment_id = plan.get("jobId")
-    failure = _failure(preflight, failed_apply, failed_probe) or {"reason": "deployment failed"}
-    if rollback is None or rollback.get("skipped"):
-        why = (rollback or {}).get("skip_reason") or "no target retained a previous revision to restore"
-        return None, build_recovery_record(deployment_id, failure["reason"], RECOVERY_ROLLBACK_SKIPPED, detail=why)
-    evidence = build_rollback_evidence(
-        [
-            dict(
-                target,
-                currentDigest=project_digest(failed_apply.get("services")),
-                rollbackDigest=project_digest(rollback.get("services")) if not _failed(rollback) else None,
-            )
-        ],
-        created_at,
-        deployment_order=_order(
-            plan,
-            target,
-            failed_probe if _failed(failed_probe) else failed_apply,
-            times.get("deployStartedAt"),
-            times.get("deployCompletedAt"),
-        ),
-        rollback_order=_order(plan, target, rollback, times.get("rollbackStartedAt"), times.get("rollbackCompletedAt")),
-        deployment_id=deployment_id,
-        rollback_job_id=deployment_id and deployment_id + "-rollback",
-    )
-    if _failed(rollback):
-        detail = (rollback.get("msg") or "rollback failed").splitlines()[0]
-        return evidence, build_recovery_record(
-            deployment_id, failure["reason"], RECOVERY_ROLLBACK_FAILED, evidence=evidence, detail=detail
-        )
-    return evidence, build_recovery_record(deployment_id, failure["reason"], RECOVERY_ROLLED_BACK, evidence=evidence)

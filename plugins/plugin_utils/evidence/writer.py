@@ -18,10 +18,7 @@ import posixpath
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.canonical import pretty_json, sha256_bytes
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError, redact_url
-from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
-    deployment_evidence_dir,
-    job_evidence_dir,
-)
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import job_evidence_dir
 from ansible_collections.stellaops.runtime.plugins.module_utils.host.files import atomic_write, read_bytes
 
 # The job's evidence documents, under <evidence dir>/jobs/<job id>/; each target's, under
@@ -61,29 +58,6 @@ def _without_userinfo(value):
     if isinstance(value, list):
         return [_without_userinfo(v) for v in value]
     return value
-
-
-def write_documents(directory, documents, check_mode=False):
-    """Write ``documents`` (``{file name: JSON-able document}``) into ``directory``; in check mode
-    nothing is written. ``{name: {"path", "sha256"}}``."""
-    written = {}
-    for name, document in documents.items():
-        data = pretty_json(document)
-        path = os.path.join(directory, name)
-        if not check_mode:
-            os.makedirs(directory, mode=0o750, exist_ok=True)
-            atomic_write(path, data, mode=0o640)
-        written[name] = {"path": path, "sha256": sha256_bytes(data)}
-    return written
-
-
-def write_target_documents(root, plan, documents, check_mode=False):
-    """Write one target's evidence ``documents`` into its deployment's directory under ``root``
-    (``<projectName>/<jobId>/<target>/``); ``(directory, {name: {"path", "sha256"}})``."""
-    directory = deployment_evidence_dir(
-        root, plan.get("projectName"), plan.get("jobId"), (plan.get("target") or {}).get("id")
-    )
-    return directory, write_documents(directory, documents, check_mode=check_mode)
 
 
 def keep_documents(root, directory, documents, check_mode=False):

@@ -169,7 +169,6 @@ def test_check_and_diff_support_match_the_attributes(name):
 def test_every_module_is_checked():
     assert set(NAMES) >= {
         "stella_compose_deploy",
-        "stella_evidence",
         "stella_plan",
         "stella_preflight",
         "stella_probe",

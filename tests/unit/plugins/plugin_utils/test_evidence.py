@@ -1,10 +1,11 @@
-"""stella.deployment.evidence.v1 and the rollback/recovery records built from registered results.
+"""stella.deployment.evidence.v1 built from registered results.
 
 The fixtures in ``tests/unit/fixtures/evidence/`` are the registered results of real runs of the
 ``stellaops.runtime.deploy`` role on the lab (``tests/integration/playbooks/deploy_role.yml`` with
 ``results_file``): ``plan``, ``preflight``, ``apply``, ``probe``, ``rollback`` as the role registered
-them, and ``evidence`` / ``rollbackEvidence`` (the ``stella_evidence`` results, with the records the
-action wrote). No secrets: the releases had no ``secretEnv`` and the lab registry needs no credentials.
+them, and ``evidence`` (with the ``deployment.json`` record that run wrote under ``records``). No
+secrets: the releases had no ``secretEnv`` and the lab registry needs no credentials. The rollback
+evidence and the recovery record have their own tests (test_rollback_evidence.py).
 """
 
 from __future__ import annotations
@@ -15,20 +16,15 @@ import os
 
 import pytest
 
-from ansible_collections.stellaops.runtime.plugins.action.stella_evidence import _clean
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.canonical import digest_json
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.deployment import (
     DEPLOYMENT_EVIDENCE_VERSION,
     deployment_record,
     project_digest,
-    rollback_records,
     success_boundary,
     verify_record,
 )
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.rollback import (
-    EVIDENCE_VERSION,
-    verify_rollback_evidence,
-)
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.writer import clean as _clean
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "evidence")
 CREATED = "2026-05-09T07:35:25Z"
@@ -36,7 +32,6 @@ D1 = "sha256:" + "1" * 64
 D2 = "sha256:" + "2" * 64
 # Added to stella.deployment.evidence.v1 after the fixtures were captured (and so the digest differs).
 ADDED_AFTER_CAPTURE = ("changed", "appliedByJobId", "evidenceDigest")
-SKIP_TEXT = "no target retained a previous revision to restore"
 
 
 def load(name):
@@ -50,7 +45,7 @@ def load(name):
         "probe": _clean(run["probe"]),
         # the role passes a skipped rollback task as "no rollback" (omit)
         "rollback": None if rollback is None or rollback.get("skipped") else _clean(rollback),
-        "records": dict(run["evidence"]["records"], **((run["rollbackEvidence"] or {}).get("records") or {})),
+        "records": run["evidence"]["records"],
     }
 
 
@@ -88,13 +83,6 @@ def test_records_rebuilt_from_registered_results_equal_the_written_ones(runs, na
         k: v for k, v in written.items() if k != "evidenceDigest"
     }
     assert verify_record(written) and verify_record(rebuilt)
-    if "recovery.json" in run["records"]:
-        created = run["records"].get("rollback-evidence.json", {}).get("createdAt", CREATED)
-        evidence, recovery = rollback_records(
-            run["plan"], run["apply"], run["rollback"], created, failed_probe=run["probe"]
-        )
-        assert recovery == run["records"]["recovery.json"]
-        assert evidence == run["records"].get("rollback-evidence.json")
 
 
 @pytest.mark.parametrize(
@@ -390,76 +378,7 @@ def test_project_digest_of_real_runs(runs):
     assert project_digest(run["rollback"]["services"]) == run["rollback"]["restoredDigests"]["web"]
 
 
-# ------------------------------------------------------------------ rollback records
-
-
-@pytest.mark.parametrize(
-    "name, recovery_status, proof, order_proof, suffix",
-    [
-        (
-            "probe_failed_rolled_back",
-            "rolled_back",
-            "complete",
-            "complete",
-            " (auto-rollback restored the retained previous revision)",
-        ),
-        (
-            "apply_failed_rolled_back",
-            "rolled_back",
-            "complete",
-            "complete",
-            " (auto-rollback restored the retained previous revision)",
-        ),
-        ("rollback_failed", "rollback_failed", "incomplete", "complete", "; auto-rollback failed: "),
-        (
-            "first_deploy_failed_rollback_skipped",
-            "rollback_skipped",
-            None,
-            None,
-            " (auto-rollback skipped: %s)" % SKIP_TEXT,
-        ),
-    ],
-)
-def test_rollback_records(runs, name, recovery_status, proof, order_proof, suffix):
-    run = runs[name]
-    evidence, recovery = rollback_records(
-        run["plan"], run["apply"], run["rollback"], CREATED, failed_probe=run["probe"]
-    )
-    assert recovery["deploymentStatus"] == "failed"
-    assert recovery["recoveryStatus"] == recovery_status
-    assert recovery["deploymentId"] == run["plan"]["jobId"]
-    assert suffix in recovery["reason"] and recovery["reason"].startswith(recovery["originalFailureReason"])
-    if proof is None:
-        assert evidence is None and "strategyEvidence" not in recovery
-        return
-    assert evidence["evidenceVersion"] == EVIDENCE_VERSION
-    assert (evidence["proofStatus"], evidence["orderProofStatus"]) == (proof, order_proof)
-    assert verify_rollback_evidence(evidence) == []
-    [target] = evidence["targets"]
-    assert target["targetId"] == run["apply"]["targetId"]
-    assert target["currentDigest"] == run["apply"]["services"][0]["imageDigest"]
-    assert evidence["deploymentOrder"][0]["status"] == "failed"
-    assert evidence["failure"]["failureReason"] == recovery["originalFailureReason"]
-    assert evidence["rollbackJobId"] == run["plan"]["jobId"] + "-rollback"
-    assert recovery["strategyEvidence"]["rollback.evidence.hash"] == digest_json(evidence)
-    if recovery_status == "rolled_back":
-        assert (
-            target["hasDigestProof"] is True and target["rollbackDigest"] == run["rollback"]["restoredDigests"]["web"]
-        )
-        assert evidence["rollbackOrder"][0]["status"] == "succeeded"
-    else:
-        assert target["hasDigestProof"] is False and target["missingProofReason"] == "rollback_digest_missing"
-        assert evidence["rollbackOrder"][0]["status"] == "failed"
-        assert recovery["reason"].endswith(run["rollback"]["msg"].splitlines()[0])
-
-
-def test_skip_reason_of_a_skipped_rollback_result_is_used():
-    apply = dict(APPLY_FAIL, targetId="t-1", targetName="h", targetType="ComposeHost")
-    _evidence, recovery = rollback_records(
-        {"jobId": "job-1"}, apply, {"skipped": True, "skip_reason": "autoRollbackOnFailure=false"}, CREATED
-    )
-    assert recovery["recoveryStatus"] == "rollback_skipped"
-    assert recovery["reason"] == "compose up failed (auto-rollback skipped: autoRollbackOnFailure=false)"
+# ------------------------------------------------------------------ target identity
 
 
 def test_target_identity_falls_back_to_the_plan_with_the_endpoint_redacted():
@@ -486,13 +405,6 @@ def test_created_at_is_not_digested(runs):
     first, second = dep(run, "2026-01-01T00:00:00Z"), dep(run, "2027-12-31T23:59:59.999999Z")
     assert first["evidenceDigest"] == second["evidenceDigest"]
     assert first["createdAt"] != second["createdAt"]
-    ev1, _rec1 = rollback_records(
-        run["plan"], run["apply"], run["rollback"], "2026-01-01T00:00:00Z", failed_probe=run["probe"]
-    )
-    ev2, _rec2 = rollback_records(
-        run["plan"], run["apply"], run["rollback"], "2027-01-01T00:00:00Z", failed_probe=run["probe"]
-    )
-    assert (ev1["proofDigest"], ev1["orderProofDigest"]) == (ev2["proofDigest"], ev2["orderProofDigest"])
 
 
 DRIFTS = [
@@ -529,37 +441,6 @@ def test_deployment_record_is_independent_of_input_key_order(runs):
         name: (dict(reversed(list(value.items()))) if isinstance(value, dict) else value) for name, value in run.items()
     }
     assert dep(reordered)["evidenceDigest"] == dep(run)["evidenceDigest"]
-
-
-def test_failed_preflight_is_the_recovery_reason():
-    preflight = {
-        "failed": True,
-        "msg": "preflight failed: compose_missing: Docker Compose v2 plugin is not available",
-        "failures": [{"code": "compose_missing", "reason": "Docker Compose v2 plugin is not available"}],
-    }
-    evidence, recovery = rollback_records({"jobId": "job-2"}, None, None, CREATED, preflight=preflight)
-    assert evidence is None
-    assert recovery["originalFailureReason"] == preflight["msg"]
-    assert recovery["recoveryStatus"] == "rollback_skipped"
-
-
-def test_order_entries_carry_the_timestamps(runs):
-    run = runs["probe_failed_rolled_back"]
-    times = {
-        "deployStartedAt": "2026-11-30T04:00:00.000000Z",
-        "deployCompletedAt": "2026-11-30T04:00:05.000000Z",
-        "rollbackStartedAt": "2026-11-30T04:00:05.100000Z",
-        "rollbackCompletedAt": "2026-11-30T04:00:09.000000Z",
-    }
-    evidence, dummy = rollback_records(
-        run["plan"], run["apply"], run["rollback"], CREATED, failed_probe=run["probe"], timestamps=times
-    )
-    deployed, rolled = evidence["deploymentOrder"][0], evidence["rollbackOrder"][0]
-    assert (deployed["startedAt"], deployed["completedAt"]) == (times["deployStartedAt"], times["deployCompletedAt"])
-    assert (rolled["startedAt"], rolled["completedAt"]) == (times["rollbackStartedAt"], times["rollbackCompletedAt"])
-    without, dummy = rollback_records(run["plan"], run["apply"], run["rollback"], CREATED, failed_probe=run["probe"])
-    assert without["orderProofDigest"] != evidence["orderProofDigest"]
-    assert without["proofDigest"] == evidence["proofDigest"]
 
 
 def test_why_an_apply_ran_is_recorded_only_when_the_apply_says_it(runs):
