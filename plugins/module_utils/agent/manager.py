@@ -121,7 +121,8 @@ class PhaseRecorder:
 class Manager(abc.ABC):
     """Base of the target-side tasks: subclasses set ``groups`` and implement :meth:`execute`."""
 
-    groups = DEPLOYMENT_PHASES
+    # The product phases this task reports and the steps each is made of (``deployment_phases``).
+    groups: tuple[tuple[str, tuple[str, ...]], ...] = DEPLOYMENT_PHASES
     # The job's claim on the project (host/claim.py), fenced where the task takes the project lock.
     claim = None
 
