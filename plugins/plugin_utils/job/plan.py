@@ -13,6 +13,8 @@ batches in inventory order.
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping, Sequence
+from typing import Any, TypedDict, cast
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
@@ -29,6 +31,14 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.version
     DEFAULT_MIN_ENGINE,
 )
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import strategy as _strategy
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.model import (
+    ApplyInputs,
+    JobOptions,
+    ProbeInputs,
+    RollbackInputs,
+    TargetInputs,
+    TargetPlan,
+)
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.timeouts import task_timeout
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.plan import FILES_KEY, plan_release
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.schema import validate_release
@@ -63,7 +73,7 @@ PLAN_KEYS = (
 )
 # The job's settings that each target's task inputs carry (the job's options hold them), and their
 # defaults: the contract's.
-DEFAULT_SETTINGS = {
+DEFAULT_SETTINGS: dict[str, Any] = {
     "waitForHealthCheck": True,
     "waitTimeout": DEFAULT_WAIT_TIMEOUT,
     "keepRevisions": DEFAULT_KEEP_REVISIONS,
@@ -76,7 +86,27 @@ DEFAULT_SETTINGS = {
 APPLY_TASKS = {"ComposeHost": COMPOSE_UP.name, "DockerHost": DOCKER_RUN.name}
 
 
-def target_identity(name, host, target_type):
+class PlannedJob(TypedDict):
+    """The whole job's plan (:func:`plan_job`): its batches, each target's plan and artifact bytes."""
+
+    batches: list[list[str]]
+    serial: list[int]
+    targetOrder: list[str]
+    plans: dict[str, TargetPlan]
+    files: dict[str, dict[str, bytes]]
+
+
+class PlanOutcome(TypedDict):
+    """What a job's start returns of its plan (:func:`plan_outcome`)."""
+
+    batches: list[list[str]]
+    serial: list[int]
+    targetOrder: list[str]
+    plans: dict[str, TargetPlan]
+    hasEnvArtifact: dict[str, bool]
+
+
+def target_identity(name: str, host: Mapping[str, Any], target_type: str | None) -> dict[str, Any]:
     """The release target of inventory host ``name`` (``host``: its variables)."""
     given = dict(host.get("stella_target") or {})
     if host.get("ansible_connection") in LOCAL_CONNECTIONS:
@@ -92,7 +122,7 @@ def target_identity(name, host, target_type):
     return identity
 
 
-def rollback_options(strategy_config, override=None):
+def rollback_options(strategy_config: Mapping[str, Any] | None, override: object = None) -> tuple[bool, str]:
     """``(autoRollbackOnFailure, source)``: the release's strategyConfig (alias rollbackOnFailure),
     default on; ``override`` (the role variable) wins only when it is set."""
     config = strategy_config or {}
@@ -104,7 +134,7 @@ def rollback_options(strategy_config, override=None):
     return True, "default"
 
 
-def job_options(release, overrides):
+def job_options(release: Mapping[str, Any], overrides: Mapping[str, Any]) -> JobOptions:
     """``waitForHealthCheck`` and ``autoRollbackOnFailure`` of the job: the release's strategyConfig,
     role variables only as overrides (``None`` = not set)."""
     config = release.get("strategyConfig") or {}
@@ -124,7 +154,7 @@ def job_options(release, overrides):
     }
 
 
-def release_for(release, identity, job_id):
+def release_for(release: dict[str, Any], identity: dict[str, Any], job_id: str) -> dict[str, Any]:
     per_target = copy.deepcopy(release)
     per_target["target"] = identity
     per_target["jobId"] = job_id
@@ -132,7 +162,9 @@ def release_for(release, identity, job_id):
     return per_target
 
 
-def target_inputs(plan, release, settings):
+def target_inputs(
+    plan: Mapping[str, Any], release: Mapping[str, Any], settings: Mapping[str, Any] | None
+) -> TargetInputs:
     """What one target's play hands to each of its tasks, as the tasks' own options, so no play
     branches on the target type: ``apply`` (stella_compose_deploy: the agent task, its payload or
     payloads, the sticker a DockerHost commits, the preflight that runs first in the same task, the
@@ -144,7 +176,7 @@ def target_inputs(plan, release, settings):
     target_type = plan["target"]["type"]
     payloads = plan["payloads"]
     timeout = task_timeout(settings["waitTimeout"], release.get("hooks"), settings["taskTimeout"])
-    apply = {
+    apply: ApplyInputs = {
         "task": APPLY_TASKS[target_type],
         "wait_timeout": settings["waitTimeout"],
         "task_timeout": timeout,
@@ -158,15 +190,15 @@ def target_inputs(plan, release, settings):
         },
     }
     if target_type == "DockerHost":
-        apply.update(payloads=payloads[DOCKER_RUN.name], version_sticker=plan["sticker"])
+        apply.update({"payloads": payloads[DOCKER_RUN.name], "version_sticker": plan["sticker"]})
     else:
         apply["payload"] = payloads[COMPOSE_UP.name]
-    probe = {
+    probe: ProbeInputs = {
         "components": [{"name": c["name"], "config": c.get("config") or {}} for c in release["components"]],
         "target": plan["target"],
         "wait_for_health_check": bool(settings["waitForHealthCheck"]),
     }
-    rollback = {
+    rollback: RollbackInputs = {
         "task": ROLLBACK_TASKS[target_type],
         "payload": payloads[ROLLBACK_TASKS[target_type]],
         "wait_timeout": settings["waitTimeout"],
@@ -175,7 +207,13 @@ def target_inputs(plan, release, settings):
     return {"apply": apply, "probe": probe, "rollback": rollback}
 
 
-def plan_job(release, hosts, resolved, job_id, settings=None):
+def plan_job(
+    release: dict[str, Any],
+    hosts: Sequence[tuple[str, Mapping[str, Any]]],
+    resolved: Mapping[str, Any],
+    job_id: str,
+    settings: Mapping[str, Any] | None = None,
+) -> PlannedJob:
     """Plan every target of the job.
 
     ``hosts``: ``[(name, host variables), ...]`` in inventory order; ``settings``: the job's
@@ -187,21 +225,22 @@ def plan_job(release, hosts, resolved, job_id, settings=None):
     target_type = (release.get("target") or {}).get("type", "ComposeHost")
     names = [name for name, _vars in hosts]
     batches = _strategy.plan_batches(release.get("strategy"), release.get("strategyConfig"), names)
-    plans, files = {}, {}
+    plans: dict[str, TargetPlan] = {}
+    files: dict[str, dict[str, bytes]] = {}
     for name, host in hosts:
         per_target = release_for(release, target_identity(name, host, target_type), job_id)
         validate_release(per_target)
         plan = plan_release(per_target, resolved)
         files[name] = plan.pop(FILES_KEY)
-        plans[name] = {key: plan[key] for key in PLAN_KEYS if key in plan}
+        plans[name] = cast(TargetPlan, {key: plan[key] for key in PLAN_KEYS if key in plan})
         plans[name]["inputs"] = target_inputs(plan, per_target, settings)
-    ids = {}
-    for name, plan in plans.items():
-        other = ids.setdefault(plan["target"]["id"], name)
+    ids: dict[str, str] = {}
+    for name, kept in plans.items():
+        other = ids.setdefault(kept["target"]["id"], name)
         if other != name:
             raise StellaError(
                 "job_invalid",
-                "targets %s and %s have the same target id %r" % (other, name, plan["target"]["id"]),
+                "targets %s and %s have the same target id %r" % (other, name, kept["target"]["id"]),
                 phase="plan",
             )
     return {
@@ -213,7 +252,7 @@ def plan_job(release, hosts, resolved, job_id, settings=None):
     }
 
 
-def plan_outcome(planned):
+def plan_outcome(planned: PlannedJob) -> PlanOutcome:
     """What a job's start returns of its plan (``plan_job``'s result): the batches for the play's
     ``serial``, each target's plan, and which targets get an env artifact."""
     return {
