@@ -19,21 +19,29 @@ would restore (:func:`rollback_start`, :func:`rollback_close`).
 
 from __future__ import annotations
 
+from collections.abc import Container, Mapping, Sequence
+from typing import Any
+
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import first_line
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import PHASES, ROLLBACK_PHASE_NAMES
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.plan import plan_outcome
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.model import JobOptions, JobRecord, RollbackOrder
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.plan import PlannedJob, plan_outcome
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.projects import project_keys
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.target import failed_phase
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.target import TaskResult, failed_phase
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.view import closing_line
 
 PREVIEW_STATUS = "Preview"
-NOT_REACHED = {"outcome": "not_run", "summary": "not reached (the play did not run on it)"}
+# What one target's preview says it would do: ``outcome`` and ``summary``, and what it would change.
+Preview = dict[str, Any]
+NOT_REACHED: Preview = {"outcome": "not_run", "summary": "not reached (the play did not run on it)"}
 # The fact the recording steps (``target``, ``rollback_target``) set on their target in a preview: what
 # that target would do, which ``close`` reads (a target that has none was not reached).
 PREVIEW_FACT = "stella_job_preview"
 
 
-def start(job_id, source, planned, options, unreachable):
+def start(
+    job_id: str, source: str | None, planned: PlannedJob, options: JobOptions, unreachable: Mapping[str, str]
+) -> dict[str, Any]:
     """The ``start`` outcome of a preview: the plan, and no record."""
     reason = None
     if unreachable:
@@ -54,10 +62,10 @@ def start(job_id, source, planned, options, unreachable):
     )
 
 
-def passing(step, job_id, batch=None):
+def passing(step: str, job_id: str, batch: int | None = None) -> dict[str, Any]:
     """The outcome of a recording step in a preview: nothing recorded; gates proceed (a preview visits
     every batch) and no rollback is decided."""
-    outcome = {"jobId": job_id, "checkMode": True}
+    outcome: dict[str, Any] = {"jobId": job_id, "checkMode": True}
     if step == "gate":
         outcome.update(
             proceed=True, gate={"batch": batch, "proceed": True, "reason": "check mode: every batch is previewed"}
@@ -76,7 +84,7 @@ def passing(step, job_id, batch=None):
     return outcome
 
 
-def _failure(result, phase):
+def _failure(result: object, phase: str) -> str | None:
     """``<phase>: <code>: <first line of msg>`` of a failed task result, ``None`` otherwise."""
     if not isinstance(result, dict) or not result.get("failed"):
         return None
@@ -87,7 +95,7 @@ def _failure(result, phase):
     )
 
 
-def target_preview(apply, failure=None):
+def target_preview(apply: TaskResult | None, failure: TaskResult | None = None) -> Preview:
     """What one target would do: its apply's check-mode result (``apply``) and the failure that stopped
     its play, when one did."""
     apply = apply if isinstance(apply, dict) else {}
@@ -120,7 +128,7 @@ def target_preview(apply, failure=None):
     }
 
 
-def close(run, previews):
+def close(run: Mapping[str, Any], previews: Mapping[str, Preview]) -> dict[str, Any]:
     """The ``close`` outcome of a preview: per target what it would do, and whether the job would run
     through (every target reached, none would fail). ``previews``: per target that recorded one, what
     its ``target`` step said it would do (:data:`PREVIEW_FACT`)."""
@@ -141,7 +149,9 @@ def close(run, previews):
     )
 
 
-def _per_target(order, batches, previews):
+def _per_target(
+    order: Sequence[str], batches: Sequence[Sequence[str]], previews: Mapping[str, Preview]
+) -> tuple[dict[str, Preview], list[str]]:
     """``({target: what its preview says it would do, with its batch index}, [the targets that would fail
     or were not reached])`` for the targets of ``order``."""
     targets = {
@@ -153,7 +163,16 @@ def _per_target(order, batches, previews):
     return targets, sorted(n for n, t in targets.items() if t["outcome"] in ("would_fail", "not_run"))
 
 
-def _closed(run, header, targets, notes, reason, succeeded, outcome_extra=None, **extra):
+def _closed(
+    run: Mapping[str, Any],
+    header: list[str],
+    targets: dict[str, Preview],
+    notes: list[str],
+    reason: str | None,
+    succeeded: bool,
+    outcome_extra: Mapping[str, Any] | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
     """The ``close`` outcome of a preview: the text (``header``, a line per target, ``notes``, the
     reason), the outcome for workflows (with ``outcome_extra``) and ``extra``; nothing recorded."""
     lines = (
@@ -192,7 +211,7 @@ def _closed(run, header, targets, notes, reason, succeeded, outcome_extra=None, 
     )
 
 
-def held_projects(record, claims, alive):
+def held_projects(record: JobRecord, claims: Mapping[str, str], alive: Container[str]) -> dict[str, str]:
     """``{target: job}`` for the projects of ``record`` that another unfinished job holds, as the store's
     claim would find them. ``claims``: the store's ``{project key: job id}``; ``alive``: the ids of the
     unfinished jobs whose run is not gone (a real run records the others interrupted first)."""
@@ -203,7 +222,7 @@ def held_projects(record, claims, alive):
     }
 
 
-def rollback_start(orders, record):
+def rollback_start(orders: RollbackOrder, record: JobRecord) -> dict[str, Any]:
     """The ``rollback_start`` outcome of a preview: the rollback job's orders (:func:`_job.rollback_orders`)
     and what the preview shows of it; nothing is stored."""
     rollback = record.get("rollback") or {}
@@ -217,7 +236,7 @@ def rollback_start(orders, record):
     )
 
 
-def rollback_target_preview(result, failure=None):
+def rollback_target_preview(result: TaskResult | None, failure: TaskResult | None = None) -> Preview:
     """What one target's rollback would do: its rollback's check-mode result and the failure that
     stopped its play, when one did."""
     result = result if isinstance(result, dict) else {}
@@ -237,7 +256,7 @@ def rollback_target_preview(result, failure=None):
     }
 
 
-def rollback_close(run, previews):
+def rollback_close(run: Mapping[str, Any], previews: Mapping[str, Preview]) -> dict[str, Any]:
     """The ``close`` outcome of a rollback preview: per target what it would restore, and whether the
     rollback would run through. ``run``: :func:`rollback_start`'s outcome."""
     targets, failing = _per_target(run.get("rollbackOrder") or [], run["rollbackBatches"], previews)
