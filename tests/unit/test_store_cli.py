@@ -17,6 +17,8 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabul
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.run import owner as _job_owner
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import sql as _job_store
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import reads as _store_reads
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import retention as _retention
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.command import main as _command
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.command import store as _store_cli
 
@@ -282,7 +284,7 @@ def test_prune_selection(keep, protected, before, expected):
         ("j1", "Succeeded", "2026-01-10T00:00:00.000000Z"),
         ("j4", "RolledBack", "2026-02-10T00:00:00.000000Z"),
     ]
-    chosen = _job_store.prune_selection(finished, protected, before, keep)
+    chosen = _retention.prune_selection(finished, protected, before, keep)
     assert [row[0] for row in chosen] == expected
     assert [row[2] for row in chosen] == sorted(row[2] for row in chosen)  # oldest first
 
@@ -367,7 +369,7 @@ def test_the_documented_prune_commands_and_options_exist(tmp_path, capsys):
 
 def test_stella_prune_deletes_in_chunks(tmp_path, capsys, monkeypatch):
     """More jobs than one DELETE takes: every chunk goes, the running and the recent job stay."""
-    monkeypatch.setattr(_job_store, "PRUNE_CHUNK", 1)
+    monkeypatch.setattr(_store_reads, "ID_CHUNK", 1)
     path = history_store(tmp_path)
     rc, out, _err = prune_cli(["--older-than", "30", "--store", path], capsys)
     assert rc == 0 and out.startswith("removed 2 finished jobs")

@@ -14,6 +14,7 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import proje
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.run import recovery as _recovery
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import sql as _job_store
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import retention as _retention
 
 OLD = "2026-01-01T09:00:00.000000Z"
 
@@ -165,10 +166,10 @@ def test_prune_selection_keeps_a_rollback_job_while_the_job_it_rolled_back_stays
     finished = [("job-1", "RolledBack", "t3"), ("job-1-rb", "RolledBack", "t2"), ("job-9-rb", "RolledBack", "t1")]
     # job-9 (job-9-rb's source) is no longer stored: nothing holds job-9-rb
     sources = {"job-1-rb": "job-1"}
-    assert [r[0] for r in _job_store.prune_selection(finished, set(), "t9", 1, sources)] == ["job-9-rb"]
-    assert [r[0] for r in _job_store.prune_selection(finished, set(), "t9", 0, sources)] == [
+    assert [r[0] for r in _retention.prune_selection(finished, set(), "t9", 1, sources)] == ["job-9-rb"]
+    assert [r[0] for r in _retention.prune_selection(finished, set(), "t9", 0, sources)] == [
         "job-9-rb",
         "job-1-rb",
         "job-1",
     ]
-    assert [r[0] for r in _job_store.prune_selection(finished, {"job-1"}, "t9", 0, sources)] == ["job-9-rb"]
+    assert [r[0] for r in _retention.prune_selection(finished, {"job-1"}, "t9", 0, sources)] == ["job-9-rb"]

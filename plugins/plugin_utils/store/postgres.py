@@ -4,7 +4,7 @@
 
 """The job store on a PostgreSQL server (``psycopg`` 3 on the controller), selected by a DSN.
 
-Same schema, same SQL and same behaviour as the embedded SQLite store (``_job_store.SqlJobStore``).
+Same schema, same SQL and same behaviour as the embedded SQLite store (:class:`.sql.SqlJobStore`).
 What differs: parameters are ``%s``; a record is read ``FOR UPDATE`` inside its transaction, so two
 controllers changing one job serialize on its row; project claims are rows with a primary key, read
 ``FOR UPDATE``; and the start-up migration holds a transaction-level advisory lock, so controllers
@@ -15,11 +15,13 @@ also reads it from ``PGPASSWORD`` or a ``~/.pgpass`` file, which keeps it out of
 from __future__ import annotations
 
 import contextlib
+from types import ModuleType
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import redact_text, redact_url
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import schema as _job_schema
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.sql import SqlJobStore, store_error
 
+psycopg: ModuleType | None  # None: the controller lacks the optional requirement
 try:
     import psycopg
 except ImportError:  # pragma: no cover - the controller lacks the optional requirement

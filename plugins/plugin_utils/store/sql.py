@@ -15,7 +15,8 @@ rows of the targets it changed (:mod:`.rows`), so parallel forks and other contr
 other's updates and readers only see persisted state. In the same transaction: the status history,
 the target health the change implies, the progress projection when what it mirrors changed, and the
 project claims (a second job for a project an unfinished job holds is refused, ``project_busy``:
-:mod:`.claims`).
+:mod:`.claims`). The store's reads are :mod:`.reads`, its retention (``stella prune``) :mod:`.retention`,
+each job's evidence documents :mod:`.documents`; :func:`open_store` opens the store a location names.
 A claim lease is renewed apart from the record (:meth:`JobStore.renew_lease`): no revision, no
 history; records read from the store carry it as ``leaseRenewedAt``, never in the stored JSON.
 """
@@ -27,48 +28,28 @@ import contextlib
 import json
 import os
 import sqlite3
+from typing import ClassVar
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError, redact_url
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import health as _health
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import rows as _rows
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.meter import Meter
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.projects import project_names
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.rows import project_pattern
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import schema as _job_schema
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.claims import ClaimStore
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.documents import DocumentStore
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.reads import ReadStore
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.retention import RetentionStore
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import projection as _projection
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.record import LEASE_FIELD, UNFINISHED
 
 DEFAULT_STORE = "~/.local/state/stellaops/jobs.sqlite3"
-PRUNE_CHUNK = 500  # job ids per DELETE (SQLite's older builds allow 999 parameters per statement)
 
 
 def store_error(message, code="job_store_failed"):
     return StellaError(code, message, phase="job")
 
 
-def _marks(values):
-    """``?, ?, ...``: one parameter per value, for an ``IN (...)`` list."""
-    return ", ".join("?" * len(values))
-
-
 _json = _rows.dumps
-
-
-def prune_selection(finished, protected, before, keep=0, sources=None):
-    """Which finished jobs a retention run removes, oldest first (pure). ``finished``: ``(job id, status,
-    updated at)`` of every finished job; ``protected``: job ids that must stay (named by a target's health,
-    holding a project claim). The ``keep`` most recently updated stay whatever their age; of the others,
-    those last updated before ``before`` (a timestamp as the store writes them) go. ``sources``: ``{rollback
-    job id: the job it rolled back}``; a rollback job stays as long as the job it rolled back stays (that
-    job's projection names the rollback job's evidence document, ``rollback.evidence.id``)."""
-    newest_first = sorted(finished, key=lambda row: (row[2], row[0]), reverse=True)
-    chosen = [row for row in newest_first[max(int(keep), 0) :] if row[2] < before and row[0] not in protected]
-    going = {row[0] for row in chosen}
-    sources = sources or {}
-    chosen = [row for row in chosen if row[0] not in sources or sources[row[0]] in going]
-    return sorted(chosen, key=lambda row: (row[2], row[0]))
 
 
 class JobStore(abc.ABC):
@@ -110,9 +91,9 @@ class JobStore(abc.ABC):
 
     @abc.abstractmethod
     def prune(self, before, keep=0, dry_run=False):
-        """Remove finished jobs last updated before ``before`` (see :func:`prune_selection`: a rollback job stays
-        while the job it rolled back does) with their
-        status history, their evidence documents and their deployments projection, in one transaction; returns
+        """Remove finished jobs last updated before ``before`` (see :func:`.retention.prune_selection`: a
+        rollback job stays while the job it rolled back does) with their status history, their evidence
+        documents and their deployments projection, in one transaction; returns
         ``[{"jobId", "status", "updatedAt", "projects"}]`` of what went (or would go, with ``dry_run``),
         oldest first (``projects``: the Compose projects each deployed, where its evidence lies)."""
 
@@ -121,12 +102,12 @@ class JobStore(abc.ABC):
         """Release the connection."""
 
 
-class SqlJobStore(DocumentStore, ClaimStore, JobStore):
+class SqlJobStore(ReadStore, RetentionStore, DocumentStore, ClaimStore, JobStore):
     """The store over a DB-API connection; subclasses provide :meth:`_transaction` and :meth:`_sql`."""
 
     LOCK = ""  # appended to the SELECT that reads a record for update
     _meter = None  # what the store writes (store/meter.py), from its first transaction on
-    catalogue = None
+    catalogue: ClassVar[_job_schema.Catalogue]  # the backend's answers to what its catalogue holds
     errors = (sqlite3.Error,)
 
     def _sql(self, statement):
@@ -136,6 +117,12 @@ class SqlJobStore(DocumentStore, ClaimStore, JobStore):
         if self._meter is not None:
             self._meter.count(statement, params)
         return self._db.execute(self._sql(statement), params)
+
+    def _read(self, statement, params=()):
+        try:
+            return self._execute(statement, params).fetchall()
+        except self.errors as exc:
+            raise store_error("cannot read the job store %s: %s" % (self.location, exc)) from None
 
     @abc.abstractmethod
     def _begin(self, what):
@@ -311,13 +298,6 @@ class SqlJobStore(DocumentStore, ClaimStore, JobStore):
                 )
         return row[0] if row is not None else None
 
-    @staticmethod
-    def _leased(record, renewed):
-        """``record`` with its last lease renewal (a row ``(renewed_at,)`` or ``None``)."""
-        if renewed is not None and renewed[0]:
-            record[LEASE_FIELD] = renewed[0]
-        return record
-
     def _refresh(self, record):
         projection = self.projection(record["jobId"])
         new = _projection.refresh(projection, record)
@@ -346,184 +326,6 @@ class SqlJobStore(DocumentStore, ClaimStore, JobStore):
             new = _projection.recovery(projection, record, keys)
             self._put_projection(new, at, projection)
         return new
-
-    def prune(self, before, keep=0, dry_run=False):
-        with self._transaction("prune the job store"):
-            finished = self._execute(
-                "SELECT job_id, status, updated_at FROM deployment_jobs WHERE status NOT IN (%s)" % _marks(UNFINISHED)
-                + self.LOCK,
-                UNFINISHED,
-            ).fetchall()
-            protected = {r[0] for r in self._execute("SELECT job_id FROM target_health").fetchall()}
-            protected.update(r[0] for r in self._execute("SELECT job_id FROM project_claims").fetchall())
-            # the deployment an unfinished rollback job rolls back: its close reads it and writes about it
-            protected.update(
-                json.loads(r[0]).get("sourceJobId")
-                for r in self._execute(
-                    "SELECT record FROM deployment_jobs WHERE kind = 'rollback' AND status IN (%s)"
-                    % _marks(UNFINISHED),
-                    UNFINISHED,
-                ).fetchall()
-            )
-            # the rollback jobs whose source is still stored (finished, or unfinished and so staying)
-            stored = {r[0] for r in finished} | {
-                r[0]
-                for r in self._execute(
-                    "SELECT job_id FROM deployment_jobs WHERE status IN (%s)" % _marks(UNFINISHED), UNFINISHED
-                ).fetchall()
-            }
-            sources = {
-                job_id: source
-                for job_id, source in (
-                    (r[0], json.loads(r[1]).get("sourceJobId"))
-                    for r in self._execute(
-                        "SELECT job_id, record FROM deployment_jobs WHERE kind = 'rollback'"
-                    ).fetchall()
-                )
-                if source in stored
-            }
-            chosen = prune_selection([tuple(r) for r in finished], protected, before, keep, sources)
-            ids = [row[0] for row in chosen]
-            projects = {}
-            for start in range(0, len(ids), PRUNE_CHUNK):
-                part = tuple(ids[start : start + PRUNE_CHUNK])
-                for record in self._records("j.job_id IN (%s)" % _marks(part), part):
-                    projects[record["jobId"]] = project_names(record)
-                if dry_run:
-                    continue
-                for table, column in (
-                    ("deployment_job_history", "job_id"),
-                    ("job_leases", "job_id"),
-                    ("job_documents", "job_id"),
-                    ("job_targets", "job_id"),
-                    ("deployment_jobs", "job_id"),
-                    ("deployment_targets", "deployment_id"),
-                    ("deployment_projection_history", "deployment_id"),
-                    ("deployments", "deployment_id"),
-                ):
-                    self._execute("DELETE FROM %s WHERE %s IN (%s)" % (table, column, _marks(part)), part)
-        return [
-            {"jobId": job_id, "status": status, "updatedAt": at, "projects": projects.get(job_id, [])}
-            for job_id, status, at in chosen
-        ]
-
-    # ------------------------------------------------------------------ reads
-    def _read(self, statement, params=()):
-        try:
-            return self._execute(statement, params).fetchall()
-        except self.errors as exc:
-            raise store_error("cannot read the job store %s: %s" % (self.location, exc)) from None
-
-    def _target_rows(self, table, key, ids):
-        """``{id: [(name, body)]}`` of the target rows of the jobs or projections ``ids``, in position order."""
-        found = {}
-        for start in range(0, len(ids), PRUNE_CHUNK):
-            part = tuple(ids[start : start + PRUNE_CHUNK])
-            for ident, name, body in self._read(
-                "SELECT %s, name, body FROM %s WHERE %s IN (%s) ORDER BY %s, position"
-                % (key, table, key, _marks(part), key),
-                part,
-            ):
-                found.setdefault(ident, []).append((name, body))
-        return found
-
-    def _records(self, where, params=(), tail="", targets=True):
-        """The records selected by ``where``, with their targets' rows (``targets``) and last lease renewal."""
-        heads = self._read(
-            "SELECT j.job_id, j.record, j.status, j.revision, j.updated_at, l.renewed_at FROM "
-            "deployment_jobs j LEFT JOIN job_leases l ON l.job_id = j.job_id WHERE " + where + tail,
-            params,
-        )
-        rows = self._target_rows("job_targets", "job_id", [h[0] for h in heads]) if targets else None
-        return [
-            self._leased(
-                _rows.assemble(
-                    head,
-                    {"status": status, "revision": revision, "updatedAt": at},
-                    None if rows is None else rows.get(job_id, ()),
-                ),
-                (renewed,),
-            )
-            for job_id, head, status, revision, at, renewed in heads
-        ]
-
-    def get(self, job_id):
-        found = self._records("j.job_id=?", (job_id,))
-        return found[0] if found else None
-
-    def head(self, job_id):
-        found = self._records("j.job_id=?", (job_id,), targets=False)
-        return found[0] if found else None
-
-    def list(self, limit=20, statuses=None, project=None):
-        """One query: the status filter on its column, the project filter on the record's text (then
-        checked on the targets of each record found)."""
-        where, params = ["1=1"], []
-        if statuses:
-            where.append("j.status IN (%s)" % _marks(statuses))
-            params.extend(statuses)
-        if project:
-            where.append("j.job_id IN (SELECT t.job_id FROM job_targets t WHERE t.body LIKE ? ESCAPE '!')")
-            params.append(project_pattern(project))
-        tail = " ORDER BY j.created_at DESC, j.job_id"
-        if limit:
-            tail += " LIMIT ?"
-            params.append(int(limit))
-        found = self._records(" AND ".join(where), tuple(params), tail)
-        return [record for record in found if not project or project in project_names(record)]
-
-    def unfinished(self):
-        return self._records("j.status IN (%s)" % _marks(UNFINISHED), UNFINISHED, " ORDER BY j.created_at")
-
-    def history(self, job_id):
-        return [
-            {"revision": r, "status": s, "at": a}
-            for r, s, a in self._read(
-                "SELECT revision, status, at FROM deployment_job_history WHERE job_id=? ORDER BY revision", (job_id,)
-            )
-        ]
-
-    def projection(self, deployment_id):
-        rows = self._read(
-            "SELECT projection, status, job_revision FROM deployments WHERE deployment_id=?", (deployment_id,)
-        )
-        if not rows:
-            return None
-        views = self._target_rows("deployment_targets", "deployment_id", [deployment_id])
-        return _rows.assemble(
-            rows[0][0], {"status": rows[0][1], "jobRevision": rows[0][2]}, views.get(deployment_id, ())
-        )
-
-    def projection_history(self, deployment_id):
-        return [
-            {"seq": q, "jobRevision": r, "status": s, "terminal": bool(t), "at": a}
-            for q, r, s, t, a in self._read(
-                "SELECT seq, job_revision, status, terminal, at FROM deployment_projection_history "
-                "WHERE deployment_id=? ORDER BY seq",
-                (deployment_id,),
-            )
-        ]
-
-    def health(self, target_ids=None):
-        rows = self._read(
-            "SELECT target_id, target_name, status, reason, code, job_id, updated_at FROM target_health "
-            "ORDER BY target_id"
-        )
-        found = {
-            r[0]: {
-                "targetId": r[0],
-                "targetName": r[1],
-                "status": r[2],
-                "reason": r[3],
-                "code": r[4],
-                "jobId": r[5],
-                "updatedAt": r[6],
-            }
-            for r in rows
-        }
-        if target_ids is None:
-            return list(found.values())
-        return [found.get(t) or {"targetId": t, "status": _health.UNKNOWN} for t in target_ids]
 
 
 def _sqlite_path(location):
