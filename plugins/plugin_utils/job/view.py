@@ -7,23 +7,29 @@ document, and its ``release.rollback.evidence.v1`` over every target. Pure, no I
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any, Literal
+
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.canonical import digest_json
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.hints import next_step
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.model import JobRecord, TargetRecord
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.record import LEASE_FIELD, TERMINAL, succeeded
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.rollback import build_rollback_evidence
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.masking import masked
 
 JOB_EVIDENCE_VERSION = "stella.job.evidence.v1"
 _VOLATILE = ("owner", "revision", "updatedAt", LEASE_FIELD)
+# The phase lists of a target's record: its deployment's and its rollback's.
+PhaseList = Literal["phases", "rollbackPhases"]
 
 
-def closing_line(job_id, status, reason):
+def closing_line(job_id: str, status: str, reason: str | None) -> str:
     """The one line a closed job ends with: ``job <id> <status>`` and, when there is one, its reason (a
     rolled-back job says why it was rolled back: a rollback is recovery, not success)."""
     return "job %s %s: %s" % (job_id, status, reason) if reason else "job %s %s" % (job_id, status)
 
 
-def job_evidence(record):
+def job_evidence(record: JobRecord) -> dict[str, Any]:
     """The job record as evidence, with an ``evidenceDigest`` over everything but volatile fields."""
     body = {k: v for k, v in record.items() if k not in _VOLATILE}
     if "strategyConfig" in body:  # a record kept before new_job masked it (evidence/masking.py)
@@ -33,7 +39,7 @@ def job_evidence(record):
     return body
 
 
-def outcome(record, files=None):
+def outcome(record: JobRecord, files: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """What a job publishes for workflows (``set_stats``: AWX passes it to the next node as extra vars):
     the deployment id, status, whether it rolled back, the evidence files with their SHA-256 and the job
     evidence digest. Only facts of the record, which holds no secret (pure)."""
@@ -54,7 +60,7 @@ def outcome(record, files=None):
     }
 
 
-def _identity(target):
+def _identity(target: TargetRecord) -> dict[str, Any]:
     return {
         "targetId": target.get("targetId"),
         "targetName": target.get("targetName"),
@@ -62,12 +68,18 @@ def _identity(target):
     }
 
 
-def _completed(target, key="phases"):
-    times = [p["completedAt"] for p in target.get(key) or [] if p.get("completedAt")]
+def _completed(target: TargetRecord, key: PhaseList = "phases") -> str | None:
+    times = [at for p in target.get(key) or [] if (at := p.get("completedAt"))]
     return max(times) if times else None
 
 
-def rollback_evidence(record, source=None):
+def script_proof_digest(record: JobRecord) -> str | None:
+    """The ``proofDigest`` of the ``scriptGraphProof`` a record carries, ``None`` without one."""
+    proof = record.get("scriptGraphProof")
+    return proof.get("proofDigest") if isinstance(proof, dict) else None
+
+
+def rollback_evidence(record: JobRecord, source: JobRecord | None = None) -> dict[str, Any] | None:
     """``release.rollback.evidence.v1`` for a job whose rollback ran (``None`` otherwise). For an
     operator rollback job, ``source`` is the deployment it rolls back: the evidence names that deployment
     (``deploymentId``), its order and failure, and the digest each target ran (``currentDigest``);
@@ -78,7 +90,7 @@ def rollback_evidence(record, source=None):
     deployed = source or record
     planned = [name for batch in rollback.get("batches") or [] for name in batch]
     module = record.get("application") or "release"
-    proof = (deployed.get("scriptGraphProof") or {}).get("proofDigest")
+    proof = script_proof_digest(deployed)
     deployment, failure = [], None
     for name in deployed["targetOrder"]:
         target = deployed["targets"][name]
@@ -111,7 +123,7 @@ def rollback_evidence(record, source=None):
         )
         for n in planned
     ]
-    return build_rollback_evidence(
+    evidence: dict[str, Any] = build_rollback_evidence(
         targets,
         rollback.get("completedAt") or rollback.get("startedAt"),
         deployment_order=deployment,
@@ -120,9 +132,10 @@ def rollback_evidence(record, source=None):
         deployment_id=deployed["jobId"],
         rollback_job_id=record["jobId"] if source else record["jobId"] + "-rollback",
     )
+    return evidence
 
 
-def _rollback_entry(record, name, index, module, proof):
+def _rollback_entry(record: JobRecord, name: str, index: int, module: Any, proof: str | None) -> dict[str, Any]:
     """One target of the rollback order; ``batchIndex`` is the rollback's own batch (reverse batch order)."""
     rollback = record.get("rollback") or {}
     target = record["targets"][name]
@@ -138,11 +151,11 @@ def _rollback_entry(record, name, index, module, proof):
     }
 
 
-def _phase_text(target, key="phases"):
+def _phase_text(target: TargetRecord, key: PhaseList = "phases") -> str:
     return ", ".join("%s %s %dms" % (p["name"], p["status"], p.get("durationMs") or 0) for p in target.get(key) or [])
 
 
-def render_text(record):
+def render_text(record: JobRecord) -> str:
     """``job show``: the job, its batches and gates, and every target, in batch order."""
     kind = (
         ("rollback of job %s" % record.get("sourceJobId"))
@@ -166,7 +179,7 @@ def render_text(record):
         lines.append("next: %s" % next_step(record["code"]))
     lease = (record.get("options") or {}).get("claimLeaseSeconds")
     if lease and record["status"] not in TERMINAL:
-        owner = record.get("owner") or {}
+        owner: Mapping[str, Any] = record.get("owner") or {}
         lines.append(
             "claim lease %ss  run: controller %s pid %s  changed %s  renewed %s"
             % (lease, owner.get("host"), owner.get("pid"), record.get("updatedAt"), record.get(LEASE_FIELD) or "-")
@@ -201,7 +214,7 @@ def render_text(record):
     return "\n".join(lines) + "\n"
 
 
-def _traffic_text(evidence, prefix):
+def _traffic_text(evidence: Mapping[str, Any], prefix: str) -> str:
     """``shifted control 0 / treatment 100 to green (webhook)`` and the like."""
     status = evidence.get(prefix + "status")
     text = "%s %s" % (evidence.get(prefix + "mode"), status)
