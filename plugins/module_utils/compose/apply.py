@@ -47,7 +47,6 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.compose.project 
 )
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
     COMPOSE_STEPS,
-    COMPOSE_UP,
     DEFAULT_KEEP_REVISIONS,
     DEFAULT_WAIT_TIMEOUT,
     ENV_FILE,
@@ -59,6 +58,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabul
     invalid,
     keep_revisions_problem,
 )
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.tasks import COMPOSE_UP
 from ansible_collections.stellaops.runtime.plugins.module_utils.host.claim import fence
 from ansible_collections.stellaops.runtime.plugins.module_utils.host.files import (
     StagedFiles,

@@ -34,7 +34,6 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.compose.project 
     services_evidence,
 )
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
-    COMPOSE_ROLLBACK,
     DEFAULT_WAIT_TIMEOUT,
     ENV_FILE,
     ENV_FILE_MODE,
@@ -44,6 +43,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabul
     ROLLBACK_PHASES,
     STICKER_FILE,
 )
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.tasks import COMPOSE_ROLLBACK
 from ansible_collections.stellaops.runtime.plugins.module_utils.host.claim import fence
 from ansible_collections.stellaops.runtime.plugins.module_utils.host.files import (
     StagedFiles,

@@ -3,6 +3,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 
 """The runtime contract's vocabulary, defined once for the controller and the target agent: its
-terms and codes, the canonical JSON form, image references, version gates, the error type, and the
-desired state, sticker and apply manifest. Python 3 standard library only.
+terms and codes (vocabulary), the agent task payload schemas (tasks), the canonical JSON form,
+image references, version gates, the error type, and the desired state, sticker and apply manifest.
+Python 3 standard library only.
 """

@@ -37,13 +37,13 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabul
     DEFAULT_WAIT_TIMEOUT,
     DOCKER_PREVIOUS_SUFFIX,
     DOCKER_REVISION_DIR,
-    DOCKER_ROLLBACK,
     DOCKER_ROLLED_BACK_SUFFIX,
     LABEL_MANIFEST_HASH,
     ROLLBACK_PHASES,
     STICKER_FILE,
     invalid,
 )
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.tasks import DOCKER_ROLLBACK
 from ansible_collections.stellaops.runtime.plugins.module_utils.docker.revision import load_revision
 from ansible_collections.stellaops.runtime.plugins.module_utils.docker.container import SETTLE_SECONDS, wait_settled
 from ansible_collections.stellaops.runtime.plugins.module_utils.host.claim import fence

@@ -52,7 +52,6 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabul
     DOCKER_PREVIOUS_SUFFIX,
     DOCKER_REPLACED_SUFFIX,
     DOCKER_REVISION_DIR,
-    DOCKER_RUN,
     DOCKER_STEPS,
     ENV_FILE,
     ENV_FILE_MODE,
@@ -61,6 +60,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabul
     STICKER_FILE,
     invalid,
 )
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.tasks import DOCKER_RUN
 from ansible_collections.stellaops.runtime.plugins.module_utils.engine.cli import repo_digests_contain
 from ansible_collections.stellaops.runtime.plugins.module_utils.docker.revision import (
     REVISION_RECORD,

@@ -31,11 +31,11 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors 
 )
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.hints import with_next
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
-    COMPOSE_PREFLIGHT,
     PREFLIGHT_CODES,
     REACHABILITY_MODES,
     TARGET_TYPES,
 )
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.tasks import COMPOSE_PREFLIGHT
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.imageref import (
     oci_architecture,
     parse_image_ref,

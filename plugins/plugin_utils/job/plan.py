@@ -18,12 +18,14 @@ from typing import Any, TypedDict, cast
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
-    COMPOSE_PREFLIGHT,
-    COMPOSE_UP,
     DEFAULT_KEEP_REVISIONS,
     DEFAULT_WAIT_TIMEOUT,
-    DOCKER_RUN,
     ENV_FILE,
+)
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.tasks import (
+    COMPOSE_PREFLIGHT,
+    COMPOSE_UP,
+    DOCKER_RUN,
     ROLLBACK_TASKS,
 )
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.versions import (

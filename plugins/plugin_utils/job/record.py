@@ -24,8 +24,8 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabul
     JOB_INTERRUPTED,
     PHASES,
     ROLLBACK_PHASE_NAMES,
-    ROLLBACK_TASKS,
 )
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.tasks import ROLLBACK_TASKS
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.timeouts import task_timeout
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.rollback import (
     RECOVERY_ROLLBACK_FAILED,

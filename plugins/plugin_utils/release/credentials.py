@@ -37,7 +37,7 @@ import subprocess
 import time
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
-from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import COMPOSE_PREFLIGHT
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.tasks import COMPOSE_PREFLIGHT
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.imageref import (
     DEFAULT_REGISTRY,
     parse_image_ref,

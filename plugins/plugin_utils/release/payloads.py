@@ -17,16 +17,18 @@ carry a ``Target`` context object and ``Variables``; ``compose.preflight`` carri
 from __future__ import annotations
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.imageref import image_id
-from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (  # noqa: F401 (re-exported)
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.tasks import (
     COMPOSE_PREFLIGHT,
     COMPOSE_ROLLBACK,
     COMPOSE_UP,
+    DOCKER_ROLLBACK,
+    DOCKER_RUN,
+)
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (  # noqa: F401 (re-exported)
     DEFAULT_HOOK_INTERPRETER,
     DEFAULT_HOOK_TIMEOUT,
     DEFAULT_MINIMUM_FREE_DISK_BYTES,
     DEFAULT_REACHABILITY_MODE,
-    DOCKER_ROLLBACK,
-    DOCKER_RUN,
     target_context,
 )
 

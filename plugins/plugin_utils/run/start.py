@@ -12,11 +12,11 @@ import secrets
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError, first_line
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
     PROJECT_BUSY,
-    ROLLBACK_TASKS,
     generated_job_id,
     keep_revisions_problem,
     utc_timestamp,
 )
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.tasks import ROLLBACK_TASKS
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.writer import check_new_job_directory
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.timeouts import task_timeout

@@ -12,6 +12,7 @@ import scripted as sc
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.compose import apply as ca
 from ansible_collections.stellaops.runtime.plugins.module_utils.compose import rollback as rb
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract import tasks
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract import vocabulary as ct
 from ansible_collections.stellaops.runtime.plugins.module_utils.docker import run as dr
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
@@ -23,19 +24,19 @@ T_PAYLOAD = {"Id": "tgt-01", "Name": "vm-01", "Type": "ComposeHost", "Endpoint":
 T_OPTION = dict(sc.TARGET)
 D = "sha256:" + "a" * 64
 
-SCHEMA = ct.TaskSchema(
+SCHEMA = tasks.TaskSchema(
     "t.test",
     (
-        ct.Field("Name", "name", "text", required=True),
-        ct.Field("Flag", "flag", "bool", required=True, default=True),
-        ct.Field("Count", "count", "int", default=3),
-        ct.Field("Labels", "labels", "strdict", default={}),
-        ct.Field("Items", "items", "list", default=[]),
-        ct.Field("Extra", None, "dict", default={}),
-        ct.Field("Digest", "digest", "digest"),
-        ct.Field("WorkDirectory", "work_directory", "workdir", default="/var/lib/x"),
-        ct.Field("ProjectName", "project_name", "project"),
-        ct.Field("Target", "target", "target"),
+        tasks.Field("Name", "name", "text", required=True),
+        tasks.Field("Flag", "flag", "bool", required=True, default=True),
+        tasks.Field("Count", "count", "int", default=3),
+        tasks.Field("Labels", "labels", "strdict", default={}),
+        tasks.Field("Items", "items", "list", default=[]),
+        tasks.Field("Extra", None, "dict", default={}),
+        tasks.Field("Digest", "digest", "digest"),
+        tasks.Field("WorkDirectory", "work_directory", "workdir", default="/var/lib/x"),
+        tasks.Field("ProjectName", "project_name", "project"),
+        tasks.Field("Target", "target", "target"),
     ),
 )
 DEFAULTS = {
@@ -177,7 +178,7 @@ def test_required_with_default_is_required_only_of_payloads():
     payload = dict(plan["payloads"]["compose.up"])
     del payload["PullImages"]
     with pytest.raises(StellaError) as err:
-        ct.COMPOSE_UP.parse(payload)
+        tasks.COMPOSE_UP.parse(payload)
     assert "lacks required PullImages" in err.value.reason
     options = {
         "project_name": plan["projectName"],
@@ -185,13 +186,13 @@ def test_required_with_default_is_required_only_of_payloads():
         "version_sticker": plan["sticker"],
         "target": T_OPTION,
     }
-    request = ct.COMPOSE_UP.parse(None, options)
+    request = tasks.COMPOSE_UP.parse(None, options)
     assert request["pull_images"] is True and request["backup_existing"] is True
-    assert ct.COMPOSE_UP.parse(None, dict(options, pull_images=False))["pull_images"] is False
+    assert tasks.COMPOSE_UP.parse(None, dict(options, pull_images=False))["pull_images"] is False
 
 
 def test_defaults_of_the_real_schemas():
-    request = ct.COMPOSE_ROLLBACK.parse({"ProjectName": "p", "Target": T_PAYLOAD})
+    request = tasks.COMPOSE_ROLLBACK.parse({"ProjectName": "p", "Target": T_PAYLOAD})
     assert request == {
         "project_name": "p",
         "revision_path": None,
@@ -201,7 +202,7 @@ def test_defaults_of_the_real_schemas():
         "target": T_OPTION,
         "Variables": {},
     }
-    assert ct.COMPOSE_PREFLIGHT.parse(None, {}) == {
+    assert tasks.COMPOSE_PREFLIGHT.parse(None, {}) == {
         "work_directory": ct.DEFAULT_WORK_DIRECTORY,
         "image_reference": None,
         "minimum_free_disk_bytes": ct.DEFAULT_MINIMUM_FREE_DISK_BYTES,
@@ -219,7 +220,7 @@ def test_payload_builder():
 
 
 def test_schemas_are_consistent():
-    for schema in ct.TASKS.values():
+    for schema in tasks.TASKS.values():
         assert len(set(schema.keys)) == len(schema.keys) and len(set(schema.options)) == len(schema.options)
         assert all(key[0].isupper() for key in schema.keys), schema.name
         assert all(option == option.lower() for option in schema.options), schema.name
@@ -422,7 +423,7 @@ def test_builder_keys_are_the_schema_keys():
     for target_type in ("ComposeHost", "DockerHost"):
         plan = planned(target_type)
         for name, payloads in plan["payloads"].items():
-            schema = ct.TASKS[name]
+            schema = tasks.TASKS[name]
             for payload in payloads if isinstance(payloads, list) else [payloads]:
                 assert set(payload) <= set(schema.keys), (name, sorted(set(payload) - set(schema.keys)))
                 assert schema.payload(**payload) == payload  # the builder's one definition
@@ -484,7 +485,7 @@ def test_docker_run_payloads_are_accepted():
 def test_compose_preflight_payload_is_accepted():
     plan = planned()
     payload = plan["payloads"]["compose.preflight"]
-    assert ct.COMPOSE_PREFLIGHT.parse(payload) == {
+    assert tasks.COMPOSE_PREFLIGHT.parse(payload) == {
         "work_directory": plan["workDirectory"],
         "image_reference": sc.PINNED,
         "minimum_free_disk_bytes": 2048,
