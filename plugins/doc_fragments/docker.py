@@ -6,7 +6,8 @@ from __future__ import annotations
 
 
 class ModuleDocFragment:
-    """How target-side modules reach the Docker CLI (argument spec: ``_module.DOCKER_ARGUMENT_SPEC``)."""
+    """How target-side modules reach the Docker CLI (argument spec: ``DOCKER_ARGUMENT_SPEC`` in
+    module_utils/agent/module.py)."""
 
     DOCUMENTATION = r"""
 options:

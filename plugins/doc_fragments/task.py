@@ -6,7 +6,8 @@ from __future__ import annotations
 
 
 class ModuleDocFragment:
-    """Options every target-side agent task shares (argument spec: ``_module.TASK_ARGUMENT_SPEC``)."""
+    """Options every target-side agent task shares (argument spec: ``TASK_ARGUMENT_SPEC`` in
+    module_utils/agent/module.py)."""
 
     DOCUMENTATION = r"""
 options:

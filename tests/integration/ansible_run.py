@@ -153,7 +153,7 @@ def release_input(
 
 
 def plan(release, resolved):
-    """The real planner's output (``_plan.plan_release``) for ``release``."""
+    """The real planner's output (``plan_release`` of release/plan.py) for ``release``."""
     from ansible_collections.stellaops.runtime.plugins.plugin_utils.release import plan as _plan
 
     return _plan.plan_release(release, resolved)

@@ -1,6 +1,6 @@
 """stella_compose_deploy against the real Docker Engine and Compose v2 on this host (ansible -c local).
 
-Artifacts always come from the real planner (``_plan.plan_release``) with digests from the lab's
+Artifacts always come from the real planner (``plan_release`` of release/plan.py) with digests from the lab's
 registry. Each test uses its own Compose project and work directory and removes the project in a
 ``finally`` block. The lab must be up (``make lab``); without it every test fails with a clear message.
 """

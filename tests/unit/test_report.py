@@ -1,5 +1,6 @@
 """The job evidence report (plugins/plugin_utils/job/report.py, its data in report_view.py, docs/report.md): records
-built through the job's own state machine (``_job``, ``_job_traffic``), rendered and read back with an HTML parser."""
+built through the job's own state machine (job/record.py, job/traffic.py), rendered and read back with an HTML
+parser."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The managed runtime install (``_runtime_install``): the pure decisions, the installer over a fake host,
+"""The managed runtime install (engine/install.py): the pure decisions, the installer over a fake host,
 the module's masking of an embedded password, and docs/runtime-install.md against the role."""
 
 from __future__ import annotations

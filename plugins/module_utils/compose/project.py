@@ -289,7 +289,7 @@ def services_evidence(services):
 
 
 class ComposeProject:
-    """A Compose project of this host, named and laid out by ``layout`` (see ``_revisions.Layout``)."""
+    """A Compose project of this host, named and laid out by ``layout`` (see compose/revisions.py ``Layout``)."""
 
     def __init__(self, cli, layout, wait_timeout=DEFAULT_WAIT_TIMEOUT, clock=time.monotonic, sleep=time.sleep):
         self.cli = cli

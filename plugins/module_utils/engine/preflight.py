@@ -174,7 +174,7 @@ def _ping_unix_socket(path, timeout):
 class HostObserver:
     """Gathers raw observations of the host it runs on.
 
-    ``cli`` is the task's engine client (:class:`_docker_cli.DockerCli`, every call bounded);
+    ``cli`` is the task's engine client (engine/cli.py :class:`DockerCli`, every call bounded);
     ``get_bin_path(name)`` returns a path or ``None``; ``registry`` has ``ping(registry, mode)``,
     ``platforms(image_ref)`` and ``image_access(image_ref)`` (see ``engine.registry_client``).
     """

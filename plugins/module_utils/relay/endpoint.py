@@ -9,7 +9,7 @@ service reachable from the Compose relay container, and from nothing else.
 
 ``state: present`` binds one listening socket per forward on ``listen_address`` only (never a
 wildcard), pins each to the interface that owns that address with ``SO_BINDTODEVICE`` (so traffic
-arriving on any other interface is refused), then starts the forwarder (``_relay_forwarder.py``,
+arriving on any other interface is refused), then starts the forwarder (``forwarder.py``, relay/forwarder.py's source
 written next to its state) detached: a new session, standard streams to ``relay.log``, the sockets
 inherited, the pid in ``relay.pid``. A relay already running with the same configuration is left
 alone (``changed: false``) and keeps its ports, so the published endpoints stay the same.
@@ -206,7 +206,7 @@ def _alive(pid, forwarder):
 
 def _running(pid):
     """Whether ``pid`` still runs: a zombie has exited, but not one whose other threads still hold its
-    sockets (:func:`_procfs.any_thread_alive`)."""
+    sockets (host/procfs.py :func:`any_thread_alive`)."""
     return _procfs.any_thread_alive(pid)
 
 

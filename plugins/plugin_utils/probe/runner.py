@@ -11,7 +11,7 @@ attempts of a probe (and the probes of one step) reuse their connections. The se
 ``*_proxy``/``.netrc``/``REQUESTS_CA_BUNDLE`` from the environment, never follows a redirect, and
 verifies HTTPS with the controller's system trust store, as the stdlib opener it replaced did. TCP
 probes stay on plain sockets. ``requests`` is only needed for HTTP probes, and only imported when
-one runs (``_requests.load``): without it
+one runs (execution/http.py ``load``): without it
 :meth:`HttpTcpProbeRunner.check` fails with ``requests is required on the controller`` before any
 probe runs.
 

@@ -13,7 +13,7 @@ Three layers, each replaceable:
   ``Post-deploy health probe configuration invalid: <detail>``. The same parser validates the
   release at planning time (:func:`validate_probe_config`), before anything touches a target;
 * the :class:`ProbeRunner` interface (``run(spec) -> ProbeResult``) with the default
-  :class:`HttpTcpProbeRunner` (``_probe_runner``: HTTP GET through ``requests`` / TCP connect from
+  :class:`HttpTcpProbeRunner` (probe/runner.py: HTTP GET through ``requests`` / TCP connect from
   where it runs; clock and sleep are injectable). An agent-side runner can replace it without
   changing :func:`verify`;
 * :func:`verify`: the whole step (skip switch, parsing, probing) producing the flat evidence

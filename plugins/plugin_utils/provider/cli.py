@@ -279,7 +279,7 @@ def up(parsed, channel, cancelled):
 
 
 def project_of(release):
-    """The Compose project the job gives this release on this host (as ``_job_plan`` names it)."""
+    """The Compose project the job gives this release on this host (as job/plan.py names it)."""
     from ansible_collections.stellaops.runtime.plugins.plugin_utils.release import naming as _naming  # pylint: disable=import-outside-toplevel
     from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.plan import target_identity  # pylint: disable=import-outside-toplevel
 

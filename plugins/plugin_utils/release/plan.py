@@ -6,7 +6,7 @@
 
 """The whole release plan: a pure composition of release input, naming, lock, artifacts and payloads.
 
-:func:`plan_release` does no I/O. Digest resolution happens before it (``_registry``), and the
+:func:`plan_release` does no I/O. Digest resolution happens before it (release/registry.py), and the
 caller passes the result as ``resolved`` (original image reference -> ``sha256:...``).
 """
 

@@ -9,15 +9,15 @@
 :class:`DigestResolver` turns image tags into manifest digests across registries. It owns one
 ``requests.Session`` (created at the first request, closed by :meth:`DigestResolver.close` or the
 ``with`` block), so every image and every registry of a plan, and their token services, reuse the
-same connection pool. Basic auth and the Bearer token flow are negotiated by
-``module_utils/_registry.RegistryApi`` (one definition for targets and controller); plain HTTP is used
+same connection pool. Basic auth and the Bearer token flow are negotiated by ``RegistryApi`` of
+module_utils/engine/registry.py (one definition for targets and controller); plain HTTP is used
 for loopback and ``insecure_registries``; redirects are returned, not followed. Each request has
 connect and read timeouts of ``timeout`` seconds, the body must arrive within that deadline too, and it
 is never read beyond the manifest size limit. Credentials and tokens never reach an error, a log or
 evidence; URLs are reported without userinfo, and ``~/.netrc`` is never consulted.
 
-``requests`` is imported at the first request (``_requests.load``): a missing library fails at first
-use with ``requests is required on the controller``, never at import.
+``requests`` is imported at the first request (``load`` of execution/http.py): a missing library fails
+at first use with ``requests is required on the controller``, never at import.
 """
 
 from __future__ import annotations
@@ -183,8 +183,8 @@ _KEEP_HEADERS = _KeepHeaders()
 
 
 class RequestsTransport:
-    """The ``_registry`` transport (``(method, url, headers, timeout) -> (status, headers, body)``)
-    over one ``requests.Session``. Redirects are returned, not followed."""
+    """The transport ``RegistryApi`` (module_utils/engine/registry.py) calls, ``(method, url, headers, timeout)
+    -> (status, headers, body)``, over one ``requests.Session``. Redirects are returned, not followed."""
 
     def __init__(self, session=None, max_body=MAX_MANIFEST_BYTES):
         self.requests = require_requests()

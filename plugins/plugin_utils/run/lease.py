@@ -5,7 +5,7 @@
 """Keeping a job's claim lease while the controller run that owns it is alive.
 
 A deployment job started with a claim lease is taken for gone by another controller when its run has
-neither persisted a change nor renewed the lease for longer than the lease (``_job_owner``). One step
+neither persisted a change nor renewed the lease for longer than the lease (run/owner.py). One step
 can last longer than that (a slow pull, the services' health wait, hooks), so while the
 ``ansible-playbook`` run that owns the job is alive, a keeper renews the lease every third of it
 (:meth:`JobStore.renew_lease`: no revision, no history).

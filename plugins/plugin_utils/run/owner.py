@@ -8,7 +8,7 @@ A job records its owner when it starts: the host name, the pid of the ``ansible-
 that process's start time (so a reused pid is told apart). On the owner's host a later job, or
 ``stella_job step=show``, can tell that the run is gone and records the job interrupted. On another
 controller only the job's claim lease can tell: a job started with one (``claimLeaseSeconds``) whose
-run has neither persisted a change nor renewed the lease (``_job_lease``) for longer than the lease is
+run has neither persisted a change nor renewed the lease (run/lease.py) for longer than the lease is
 taken for gone by any controller sharing the store. Without a lease an operator who knows the run is
 gone says so with ``stella interrupt JOB`` (docs/job-store.md).
 """

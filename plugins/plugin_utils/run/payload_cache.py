@@ -30,7 +30,7 @@ after the build as before it. An entry is never filed under a key that does not 
 The store is trusted only when it is a directory of the controller's user that no other user may
 write (the entries are Python pickles, as in Ansible's own cache). Anything that goes wrong here
 leaves the task to Ansible's own build: the store is a shortcut, never a dependency. Entries are
-written as every file of the project is (``_fsutil.atomic_write``), so a reader never sees half an
+written as every file of the project is (host/files.py ``atomic_write``), so a reader never sees half an
 entry.
 """
 

@@ -8,7 +8,7 @@ in ``tests/unit/fixtures/docker`` (``docker version``, ``docker info`` with the 
 registry configuration, ``compose version``, ``docker inspect``, ``docker image inspect``, ``compose up``
 errors), rewritten only where a test needs other ids, labels or states.
 
-:class:`Site` plans real releases (``_plan.plan_release``, no network) for one project under a
+:class:`Site` plans real releases (``plan_release`` of release/plan.py, no network) for one project under a
 temporary work directory, gives their ``docker compose config`` output (the real Compose binary of the
 venv, as the planning tests use it) and the container entries Docker would report for them.
 """
@@ -332,7 +332,7 @@ def preflight_which(name):
 
 
 class NoRegistry:
-    """Stands in for ``_registry.RegistryClient`` in the preflight: any registry question fails the test."""
+    """Stands in for ``RegistryClient`` (engine/registry_client.py) in the preflight: any registry question fails the test."""
 
     def __init__(self, username=None, password=None, insecure_registries=(), timeout=None):
         # pylint: disable=unused-argument

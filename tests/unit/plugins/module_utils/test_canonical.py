@@ -1,4 +1,4 @@
-"""_canonical.canonical_json against the rfc8785 reference implementation."""
+"""contract/canonical.py: canonical_json against the rfc8785 reference implementation."""
 
 from __future__ import annotations
 

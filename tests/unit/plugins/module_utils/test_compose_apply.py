@@ -1,4 +1,4 @@
-"""_compose_apply: compose.up requests from the real planner, artifact checks, and ComposeApply driven by
+"""compose/apply.py: compose.up requests from the real planner, artifact checks, and ComposeApply driven by
 table-driven Docker scripts (converged no-op, fresh apply, restore after failure, baseline retention,
 hook and disk failures, a daemon that does not answer)."""
 

@@ -1,4 +1,4 @@
-"""_compose_project: the pure verification of what runs against the lock, and ComposeProject's engine
+"""compose/project.py: the pure verification of what runs against the lock, and ComposeProject's engine
 questions (images, pulls, converge check) over scripted Docker output."""
 
 from __future__ import annotations

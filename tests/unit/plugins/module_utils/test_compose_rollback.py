@@ -1,4 +1,4 @@
-"""_compose_rollback: requests from the real planner, digest proof, revision checks, refusals before any
+"""compose/rollback.py: requests from the real planner, digest proof, revision checks, refusals before any
 Docker call, and ComposeRollback driven by table-driven Docker scripts."""
 
 from __future__ import annotations

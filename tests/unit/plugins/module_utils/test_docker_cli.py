@@ -1,4 +1,4 @@
-"""_docker_cli: pure parsers over output captured from Docker 20.10 / Compose v2.40.3, and argv building."""
+"""engine/cli.py: pure parsers over output captured from Docker 20.10 / Compose v2.40.3, and argv building."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""_docker_rollback: the DockerHost baseline ``docker.run`` retained, restored by table-driven Docker
+"""docker/rollback.py: the DockerHost baseline ``docker.run`` retained, restored by table-driven Docker
 scripts: the retained containers are checked against the revision before anything changes, a
 newer release is never replaced, and a failed restore puts everything back."""
 

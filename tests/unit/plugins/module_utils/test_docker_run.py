@@ -1,4 +1,4 @@
-"""_docker_run: docker.run requests from the real planner, the pure container checks, and DockerRun driven
+"""docker/run.py: docker.run requests from the real planner, the pure container checks, and DockerRun driven
 by table-driven Docker scripts (pull first, crash loops put the previous container back)."""
 
 from __future__ import annotations

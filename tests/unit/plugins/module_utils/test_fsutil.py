@@ -1,4 +1,4 @@
-"""_fsutil.StagedFiles: files of one directory replaced as a unit and put back exactly."""
+"""host/files.py StagedFiles: files of one directory replaced as a unit and put back exactly."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""_hooks: entry validation, argv, outcomes, redaction, and real runs with process-group timeouts."""
+"""agent/hooks.py: entry validation, argv, outcomes, redaction, and real runs with process-group timeouts."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""_identity: is the target endpoint this host? (``wrong_host`` otherwise), over captured ``ip -j addr``."""
+"""agent/identity.py: is the target endpoint this host? (``wrong_host`` otherwise), over captured ``ip -j addr``."""
 
 from __future__ import annotations
 

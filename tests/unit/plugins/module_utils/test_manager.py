@@ -1,4 +1,4 @@
-"""_manager: phase recording, OSError mapping, and the one result/failure shape of every target task."""
+"""agent/manager.py: phase recording, OSError mapping, and the one result/failure shape of every target task."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""_module.settle_when_hung_up: ``run_command`` waits for a command whose pipes have all ended instead
+"""agent/module.py settle_when_hung_up: ``run_command`` waits for a command whose pipes have all ended instead
 of asking the selector again for a second (the race after ``timeout(1)`` closes its output)."""
 
 from __future__ import annotations

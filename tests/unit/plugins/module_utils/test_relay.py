@@ -1,4 +1,4 @@
-"""_relay: the relay endpoint. Request validation and the pure parts, then a real forwarder process on this
+"""relay/endpoint.py: the relay endpoint. Request validation and the pure parts, then a real forwarder process on this
 machine's loopback (pinned to ``lo``): started detached, left alone when nothing changed, restarted on
 the same port when the upstream changes, stopped and removed by ``absent``."""
 

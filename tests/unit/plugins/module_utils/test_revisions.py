@@ -1,4 +1,4 @@
-"""_revisions: layout, names, records, retention, validation and path containment."""
+"""compose/revisions.py: layout, names, records, retention, validation and path containment."""
 
 from __future__ import annotations
 

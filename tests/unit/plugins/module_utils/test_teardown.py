@@ -1,4 +1,4 @@
-"""_teardown: stop or remove a deployed project, driven by scripted Docker answers; idempotent."""
+"""agent/teardown.py: stop or remove a deployed project, driven by scripted Docker answers; idempotent."""
 
 from __future__ import annotations
 

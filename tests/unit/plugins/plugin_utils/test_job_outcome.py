@@ -1,4 +1,4 @@
-"""_job_view.outcome: what the job publishes through set_stats for workflows (pure)."""
+"""job/view.py outcome: what the job publishes through set_stats for workflows (pure)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The preview of a deployment job in check mode (_job_preview): per target what it would do, from the
+"""The preview of a deployment job in check mode (job/preview.py): per target what it would do, from the
 results its recording step was handed, and whether the job would run through."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""One target's outcome from its tasks' results (_job_target): the nine phases as they ran, the failed
+"""One target's outcome from its tasks' results (job/target.py): the nine phases as they ran, the failed
 phase from the results themselves, never more than happened."""
 
 from __future__ import annotations

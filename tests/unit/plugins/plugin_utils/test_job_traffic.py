@@ -1,4 +1,4 @@
-"""_job_traffic: what the adapter is asked after each batch, how traffic evidence lands in the job record,
+"""job/traffic.py: what the adapter is asked after each batch, how traffic evidence lands in the job record,
 and how a traffic failure closes the gate and fails a rollback."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""_provider: the Compose provider protocol as released Compose versions speak it (argv forms, metadata,
+"""provider/protocol.py: the Compose provider protocol as released Compose versions speak it (argv forms, metadata,
 message gating, stdin requests, the chunked image stream), and the release built from a provider
 service."""
 

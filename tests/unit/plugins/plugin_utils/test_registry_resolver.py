@@ -1,4 +1,4 @@
-"""plugin_utils/_registry: DigestResolver (HEAD/GET, indexes, Basic and Bearer auth, failures, redaction)
+"""release/registry.py: DigestResolver (HEAD/GET, indexes, Basic and Bearer auth, failures, redaction)
 with a fake transport, and its requests transport against loopback registries (one session, connection
 reuse, no redirects, no ~/.netrc, timeouts, body limit, missing requests)."""
 

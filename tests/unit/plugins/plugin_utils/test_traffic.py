@@ -1,4 +1,4 @@
-"""_traffic: weights per strategy, standby-only evidence, adapter resolution, the local-file adapter on
+"""traffic/adapters.py: weights per strategy, standby-only evidence, adapter resolution, the local-file adapter on
 disk and the webhook adapter against a real HTTP server on loopback (success, HTTP 500, invalid JSON,
 timeout, unreachable), with a planted credential that must not reach the evidence."""
 
