@@ -18,7 +18,8 @@ option names in a target's inputs). Types only, nothing runs here.
 - :class:`TargetOutcome`: one target's deployment or rollback from what its tasks returned
   (job/target.py ``deployment_outcome`` / ``rollback_outcome``).
 - The rest are the parts these hold: the job's options, its owner, events, a target's claim, the
-  traffic steps, a failed controller step, an interruption, the recovery an operator rollback made.
+  traffic requests and steps, a failed controller step, an interruption, the recovery an operator
+  rollback made; and :class:`HealthEvent`, a target's health change a job change implies.
 """
 
 from typing import Any, Literal, NotRequired, TypedDict
@@ -183,6 +184,20 @@ class JobRollback(TypedDict, total=False):
     error: Failure
 
 
+class TrafficShift(TypedDict):
+    """What the traffic adapter is asked (job/traffic.py): the weights of the control and treatment slots
+    after batch ``batch``, or, for the traffic rollback (``batch`` ``None``), every request back on the
+    control slot, with the rollback's reason."""
+
+    batch: int | None
+    controlSlot: str
+    treatmentSlot: str
+    controlWeight: int
+    treatmentWeight: int
+    rollback: NotRequired[bool]
+    reason: NotRequired[str | None]
+
+
 class TrafficStep(TypedDict):
     """One traffic shift after a batch: its evidence, and its failure when the gate must close."""
 
@@ -235,16 +250,28 @@ class Recovery(TypedDict):
     completedAt: str
 
 
+class HealthEvent(TypedDict):
+    """A change of a target's health that a job change implies (job/health.py), as the job store keeps it."""
+
+    targetId: str
+    targetName: str
+    status: str
+    reason: str
+    code: str | None
+    jobId: str
+    at: str | None
+
+
 class JobSummary(TypedDict, total=False):
     """What the job says of its release (copied into the record when it is made); ``sourceJobId`` and
     ``reason`` for an operator rollback job."""
 
-    release: dict[str, Any]
+    release: dict[str, Any] | None
     tenant: Any
     environment: Any
     application: Any
-    strategy: str
-    strategyConfig: dict[str, Any]
+    strategy: str | None
+    strategyConfig: dict[str, Any] | None
     resolution: Any
     sourceJobId: str
     reason: str | None
@@ -278,12 +305,12 @@ class JobRecord(TypedDict):
     startedAt: str | None
     completedAt: str | None
     # the summary
-    release: NotRequired[dict[str, Any]]
+    release: NotRequired[dict[str, Any] | None]
     tenant: NotRequired[Any]
     environment: NotRequired[Any]
     application: NotRequired[Any]
-    strategy: NotRequired[str]
-    strategyConfig: NotRequired[dict[str, Any]]
+    strategy: NotRequired[str | None]
+    strategyConfig: NotRequired[dict[str, Any] | None]
     resolution: NotRequired[Any]
     sourceJobId: NotRequired[str]
     # what happened
