@@ -22,8 +22,12 @@ the contract names a spelling, the projection uses it: ``deploymentStatus`` (``r
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import PHASES
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.rollback import projection_keys
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.model import JobRecord, TargetRecord
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.traffic.adapters import (
     PREFIX as TRAFFIC_PREFIX,
     ROLLBACK_PREFIX as TRAFFIC_ROLLBACK_PREFIX,
@@ -40,9 +44,11 @@ DEPLOYMENT_STATUS = {
     "RollingBack": "rolling_back",
     "RolledBack": "rolled_back",
 }
+# A projection (the ``deployments`` row's document), and the strategy evidence it carries: free-form.
+Projection = dict[str, Any]
 
 
-def target_view(target):
+def target_view(target: TargetRecord) -> dict[str, Any]:
     """One target's view: ``error`` is the contract's ``targets[].error``; ``reason`` (the same) is kept for
     one release."""
     recorded = [p["name"] for p in target.get("phases") or [] if p.get("name") in PHASES]
@@ -57,7 +63,7 @@ def target_view(target):
     }
 
 
-def observe(record):
+def observe(record: JobRecord) -> dict[str, Any]:
     """What the projection mirrors of a persisted job record."""
     targets = record.get("targets") or {}
     return {
@@ -66,12 +72,12 @@ def observe(record):
     }
 
 
-def _spelled(projection):
+def _spelled(projection: Mapping[str, Any]) -> Projection:
     """``projection`` with ``deploymentStatus``: its status as the contract spells it (``rolling_back``)."""
     return dict(projection, deploymentStatus=DEPLOYMENT_STATUS.get(projection["status"]))
 
 
-def initial(record):
+def initial(record: JobRecord) -> Projection:
     """The projection of a newly persisted job (which is ``Pending``)."""
     if record["status"] != "Pending":
         raise ValueError("a new deployment is projected from its pending job, not %s" % record["status"])
@@ -86,7 +92,7 @@ def initial(record):
     )
 
 
-def refresh(projection, record):
+def refresh(projection: Projection | None, record: JobRecord) -> Projection | None:
     """The new projection after ``record`` was persisted, or ``None`` when nothing it mirrors changed.
     A terminal job status waits for :func:`terminal`; the per-target view is still mirrored. A finished
     deployment that an operator rollback started rolling back (its record now ``RollingBack``) is projected
@@ -112,21 +118,31 @@ def refresh(projection, record):
     return _spelled(dict(projection, jobRevision=record["revision"], **seen))
 
 
-def traffic_keys(record):
+def traffic_keys(record: JobRecord) -> dict[str, Any]:
     """The contract's ``strategy.traffic.*`` keys: what the job's last traffic step recorded (the traffic
     as the job left it), and the ``strategy.traffic.rollback.*`` keys of its traffic rollback. Every
     step's evidence stays in the record's ``traffic[]``; a job without traffic steps has none."""
-    keys = {}
+    keys: dict[str, Any] = {}
     steps = record.get("traffic") or []
     if steps:
         keys.update((k, v) for k, v in (steps[-1].get("evidence") or {}).items() if k.startswith(TRAFFIC_PREFIX))
         keys[TRAFFIC_PREFIX + "batch"] = steps[-1].get("batch")
-    back = (record.get("trafficRollback") or {}).get("evidence") or {}
-    keys.update((k, v) for k, v in back.items() if k.startswith(TRAFFIC_ROLLBACK_PREFIX))
+    keys.update(_traffic_rollback_keys(record))
     return keys
 
 
-def strategy_evidence(record, rollback_evidence=None, evidence_id=None, files=None):
+def _traffic_rollback_keys(record: JobRecord) -> dict[str, Any]:
+    """The ``strategy.traffic.rollback.*`` keys of the job's traffic rollback (none without one)."""
+    back: Mapping[str, Any] = record.get("trafficRollback") or {}
+    return {k: v for k, v in (back.get("evidence") or {}).items() if k.startswith(TRAFFIC_ROLLBACK_PREFIX)}
+
+
+def strategy_evidence(
+    record: JobRecord,
+    rollback_evidence: Mapping[str, Any] | None = None,
+    evidence_id: str | None = None,
+    files: Mapping[str, Mapping[str, Any]] | None = None,
+) -> dict[str, Any]:
     """The terminal strategy evidence: the strategy, its batches and gates, the ``strategy.traffic.*``
     keys (:func:`traffic_keys`), and for a job whose rollback ran, the ``rollback.evidence.*`` keys.
     ``rollback.evidence.id`` names the stored rollback evidence packet, so it is projected only with
@@ -148,7 +164,9 @@ def strategy_evidence(record, rollback_evidence=None, evidence_id=None, files=No
     return evidence
 
 
-def recovery_keys(rollback_job, rollback_evidence=None, evidence_id=None):
+def recovery_keys(
+    rollback_job: JobRecord, rollback_evidence: Mapping[str, Any] | None = None, evidence_id: str | None = None
+) -> dict[str, Any]:
     """The keys an operator rollback job adds to the strategy evidence of the deployment it rolled back:
     ``rollback.attempted``, ``rollback.status``, ``rollback.jobId``, its ``rollback.evidence.*`` keys (with
     ``rollback_evidence``) and its traffic rollback's ``strategy.traffic.rollback.*`` keys."""
@@ -158,14 +176,13 @@ def recovery_keys(rollback_job, rollback_evidence=None, evidence_id=None):
         "rollback.jobId": rollback_job["jobId"],
         "rollback.status": rollback.get("status") or ("failed" if rollback_job["status"] == "Failed" else None),
     }
-    back = (rollback_job.get("trafficRollback") or {}).get("evidence") or {}
-    keys.update((k, v) for k, v in back.items() if k.startswith(TRAFFIC_ROLLBACK_PREFIX))
+    keys.update(_traffic_rollback_keys(rollback_job))
     if rollback_evidence is not None:
         keys.update(projection_keys(rollback_evidence, evidence_id))
     return keys
 
 
-def recovery(projection, record, keys):
+def recovery(projection: Projection | None, record: JobRecord, keys: Mapping[str, Any]) -> Projection:
     """The projection of a finished deployment after an operator rollback job ended: its status as the
     record now says (``RolledBack`` or ``Failed``) and its strategy evidence with the rollback's keys."""
     if record["status"] not in TERMINAL:
@@ -176,7 +193,7 @@ def recovery(projection, record, keys):
     return terminal(projection, record, evidence)
 
 
-def terminal(projection, record, evidence):
+def terminal(projection: Projection | None, record: JobRecord, evidence: Mapping[str, Any]) -> Projection:
     """The terminal projection: only for a terminal job, once; ``evidence`` from :func:`strategy_evidence`."""
     if record["status"] not in TERMINAL:
         raise ValueError(
