@@ -18,7 +18,7 @@ import socket
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import endpoint_host
-from ansible_collections.stellaops.runtime.plugins.module_utils.engine.cli import parse_ip_addresses
+from ansible_collections.stellaops.runtime.plugins.module_utils.engine.cli_output import parse_ip_addresses
 
 _LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost")
 

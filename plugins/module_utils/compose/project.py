@@ -24,7 +24,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabul
     REQUIRED_STELLA_LABELS,
     target_labels,
 )
-from ansible_collections.stellaops.runtime.plugins.module_utils.engine.cli import repo_digests_contain
+from ansible_collections.stellaops.runtime.plugins.module_utils.engine.cli_output import repo_digests_contain
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.imageref import image_id, pinned_digest
 
 PULL_TIMEOUT = 900

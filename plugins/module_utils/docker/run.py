@@ -61,7 +61,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabul
     invalid,
 )
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.tasks import DOCKER_RUN
-from ansible_collections.stellaops.runtime.plugins.module_utils.engine.cli import repo_digests_contain
+from ansible_collections.stellaops.runtime.plugins.module_utils.engine.cli_output import repo_digests_contain
 from ansible_collections.stellaops.runtime.plugins.module_utils.docker.revision import (
     REVISION_RECORD,
     remove_stale_revision_temps,

@@ -8,15 +8,13 @@
 
 Every command goes through an injected ``run_command(argv) -> (rc, stdout, stderr)``
 (``AnsibleModule.run_command`` in modules, :func:`subprocess_runner` in tests and tools);
-nothing is ever passed through a shell. Output is parsed by the pure ``parse_*`` and
-``*_summary`` functions below, which unit tests drive with captured real output.
-Standard library only: this runs on target hosts.
+nothing is ever passed through a shell. Output is read by the pure ``parse_*`` and ``*_summary``
+functions of ``engine.cli_output``. Standard library only: this runs on target hosts.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import json
 import re
 import shutil
 import subprocess
@@ -24,219 +22,18 @@ import threading
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import DEFAULT_WAIT_TIMEOUT
-from ansible_collections.stellaops.runtime.plugins.module_utils.contract.imageref import parse_image_ref
-
-_DAEMON_DOWN_RE = re.compile(
-    r"(Cannot connect to the Docker daemon|Is the docker daemon running|"
-    r"error during connect|connect: no such file or directory)",
-    re.I,
+from ansible_collections.stellaops.runtime.plugins.module_utils.engine.cli_output import (
+    classify_failure,
+    compose_plugin,
+    container_summary,
+    ignore_warning,
+    image_summary,
+    one_line,
+    parse_compose_version,
+    parse_docker_version,
+    parse_json_documents,
+    runtime_summary,
 )
-_COMPOSE_MISSING_RE = re.compile(
-    r"('compose' is not a docker command|unknown command: docker compose|"
-    r"unknown shorthand flag: 'f' in -f|is not a docker command)",
-    re.I,
-)
-
-
-def _ignore(_message):
-    return None
-
-
-# --------------------------------------------------------------------------- pure parsers
-
-
-def parse_json_documents(text, warn=_ignore):
-    """Parse ``text`` as one JSON array/object or as JSON lines; return a list of objects.
-
-    ``docker compose ps --format json`` printed one array before v2.21 and one object per line
-    since; ``docker inspect`` prints an array. Lines that are not JSON become warnings.
-    """
-    text = (text or "").strip()
-    if not text:
-        return []
-    try:
-        value = json.loads(text)
-    except ValueError:
-        value = None
-        items = []
-        for line in text.splitlines():
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                item = json.loads(line)
-            except ValueError:
-                warn("ignoring non-JSON output line: %s" % line[:200])
-                continue
-            if isinstance(item, list):
-                items.extend(item)
-            else:
-                items.append(item)
-        return [item for item in items if isinstance(item, dict)]
-    if isinstance(value, list):
-        return [item for item in value if isinstance(item, dict)]
-    if isinstance(value, dict):
-        return [value]
-    warn("ignoring unexpected JSON value of type %s" % type(value).__name__)
-    return []
-
-
-def parse_docker_version(text):
-    """``docker version --format '{{json .}}'`` -> client/server versions (server ``None`` when down)."""
-    docs = parse_json_documents(text)
-    if not docs:
-        raise StellaError("runtime_missing", "docker version printed no JSON")
-    data = docs[0]
-    client = data.get("Client") or {}
-    server = data.get("Server") or {}
-    components = {}
-    for component in server.get("Components") or []:
-        if isinstance(component, dict) and component.get("Name"):
-            components[component["Name"]] = component.get("Version")
-    return {
-        "client": client.get("Version"),
-        "clientApiVersion": client.get("ApiVersion"),
-        "server": server.get("Version") if server else None,
-        "serverApiVersion": server.get("ApiVersion") if server else None,
-        "os": server.get("Os") if server else client.get("Os"),
-        "arch": server.get("Arch") if server else client.get("Arch"),
-        "components": components,
-    }
-
-
-def parse_compose_version(text):
-    """``docker compose version --format json`` (or its plain form) -> ``"2.40.3"``."""
-    text = (text or "").strip()
-    version = None
-    try:
-        value = json.loads(text)
-        if isinstance(value, dict):
-            version = value.get("version")
-    except ValueError:
-        match = re.search(r"v?(\d+\.\d+\.\d+[^\s,]*)", text)
-        version = match.group(1) if match else None
-    if not version:
-        raise StellaError("compose_missing", "could not read the Docker Compose version from %r" % text[:200])
-    return version[1:] if version.startswith("v") else version
-
-
-def compose_plugin(info):
-    """The Compose v2 plugin as ``docker info`` lists it among the CLI's plugins (pure).
-
-    Returns ``(version, error)``: the version (``"2.40.3"``) when the plugin is listed and answered
-    the CLI's metadata question, else ``None`` with why. ``(None, None)`` when the CLI lists no
-    plugins at all (a CLI too old to say, or no JSON): then only ``docker compose version`` can tell.
-    """
-    plugins = ((info or {}).get("ClientInfo") or {}).get("Plugins")
-    if not isinstance(plugins, list):
-        return None, None
-    for plugin in plugins:
-        if isinstance(plugin, dict) and plugin.get("Name") == "compose":
-            if plugin.get("Err"):
-                return None, str(plugin["Err"])
-            version = str(plugin.get("Version") or "")
-            if not version:
-                return None, "the compose plugin at %s reports no version" % plugin.get("Path")
-            return (version[1:] if version.startswith("v") else version), None
-    return None, "docker info lists no compose plugin ('compose' is not a docker command)"
-
-
-def parse_ip_addresses(text):
-    """``ip -j addr`` -> sorted list of the host's addresses (all families, loopback included)."""
-    addresses = set()
-    for iface in parse_json_documents(text):
-        for info in iface.get("addr_info") or []:
-            local = info.get("local")
-            if local:
-                addresses.add(local)
-    return sorted(addresses)
-
-
-def container_summary(inspect):
-    """The evidence we keep about one container from its ``docker inspect`` entry."""
-    state = inspect.get("State") or {}
-    config = inspect.get("Config") or {}
-    health = state.get("Health") or {}
-    networks = ((inspect.get("NetworkSettings") or {}).get("Networks")) or {}
-    ips = {}
-    for net_name in sorted(networks):
-        address = (networks[net_name] or {}).get("IPAddress")
-        if address:
-            ips[net_name] = address
-    labels = config.get("Labels") or {}
-    return {
-        "id": inspect.get("Id"),
-        "name": (inspect.get("Name") or "").lstrip("/"),
-        "state": state.get("Status"),
-        "running": bool(state.get("Running")),
-        "exitCode": state.get("ExitCode"),
-        "restarting": bool(state.get("Restarting")),
-        "restartCount": inspect.get("RestartCount") or 0,
-        "health": health.get("Status") or "none",
-        "startedAt": state.get("StartedAt"),
-        "imageId": inspect.get("Image"),
-        "image": config.get("Image"),
-        "labels": dict(labels),
-        "ipAddresses": ips,
-        "ipAddress": next(iter(ips.values()), None),
-        "service": labels.get("com.docker.compose.service"),
-        "project": labels.get("com.docker.compose.project"),
-    }
-
-
-def image_summary(inspect):
-    """Id and RepoDigests of one ``docker image inspect`` entry."""
-    return {
-        "id": inspect.get("Id"),
-        "repoDigests": list(inspect.get("RepoDigests") or []),
-        "repoTags": list(inspect.get("RepoTags") or []),
-        "architecture": inspect.get("Architecture"),
-        "os": inspect.get("Os"),
-    }
-
-
-def _normalized_name(name):
-    """``registry/repository`` with Docker Hub's implicit ``docker.io/library/`` made explicit."""
-    ref = parse_image_ref(name)
-    return ref.name
-
-
-def repo_digests_contain(repo_digests, image_ref):
-    """True when ``RepoDigests`` holds ``<registry/repository>@<pinned digest>`` of ``image_ref``."""
-    ref = parse_image_ref(image_ref)
-    if not ref.digest:
-        return False
-    for entry in repo_digests or []:
-        name, sep, digest = entry.partition("@")
-        if not sep or digest != ref.digest:
-            continue
-        try:
-            if _normalized_name(name) == ref.name:
-                return True
-        except StellaError:
-            continue
-    return False
-
-
-def classify_failure(stderr, default_code):
-    """Map a Docker CLI error text to a stable code."""
-    text = stderr or ""
-    if _DAEMON_DOWN_RE.search(text):
-        return "runtime_daemon_unavailable"
-    if _COMPOSE_MISSING_RE.search(text):
-        return "compose_missing"
-    return default_code
-
-
-def one_line(text, limit=400):
-    """The most telling line of a tool's error output, on one line."""
-    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
-    errors = [
-        line for line in lines if re.search(r"error|denied|not found|unknown|failed|unhealthy|exited", line, re.I)
-    ]
-    line = (errors or lines or [""])[-1]
-    return line[:limit]
-
 
 # --------------------------------------------------------------------------- runners
 
@@ -252,18 +49,6 @@ def subprocess_runner(argv, timeout=None):
 TIMEOUT_RC = 124  # coreutils timeout(1): the command did not finish in time
 
 
-def runtime_summary(docker, compose):
-    """The runtime facts every result records (pure)."""
-    return {
-        "dockerClientVersion": docker["client"],
-        "dockerServerVersion": docker["server"],
-        "dockerApiVersion": docker["serverApiVersion"],
-        "composeVersion": compose,
-        "os": docker["os"],
-        "arch": docker["arch"],
-    }
-
-
 class DockerCli:
     """The target's one engine client: Docker and Compose v2 through their CLI, argv in, JSON out.
 
@@ -272,7 +57,7 @@ class DockerCli:
     about the runtime itself (versions) is asked once per task and remembered.
     """
 
-    def __init__(self, run_command, docker="docker", warn=_ignore, timeout=60, which=shutil.which):
+    def __init__(self, run_command, docker="docker", warn=ignore_warning, timeout=60, which=shutil.which):
         self._run = run_command
         self.docker = docker
         self.warn = warn

@@ -33,7 +33,8 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabul
     RUNTIME_INSTALL_EVIDENCE,
     utc_timestamp,
 )
-from ansible_collections.stellaops.runtime.plugins.module_utils.engine.cli import DockerCli, one_line
+from ansible_collections.stellaops.runtime.plugins.module_utils.engine.cli import DockerCli
+from ansible_collections.stellaops.runtime.plugins.module_utils.engine.cli_output import one_line
 from ansible_collections.stellaops.runtime.plugins.module_utils.host.files import atomic_write, read_bytes
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.versions import (
     DEFAULT_MIN_COMPOSE,

@@ -13,7 +13,7 @@ import scripted as sc
 from ansible_collections.stellaops.runtime.plugins.module_utils.compose import project as cp
 from ansible_collections.stellaops.runtime.plugins.module_utils.compose import revisions as _revisions
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
-from ansible_collections.stellaops.runtime.plugins.module_utils.engine.cli import container_summary
+from ansible_collections.stellaops.runtime.plugins.module_utils.engine.cli_output import container_summary
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.release import plan as _plan
 
 D1 = sc.DIGEST

@@ -1,4 +1,4 @@
-"""engine/cli.py: pure parsers over output captured from Docker 20.10 / Compose v2.40.3, and argv building."""
+"""engine/cli.py and engine/cli_output.py: pure parsers over output captured from Docker 20.10 / Compose v2.40.3, and argv building."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import time
 import pytest
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.engine import cli
+from ansible_collections.stellaops.runtime.plugins.module_utils.engine import cli_output
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 
 FIX = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "docker")
@@ -34,24 +35,24 @@ def fixture(name):
     ids=["empty", "array", "json-lines", "one-object", "arrays-per-line", "scalar"],
 )
 def test_parse_json_documents(text, count):
-    assert len(cli.parse_json_documents(text)) == count
+    assert len(cli_output.parse_json_documents(text)) == count
 
 
 def test_parse_json_documents_warns_on_garbage_lines():
     warnings = []
-    docs = cli.parse_json_documents('{"a": 1}\nWARN something odd\n{"b": 2}', warnings.append)
+    docs = cli_output.parse_json_documents('{"a": 1}\nWARN something odd\n{"b": 2}', warnings.append)
     assert docs == [{"a": 1}, {"b": 2}]
     assert warnings and "WARN something odd" in warnings[0]
 
 
 def test_compose_ps_jsonl_captured():
-    docs = cli.parse_json_documents(fixture("compose_ps_v2.40.3.jsonl"))
+    docs = cli_output.parse_json_documents(fixture("compose_ps_v2.40.3.jsonl"))
     assert sorted(d["Service"] for d in docs) == ["bad", "web"]
     assert {d["Service"]: d["Health"] for d in docs} == {"bad": "unhealthy", "web": "healthy"}
 
 
 def test_docker_version_captured():
-    data = cli.parse_docker_version(fixture("docker_version_20.10.json"))
+    data = cli_output.parse_docker_version(fixture("docker_version_20.10.json"))
     assert data["client"] == "28.2.2"
     assert data["server"] == "20.10.24+dfsg1"
     assert data["serverApiVersion"] == "1.41"
@@ -60,8 +61,10 @@ def test_docker_version_captured():
 
 
 def test_docker_version_daemon_down_has_no_server():
-    assert cli.parse_docker_version(fixture("docker_version_daemon_down.json"))["server"] is None
-    assert cli.classify_failure(fixture("docker_version_daemon_down.stderr"), "x") == "runtime_daemon_unavailable"
+    assert cli_output.parse_docker_version(fixture("docker_version_daemon_down.json"))["server"] is None
+    assert (
+        cli_output.classify_failure(fixture("docker_version_daemon_down.stderr"), "x") == "runtime_daemon_unavailable"
+    )
 
 
 @pytest.mark.parametrize(
@@ -74,25 +77,25 @@ def test_docker_version_daemon_down_has_no_server():
     ids=["json", "plain", "v1"],
 )
 def test_parse_compose_version(text, version):
-    assert cli.parse_compose_version(text) == version
+    assert cli_output.parse_compose_version(text) == version
 
 
 def test_parse_compose_version_captured_and_garbage():
-    assert cli.parse_compose_version(fixture("compose_version.json")) == "2.40.3"
+    assert cli_output.parse_compose_version(fixture("compose_version.json")) == "2.40.3"
     with pytest.raises(StellaError) as err:
-        cli.parse_compose_version("docker: 'compose' is not a docker command.")
+        cli_output.parse_compose_version("docker: 'compose' is not a docker command.")
     assert err.value.code == "compose_missing"
 
 
 def test_parse_ip_addresses_captured():
-    addresses = cli.parse_ip_addresses(fixture("ip_addr.json"))
+    addresses = cli_output.parse_ip_addresses(fixture("ip_addr.json"))
     assert "127.0.0.1" in addresses
     assert addresses == sorted(addresses)
 
 
 def test_container_summary_healthy_and_unhealthy():
     data = json.loads(fixture("inspect_containers_healthy_unhealthy.json"))
-    summaries = {s["service"]: s for s in map(cli.container_summary, data)}
+    summaries = {s["service"]: s for s in map(cli_output.container_summary, data)}
     assert summaries["web"]["health"] == "healthy" and summaries["web"]["running"]
     assert summaries["bad"]["health"] == "unhealthy"
     assert summaries["web"]["labels"]["stella.target.id"] == "t-1"
@@ -102,20 +105,20 @@ def test_container_summary_healthy_and_unhealthy():
 
 
 def test_container_summary_exited():
-    summary = cli.container_summary(json.loads(fixture("inspect_container_exited.json"))[0])
+    summary = cli_output.container_summary(json.loads(fixture("inspect_container_exited.json"))[0])
     assert summary["state"] == "exited" and summary["exitCode"] == 3 and not summary["running"]
     assert summary["health"] == "unhealthy"  # the image HEALTHCHECK keeps its last verdict after exit
     assert summary["ipAddress"] is None
 
 
 def test_image_summary_and_repo_digests_captured():
-    image = cli.image_summary(json.loads(fixture("image_inspect_app_v1.json"))[0])
-    assert cli.repo_digests_contain(image["repoDigests"], "127.0.0.1:5000/stella/app:v1@" + V1)
-    assert cli.repo_digests_contain(image["repoDigests"], "127.0.0.1:5000/stella/app@" + V1)
-    assert not cli.repo_digests_contain(image["repoDigests"], "127.0.0.1:5000/stella/app:v1@sha256:" + "0" * 64)
-    assert not cli.repo_digests_contain(image["repoDigests"], "127.0.0.1:5000/stella/other:v1@" + V1)
-    assert not cli.repo_digests_contain(image["repoDigests"], "127.0.0.1:5000/stella/app:v1")
-    assert cli.repo_digests_contain(image["repoDigests"], "127.0.0.1:5002/stella/app:v1@" + V1)
+    image = cli_output.image_summary(json.loads(fixture("image_inspect_app_v1.json"))[0])
+    assert cli_output.repo_digests_contain(image["repoDigests"], "127.0.0.1:5000/stella/app:v1@" + V1)
+    assert cli_output.repo_digests_contain(image["repoDigests"], "127.0.0.1:5000/stella/app@" + V1)
+    assert not cli_output.repo_digests_contain(image["repoDigests"], "127.0.0.1:5000/stella/app:v1@sha256:" + "0" * 64)
+    assert not cli_output.repo_digests_contain(image["repoDigests"], "127.0.0.1:5000/stella/other:v1@" + V1)
+    assert not cli_output.repo_digests_contain(image["repoDigests"], "127.0.0.1:5000/stella/app:v1")
+    assert cli_output.repo_digests_contain(image["repoDigests"], "127.0.0.1:5002/stella/app:v1@" + V1)
 
 
 @pytest.mark.parametrize(
@@ -129,7 +132,7 @@ def test_image_summary_and_repo_digests_captured():
     ids=["hub-short", "hub-long", "garbage", "none"],
 )
 def test_repo_digests_contain_normalizes_docker_hub(repo_digests, ref, expected):
-    assert cli.repo_digests_contain(repo_digests, ref) is expected
+    assert cli_output.repo_digests_contain(repo_digests, ref) is expected
 
 
 @pytest.mark.parametrize(
@@ -142,7 +145,7 @@ def test_repo_digests_contain_normalizes_docker_hub(repo_digests, ref, expected)
     ids=["pull", "up", "daemon"],
 )
 def test_classify_failure(name, code):
-    assert cli.classify_failure(fixture(name), "image_pull_failed") == code
+    assert cli_output.classify_failure(fixture(name), "image_pull_failed") == code
 
 
 @pytest.mark.parametrize(
@@ -155,7 +158,7 @@ def test_classify_failure(name, code):
     ],
 )
 def test_one_line_picks_the_telling_line(name, needle):
-    line = cli.one_line(fixture(name))
+    line = cli_output.one_line(fixture(name))
     assert needle in line and "\n" not in line
 
 
@@ -274,13 +277,13 @@ COMPOSE_PLUGIN = json.loads(fixture("docker_info.json"))["ClientInfo"]["Plugins"
     ids=["captured", "no-v-prefix", "other-plugin-only", "no-plugins", "broken-plugin", "no-version", "not-listed"],
 )
 def test_compose_plugin_from_docker_info(plugins, version, error):
-    found, why = cli.compose_plugin(json.loads(info_with_plugins(plugins)))
+    found, why = cli_output.compose_plugin(json.loads(info_with_plugins(plugins)))
     assert found == version
     assert (why is None) if error is None else (error in why)
 
 
 def test_compose_plugin_of_no_info_says_nothing():
-    assert cli.compose_plugin({}) == (None, None) and cli.compose_plugin(None) == (None, None)
+    assert cli_output.compose_plugin({}) == (None, None) and cli_output.compose_plugin(None) == (None, None)
 
 
 def test_one_docker_info_answers_the_compose_version_and_the_registry_config():

@@ -13,7 +13,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.docker import co
 from ansible_collections.stellaops.runtime.plugins.module_utils.docker import revision as drv
 from ansible_collections.stellaops.runtime.plugins.module_utils.docker import run as dr
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
-from ansible_collections.stellaops.runtime.plugins.module_utils.engine.cli import container_summary
+from ansible_collections.stellaops.runtime.plugins.module_utils.engine.cli_output import container_summary
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.release import plan as _plan
 
 D1 = sc.DIGEST
