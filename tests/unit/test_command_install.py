@@ -16,7 +16,8 @@ import pytest
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.hints import next_step
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.command import main as _command
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import dependencies as _dependencies
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import protocol as _protocol
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import arguments as _arguments
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import service as _service
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 STELLA = os.path.join(ROOT, "scripts", "stella.py")
@@ -188,17 +189,17 @@ def test_root_keeps_usr_local_bin(tmp_path, monkeypatch):
 
 def test_project_directories_are_per_user_unless_root(tmp_path):
     home = {"HOME": str(tmp_path)}
-    assert _protocol.default_work_directory(home, 0) == "/var/lib/stella/projects"
-    assert _protocol.default_work_directory(home, 1000) == str(tmp_path / ".local" / "state" / "stella" / "projects")
-    assert _protocol.default_work_directory(dict(home, XDG_STATE_HOME="/xdg"), 1000) == "/xdg/stella/projects"
-    assert _protocol.default_work_directory(dict(home, XDG_STATE_HOME="rel"), 1000).startswith(str(tmp_path))
+    assert _arguments.default_work_directory(home, 0) == "/var/lib/stella/projects"
+    assert _arguments.default_work_directory(home, 1000) == str(tmp_path / ".local" / "state" / "stella" / "projects")
+    assert _arguments.default_work_directory(dict(home, XDG_STATE_HOME="/xdg"), 1000) == "/xdg/stella/projects"
+    assert _arguments.default_work_directory(dict(home, XDG_STATE_HOME="rel"), 1000).startswith(str(tmp_path))
 
 
 def test_up_and_down_of_a_user_other_than_root_use_their_own_project_directories(tmp_path, monkeypatch):
     as_user(monkeypatch, tmp_path, 1000, "/usr/bin")
-    parsed = _protocol.parse_argv(["compose", "--project-name=shop", "up", "--image=r/w:1", "web"])
-    assert _protocol.release_from(parsed)["workDirectory"] == str(tmp_path / ".local" / "state" / "stella" / "projects")
-    parsed = _protocol.parse_argv(
+    parsed = _arguments.parse_argv(["compose", "--project-name=shop", "up", "--image=r/w:1", "web"])
+    assert _service.release_from(parsed)["workDirectory"] == str(tmp_path / ".local" / "state" / "stella" / "projects")
+    parsed = _arguments.parse_argv(
         ["compose", "--project-name=shop", "up", "--image=r/w:1", "--work_directory=/w", "web"]
     )
-    assert _protocol.release_from(parsed)["workDirectory"] == "/w"
+    assert _service.release_from(parsed)["workDirectory"] == "/w"

@@ -22,6 +22,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.hints i
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import view as _job_view
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.command import main as _command
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import arguments as _provider_arguments
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import cli as _provider_cli
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.command import jobs as _jobs_cli
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import location as _location
@@ -173,7 +174,7 @@ def test_compose_keeps_its_own_arguments(capsys, monkeypatch):
     ):
         assert _command.main(argv) == 0
         out, _err = capsys.readouterr()
-        assert json.loads(out) == _provider_cli._provider.METADATA  # pylint: disable=protected-access
+        assert json.loads(out) == _provider_arguments.METADATA
     assert stella(["compose", "-h"], capsys)[:2] == (0, _command.COMPOSE_HELP)
     seen = []
     monkeypatch.setattr(_provider_cli, "compose", lambda args, *_rest: seen.append(args) or 7)

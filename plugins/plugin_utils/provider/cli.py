@@ -34,8 +34,10 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.version
     DEFAULT_MIN_ENGINE,
 )
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.execution.paths import COLLECTIONS_PATH
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import arguments as _arguments
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import dependencies as _dependencies
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import protocol as _provider
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import protocol as _protocol
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import service as _service
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.plan import LOCAL_IMAGE_KEY
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider.location import STORE_FILE, state_dir
 
@@ -98,7 +100,7 @@ class PhaseEvents:
 def run_playbook(playbooks, extravars, channel, cancelled):
     """Run ``playbooks`` (one run, in order) on this host through ansible-runner;
     ``(rc, status, last failure message, results of the relay task, the failed task's code)``."""
-    import ansible_runner  # pylint: disable=import-outside-toplevel
+    import ansible_runner  # type: ignore[import-untyped]  # pylint: disable=import-outside-toplevel
 
     private = tempfile.mkdtemp(prefix="stella-provider-")
     try:
@@ -153,7 +155,7 @@ def _job(store_path, job_id):
 def deployment_facts(record, release):
     """What dependents receive: identical on every ``up`` of the same release."""
     target = (record.get("targets") or {}).get("localhost") or {}
-    port = _provider.host_port(release["components"][0]["ports"])
+    port = _service.host_port(release["components"][0]["ports"])
     return {
         "URL": "http://localhost:%s/" % port if port else None,
         "HOST": "localhost",
@@ -175,13 +177,13 @@ def relay_plan(parsed, channel, release):
     bridge; without a gateway it binds the default bridge's gateway, unpinned, and says so."""
     if (parsed["options"].get("relay") or "auto") == "off" or not channel.can("publish-endpoint"):
         return None
-    forwards = _provider.relay_forwards(release["components"][0]["ports"])
+    forwards = _service.relay_forwards(release["components"][0]["ports"])
     if not forwards:
         channel.send("debug", "publish-endpoint announced, but no TCP port is published on the host: nothing to relay")
         return None
     address, network = (None, None)
     if channel.can("get-relay-info"):
-        address, network = _provider.relay_listen(channel.request("get-relay-info"))
+        address, network = _service.relay_listen(channel.request("get-relay-info"))
     if address:
         channel.send("debug", "relay-link network %s: the relay endpoint binds %s only" % (network, address))
         listen, device = address, "auto"
@@ -204,7 +206,7 @@ def relay_plan(parsed, channel, release):
 
 def up(parsed, channel, cancelled):
     options = parsed["options"]
-    raw = _provider.raw_environment(options.get("raw_environment"))
+    raw = _service.raw_environment(options.get("raw_environment"))
     if raw and not channel.can("rawsetenv"):
         raise StellaError(
             "compose_unsupported",
@@ -214,12 +216,12 @@ def up(parsed, channel, cancelled):
         )
     config = None
     if channel.can("get-service-config"):
-        config = _provider.service_config(channel.request("get-service-config"))
-    release = _provider.release_from(parsed, config)
+        config = _service.service_config(channel.request("get-service-config"))
+    release = _service.release_from(parsed, config)
     pinned = local_pin(parsed, release["components"][0]["image"], channel)
     if pinned:
         release["components"][0]["config"].update({LOCAL_IMAGE_KEY: pinned, "compose.skipPull": True})
-    keep = _provider.keep_revisions(options)
+    keep = _arguments.keep_revisions(options)
     directory = state_dir(parsed)
     os.makedirs(directory, mode=0o700, exist_ok=True)
     relay = relay_plan(parsed, channel, release)
@@ -268,11 +270,11 @@ def up(parsed, channel, cancelled):
             "job %s succeeded, then: %s" % (job_id, failure or "ansible-runner %s, rc %s" % (status, rc)),
         )
     facts = deployment_facts(record, release)
-    for line in _provider.setenv_lines(facts):
+    for line in _service.setenv_lines(facts):
         channel.send("setenv", line)
-    for line in _provider.rawsetenv_lines(raw, facts):
+    for line in _service.rawsetenv_lines(raw, facts):
         channel.send("rawsetenv", line)
-    for line in _provider.publish_lines((results.get(RELAY_ACTION) or {}).get("endpoints")):
+    for line in _service.publish_lines((results.get(RELAY_ACTION) or {}).get("endpoints")):
         channel.send("publish-endpoint", line)
     evidence = job_evidence_dir(os.path.join(directory, "evidence"), job_id)
     channel.send("info", "deployed: job %s, evidence %s" % (job_id, evidence))
@@ -290,7 +292,7 @@ def project_of(release):
 def down(parsed, channel, cancelled, stop=False):
     """``down`` removes everything ``up`` created on this host (a no-op when nothing is there);
     ``stop`` stops its containers and keeps them."""
-    release = _provider.release_from(parsed, {"image": parsed["options"].get("image") or "unused"})
+    release = _service.release_from(parsed, {"image": parsed["options"].get("image") or "unused"})
     extravars = {
         "stella_teardown_project": project_of(release),
         "stella_teardown_state": "stopped" if stop else "absent",
@@ -380,7 +382,7 @@ def load_stream(channel, image, docker="docker"):
         raise StellaError("image_stream_refused", "Compose could not stream %s: %s" % (image, header["error"]))
     if header.get("type") != "image-stream" or header.get("encoding") != "chunked":
         raise StellaError("image_stream_invalid", "unexpected answer to get-image: %s" % json.dumps(header)[:200])
-    reader = _provider.ChunkedReader(channel.inp)
+    reader = _protocol.ChunkedReader(channel.inp)
     load = subprocess.Popen(
         [docker, "load", "--quiet"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
@@ -409,7 +411,7 @@ def pull(parsed, channel):
         raise StellaError("provider_option_missing", "pull needs --image and --source=local|registry")
     path, books = _bookkeeping(parsed)
     known = books.get(image) or {}
-    decision = _provider.pull_decision(source, options.get("policy") or "missing", known, options.get("digest"))
+    decision = _protocol.pull_decision(source, options.get("policy") or "missing", known, options.get("digest"))
     if decision == "up_to_date":
         channel.send(
             "info",
@@ -454,17 +456,17 @@ def pull(parsed, channel):
 
 
 def compose(argv, stdin, stdout, environ):
-    channel = _provider.Channel(stdout, stdin, environ)
+    channel = _protocol.Channel(stdout, stdin, environ)
     cancelled = {"flag": False}
 
     def cancel(_signum, _frame):
         cancelled["flag"] = True
 
     try:
-        parsed = _provider.parse_argv(argv)
+        parsed = _arguments.parse_argv(argv)
         _dependencies.require(parsed["command"])
         if parsed["command"] == "metadata":
-            stdout.write(json.dumps(_provider.METADATA, indent=1).encode("utf-8") + b"\n")
+            stdout.write(json.dumps(_arguments.METADATA, indent=1).encode("utf-8") + b"\n")
             stdout.flush()
             return 0
         for name, value in sorted(parsed["unknown"].items()):

@@ -19,7 +19,7 @@ import collections
 import os
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError, redact_url
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import protocol as _protocol
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import arguments as _arguments
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.sql import DEFAULT_STORE
 
 STORE_ENV = "STELLA_JOB_STORE"
@@ -65,9 +65,9 @@ def usage_error(options):
         return None
     if options.store is not None:
         return "--store and --compose-project choose two stores: give one"
-    if not _protocol.PROJECT_NAME.match(options.compose_project):  # the names the provider accepts from Compose
+    if not _arguments.PROJECT_NAME.match(options.compose_project):  # the names the provider accepts from Compose
         return "--compose-project: not a Compose project name: %r" % options.compose_project
-    if options.service is not None and not _protocol.SERVICE_NAME.match(options.service):
+    if options.service is not None and not _arguments.SERVICE_NAME.match(options.service):
         return "--service: not a Compose service name: %r" % options.service
     return None
 

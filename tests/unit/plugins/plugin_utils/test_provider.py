@@ -9,7 +9,9 @@ import json
 
 import pytest
 
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import arguments as _arguments
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import protocol as pv
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import service as _service
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import cli
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.plan import plan_job
 
@@ -24,14 +26,14 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.plan import 
     ],
 )
 def test_argv_forms(argv):
-    parsed = pv.parse_argv(argv)
+    parsed = _arguments.parse_argv(argv)
     assert (parsed["command"], parsed["project"], parsed["service"]) == ("up", "shop", "web")
     assert parsed["options"] == {"image": "reg/app:v1", "ports": ["8080:80", "8443:443"]}
     assert parsed["unknown"] == {}
 
 
 def test_missing_service_and_unknown_options_are_kept_aside():
-    parsed = pv.parse_argv(["compose", "--project-name=shop", "down", "--colour=blue", "--image=reg/app:v1"])
+    parsed = _arguments.parse_argv(["compose", "--project-name=shop", "down", "--colour=blue", "--image=reg/app:v1"])
     assert parsed["service"] is None and parsed["unknown"] == {"colour": "blue"}
     assert parsed["options"] == {"image": "reg/app:v1"}
 
@@ -47,18 +49,18 @@ def test_missing_service_and_unknown_options_are_kept_aside():
 )
 def test_bad_argv(argv, code):
     with pytest.raises(pv.ProviderError) as err:
-        pv.parse_argv(argv)
+        _arguments.parse_argv(argv)
     assert err.value.code == code
 
 
 def test_metadata_declares_every_option_for_each_command():
-    doc = json.loads(json.dumps(pv.METADATA))
+    doc = json.loads(json.dumps(_arguments.METADATA))
     assert set(doc) == {"description", "up", "down", "stop", "pull"}
     deploy = {p["name"] for p in doc["up"]["parameters"]}
     assert {p["name"] for p in doc["pull"]["parameters"]} >= {"image", "source", "policy", "digest", "created"}
     for command in ("up", "down", "stop", "pull"):
         names = [p["name"] for p in doc[command]["parameters"]]
-        assert len(names) == len(set(names)) and set(names) <= pv.KNOWN
+        assert len(names) == len(set(names)) and set(names) <= _arguments.KNOWN
         assert command == "pull" or set(names) == deploy
         for param in doc[command]["parameters"]:
             # the protocol's documented parameter types only; a repeatable option is a string
@@ -68,13 +70,13 @@ def test_metadata_declares_every_option_for_each_command():
 
 @pytest.mark.parametrize("value, kept", [(None, 10), ("", 10), ("0", 0), ("3", 3)])
 def test_keep_revisions_is_a_count(value, kept):
-    assert pv.keep_revisions({} if value is None else {"keep_revisions": value}) == kept
+    assert _arguments.keep_revisions({} if value is None else {"keep_revisions": value}) == kept
 
 
 @pytest.mark.parametrize("value", ["-1", "two", "1.5", " 3"])
 def test_keep_revisions_refuses_anything_but_a_count(value):
     with pytest.raises(pv.ProviderError) as err:
-        pv.keep_revisions({"keep_revisions": value})
+        _arguments.keep_revisions({"keep_revisions": value})
     assert err.value.code == "invalid_option" and repr(value) in err.value.reason
 
 
@@ -157,11 +159,11 @@ def test_a_truncated_stream_raises(cut):
 
 
 def test_release_needs_an_image_from_the_options_or_the_service():
-    parsed = pv.parse_argv(["compose", "--project-name=shop", "up", "web"])
+    parsed = _arguments.parse_argv(["compose", "--project-name=shop", "up", "web"])
     with pytest.raises(pv.ProviderError) as err:
-        pv.release_from(parsed)
+        _service.release_from(parsed)
     assert err.value.code == "provider_option_missing" and "'image'" in err.value.reason
-    release = pv.release_from(
+    release = _service.release_from(
         parsed,
         {
             "image": "reg/app:v1",
@@ -177,7 +179,7 @@ def test_release_needs_an_image_from_the_options_or_the_service():
 
 
 def test_options_win_over_the_service_definition():
-    parsed = pv.parse_argv(
+    parsed = _arguments.parse_argv(
         [
             "compose",
             "--project-name=shop",
@@ -188,7 +190,7 @@ def test_options_win_over_the_service_definition():
             "web",
         ]
     )
-    release = pv.release_from(parsed, {"image": "reg/app:v1", "environment": {"MODE": "x"}})
+    release = _service.release_from(parsed, {"image": "reg/app:v1", "environment": {"MODE": "x"}})
     assert release["components"][0]["image"] == "reg/app:v2"
     assert release["components"][0]["config"]["env.MODE"] == "y"
     assert release["strategyConfig"] == {"autoRollbackOnFailure": False}
@@ -196,7 +198,7 @@ def test_options_win_over_the_service_definition():
 
 def test_setenv_lines_are_sorted_and_stable():
     facts = {"URL": "http://localhost:8080/", "PORT": 8080, "SLOT": "active", "DIGEST": None}
-    assert pv.setenv_lines(facts) == ["PORT=8080", "SLOT=active", "URL=http://localhost:8080/"]
+    assert _service.setenv_lines(facts) == ["PORT=8080", "SLOT=active", "URL=http://localhost:8080/"]
 
 
 # ------------------------------------------------------------------ the stella command's pure parts
@@ -206,8 +208,10 @@ DIGEST = "sha256:" + "a" * 64
 
 
 def test_down_names_the_project_up_deployed():
-    parsed = pv.parse_argv(["compose", "--project-name=shop", "up", "--image=" + IMAGE, "--ports=8080:8080", "web"])
-    release = pv.release_from(parsed)
+    parsed = _arguments.parse_argv(
+        ["compose", "--project-name=shop", "up", "--image=" + IMAGE, "--ports=8080:8080", "web"]
+    )
+    release = _service.release_from(parsed)
     planned = plan_job(release, [("localhost", {"ansible_connection": "local"})], {IMAGE: DIGEST}, "job-1")
     assert cli.project_of(release) == planned["plans"]["localhost"]["projectName"]
 
@@ -334,15 +338,17 @@ def test_task_names_carry_no_meaning():
 
 
 def test_setenv_facts_of_a_job_do_not_change_between_jobs_of_the_same_release():
-    parsed = pv.parse_argv(["compose", "--project-name=shop", "up", "--image=" + IMAGE, "--ports=18080:8080", "web"])
-    release = pv.release_from(parsed)
+    parsed = _arguments.parse_argv(
+        ["compose", "--project-name=shop", "up", "--image=" + IMAGE, "--ports=18080:8080", "web"]
+    )
+    release = _service.release_from(parsed)
     target = {"currentDigest": DIGEST, "slot": "active", "projectName": "p", "manifestHash": "sha256:" + "b" * 64}
     first = cli.deployment_facts({"jobId": "job-1", "targets": {"localhost": target}}, release)
     again = cli.deployment_facts(
         {"jobId": "job-2", "targets": {"localhost": dict(target, appliedByJobId="job-1")}}, release
     )
     assert first == again and first["URL"] == "http://localhost:18080/" and first["PORT"] == "18080"
-    assert set(first) == set(pv.FACTS)
+    assert set(first) == set(_arguments.FACTS)
 
 
 # ------------------------------------------------------------------ publish-endpoint, the relay, rawsetenv
@@ -357,12 +363,12 @@ def test_setenv_facts_of_a_job_do_not_change_between_jobs_of_the_same_release():
     ],
 )
 def test_published_ports_keep_single_tcp_host_ports(ports, published):
-    assert pv.published_ports(ports) == published
-    assert pv.host_port(ports) == published[0][1]
+    assert _service.published_ports(ports) == published
+    assert _service.host_port(ports) == published[0][1]
 
 
 def test_relay_forwards_reach_the_published_port_on_this_host():
-    assert pv.relay_forwards(["18080:8080", "0.0.0.0:18081:81", "10.0.0.5:18082:82"]) == [
+    assert _service.relay_forwards(["18080:8080", "0.0.0.0:18081:81", "10.0.0.5:18082:82"]) == [
         {"port": 8080, "upstream_host": "127.0.0.1", "upstream_port": 18080, "listen_port": 0},
         {"port": 81, "upstream_host": "127.0.0.1", "upstream_port": 18081, "listen_port": 0},
         {"port": 82, "upstream_host": "10.0.0.5", "upstream_port": 18082, "listen_port": 0},
@@ -379,23 +385,23 @@ def test_relay_forwards_reach_the_published_port_on_this_host():
     ],
 )
 def test_relay_listen_takes_the_announced_gateway(answer, expected):
-    assert pv.relay_listen(answer) == expected
+    assert _service.relay_listen(answer) == expected
 
 
 def test_publish_lines_keep_routable_addresses_and_name_loopback_localhost():
-    assert pv.publish_lines(["8080=172.20.0.1:41000", "81=127.0.0.1:41001"]) == [
+    assert _service.publish_lines(["8080=172.20.0.1:41000", "81=127.0.0.1:41001"]) == [
         "8080=172.20.0.1:41000",
         "81=localhost:41001",
     ]
 
 
 def test_raw_environment_names_facts_only():
-    raw = pv.raw_environment(["DATABASE_URL=URL", "IMAGE_DIGEST=DIGEST"])
-    assert pv.rawsetenv_lines(raw, {"URL": "http://localhost:1/", "DIGEST": None}) == [
+    raw = _service.raw_environment(["DATABASE_URL=URL", "IMAGE_DIGEST=DIGEST"])
+    assert _service.rawsetenv_lines(raw, {"URL": "http://localhost:1/", "DIGEST": None}) == [
         "DATABASE_URL=http://localhost:1/"
     ]
     with pytest.raises(pv.ProviderError) as err:
-        pv.raw_environment(["X=PASSWORD"])
+        _service.raw_environment(["X=PASSWORD"])
     assert err.value.code == "invalid_option"
 
 
@@ -406,7 +412,7 @@ def relay_channel(messages):
 
 
 def test_relay_plan_follows_what_compose_announces():
-    parsed = pv.parse_argv(
+    parsed = _arguments.parse_argv(
         [
             "compose",
             "--project-name=shop",
@@ -417,7 +423,7 @@ def test_relay_plan_follows_what_compose_announces():
             "web",
         ]
     )
-    release = pv.release_from(parsed)
+    release = _service.release_from(parsed)
     assert cli.relay_plan(parsed, relay_channel("info,error"), release) is None
     linked = cli.relay_plan(parsed, relay_channel("info,publish-endpoint,get-relay-info"), release)
     assert linked == {
@@ -430,7 +436,7 @@ def test_relay_plan_follows_what_compose_announces():
     }
     fallback = cli.relay_plan(parsed, relay_channel("info,publish-endpoint"), release)
     assert (fallback["listen_address"], fallback["device"]) == ("host-gateway", "none")
-    off = pv.parse_argv(
+    off = _arguments.parse_argv(
         ["compose", "--project-name=shop", "up", "--image=" + IMAGE, "--ports=18080:8080", "--relay=off", "web"]
     )
     assert cli.relay_plan(off, relay_channel("info,publish-endpoint,get-relay-info"), release) is None
@@ -454,8 +460,8 @@ def test_the_relay_task_result_is_kept_from_the_events():
 
 
 def test_repeatable_options_are_strings_given_more_than_once():
-    assert pv.LIST_OPTIONS == {"ports", "environment", "insecure_registries", "raw_environment"}
-    parsed = pv.parse_argv(["compose", "--project-name=p", "up", "--ports=1:1", "--ports=2:2", "web"])
+    assert _arguments.LIST_OPTIONS == {"ports", "environment", "insecure_registries", "raw_environment"}
+    parsed = _arguments.parse_argv(["compose", "--project-name=p", "up", "--ports=1:1", "--ports=2:2", "web"])
     assert parsed["options"]["ports"] == ["1:1", "2:2"]
 
 
@@ -508,7 +514,7 @@ def test_a_message_compose_did_not_announce_fails_loudly_unless_it_only_renders(
 )
 def test_names_that_would_leave_the_state_directory_are_refused(argv, what):
     with pytest.raises(pv.ProviderError) as err:
-        pv.parse_argv(argv)
+        _arguments.parse_argv(argv)
     assert err.value.code == "invalid_arguments" and what in err.value.reason
 
 
@@ -524,9 +530,9 @@ def test_names_that_would_leave_the_state_directory_are_refused(argv, what):
 )
 def test_each_option_is_checked_against_its_declaration(option, reason):
     with pytest.raises(pv.ProviderError) as err:
-        pv.parse_argv(["--project-name=p", "up", option, "web"])
+        _arguments.parse_argv(["--project-name=p", "up", option, "web"])
     assert err.value.code == "invalid_option" and reason in err.value.reason
-    assert pv.parse_argv(["--project-name=p", "up", "--health_port=8080", "--auto_rollback=false", "web"])
+    assert _arguments.parse_argv(["--project-name=p", "up", "--health_port=8080", "--auto_rollback=false", "web"])
 
 
 @pytest.mark.parametrize("size", [b"0x10", b"-1", b" 10", b"1_0", b"+5", b"1" * 17, b""])
@@ -542,9 +548,9 @@ def test_chunk_sizes_are_hex_digits_only(size):
 )
 def test_a_service_config_of_the_wrong_shape_is_a_protocol_error(answer):
     with pytest.raises(pv.ProviderError) as err:
-        pv.service_config(answer)
+        _service.service_config(answer)
     assert err.value.code == "compose_protocol"
 
 
 def test_a_service_config_environment_list_becomes_a_mapping():
-    assert pv.service_config({"environment": ["A=b", "C="]})["environment"] == {"A": "b", "C": ""}
+    assert _service.service_config({"environment": ["A=b", "C="]})["environment"] == {"A": "b", "C": ""}

@@ -15,7 +15,8 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.compose import p
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.plan import plan_job
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import cli
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import protocol as pv
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import arguments as _arguments
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import service as _service
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.release import inputs as _inputs
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.plan import (
     LOCAL_IMAGE_KEY,
@@ -110,8 +111,10 @@ def test_a_registry_verdict_keeps_the_registry_lookup(tmp_path, monkeypatch):
 
 
 def local_release():
-    parsed = pv.parse_argv(["compose", "--project-name=shop", "up", "--image=" + IMAGE, "--ports=18080:8080", "web"])
-    release = pv.release_from(parsed)
+    parsed = _arguments.parse_argv(
+        ["compose", "--project-name=shop", "up", "--image=" + IMAGE, "--ports=18080:8080", "web"]
+    )
+    release = _service.release_from(parsed)
     release["components"][0]["config"].update({LOCAL_IMAGE_KEY: IMAGE_ID, "compose.skipPull": True})
     return release
 
