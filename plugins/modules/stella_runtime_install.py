@@ -249,7 +249,8 @@ evidencePath:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.stellaops.runtime.plugins.module_utils.engine import install as ri
+from ansible_collections.stellaops.runtime.plugins.module_utils.engine import install_request as ri
+from ansible_collections.stellaops.runtime.plugins.module_utils.engine.install import RuntimeInstaller
 from ansible_collections.stellaops.runtime.plugins.module_utils.agent.module import command_runner, run_task
 
 ARGUMENT_SPEC = dict(
@@ -286,7 +287,7 @@ def main():
 
     def task():
         request = ri.parse_request(module.params)
-        installer = ri.RuntimeInstaller(command_runner(module), module.get_bin_path, module.warn)
+        installer = RuntimeInstaller(command_runner(module), module.get_bin_path, module.warn)
         return installer.execute(request, check_mode=module.check_mode)
 
     run_task(module, task)

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract import vocabulary as _contract
-from ansible_collections.stellaops.runtime.plugins.module_utils.engine import install as _runtime_install
+from ansible_collections.stellaops.runtime.plugins.module_utils.engine import install_request as _runtime_install
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract import versions as _versions
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -1,5 +1,6 @@
-"""The managed runtime install (engine/install.py): the pure decisions, the installer over a fake host,
-the module's masking of an embedded password, and docs/runtime-install.md against the role."""
+"""The managed runtime install (engine/install.py, engine/install_request.py): the pure decisions, the
+installer over a fake host, the module's masking of an embedded password, and docs/runtime-install.md
+against the role."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 import yaml
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.engine import install as ri
+from ansible_collections.stellaops.runtime.plugins.module_utils.engine import install_request as rq
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -37,7 +39,7 @@ def params(**kw):
 
 def code_of(options):
     with pytest.raises(StellaError) as info:
-        ri.parse_request(options)
+        rq.parse_request(options)
     assert PASSWORD not in info.value.reason and DECODED not in info.value.reason
     return info.value.code
 
@@ -46,15 +48,15 @@ def code_of(options):
 
 
 def test_split_credentials_decodes_and_lists_every_form():
-    clean, user, password, secrets = ri.split_credentials(URL)
+    clean, user, password, secrets = rq.split_credentials(URL)
     assert clean == "http://172.17.0.1:5010/debian"
     assert (user, password) == ("stella-apt", DECODED)
     assert secrets == sorted({PASSWORD, DECODED})
-    assert ri.split_credentials("https://apt.example/x")[1:] == (None, None, [])
-    assert ri.split_credentials(None)[3] == []
+    assert rq.split_credentials("https://apt.example/x")[1:] == (None, None, [])
+    assert rq.split_credentials(None)[3] == []
 
 
-@pytest.mark.parametrize("mode", ri.MODES)
+@pytest.mark.parametrize("mode", rq.MODES)
 def test_no_source_fails_closed_in_every_mode(mode):
     assert code_of({"mode": mode, "source_type": None}) == "runtime_install_source_missing"
     if mode != "offline":
@@ -105,22 +107,22 @@ def test_refusals(options, code):
 
 @pytest.mark.parametrize("mode", ["lab", "development"])
 def test_lab_and_development_accept_an_unsigned_repository(mode):
-    req = ri.parse_request(params(mode=mode, apt_signing_key=None, apt_trusted=True))
+    req = rq.parse_request(params(mode=mode, apt_signing_key=None, apt_trusted=True))
     assert req["apt"]["trusted"] is True
-    assert ri.apt_source_files(req)["/etc/apt/sources.list.d/stella-runtime.list"][0].endswith(
+    assert rq.apt_source_files(req)["/etc/apt/sources.list.d/stella-runtime.list"][0].endswith(
         "deb [trusted=yes] http://172.17.0.1:5010/debian ./\n"
     )
 
 
 def test_offline_accepts_a_bundle_only():
-    req = ri.parse_request(params(mode="offline", source_type="bundle", bundle_path="/b"))
+    req = rq.parse_request(params(mode="offline", source_type="bundle", bundle_path="/b"))
     assert req["bundle"] == {"path": "/b", "files": None, "checksums": {}}
     assert "apt" not in req
 
 
 def test_apt_files_keep_the_credential_in_the_auth_file_only():
-    req = ri.parse_request(params())
-    files = ri.apt_source_files(req)
+    req = rq.parse_request(params())
+    files = rq.apt_source_files(req)
     listing, mode = files["/etc/apt/sources.list.d/stella-runtime.list"]
     assert mode == 0o644 and listing.splitlines()[-1] == (
         "deb [signed-by=/etc/apt/keyrings/stella-runtime.asc] http://172.17.0.1:5010/debian ./"
@@ -135,7 +137,7 @@ def test_apt_files_keep_the_credential_in_the_auth_file_only():
 
 
 def test_apt_files_without_credentials_remove_our_auth_file_only():
-    req = ri.parse_request(
+    req = rq.parse_request(
         params(
             apt_url="https://apt.example/docker/",
             apt_suite="trixie",
@@ -144,7 +146,7 @@ def test_apt_files_without_credentials_remove_our_auth_file_only():
             apt_signed_by="/k.gpg",
         )
     )
-    files = ri.apt_source_files(req)
+    files = rq.apt_source_files(req)
     assert files["/etc/apt/auth.conf.d/stella-runtime.conf"] == (None, 0o600)
     assert files["/etc/apt/sources.list.d/stella-runtime.list"][0].splitlines()[-1] == (
         "deb [signed-by=/k.gpg] https://apt.example/docker trixie stable"
@@ -153,7 +155,7 @@ def test_apt_files_without_credentials_remove_our_auth_file_only():
 
 
 def test_apt_username_and_password_options():
-    req = ri.parse_request(params(apt_url="http://h:1/r", apt_username="u", apt_password="pw"))
+    req = rq.parse_request(params(apt_url="http://h:1/r", apt_username="u", apt_password="pw"))
     assert (req["apt"]["username"], req["apt"]["password"], req["secrets"]) == ("u", "pw", ["pw"])
 
 
@@ -176,12 +178,12 @@ NEW = {"client": "26.1.5+dfsg1", "server": "26.1.5+dfsg1", "dockerd": "26.1.5+df
     ids=["satisfied", "nothing", "no-compose", "old-compose", "stopped", "old-engine"],
 )
 def test_plan_actions(observed, expect):
-    plan = ri.plan_actions(ri.parse_request(params()), observed)
+    plan = ri.plan_actions(rq.parse_request(params()), observed)
     assert (plan["installEngine"], plan["installCompose"], plan["startEngine"], plan["packages"]) == expect
 
 
 def test_plan_for_a_bundle_names_no_packages_and_none_start_never_starts():
-    req = ri.parse_request(params(source_type="bundle", engine_start="none"))
+    req = rq.parse_request(params(source_type="bundle", engine_start="none"))
     assert ri.plan_actions(req, {}) == {
         "installEngine": True,
         "installCompose": True,
@@ -203,8 +205,8 @@ def test_dpkg_query_and_package_changes():
 
 
 def test_source_evidence_records_no_credential():
-    req = ri.parse_request(params())
-    src = ri.source_evidence(req)
+    req = rq.parse_request(params())
+    src = rq.source_evidence(req)
     assert src == {
         "type": "apt",
         "url": "http://172.17.0.1:5010/debian",
@@ -291,7 +293,7 @@ def apt_calls(host):
 
 def test_apt_install_uses_only_the_configured_source_and_writes_evidence(tmp_path):
     host = FakeHost(str(tmp_path))
-    req = ri.parse_request(params(evidence_path="/var/lib/stella/runtime-install.json"))
+    req = rq.parse_request(params(evidence_path="/var/lib/stella/runtime-install.json"))
     result = installer(host).execute(req)
     assert result["changed"] is True
     update, install = apt_calls(host)
@@ -320,7 +322,7 @@ def test_apt_install_uses_only_the_configured_source_and_writes_evidence(tmp_pat
 
 def test_satisfied_host_is_left_alone(tmp_path):
     host = FakeHost(str(tmp_path), installed=True, running=True)
-    result = installer(host).execute(ri.parse_request(params()))
+    result = installer(host).execute(rq.parse_request(params()))
     assert result["changed"] is False and result["evidence"]["evidencePath"] is None
     assert result["evidence"]["runtimeInstall"]["status"] == "satisfied"
     assert not apt_calls(host) and not (tmp_path / "etc/apt/sources.list.d").exists()
@@ -329,7 +331,7 @@ def test_satisfied_host_is_left_alone(tmp_path):
 
 def test_check_mode_reports_and_changes_nothing(tmp_path):
     host = FakeHost(str(tmp_path))
-    result = installer(host).execute(ri.parse_request(params()), check_mode=True)
+    result = installer(host).execute(rq.parse_request(params()), check_mode=True)
     assert result["changed"] is True and result["evidence"]["runtimeInstall"]["status"] == "planned"
     assert result["evidence"]["runtimeInstall"]["plan"]["packages"] == [
         "docker.io",
@@ -353,7 +355,7 @@ def test_bundle_installs_its_files_with_no_repository(tmp_path):
     make_bundle(tmp_path)
     host = FakeHost(str(tmp_path))
     sums = {"runc_1_amd64.deb": hashlib.sha256(b"runc_1_amd64.deb").hexdigest()}
-    req = ri.parse_request(params(mode="offline", source_type="bundle", bundle_checksums=sums))
+    req = rq.parse_request(params(mode="offline", source_type="bundle", bundle_checksums=sums))
     doc = installer(host).execute(req)["evidence"]["runtimeInstall"]
     (install,) = apt_calls(host)
     assert "Dir::Etc::SourceList=/dev/null" in install and "Dir::Etc::SourceParts=-" in install
@@ -372,7 +374,7 @@ def test_bundle_installs_its_files_with_no_repository(tmp_path):
 def test_bundle_with_another_digest_is_refused_before_apt(tmp_path):
     make_bundle(tmp_path)
     host = FakeHost(str(tmp_path))
-    req = ri.parse_request(params(source_type="bundle", bundle_checksums={"runc_1_amd64.deb": "0" * 64}))
+    req = rq.parse_request(params(source_type="bundle", bundle_checksums={"runc_1_amd64.deb": "0" * 64}))
     with pytest.raises(StellaError) as info:
         installer(host).execute(req)
     assert info.value.code == "runtime_install_source_invalid" and not apt_calls(host)
@@ -381,7 +383,7 @@ def test_bundle_with_another_digest_is_refused_before_apt(tmp_path):
 def test_missing_bundle_directory(tmp_path):
     host = FakeHost(str(tmp_path))
     with pytest.raises(StellaError) as info:
-        installer(host).execute(ri.parse_request(params(source_type="bundle")))
+        installer(host).execute(rq.parse_request(params(source_type="bundle")))
     assert info.value.code == "runtime_install_source_missing" and not apt_calls(host)
 
 
@@ -397,7 +399,7 @@ def test_an_engine_that_never_answers_is_a_failure_with_evidence(tmp_path):
 
     inst = ri.RuntimeInstaller(never_start, host.which, lambda m: None, sleep=lambda s: None, root=host.root)
     with pytest.raises(StellaError) as info:
-        inst.execute(ri.parse_request(params()))
+        inst.execute(rq.parse_request(params()))
     assert info.value.code == "runtime_install_failed"
     doc = info.value.evidence["runtimeInstall"]
     assert doc["status"] == "failed" and doc["failure"]["code"] == "runtime_install_failed"
@@ -468,7 +470,7 @@ def _doc():
 
 def test_docs_name_every_code():
     text = _doc()
-    for code in ri.CODES:
+    for code in rq.CODES:
         assert "`%s`" % code in text
 
 
