@@ -35,6 +35,7 @@ from planning_support import compose_config  # noqa: E402  pylint: disable=wrong
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.compose import apply as _compose_apply  # noqa: E402
 from ansible_collections.stellaops.runtime.plugins.module_utils.engine import preflight as _preflight  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.module_utils.engine import preflight_observer as _preflight_observer  # noqa: E402
 from ansible_collections.stellaops.runtime.plugins.module_utils.engine.cli import DockerCli  # noqa: E402
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.release import plan as _plan  # noqa: E402
 
@@ -356,7 +357,7 @@ def offline_preflight(monkeypatch):
         return True, "ok"
 
     monkeypatch.delenv("DOCKER_HOST", raising=False)
-    monkeypatch.setattr(_preflight, "_ping_unix_socket", ping)
+    monkeypatch.setattr(_preflight_observer, "_ping_unix_socket", ping)
     monkeypatch.setattr(_preflight, "RegistryClient", NoRegistry)
     monkeypatch.setattr(
         _compose_apply, "preflight_with", functools.partial(_preflight.preflight_with, get_bin_path=preflight_which)

@@ -15,12 +15,8 @@ import scripted as sc
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.hints import next_step
 from ansible_collections.stellaops.runtime.plugins.module_utils.engine.cli import DockerCli
-from ansible_collections.stellaops.runtime.plugins.module_utils.engine.preflight import (
-    CODES,
-    HostObserver,
-    build_request,
-    evaluate,
-)
+from ansible_collections.stellaops.runtime.plugins.module_utils.engine.preflight import CODES, build_request, evaluate
+from ansible_collections.stellaops.runtime.plugins.module_utils.engine.preflight_observer import HostObserver
 from ansible_collections.stellaops.runtime.plugins.module_utils.engine.preflight_registry import (
     credential_log_values,
     mask_credentials,
