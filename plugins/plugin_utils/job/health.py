@@ -34,23 +34,24 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabul
     PROJECT_BUSY,
     UNREACHABLE_CODE,
 )
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.model import HealthEvent, JobRecord, TargetRecord
 
 UNKNOWN = "unknown"
 
 
-def check_status(status):
+def check_status(status: str) -> str:
     if status not in HEALTH_STATUSES:
         raise ValueError("health status %r is not one of %s" % (status, ", ".join(HEALTH_STATUSES)))
     return status
 
 
-def probes_skipped(target):
+def probes_skipped(target: TargetRecord) -> bool:
     """The target's verify phase ran no probe because ``waitForHealthCheck`` is false."""
     verify = [p for p in target.get("phases") or [] if p.get("name") == "verify"]
     return bool(verify) and (verify[-1].get("detail") or {}).get("probes") == "skipped"
 
 
-def target_status(target):
+def target_status(target: TargetRecord) -> str | None:
     """The health status a target's persisted outcome implies, or ``None`` for no change."""
     status = target.get("status")
     if status == "Succeeded":
@@ -70,7 +71,7 @@ def target_status(target):
     return None
 
 
-def _event(record, name, target, status, reason):
+def _event(record: JobRecord, name: str, target: TargetRecord, status: str, reason: str) -> HealthEvent:
     return {
         "targetId": target.get("targetId") or name,
         "targetName": target.get("targetName") or name,
@@ -82,22 +83,24 @@ def _event(record, name, target, status, reason):
     }
 
 
-def started(before, after):
+def started(before: JobRecord | None, after: JobRecord) -> bool:
     """The job left ``Pending`` for ``Running`` with this change: every target answered its readiness check."""
-    return (before or {}).get("status") == "Pending" and after["status"] == "Running"
+    return before is not None and before.get("status") == "Pending" and after["status"] == "Running"
 
 
-def health_events(before, after, current=None):
+def health_events(
+    before: JobRecord | None, after: JobRecord, current: dict[str, str] | None = None
+) -> list[HealthEvent]:
     """The health changes that persisting ``after`` (the job record; ``before`` is what was stored,
     ``None`` for a new job) implies. ``current``: ``{targetId: status}`` the store holds now, for the
     rule that a target which answers again leaves ``unreachable``."""
     current = current or {}
-    events = []
-    old_targets = (before or {}).get("targets") or {}
+    events: list[HealthEvent] = []
+    old_targets = (before.get("targets") if before else None) or {}
     answered = started(before, after)
     for name in after.get("targetOrder") or sorted(after.get("targets") or {}):
         target = after["targets"][name]
-        old = old_targets.get(name) or {}
+        old: TargetRecord = old_targets.get(name) or {}
         status = target_status(target) if target.get("status") != old.get("status") else None
         if status is not None:
             reason = target.get("reason") or "job %s: target %s" % (after["jobId"], target["status"])

@@ -7,8 +7,10 @@ holds one claim per key while the job is unfinished (store/claims.py)."""
 
 from __future__ import annotations
 
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.model import JobRecord
 
-def project_keys(record):
+
+def project_keys(record: JobRecord) -> dict[str, str]:
     """``{target name: claim key}``: a target (by id) and the Compose project the job deploys there."""
     return {
         name: "%s|%s" % (t.get("targetId") or name, t.get("projectName") or "")
@@ -16,6 +18,6 @@ def project_keys(record):
     }
 
 
-def project_names(record):
+def project_names(record: JobRecord) -> list[str]:
     """The Compose projects the job deployed, sorted (pure)."""
     return sorted({t["projectName"] for t in (record.get("targets") or {}).values() if t.get("projectName")})

@@ -21,16 +21,27 @@ later batches are recorded ``Skipped``.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.model import Failure, GateDecision
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.schema import STRATEGIES
 
-DEFAULT_BATCH_SIZE = {"rolling": 1, "canary": [1, "100%"], "all-at-once": "100%", "blue-green": "100%", "a-b": "100%"}
+# A batch size: a count, or a share of all targets ("25%").
+Size = int | str
+
+DEFAULT_BATCH_SIZE: dict[str, Size | list[Size]] = {
+    "rolling": 1,
+    "canary": [1, "100%"],
+    "all-at-once": "100%",
+    "blue-green": "100%",
+    "a-b": "100%",
+}
 _PERCENT = re.compile(r"^([1-9][0-9]{0,2})%\Z")
 MAX_BATCH_ITEMS = 100
 
 
-def _invalid(message):
+def _invalid(message: str) -> StellaError:
     return StellaError(
         "release_invalid",
         "release input field strategyConfig.batchSize %s" % message,
@@ -39,7 +50,7 @@ def _invalid(message):
     )
 
 
-def _check_size(value):
+def _check_size(value: object) -> Size:
     if isinstance(value, bool):
         raise _invalid('must be a positive integer or a percentage such as "25%"')
     if isinstance(value, int):
@@ -53,7 +64,7 @@ def _check_size(value):
     raise _invalid('must be a positive integer or a percentage such as "25%%" (got %r)' % (value,))
 
 
-def check_strategy(strategy):
+def check_strategy(strategy: object) -> str:
     """``strategy`` when it is one of :data:`STRATEGIES`, else ``release_invalid`` naming the field."""
     if not isinstance(strategy, str) or strategy not in DEFAULT_BATCH_SIZE:
         raise StellaError(
@@ -66,9 +77,9 @@ def check_strategy(strategy):
     return strategy
 
 
-def batch_size_spec(strategy, strategy_config):
+def batch_size_spec(strategy: object, strategy_config: dict[str, Any] | None) -> list[Size]:
     """The validated size spec (a list of counts or percentages) for ``strategy``; raises release_invalid."""
-    check_strategy(strategy)
+    strategy = check_strategy(strategy)
     config = strategy_config or {}
     value = config.get("batchSize", DEFAULT_BATCH_SIZE[strategy])
     items = value if isinstance(value, list) else [value]
@@ -80,15 +91,16 @@ def batch_size_spec(strategy, strategy_config):
     return spec
 
 
-def _count(item, total):
+def _count(item: Size, total: int) -> int:
     if isinstance(item, int):
         return item
     return max(1, total * int(item[:-1]) // 100)
 
 
-def serial_sizes(spec, total):
+def serial_sizes(spec: list[Size], total: int) -> list[int]:
     """The batch sizes for ``total`` targets, as Ansible's ``serial`` computes them from ``spec``."""
-    sizes, done, index = [], 0, 0
+    sizes: list[int] = []
+    done, index = 0, 0
     while done < total:
         size = min(_count(spec[min(index, len(spec) - 1)], total), total - done)
         sizes.append(size)
@@ -97,19 +109,25 @@ def serial_sizes(spec, total):
     return sizes
 
 
-def plan_batches(strategy, strategy_config, targets):
+def plan_batches(strategy: object, strategy_config: dict[str, Any] | None, targets: list[str]) -> list[list[str]]:
     """``[[target, ...], ...]``: ``targets`` (already in their stable order) cut into batches."""
     if len(set(targets)) != len(targets):
         raise StellaError("release_invalid", "the job's targets are not unique: %s" % ", ".join(targets), phase="plan")
     sizes = serial_sizes(batch_size_spec(strategy, strategy_config), len(targets))
-    batches, start = [], 0
+    batches: list[list[str]] = []
+    start = 0
     for size in sizes:
         batches.append(list(targets[start : start + size]))
         start += size
     return batches
 
 
-def gate(batch_index, outcomes, traffic_failure=None, step_failure=None):
+def gate(
+    batch_index: int,
+    outcomes: list[tuple[str, str, str | None]],
+    traffic_failure: Failure | None = None,
+    step_failure: Failure | None = None,
+) -> GateDecision:
     """The strategy gate after batch ``batch_index`` (0-based).
 
     ``outcomes`` is ``[(target, status, reason), ...]`` for the batch's targets; ``traffic_failure``

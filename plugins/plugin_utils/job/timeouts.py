@@ -10,6 +10,9 @@ unknown (job/target.py). Pure.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
     DEFAULT_HOOK_TIMEOUT,
     DEFAULT_WAIT_TIMEOUT,
@@ -20,7 +23,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabul
 TASK_ALLOWANCE = 600
 
 
-def task_timeout(wait_timeout, hooks=(), given=0):
+def task_timeout(wait_timeout: int | None, hooks: Iterable[dict[str, Any]] | None = (), given: int | None = 0) -> int:
     """Seconds after which the controller gives up on a target's apply or rollback task that does not answer:
     ``given`` when set, else the services' wait twice (the apply's, and a failed apply's restore), every
     hook's timeout and :data:`TASK_ALLOWANCE`."""
