@@ -23,6 +23,7 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import view 
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.command import main as _command
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import report as _report
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.report_view import STATUS_COLOURS
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.command import report_files as _report_files
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.masking import collect_secrets
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.command import store as _store_cli
 
@@ -476,7 +477,7 @@ def write_job_evidence(tmp_path, record):
 def test_write_report_writes_report_html_next_to_the_evidence(tmp_path):
     record = rolled_back()
     _root, job_dir = write_job_evidence(tmp_path, record)
-    written = _report.write_report(record, str(job_dir))
+    written = _report_files.write_report(record, str(job_dir))
     path = job_dir / "report.html"
     assert written == {"path": str(path), "sha256": sha256_bytes(path.read_bytes())}
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o640

@@ -39,6 +39,7 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import 
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import sql as _job_store
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.documents import checked_document, stored_evidence
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import report as _report
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.command import report_files as _report_files
 
 STORE_HELP = _location.STORE_HELP
 # stella health --check: every target shown is healthy (0), or not (this status)
@@ -163,11 +164,11 @@ def report(argv, stdout=None, stderr=None):
         }
         directory = job_evidence_dir(options.evidence_dir, record["jobId"]) if options.evidence_dir else None
         if directory and options.output is None:
-            written = _report.write_report(record, directory, recorded, corrupt)
+            written = _report_files.write_report(record, directory, recorded, corrupt)
             stdout.write("report: %s\n" % written["path"])
             return corrupt_line(stderr, corrupt)
         if directory:
-            files, rollback, deployments = _report.load_evidence(record, directory, recorded, corrupt)
+            files, rollback, deployments = _report_files.load_evidence(record, directory, recorded, corrupt)
         to_stdout = options.output in (None, "-")
         if to_stdout:  # links relative to the job's evidence directory (none without one)
             base = os.path.abspath(directory) if directory else None

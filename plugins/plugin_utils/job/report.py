@@ -9,16 +9,19 @@ job's ``release.rollback.evidence.v1`` and each target's ``deployment.json``) in
 shows comes from :func:`.report_view.report_view`, the page itself is :data:`TEMPLATE`. The page has
 inline CSS only, no script and no external address; every value is escaped, links are relative, and
 values under secret-bearing keys (``secretEnv``, registry credentials, passwords, tokens, headers) are
-never shown: they are collected first and masked wherever they would appear. :func:`load_evidence` and
-:func:`write_report` read the job's evidence directory and write ``report.html`` beside ``job.json``. An
-evidence document that does not hash to the SHA-256 recorded with it, or is no JSON document, is shown as
-corrupt and its contents are never used (``evidence_corrupt``).
+never shown: they are collected first and masked wherever they would appear. :func:`evidence_from` checks
+the job's evidence files, as their reader hands them over (command/report_files.py reads the job's
+evidence directory and writes ``report.html`` beside ``job.json``): an evidence document that does not
+hash to the SHA-256 recorded with it, or is no JSON document, is shown as corrupt and its contents are
+never used (``evidence_corrupt``). Pure, no I/O.
 """
 
 from __future__ import annotations
 
 import json
-import os
+import posixpath
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import jinja2
 import markupsafe
@@ -29,12 +32,12 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors 
     redact_text,
     redact_url,
 )
-from ansible_collections.stellaops.runtime.plugins.module_utils.host.files import atomic_write
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.masking import collect_secrets
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.writer import (
     JOB_EVIDENCE_FILE,
     ROLLBACK_EVIDENCE_FILE,
 )
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.model import JobRecord
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.report_view import report_view
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.view import rollback_evidence as _rollback_evidence
 
@@ -190,7 +193,14 @@ or is no JSON document; nothing of it is shown): {{ v.corrupt|join(", ") }}</p>{
 """
 
 
-def render_report(record, evidence_files=None, rollback_evidence=None, deployments=None, base=None, corrupt=()):
+def render_report(
+    record: JobRecord,
+    evidence_files: Mapping[str, Mapping[str, Any]] | None = None,
+    rollback_evidence: Mapping[str, Any] | None = None,
+    deployments: Mapping[str, Mapping[str, Any]] | None = None,
+    base: str | None = None,
+    corrupt: Iterable[str] = (),
+) -> str:
     """The report page (str) of ``record``. ``evidence_files``: ``{name: {"path", "sha256"}}`` of the job's
     evidence (``job.json``, ``rollback-evidence.json``); ``rollback_evidence``: the parsed
     ``rollback-evidence.json`` (else derived from the record when its rollback ran); ``deployments``:
@@ -201,33 +211,23 @@ def render_report(record, evidence_files=None, rollback_evidence=None, deploymen
         rollback_evidence = _rollback_evidence(record)
     secrets = collect_secrets([record, deployments, rollback_evidence])
 
-    def finalize(value):
+    def finalize(value: object) -> str:
         if value is None:
             return ""
         if isinstance(value, markupsafe.Markup):  # a macro's output: its values went through here already
             return value
-        return redact_text(redact_url(value if isinstance(value, str) else str(value)), secrets)
+        shown: str = redact_text(redact_url(value if isinstance(value, str) else str(value)), secrets)
+        return shown
 
     environment = jinja2.Environment(
         autoescape=True, finalize=finalize, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True
     )
     view = report_view(record, evidence_files, rollback_evidence, deployments, base, set(corrupt or ()))
-    return environment.from_string(TEMPLATE).render(v=view)
+    page: str = environment.from_string(TEMPLATE).render(v=view)
+    return page
 
 
-def _read_json(path):
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read()
-    except OSError:
-        return None, None
-    try:
-        return data, json.loads(data)
-    except ValueError:
-        return data, None
-
-
-def _check(path, data, sha256, corrupt):
+def checked_evidence(path: str, data: bytes, sha256: str | None, corrupt: dict[str, StellaError]) -> Any:
     """The JSON document of the evidence file ``path`` (``data``: its bytes) when it hashes to ``sha256``
     (``None``: not known) and is JSON, else ``None`` with its ``evidence_corrupt`` error in ``corrupt``."""
     if sha256 and sha256_bytes(data) != sha256:
@@ -242,43 +242,38 @@ def _check(path, data, sha256, corrupt):
         return None
 
 
-def load_evidence(record, directory, recorded=None, corrupt=None):
-    """``(evidence_files, rollback evidence, deployments)`` read from the job's evidence ``directory``
-    (``<evidence_dir>/jobs/<jobId>``; ``None``: none) and each target's ``deployment.json`` the record names.
-    Each file is checked against the SHA-256 recorded with it (a ``deployment.json``'s in the record, the
-    job's own files' in ``recorded``, ``{file name: sha256}``, when known) and must be JSON: one that is not
-    is never read as evidence, its entry gets ``"corrupt": True`` and its ``evidence_corrupt`` error is added
-    to ``corrupt`` (``{path: error}``) when given."""
-    files, rollback, corrupt = {}, None, {} if corrupt is None else corrupt
-    for name in JOB_FILES if directory else ():
-        path = os.path.join(directory, name)
-        data, _document = _read_json(path)
+def evidence_from(
+    record: JobRecord,
+    directory: str | None,
+    read: Callable[[str], bytes | None],
+    recorded: Mapping[str, str] | None = None,
+    corrupt: dict[str, StellaError] | None = None,
+) -> tuple[dict[str, dict[str, Any]], dict[str, Any] | None, dict[str, dict[str, Any]]]:
+    """``(evidence_files, rollback evidence, deployments)`` of the job's evidence ``directory``
+    (``<evidence_dir>/jobs/<jobId>``; ``None``: none) and each target's ``deployment.json`` the record names,
+    their bytes as ``read`` returns them (``None``: the file cannot be read). Each file is checked against the
+    SHA-256 recorded with it (a ``deployment.json``'s in the record, the job's own files' in ``recorded``,
+    ``{file name: sha256}``, when known) and must be JSON: one that is not is never read as evidence, its
+    entry gets ``"corrupt": True`` and its ``evidence_corrupt`` error is added to ``corrupt`` (``{path:
+    error}``) when given."""
+    files: dict[str, dict[str, Any]] = {}
+    rollback: dict[str, Any] | None = None
+    corrupt = {} if corrupt is None else corrupt
+    job_files = [(name, posixpath.join(directory, name)) for name in JOB_FILES] if directory else []
+    for name, path in job_files:
+        data = read(path)
         if data is not None:
             files[name] = {"path": path, "sha256": sha256_bytes(data)}
-            document = _check(path, data, (recorded or {}).get(name), corrupt)
+            document = checked_evidence(path, data, (recorded or {}).get(name), corrupt)
             if path in corrupt:
                 files[name]["corrupt"] = True
             elif name == ROLLBACK_EVIDENCE_FILE:
                 rollback = document
-    deployments = {}
+    deployments: dict[str, dict[str, Any]] = {}
     for name, target in (record.get("targets") or {}).items():
         entry = (target.get("evidence") or {}).get("deployment.json") or {}
-        data, _document = _read_json(entry["path"]) if entry.get("path") else (None, None)
-        document = None if data is None else _check(entry["path"], data, entry.get("sha256"), corrupt)
+        data = read(entry["path"]) if entry.get("path") else None
+        document = None if data is None else checked_evidence(entry["path"], data, entry.get("sha256"), corrupt)
         if isinstance(document, dict):
             deployments[name] = document
     return files, rollback, deployments
-
-
-def write_report(record, directory, recorded=None, corrupt=None):
-    """Write ``<directory>/report.html`` atomically (``directory``: the job's evidence directory, where
-    ``job.json`` is); returns ``{"path", "sha256"}``. ``recorded``, ``corrupt``: as :func:`load_evidence`'s."""
-    os.makedirs(directory, mode=0o750, exist_ok=True)
-    corrupt = {} if corrupt is None else corrupt
-    files, rollback, deployments = load_evidence(record, directory, recorded, corrupt)
-    data = render_report(record, files, rollback, deployments, base=os.path.abspath(directory), corrupt=corrupt).encode(
-        "utf-8"
-    )
-    path = os.path.join(directory, REPORT_FILE)
-    atomic_write(path, data, mode=0o640)
-    return {"path": path, "sha256": sha256_bytes(data)}

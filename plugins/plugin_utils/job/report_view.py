@@ -14,14 +14,20 @@ are raw here; the page escapes them and masks the secret ones.
 from __future__ import annotations
 
 import json
-import os
 import posixpath
 import urllib.parse
+from collections.abc import Container, Mapping
+from typing import Any
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import job_evidence_dir
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.masking import masked
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.rollback import verify_rollback_evidence
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.view import job_evidence
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.model import JobRecord, TargetRecord
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.view import (
+    PhaseList,
+    job_evidence,
+    script_proof_digest,
+)
 
 # Banner colours: the job's status at a glance.
 STATUS_COLOURS = {
@@ -54,7 +60,7 @@ ARTIFACT_KEYS = ("manifestHash", "composeLockHash", "versionStickerHash", "apply
 PHASE_COLOURS = {"ok": "#2da44e", "bad": "#cf222e", "muted": "#afb8c1", "warn": "#d97706", "info": "#218bff"}
 
 
-def _flat(value, prefix=""):
+def _flat(value: Mapping[str, Any] | None, prefix: str = "") -> list[tuple[str, str]]:
     """``[(dotted key, text)]`` of a mapping (pure)."""
     rows = []
     for key, item in sorted((value or {}).items()):
@@ -66,15 +72,15 @@ def _flat(value, prefix=""):
     return rows
 
 
-def _badge(status):
+def _badge(status: object) -> str:
     return BADGES.get(str(status or "").lower().replace("-", "_"), "muted")
 
 
-def _yes(value):
+def _yes(value: object) -> str | None:
     return None if value is None else ("yes" if value else "no")
 
 
-def _failure_text(failure):
+def _failure_text(failure: Mapping[str, Any] | None) -> str | None:
     if not failure:
         return None
     target = failure.get("target") or {}
@@ -84,22 +90,22 @@ def _failure_text(failure):
     )
 
 
-def _duration(ms):
+def _duration(ms: float | None) -> str:
     if ms is None:
         return ""
     return "%d ms" % ms if ms < 1000 else "%.1f s" % (ms / 1000.0)
 
 
-def _href(path, base):
+def _href(path: str | None, base: str | None) -> str | None:
     """A relative link to ``path`` from ``base`` (the report's directory), or ``None``."""
     if not path:
         return None
     if base is None:
-        return None if os.path.isabs(path) else urllib.parse.quote(path)
-    return urllib.parse.quote(os.path.relpath(path, base) if os.path.isabs(path) else path)
+        return None if posixpath.isabs(path) else urllib.parse.quote(path)
+    return urllib.parse.quote(posixpath.relpath(path, base) if posixpath.isabs(path) else path)
 
 
-def _document_href(document, job_id):
+def _document_href(document: str | None, job_id: str) -> str | None:
     """A link to a document of the job store from the job's report, as the two lie in an evidence
     directory (``stella evidence JOB --output DIR`` writes that tree), or ``None``."""
     if not document:
@@ -107,7 +113,7 @@ def _document_href(document, job_id):
     return urllib.parse.quote(posixpath.relpath(document, job_evidence_dir("", job_id)))
 
 
-def _phases(target, key):
+def _phases(target: TargetRecord, key: PhaseList) -> dict[str, Any]:
     phases = target.get(key) or []
     total = sum(p.get("durationMs") or 0 for p in phases)
     rows = []
@@ -128,10 +134,10 @@ def _phases(target, key):
     return {"rows": rows, "total": _duration(total) if phases else ""}
 
 
-def _traffic(evidence, prefix):
+def _traffic(evidence: Mapping[str, Any] | None, prefix: str) -> dict[str, Any]:
     evidence = evidence or {}
 
-    def get(key):
+    def get(key: str) -> Any:
         return evidence.get(prefix + key)
 
     known = ("mode", "status", "shifted", "adapter", "slot", "controlWeight", "treatmentWeight", "reason")
@@ -154,21 +160,23 @@ def _traffic(evidence, prefix):
     }
 
 
-def _hashes(target, deployment):
+def _hashes(target: TargetRecord, deployment: Mapping[str, Any] | None) -> list[tuple[str, str]]:
     """``[(what, value)]``: the artifact hashes of one target, from the record and its deployment.json."""
-    rows, seen = [], set()
+    rows: list[tuple[str, str]] = []
+    seen: set[tuple[str, str]] = set()
 
-    def add(what, value):
+    def add(what: str, value: str | None) -> None:
         if value and (what, value) not in seen:
             seen.add((what, value))
             rows.append((what, value))
 
+    fields: Mapping[str, Any] = target  # the artifact keys, as the record and deployment.json name them
     artifacts = dict((deployment or {}).get("artifacts") or {})
     for key in ARTIFACT_KEYS:
-        add(key, target.get(key) or artifacts.get(key))
+        add(key, fields.get(key) or artifacts.get(key))
     add("rollbackDigest", (target.get("rollback") or {}).get("rollbackDigest"))
     for file_name, digest in sorted(
-        dict(artifacts.get("artifactHashes") or {}, **(target.get("artifactHashes") or {})).items()
+        dict(artifacts.get("artifactHashes") or {}, **(fields.get("artifactHashes") or {})).items()
     ):
         add(file_name, digest)
     for container in (deployment or {}).get("containers") or []:
@@ -178,12 +186,14 @@ def _hashes(target, deployment):
     return rows
 
 
-def _corrupt(entry, corrupt):
+def _corrupt(entry: Mapping[str, Any], corrupt: Container[str]) -> bool:
     """Whether the evidence file ``entry`` (``{"path", "document", "corrupt"}``) failed its check."""
     return bool(entry.get("corrupt") or any(entry.get(k) and entry[k] in corrupt for k in ("path", "document")))
 
 
-def _target_view(record, name, deployment, base, corrupt):
+def _target_view(
+    record: JobRecord, name: str, deployment: Mapping[str, Any] | None, base: str | None, corrupt: Container[str]
+) -> dict[str, Any]:
     target = record["targets"][name]
     probe = ((deployment or {}).get("health") or {}).get("probe") or {}
     files = [
@@ -232,10 +242,10 @@ def _target_view(record, name, deployment, base, corrupt):
     }
 
 
-def _rollback_view(record, evidence):
+def _rollback_view(record: JobRecord, evidence: Mapping[str, Any] | None) -> dict[str, Any]:
     rollback = record.get("rollback") or {}
     order = " \u2192 ".join(", ".join(batch) for batch in rollback.get("batches") or [])
-    view = {
+    view: dict[str, Any] = {
         "status": rollback.get("status"),
         "badge": _badge(rollback.get("status")),
         "present": bool(rollback),
@@ -293,22 +303,30 @@ def _rollback_view(record, evidence):
     return view
 
 
-def report_view(record, evidence_files, rollback, deployments, base, corrupt):
+def report_view(
+    record: JobRecord,
+    evidence_files: Mapping[str, Mapping[str, Any]] | None,
+    rollback: Mapping[str, Any] | None,
+    deployments: Mapping[str, Mapping[str, Any]] | None,
+    base: str | None,
+    corrupt: set[str],
+) -> dict[str, Any]:
     release = record.get("release") or {}
     gates = {g.get("batch"): g for g in record.get("gates") or []}
     batches = []
     for index, batch in enumerate(record.get("batches") or []):
         gate = gates.get(index)
         verdict = None if gate is None else ("proceed" if gate.get("proceed") else "stop")
+        decided: Mapping[str, Any] = gate or {}
         batches.append(
             {
                 "number": index + 1,
                 "targets": batch,
                 "gate": verdict,
                 "badge": _badge(verdict),
-                "reason": (gate or {}).get("reason"),
-                "at": (gate or {}).get("at"),
-                "failed": ", ".join((gate or {}).get("failedTargets") or []),
+                "reason": decided.get("reason"),
+                "at": decided.get("at"),
+                "failed": ", ".join(decided.get("failedTargets") or []),
             }
         )
     traffic = [
@@ -344,8 +362,9 @@ def report_view(record, evidence_files, rollback, deployments, base, corrupt):
         for name, entry in sorted((evidence_files or {}).items())
     ]
     job_hashes = [("job evidenceDigest", job_evidence(record)["evidenceDigest"])]
-    if (record.get("scriptGraphProof") or {}).get("proofDigest"):
-        job_hashes.append(("scriptGraphProof proofDigest", record["scriptGraphProof"]["proofDigest"]))
+    graph_proof = script_proof_digest(record)
+    if graph_proof:
+        job_hashes.append(("scriptGraphProof proofDigest", graph_proof))
     if rollback:
         job_hashes += [
             ("rollback proofDigest", rollback.get("proofDigest")),
