@@ -28,7 +28,7 @@ from typing import Any
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import PHASES
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.rollback import projection_keys
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.model import JobRecord, TargetRecord
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.traffic.adapters import (
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.traffic.strategy import (
     PREFIX as TRAFFIC_PREFIX,
     ROLLBACK_PREFIX as TRAFFIC_ROLLBACK_PREFIX,
 )

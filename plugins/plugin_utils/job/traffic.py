@@ -18,7 +18,7 @@ from __future__ import annotations
 import copy
 
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.record import AUTO_ROLLBACK_DISABLED
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.traffic import adapters as _traffic
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.traffic import strategy as _traffic
 
 DEFAULT_CONTROL_SLOT = "active"
 

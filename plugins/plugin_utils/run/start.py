@@ -49,7 +49,7 @@ def plan(ctx, args, now):
     from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.masking import masked
     from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import plan as _plan
     from ansible_collections.stellaops.runtime.plugins.plugin_utils.release import inputs
-    from ansible_collections.stellaops.runtime.plugins.plugin_utils.traffic.adapters import check_traffic_config
+    from ansible_collections.stellaops.runtime.plugins.plugin_utils.traffic.strategy import check_traffic_config
 
     job_id, source = (
         (args["job_id"], "job_id")

@@ -9,10 +9,11 @@ An adapter moves traffic between the active slot (control) and the slot a blue-g
 job deployed (treatment) and returns evidence with the contract's keys (``strategy.traffic.*``).
 Without an adapter only standby-slot evidence is written, and nothing implies that traffic moved.
 
-Pure parts: :func:`step_weights`, :func:`standby_evidence`, :func:`resolve`, the request bodies and
-the checks of a controller's answer. The two adapters do I/O: ``local-file`` (an atomic write of
-the route state, lab verification only) and ``webhook`` (``requests`` POSTs to an operator's router
-controller). Register your own in :data:`ADAPTERS`.
+Pure parts: :func:`standby_evidence`, :func:`resolve`, the request bodies and the checks of a
+controller's answer. The two adapters do I/O: ``local-file`` (an atomic write of the route state, lab
+verification only) and ``webhook`` (``requests`` POSTs to an operator's router controller, the whole
+exchange bounded by :mod:`.deadline`). Register your own in :data:`ADAPTERS`. The weights each strategy
+asks for and the prefixes of the evidence keys are :mod:`.strategy`.
 """
 
 from __future__ import annotations
@@ -20,8 +21,6 @@ from __future__ import annotations
 import abc
 import json
 import os
-import re
-import socket
 import threading
 import time
 
@@ -29,10 +28,9 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.canonic
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError, redact_url
 from ansible_collections.stellaops.runtime.plugins.module_utils.host.files import atomic_write
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.execution import http as _requests
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.traffic.deadline import Deadline, deadline_http_adapter
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.traffic.strategy import PREFIX, ROLLBACK_PREFIX
 
-TRAFFIC_STRATEGIES = ("blue-green", "canary", "a-b")
-PREFIX = "strategy.traffic."
-ROLLBACK_PREFIX = "strategy.traffic.rollback."
 MODE_STANDBY_ONLY = "standby_only"
 MODE_SHIFT = "traffic_shift"
 MODE_ROLLBACK = "traffic_rollback"
@@ -44,7 +42,6 @@ REASON_MISSING = "traffic_adapter_missing"
 REASON_EXECUTOR_MISSING = "traffic_adapter_executor_missing"
 CODE_SHIFT_FAILED = "traffic_adapter_failed"
 CODE_ROLLBACK_FAILED = "traffic_adapter_rollback_failed"
-DEFAULT_CANARY_STEPS = (10, 50, 100)
 DEFAULT_TIMEOUT = 10.0
 MAX_TIMEOUT = 300
 # The largest controller answer read (the answer is a small JSON object).
@@ -53,77 +50,6 @@ MAX_ANSWER_BYTES = 64 * 1024
 
 class TrafficError(StellaError):
     """An adapter failed closed; ``evidence`` holds what it observed (never a credential)."""
-
-
-def _weight(value, what):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 100:
-        raise StellaError(
-            "traffic_config_invalid", "%s must be a number from 0 to 100, got %r" % (what, value), phase="plan"
-        )
-    return int(value)
-
-
-def step_weights(strategy, config, batch, batches):
-    """``(controlWeight, treatmentWeight)`` after batch ``batch`` (0-based) of ``batches`` (pure).
-
-    - canary: ``strategyConfig.trafficSteps`` (default ``[10, 50, 100]``), one step per batch, the last
-      step repeats, and the last batch always ends at 100;
-    - blue-green: 0 until the treatment slot is verified, then 100 (one switch, after the last batch);
-    - a-b: ``strategyConfig.trafficWeights`` ``{control, treatment}`` (default 50/50).
-    """
-    config = config or {}
-    if strategy == "canary":
-        steps = [
-            _weight(v, "trafficSteps[%d]" % i) for i, v in enumerate(config.get("trafficSteps") or DEFAULT_CANARY_STEPS)
-        ]
-        if steps != sorted(steps):
-            raise StellaError("traffic_config_invalid", "trafficSteps must not decrease: %s" % steps, phase="plan")
-        treatment = 100 if batch >= batches - 1 else steps[min(batch, len(steps) - 1)]
-    elif strategy == "blue-green":
-        treatment = 100 if batch >= batches - 1 else 0
-    elif strategy == "a-b":
-        weights = config.get("trafficWeights") or {"control": 50, "treatment": 50}
-        control = _weight(weights.get("control"), "trafficWeights.control")
-        treatment = _weight(weights.get("treatment"), "trafficWeights.treatment")
-        if control + treatment != 100:
-            raise StellaError(
-                "traffic_config_invalid",
-                "trafficWeights must add up to 100, got %d + %d" % (control, treatment),
-                phase="plan",
-            )
-        return control, treatment
-    else:
-        raise StellaError("traffic_config_invalid", "strategy %s moves no traffic" % strategy, phase="plan")
-    return 100 - treatment, treatment
-
-
-# Option names that carry credentials: they belong in the adapter options from variables (no_log), never
-# in the release, which the job record, its evidence and the store keep verbatim.
-_SECRET_OPTION = re.compile(r"(password|passwd|secret|token|credential|auth|headers|cookie|api[_-]?key)", re.I)
-
-
-def check_traffic_config(strategy, config, batches):
-    """The traffic part of a release checked once at planning (pure), so it fails the plan
-    (``traffic_config_invalid``, nothing touched), never the traffic step of a running job:
-
-    - every batch's weights of a traffic strategy (``trafficSteps``, ``trafficWeights``);
-    - no credential in ``trafficAdapterOptions`` (an option named like one, or a URL with userinfo):
-      credentials go in ``stella_traffic_adapter_options``, which is never logged or stored.
-    """
-    config = config or {}
-    if strategy in TRAFFIC_STRATEGIES:
-        for batch in range(max(batches, 1)):
-            step_weights(strategy, config, batch, batches)
-    for name, value in sorted((config.get("trafficAdapterOptions") or {}).items()):
-        userinfo = isinstance(value, str) and "@" in value.split("://", 1)[-1].split("/", 1)[0]
-        if _SECRET_OPTION.search(str(name)) or userinfo:
-            raise StellaError(
-                "traffic_config_invalid",
-                "strategyConfig.trafficAdapterOptions.%s carries credentials, "
-                "which the job record and its evidence would keep: give them in "
-                "stella_traffic_adapter_options (never logged or stored) instead" % name,
-                phase="plan",
-            )
 
 
 def standby_evidence(reason, slot):
@@ -238,7 +164,7 @@ def webhook_limits(options):
 class Adapter(abc.ABC):
     """A traffic adapter: ``shift`` and ``rollback`` return evidence or raise :class:`TrafficError`."""
 
-    kind = None
+    kind: str | None = None  # the name it is registered under in ADAPTERS
 
     def __init__(self, options):
         self.options = dict(options or {})
@@ -314,94 +240,13 @@ class LocalFileAdapter(Adapter):
         return {"statePath": path}
 
 
-class _Deadline:
-    """One webhook exchange's deadline: every socket the exchange opens is registered here and shut down
-    (both ways) when the deadline passes, so a read or write blocked on it returns at once, however
-    the peer paces its bytes (``expire``, run by a timer thread)."""
-
-    def __init__(self, seconds):
-        self.at = time.monotonic() + seconds
-        self.expired = False
-        self._sockets = []
-        self._lock = threading.Lock()
-
-    def remaining(self):
-        return max(self.at - time.monotonic(), 0.001)
-
-    def opened(self, sock):
-        with self._lock:
-            self._sockets.append(sock)
-            expired = self.expired
-        if expired:
-            _shut(sock)
-
-    def expire(self):
-        with self._lock:
-            self.expired = True
-            sockets = list(self._sockets)
-        for sock in sockets:
-            _shut(sock)
-
-
-def _shut(sock):
-    try:
-        sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass  # already closed, or handed over to the TLS socket that is registered too
-
-
-def _deadline_http_adapter(requests, deadline):
-    """A ``requests`` transport adapter whose connections register their sockets with ``deadline`` and
-    connect, shake hands and send within what is left of it (the TLS handshake and ``sendall`` of
-    Python's sockets are bounded as a whole by the socket's timeout)."""
-    # pylint: disable=import-outside-toplevel
-    from urllib3.connection import HTTPConnection, HTTPSConnection
-    from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
-
-    def new_conn(base):
-        class Connection(base):
-            def _new_conn(self):
-                self.timeout = deadline.remaining()
-                sock = super()._new_conn()
-                sock.settimeout(deadline.remaining())
-                deadline.opened(sock)
-                return sock
-
-            def connect(self):
-                super().connect()
-                deadline.opened(self.sock)  # the TLS socket, which took the plain one's place
-
-        return Connection
-
-    class HTTPPool(HTTPConnectionPool):
-        ConnectionCls = new_conn(HTTPConnection)
-
-    class HTTPSPool(HTTPSConnectionPool):
-        ConnectionCls = new_conn(HTTPSConnection)
-
-    pools = {"http": HTTPPool, "https": HTTPSPool}
-
-    class DeadlineAdapter(requests.adapters.HTTPAdapter):
-        def init_poolmanager(self, *args, **kwargs):
-            super().init_poolmanager(*args, **kwargs)
-            self.poolmanager.pool_classes_by_scheme = dict(pools)
-
-        def proxy_manager_for(self, proxy, **proxy_kwargs):
-            manager = super().proxy_manager_for(proxy, **proxy_kwargs)
-            if not proxy.lower().startswith("socks"):  # a SOCKS proxy's pools speak SOCKS
-                manager.pool_classes_by_scheme = dict(pools)
-            return manager
-
-    return DeadlineAdapter()
-
-
 class WebhookAdapter(Adapter):
     """``webhook``: POSTs each request to ``options.shiftUrl`` / ``options.rollbackUrl`` and fails
     closed on a missing URL, a bad option (:func:`webhook_limits`), a redirect (never followed), an answer
     that takes longer than ``timeoutSeconds`` in all or is larger than ``MAX_ANSWER_BYTES``, an
     unreachable controller, a non-2xx answer or an answer that is not the expected JSON (weights whole
     numbers equal to those asked). ``timeoutSeconds`` bounds the whole exchange: connecting, sending,
-    the status line, the headers and the body (:class:`_Deadline`), however slowly the peer sends them.
+    the status line, the headers and the body (:class:`Deadline`), however slowly the peer sends them.
     ``options.headers`` (e.g. a bearer token) come from ``no_log`` variables and are never written into
     evidence."""
 
@@ -432,9 +277,9 @@ class WebhookAdapter(Adapter):
                 evidence=facts,
             )
         timeout, headers = webhook_limits(self.options)
-        deadline = _Deadline(timeout)
+        deadline = Deadline(timeout)
         session = requests.Session()
-        adapter = _deadline_http_adapter(requests, deadline)
+        adapter = deadline_http_adapter(requests, deadline)
         session.mount("http://", adapter)
         session.mount("https://", adapter)
         timer = threading.Timer(timeout, deadline.expire)
@@ -513,7 +358,7 @@ class WebhookAdapter(Adapter):
     @staticmethod
     def _read(response, deadline, timeout, facts):
         """The answer's body, within the exchange's deadline (a read blocked when it passes is cut by
-        :meth:`_Deadline.expire`) and at most ``MAX_ANSWER_BYTES``."""
+        :meth:`Deadline.expire`) and at most ``MAX_ANSWER_BYTES``."""
         chunks, size = [], 0
         # pieces as they arrive (one receive each), so the deadline is checked while a slow answer drips
         read1 = getattr(response.raw, "read1", None)

@@ -1,6 +1,6 @@
-"""traffic/adapters.py: weights per strategy, standby-only evidence, adapter resolution, the local-file adapter on
-disk and the webhook adapter against a real HTTP server on loopback (success, HTTP 500, invalid JSON,
-timeout, unreachable), with a planted credential that must not reach the evidence."""
+"""traffic/strategy.py and traffic/adapters.py: weights per strategy, standby-only evidence, adapter resolution,
+the local-file adapter on disk and the webhook adapter against a real HTTP server on loopback (success, HTTP
+500, invalid JSON, timeout, unreachable), with a planted credential that must not reach the evidence."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import yaml
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.traffic import adapters as tr
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.traffic import strategy as _strategy
 
 JOB = {
     "jobId": "job-1",
@@ -42,7 +43,7 @@ SECRET = "s3cr3t-router-token"
     ],
 )
 def test_step_weights(strategy, config, batches, expected):
-    assert [tr.step_weights(strategy, config, b, batches) for b in range(batches)] == expected
+    assert [_strategy.step_weights(strategy, config, b, batches) for b in range(batches)] == expected
 
 
 @pytest.mark.parametrize(
@@ -56,7 +57,7 @@ def test_step_weights(strategy, config, batches, expected):
 )
 def test_bad_traffic_config_is_refused(strategy, config, needle):
     with pytest.raises(StellaError) as err:
-        tr.step_weights(strategy, config, 0, 2)
+        _strategy.step_weights(strategy, config, 0, 2)
     assert err.value.code == "traffic_config_invalid" and needle in err.value.reason
 
 
@@ -292,7 +293,7 @@ def test_the_documented_release_options_resolve_to_the_webhook_adapter():
     release = yaml.safe_load(doc_blocks("yaml")[0])
     adapter, why = tr.resolve(release["strategyConfig"])
     assert why is None and adapter.kind == "webhook"
-    assert release["strategy"] in tr.TRAFFIC_STRATEGIES
+    assert release["strategy"] in _strategy.TRAFFIC_STRATEGIES
 
 
 def test_the_documented_request_body_and_route_state_have_the_keys_the_adapters_send(tmp_path):
