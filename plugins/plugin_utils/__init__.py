@@ -3,5 +3,6 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 
 """Controller side of stellaops.runtime (private: may change without notice). Each subpackage owns
-one concept: job, store, release, evidence, probe, traffic, provider, execution.
+one concept, in layers, bottom to top (docs/architecture.md): execution, evidence, probe and traffic,
+release, job, store, run, provider, command.
 """

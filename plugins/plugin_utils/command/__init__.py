@@ -5,7 +5,9 @@
 """The ``stella`` command line (docs/stella-command.md): ``main`` reads the command's name and hands
 its arguments on, ``stella --help`` and ``stella --version`` (the collection's own metadata), the
 Docker CLI plugin's metadata, and ``stella install`` (the launchers, after checking the provider's
-Python dependencies). The commands themselves live with what they work on: the job store commands
-in ``store``, ``stella compose ...`` in ``provider``. Importing this package needs the standard
-library only, so a missing dependency is reported, never a traceback.
+Python dependencies); the commands that read the job store: ``stella report``, ``health``,
+``interrupt`` and ``prune`` (store, with the report's files: report_files), ``stella list`` and
+``show`` (jobs), ``stella evidence`` (evidence). ``stella compose ...`` lives in ``provider``.
+Importing this package needs the standard library only, so a missing dependency is reported, never a
+traceback.
 """
