@@ -24,7 +24,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabul
 )
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.imageref import parse_image_ref
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.probe.verify import (
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.probe.spec import (
     PREFIX as PROBE_PREFIX,
     validate_probe_config,
 )

@@ -9,15 +9,17 @@ import threading
 import pytest
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.probe.verify import (
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.probe.runner import (
     HttpTcpProbeRunner,
     ProbeResult,
     ProbeRunner,
+)
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.probe.spec import (
     ProbeSpec,
     parse_probe_specs,
     target_host,
-    verify,
 )
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.probe.verify import verify
 
 INVALID = "Post-deploy health probe configuration invalid: "
 

@@ -12,9 +12,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "fixtures
 from planning_support import load_release, resolved_for  # noqa: E402
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError  # noqa: E402
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.probe import verify as _probe  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.probe import runner as _probe_runner  # noqa: E402
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.plan import plan_release  # noqa: E402
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.probe.verify import (  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.probe.spec import (  # noqa: E402
     parse_probe_specs,
     valid_host,
     validate_probe_config,
@@ -136,7 +136,7 @@ def test_release_validation_fails_on_probe_config_before_any_target_work(config,
     release = load_release()
     release["components"][1]["config"].update(config)
     touched = []
-    monkeypatch.setattr(_probe.HttpTcpProbeRunner, "run", lambda self, spec: touched.append(spec))
+    monkeypatch.setattr(_probe_runner.HttpTcpProbeRunner, "run", lambda self, spec: touched.append(spec))
     for call in (lambda: validate_release(release), lambda: plan_release(release, resolved_for(release))):
         with pytest.raises(StellaError) as err:
             call()

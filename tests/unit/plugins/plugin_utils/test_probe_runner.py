@@ -12,7 +12,8 @@ import requests
 from urllib3.exceptions import ConnectTimeoutError, MaxRetryError, NewConnectionError, ProtocolError
 
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.execution import http as _requests
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.probe.verify import ProbeSpec, verify
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.probe.spec import ProbeSpec
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.probe.verify import verify
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.probe.runner import (
     HttpTcpProbeRunner,
     ProbeRunner,
