@@ -22,6 +22,7 @@ import pgkit
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import PHASES
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import rollback as _rollback
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import schema as _job_schema
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import sql as _job_store
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import projection as _projection
@@ -35,13 +36,29 @@ LEGACY_STATUSES = ("unknown", "healthy", "unhealthy", "offline")
 
 def job(job_id, names, project="shop"):
     targets = {n: {"targetId": "id-" + n, "targetName": n, "projectName": project} for n in names}
-    return _job.new_job(job_id, None, {"release": {"id": "r1"}}, [list(names)], targets, {}, T0)
+    return _job.new_job(
+        job_id=job_id,
+        job_id_source=None,
+        summary={"release": {"id": "r1"}},
+        batches=[list(names)],
+        targets=targets,
+        options={},
+        now=T0,
+    )
 
 
 def _phases(location, name, count):
     store = _job_store.open_store(location)
     for index in range(count):
-        store.update("job-1", lambda r, i=index: _job.record_phase(r, name, PHASES[i], "passed", T0, T0, 1, T0))
+        store.update(
+            "job-1",
+            lambda r, i=index: _job.record_phase(
+                r,
+                name,
+                entry=_job.phase_entry(PHASES[i], "passed", started_at=T0, completed_at=T0, duration_ms=1),
+                now=T0,
+            ),
+        )
     store.close()
 
 
@@ -84,8 +101,10 @@ def test_the_same_behaviour_on_both_backends(job_store_location):
         running = store.update("job-1", lambda r: _job.start(r, T0))
         done = store.update(
             "job-1",
-            lambda r: _job.finish_target(r, "a", True, T0),
-            lambda r: _job.finish_target(r, "b", False, T0, reason="web unhealthy", code="service_unhealthy"),
+            lambda r: _job.finish_target(r, "a", succeeded=True, now=T0),
+            lambda r: _job.finish_target(
+                r, "b", succeeded=False, now=T0, reason="web unhealthy", code="service_unhealthy"
+            ),
             lambda r: None,
         )
         assert (running["revision"], done["revision"]) == (2, 4)
@@ -139,8 +158,8 @@ def test_no_two_jobs_hold_the_same_project(job_store_location):
         store.update(
             winners[0],
             lambda r: _job.start(r, T0),
-            lambda r: _job.finish_target(r, "web-1", True, T0),
-            lambda r: _job.finish_target(r, "web-2", True, T0),
+            lambda r: _job.finish_target(r, "web-1", succeeded=True, now=T0),
+            lambda r: _job.finish_target(r, "web-2", succeeded=True, now=T0),
             lambda r: _job.finish(r, T0),
         )
         _stored, held = store.create(job("job-next", ["web-1", "web-2"]))  # the finished job let go
@@ -162,8 +181,15 @@ def test_the_projection_shows_only_persisted_states_and_the_terminal_step_comes_
         store.update("job-1", lambda r: _job.start(r, T0))
         store.update("job-1", lambda r: dict(r, updatedAt="2026-01-01T00:00:01Z"))  # nothing it mirrors changed
         for phase in ("preflight", "prepare", "deploy"):
-            store.update("job-1", lambda r, p=phase: _job.record_phase(r, "a", p, "passed", T0, T0, 1, T0))
-        store.update("job-1", lambda r: _job.finish_target(r, "a", True, T0), lambda r: _job.finish(r, T0))
+            store.update(
+                "job-1",
+                lambda r, p=phase: _job.record_phase(
+                    r, "a", entry=_job.phase_entry(p, "passed", started_at=T0, completed_at=T0, duration_ms=1), now=T0
+                ),
+            )
+        store.update(
+            "job-1", lambda r: _job.finish_target(r, "a", succeeded=True, now=T0), lambda r: _job.finish(r, T0)
+        )
         projection = store.projection("job-1")
         assert projection["status"] == "Running" and not projection["terminal"]  # the job is Succeeded
         assert projection["targets"]["a"]["status"] == "Succeeded"
@@ -233,10 +259,10 @@ def test_a_legacy_health_constraint_is_refreshed_in_place_at_start_up_with_every
         store.update(
             "job-1",
             lambda r: _job.start(r, T0),
-            lambda r: _job.finish_target(r, "d", True, T0),
-            lambda r: _job.finish_target(r, "e", False, T0, code="runtime_daemon_unavailable"),
+            lambda r: _job.finish_target(r, "d", succeeded=True, now=T0),
+            lambda r: _job.finish_target(r, "e", succeeded=False, now=T0, code="runtime_daemon_unavailable"),
             lambda r: _job.finish(r, T0),
-            lambda r: _job.auto_rollback(r, T0),
+            lambda r: _rollback.auto_rollback(r, T0),
         )
         assert {h["targetId"]: h["status"] for h in store.health()} == {
             "id-a": "healthy",
@@ -289,7 +315,7 @@ def test_an_operator_interrupts_a_job_of_a_gone_controller_and_reads_health(job_
         record = job("job-1", ["a", "b"])
         record["owner"] = {"host": "controller-b.example", "pid": 4242, "startTicks": 1}
         store.create(record)
-        store.update("job-1", lambda r: _job.start(r, T0), lambda r: _job.finish_target(r, "a", True, T0))
+        store.update("job-1", lambda r: _job.start(r, T0), lambda r: _job.finish_target(r, "a", succeeded=True, now=T0))
         assert store.create(job("job-2", ["a"]))[1] == {"a": "job-1"}  # refused: job-1 holds the project
     finally:
         store.close()
@@ -330,7 +356,7 @@ def _finished(store, job_id, names, at, project="shop"):
     store.update(
         job_id,
         lambda r: _job.start(r, at),
-        *[lambda r, n=n: _job.finish_target(r, n, True, at) for n in names],
+        *[lambda r, n=n: _job.finish_target(r, n, succeeded=True, now=at) for n in names],
         lambda r: _job.finish(r, at),
     )
 

@@ -225,9 +225,20 @@ def test_failures_carry_the_hint_where_their_code_appears():
     assert with_next({"code": "no_such_code"}) == {"code": "no_such_code"}
     targets = {n: {"targetId": "id-" + n, "targetName": n, "projectName": "shop"} for n in ("a", "b")}
     t0 = "2026-03-01T10:00:00.000000Z"
-    record = _job.start(_job.new_job("job-1", None, {"release": {"id": "r1"}}, [["a", "b"]], targets, {}, t0), t0)
-    record = _job.finish_target(record, "a", True, t0)
-    record = _job.finish_target(record, "b", False, t0, reason="busy", code="workdir_not_writable")
+    record = _job.start(
+        _job.new_job(
+            job_id="job-1",
+            job_id_source=None,
+            summary={"release": {"id": "r1"}},
+            batches=[["a", "b"]],
+            targets=targets,
+            options={},
+            now=t0,
+        ),
+        t0,
+    )
+    record = _job.finish_target(record, "a", succeeded=True, now=t0)
+    record = _job.finish_target(record, "b", succeeded=False, now=t0, reason="busy", code="workdir_not_writable")
     assert "next" not in record["targets"]["a"]
     assert record["targets"]["b"]["next"] == next_step("workdir_not_writable")
     assert "    next: %s" % next_step("workdir_not_writable") in _job_view.render_text(record).splitlines()

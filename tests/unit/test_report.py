@@ -17,6 +17,7 @@ from docs_support import doc_commands, doc_text, options_in, parser_options
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.canonical import pretty_json, sha256_bytes
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import rollback as _rollback
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import sql as _job_store
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import traffic as _job_traffic
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import view as _job_view
@@ -91,13 +92,13 @@ def base_job(names, batches, strategy="canary", config=None, release=None, auto=
         "resolution": {"registry.lab:5001/stella/app:v2": {"digest": V2, "resolved": True}},
     }
     record = _job.new_job(
-        "job-20260301T100000-ab12cd34",
-        "stella_job_id",
-        summary,
-        batches,
-        targets,
-        {"autoRollbackOnFailure": auto, "autoRollbackSource": "default"},
-        T[0],
+        job_id="job-20260301T100000-ab12cd34",
+        job_id_source="stella_job_id",
+        summary=summary,
+        batches=batches,
+        targets=targets,
+        options={"autoRollbackOnFailure": auto, "autoRollbackSource": "default"},
+        now=T[0],
     )
     return _job.start(record, T[1])
 
@@ -105,7 +106,12 @@ def base_job(names, batches, strategy="canary", config=None, release=None, auto=
 def deploy(record, name, ok, at, failed_phase="verify"):
     for index, phase in enumerate(PHASES[: PHASES.index(failed_phase) + 1] if not ok else PHASES):
         status = "failed" if not ok and phase == failed_phase else "succeeded"
-        record = _job.record_phase(record, name, phase, status, None, T[at], 100 * (index + 1), T[at])
+        record = _job.record_phase(
+            record,
+            name,
+            entry=_job.phase_entry(phase, status, completed_at=T[at], duration_ms=100 * (index + 1)),
+            now=T[at],
+        )
     facts = {
         "previousRevisionPath": "/var/lib/stella/projects/%s/revisions/000001" % name,
         "currentDigest": V2,
@@ -119,8 +125,8 @@ def deploy(record, name, ok, at, failed_phase="verify"):
     return _job.finish_target(
         record,
         name,
-        ok,
-        T[at],
+        succeeded=ok,
+        now=T[at],
         reason=None if ok else "Post-deploy health probe failed",
         code=None if ok else "health_probe_failed",
         facts=facts,
@@ -138,7 +144,7 @@ def shift(record, batch, at, weights=(90, 10)):
         "strategy.traffic.controlWeight": weights[0],
         "strategy.traffic.treatmentWeight": weights[1],
     }
-    return _job_traffic.record_shift(record, step, evidence, T[at])
+    return _job_traffic.record_shift(record, step, evidence=evidence, now=T[at])
 
 
 def gate(record, batch, failed, at):
@@ -161,20 +167,29 @@ def rolled_back(release=None, config=None, rollback_ok=True):
     record = shift(record, 0, 3)
     record = gate(record, 0, [], 4)
     record = deploy(record, "t2", False, 5)
-    record = _job.record_phase(record, "t3", "preflight", "succeeded", None, T[5], 40, T[5])
-    record = _job.finish_target(record, "t3", True, T[6], facts={"currentDigest": V2})  # a first deployment
+    record = _job.record_phase(
+        record, "t3", entry=_job.phase_entry("preflight", "succeeded", completed_at=T[5], duration_ms=40), now=T[5]
+    )
+    record = _job.finish_target(
+        record, "t3", succeeded=True, now=T[6], facts={"currentDigest": V2}
+    )  # a first deployment
     record = gate(record, 1, ["t2"], 7)
     record = _job.finish(record, T[8])
-    record = _job.auto_rollback(record, T[9])
+    record = _rollback.auto_rollback(record, T[9])
     for at, name in enumerate(n for batch in record["rollback"]["batches"] for n in batch):
         for index, phase in enumerate(ROLLBACK):
-            record = _job.record_phase(record, name, phase, "succeeded", None, T[10 + at], 50 * (index + 1), T[10 + at])
+            record = _job.record_phase(
+                record,
+                name,
+                entry=_job.phase_entry(phase, "succeeded", completed_at=T[10 + at], duration_ms=50 * (index + 1)),
+                now=T[10 + at],
+            )
         ok = rollback_ok or name != "t1"
-        record = _job.finish_rollback_target(
+        record = _rollback.finish_rollback_target(
             record,
             name,
-            ok,
-            T[10 + at],
+            succeeded=ok,
+            now=T[10 + at],
             reason=None if ok else "compose up failed",
             facts={
                 "rollbackDigest": V1 if name != "t1" else None,
@@ -191,8 +206,8 @@ def rolled_back(release=None, config=None, rollback_ok=True):
         "strategy.traffic.rollback.controlWeight": 100,
         "strategy.traffic.rollback.treatmentWeight": 0,
     }
-    record = _job_traffic.record_rollback(record, back, T[20])
-    return _job.finish_rollback(record, T[21])
+    record = _job_traffic.record_rollback(record, evidence=back, now=T[20])
+    return _rollback.finish_rollback(record, T[21])
 
 
 def succeeded():
@@ -207,7 +222,7 @@ def failed_without_rollback():
     record = base_job(["a1", "a2"], [["a1"], ["a2"]], strategy="rolling", config={"batchSize": 1}, auto=False)
     record = deploy(record, "a1", False, 2, failed_phase="deploy")
     record = gate(record, 0, ["a1"], 3)
-    return _job.auto_rollback(_job.finish(record, T[4]), T[5])
+    return _rollback.auto_rollback(_job.finish(record, T[4]), T[5])
 
 
 def render(record, **kwargs):

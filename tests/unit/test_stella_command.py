@@ -54,7 +54,17 @@ def add_job(store, job_id, at, project="shop", names=("a",), release=None, outco
     """A job created at ``at`` over ``names`` in ``project``: ``Succeeded`` or ``Failed`` (every target
     done), ``Running`` (started), ``Pending`` (created)."""
     release = release or {"id": "web-1.0", "name": "web", "version": "1.0"}
-    store.create(_job.new_job(job_id, None, {"release": release}, [list(names)], targets_in(project, *names), {}, at))
+    store.create(
+        _job.new_job(
+            job_id=job_id,
+            job_id_source=None,
+            summary={"release": release},
+            batches=[list(names)],
+            targets=targets_in(project, *names),
+            options={},
+            now=at,
+        )
+    )
     if outcome == "Pending":
         return
     store.update(job_id, lambda r: _job.start(r, at))
@@ -63,8 +73,13 @@ def add_job(store, job_id, at, project="shop", names=("a",), release=None, outco
     for name in names:
         store.update(
             job_id,
-            lambda r, n=name: _job.record_phase(r, n, "preflight", "passed", at, at, 5, at),
-            lambda r, n=name: _job.finish_target(r, n, outcome == "Succeeded", at, reason="boom"),
+            lambda r, n=name: _job.record_phase(
+                r,
+                n,
+                entry=_job.phase_entry("preflight", "passed", started_at=at, completed_at=at, duration_ms=5),
+                now=at,
+            ),
+            lambda r, n=name: _job.finish_target(r, n, succeeded=outcome == "Succeeded", now=at, reason="boom"),
         )
     store.update(job_id, lambda r: _job.finish(r, at))
 
@@ -376,9 +391,25 @@ def test_show_follow_prints_each_phase_as_it_is_recorded_and_exits_with_the_outc
         store.close()
     steps = [
         ("job job-9 Pending", lambda r: _job.start(r, T[1])),
-        ("  a: Running", lambda r: _job.record_phase(r, "a", "preflight", "passed", T[1], T[2], 5, T[2])),
-        ("  a: preflight passed 5ms", lambda r: _job.record_phase(r, "a", "deploy", "passed", T[2], T[3], 7, T[3])),
-        ("  a: deploy passed 7ms", lambda r: _job.finish_target(r, "a", True, T[4])),
+        (
+            "  a: Running",
+            lambda r: _job.record_phase(
+                r,
+                "a",
+                entry=_job.phase_entry("preflight", "passed", started_at=T[1], completed_at=T[2], duration_ms=5),
+                now=T[2],
+            ),
+        ),
+        (
+            "  a: preflight passed 5ms",
+            lambda r: _job.record_phase(
+                r,
+                "a",
+                entry=_job.phase_entry("deploy", "passed", started_at=T[2], completed_at=T[3], duration_ms=7),
+                now=T[3],
+            ),
+        ),
+        ("  a: deploy passed 7ms", lambda r: _job.finish_target(r, "a", succeeded=True, now=T[4])),
         ("  a: Succeeded", lambda r: _job.finish(r, T[5])),
     ]
     screen = Screen()
@@ -442,7 +473,14 @@ def test_show_follow_stops_when_the_jobs_run_is_gone(tmp_path, capsys, monkeypat
     try:
         store.create(
             _job.new_job(
-                "job-7", None, {"release": {"id": "r"}}, [["a"]], targets_in("shop", "a"), {}, T[0], owner=gone
+                job_id="job-7",
+                job_id_source=None,
+                summary={"release": {"id": "r"}},
+                batches=[["a"]],
+                targets=targets_in("shop", "a"),
+                options={},
+                now=T[0],
+                owner=gone,
             )
         )
         store.update("job-7", lambda r: _job.start(r, T[0]))
@@ -501,20 +539,25 @@ def fake_job_run(playbooks, extravars, _channel, _cancelled):
         job_id = extravars["stella_job_id"]
         store.create(
             _job.new_job(
-                job_id,
-                "stella_job_id",
-                {"release": extravars["stella_release"]["release"]},
-                [["localhost"]],
-                target,
-                {},
-                T[0],
+                job_id=job_id,
+                job_id_source="stella_job_id",
+                summary={"release": extravars["stella_release"]["release"]},
+                batches=[["localhost"]],
+                targets=target,
+                options={},
+                now=T[0],
             )
         )
         store.update(
             job_id,
             lambda r: _job.start(r, T[0]),
-            lambda r: _job.record_phase(r, "localhost", "deploy", "passed", T[0], T[1], 9, T[1]),
-            lambda r: _job.finish_target(r, "localhost", True, T[1]),
+            lambda r: _job.record_phase(
+                r,
+                "localhost",
+                entry=_job.phase_entry("deploy", "passed", started_at=T[0], completed_at=T[1], duration_ms=9),
+                now=T[1],
+            ),
+            lambda r: _job.finish_target(r, "localhost", succeeded=True, now=T[1]),
             lambda r: _job.finish(r, T[1]),
         )
     finally:

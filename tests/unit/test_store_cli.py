@@ -32,12 +32,24 @@ def fed_store(tmp_path):
     targets = {n: {"targetId": "id-" + n, "targetName": n, "projectName": "shop"} for n in ("a", "b")}
     store = _job_store.open_store(path)
     try:
-        store.create(_job.new_job("job-1", None, {"release": {"id": "r1"}}, [["a", "b"]], targets, {}, T0))
+        store.create(
+            _job.new_job(
+                job_id="job-1",
+                job_id_source=None,
+                summary={"release": {"id": "r1"}},
+                batches=[["a", "b"]],
+                targets=targets,
+                options={},
+                now=T0,
+            )
+        )
         store.update("job-1", lambda r: _job.start(r, T0))
         store.update(
             "job-1",
-            lambda r: _job.finish_target(r, "a", True, T1),
-            lambda r: _job.finish_target(r, "b", False, T1, reason="web  is\nunhealthy", code="service_unhealthy"),
+            lambda r: _job.finish_target(r, "a", succeeded=True, now=T1),
+            lambda r: _job.finish_target(
+                r, "b", succeeded=False, now=T1, reason="web  is\nunhealthy", code="service_unhealthy"
+            ),
         )
     finally:
         store.close()
@@ -117,12 +129,31 @@ def running_job(tmp_path, owner):
     store = _job_store.open_store(path)
     try:
         store.create(
-            _job.new_job("job-2", None, {"release": {"id": "r1"}}, [["a"], ["b"]], targets, {}, T0, owner=owner)
+            _job.new_job(
+                job_id="job-2",
+                job_id_source=None,
+                summary={"release": {"id": "r1"}},
+                batches=[["a"], ["b"]],
+                targets=targets,
+                options={},
+                now=T0,
+                owner=owner,
+            )
         )
         store.update("job-2", lambda r: _job.start(r, T0))
-        store.update("job-2", lambda r: _job.finish_target(r, "a", True, T1))
+        store.update("job-2", lambda r: _job.finish_target(r, "a", succeeded=True, now=T1))
         only_a = {"a": targets["a"]}
-        _stored, held = store.create(_job.new_job("job-3", None, {"release": {"id": "r1"}}, [["a"]], only_a, {}, T1))
+        _stored, held = store.create(
+            _job.new_job(
+                job_id="job-3",
+                job_id_source=None,
+                summary={"release": {"id": "r1"}},
+                batches=[["a"]],
+                targets=only_a,
+                options={},
+                now=T1,
+            )
+        )
         assert held == {"a": "job-2"}
     finally:
         store.close()
@@ -153,13 +184,13 @@ def test_stella_interrupt_records_a_gone_run_and_releases_its_projects(tmp_path,
         assert projection["terminal"] is True and projection["status"] == "Failed"
         _stored, held = store.create(
             _job.new_job(
-                "job-4",
-                None,
-                {"release": {"id": "r1"}},
-                [["a"]],
-                {"a": {"targetId": "id-a", "targetName": "a", "projectName": "shop"}},
-                {},
-                T1,
+                job_id="job-4",
+                job_id_source=None,
+                summary={"release": {"id": "r1"}},
+                batches=[["a"]],
+                targets={"a": {"targetId": "id-a", "targetName": "a", "projectName": "shop"}},
+                options={},
+                now=T1,
             )
         )
         assert held == {}
@@ -219,11 +250,21 @@ OLD = ("2026-01-01T09:00:00.000000Z", "2026-02-01T09:00:00.000000Z")
 
 def finished_job(store, job_id, target, at, succeeded=True):
     targets = {target: {"targetId": "id-" + target, "targetName": target, "projectName": "shop-" + target}}
-    store.create(_job.new_job(job_id, None, {"release": {"id": "r-" + job_id}}, [[target]], targets, {}, at))
+    store.create(
+        _job.new_job(
+            job_id=job_id,
+            job_id_source=None,
+            summary={"release": {"id": "r-" + job_id}},
+            batches=[[target]],
+            targets=targets,
+            options={},
+            now=at,
+        )
+    )
     store.update(
         job_id,
         lambda r: _job.start(r, at),
-        lambda r: _job.finish_target(r, target, succeeded, at),
+        lambda r: _job.finish_target(r, target, succeeded=succeeded, now=at),
         lambda r: _job.finish(r, at),
     )
 
@@ -238,13 +279,13 @@ def history_store(tmp_path, recent=None):
         finished_job(store, "job-2", "a", OLD[1], succeeded=False)
         store.create(
             _job.new_job(
-                "job-3",
-                None,
-                {"release": {"id": "r3"}},
-                [["b"]],
-                {"b": {"targetId": "id-b", "targetName": "b", "projectName": "shop-b"}},
-                {},
-                OLD[0],
+                job_id="job-3",
+                job_id_source=None,
+                summary={"release": {"id": "r3"}},
+                batches=[["b"]],
+                targets={"b": {"targetId": "id-b", "targetName": "b", "projectName": "shop-b"}},
+                options={},
+                now=OLD[0],
             )
         )
         store.update("job-3", lambda r: _job.start(r, OLD[0]))
@@ -464,19 +505,19 @@ def test_stella_prune_json_names_each_jobs_projects_and_evidence(tmp_path, capsy
     try:  # an old job of target a in project shop-c
         store.create(
             _job.new_job(
-                "job-6",
-                None,
-                {"release": {"id": "r6"}},
-                [["a"]],
-                {"a": {"targetId": "id-a", "targetName": "a", "projectName": "shop-c"}},
-                {},
-                OLD[0],
+                job_id="job-6",
+                job_id_source=None,
+                summary={"release": {"id": "r6"}},
+                batches=[["a"]],
+                targets={"a": {"targetId": "id-a", "targetName": "a", "projectName": "shop-c"}},
+                options={},
+                now=OLD[0],
             )
         )
         store.update(
             "job-6",
             lambda r: _job.start(r, OLD[0]),
-            lambda r: _job.finish_target(r, "a", True, OLD[0]),
+            lambda r: _job.finish_target(r, "a", succeeded=True, now=OLD[0]),
             lambda r: _job.finish(r, OLD[0]),
         )
         finished_job(store, "job-7", "a", utc_timestamp())  # a's health names the newest job

@@ -23,13 +23,19 @@ def ended_unclosed(tmp_path, succeeded=True):
     try:
         store.create(
             _job.new_job(
-                "job-1", None, {"release": {"id": "r1"}}, [["a"]], targets, {"autoRollbackOnFailure": False}, T0
+                job_id="job-1",
+                job_id_source=None,
+                summary={"release": {"id": "r1"}},
+                batches=[["a"]],
+                targets=targets,
+                options={"autoRollbackOnFailure": False},
+                now=T0,
             )
         )
         store.update(
             "job-1",
             lambda r: _job.start(r, T0),
-            lambda r: _job.finish_target(r, "a", succeeded, T1, reason=None if succeeded else "boom"),
+            lambda r: _job.finish_target(r, "a", succeeded=succeeded, now=T1, reason=None if succeeded else "boom"),
             lambda r: _job.finish(r, T1),
         )
     finally:
@@ -78,13 +84,13 @@ def test_close_refuses_an_unknown_job_and_a_job_still_running_here(tmp_path, cap
     try:
         opened.create(
             _job.new_job(
-                "job-2",
-                None,
-                {"release": {"id": "r1"}},
-                [["b"]],
-                {"b": {"targetId": "id-b", "targetName": "b", "projectName": "shop2"}},
-                {},
-                T0,
+                job_id="job-2",
+                job_id_source=None,
+                summary={"release": {"id": "r1"}},
+                batches=[["b"]],
+                targets={"b": {"targetId": "id-b", "targetName": "b", "projectName": "shop2"}},
+                options={},
+                now=T0,
                 owner=_job_owner_here(),
             )
         )

@@ -12,6 +12,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabul
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.command import main as _command
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import projection as _projection
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import rollback as _rollback
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.run import recovery as _recovery
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import sql as _job_store
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import retention as _retention
@@ -26,29 +27,49 @@ def stored(tmp_path, rollback_status):
     store = _job_store.open_store(path)
     try:
         targets = {"a": {"targetId": "id-a", "targetName": "a", "projectName": "shop", "targetType": "ComposeHost"}}
-        store.create(_job.new_job("job-1", None, {"release": {"id": "r1"}}, [["a"]], targets, {}, OLD))
+        store.create(
+            _job.new_job(
+                job_id="job-1",
+                job_id_source=None,
+                summary={"release": {"id": "r1"}},
+                batches=[["a"]],
+                targets=targets,
+                options={},
+                now=OLD,
+            )
+        )
         store.update(
             "job-1",
             lambda r: _job.start(r, OLD),
-            lambda r: _job.finish_target(r, "a", True, OLD, facts={"previousRevisionPath": "/p/r0"}),
+            lambda r: _job.finish_target(r, "a", succeeded=True, now=OLD, facts={"previousRevisionPath": "/p/r0"}),
             lambda r: _job.finish(r, OLD),
         )
-        rollback = _job.operator_rollback(store.get("job-1"), "job-1-rollback-x", OLD)
+        rollback = _rollback.operator_rollback(store.get("job-1"), job_id="job-1-rollback-x", now=OLD)
         store.create(rollback)
         if rollback_status == "RolledBack":
             store.update(
                 "job-1-rollback-x",
-                lambda r: _job.finish_rollback_target(r, "a", True, OLD),
-                lambda r: _job.finish_rollback(r, OLD),
+                lambda r: _rollback.finish_rollback_target(r, "a", succeeded=True, now=OLD),
+                lambda r: _rollback.finish_rollback(r, OLD),
             )
         assert store.get("job-1-rollback-x")["status"] == rollback_status
         # a later deployment of another project on the same target: the target's health names it, not job-1
         other = {"a": {"targetId": "id-a", "targetName": "a", "projectName": "shop-2", "targetType": "ComposeHost"}}
-        store.create(_job.new_job("job-2", None, {"release": {"id": "r2"}}, [["a"]], other, {}, utc_timestamp()))
+        store.create(
+            _job.new_job(
+                job_id="job-2",
+                job_id_source=None,
+                summary={"release": {"id": "r2"}},
+                batches=[["a"]],
+                targets=other,
+                options={},
+                now=utc_timestamp(),
+            )
+        )
         store.update(
             "job-2",
             lambda r: _job.start(r, utc_timestamp()),
-            lambda r: _job.finish_target(r, "a", True, utc_timestamp()),
+            lambda r: _job.finish_target(r, "a", succeeded=True, now=utc_timestamp()),
             lambda r: _job.finish(r, utc_timestamp()),
         )
     finally:
@@ -59,11 +80,21 @@ def stored(tmp_path, rollback_status):
 def later(store):
     """A later deployment of another project on the same target: the target's health names it, not job-1."""
     other = {"a": {"targetId": "id-a", "targetName": "a", "projectName": "shop-2", "targetType": "ComposeHost"}}
-    store.create(_job.new_job("job-2", None, {"release": {"id": "r2"}}, [["a"]], other, {}, utc_timestamp()))
+    store.create(
+        _job.new_job(
+            job_id="job-2",
+            job_id_source=None,
+            summary={"release": {"id": "r2"}},
+            batches=[["a"]],
+            targets=other,
+            options={},
+            now=utc_timestamp(),
+        )
+    )
     store.update(
         "job-2",
         lambda r: _job.start(r, utc_timestamp()),
-        lambda r: _job.finish_target(r, "a", True, utc_timestamp()),
+        lambda r: _job.finish_target(r, "a", succeeded=True, now=utc_timestamp()),
         lambda r: _job.finish(r, utc_timestamp()),
     )
 
@@ -115,20 +146,32 @@ def recovered(tmp_path):
     times = ["2026-01-01T09:00:0%d.000000Z" % n for n in range(4)]
     try:
         targets = {"a": {"targetId": "id-a", "targetName": "a", "projectName": "shop", "targetType": "ComposeHost"}}
-        store.create(_job.new_job("job-1", None, {"release": {"id": "r1"}}, [["a"]], targets, {}, times[0]))
+        store.create(
+            _job.new_job(
+                job_id="job-1",
+                job_id_source=None,
+                summary={"release": {"id": "r1"}},
+                batches=[["a"]],
+                targets=targets,
+                options={},
+                now=times[0],
+            )
+        )
         store.update(
             "job-1",
             lambda r: _job.start(r, times[0]),
-            lambda r: _job.finish_target(r, "a", True, times[0], facts={"previousRevisionPath": "/p/r0"}),
+            lambda r: _job.finish_target(r, "a", succeeded=True, now=times[0], facts={"previousRevisionPath": "/p/r0"}),
             lambda r: _job.finish(r, times[0]),
         )
         store.project_terminal("job-1", _projection.strategy_evidence(store.get("job-1")), times[0])
-        rollback, _held = store.create(_job.operator_rollback(store.get("job-1"), "job-1-rollback-x", times[1]))
+        rollback, _held = store.create(
+            _rollback.operator_rollback(store.get("job-1"), job_id="job-1-rollback-x", now=times[1])
+        )
         _recovery.started(store, rollback, times[1])
         rollback = store.update(
             "job-1-rollback-x",
-            lambda r: _job.finish_rollback_target(r, "a", True, times[2]),
-            lambda r: _job.finish_rollback(r, times[2]),
+            lambda r: _rollback.finish_rollback_target(r, "a", succeeded=True, now=times[2]),
+            lambda r: _rollback.finish_rollback(r, times[2]),
             documents={EVIDENCE_ID: b"{}\n"},
         )
         _recovery.ended(store, rollback, {"rollback.evidence.id": EVIDENCE_ID}, times[3])

@@ -10,37 +10,41 @@ error becomes part of the job (``stepFailure``): the target whose record step fa
 (its outcome unknown, so the automatic rollback may restore it), the gate after the batch closes with
 the step's code, and ``finish`` fails the job, whose automatic rollback is then decided as for any
 failed job. When ``finish`` itself fails, the job is failed with its automatic rollback skipped, the
-reason naming the step's error. Pure (each function returns a new record), but for :func:`recorded`,
-which persists the error through the job store.
+reason naming the step's error. Pure (each function returns a new record); run/step_failure.py persists
+the error through the job store.
 """
 
 from __future__ import annotations
 
 import copy
+from typing import Any
 
-from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import (
-    StellaError,
-    first_line,
-    redact_text,
-)
-from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import utc_timestamp
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.rollback import (
     RECOVERY_ROLLBACK_SKIPPED,
     suffixed_reason,
 )
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.model import Failure, JobRecord
 
 INTERNAL_ERROR = "internal_error"
 SKIP_REASON = "controller_step_failed"
 
 
-def _copy(record, now):
+def _copy(record: JobRecord, now: str) -> JobRecord:
     new = copy.deepcopy(record)
     new["updatedAt"] = now
     return new
 
 
-def step_failed(record, step, code, reason, now, batch=None, target=None):
+def step_failed(
+    record: JobRecord,
+    *,
+    step: str,
+    code: str,
+    reason: str,
+    now: str,
+    batch: int | None = None,
+    target: str | None = None,
+) -> JobRecord:
     """Record that the controller's step ``step`` failed with ``code`` / ``reason`` (after ``batch``,
     or while recording ``target``). The first failure is kept; a target still unfinished is ``Failed``."""
     new = _copy(record, now)
@@ -49,15 +53,17 @@ def step_failed(record, step, code, reason, now, batch=None, target=None):
     if found is not None and found["status"] in ("Pending", "Running"):
         # what the target runs is not known: its apply may have changed it before the record failed
         found.update(
-            status="Failed",
-            code=code,
-            reason="the controller could not record this target: %s" % reason,
-            outcomeUnknown=True,
+            {
+                "status": "Failed",
+                "code": code,
+                "reason": "the controller could not record this target: %s" % reason,
+                "outcomeUnknown": True,
+            }
         )
     return new
 
 
-def gate_failure(record):
+def gate_failure(record: JobRecord) -> Failure | None:
     """``{"code", "reason"}`` that closes the gate after a failed step (``None`` when no step failed)."""
     failure = record.get("stepFailure")
     if not failure:
@@ -65,41 +71,53 @@ def gate_failure(record):
     return {"code": failure["code"], "reason": "controller step %s failed: %s" % (failure["step"], failure["reason"])}
 
 
-def abandoned(record, code, reason, now):
+def abandoned(record: JobRecord, *, code: str, reason: str, now: str) -> JobRecord:
     """The job whose ``finish`` failed: ``Failed``, unfinished targets ended, its automatic rollback
     skipped (decided, with the reason), so it never stays ``Running``."""
     new = _copy(record, now)
     for target in new["targets"].values():
         if target["status"] == "Running":
             target.update(
-                status="Failed",
-                code=code,
-                reason="the target's deployment did not finish: %s" % reason,
-                outcomeUnknown=True,
+                {
+                    "status": "Failed",
+                    "code": code,
+                    "reason": "the target's deployment did not finish: %s" % reason,
+                    "outcomeUnknown": True,
+                }
             )
         elif target["status"] == "Pending":
-            target.update(status="Skipped", reason="not started: %s" % reason)
+            target.update({"status": "Skipped", "reason": "not started: %s" % reason})
     failure = new.get("reason") if new["status"] == "Failed" else None
     new.update(
-        status="Failed",
-        promotion="Failed",
-        code=new.get("code") if failure else code,
-        completedAt=new.get("completedAt") or now,
-        reason=suffixed_reason(
-            failure or "controller step finish failed: %s" % reason,
-            RECOVERY_ROLLBACK_SKIPPED,
-            "the controller's finish step failed: %s" % reason,
-        ),
+        {
+            "status": "Failed",
+            "promotion": "Failed",
+            "code": new.get("code") if failure else code,
+            "completedAt": new.get("completedAt") or now,
+            "reason": suffixed_reason(
+                failure or "controller step finish failed: %s" % reason,
+                RECOVERY_ROLLBACK_SKIPPED,
+                "the controller's finish step failed: %s" % reason,
+            ),
+        }
     )
     new["rollback"] = {"attempted": False, "skipReason": SKIP_REASON, "error": {"code": code, "reason": reason}}
     return new
 
 
-def answer(record, step, target, batch):
+def answer(record: JobRecord, step: str, target: str | None, batch: int | None) -> dict[str, Any]:
     """What step ``step`` answers after its error was recorded: what it answers when the job failed."""
-    failure = dict(record["stepFailure"])
+    failure = record["stepFailure"].copy()
     if step == "target":
-        return {"jobId": record["jobId"], "targetName": target, "target": record["targets"].get(target)}
+        return {
+            "jobId": record["jobId"],
+            "targetName": target,
+            "target": record["targets"].get(target) if target is not None else None,
+        }
     if step == "traffic":
         return {"jobId": record["jobId"], "batch": batch, "skipped": False, "failure": failure}
-    return {"jobId": record["jobId"], "proceed": False, "gate": dict(gate_failure(record), batch=batch, proceed=False)}
+    return {
+        "jobId": record["jobId"],
+        "proceed": False,
+        "gate": {**(gate_failure(record) or {}), "batch": batch, "proceed": False},
+    }

@@ -16,25 +16,34 @@ control slot; its evidence is ``strategy.traffic.rollback.*``.
 from __future__ import annotations
 
 import copy
+from typing import Any
 
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.model import (
+    Failure,
+    JobRecord,
+    JobRollback,
+    TrafficFailure,
+    TrafficShift,
+    TrafficStep,
+)
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.record import AUTO_ROLLBACK_DISABLED
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.traffic import strategy as _traffic
 
 DEFAULT_CONTROL_SLOT = "active"
 
 
-def traffic_config(record):
+def traffic_config(record: JobRecord) -> tuple[dict[str, Any], bool]:
     """``(strategy config, required)`` of the job."""
     config = record.get("strategyConfig") or {}
     return config, bool(config.get("requireTrafficAdapter"))
 
 
-def treatment_slot(record):
-    slots = sorted({t.get("slot") for t in record["targets"].values() if t.get("slot")})
+def treatment_slot(record: JobRecord) -> str:
+    slots = sorted({t["slot"] for t in record["targets"].values() if t.get("slot")})
     return slots[0] if len(slots) == 1 else ",".join(slots)
 
 
-def shift_step(record, batch):
+def shift_step(record: JobRecord, batch: int) -> TrafficShift | None:
     """What the adapter is asked after batch ``batch``, or ``None`` when the strategy moves no
     traffic (rolling, all-at-once) or, for blue-green, before the last batch (the switch is one step)."""
     strategy = record.get("strategy")
@@ -54,7 +63,7 @@ def shift_step(record, batch):
     }
 
 
-def rollback_step(record, reason):
+def rollback_step(record: JobRecord, reason: str | None) -> TrafficShift | None:
     """Every request back on the control slot (``None`` when the strategy moves no traffic)."""
     if record.get("strategy") not in _traffic.TRAFFIC_STRATEGIES:
         return None
@@ -70,7 +79,7 @@ def rollback_step(record, reason):
     }
 
 
-def puts_traffic_back(record):
+def puts_traffic_back(record: JobRecord) -> bool:
     """Whether the job's traffic rollback runs now (pure):
 
     - after a rollback of its targets (rolling back, or an operator rollback job): when every planned
@@ -83,7 +92,7 @@ def puts_traffic_back(record):
     Never twice."""
     if record.get("trafficRollback"):
         return False
-    rollback = record.get("rollback") or {}
+    rollback: JobRollback = record.get("rollback") or {}
     planned = [n for batch in rollback.get("batches") or [] for n in batch]
     shifted = any((step.get("evidence") or {}).get(_traffic.PREFIX + "shifted") for step in record.get("traffic") or [])
     if planned:
@@ -92,45 +101,55 @@ def puts_traffic_back(record):
     return record["status"] == "Failed" and shifted and rollback.get("skipReason") != AUTO_ROLLBACK_DISABLED
 
 
-def job_facts(record):
+def job_facts(record: JobRecord) -> dict[str, Any]:
     """What a shift request says about the job."""
-    return {key: record.get(key) for key in ("jobId", "release", "strategy", "application", "environment")}
+    return {
+        "jobId": record.get("jobId"),
+        "release": record.get("release"),
+        "strategy": record.get("strategy"),
+        "application": record.get("application"),
+        "environment": record.get("environment"),
+    }
 
 
-def _copy(record, now):
+def _copy(record: JobRecord, now: str) -> JobRecord:
     new = copy.deepcopy(record)
     new["updatedAt"] = now
     return new
 
 
-def record_shift(record, step, evidence, now, failure=None):
+def record_shift(
+    record: JobRecord, step: TrafficShift, *, evidence: dict[str, Any], now: str, failure: Failure | None = None
+) -> JobRecord:
     """Persist one traffic step (``failure``: ``{"code", "reason"}`` when the gate must close)."""
     new = _copy(record, now)
-    entry = {"batch": step["batch"], "at": now, "evidence": dict(evidence)}
+    entry: TrafficStep = {"batch": step["batch"], "at": now, "evidence": dict(evidence)}
     if failure:
-        entry["failure"] = dict(failure)
-        new["trafficFailure"] = dict(failure, batch=step["batch"])
+        entry["failure"] = failure.copy()
+        new["trafficFailure"] = {**failure, "batch": step["batch"]}
     new.setdefault("traffic", []).append(entry)
-    new["strategyEvidence"] = dict(new.get("strategyEvidence") or {}, **evidence)
+    new["strategyEvidence"] = {**(new.get("strategyEvidence") or {}), **evidence}
     return new
 
 
-def record_rollback(record, evidence, now, failure=None):
+def record_rollback(
+    record: JobRecord, *, evidence: dict[str, Any], now: str, failure: Failure | None = None
+) -> JobRecord:
     """Persist the traffic rollback; a failure fails the rollback closed (the job ends ``Failed``). For a
     job already ``Failed`` (no target rolled back) a failure is added to its reason."""
     new = _copy(record, now)
-    new["trafficRollback"] = {"at": now, "evidence": dict(evidence), "failure": dict(failure) if failure else None}
+    new["trafficRollback"] = {"at": now, "evidence": dict(evidence), "failure": failure.copy() if failure else None}
     if failure and new["status"] == "Failed":
         new["reason"] = "%s; traffic rollback failed: %s: %s" % (
             new.get("reason") or "deployment failed",
             failure["code"],
             failure["reason"],
         )
-    new["strategyEvidence"] = dict(new.get("strategyEvidence") or {}, **evidence)
+    new["strategyEvidence"] = {**(new.get("strategyEvidence") or {}), **evidence}
     return new
 
 
-def gate_failure(record, batch):
+def gate_failure(record: JobRecord, batch: int) -> TrafficFailure | None:
     """``{"code", "reason"}`` of a traffic failure after ``batch`` (``None`` when there was none)."""
     failure = record.get("trafficFailure")
     return failure if failure and failure.get("batch") == batch else None

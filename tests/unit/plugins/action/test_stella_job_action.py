@@ -81,7 +81,18 @@ def stored_job(tmp_path):
     store = _job_store.open_store(location)
     targets = {"a": {"targetId": "id-a", "targetName": "a", "projectName": "shop"}}
     owner = dict(GONE_HERE, host=os.uname().nodename)
-    store.create(_job.new_job("job-1", None, {"release": {"id": "r1"}}, [["a"]], targets, {}, T0, owner=owner))
+    store.create(
+        _job.new_job(
+            job_id="job-1",
+            job_id_source=None,
+            summary={"release": {"id": "r1"}},
+            batches=[["a"]],
+            targets=targets,
+            options={},
+            now=T0,
+            owner=owner,
+        )
+    )
     store.update("job-1", lambda r: _job.start(r, T0))
     store.close()
     return location

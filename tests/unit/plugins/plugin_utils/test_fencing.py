@@ -18,13 +18,13 @@ T0 = "2026-01-01T00:00:00.000000Z"
 
 def new(job_id, targets=("a", "b")):
     return _job.new_job(
-        job_id,
-        None,
-        {"release": {"id": "r1"}},
-        [list(targets)],
-        {n: {"targetId": "id-" + n, "targetName": n, "projectName": "shop"} for n in targets},
-        {},
-        T0,
+        job_id=job_id,
+        job_id_source=None,
+        summary={"release": {"id": "r1"}},
+        batches=[list(targets)],
+        targets={n: {"targetId": "id-" + n, "targetName": n, "projectName": "shop"} for n in targets},
+        options={},
+        now=T0,
     )
 
 

@@ -15,7 +15,15 @@ T0 = "2026-01-01T00:00:00Z"
 
 def job(names=("a", "b")):
     targets = {n: {"targetId": "id-" + n, "targetName": n} for n in names}
-    return _job.new_job("job-1", None, {"release": {"id": "r1"}}, [list(names)], targets, {}, T0)
+    return _job.new_job(
+        job_id="job-1",
+        job_id_source=None,
+        summary={"release": {"id": "r1"}},
+        batches=[list(names)],
+        targets=targets,
+        options={},
+        now=T0,
+    )
 
 
 def with_target(record, name, **fields):

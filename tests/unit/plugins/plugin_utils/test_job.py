@@ -8,6 +8,7 @@ import pytest
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import rollback as _rollback
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import recovery as _recovery
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import timeouts as _timeouts
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import plan as _job_plan
@@ -20,18 +21,41 @@ def make(options=None):
     targets = {n: {"targetId": "id-" + n} for batch in BATCHES for n in batch}
     opts = {"autoRollbackOnFailure": True, "autoRollbackSource": "default"}
     opts.update(options or {})
-    record = _job.new_job("job-1", None, {"release": {"id": "r1"}, "strategy": "rolling"}, BATCHES, targets, opts, T0)
+    record = _job.new_job(
+        job_id="job-1",
+        job_id_source=None,
+        summary={"release": {"id": "r1"}, "strategy": "rolling"},
+        batches=BATCHES,
+        targets=targets,
+        options=opts,
+        now=T0,
+    )
     return _job.start(record, T0)
 
 
 def run(record, name, ok, previous=True, reason="boom"):
-    record = _job.record_phase(record, name, "preflight", "passed", T0, T0, 5, T0)
+    record = _job.record_phase(
+        record,
+        name,
+        entry=_job.phase_entry("preflight", "passed", started_at=T0, completed_at=T0, duration_ms=5),
+        now=T0,
+    )
     facts = {"previousRevisionPath": "/p/%s/revisions/000001-x" % name} if previous else {}
-    return _job.finish_target(record, name, ok, T0, reason=reason, code="health_probe_failed", facts=facts)
+    return _job.finish_target(
+        record, name, succeeded=ok, now=T0, reason=reason, code="health_probe_failed", facts=facts
+    )
 
 
 def test_new_job_is_pending_with_every_target_pending_in_order():
-    record = _job.new_job("job-1", "stella_job_id", {}, BATCHES, {n: {} for b in BATCHES for n in b}, {}, T0)
+    record = _job.new_job(
+        job_id="job-1",
+        job_id_source="stella_job_id",
+        summary={},
+        batches=BATCHES,
+        targets={n: {} for b in BATCHES for n in b},
+        options={},
+        now=T0,
+    )
     assert record["status"] == "Pending" and record["targetOrder"] == ["t1", "t2", "t3", "t4", "t5"]
     assert [(n, t["batch"], t["order"], t["status"]) for n, t in record["targets"].items()] == [
         ("t1", 0, 0, "Pending"),
@@ -41,7 +65,9 @@ def test_new_job_is_pending_with_every_target_pending_in_order():
         ("t5", 2, 4, "Pending"),
     ]
     with pytest.raises(StellaError):
-        _job.new_job("j", None, {}, BATCHES, {"t1": {}}, {}, T0)
+        _job.new_job(
+            job_id="j", job_id_source=None, summary={}, batches=BATCHES, targets={"t1": {}}, options={}, now=T0
+        )
 
 
 def test_functions_never_change_their_input():
@@ -55,14 +81,16 @@ def test_functions_never_change_their_input():
 def test_a_change_of_one_target_copies_that_target_and_shares_the_rest():
     record = make()
     before = copy.deepcopy(record)
-    one = _job.record_phase(record, "t3", "deploy", "passed", T0, T0, 5, T0)
-    ended = _job.finish_target(one, "t3", False, T0, reason="boom", code="deploy_failed")
+    one = _job.record_phase(
+        record, "t3", entry=_job.phase_entry("deploy", "passed", started_at=T0, completed_at=T0, duration_ms=5), now=T0
+    )
+    ended = _job.finish_target(one, "t3", succeeded=False, now=T0, reason="boom", code="deploy_failed")
     assert record == before  # the input is never changed
     assert one["targets"]["t3"] is not record["targets"]["t3"] and one["targets"] is not record["targets"]
     assert all(one["targets"][n] is record["targets"][n] for n in ("t1", "t2", "t4", "t5"))
     assert ended["targets"]["t3"]["status"] == "Failed" and one["targets"]["t3"]["status"] == "Running"
     assert ended["updatedAt"] == T0 and [p["name"] for p in ended["targets"]["t3"]["phases"]] == ["deploy"]
-    rolled = _job.finish_rollback_target(ended, "t3", True, T0)
+    rolled = _rollback.finish_rollback_target(ended, "t3", succeeded=True, now=T0)
     assert rolled["targets"]["t3"]["status"] == "RolledBack" and ended["targets"]["t3"]["status"] == "Failed"
 
 
@@ -89,38 +117,40 @@ def test_closed_gate_skips_later_batches_and_rolls_back_in_reverse_batch_order()
     record = _job.finish(record, T0)
     assert (record["status"], record["promotion"], record["code"]) == ("Failed", "Failed", "health_probe_failed")
     assert record["reason"] == "target t3: probe failed"
-    record = _job.auto_rollback(record, T0)
+    record = _rollback.auto_rollback(record, T0)
     assert record["status"] == "RollingBack" and record["isRollback"] is True
     assert record["rollback"]["batches"] == [["t3", "t4"], ["t1", "t2"]]
     assert record["events"][-1]["kind"] == "RollbackStarted"
     for name in ("t3", "t4", "t1", "t2"):
-        record = _job.finish_rollback_target(record, name, True, T0, facts={"restoredRevisionPath": "x"})
-    record = _job.finish_rollback(record, T0)
+        record = _rollback.finish_rollback_target(
+            record, name, succeeded=True, now=T0, facts={"restoredRevisionPath": "x"}
+        )
+    record = _rollback.finish_rollback(record, T0)
     assert record["status"] == "RolledBack" and record["promotion"] == "Failed"
     assert record["reason"] == "target t3: probe failed (auto-rollback restored the retained previous revision)"
     assert [e["kind"] for e in record["events"]] == ["RollbackStarted", "RollbackCompleted"]
     assert record["targets"]["t5"]["status"] == "Skipped"
     with pytest.raises(StellaError) as info:
-        _job.auto_rollback(record, T0)
+        _rollback.auto_rollback(record, T0)
     assert info.value.code == "job_state_invalid"
 
 
 def test_a_failed_rollback_is_never_retried():
     record = _job.finish(run(make(), "t1", False), T0)
-    record = _job.auto_rollback(record, T0)
+    record = _rollback.auto_rollback(record, T0)
     assert record["rollback"]["batches"] == [["t1"]]
-    record = _job.finish_rollback_target(record, "t1", False, T0, reason="compose_up_failed: x")
-    record = _job.finish_rollback(record, T0)
+    record = _rollback.finish_rollback_target(record, "t1", succeeded=False, now=T0, reason="compose_up_failed: x")
+    record = _rollback.finish_rollback(record, T0)
     assert record["status"] == "Failed"
     assert record["reason"] == "target t1: boom; auto-rollback failed: t1: compose_up_failed: x"
     assert record["events"][-1] == {"kind": "RollbackFailed", "at": T0, "error": "t1: compose_up_failed: x"}
     with pytest.raises(StellaError):
-        _job.auto_rollback(record, T0)
+        _rollback.auto_rollback(record, T0)
 
 
 def test_no_eligible_target_suffixes_the_reason_and_stays_failed():
     record = _job.finish(run(make(), "t1", False, previous=False), T0)
-    record = _job.auto_rollback(record, T0)
+    record = _rollback.auto_rollback(record, T0)
     assert record["status"] == "Failed"
     assert record["reason"] == (
         "target t1: boom (auto-rollback skipped: no target retained a previous revision to restore)"
@@ -137,33 +167,35 @@ def test_a_batch_starts_its_targets_when_the_job_starts_or_the_gate_before_it_op
     assert [opened["targets"][n]["status"] for n in ("t3", "t4", "t5")] == ["Running", "Running", "Pending"]
     closed = _job.record_gate(record, {"batch": 0, "proceed": False, "reason": "no"}, T0)
     assert [closed["targets"][n]["status"] for n in ("t3", "t5")] == ["Skipped", "Skipped"]
-    rollback = _job.operator_rollback(_job.finish(run(run(record, "t1", True), "t2", True), T0), "job-1-r", T0)
+    rollback = _rollback.operator_rollback(
+        _job.finish(run(run(record, "t1", True), "t2", True), T0), job_id="job-1-r", now=T0
+    )
     assert {t["status"] for t in rollback["targets"].values()} == {"Pending"}  # a rollback job's targets wait
 
 
 def test_a_rollback_leaves_the_targets_this_job_did_not_change_and_says_why():
-    record = _job.finish_target(make(), "t1", True, T0, facts={"unchangedByJob": True})
+    record = _job.finish_target(make(), "t1", succeeded=True, now=T0, facts={"unchangedByJob": True})
     record = _job.finish_target(
         record,
         "t2",
-        False,
-        T0,
+        succeeded=False,
+        now=T0,
         reason="boom",
         code="deploy_failed",
         facts={"previousRevisionPath": "/p/t2/revisions/000001-x"},
     )
-    record = _job.auto_rollback(_job.finish(record, T0), T0)
+    record = _rollback.auto_rollback(_job.finish(record, T0), T0)
     assert record["status"] == "RollingBack" and record["rollback"]["batches"] == [["t2"]]
     assert record["rollback"]["skipped"] == {"t1": _job.UNCHANGED}
     assert record["targets"]["t1"]["rollbackSkipped"] == _job.UNCHANGED
     source = _job.finish_target(
-        _job.finish_target(make(), "t1", True, T0, facts={"unchangedByJob": True}),
+        _job.finish_target(make(), "t1", succeeded=True, now=T0, facts={"unchangedByJob": True}),
         "t2",
-        True,
-        T0,
+        succeeded=True,
+        now=T0,
         facts={"previousRevisionPath": "/r"},
     )
-    operator = _job.operator_rollback(_job.finish(source, T0), "job-1-r", T0)
+    operator = _rollback.operator_rollback(_job.finish(source, T0), job_id="job-1-r", now=T0)
     assert operator["rollback"]["batches"] == [["t2"]] and operator["rollback"]["skipped"]["t1"] == _job.UNCHANGED
 
 
@@ -176,7 +208,7 @@ def test_disabled_auto_rollback_leaves_the_job_untouched():
         ),
         T0,
     )
-    after = _job.auto_rollback(record, T0)
+    after = _rollback.auto_rollback(record, T0)
     assert (after["status"], after["reason"]) == ("Failed", "target t1: boom")
     assert after["rollback"] == {
         "attempted": False,
@@ -225,18 +257,23 @@ def test_illegal_transitions_are_refused():
     with pytest.raises(StellaError):
         _job.finish(done, T0)
     with pytest.raises(StellaError):
-        _job.finish_target(done, "t1", True, T0)
+        _job.finish_target(done, "t1", succeeded=True, now=T0)
     with pytest.raises(StellaError):
-        _job.record_phase(record, "t1", "warmup", "passed", T0, T0, 1, T0)
+        _job.record_phase(
+            record,
+            "t1",
+            entry=_job.phase_entry("warmup", "passed", started_at=T0, completed_at=T0, duration_ms=1),
+            now=T0,
+        )
 
 
 def test_fail_closed_names_the_unreachable_targets():
     record = _job.fail_closed(
         make(),
-        "target_unreachable",
-        "target t4 is unreachable",
-        {"t4": "ssh: connect to host t4 port 22: Connection refused"},
-        T0,
+        code="target_unreachable",
+        reason="target t4 is unreachable",
+        failed_targets={"t4": "ssh: connect to host t4 port 22: Connection refused"},
+        now=T0,
     )
     assert record["status"] == "Failed" and record["code"] == "target_unreachable"
     assert record["targets"]["t4"]["status"] == "Failed"
@@ -244,7 +281,12 @@ def test_fail_closed_names_the_unreachable_targets():
 
 
 def test_interrupted_job_is_failed_never_running():
-    record = _job.record_phase(make(), "t3", "preflight", "passed", T0, T0, 1, T0)
+    record = _job.record_phase(
+        make(),
+        "t3",
+        entry=_job.phase_entry("preflight", "passed", started_at=T0, completed_at=T0, duration_ms=1),
+        now=T0,
+    )
     record = _job.interrupted(record, T0, "interrupted: the controller run ended (pid 9)")
     assert record["status"] == "Failed" and record["code"] == "job_interrupted"
     assert record["targets"]["t3"]["status"] == "Failed"
@@ -257,7 +299,12 @@ def test_an_interrupted_job_gets_its_rollback_decision_and_its_mid_apply_targets
     record = _job.record_gate(
         run(run(make(), "t1", True), "t2", True, previous=False), {"batch": 0, "proceed": True, "reason": None}, T0
     )
-    record = _job.record_phase(record, "t4", "preflight", "passed", T0, T0, 1, T0)
+    record = _job.record_phase(
+        record,
+        "t4",
+        entry=_job.phase_entry("preflight", "passed", started_at=T0, completed_at=T0, duration_ms=1),
+        now=T0,
+    )
     assert [record["targets"][n]["status"] for n in ("t3", "t4", "t5")] == ["Running", "Running", "Pending"]
     record = _job.interrupted(record, T0, "interrupted: the controller run ended (pid 9)")
     for name in ("t3", "t4"):
@@ -270,20 +317,27 @@ def test_an_interrupted_job_gets_its_rollback_decision_and_its_mid_apply_targets
         "batches": [["t3", "t4"], ["t1"]],
         "skipped": {"t2": _job.NO_REVISION},
     }
-    rollback = _job.operator_rollback(record, "job-1-rollback-a", T0)
+    rollback = _rollback.operator_rollback(record, job_id="job-1-rollback-a", now=T0)
     assert rollback["rollback"]["batches"] == [["t3", "t4"], ["t1"]]
     assert rollback["rollback"]["skipped"] == {"t2": _job.NO_REVISION, "t5": _job.NOT_STARTED}
     # an interrupted rollback keeps the decision it made
     ran = run(run(run(run(run(make(), "t1", False), "t2", True), "t3", True), "t4", True), "t5", True)
-    rolling = _job.auto_rollback(_job.finish(ran, T0), T0)
+    rolling = _rollback.auto_rollback(_job.finish(ran, T0), T0)
     assert _job.interrupted(rolling, T0, "gone")["rollback"]["attempted"] is True
 
 
 def test_phases_are_kept_in_contract_order():
     record = make()
     for phase in ("verify", "preflight", "deploy", "cleanup"):
-        record = _job.record_phase(record, "t1", phase, "passed", T0, T0, 1, T0)
-    record = _job.record_phase(record, "t1", "rollback-deploy", "passed", T0, T0, 1, T0)
+        record = _job.record_phase(
+            record, "t1", entry=_job.phase_entry(phase, "passed", started_at=T0, completed_at=T0, duration_ms=1), now=T0
+        )
+    record = _job.record_phase(
+        record,
+        "t1",
+        entry=_job.phase_entry("rollback-deploy", "passed", started_at=T0, completed_at=T0, duration_ms=1),
+        now=T0,
+    )
     assert [p["name"] for p in record["targets"]["t1"]["phases"]] == ["preflight", "deploy", "verify", "cleanup"]
     assert [p["name"] for p in record["targets"]["t1"]["rollbackPhases"]] == ["rollback-deploy"]
 
@@ -293,7 +347,7 @@ def test_operator_rollback_is_a_rollback_job_over_the_eligible_targets():
     source = run(run(source, "t1", True), "t2", True, previous=False)
     source = run(run(source, "t3", True), "t4", True)
     source = _job.finish(run(source, "t5", True), T0)
-    record = _job.operator_rollback(source, "job-1-rollback-a", T0, reason="operator: bad release")
+    record = _rollback.operator_rollback(source, job_id="job-1-rollback-a", now=T0, reason="operator: bad release")
     # recovery, never a deployment: it rolls back from its start, and promotes nothing
     assert (record["kind"], record["isRollback"], record["status"], record["sourceJobId"]) == (
         "rollback",
@@ -306,11 +360,13 @@ def test_operator_rollback_is_a_rollback_job_over_the_eligible_targets():
     assert record["rollback"]["batches"] == [["t5"], ["t3", "t4"], ["t1"]]
     assert record["rollback"]["skipped"] == {"t2": _job.NO_REVISION}
     assert record["batches"] == [["t5"], ["t3", "t4"], ["t1"]]
-    record = _job.finish_rollback_target(record, "t5", True, T0)
-    record = _job.finish_rollback_target(record, "t3", False, T0, reason="rollback_superseded: newer release")
-    record = _job.finish_rollback_target(record, "t4", True, T0)
-    record = _job.finish_rollback_target(record, "t1", True, T0)
-    record = _job.finish_rollback(record, T0)
+    record = _rollback.finish_rollback_target(record, "t5", succeeded=True, now=T0)
+    record = _rollback.finish_rollback_target(
+        record, "t3", succeeded=False, now=T0, reason="rollback_superseded: newer release"
+    )
+    record = _rollback.finish_rollback_target(record, "t4", succeeded=True, now=T0)
+    record = _rollback.finish_rollback_target(record, "t1", succeeded=True, now=T0)
+    record = _rollback.finish_rollback(record, T0)
     assert record["status"] == "Failed" and record["targets"]["t3"]["status"] == "Failed"
     assert record["reason"] == "operator: bad release; rollback failed: t3: rollback_superseded: newer release"
     assert (record["code"], record["rollback"]["status"]) == ("rollback_failed", "failed")
@@ -320,12 +376,16 @@ def test_operator_rollback_is_a_rollback_job_over_the_eligible_targets():
 @pytest.mark.parametrize("restore_all", [True, False])
 def test_the_deployment_an_operator_rolled_back_goes_through_rolling_back(restore_all):
     source = _job.finish(run(run(make(), "t1", True), "t2", True), T0)
-    rollback = _job.operator_rollback(source, "job-1-rollback-a", T0, reason="operator: bad release")
+    rollback = _rollback.operator_rollback(source, job_id="job-1-rollback-a", now=T0, reason="operator: bad release")
     for name in ("t2", "t1"):
-        rollback = _job.finish_rollback_target(
-            rollback, name, restore_all or name == "t2", T0, reason=None if restore_all else "rollback_failed: boom"
+        rollback = _rollback.finish_rollback_target(
+            rollback,
+            name,
+            succeeded=restore_all or name == "t2",
+            now=T0,
+            reason=None if restore_all else "rollback_failed: boom",
         )
-    rollback = _job.finish_rollback(rollback, "T1")
+    rollback = _rollback.finish_rollback(rollback, "T1")
     assert rollback["status"] == ("RolledBack" if restore_all else "Failed")
     after = _recovery.recovery_ended(_recovery.recovery_started(source, rollback, "T1"), rollback, "T1")
     assert after["status"] == ("RolledBack" if restore_all else "Failed")
@@ -350,10 +410,10 @@ def test_rollback_orders_are_the_rollback_batches_with_each_targets_revision_pay
     source["targets"]["t1"].update(rollbackPayload={"ProjectName": "p1"}, targetType="DockerHost")
     source["targets"]["t3"].update(rollbackPayload={"ProjectName": "p3"})
     source = _job.finish(run(run(run(source, "t1", True), "t2", True, previous=False), "t3", True), T0)
-    record = _job.operator_rollback(source, "job-1-rollback-a", T0)
+    record = _rollback.operator_rollback(source, job_id="job-1-rollback-a", now=T0)
     claim = {"jobId": "job-1-rollback-a", "generation": 2, "projectKey": "t1|p1"}  # the rollback job's own, stored
     record["targets"]["t1"]["claim"] = claim
-    orders = _job.rollback_orders(record, source=source)
+    orders = _rollback.rollback_orders(record, source=source)
     assert (orders["jobId"], orders["status"], orders["rollbackBatches"], orders["rollbackSerial"]) == (
         "job-1-rollback-a",
         "RollingBack",
@@ -374,10 +434,13 @@ def test_rollback_orders_are_the_rollback_batches_with_each_targets_revision_pay
     }
     assert orders["rollbackTargets"]["t3"]["claim"] is None  # a record the store never claimed carries none
     source["options"]["taskTimeout"] = 1500  # the job rolled back knew its hooks: its task timeout is kept
-    assert _job.rollback_orders(record, source=source)["rollbackTargets"]["t1"]["taskTimeout"] == 1500
+    assert _rollback.rollback_orders(record, source=source)["rollbackTargets"]["t1"]["taskTimeout"] == 1500
     assert orders["rollbackTargets"]["t3"]["task"] == "compose.rollback"
     # a job that is not rolling back orders no rollback
-    assert _job.rollback_orders(source)["rollbackOrder"] == [] and _job.rollback_orders(source)["rollbackTargets"] == {}
+    assert (
+        _rollback.rollback_orders(source)["rollbackOrder"] == []
+        and _rollback.rollback_orders(source)["rollbackTargets"] == {}
+    )
 
 
 def test_a_task_timeout_is_the_waits_the_hooks_and_the_allowance_unless_given():
@@ -390,23 +453,23 @@ def test_a_task_timeout_is_the_waits_the_hooks_and_the_allowance_unless_given():
 
 def test_operator_rollback_fails_closed_without_an_eligible_target():
     source = _job.finish(run(make(), "t1", True, previous=False), T0)
-    record = _job.operator_rollback(source, "r", T0)
+    record = _rollback.operator_rollback(source, job_id="r", now=T0)
     assert (record["status"], record["code"]) == ("Failed", "rollback_no_eligible_target")
-    with_path = _job.operator_rollback(source, "r2", T0, revision_paths={"t1": "/p/revisions/000003-x"})
+    with_path = _rollback.operator_rollback(source, job_id="r2", now=T0, revision_paths={"t1": "/p/revisions/000003-x"})
     assert with_path["status"] == "RollingBack" and with_path["targets"]["t1"]["previousRevisionPath"].endswith(
         "000003-x"
     )
     with pytest.raises(StellaError):
-        _job.operator_rollback(source, "r3", T0, revision_paths={"nope": "/x"})
+        _rollback.operator_rollback(source, job_id="r3", now=T0, revision_paths={"nope": "/x"})
 
 
 def test_a_target_whose_agent_put_the_previous_release_back_is_skipped_as_restored_in_place():
-    record = _job.finish_target(make(), "t1", True, T0, facts={"previousRevisionPath": "/p/previous"})
-    record = _job.finish_target(record, "t2", False, T0, reason="boom", facts={"restoredInPlace": True})
+    record = _job.finish_target(make(), "t1", succeeded=True, now=T0, facts={"previousRevisionPath": "/p/previous"})
+    record = _job.finish_target(record, "t2", succeeded=False, now=T0, reason="boom", facts={"restoredInPlace": True})
     record = _job.record_gate(
         record, {"batch": 0, "proceed": False, "reason": "batch 1 failed", "failedTargets": ["t2"]}, T0
     )
-    record = _job.auto_rollback(_job.finish(record, T0), T0)
+    record = _rollback.auto_rollback(_job.finish(record, T0), T0)
     assert record["status"] == "RollingBack" and record["rollback"]["batches"] == [["t1"]]
     assert record["rollback"]["skipped"] == {"t2": _job.RESTORED_IN_PLACE}
 
@@ -416,15 +479,21 @@ def test_a_target_lost_during_its_apply_is_rolled_back_with_the_others_and_its_a
     restores the newest revision that is not this release), in reverse batch order."""
     record = run(run(make(), "t1", True), "t2", True)
     lost = _job.finish_target(
-        record, "t3", False, T0, reason="stopped answering", code="target_unreachable", facts={"outcomeUnknown": True}
+        record,
+        "t3",
+        succeeded=False,
+        now=T0,
+        reason="stopped answering",
+        code="target_unreachable",
+        facts={"outcomeUnknown": True},
     )
     assert _job.eligible(lost["targets"]["t3"])
-    failed = _job.auto_rollback(_job.finish(lost, T0), T0)
+    failed = _rollback.auto_rollback(_job.finish(lost, T0), T0)
     assert failed["status"] == "RollingBack" and failed["rollback"]["batches"] == [["t3"], ["t1", "t2"]]
-    orders = _job.rollback_orders(failed)
+    orders = _rollback.rollback_orders(failed)
     assert orders["rollbackOrder"] == ["t3", "t1", "t2"] and orders["rollbackTargets"]["t3"]["revisionPath"] is None
     # without outcomeUnknown and without a revision, a failed target is left alone
-    plain_failure = _job.finish_target(record, "t3", False, T0, reason="boom", code="deploy_failed")
+    plain_failure = _job.finish_target(record, "t3", succeeded=False, now=T0, reason="boom", code="deploy_failed")
     assert not _job.eligible(plain_failure["targets"]["t3"])
 
 
@@ -443,20 +512,20 @@ def test_a_target_lost_during_its_apply_is_rolled_back_with_the_others_and_its_a
 def test_the_contracts_retained_revision_rule(facts, target_type, expected):
     record = make()
     record["targets"]["t1"]["targetType"] = target_type
-    record = _job.finish_target(record, "t1", False, T0, reason="boom", code="deploy_failed", facts=facts)
+    record = _job.finish_target(record, "t1", succeeded=False, now=T0, reason="boom", code="deploy_failed", facts=facts)
     assert _job.eligible(record["targets"]["t1"]) is expected
 
 
 def test_a_job_that_failed_closed_says_its_automatic_rollback_was_skipped_unless_disabled():
-    closed = _job.fail_closed(make(), "project_busy", "project held", {"t1": "held"}, T0)
+    closed = _job.fail_closed(make(), code="project_busy", reason="project held", failed_targets={"t1": "held"}, now=T0)
     assert closed["reason"] == "project held (auto-rollback skipped: no target retained a previous revision to restore)"
     assert closed["rollback"] == {"attempted": False, "skipReason": "no_eligible_target", "skipped": {}}
     disabled = _job.fail_closed(
         make({"autoRollbackOnFailure": False, "autoRollbackSource": "strategyConfig"}),
-        "project_busy",
-        "project held",
-        {"t1": "held"},
-        T0,
+        code="project_busy",
+        reason="project held",
+        failed_targets={"t1": "held"},
+        now=T0,
     )
     assert disabled["reason"] == "project held"
     assert disabled["rollback"] == {

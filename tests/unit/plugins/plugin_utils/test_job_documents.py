@@ -31,7 +31,17 @@ def running_job(tmp_path):
     location = str(tmp_path / "jobs.sqlite3")
     store = _job_store.open_store(location)
     targets = {"a": {"targetId": "id-a", "targetName": "a", "targetType": "ComposeHost", "projectName": "shop"}}
-    store.create(_job.new_job("job-1", None, {"release": {"id": "r1"}}, [["a"]], targets, {}, T0))
+    store.create(
+        _job.new_job(
+            job_id="job-1",
+            job_id_source=None,
+            summary={"release": {"id": "r1"}},
+            batches=[["a"]],
+            targets=targets,
+            options={},
+            now=T0,
+        )
+    )
     store.update("job-1", lambda r: _job.start(r, T0))
     store.close()
     return location

@@ -42,13 +42,13 @@ def pending_job(lease, owner=None):
     (default: a run on another controller)."""
     targets = {n: {"targetId": "id-" + n, "targetName": n, "projectName": "shop"} for n in ("a", "b")}
     return _job.new_job(
-        "job-1",
-        None,
-        {"release": {"id": "r1"}},
-        [["a"], ["b"]],
-        targets,
-        {"claimLeaseSeconds": lease},
-        T0,
+        job_id="job-1",
+        job_id_source=None,
+        summary={"release": {"id": "r1"}},
+        batches=[["a"], ["b"]],
+        targets=targets,
+        options={"claimLeaseSeconds": lease},
+        now=T0,
         owner=owner or ELSEWHERE,
     )
 
@@ -108,13 +108,28 @@ def stored(tmp_path, lease, updated=T1):
     store = _job_store.open_store(str(tmp_path / "jobs.sqlite3"))
     store.create(pending_job(lease))
     store.update("job-1", lambda r: _job.start(r, T0))
-    store.update("job-1", lambda r: _job.record_phase(r, "a", "prepare", "succeeded", None, updated, 10, updated))
+    store.update(
+        "job-1",
+        lambda r: _job.record_phase(
+            r, "a", entry=_job.phase_entry("prepare", "succeeded", completed_at=updated, duration_ms=10), now=updated
+        ),
+    )
     return store
 
 
 def new_job_for_a(store, job_id, now):
     targets = {"a": {"targetId": "id-a", "targetName": "a", "projectName": "shop"}}
-    return store.create(_job.new_job(job_id, None, {"release": {"id": "r2"}}, [["a"]], targets, {}, now))
+    return store.create(
+        _job.new_job(
+            job_id=job_id,
+            job_id_source=None,
+            summary={"release": {"id": "r2"}},
+            batches=[["a"]],
+            targets=targets,
+            options={},
+            now=now,
+        )
+    )
 
 
 def test_an_expired_lease_releases_the_projects_to_the_next_job(tmp_path):
@@ -234,7 +249,12 @@ def test_a_step_after_a_renewal_keeps_the_renewal_out_of_the_record(tmp_path):
             "job-1",
             lambda r: (
                 seen.append(r.get("leaseRenewedAt"))
-                or _job.record_phase(r, "a", "deploy", "succeeded", None, at(850), 10, at(850))
+                or _job.record_phase(
+                    r,
+                    "a",
+                    entry=_job.phase_entry("deploy", "succeeded", completed_at=at(850), duration_ms=10),
+                    now=at(850),
+                )
             ),
         )
         assert seen == [at(800)]  # the change sees the renewal (an interrupt re-checks it)

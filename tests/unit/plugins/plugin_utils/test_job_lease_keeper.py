@@ -140,7 +140,14 @@ def running_job(tmp_path):
     now = utc_timestamp()
     store.create(
         _job.new_job(
-            "job-1", None, {"release": {"id": "r1"}}, [["a"]], targets, {"claimLeaseSeconds": 2}, now, owner=ELSEWHERE
+            job_id="job-1",
+            job_id_source=None,
+            summary={"release": {"id": "r1"}},
+            batches=[["a"]],
+            targets=targets,
+            options={"claimLeaseSeconds": 2},
+            now=now,
+            owner=ELSEWHERE,
         )
     )
     store.update("job-1", lambda r: _job.start(r, now))

@@ -12,23 +12,28 @@ def finished(ok):
     targets = {"t1": {"targetId": "id-t1"}, "t2": {"targetId": "id-t2"}}
     record = _job.start(
         _job.new_job(
-            "awx-42",
-            "awx_job_id",
-            {"release": {"id": "r1"}, "strategy": "rolling"},
-            [["t2", "t1"]],
-            targets,
-            {"autoRollbackOnFailure": False},
-            T0,
+            job_id="awx-42",
+            job_id_source="awx_job_id",
+            summary={"release": {"id": "r1"}, "strategy": "rolling"},
+            batches=[["t2", "t1"]],
+            targets=targets,
+            options={"autoRollbackOnFailure": False},
+            now=T0,
         ),
         T0,
     )
     for name in ("t2", "t1"):
-        record = _job.record_phase(record, name, "preflight", "passed", T0, T0, 5, T0)
+        record = _job.record_phase(
+            record,
+            name,
+            entry=_job.phase_entry("preflight", "passed", started_at=T0, completed_at=T0, duration_ms=5),
+            now=T0,
+        )
         record = _job.finish_target(
             record,
             name,
-            ok or name == "t2",
-            T0,
+            succeeded=ok or name == "t2",
+            now=T0,
             reason=None if ok else "probe failed",
             code=None if ok else "health_probe_failed",
             facts={},

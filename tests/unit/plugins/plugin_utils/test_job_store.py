@@ -17,13 +17,26 @@ NAMES = ["t%02d" % i for i in range(12)]
 
 
 def record(job_id="job-1"):
-    return _job.new_job(job_id, None, {"release": {"id": "r1"}}, [NAMES], {n: {} for n in NAMES}, {}, T0)
+    return _job.new_job(
+        job_id=job_id,
+        job_id_source=None,
+        summary={"release": {"id": "r1"}},
+        batches=[NAMES],
+        targets={n: {} for n in NAMES},
+        options={},
+        now=T0,
+    )
 
 
 def _phase(path, name):
     store = _job_store.open_store(path)
     for phase in ("preflight", "deploy", "verify"):
-        store.update("job-1", lambda r, p=phase: _job.record_phase(r, name, p, "passed", T0, T0, 1, T0))
+        store.update(
+            "job-1",
+            lambda r, p=phase: _job.record_phase(
+                r, name, entry=_job.phase_entry(p, "passed", started_at=T0, completed_at=T0, duration_ms=1), now=T0
+            ),
+        )
     store.close()
 
 

@@ -31,13 +31,13 @@ def new_record(count, size=None, job_id="job-1"):
     hosts = names(count)
     targets = {n: {"targetId": "id-" + n, "projectName": "shop-" + n} for n in hosts}
     return _job.new_job(
-        job_id,
-        None,
-        {"release": {"id": "r1"}},
-        batches_of(hosts, size or count),
-        targets,
-        {"autoRollbackOnFailure": True},
-        T0,
+        job_id=job_id,
+        job_id_source=None,
+        summary={"release": {"id": "r1"}},
+        batches=batches_of(hosts, size or count),
+        targets=targets,
+        options={"autoRollbackOnFailure": True},
+        now=T0,
     )
 
 
@@ -48,20 +48,22 @@ def outcome(record, name, at):
         record = _job.record_phase(
             record,
             name,
-            phase,
-            "passed",
-            at,
-            at,
-            10 + index,
-            at,
-            detail={"probes": "passed"} if phase == "verify" else None,
+            entry=_job.phase_entry(
+                phase,
+                "passed",
+                started_at=at,
+                completed_at=at,
+                duration_ms=10 + index,
+                detail={"probes": "passed"} if phase == "verify" else None,
+            ),
+            now=at,
         )
     facts = {
         "artifacts": {k: "sha256:%064x" % i for i, k in enumerate(("sticker", "lock", "manifest", "hash"))},
         "previousRevisionPath": "/var/lib/stella/projects/shop-%s/.stella/revisions/1" % name,
         "evidence": {"deployment.json": {"sha256": "%064x" % 7, "document": "shop/%s/deployment.json" % name}},
     }
-    return _job.finish_target(record, name, True, at, facts=facts)
+    return _job.finish_target(record, name, succeeded=True, now=at, facts=facts)
 
 
 def run_job(store, count, size):
@@ -192,7 +194,12 @@ def test_recording_one_target_serialises_and_copies_that_target_only(tmp_path, m
 
 def test_a_target_entry_shared_with_the_previous_revision_is_not_compared(monkeypatch):
     before = new_record(3)
-    one = _job.record_phase(before, "host-001", "deploy", "passed", T0, T0, 1, T0)
+    one = _job.record_phase(
+        before,
+        "host-001",
+        entry=_job.phase_entry("deploy", "passed", started_at=T0, completed_at=T0, duration_ms=1),
+        now=T0,
+    )
     assert one["targets"]["host-000"] is before["targets"]["host-000"]
     compared = []
     dumps = _rows.dumps
@@ -224,7 +231,12 @@ def test_a_header_is_rewritten_only_when_more_than_its_columns_changed():
     gated = _job.record_gate(before, {"batch": 0, "proceed": True, "reason": "ok"}, T0)
     head, targets, gone = _rows.changed_parts(before, gated)
     assert head and targets == {} and gone == []
-    one = _job.record_phase(before, "host-001", "deploy", "passed", T0, T0, 1, T0)
+    one = _job.record_phase(
+        before,
+        "host-001",
+        entry=_job.phase_entry("deploy", "passed", started_at=T0, completed_at=T0, duration_ms=1),
+        now=T0,
+    )
     assert _rows.changed_parts(before, one)[1] == {"host-001": one["targets"]["host-001"]}
     fewer = dict(before, targets={k: v for k, v in before["targets"].items() if k != "host-002"})
     assert _rows.changed_parts(before, fewer)[2] == ["host-002"]

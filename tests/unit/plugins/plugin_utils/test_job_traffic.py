@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import rollback as _rollback
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import traffic as _job_traffic
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import view as _job_view
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import strategy as _strategy
@@ -25,7 +26,13 @@ def job(strategy, config=None, batches=(("t1",), ("t2", "t3"))):
         "environment": "lab",
     }
     record = _job.new_job(
-        "job-1", None, summary, [list(b) for b in batches], targets, {"autoRollbackOnFailure": True}, T0
+        job_id="job-1",
+        job_id_source=None,
+        summary=summary,
+        batches=[list(b) for b in batches],
+        targets=targets,
+        options={"autoRollbackOnFailure": True},
+        now=T0,
     )
     return _job.start(record, T0)
 
@@ -53,10 +60,12 @@ def test_shift_step_per_batch(strategy, config, expected):
 def test_a_traffic_failure_closes_the_gate_of_its_batch_with_its_code():
     record = job("canary")
     for name in ("t1",):
-        record = _job.finish_target(record, name, True, T0)
+        record = _job.finish_target(record, name, succeeded=True, now=T0)
     step = _job_traffic.shift_step(record, 0)
     failure = {"code": "traffic_adapter_missing", "reason": "no traffic adapter ran: traffic_adapter_missing"}
-    record = _job_traffic.record_shift(record, step, {"strategy.traffic.shifted": False}, T0, failure)
+    record = _job_traffic.record_shift(
+        record, step, evidence={"strategy.traffic.shifted": False}, now=T0, failure=failure
+    )
     assert _job_traffic.gate_failure(record, 1) is None
     decision = _strategy.gate(0, [("t1", "Succeeded", None)], _job_traffic.gate_failure(record, 0))
     assert decision["proceed"] is False and decision["code"] == "traffic_adapter_missing"
@@ -68,24 +77,26 @@ def test_a_traffic_failure_closes_the_gate_of_its_batch_with_its_code():
 
 def test_a_failed_traffic_rollback_fails_the_rollback():
     record = job("blue-green", batches=(("t1",),))
-    record = _job.finish_target(record, "t1", False, T0, reason="boom", facts={"previousRevisionPath": "/p"})
-    record = _job.auto_rollback(_job.finish(record, T0), T0)
-    record = _job.finish_rollback_target(record, "t1", True, T0)
+    record = _job.finish_target(
+        record, "t1", succeeded=False, now=T0, reason="boom", facts={"previousRevisionPath": "/p"}
+    )
+    record = _rollback.auto_rollback(_job.finish(record, T0), T0)
+    record = _rollback.finish_rollback_target(record, "t1", succeeded=True, now=T0)
     step = _job_traffic.rollback_step(record, record["reason"])
     assert (step["controlWeight"], step["treatmentWeight"], step["rollback"]) == (100, 0, True)
     record = _job_traffic.record_rollback(
         record,
-        {"strategy.traffic.rollback.shifted": False},
-        T0,
-        {"code": "traffic_adapter_rollback_failed", "reason": "HTTP 500"},
+        evidence={"strategy.traffic.rollback.shifted": False},
+        now=T0,
+        failure={"code": "traffic_adapter_rollback_failed", "reason": "HTTP 500"},
     )
-    record = _job.finish_rollback(record, T0)
+    record = _rollback.finish_rollback(record, T0)
     assert record["status"] == "Failed" and record["rollback"]["status"] == "failed"
     assert record["reason"].endswith("auto-rollback failed: traffic: traffic_adapter_rollback_failed: HTTP 500")
 
 
 def test_job_show_prints_each_traffic_step_and_the_traffic_rollback():
-    record = _job.finish_target(job("canary"), "t1", True, T0)
+    record = _job.finish_target(job("canary"), "t1", succeeded=True, now=T0)
     step = _job_traffic.shift_step(record, 0)
     evidence = {
         "strategy.traffic.mode": "traffic_shift",
@@ -95,16 +106,16 @@ def test_job_show_prints_each_traffic_step_and_the_traffic_rollback():
         "strategy.traffic.slot": "canary",
         "strategy.traffic.adapter": "webhook",
     }
-    record = _job_traffic.record_shift(record, step, evidence, T0)
+    record = _job_traffic.record_shift(record, step, evidence=evidence, now=T0)
     record = _job_traffic.record_rollback(
         record,
-        {
+        evidence={
             "strategy.traffic.rollback.mode": "traffic_rollback",
             "strategy.traffic.rollback.status": "failed",
             "strategy.traffic.rollback.slot": "active",
             "strategy.traffic.rollback.reason": "HTTP 500",
         },
-        T0,
+        now=T0,
     )
     text = _job_view.render_text(record)
     assert "  traffic: traffic_shift shifted control 90 / treatment 10 slot canary (webhook)\n" in text
@@ -116,14 +127,14 @@ def first_canary_failing_later(auto_rollback=True):
     failed its probe in batch 2: no target retained a revision, so no target is rolled back."""
     record = job("canary", {"trafficSteps": [10, 50, 100]}, batches=(("t1",), ("t2",)))
     record["options"]["autoRollbackOnFailure"] = auto_rollback
-    record = _job.finish_target(record, "t1", True, T0)
+    record = _job.finish_target(record, "t1", succeeded=True, now=T0)
     step = _job_traffic.shift_step(record, 0)
     record = _job_traffic.record_shift(
-        record, step, {"strategy.traffic.shifted": True, "strategy.traffic.treatmentWeight": 10}, T0
+        record, step, evidence={"strategy.traffic.shifted": True, "strategy.traffic.treatmentWeight": 10}, now=T0
     )
     record = _job.record_gate(record, _strategy.gate(0, [("t1", "Succeeded", None)]), T0)
-    record = _job.finish_target(record, "t2", False, T0, reason="probe failed")
-    return _job.auto_rollback(_job.finish(record, T0), T0)
+    record = _job.finish_target(record, "t2", succeeded=False, now=T0, reason="probe failed")
+    return _rollback.auto_rollback(_job.finish(record, T0), T0)
 
 
 def test_traffic_this_job_moved_is_put_back_though_no_target_was_rolled_back():
@@ -132,9 +143,9 @@ def test_traffic_this_job_moved_is_put_back_though_no_target_was_rolled_back():
     assert _job_traffic.puts_traffic_back(record)
     back = _job_traffic.record_rollback(
         record,
-        {"strategy.traffic.rollback.shifted": False},
-        T0,
-        {"code": "traffic_adapter_rollback_failed", "reason": "HTTP 500"},
+        evidence={"strategy.traffic.rollback.shifted": False},
+        now=T0,
+        failure={"code": "traffic_adapter_rollback_failed", "reason": "HTTP 500"},
     )
     assert back["reason"].endswith("; traffic rollback failed: traffic_adapter_rollback_failed: HTTP 500")
     assert not _job_traffic.puts_traffic_back(back)  # never twice
@@ -143,7 +154,9 @@ def test_traffic_this_job_moved_is_put_back_though_no_target_was_rolled_back():
 def test_no_traffic_put_back_when_none_moved_or_auto_rollback_is_off():
     assert not _job_traffic.puts_traffic_back(first_canary_failing_later(auto_rollback=False))
     record = job("canary", batches=(("t1",),))
-    record = _job.auto_rollback(_job.finish(_job.finish_target(record, "t1", False, T0, reason="boom"), T0), T0)
+    record = _rollback.auto_rollback(
+        _job.finish(_job.finish_target(record, "t1", succeeded=False, now=T0, reason="boom"), T0), T0
+    )
     assert not _job_traffic.puts_traffic_back(record)  # nothing was shifted
 
 
@@ -152,24 +165,26 @@ def test_traffic_is_put_back_though_the_targets_rollback_found_no_revision():
     back, and neither retained a revision: the targets' rollback fails, the traffic rollback still runs."""
     record = job("canary", {"trafficSteps": [10, 50, 100]}, batches=(("t1",), ("t2",)))
     applied = {"applyRan": True, "targetType": "ComposeHost"}
-    record = _job.finish_target(record, "t1", True, T0, facts=applied)
+    record = _job.finish_target(record, "t1", succeeded=True, now=T0, facts=applied)
     step = _job_traffic.shift_step(record, 0)
     record = _job_traffic.record_shift(
-        record, step, {"strategy.traffic.shifted": True, "strategy.traffic.treatmentWeight": 10}, T0
+        record, step, evidence={"strategy.traffic.shifted": True, "strategy.traffic.treatmentWeight": 10}, now=T0
     )
     record = _job.record_gate(record, _strategy.gate(0, [("t1", "Succeeded", None)]), T0)
-    record = _job.finish_target(record, "t2", False, T0, reason="probe failed", facts=applied)
-    record = _job.auto_rollback(_job.finish(record, T0), T0)
+    record = _job.finish_target(record, "t2", succeeded=False, now=T0, reason="probe failed", facts=applied)
+    record = _rollback.auto_rollback(_job.finish(record, T0), T0)
     assert record["status"] == "RollingBack" and sorted(n for b in record["rollback"]["batches"] for n in b) == [
         "t1",
         "t2",
     ]
     for name in ("t2", "t1"):
-        record = _job.finish_rollback_target(record, name, False, T0, reason="no_revision: no retained revision")
+        record = _rollback.finish_rollback_target(
+            record, name, succeeded=False, now=T0, reason="no_revision: no retained revision"
+        )
     assert _job_traffic.puts_traffic_back(record)
     step = _job_traffic.rollback_step(record, record["reason"])
     assert (step["controlSlot"], step["controlWeight"], step["treatmentWeight"]) == ("active", 100, 0)
-    back = _job_traffic.record_rollback(record, {"strategy.traffic.rollback.shifted": True}, T0)
+    back = _job_traffic.record_rollback(record, evidence={"strategy.traffic.rollback.shifted": True}, now=T0)
     assert not _job_traffic.puts_traffic_back(back)  # never twice
 
 
@@ -177,23 +192,29 @@ def test_no_traffic_rollback_after_a_failed_target_rollback_when_the_job_moved_n
     """A blue-green job whose shift failed (the webhook down): its target's rollback found no revision;
     nothing was moved, so nothing is put back."""
     record = job("blue-green", batches=(("t1",),))
-    record = _job.finish_target(record, "t1", True, T0, facts={"applyRan": True, "targetType": "ComposeHost"})
+    record = _job.finish_target(
+        record, "t1", succeeded=True, now=T0, facts={"applyRan": True, "targetType": "ComposeHost"}
+    )
     step = _job_traffic.shift_step(record, 0)
     record = _job_traffic.record_shift(
         record,
         step,
-        {"strategy.traffic.shifted": False},
-        T0,
-        {"code": "traffic_adapter_failed", "reason": "unreachable"},
+        evidence={"strategy.traffic.shifted": False},
+        now=T0,
+        failure={"code": "traffic_adapter_failed", "reason": "unreachable"},
     )
     record = _job.record_gate(
         record, _strategy.gate(0, [("t1", "Succeeded", None)], _job_traffic.gate_failure(record, 0)), T0
     )
-    record = _job.auto_rollback(_job.finish(record, T0), T0)
-    record = _job.finish_rollback_target(record, "t1", False, T0, reason="no_revision: no retained revision")
+    record = _rollback.auto_rollback(_job.finish(record, T0), T0)
+    record = _rollback.finish_rollback_target(
+        record, "t1", succeeded=False, now=T0, reason="no_revision: no retained revision"
+    )
     assert record["status"] == "RollingBack" and not _job_traffic.puts_traffic_back(record)
     failed = _job.finish_target(
-        job("blue-green", batches=(("t1",),)), "t1", False, T0, facts={"previousRevisionPath": "/p"}
+        job("blue-green", batches=(("t1",),)), "t1", succeeded=False, now=T0, facts={"previousRevisionPath": "/p"}
     )
-    restored = _job.finish_rollback_target(_job.auto_rollback(_job.finish(failed, T0), T0), "t1", True, T0)
+    restored = _rollback.finish_rollback_target(
+        _rollback.auto_rollback(_job.finish(failed, T0), T0), "t1", succeeded=True, now=T0
+    )
     assert _job_traffic.puts_traffic_back(restored)  # every planned target restored: put back as always

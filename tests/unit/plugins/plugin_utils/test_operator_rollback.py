@@ -32,13 +32,22 @@ def finished_deployment(tmp_path, owner=None):
             for n in ("a", "b")
         }
         store.create(
-            _job.new_job("job-1", None, {"release": {"id": "r1"}}, [["a"], ["b"]], targets, {}, T0, owner=owner)
+            _job.new_job(
+                job_id="job-1",
+                job_id_source=None,
+                summary={"release": {"id": "r1"}},
+                batches=[["a"], ["b"]],
+                targets=targets,
+                options={},
+                now=T0,
+                owner=owner,
+            )
         )
         store.update(
             "job-1",
             lambda r: _job.start(r, T0),
-            lambda r: _job.finish_target(r, "a", True, T0, facts={"previousRevisionPath": "/p/a/r0"}),
-            lambda r: _job.finish_target(r, "b", True, T0, facts={"previousRevisionPath": "/p/b/r0"}),
+            lambda r: _job.finish_target(r, "a", succeeded=True, now=T0, facts={"previousRevisionPath": "/p/a/r0"}),
+            lambda r: _job.finish_target(r, "b", succeeded=True, now=T0, facts={"previousRevisionPath": "/p/b/r0"}),
             lambda r: _job.finish(r, T0),
         )
         store.project_terminal("job-1", _projection.strategy_evidence(store.get("job-1")), T0)
@@ -153,7 +162,7 @@ def test_the_operator_rollback_s_traffic_rollback_is_projected_onto_the_deployme
     }
     store = _job_store.open_store(location)
     try:
-        store.update(orders["jobId"], lambda r: _job_traffic.record_rollback(r, back, T0))
+        store.update(orders["jobId"], lambda r: _job_traffic.record_rollback(r, evidence=back, now=T0))
     finally:
         store.close()
     for name in orders["rollbackOrder"]:

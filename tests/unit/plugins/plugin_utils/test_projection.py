@@ -13,7 +13,18 @@ T0 = "2026-01-01T00:00:00Z"
 
 def job():
     targets = {n: {"targetId": n, "targetName": n} for n in ("a", "b")}
-    return dict(_job.new_job("job-1", None, {"release": {"id": "r1"}}, [["a"], ["b"]], targets, {}, T0), revision=1)
+    return dict(
+        _job.new_job(
+            job_id="job-1",
+            job_id_source=None,
+            summary={"release": {"id": "r1"}},
+            batches=[["a"], ["b"]],
+            targets=targets,
+            options={},
+            now=T0,
+        ),
+        revision=1,
+    )
 
 
 def test_a_new_deployment_is_projected_pending_from_its_first_revision():
@@ -40,7 +51,15 @@ def test_refresh_mirrors_only_what_changed_and_progress_is_persisted_phases():
     projection = _projection.refresh(projection, running)
     assert projection["status"] == "Running" and projection["jobRevision"] == 2
     for revision, phase in enumerate(("preflight", "prepare", "deploy"), start=3):
-        running = dict(_job.record_phase(running, "a", phase, "passed", T0, T0, 1, T0), revision=revision)
+        running = dict(
+            _job.record_phase(
+                running,
+                "a",
+                entry=_job.phase_entry(phase, "passed", started_at=T0, completed_at=T0, duration_ms=1),
+                now=T0,
+            ),
+            revision=revision,
+        )
         projection = _projection.refresh(projection, running)
     assert projection["targets"]["a"]["progress"] == 33 and projection["targets"]["a"]["phase"] == "deploy"
     assert projection["targets"]["a"]["status"] == "Running" and projection["jobRevision"] == 5
@@ -49,8 +68,8 @@ def test_refresh_mirrors_only_what_changed_and_progress_is_persisted_phases():
 def test_a_terminal_job_status_waits_for_the_terminal_step():
     record = dict(_job.start(job(), T0), revision=2)
     projection = _projection.refresh(_projection.initial(job()), record)
-    done = dict(_job.finish_target(record, "a", True, T0), revision=3)
-    done = dict(_job.finish_target(done, "b", True, T0), revision=4)
+    done = dict(_job.finish_target(record, "a", succeeded=True, now=T0), revision=3)
+    done = dict(_job.finish_target(done, "b", succeeded=True, now=T0), revision=4)
     finished = dict(_job.finish(done, T0), revision=5)
     refreshed = _projection.refresh(projection, finished)
     assert refreshed["status"] == "Running" and refreshed["targets"]["b"]["status"] == "Succeeded"
@@ -128,7 +147,10 @@ def test_the_projection_uses_the_contract_s_spellings_with_the_current_keys_as_a
     projection = _projection.initial(record)
     assert (projection["status"], projection["deploymentStatus"]) == ("Pending", "pending")
     running = dict(_job.start(record, T0), revision=2)
-    failed = dict(_job.finish_target(running, "a", False, T0, reason="probe failed", code="probe_failed"), revision=3)
+    failed = dict(
+        _job.finish_target(running, "a", succeeded=False, now=T0, reason="probe failed", code="probe_failed"),
+        revision=3,
+    )
     projection = _projection.refresh(projection, failed)
     assert projection["deploymentStatus"] == "running"
     assert projection["targets"]["a"]["error"] == projection["targets"]["a"]["reason"] == "probe failed"

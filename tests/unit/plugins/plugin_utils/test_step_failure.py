@@ -28,7 +28,13 @@ def stored(tmp_path):
     }
     store.create(
         _job.new_job(
-            "job-1", None, {"release": {"id": "r1"}}, [["a"], ["b"]], targets, {"autoRollbackOnFailure": True}, T0
+            job_id="job-1",
+            job_id_source=None,
+            summary={"release": {"id": "r1"}},
+            batches=[["a"], ["b"]],
+            targets=targets,
+            options={"autoRollbackOnFailure": True},
+            now=T0,
         )
     )
     store.update("job-1", lambda r: _job.start(r, T0))
@@ -162,9 +168,16 @@ def test_an_error_in_a_step_outside_a_running_job_is_raised_as_before(tmp_path, 
 
 
 def test_the_first_step_failure_is_kept_and_a_finished_target_is_left_as_it_is():
-    record = _job.start(_job.new_job("j", None, {}, [["a"]], {"a": {}}, {}, T0), T0)
-    record = _job.finish_target(record, "a", True, T0)
-    first = _step_failure.step_failed(record, "traffic", "internal_error", "one", T0, batch=0, target="a")
-    second = _step_failure.step_failed(first, "gate", "internal_error", "two", T0, batch=0)
+    record = _job.start(
+        _job.new_job(
+            job_id="j", job_id_source=None, summary={}, batches=[["a"]], targets={"a": {}}, options={}, now=T0
+        ),
+        T0,
+    )
+    record = _job.finish_target(record, "a", succeeded=True, now=T0)
+    first = _step_failure.step_failed(
+        record, step="traffic", code="internal_error", reason="one", now=T0, batch=0, target="a"
+    )
+    second = _step_failure.step_failed(first, step="gate", code="internal_error", reason="two", now=T0, batch=0)
     assert second["stepFailure"]["reason"] == "one" and second["targets"]["a"]["status"] == "Succeeded"
     assert record.get("stepFailure") is None  # pure
