@@ -342,7 +342,7 @@ class RollbackTargetOrder(TypedDict):
 
 
 class RollbackOrder(TypedDict):
-    """The rollback the playbook runs next (job/record.py ``rollback_orders``): its batches, ``serial``,
+    """The rollback the playbook runs next (job/rollback.py ``rollback_orders``): its batches, ``serial``,
     host order and each target's order; no batch when the job does not roll back."""
 
     jobId: str
