@@ -25,24 +25,34 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from typing import IO, cast
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import utc_timestamp
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.execution.paths import COLLECTIONS_PATH
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.owner import owner_state
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.sql import UNFINISHED, open_store
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.model import Owner
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.sql import UNFINISHED, SqlJobStore, open_store
 
 POLL_SECONDS = 1.0  # how often the keeper looks at its owner process
 RENEWALS_PER_LEASE = 3
 MIN_LEASE_SECONDS = 3  # a renewal at most every second, three per lease
 
 
-def renew_every(lease):
+def renew_every(lease: float) -> float:
     """Seconds between two renewals of a ``lease``-second claim lease."""
     return max(1.0, float(lease) / RENEWALS_PER_LEASE)
 
 
-def keep(renew, state, lease, clock=time.monotonic, sleep=time.sleep, poll=POLL_SECONDS):
+def keep(
+    renew: Callable[[], str | None],
+    state: Callable[[], str],
+    lease: float,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], object] = time.sleep,
+    poll: float = POLL_SECONDS,
+) -> str:
     """Renew the lease with ``renew() -> job status`` every :func:`renew_every` seconds while
     ``state()`` (the owner's :func:`owner_state`) is ``"running"``. Returns why it stopped:
     ``"owner_gone"`` or ``"job_finished"`` (finished, recorded interrupted, or no longer stored)."""
@@ -62,15 +72,16 @@ def keep(renew, state, lease, clock=time.monotonic, sleep=time.sleep, poll=POLL_
         sleep(min(poll, every))
 
 
-def run_keeper(location, job_id, owner, lease):
+def run_keeper(location: str | None, job_id: str, owner: Owner, lease: float) -> str:
     """The keeper's loop over its own connection to the store at ``location``."""
-    held = []
+    held: list[SqlJobStore] = []
 
-    def renew():
+    def renew() -> str | None:
         if not held:
             held.append(open_store(location))
         try:
-            return held[0].renew_lease(job_id, utc_timestamp())
+            status: str | None = held[0].renew_lease(job_id, utc_timestamp())
+            return status
         except StellaError:
             held.pop().close()
             raise
@@ -88,7 +99,7 @@ KEEPER = (
 )
 
 
-def start_keeper(location, job_id, owner, lease):
+def start_keeper(location: str | None, job_id: str, owner: Owner | None, lease: int) -> int | None:
     """Start the keeper of ``job_id``'s lease: a new Python process of this interpreter (nothing of the
     task worker is inherited, its open store connection included), in the run's process group, its
     output on /dev/null, told what to keep on its standard input (the store location may hold a
@@ -104,9 +115,10 @@ def start_keeper(location, job_id, owner, lease):
         )
     except OSError:
         return None
+    stdin = cast(IO[bytes], keeper.stdin)  # a pipe (stdin=subprocess.PIPE)
     try:
-        keeper.stdin.write(order)
-        keeper.stdin.close()
+        stdin.write(order)
+        stdin.close()
     except OSError:
         keeper.kill()
         keeper.wait()
@@ -114,7 +126,7 @@ def start_keeper(location, job_id, owner, lease):
     return keeper.pid
 
 
-def keeper_main():
+def keeper_main() -> None:
     """The keeper process: reads its order from standard input, keeps the lease, ends."""
     order = json.load(sys.stdin)
     for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):

@@ -42,6 +42,7 @@ import os
 import shutil
 import stat
 import sys
+from collections.abc import Callable, Iterator
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.host.files import atomic_write
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.execution.paths import COLLECTION_ROOT
@@ -52,9 +53,9 @@ KEEP = 8
 MODULE_FQN = "ansible_collections.stellaops.runtime.plugins.modules.%s"
 
 
-def _sources(directory):
+def _sources(directory: str) -> list[tuple[str, str]]:
     """The ``.py`` files under ``directory``, as (path relative to it, full path), in a stable order."""
-    found = []
+    found: list[tuple[str, str]] = []
     for root, dirs, files in os.walk(directory):
         dirs[:] = sorted(d for d in dirs if d != "__pycache__")
         found.extend(
@@ -65,7 +66,7 @@ def _sources(directory):
     return found
 
 
-def payload_key(plugins_dir, ansible_module_utils_dir, versions):
+def payload_key(plugins_dir: str, ansible_module_utils_dir: str, versions: tuple[str, ...]) -> str:
     """The key of the collection's payloads: a SHA-256 over ``versions`` (ansible-core's and Python's,
     and where the collection is), the bytes of every source under the collection's ``modules`` and
     ``module_utils`` (in ``plugins_dir``) and the path, size and modification time of every source under
@@ -83,7 +84,7 @@ def payload_key(plugins_dir, ansible_module_utils_dir, versions):
     return digest.hexdigest()
 
 
-def private_directory(path, create=False):
+def private_directory(path: str, create: bool = False) -> str | None:
     """``path`` as a directory only the controller's user may write (made with mode 0700 when asked),
     or None: a symbolic link, another user's directory or one that others may write is never trusted."""
     if create:
@@ -97,7 +98,7 @@ def private_directory(path, create=False):
     return path if trusted else None
 
 
-def entries(directory, prefix):
+def entries(directory: str, prefix: str) -> list[str]:
     """The names of a module's cache entries in ``directory``: Ansible names them after the module's
     import path, then its compression and extensions; its own lock and temporary files are left out."""
     try:
@@ -107,17 +108,17 @@ def entries(directory, prefix):
     return sorted(name for name in names if name.startswith(prefix) and not name.endswith((".lock", "-part")))
 
 
-def copy_entry(source, directory, name):
+def copy_entry(source: str, directory: str, name: str) -> None:
     """Copy the entry ``source`` to ``directory/name``, readable by this user only (``atomic_write``)."""
     with open(source, "rb") as handle:
         atomic_write(os.path.join(directory, name), handle.read(), mode=0o600)
 
 
-def copy_missing(source, destination, prefix):
+def copy_missing(source: str, destination: str, prefix: str) -> list[str]:
     """Copy the module's entries in ``source`` that ``destination`` lacks, never overwriting one (the
     store into Ansible's cache before the build, Ansible's cache into the store after it); returns their
     names."""
-    copied = []
+    copied: list[str] = []
     for name in entries(source, prefix):
         if not os.path.exists(os.path.join(destination, name)):
             copy_entry(os.path.join(source, name), destination, name)
@@ -125,9 +126,9 @@ def copy_missing(source, destination, prefix):
     return copied
 
 
-def prune(root, keep_keys=KEEP):
+def prune(root: str, keep_keys: int = KEEP) -> list[str]:
     """Remove all but the ``keep_keys`` keys of ``root`` used last (a key is touched when it is used)."""
-    keys = []
+    keys: list[tuple[int, str]] = []
     for name in os.listdir(root):
         path = os.path.join(root, name)
         with contextlib.suppress(OSError):
@@ -139,7 +140,7 @@ def prune(root, keep_keys=KEEP):
     return removed
 
 
-def run_key(cache, key):
+def run_key(cache: str, key: str) -> str:
     """The key the run's cache ``cache`` is bound to: ``key`` when this is the run's first task here
     (written once, never replaced), else the one its first task wrote ("" while that is being written,
     which differs from every key)."""
@@ -154,7 +155,7 @@ def run_key(cache, key):
     return key
 
 
-def _this_key():
+def _this_key() -> str:
     import ansible.module_utils
     from ansible.release import __version__
 
@@ -166,7 +167,7 @@ def _this_key():
 
 
 @contextlib.contextmanager
-def reused(module_name, local_tmp, log=None):
+def reused(module_name: str, local_tmp: str, log: Callable[[str], object] | None = None) -> Iterator[None]:
     """Inside the block, Ansible's payload cache of this run (``<local_tmp>/ansiballz_cache``) holds the
     module's stored entries; after it, what Ansible built there is stored. ``log`` (a callable) hears
     what was done and what went wrong; nothing here fails the task."""

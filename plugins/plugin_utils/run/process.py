@@ -14,6 +14,7 @@ A process is told apart from a later one that reuses its pid by its start time, 
 from __future__ import annotations
 
 import os
+from types import ModuleType
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 
@@ -23,7 +24,7 @@ STOPPED = "stopped"
 GONE = "gone"
 
 
-def _psutil():
+def _psutil() -> ModuleType:
     try:
         import psutil  # pylint: disable=import-outside-toplevel
     except ImportError:
@@ -35,14 +36,14 @@ def _psutil():
     return psutil
 
 
-def _ticks_per_second():
+def _ticks_per_second() -> int:
     try:
         return os.sysconf("SC_CLK_TCK")
     except (AttributeError, ValueError, OSError):
         return 100
 
 
-def stat(pid):
+def stat(pid: int) -> tuple[str, int] | None:
     """``(status, startTicks)`` of ``pid``: psutil's status (``running``, ``sleeping``, ``stopped``,
     ``zombie``...) and its start in clock ticks since boot; ``None`` when no such process exists."""
     psutil = _psutil()
@@ -57,18 +58,18 @@ def stat(pid):
     return status, int(round((started - booted) * _ticks_per_second()))
 
 
-def start_ticks(pid):
+def start_ticks(pid: int) -> int | None:
     """The start of ``pid`` in clock ticks since boot, or ``None`` when it does not exist."""
     found = stat(pid)
     return found[1] if found else None
 
 
-def exited(status):
+def exited(status: str) -> bool:
     """Whether psutil's ``status`` is that of a process that has exited (a zombie not reaped yet, or dead)."""
     return status in ("zombie", "dead")
 
 
-def state(pid, started):
+def state(pid: int, started: int | None) -> str:
     """``running``, ``stopped`` (SIGSTOP, a suspended terminal, a tracer) or ``gone`` (ended, a zombie, or
     its pid reused: it did not start at ``started`` ticks) for the process ``pid``."""
     found = stat(pid)

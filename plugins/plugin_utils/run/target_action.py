@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import contextlib
 import gc
+from collections.abc import Iterator
+from typing import Any
 
 from ansible import constants as C
 from ansible.plugins.action.normal import ActionModule as NormalAction
@@ -34,7 +36,7 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils.release import c
 
 
 @contextlib.contextmanager
-def collector_paused():
+def collector_paused() -> Iterator[None]:
     """Pause the cyclic garbage collector inside the block, restoring it as it was found."""
     enabled = gc.isenabled()
     gc.disable()
@@ -45,7 +47,7 @@ def collector_paused():
             gc.enable()
 
 
-def scrubbed(value, secrets):
+def scrubbed(value: Any, secrets: list[str]) -> Any:
     """``value`` (a module result) with every secret of ``secrets`` replaced in every string."""
     if not secrets:
         return value
@@ -58,7 +60,15 @@ def scrubbed(value, secrets):
     return value
 
 
-class TargetModuleAction(NormalAction):
+def refused(exc: StellaError, phase: str | None) -> dict[str, Any]:
+    """The failed result of a task whose work was refused before the module ran, with its next step."""
+    result: dict[str, Any] = with_next(
+        {"failed": True, "msg": exc.reason, "code": exc.code, "failurePhase": phase, "changed": False}
+    )
+    return result
+
+
+class TargetModuleAction(NormalAction):  # type: ignore[misc]  # ansible-core ships no type information
     """Runs the module of the task's name on the target (check mode, diff and async as
     ``ansible.builtin.normal``), with the collector paused (:func:`collector_paused`) and the payload
     store of :mod:`._payload_cache` around Ansible's build of the module.
@@ -68,28 +78,25 @@ class TargetModuleAction(NormalAction):
     on the controller (:func:`.release.credentials.with_preflight_credentials`); the values found are
     scrubbed from the result as well."""
 
-    PREFLIGHT_OPTION = None
+    PREFLIGHT_OPTION: str | None = None
 
-    def run(self, tmp=None, task_vars=None):
+    def run(self, tmp: str | None = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         module = type(self).__module__.rpartition(".")[2]  # each action plugin runs the module of its name
-        secrets = []
+        secrets: list[str] = []
         if self.PREFLIGHT_OPTION is not None:
             try:
                 secrets = self._add_registry_credentials()
             except StellaError as exc:
-                return with_next(
-                    {"failed": True, "msg": exc.reason, "code": exc.code, "failurePhase": "preflight", "changed": False}
-                )
+                return refused(exc, "preflight")
         try:
             self._check_claim(task_vars or {})
         except StellaError as exc:
-            return with_next(
-                {"failed": True, "msg": exc.reason, "code": exc.code, "failurePhase": exc.phase, "changed": False}
-            )
+            return refused(exc, exc.phase)
         with collector_paused(), _payload_cache.reused(module, C.DEFAULT_LOCAL_TMP, Display().vvvv):
-            return scrubbed(super().run(tmp, task_vars), secrets)
+            result: dict[str, Any] = scrubbed(super().run(tmp, task_vars), secrets)
+            return result
 
-    def _check_claim(self, task_vars):
+    def _check_claim(self, task_vars: dict[str, Any]) -> None:
         """With a job's ``claim``, the job store's word that the job still holds the project, read right
         before the work is sent (run/fencing.py); ``job_store`` is read here and never sent."""
         args = dict(self._task.args)
@@ -101,12 +108,13 @@ class TargetModuleAction(NormalAction):
 
             fencing.check(location, claim)
 
-    def _add_registry_credentials(self):
+    def _add_registry_credentials(self) -> list[str]:
         """Put the registry credentials the task's preflight needs into its options; their secrets."""
         args = dict(self._task.args)
         options = args if self.PREFLIGHT_OPTION == "" else args.get(self.PREFLIGHT_OPTION)
         if not isinstance(options, dict):
             return []
+        secrets: list[str]
         options, secrets, warnings = _credentials.with_preflight_credentials(options)
         for warning in warnings:
             Display().warning(warning)
