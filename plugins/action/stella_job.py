@@ -11,6 +11,8 @@ host.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import (
@@ -27,6 +29,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.version
     DEFAULT_MIN_COMPOSE,
     DEFAULT_MIN_ENGINE,
 )
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.context import StepArgs
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.runner import JobRunner
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.steps import STEPS
 
@@ -35,7 +38,7 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.steps import
 # the task's workers, so the driver (``psycopg``, about 0.2 s of CPU to import) is loaded once per run
 # and shared by every target's worker, which would otherwise each load it again. Without ``psycopg`` on
 # the controller this loads nothing more (docs/jobs.md, sizing).
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import postgres as _postgres  # pylint: disable=unused-import
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import postgres as _postgres  # noqa: F401  # pylint: disable=unused-import
 
 ARGUMENT_SPEC = {
     "step": {"type": "str", "required": True, "choices": list(STEPS)},
@@ -77,16 +80,17 @@ class ActionModule(ActionBase):
     _requires_connection = False
     _supports_check_mode = True  # every step reads or previews in check mode (run/step.py)
 
-    def run(self, tmp=None, task_vars=None):
-        result = super().run(tmp, task_vars)
+    def run(self, tmp: str | None = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        result: dict[str, Any] = super().run(tmp, task_vars)
         del tmp
+        args: StepArgs  # every option of ARGUMENT_SPEC, as validated
         _validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
-        steps = JobRunner(task_vars, self._task.check_mode)
+        runner = JobRunner(task_vars, self._task.check_mode)
         try:
-            outcome = steps.run(args)
+            outcome = runner.run(args)
         except StellaError as exc:
             result.update(
-                with_next(dict(failed=True, msg=redact_text(redact_url(exc.reason), steps.secrets), code=exc.code))
+                with_next(dict(failed=True, msg=redact_text(redact_url(exc.reason), runner.secrets), code=exc.code))
             )
             if exc.phase:
                 result["failurePhase"] = exc.phase

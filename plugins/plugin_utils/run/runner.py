@@ -20,11 +20,13 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.writer 
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.run import fencing as _fencing
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.run import step_failure as _step_failure
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.context import (
+    StepArgs,
     StepContext,
     job_of,
     need,
     refuse_interrupted,
 )
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.step import Outcome
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.steps import STEPS
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import sql as _job_store
 
@@ -35,7 +37,7 @@ UNRECORDED_CODES = (JOB_INTERRUPTED, "job_not_found", "job_store_failed")
 class JobRunner(StepContext):
     """Runs the step a ``stella_job`` task names, with that task's variables and check mode."""
 
-    def run(self, args):
+    def run(self, args: StepArgs) -> Outcome:
         """The outcome of step ``args["step"]``; a :class:`StellaError` when it cannot run."""
         step = STEPS[args["step"]]
         need(args, *step.needs)

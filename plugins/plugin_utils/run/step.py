@@ -6,7 +6,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Literal
+
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import preview as _preview
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.context import StepArgs, StepContext, needed
+
+if TYPE_CHECKING:
+    from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.sql import SqlJobStore
+
+# What a step answers: the task's result (the action adds ``changed``).
+Outcome = Mapping[str, Any]
 
 
 class Step:
@@ -23,18 +33,18 @@ class Step:
       the job is closed (run/step_failure.py).
     """
 
-    name = ""
-    needs = ("job_id",)
-    acting = False
-    check_mode = "preview"
-    recorded_job = True
-    records_failure = False
+    name: str = ""
+    needs: tuple[str, ...] = ("job_id",)
+    acting: bool = False
+    check_mode: Literal["read", "preview"] = "preview"
+    recorded_job: bool = True
+    records_failure: bool = False
 
-    def act(self, ctx, store, args):
+    def act(self, ctx: StepContext, store: SqlJobStore, args: StepArgs) -> Outcome:
         """The step's outcome, with the job store open."""
         raise NotImplementedError
 
-    def preview(self, ctx, args):  # pylint: disable=unused-argument
+    def preview(self, ctx: StepContext, args: StepArgs) -> Outcome:  # pylint: disable=unused-argument
         """The step's outcome in check mode (``check_mode`` ``preview``): nothing is opened, recorded or
         written. A recording step answers that nothing was recorded; a gate lets every batch be previewed."""
-        return _preview.passing(self.name, args["job_id"], args["batch"])
+        return _preview.passing(self.name, needed(args, "job_id"), args["batch"])

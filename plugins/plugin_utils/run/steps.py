@@ -15,10 +15,11 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.rollback_sta
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.rollback_target import RollbackTarget
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.show import Show
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.start import Start
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.step import Step
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.target import Target
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.traffic import Traffic, TrafficRollback
 
-STEPS = {
+STEPS: dict[str, Step] = {
     step.name: step
     for step in (
         Start(),
