@@ -15,16 +15,22 @@ what it refused is recorded on the job even when the job was recorded interrupte
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
+from typing import Any
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError, first_line
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
     CLAIM_SUPERSEDED,
     utc_timestamp,
 )
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.model import JobRecord
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.context import StepArgs, needed
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import sql as _job_store
 
 
-def refusal(claim, status, interrupted, holder, generation):
+def refusal(
+    claim: Mapping[str, Any], status: str | None, interrupted: object, holder: str | None, generation: int | None
+) -> str | None:
     """Why the work of ``claim`` (``{"jobId", "generation", "projectKey"}``) must not be sent, given what
     the store holds (:meth:`SqlJobStore.standing`); ``None`` when it may (pure)."""
     job_id = claim["jobId"]
@@ -45,7 +51,7 @@ def refusal(claim, status, interrupted, holder, generation):
     return None
 
 
-def check(location, claim):
+def check(location: str | None, claim: Mapping[str, Any]) -> None:
     """Refuse (``claim_superseded``) the work of ``claim`` unless its job still holds the project."""
     store = _job_store.open_store(location, existing=True)
     try:
@@ -60,28 +66,31 @@ def check(location, claim):
         )
 
 
-def refused_work(failure):
+def refused_work(failure: object) -> dict[str, Any] | None:
     """The failure of a target's work (the apply's failed result) when the target refused it because
     the job's claim was superseded (host/claim.py), else ``None`` (pure)."""
     return failure if isinstance(failure, dict) and failure.get("code") == CLAIM_SUPERSEDED else None
 
 
-def fenced(record, target, reason, now):
+def fenced(record: JobRecord, target: str, reason: str, now: str) -> JobRecord:
     """A job already recorded interrupted whose late work on ``target`` the fence refused: the target
     and the job end with ``claim_superseded``, the reason saying nothing was changed there (pure)."""
     new = copy.deepcopy(record)
     new["updatedAt"] = now
-    new["targets"][target].update(status="Failed", code=CLAIM_SUPERSEDED, reason=reason)
+    new["targets"][target].update({"status": "Failed", "code": CLAIM_SUPERSEDED, "reason": reason})
     new.update(
-        code=CLAIM_SUPERSEDED,
-        reason="%s; its work on %s was refused: %s" % (new.get("reason") or "job interrupted", target, reason),
+        {
+            "code": CLAIM_SUPERSEDED,
+            "reason": "%s; its work on %s was refused: %s" % (new.get("reason") or "job interrupted", target, reason),
+        }
     )
     return new
 
 
-def record_refusal(store, args, failure):
+def record_refusal(store: _job_store.SqlJobStore, args: StepArgs, failure: Mapping[str, Any]) -> dict[str, Any]:
     """Record on the interrupted job ``args["job_id"]`` that the fence refused its work on ``args["target"]``;
     the target's entry, as the ``target`` step answers."""
+    target = needed(args, "target")
     reason = first_line(str(failure.get("msg") or "")) or "claim superseded"
-    record = store.update(args["job_id"], lambda r: fenced(r, args["target"], reason, utc_timestamp()))
-    return {"jobId": args["job_id"], "targetName": args["target"], "target": record["targets"][args["target"]]}
+    record: JobRecord = store.update(args["job_id"], lambda r: fenced(r, target, reason, utc_timestamp()))
+    return {"jobId": args["job_id"], "targetName": target, "target": record["targets"][target]}
