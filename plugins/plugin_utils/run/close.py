@@ -7,6 +7,8 @@ written, its terminal projection, and the final record; in check mode, what each
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
     job_evidence_dir,
@@ -20,19 +22,26 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.writer 
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import preview as _preview
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import projection as _projection
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import rollback as _rollback
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import view as _job_view
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.model import JobRecord
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.run import recovery as _recovery
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.context import job_of
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.step import Step
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.context import StepArgs, StepContext, job_of
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.step import Outcome, Step
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.documents import stored_evidence
 
+if TYPE_CHECKING:
+    from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.sql import SqlJobStore
 
-def keep_evidence(store, record, root, rollback, report):
+
+def keep_evidence(
+    store: SqlJobStore, record: JobRecord, root: str | None, rollback: dict[str, Any] | None, report: bool
+) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
     """The job's own evidence (``job.json``, ``rollback-evidence.json`` when there is rollback evidence, and
     with ``report`` the HTML report) kept in the job store, and written under ``root`` when the job has an
     evidence directory. ``(files, documents)``: ``{file name: {"sha256", "document", "path"}}`` and
     ``{document name: sha256}`` of every document the store keeps for the job."""
-    documents = {JOB_EVIDENCE_FILE: _job_view.job_evidence(record)}
+    documents: dict[str, Any] = {JOB_EVIDENCE_FILE: _job_view.job_evidence(record)}
     if rollback is not None:
         documents[ROLLBACK_EVIDENCE_FILE] = rollback
     directory = job_evidence_dir("", record["jobId"])
@@ -56,7 +65,7 @@ class Close(Step):
 
     name = "close"
 
-    def preview(self, ctx, args):
+    def preview(self, ctx: StepContext, args: StepArgs) -> Outcome:
         """What each target would do, from the start's outcome the task hands over (``started``: the job's
         ``start``, or the rollback's ``rollback_start``) and the preview each target's recording step left
         on it (``PREVIEW_FACT``)."""
@@ -78,14 +87,14 @@ class Close(Step):
             },
         )
 
-    def act(self, ctx, store, args):
+    def act(self, ctx: StepContext, store: SqlJobStore, args: StepArgs) -> Outcome:
         record = job_of(store, args)
         if record["status"] == "RollingBack":
-            record = store.update(args["job_id"], lambda r: _job.finish_rollback(r, utc_timestamp()))
+            record = store.update(args["job_id"], lambda r: _rollback.finish_rollback(r, utc_timestamp()))
         elif record["status"] == "Running":
             record = store.update(args["job_id"], lambda r: _job.finish(r, utc_timestamp()))
         # an operator rollback job's evidence is about the deployment it rolls back (its source)
-        source = (
+        source: JobRecord | None = (
             store.get(record["sourceJobId"]) if record["kind"] == "rollback" and record.get("sourceJobId") else None
         )
         rollback = _job_view.rollback_evidence(record, source)

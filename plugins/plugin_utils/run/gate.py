@@ -6,13 +6,19 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import utc_timestamp
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import step_failure as _step_failure
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import strategy as _strategy
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import traffic as _job_traffic
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.context import batch_of
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.step import Step
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.model import JobRecord
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.context import StepArgs, StepContext, batch_of
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.step import Outcome, Step
+
+if TYPE_CHECKING:
+    from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.sql import SqlJobStore
 
 
 class Gate(Step):
@@ -23,12 +29,12 @@ class Gate(Step):
     acting = True
     records_failure = True
 
-    def act(self, ctx, store, args):
-        found = {}
+    def act(self, ctx: StepContext, store: SqlJobStore, args: StepArgs) -> Outcome:
+        found: dict[str, int] = {}
 
-        def change(record):
+        def change(record: JobRecord) -> JobRecord:
             batch = found["batch"] = batch_of(record, args)
-            outcomes = [
+            outcomes: list[tuple[str, str, str | None]] = [
                 (n, record["targets"][n]["status"], record["targets"][n]["reason"]) for n in record["batches"][batch]
             ]
             decision = _strategy.gate(
@@ -36,6 +42,6 @@ class Gate(Step):
             )
             return _job.record_gate(record, decision, utc_timestamp())
 
-        record = store.update(args["job_id"], change)
+        record: JobRecord = store.update(args["job_id"], change)
         decision = [g for g in record["gates"] if g["batch"] == found["batch"]][0]
         return {"jobId": args["job_id"], "proceed": decision["proceed"], "gate": decision}

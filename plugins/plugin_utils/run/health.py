@@ -6,7 +6,13 @@
 
 from __future__ import annotations
 
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.step import Step
+from typing import TYPE_CHECKING
+
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.context import StepArgs, StepContext
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.step import Outcome, Step
+
+if TYPE_CHECKING:
+    from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.sql import SqlJobStore
 
 
 class Health(Step):
@@ -17,7 +23,7 @@ class Health(Step):
     check_mode = "read"
     recorded_job = False
 
-    def act(self, ctx, store, args):
+    def act(self, ctx: StepContext, store: SqlJobStore, args: StepArgs) -> Outcome:
         # pylint: disable-next=import-outside-toplevel  # target identities come from planning
         from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.plan import target_identity
 

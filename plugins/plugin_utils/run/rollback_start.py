@@ -8,15 +8,24 @@
 from __future__ import annotations
 
 import secrets
+from typing import TYPE_CHECKING
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError, first_line
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import PROJECT_BUSY, utc_timestamp
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import preview as _preview
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import rollback as _rollback
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.run import recovery as _recovery
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.context import interrupt_gone_jobs, job_of
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.context import (
+    StepArgs,
+    StepContext,
+    interrupt_gone_jobs,
+    job_of,
+)
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.owner import controller_owner, gone_why
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.step import Step
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.step import Outcome, Step
+
+if TYPE_CHECKING:
+    from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.sql import SqlJobStore
 
 
 class RollbackStart(Step):
@@ -27,20 +36,21 @@ class RollbackStart(Step):
     name = "rollback_start"
     check_mode = "read"
 
-    def act(self, ctx, store, args):
+    def act(self, ctx: StepContext, store: SqlJobStore, args: StepArgs) -> Outcome:
         source = job_of(store, args)
         now = utc_timestamp()
         if not ctx.check_mode:
             interrupt_gone_jobs(store, now)
-        record = _job.operator_rollback(
+        record = _rollback.operator_rollback(
             source,
-            "%s-rollback-%s" % (source["jobId"], secrets.token_hex(3)),
-            now,
-            args["revision_paths"],
-            first_line(args["reason"]),
-            controller_owner(),
+            job_id="%s-rollback-%s" % (source["jobId"], secrets.token_hex(3)),
+            now=now,
+            revision_paths=args["revision_paths"],
+            reason=first_line(args["reason"]),
+            owner=controller_owner(),
             wait_timeout=args["wait_timeout"],
         )
+        held: dict[str, str]
         if ctx.check_mode:
             held = _preview.held_projects(
                 record, store.claims(), {job["jobId"] for job in store.unfinished() if gone_why(job, now) is None}
@@ -57,5 +67,5 @@ class RollbackStart(Step):
             raise StellaError(record["code"], "job %s: %s" % (record["jobId"], record["reason"]), phase="job")
         if not ctx.check_mode:  # the deployment is RollingBack from now on (run/recovery.py)
             _recovery.started(store, record, now)
-        orders = _job.rollback_orders(record, source=source)
+        orders = _rollback.rollback_orders(record, source=source)
         return _preview.rollback_start(orders, record) if ctx.check_mode else orders

@@ -7,13 +7,21 @@ what the target would restore, left on it as a fact for ``close``."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import utc_timestamp
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.writer import clean
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import preview as _preview
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import rollback as _rollback
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import target as _job_target
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.step import Step
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.model import JobRecord
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.context import StepArgs, StepContext, needed
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.step import Outcome, Step
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.target import preview_answer
+
+if TYPE_CHECKING:
+    from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.sql import SqlJobStore
 
 
 class RollbackTarget(Step):
@@ -24,25 +32,31 @@ class RollbackTarget(Step):
     needs = ("job_id", "target")
     acting = True
 
-    def preview(self, ctx, args):
+    def preview(self, ctx: StepContext, args: StepArgs) -> Outcome:
         return preview_answer(args, _preview.rollback_target_preview(clean(args["result"]), clean(args["failure"])))
 
-    def act(self, ctx, store, args):
+    def act(self, ctx: StepContext, store: SqlJobStore, args: StepArgs) -> Outcome:
+        target = needed(args, "target")
         rollback = clean(args["result"]) or {}
         outcome = _job_target.rollback_outcome(rollback, clean(args["failure"]))
         now = utc_timestamp()
 
-        def change(record):
+        def change(record: JobRecord) -> JobRecord:
             for name, status, duration, detail in outcome["phases"]:
-                record = _job.record_phase(record, args["target"], name, status, None, now, duration, now, detail)
-            facts = {
-                "restoredRevisionPath": rollback.get("restoredRevisionPath"),
-                "rollbackDigest": _job_target.services_digest(rollback),
-                "completedAt": now,
-            }
-            return _job.finish_rollback_target(
-                record, args["target"], outcome["succeeded"], now, reason=outcome["reason"], facts=facts
+                entry = _job.phase_entry(name, status, duration_ms=duration, completed_at=now, detail=detail)
+                record = _job.record_phase(record, target, entry=entry, now=now)
+            return _rollback.finish_rollback_target(
+                record,
+                target,
+                succeeded=outcome["succeeded"],
+                now=now,
+                reason=outcome["reason"],
+                facts={
+                    "restoredRevisionPath": rollback.get("restoredRevisionPath"),
+                    "rollbackDigest": _job_target.services_digest(rollback),
+                    "completedAt": now,
+                },
             )
 
-        record = store.update(args["job_id"], change)
-        return {"jobId": args["job_id"], "targetName": args["target"], "target": record["targets"][args["target"]]}
+        record: JobRecord = store.update(args["job_id"], change)
+        return {"jobId": args["job_id"], "targetName": target, "target": record["targets"][target]}

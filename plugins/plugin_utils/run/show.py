@@ -7,10 +7,15 @@ interrupted."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import view as _job_view
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.context import job_of
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.context import StepArgs, StepContext, job_of
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.owner import interrupt_gone
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.step import Step
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.step import Outcome, Step
+
+if TYPE_CHECKING:
+    from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.sql import SqlJobStore
 
 
 class Show(Step):
@@ -22,7 +27,7 @@ class Show(Step):
     check_mode = "read"
     recorded_job = False
 
-    def act(self, ctx, store, args):
+    def act(self, ctx: StepContext, store: SqlJobStore, args: StepArgs) -> Outcome:
         record = job_of(store, args)
         if not ctx.check_mode:
             record = interrupt_gone(store, record)

@@ -8,6 +8,7 @@ unreachable or a project is held; in check mode, the same plan as a preview that
 from __future__ import annotations
 
 import secrets
+from typing import TYPE_CHECKING
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError, first_line
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
@@ -19,11 +20,20 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabul
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.tasks import ROLLBACK_TASKS
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.writer import check_new_job_directory
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.model import JobOptions, JobSummary, TargetRecord
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.timeouts import task_timeout
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.context import interrupt_gone_jobs
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.context import (
+    StepArgs,
+    StepContext,
+    interrupt_gone_jobs,
+)
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.lease import MIN_LEASE_SECONDS, start_keeper
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.owner import controller_owner
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.step import Step
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.step import Outcome, Step
+
+if TYPE_CHECKING:
+    from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.plan import PlannedJob
+    from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.sql import SqlJobStore
 
 # Planning (release validation, registry resolution, the traffic adapters' checks) is imported by this
 # step only: every step runs in a task's own worker process, and the steps that never plan do not pay
@@ -31,7 +41,7 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.step import 
 # pylint: disable=import-outside-toplevel
 
 
-def check_options(args):
+def check_options(args: StepArgs) -> None:
     """The options of a start, refused (job_invalid) before anything is planned or opened."""
     if args["claim_lease"] < 0 or 0 < args["claim_lease"] < MIN_LEASE_SECONDS:
         raise StellaError(
@@ -44,7 +54,9 @@ def check_options(args):
         raise StellaError("job_invalid", keep_revisions_problem(args["keep_revisions"]), phase="job")
 
 
-def plan(ctx, args, now):
+def plan(
+    ctx: StepContext, args: StepArgs, now: str
+) -> tuple[str, str | None, PlannedJob, JobOptions, JobSummary, dict[str, str]]:
     """``(job id, its source, the plan, options, summary, unreachable targets)``; nothing persisted."""
     from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.masking import masked
     from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import plan as _plan
@@ -89,17 +101,19 @@ def plan(ctx, args, now):
         },
     )
     options.update(
-        claimLeaseSeconds=args["claim_lease"],
-        keepRevisions=args["keep_revisions"],
-        waitTimeout=args["wait_timeout"],
-        minEngineVersion=args["min_engine_version"],
-        taskTimeout=task_timeout(args["wait_timeout"], release.get("hooks"), args["task_timeout"]),
-        minComposeVersion=args["min_compose_version"],
-        insecureRegistries=list(args["insecure_registries"]),
+        {
+            "claimLeaseSeconds": args["claim_lease"],
+            "keepRevisions": args["keep_revisions"],
+            "waitTimeout": args["wait_timeout"],
+            "minEngineVersion": args["min_engine_version"],
+            "taskTimeout": task_timeout(args["wait_timeout"], release.get("hooks"), args["task_timeout"]),
+            "minComposeVersion": args["min_compose_version"],
+            "insecureRegistries": list(args["insecure_registries"]),
+        }
     )
     planned = _plan.plan_job(release, hosts, resolved, job_id, options)
     check_traffic_config(release["strategy"], release.get("strategyConfig"), len(planned["batches"]))
-    summary = {
+    summary: JobSummary = {
         "release": release["release"],
         "tenant": release["tenant"],
         "environment": release["environment"],
@@ -108,7 +122,7 @@ def plan(ctx, args, now):
         "strategyConfig": masked(release.get("strategyConfig") or {}),
         "resolution": resolution,
     }  # no secret of the strategyConfig is kept (evidence/masking.py)
-    unreachable = {
+    unreachable: dict[str, str] = {
         name: first_line(str(ping.get("msg") or "")) or "unreachable"
         for name, ping in args["readiness"].items()
         if isinstance(ping, dict) and ping.get("unreachable")
@@ -123,14 +137,14 @@ class Start(Step):
     needs = ("release",)
     recorded_job = False
 
-    def preview(self, ctx, args):
+    def preview(self, ctx: StepContext, args: StepArgs) -> Outcome:
         from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import preview as _preview
 
         check_options(args)
         job_id, source, planned, options, _summary, unreachable = plan(ctx, args, utc_timestamp())
         return _preview.start(job_id, source, planned, options, unreachable)
 
-    def act(self, ctx, store, args):
+    def act(self, ctx: StepContext, store: SqlJobStore, args: StepArgs) -> Outcome:
         from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.plan import plan_outcome
 
         check_options(args)
@@ -139,7 +153,7 @@ class Start(Step):
         job_id, source, planned, options, summary, unreachable = plan(ctx, args, now)
         if store.head(job_id) is None:  # an id this store holds is job_exists; another store's, evidence_conflict
             check_new_job_directory(args["evidence_dir"], job_id)
-        targets = {
+        targets: dict[str, TargetRecord] = {
             name: {
                 "targetId": plan_["target"]["id"],
                 "targetName": plan_["target"]["name"],
@@ -154,7 +168,14 @@ class Start(Step):
             for name, plan_ in planned["plans"].items()
         }
         record = _job.new_job(
-            job_id, source, summary, planned["batches"], targets, options, now, owner=controller_owner()
+            job_id=job_id,
+            job_id_source=source,
+            summary=summary,
+            batches=planned["batches"],
+            targets=targets,
+            options=options,
+            now=now,
+            owner=controller_owner(),
         )
         stored, held = store.create(record)
         for name, plan_ in planned["plans"].items():  # each target's work carries its claim (host/claim.py)
@@ -168,16 +189,25 @@ class Start(Step):
             reason = "another job is deploying the same project, nothing was changed: %s" % "; ".join(
                 "%s: %s" % item for item in sorted(busy.items())
             )
-            record = store.update(job_id, lambda r: _job.fail_closed(r, PROJECT_BUSY, reason, busy, utc_timestamp()))
+            record = store.update(
+                job_id,
+                lambda r: _job.fail_closed(
+                    r, code=PROJECT_BUSY, reason=reason, failed_targets=busy, now=utc_timestamp()
+                ),
+            )
         elif unreachable:
             reason = "target readiness failed before any target was changed: %s unreachable" % ", ".join(
                 sorted(unreachable)
             )
             record = store.update(
-                job_id, lambda r: _job.fail_closed(r, "target_unreachable", reason, unreachable, utc_timestamp())
+                job_id,
+                lambda r: _job.fail_closed(
+                    r, code="target_unreachable", reason=reason, failed_targets=unreachable, now=utc_timestamp()
+                ),
             )
         else:
             record = store.update(job_id, lambda r: _job.start(r, utc_timestamp()))
+        keeper: int | None
         keeper, warnings = None, list(ctx.warnings)
         if record["status"] == "Running" and args["claim_lease"]:
             keeper = start_keeper(ctx.location, job_id, record["owner"], args["claim_lease"])

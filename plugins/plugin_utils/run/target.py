@@ -7,6 +7,8 @@ target would do, left on it as a fact for ``close``."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
     deployment_evidence_dir,
     utc_timestamp,
@@ -19,11 +21,15 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.writer 
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import preview as _preview
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import target as _job_target
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.context import need
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.step import Step
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.model import JobRecord
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.context import StepArgs, StepContext, need, needed
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.step import Outcome, Step
+
+if TYPE_CHECKING:
+    from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.sql import SqlJobStore
 
 
-def preview_answer(args, outcome):
+def preview_answer(args: StepArgs, outcome: dict[str, Any]) -> dict[str, Any]:
     """A recording step's answer in check mode: the target's preview, also set as its fact
     (``PREVIEW_FACT``, which ``close`` reads)."""
     return {
@@ -46,14 +52,15 @@ class Target(Step):
     acting = True
     records_failure = True
 
-    def preview(self, ctx, args):
+    def preview(self, ctx: StepContext, args: StepArgs) -> Outcome:
         return preview_answer(args, _preview.target_preview(clean(args["result"]), clean(args["failure"])))
 
-    def act(self, ctx, store, args):
+    def act(self, ctx: StepContext, store: SqlJobStore, args: StepArgs) -> Outcome:
         # pylint: disable-next=import-outside-toplevel  # the one step that assembles deployment evidence
         from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence import deployment as evidence
 
         need(args, "plan")
+        target = needed(args, "target")
         apply, probe = clean(args["result"]) or {}, clean(args["probe"])
         failure, plan = clean(args["failure"]), clean(args["plan"])
         now = utc_timestamp()
@@ -72,18 +79,19 @@ class Target(Step):
             probe_duration_ms=(probe or {}).get("durationMs") or 0,
         )
 
-        def change(record):
+        def change(record: JobRecord) -> JobRecord:
             for name, status, duration, detail in outcome["phases"]:
-                record = _job.record_phase(record, args["target"], name, status, None, now, duration, now, detail)
+                entry = _job.phase_entry(name, status, duration_ms=duration, completed_at=now, detail=detail)
+                record = _job.record_phase(record, target, entry=entry, now=now)
             return _job.finish_target(
                 record,
-                args["target"],
-                outcome["succeeded"],
-                now,
+                target,
+                succeeded=outcome["succeeded"],
+                now=now,
                 reason=outcome["reason"],
                 code=outcome["code"],
                 facts=_job_target.target_facts(apply, files),
             )
 
-        record = store.update(args["job_id"], change, documents=stored)
-        return {"jobId": args["job_id"], "targetName": args["target"], "target": record["targets"][args["target"]]}
+        record: JobRecord = store.update(args["job_id"], change, documents=stored)
+        return {"jobId": args["job_id"], "targetName": target, "target": record["targets"][target]}

@@ -8,14 +8,27 @@ runner for both)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import redact_text
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import utc_timestamp
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import traffic as _job_traffic
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.context import batch_of, job_of
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.step import Step
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.model import Failure, JobRecord, TrafficShift
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.context import (
+    StepArgs,
+    StepContext,
+    batch_of,
+    job_of,
+)
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.step import Outcome, Step
+
+if TYPE_CHECKING:
+    from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.sql import SqlJobStore
 
 
-def run_adapter(ctx, record, step, args):
+def run_adapter(
+    ctx: StepContext, record: JobRecord, step: TrafficShift, args: StepArgs
+) -> tuple[dict[str, Any], Failure | None]:
     """``(evidence, failure or None)`` of one traffic step through the job's adapter (options from
     ``traffic_options``). Without a runnable adapter: the no-adapter evidence, and a failure only when
     ``requireTrafficAdapter`` is set."""
@@ -28,7 +41,7 @@ def run_adapter(ctx, record, step, args):
     ctx.secrets.extend(traffic.header_values(options))
     adapter, why = traffic.resolve(config, options)
     if adapter is None:
-        failure = {"code": why, "reason": "no traffic adapter ran: %s" % why} if required else None
+        failure: Failure | None = {"code": why, "reason": "no traffic adapter ran: %s" % why} if required else None
         return traffic.no_adapter_evidence(why, step), failure
     try:
         return traffic.evidence_json(adapter.shift(_job_traffic.job_facts(record), step)), None
@@ -45,14 +58,17 @@ class Traffic(Step):
     acting = True
     records_failure = True
 
-    def act(self, ctx, store, args):
+    def act(self, ctx: StepContext, store: SqlJobStore, args: StepArgs) -> Outcome:
         record = job_of(store, args)
         batch = batch_of(record, args)
         step = _job_traffic.shift_step(record, batch)
         if step is None or any(record["targets"][n]["status"] != "Succeeded" for n in record["batches"][batch]):
             return {"jobId": record["jobId"], "batch": batch, "skipped": True, "failure": None}
         evidence, failure = run_adapter(ctx, record, step, args)
-        store.update(record["jobId"], lambda r: _job_traffic.record_shift(r, step, evidence, utc_timestamp(), failure))
+        store.update(
+            record["jobId"],
+            lambda r: _job_traffic.record_shift(r, step, evidence=evidence, now=utc_timestamp(), failure=failure),
+        )
         return {"jobId": record["jobId"], "batch": batch, "skipped": False, "traffic": evidence, "failure": failure}
 
 
@@ -64,11 +80,14 @@ class TrafficRollback(Step):
     name = "traffic_rollback"
     acting = True
 
-    def act(self, ctx, store, args):
+    def act(self, ctx: StepContext, store: SqlJobStore, args: StepArgs) -> Outcome:
         record = job_of(store, args)
         step = _job_traffic.rollback_step(record, record.get("reason"))
         if step is None or not _job_traffic.puts_traffic_back(record):
             return {"jobId": record["jobId"], "skipped": True}
         evidence, failure = run_adapter(ctx, record, step, args)
-        store.update(record["jobId"], lambda r: _job_traffic.record_rollback(r, evidence, utc_timestamp(), failure))
+        store.update(
+            record["jobId"],
+            lambda r: _job_traffic.record_rollback(r, evidence=evidence, now=utc_timestamp(), failure=failure),
+        )
         return {"jobId": record["jobId"], "skipped": False, "traffic": evidence, "failure": failure}
