@@ -145,7 +145,7 @@ def test_the_job_steps_make_a_preview_in_check_mode_and_open_no_store(tmp_path):
     ]
     proc, results = playbook(tmp_path, tasks, "--check")
     assert proc.returncode == 0, proc.stdout + proc.stderr  # errors ignored
-    started, _fact, target, traffic, gate, finish, back, closed, rollback, rollback_target = results
+    started, target, traffic, gate, finish, back, closed, rollback, rollback_target = results
     assert (started["checkMode"], started["status"], started["proceed"], started["jobId"]) == (
         True,
         "Preview",
