@@ -97,6 +97,7 @@ CODES = {
     "revision_tampered": "restore another revision (revision_path), or deploy the release again",
     "revision_path_rejected": "give a revision_path under the project's revisions/ directory",
     "rollback_already_done": "nothing to roll back: stella show JOB shows the rollback that ran (or runs); deploy again",
+    "rollback_no_eligible_target": "no target of the job kept a previous revision: deploy the release to restore instead",
     "rollback_superseded": "nothing to undo: a newer deployment runs; stella list --project PROJECT shows it",
     "rollback_failed": "stella show JOB names the target; run stellaops.runtime.rollback -e stella_job_id=JOB",
     "rollback_unverified": "check the target's containers (docker ps), then run stellaops.runtime.rollback again",
