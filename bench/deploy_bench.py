@@ -27,10 +27,8 @@ sys.path.insert(0, ROOT)
 # tests.conftest makes ansible_collections.stellaops.runtime importable from the checkout
 import tests.conftest  # noqa: E402,F401  pylint: disable=unused-import
 import ansible_run as ar  # noqa: E402
-from ansible_collections.stellaops.runtime.plugins.module_utils.compose.apply import (  # noqa: E402
-    ComposeApply,
-    parse_request,
-)
+from ansible_collections.stellaops.runtime.plugins.module_utils.compose.apply import ComposeApply  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.module_utils.compose.request import parse_request  # noqa: E402
 from ansible_collections.stellaops.runtime.plugins.module_utils.engine.cli import DockerCli, subprocess_runner  # noqa: E402
 
 SERVICES = 5

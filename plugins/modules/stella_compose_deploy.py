@@ -403,11 +403,7 @@ ipAddress:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.compose import apply as _compose_apply
-from ansible_collections.stellaops.runtime.plugins.module_utils.contract.artifacts import (
-    env_artifact_values,
-    render_env_artifact,
-)
-from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import DEFAULT_KEEP_REVISIONS
+from ansible_collections.stellaops.runtime.plugins.module_utils.agent.deploy import deploy_settings
 from ansible_collections.stellaops.runtime.plugins.module_utils.agent.module import (
     argument_spec,
     command_runner,
@@ -418,7 +414,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.version
     DEFAULT_MIN_COMPOSE,
     DEFAULT_MIN_ENGINE,
 )
-from ansible_collections.stellaops.runtime.plugins.module_utils.engine.preflight_registry import mask_credentials
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import DEFAULT_KEEP_REVISIONS
 from ansible_collections.stellaops.runtime.plugins.module_utils.host.claim import parse_claim
 
 ARGUMENT_SPEC = argument_spec(
@@ -460,53 +456,19 @@ def main():
         supports_check_mode=True,
         mutually_exclusive=[("secret_env", "env_artifact"), ("payload", "payloads")],
     )
-    params = module.params
-    if params["preflight"]:
-        mask_credentials(
-            module.no_log_values,
-            params["preflight"]["registry_credentials"],
-            [params[name] for name, spec in ARGUMENT_SPEC.items() if spec.get("no_log")],
-        )
-    if params["secret_env"] is not None:
-        env_bytes = render_env_artifact({str(k): str(v) for k, v in params["secret_env"].items()})
-    else:
-        env_bytes = params["env_artifact"].encode("utf-8") if params["env_artifact"] is not None else None
-    secrets = list(params["secrets"]) + env_artifact_values(env_bytes)
+    settings = deploy_settings(module)
     run_command = command_runner(module)
     cli = engine_client(module, run_command)
-    # the preflight asks the daemon the task uses
-    preflight = dict(params["preflight"], docker_host=params["docker_host"]) if params["preflight"] else None
 
     def task():
-        if params["task"] == "docker.run":
+        if module.params["task"] == "docker.run":
             # imported only for this task: a compose.up run does not compile it
             from ansible_collections.stellaops.runtime.plugins.module_utils.docker import run as _docker_run  # pylint: disable=import-outside-toplevel
 
-            request = _docker_run.parse_deployment(
-                params["payloads"] or [params["payload"]], params, params["version_sticker"]
-            )
-            manager = _docker_run.DockerRun(
-                cli,
-                run_command,
-                module.warn,
-                secrets,
-                health_timeout=params["wait_timeout"],
-                env_bytes=env_bytes,
-                preflight=preflight,
-            )
+            manager, request = _docker_run.from_options(module, cli, run_command, settings)
         else:
-            request = _compose_apply.parse_request(params["payload"], params)
-            manager = _compose_apply.ComposeApply(
-                cli,
-                run_command,
-                module.warn,
-                secrets,
-                params["wait_timeout"],
-                params["keep_revisions"],
-                env_bytes,
-                preflight=preflight,
-            )
-        manager.claim = parse_claim(params["claim"])
+            manager, request = _compose_apply.from_options(module, cli, run_command, settings)
+        manager.claim = parse_claim(module.params["claim"])
         return manager.run(request, check_mode=module.check_mode, diff=module._diff)
 
     run_task(module, task)

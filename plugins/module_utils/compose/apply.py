@@ -26,15 +26,14 @@ import time
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.agent import hooks as _hooks
 from ansible_collections.stellaops.runtime.plugins.module_utils.compose import revisions as _revisions
+from ansible_collections.stellaops.runtime.plugins.module_utils.compose.request import check_artifacts, parse_request
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.artifacts import (
-    build_apply_manifest,
     listed_env_hash,
-    lock_manifest_hashes,
     same_release,
     verify_artifact_set,
 )
-from ansible_collections.stellaops.runtime.plugins.module_utils.contract.canonical import pretty_json, sha256_bytes
-from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError, redact_url
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.canonical import sha256_bytes
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils.compose.project import (
     NOT_ASKED,
     ComposeProject,
@@ -42,9 +41,9 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.compose.project 
     check_pinned,
     container_fingerprint,
     present_image_ids,
-    raise_problems,
     services_evidence,
 )
+from ansible_collections.stellaops.runtime.plugins.module_utils.agent.verification import raise_problems
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
     COMPOSE_STEPS,
     DEFAULT_KEEP_REVISIONS,
@@ -55,10 +54,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabul
     MANIFEST_FILE,
     REVISION_FILES,
     STICKER_FILE,
-    invalid,
-    keep_revisions_problem,
 )
-from ansible_collections.stellaops.runtime.plugins.module_utils.contract.tasks import COMPOSE_UP
 from ansible_collections.stellaops.runtime.plugins.module_utils.host.claim import fence
 from ansible_collections.stellaops.runtime.plugins.module_utils.host.files import (
     StagedFiles,
@@ -68,130 +64,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.host.files impor
 )
 from ansible_collections.stellaops.runtime.plugins.module_utils.agent.identity import ensure_this_host
 from ansible_collections.stellaops.runtime.plugins.module_utils.agent.manager import Manager
-from ansible_collections.stellaops.runtime.plugins.module_utils.engine.preflight import (
-    ARGUMENT_SPEC as PREFLIGHT_OPTIONS,
-    preflight_with,
-    raise_failures,
-)
-
-
-def preflight_params(given):
-    """The preflight options with their defaults, from the (partial) ``preflight`` option."""
-    params = {name: spec.get("default") for name, spec in PREFLIGHT_OPTIONS.items()}
-    params.update({k: v for k, v in (given or {}).items() if v is not None})
-    return params
-
-
-def runtime_preflight(cli, rec, evidence, given):
-    """The runtime preflight of an apply task's ``preflight`` option (``given``; its payload and
-    ``target_type`` as given), as the step ``preflight``: before anything on the host changes, over the
-    task's engine client (which remembers the versions it learns here). ``evidence`` gets ``preflight``
-    and ``preflightFailures``; a failed check raises its stable code (:func:`raise_failures`)."""
-    with rec.phase("preflight"):
-        checks, failures = preflight_with(cli, preflight_params(given))
-        evidence["preflight"] = checks
-        evidence["preflightFailures"] = failures
-        raise_failures(checks, failures)
-
-
-def parse_request(payload=None, options=None):
-    """A ``compose.up`` request from the verbatim payload and/or the snake_case options."""
-    keep = (options or {}).get("keep_revisions")
-    if keep is not None and keep_revisions_problem(keep):
-        raise invalid(keep_revisions_problem(keep))
-    request = COMPOSE_UP.parse(payload, options)
-    request["hooks"] = _hooks.normalize_hooks(request["hooks"])
-    return request
-
-
-def _mismatch(problems):
-    return StellaError(
-        "artifact_hash_mismatch", "; ".join(problems), phase="validate_payload", evidence={"problems": problems}
-    )
-
-
-def variable_problems(request, actual):
-    """The payload's ``Variables`` must agree with what the task carries (pure): a variable that names
-    another project, release hash, artifact or target than the task itself is refused."""
-    variables = request.get("Variables") or {}
-    return [
-        "Variables.%s is %r, the task carries %r" % (key, variables[key], actual[key])
-        for key in sorted(actual)
-        if key in variables and variables[key] != actual[key]
-    ]
-
-
-def check_artifacts(request, env_bytes=None):
-    """Pure consistency checks of the artifact set before any change.
-
-    Returns ``(files, sticker)``: ``files`` maps the three revision files to their bytes (the apply
-    manifest is built when the request carries none, else verified byte for byte).
-    """
-    lock = request["compose_lock"].encode("utf-8")
-    sticker_bytes = request["version_sticker"].encode("utf-8")
-    try:
-        sticker = json.loads(sticker_bytes)
-    except ValueError as exc:
-        raise StellaError("artifact_invalid", "VersionSticker is not JSON: %s" % exc, phase="validate_payload")
-    if not isinstance(sticker, dict):
-        raise StellaError("artifact_invalid", "VersionSticker must be a JSON object", phase="validate_payload")
-    mhash = sticker.get("manifestHash")
-    problems = []
-    if sticker.get("composeHash") != sha256_bytes(lock):
-        problems.append(
-            "sticker composeHash %s != sha256 of the lock %s" % (sticker.get("composeHash"), sha256_bytes(lock))
-        )
-    if lock_manifest_hashes(lock) != [mhash]:
-        problems.append(
-            "lock stella.manifest.hash labels %s != sticker manifestHash %s" % (lock_manifest_hashes(lock), mhash)
-        )
-    if request.get("manifest_hash") and request["manifest_hash"] != mhash:
-        problems.append("ManifestHash %s != sticker manifestHash %s" % (request["manifest_hash"], mhash))
-    recorded = sticker.get("target")
-    wanted = dict(request["target"], endpoint=redact_url(request["target"]["endpoint"]))
-    if isinstance(recorded, dict) and recorded != wanted:
-        problems.append(
-            "Target %s differs from the sticker's target %s"
-            % (json.dumps(request["target"], sort_keys=True), json.dumps(recorded, sort_keys=True))
-        )
-    if sticker.get("projectName") != request["project_name"]:
-        problems.append(
-            "sticker projectName %r != ProjectName %r" % (sticker.get("projectName"), request["project_name"])
-        )
-    if sticker.get("workDirectory") not in (None, request["work_directory"]):
-        problems.append(
-            "sticker workDirectory %r != WorkDirectory %r" % (sticker.get("workDirectory"), request["work_directory"])
-        )
-    problems.extend(
-        variable_problems(
-            request,
-            {
-                "projectName": request["project_name"],
-                "workDirectory": request["work_directory"],
-                "manifestHash": mhash,
-                "composeHash": sha256_bytes(lock),
-                "versionStickerHash": sha256_bytes(sticker_bytes),
-                "targetId": request["target"]["id"],
-                "targetName": request["target"]["name"],
-                "targetType": request["target"]["type"],
-                "targetEndpoint": request["target"]["endpoint"],
-                "targetExecutionMode": request["target"]["executionMode"],
-            },
-        )
-    )
-    if problems:
-        raise _mismatch(problems)
-    artifacts = {LOCK_FILE: lock, STICKER_FILE: sticker_bytes, ENV_FILE: env_bytes}
-    if request.get("apply_manifest"):
-        manifest = request["apply_manifest"].encode("utf-8")
-    else:
-        manifest = pretty_json(build_apply_manifest(request["project_name"], mhash, artifacts))
-    problems = verify_artifact_set(manifest, artifacts, request["project_name"], mhash)
-    # An env artifact the manifest lists but the task does not carry may already be on the target.
-    problems = [p for p in problems if not (env_bytes is None and p.startswith(ENV_FILE + " is listed"))]
-    if problems:
-        raise _mismatch(problems)
-    return {LOCK_FILE: lock, STICKER_FILE: sticker_bytes, MANIFEST_FILE: manifest}, sticker
+from ansible_collections.stellaops.runtime.plugins.module_utils.agent.preflight_step import runtime_preflight
 
 
 # The early look: futures of the project's containers and of the lock's images, and whether it was
@@ -544,3 +417,20 @@ def up_failure_code(reason, code):
     if re.search(r"manifest unknown|not found|pull access denied", text):
         return "image_pull_failed"
     return code
+
+
+def from_options(module, cli, run_command, settings):
+    """``(manager, request)`` of the ``compose.up`` the deploy module's options ask for (``settings``:
+    ``agent.deploy.deploy_settings``)."""
+    request = parse_request(module.params["payload"], module.params)
+    manager = ComposeApply(
+        cli,
+        run_command,
+        module.warn,
+        settings["secrets"],
+        module.params["wait_timeout"],
+        module.params["keep_revisions"],
+        settings["env_bytes"],
+        preflight=settings["preflight"],
+    )
+    return manager, request

@@ -18,6 +18,12 @@ import re
 import time
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
+from ansible_collections.stellaops.runtime.plugins.module_utils.agent.verification import (
+    container_problems,
+    first_problem,
+    raise_problems,
+    stella_labels,
+)
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
     DEFAULT_WAIT_TIMEOUT,
     LABEL_MANIFEST_HASH,
@@ -108,33 +114,6 @@ def check_pinned(images, phase):
             )
 
 
-def stella_labels(labels):
-    return {
-        k: v
-        for k, v in sorted((labels or {}).items())
-        if k.startswith("stella.") or k in ("com.docker.compose.project", "com.docker.compose.service")
-    }
-
-
-HEALTH_VERIFIED = ("healthy", "none")  # Docker's health of a container verified running ("none": no healthcheck)
-
-
-def container_problems(container, what, health=HEALTH_VERIFIED):
-    """``(code, reason)`` problems of one container's runtime state: running, not restarting, and its
-    Docker health one of ``health`` (not looked at when ``None``)."""
-    name = container.get("name")
-    if not container.get("running") or container.get("restarting"):
-        return [
-            (
-                "service_not_running",
-                "%s %s is %s (exit code %s)" % (what, name, container.get("state"), container.get("exitCode")),
-            )
-        ]
-    if health is not None and container.get("health") not in health:
-        return [("service_unhealthy", "%s %s health is %s" % (what, name, container.get("health")))]
-    return []
-
-
 def verify_services(expected_images, expected_labels, containers, image_ids, target, manifest_hash):
     """Check inspected containers against the lock; return ``(services evidence, problems)`` (pure).
 
@@ -200,12 +179,6 @@ def verify_services(expected_images, expected_labels, containers, image_ids, tar
     return services, problems
 
 
-def raise_problems(problems, phase, evidence=None):
-    if problems:
-        code, reason = _first_problem(problems)
-        raise StellaError(code, reason, phase=phase, evidence=dict(evidence or {}, problems=[p[1] for p in problems]))
-
-
 def container_fingerprint(containers):
     """What ``changed`` compares: container ids with their start times."""
     return sorted((c.get("id"), c.get("startedAt")) for c in containers)
@@ -267,19 +240,11 @@ def present_image_ids(images, found):
     return ids
 
 
-def _first_problem(problems):
-    """``(code, reason)`` of the first problem, the reason counting the others."""
-    code, reason = problems[0]
-    if len(problems) > 1:
-        reason += " (and %d more problem(s))" % (len(problems) - 1)
-    return code, reason
-
-
 class ServicesNotReady(StellaError):
     """The started containers did not become ready; ``containers`` is what the last look saw."""
 
     def __init__(self, problems, phase, containers):
-        code, reason = _first_problem(problems)
+        code, reason = first_problem(problems)
         super().__init__(code, reason, phase=phase, evidence={"problems": [p[1] for p in problems]})
         self.containers = containers
 

@@ -30,9 +30,9 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.compose.project 
     ComposeProject,
     check_pinned,
     container_fingerprint,
-    raise_problems,
     services_evidence,
 )
+from ansible_collections.stellaops.runtime.plugins.module_utils.agent.verification import raise_problems
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
     DEFAULT_WAIT_TIMEOUT,
     ENV_FILE,

@@ -3,7 +3,8 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 
 """The runtime contract's vocabulary, defined once for the controller and the target agent: its
-terms and codes (vocabulary), the agent task payload schemas (tasks), the canonical JSON form,
-image references, version gates, the error type, and the desired state, sticker and apply manifest.
+terms and codes (vocabulary), the agent task payload schemas (tasks), the canonical JSON form
+(canonical), image references (imageref), version gates (versions), the error type (errors), every
+failure code's next step (hints), and the desired state, sticker and apply manifest (artifacts).
 Python 3 standard library only.
 """

@@ -11,7 +11,7 @@ and the wait until it settles. Standard library only.
 
 from __future__ import annotations
 
-from ansible_collections.stellaops.runtime.plugins.module_utils.compose.project import (
+from ansible_collections.stellaops.runtime.plugins.module_utils.agent.verification import (
     HEALTH_VERIFIED,
     container_problems,
     stella_labels,

@@ -27,7 +27,7 @@ import time
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.canonical import sha256_bytes
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
-from ansible_collections.stellaops.runtime.plugins.module_utils.compose.project import (
+from ansible_collections.stellaops.runtime.plugins.module_utils.agent.verification import (
     container_problems,
     raise_problems,
     stella_labels,

@@ -33,7 +33,7 @@ if FIXTURES not in sys.path:
 
 from planning_support import compose_config  # noqa: E402  pylint: disable=wrong-import-position
 
-from ansible_collections.stellaops.runtime.plugins.module_utils.compose import apply as _compose_apply  # noqa: E402
+from ansible_collections.stellaops.runtime.plugins.module_utils.agent import preflight_step as _preflight_step  # noqa: E402
 from ansible_collections.stellaops.runtime.plugins.module_utils.engine import preflight as _preflight  # noqa: E402
 from ansible_collections.stellaops.runtime.plugins.module_utils.engine import preflight_observer as _preflight_observer  # noqa: E402
 from ansible_collections.stellaops.runtime.plugins.module_utils.engine.cli import DockerCli  # noqa: E402
@@ -360,7 +360,7 @@ def offline_preflight(monkeypatch):
     monkeypatch.setattr(_preflight_observer, "_ping_unix_socket", ping)
     monkeypatch.setattr(_preflight, "RegistryClient", NoRegistry)
     monkeypatch.setattr(
-        _compose_apply, "preflight_with", functools.partial(_preflight.preflight_with, get_bin_path=preflight_which)
+        _preflight_step, "preflight_with", functools.partial(_preflight.preflight_with, get_bin_path=preflight_which)
     )
     return pings
 

@@ -16,6 +16,7 @@ import pytest
 import scripted as sc
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.compose import apply as ca
+from ansible_collections.stellaops.runtime.plugins.module_utils.compose import request as creq
 from ansible_collections.stellaops.runtime.plugins.module_utils.host import files as _fsutil
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.artifacts import listed_env_hash
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.canonical import sha256_bytes
@@ -53,12 +54,12 @@ def planned(secret_env=None, target_type="ComposeHost", endpoint="local", work="
 
 def test_compose_payload_from_the_real_planner_normalizes():
     plan = planned()
-    request = ca.parse_request(plan["payloads"]["compose.up"])
+    request = creq.parse_request(plan["payloads"]["compose.up"])
     assert request["project_name"] == plan["projectName"]
     assert request["target"] == TARGET
     assert request["pull_images"] is True and request["backup_existing"] is True
     assert request["hooks"][0]["Name"] == "h" and request["work_directory"] == "/srv/stella"
-    files, sticker = ca.check_artifacts(request)
+    files, sticker = creq.check_artifacts(request)
     assert sticker["manifestHash"] == plan["manifestHash"]
     assert files[MANIFEST].decode() == plan["applyManifest"]
     assert files[sc.LOCK].decode() == plan["lock"]
@@ -83,7 +84,7 @@ def test_compose_payload_rejections(mutate, needle):
     payload = copy.deepcopy(planned()["payloads"]["compose.up"])
     mutate(payload)
     with pytest.raises(StellaError) as err:
-        ca.parse_request(payload)
+        creq.parse_request(payload)
     assert needle in err.value.reason and err.value.phase == "validate_payload"
 
 
@@ -92,20 +93,20 @@ def test_work_directory_required_somewhere():
     directory refuses; the option supplies it."""
     payload = copy.deepcopy(planned()["payloads"]["compose.up"])
     del payload["WorkDirectory"]
-    request = ca.parse_request(payload)
+    request = creq.parse_request(payload)
     assert request["work_directory"] == DEFAULT_WORK_DIRECTORY
     with pytest.raises(StellaError) as err:
-        ca.check_artifacts(request)
+        creq.check_artifacts(request)
     assert err.value.code == "artifact_hash_mismatch" and "workDirectory" in err.value.reason
-    request = ca.parse_request(payload, {"work_directory": "/srv/stella"})
+    request = creq.parse_request(payload, {"work_directory": "/srv/stella"})
     assert request["work_directory"] == "/srv/stella"
-    ca.check_artifacts(request)
-    assert ca.parse_request(payload, {"work_directory": "/x"})["work_directory"] == "/x"
+    creq.check_artifacts(request)
+    assert creq.parse_request(payload, {"work_directory": "/x"})["work_directory"] == "/x"
 
 
 def test_options_request():
     plan = planned(work=None)
-    request = ca.parse_request(
+    request = creq.parse_request(
         None,
         {
             "project_name": plan["projectName"],
@@ -119,9 +120,9 @@ def test_options_request():
     )
     assert request["pull_images"] is True and request["backup_existing"] is False
     assert request["work_directory"] == DEFAULT_WORK_DIRECTORY
-    ca.check_artifacts(request)
+    creq.check_artifacts(request)
     with pytest.raises(StellaError) as err:
-        ca.parse_request(None, {"project_name": "p"})
+        creq.parse_request(None, {"project_name": "p"})
     assert err.value.code == "invalid_payload"
 
 
@@ -144,22 +145,22 @@ def test_options_request():
 )
 def test_check_artifacts_rejects_inconsistent_sets(field, value, needle):
     plan = planned()
-    request = ca.parse_request(plan["payloads"]["compose.up"])
+    request = creq.parse_request(plan["payloads"]["compose.up"])
     request[field] = value(plan)
     with pytest.raises(StellaError) as err:
-        ca.check_artifacts(request)
+        creq.check_artifacts(request)
     assert needle in err.value.reason
 
 
 def test_check_artifacts_with_env_artifact():
     plan = planned(secret_env={"DB_PASSWORD": "hunter2"})
-    request = ca.parse_request(plan["payloads"]["compose.up"])
+    request = creq.parse_request(plan["payloads"]["compose.up"])
     env = plan["_files"][ENV]
-    files, _sticker = ca.check_artifacts(request, env)
+    files, _sticker = creq.check_artifacts(request, env)
     assert listed_env_hash(files[MANIFEST]) == sha256_bytes(env)
-    ca.check_artifacts(request, None)  # may already be on the target: checked at apply time
+    creq.check_artifacts(request, None)  # may already be on the target: checked at apply time
     with pytest.raises(StellaError):
-        ca.check_artifacts(request, b"DB_PASSWORD=other\n")
+        creq.check_artifacts(request, b"DB_PASSWORD=other\n")
 
 
 def test_lock_diff():
@@ -189,7 +190,7 @@ def test_engine_refuses_wrong_host_before_touching_docker(tmp_path):
         calls.append(argv)
         return (0, json.dumps([{"addr_info": [{"local": "127.0.0.1"}]}]), "") if argv[0] == "ip" else (1, "", "")
 
-    request = ca.parse_request(payload)
+    request = creq.parse_request(payload)
     with pytest.raises(StellaError) as err:
         ca.ComposeApply(sc.engine(run), run).run(request)
     assert err.value.code == "wrong_host" and err.value.evidence["failurePhase"] == "verify_target"
@@ -202,7 +203,7 @@ def test_engine_refuses_wrong_host_before_touching_docker(tmp_path):
 
 def apply(site, plan, runner, env=True, **kw):
     """Run ComposeApply for ``plan``'s compose.up payload (with its env artifact unless ``env=False``)."""
-    request = ca.parse_request(plan["payloads"]["compose.up"])
+    request = creq.parse_request(plan["payloads"]["compose.up"])
     manager = ca.ComposeApply(sc.engine(runner), runner, env_bytes=site.env(plan) if env else None, **kw)
     return manager.run(request)
 
@@ -411,7 +412,7 @@ def test_a_later_job_finding_the_same_release_keeps_the_committed_sticker(site):
             else sc.runtime_and_look(site.project(later), running)
         )
         runner = sc.ScriptedRunner(look, keyed=[sc.image_present()])
-        request = ca.parse_request(later["payloads"]["compose.up"])
+        request = creq.parse_request(later["payloads"]["compose.up"])
         manager = ca.ComposeApply(sc.engine(runner), runner, env_bytes=site.env(later))
         result = manager.run(request, check_mode=check_mode)
         assert "compose up" not in runner.verbs()
@@ -425,7 +426,7 @@ def test_a_later_job_finding_the_same_release_keeps_the_committed_sticker(site):
     # A different release is still a change.
     other = site.plan(version="2.0.0", secret="s1", job_id="job-b")
     runner = sc.ScriptedRunner(sc.runtime() + sc.containers(site.project(other), running), keyed=[sc.image_present()])
-    request = ca.parse_request(other["payloads"]["compose.up"])
+    request = creq.parse_request(other["payloads"]["compose.up"])
     result = ca.ComposeApply(sc.engine(runner), runner, env_bytes=site.env(other)).run(request, check_mode=True)
     assert result["changed"] is True
 
@@ -556,7 +557,7 @@ def test_pull_disabled_and_image_missing_fails_before_compose_up(site):
     payload = dict(plan["payloads"]["compose.up"], PullImages=False)
     runner = sc.ScriptedRunner(early(site, plan, [], [sc.image_absent(), sc.image_absent()]))
     with pytest.raises(StellaError) as err:
-        ca.ComposeApply(sc.engine(runner), runner).run(ca.parse_request(payload))
+        ca.ComposeApply(sc.engine(runner), runner).run(creq.parse_request(payload))
     runner.assert_done()
     assert "compose config" not in runner.verbs() and "compose up" not in runner.verbs()
     assert err.value.code == "image_missing" and err.value.phase == "compose_pull"
@@ -655,7 +656,7 @@ def test_keep_revisions_prunes_the_oldest_retained_revisions(site, keep, kept):
 
 def test_a_negative_keep_revisions_is_refused_before_anything_runs():
     with pytest.raises(StellaError) as err:
-        ca.parse_request(None, {"keep_revisions": -1})
+        creq.parse_request(None, {"keep_revisions": -1})
     assert err.value.code == "invalid_payload" and err.value.phase == "validate_payload"
     assert "keep_revisions" in err.value.reason
 
@@ -743,7 +744,7 @@ def test_hung_compose_up_restores_files(site):
 def test_check_mode_runs_nothing_and_writes_nothing(site):
     plan = site.plan(secret="s1")
     runner = sc.ScriptedRunner(sc.runtime() + sc.containers(site.project(plan), []))
-    request = ca.parse_request(plan["payloads"]["compose.up"])
+    request = creq.parse_request(plan["payloads"]["compose.up"])
     result = ca.ComposeApply(sc.engine(runner), runner, env_bytes=site.env(plan)).run(
         request, check_mode=True, diff=True
     )
@@ -760,7 +761,7 @@ def test_check_mode_says_why_the_same_release_would_be_applied(site):
     no file would change, and it says why; a verified one would not apply and says nothing."""
     plan = site.plan(secret="s1")
     deploy(site, plan, [], [site.container(plan, "a1")])
-    request = ca.parse_request(plan["payloads"]["compose.up"])
+    request = creq.parse_request(plan["payloads"]["compose.up"])
     for state, changed in (({"health": "starting"}, True), ({}, False)):
         runner = sc.ScriptedRunner(
             sc.runtime() + sc.containers(site.project(plan), [site.container(plan, "a1", **state)]),

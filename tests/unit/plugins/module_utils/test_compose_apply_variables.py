@@ -7,7 +7,7 @@ import copy
 import pytest
 
 import scripted as sc
-from ansible_collections.stellaops.runtime.plugins.module_utils.compose import apply as ca
+from ansible_collections.stellaops.runtime.plugins.module_utils.compose import request as creq
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 
 
@@ -17,8 +17,8 @@ def payload(tmp_path):
 
 
 def test_the_planners_variables_agree(payload):
-    request = ca.parse_request(payload)
-    files, sticker = ca.check_artifacts(request)
+    request = creq.parse_request(payload)
+    files, sticker = creq.check_artifacts(request)
     assert sticker["manifestHash"] == payload["Variables"]["manifestHash"] and files
 
 
@@ -35,6 +35,6 @@ def test_the_planners_variables_agree(payload):
 def test_contradicting_variables_are_refused(payload, key, value):
     payload["Variables"][key] = value
     with pytest.raises(StellaError) as err:
-        ca.check_artifacts(ca.parse_request(payload))
+        creq.check_artifacts(creq.parse_request(payload))
     assert err.value.code == "artifact_hash_mismatch" and err.value.phase == "validate_payload"
     assert "Variables.%s" % key in err.value.reason

@@ -11,6 +11,7 @@ import pytest
 import scripted as sc
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.compose import project as cp
+from ansible_collections.stellaops.runtime.plugins.module_utils.agent import verification
 from ansible_collections.stellaops.runtime.plugins.module_utils.compose import revisions as _revisions
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils.engine.cli_output import container_summary
@@ -85,7 +86,7 @@ def test_verify_services_problems(change, code):
     _services, problems = verify([container(**change)])
     assert problems and problems[0][0] == code
     with pytest.raises(StellaError) as err:
-        cp.raise_problems(problems, "inspect_services")
+        verification.raise_problems(problems, "inspect_services")
     assert err.value.code == code and err.value.phase == "inspect_services"
     assert err.value.evidence["problems"] == [p[1] for p in problems]
 
@@ -122,9 +123,9 @@ def test_verify_services_over_captured_inspect_output():
 
 def test_raise_problems_counts_the_rest():
     with pytest.raises(StellaError) as err:
-        cp.raise_problems([("a", "first"), ("b", "second"), ("c", "third")], "inspect_services")
+        verification.raise_problems([("a", "first"), ("b", "second"), ("c", "third")], "inspect_services")
     assert err.value.code == "a" and err.value.reason == "first (and 2 more problem(s))"
-    cp.raise_problems([], "inspect_services")
+    verification.raise_problems([], "inspect_services")
 
 
 def test_service_labels_list_form_and_check_pinned():
@@ -137,7 +138,7 @@ def test_service_labels_list_form_and_check_pinned():
 
 def test_fingerprint_and_stella_labels():
     assert cp.container_fingerprint([container(id="b"), container(id="a")]) == [("a", "t0"), ("b", "t0")]
-    assert cp.stella_labels({"stella.x": "1", "other": "2", "com.docker.compose.service": "web"}) == {
+    assert verification.stella_labels({"stella.x": "1", "other": "2", "com.docker.compose.service": "web"}) == {
         "com.docker.compose.service": "web",
         "stella.x": "1",
     }

@@ -10,6 +10,7 @@ import pytest
 import scripted as sc
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.compose import apply as ca
+from ansible_collections.stellaops.runtime.plugins.module_utils.compose import request as creq
 from ansible_collections.stellaops.runtime.plugins.module_utils.compose import rollback as rb
 from ansible_collections.stellaops.runtime.plugins.module_utils.compose import revisions as _revisions
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
@@ -225,7 +226,7 @@ class History:
             plan = self.plans[name]
             runner = sc.ScriptedRunner(self.site.apply_steps(plan, previous, self.running[name]))
             result = ca.ComposeApply(sc.engine(runner), runner, env_bytes=self.site.env(plan)).run(
-                ca.parse_request(plan["payloads"]["compose.up"])
+                creq.parse_request(plan["payloads"]["compose.up"])
             )
             runner.assert_done()
             self.baseline[name] = result["evidence"].get("previousRevisionPath")

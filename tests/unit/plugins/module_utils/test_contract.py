@@ -10,11 +10,11 @@ import pytest
 
 import scripted as sc
 
-from ansible_collections.stellaops.runtime.plugins.module_utils.compose import apply as ca
+from ansible_collections.stellaops.runtime.plugins.module_utils.compose import request as creq
 from ansible_collections.stellaops.runtime.plugins.module_utils.compose import rollback as rb
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract import tasks
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract import vocabulary as ct
-from ansible_collections.stellaops.runtime.plugins.module_utils.docker import run as dr
+from ansible_collections.stellaops.runtime.plugins.module_utils.docker import request as dreq
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils.engine.preflight import build_request
 from ansible_collections.stellaops.runtime.plugins.modules import stella_preflight
@@ -432,17 +432,17 @@ def test_builder_keys_are_the_schema_keys():
 def test_compose_up_payload_is_accepted():
     plan = planned()
     payload = copy.deepcopy(plan["payloads"]["compose.up"])
-    request = ca.parse_request(payload)
+    request = creq.parse_request(payload)
     assert request["project_name"] == plan["projectName"] and request["target"] == target_of(plan)
     assert request["work_directory"] == plan["workDirectory"] and request["manifest_hash"] == plan["manifestHash"]
     assert [hook["Name"] for hook in request["hooks"]] == ["migrate"]
-    files, sticker = ca.check_artifacts(request, plan["_files"][".env.stella"])
+    files, sticker = creq.check_artifacts(request, plan["_files"][".env.stella"])
     assert (
         sticker["manifestHash"] == plan["manifestHash"]
         and files["apply-manifest.json"].decode() == plan["applyManifest"]
     )
     # the same values given again as options are no conflict
-    again = ca.parse_request(
+    again = creq.parse_request(
         payload,
         {
             "project_name": plan["projectName"],
@@ -473,13 +473,13 @@ def test_docker_run_payloads_are_accepted():
     payloads = plan["payloads"]["docker.run"]
     assert [p["Name"] for p in payloads] == [plan["projectName"] + "-api", plan["projectName"] + "-web"]
     for payload in payloads:
-        request = dr.parse_request(payload)
+        request = dreq.parse_request(payload)
         assert request["target"] == target_of(plan) and request["work_directory"] == plan["workDirectory"]
         assert request["project_directory"] == plan["projectDirectory"]
         assert request["manifest_hash"] == plan["manifestHash"]
         assert request["env_file"] == plan["paths"]["envArtifactPath"]
         assert all(key in request["labels"] for key in ct.REQUIRED_STELLA_LABELS)
-    assert [dr.parse_request(p)["pull_image"] for p in payloads] == [False, True]
+    assert [dreq.parse_request(p)["pull_image"] for p in payloads] == [False, True]
 
 
 def test_compose_preflight_payload_is_accepted():

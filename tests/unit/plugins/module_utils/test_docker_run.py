@@ -12,6 +12,7 @@ import scripted as sc
 from ansible_collections.stellaops.runtime.plugins.module_utils.docker import container as dc
 from ansible_collections.stellaops.runtime.plugins.module_utils.docker import revision as drv
 from ansible_collections.stellaops.runtime.plugins.module_utils.docker import run as dr
+from ansible_collections.stellaops.runtime.plugins.module_utils.docker import request as dreq
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils.engine.cli_output import container_summary
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.release import plan as _plan
@@ -57,11 +58,11 @@ def summary(**kw):
 def test_docker_run_payload_from_the_real_planner():
     plan = planned()
     payload = plan["payloads"]["docker.run"][0]
-    request = dr.parse_request(payload)
+    request = dreq.parse_request(payload)
     assert request["image"].endswith("@" + D1) and request["pull_image"] is True
     assert request["project_directory"] == plan["projectDirectory"]
     assert request["manifest_hash"] == plan["manifestHash"] and request["hooks"][0]["Name"] == "h"
-    argv = dr.container_run_argv(request)
+    argv = dreq.container_run_argv(request)
     assert argv[:4] == ["--name", payload["Name"], "--restart", "unless-stopped"]
     assert "--label" in argv and "stella.target.id=tgt-01" in argv and "MODE=x" in argv
     assert "stella.container.name=%s" % payload["Name"] in argv
@@ -74,10 +75,10 @@ def test_docker_run_payload_from_the_real_planner():
     assert dc.container_gaps(dict(running, restarting=True), request, "sha256:img", health=None)
     bad = dict(payload, Image="127.0.0.1:5000/stella/app:v1")
     with pytest.raises(StellaError) as err:
-        dr.parse_request(bad)
+        dreq.parse_request(bad)
     assert err.value.code == "invalid_payload" and "pinned by digest" in err.value.reason
     with pytest.raises(StellaError) as err:
-        dr.parse_request(dict(payload, Labels={"a": 1}))
+        dreq.parse_request(dict(payload, Labels={"a": 1}))
     assert err.value.code == "invalid_payload" and "Labels" in err.value.reason
 
 
@@ -95,15 +96,15 @@ def test_docker_run_payload_from_the_real_planner():
 def test_docker_run_payload_rejections(change, needle):
     payload = dict(planned()["payloads"]["docker.run"][0], **change)
     with pytest.raises(StellaError) as err:
-        dr.parse_request(payload)
+        dreq.parse_request(payload)
     assert needle in err.value.reason and err.value.phase == "validate_payload"
 
 
 def test_env_file_and_ports_in_argv():
-    request = dr.parse_request(
+    request = dreq.parse_request(
         dict(planned()["payloads"]["docker.run"][0], EnvFile="/srv/p/.env.stella", Ports=[8080, "9090:90"])
     )
-    argv = dr.container_run_argv(request, name="other")
+    argv = dreq.container_run_argv(request, name="other")
     assert argv[:2] == ["--name", "other"]
     assert argv[argv.index("--env-file") + 1] == "/srv/p/.env.stella"
     assert [argv[i + 1] for i, word in enumerate(argv) if word == "--publish"] == ["8080", "9090:90"]
@@ -160,7 +161,7 @@ class Host:
         self.old_plan = self.site.plan("1.0.0")
         self.plan = self.site.plan("2.0.0")
         self.payload = self.plan["payloads"]["docker.run"][0]
-        self.request = dr.parse_request(self.payload)
+        self.request = dreq.parse_request(self.payload)
         self.name = self.request["name"]
         self.clock = Clock()
 
@@ -179,12 +180,12 @@ class Host:
         kw.setdefault("health_timeout", 0)
         kw.setdefault("settle", 0.25)
         manager = dr.DockerRun(sc.engine(runner), runner, sleep=self.clock.sleep, clock=self.clock, **kw)
-        return manager.run(request or dr.parse_deployment([self.payload]))
+        return manager.run(request or dreq.parse_deployment([self.payload]))
 
     def check(self, runner):
         """The payload in check mode."""
         manager = dr.DockerRun(sc.engine(runner), runner, health_timeout=0, sleep=self.clock.sleep, clock=self.clock)
-        return manager.run(dr.parse_deployment([self.payload]), check_mode=True)
+        return manager.run(dreq.parse_deployment([self.payload]), check_mode=True)
 
     def ps(self, entries, name=None):
         return sc.ps_name(name or self.name, entries)
@@ -402,7 +403,7 @@ def test_verified_container_replaces_the_previous_one(host):
     assert "pulled" not in result["evidence"]
     assert runner.limit_of("stop") == 10 + 60
     run_argv = next(argv for argv in runner.calls if argv[1] == "run")
-    assert run_argv[2:] == ["--detach"] + dr.container_run_argv(host.request)
+    assert run_argv[2:] == ["--detach"] + dreq.container_run_argv(host.request)
 
 
 def test_container_already_running_the_request_is_a_no_op(host):
@@ -430,7 +431,7 @@ def test_first_container_failing_verification_is_removed(host):
 
 
 def test_pull_disabled_and_image_missing_fails_before_any_container_call(host):
-    request = dr.parse_deployment([dict(host.payload, PullImage=False)])
+    request = dreq.parse_deployment([dict(host.payload, PullImage=False)])
     runner = sc.ScriptedRunner([sc.docker_version(), sc.image_absent()])
     with pytest.raises(StellaError) as err:
         host.run(runner, request)
@@ -448,7 +449,7 @@ def test_hung_daemon(host):
 
 
 def test_missing_stella_labels_are_refused_before_docker(host):
-    request = dr.parse_deployment([dict(host.payload, Labels={"stella.slot": "active"})])
+    request = dreq.parse_deployment([dict(host.payload, Labels={"stella.slot": "active"})])
     runner = sc.ScriptedRunner()
     with pytest.raises(StellaError) as err:
         host.run(runner, request)
@@ -484,7 +485,7 @@ def test_a_replaced_release_is_retained_as_the_previous_revision(host):
         + [host.ps([], previous), sc.Step(["docker", "rename", old["Id"], previous])]
     )
     runner = sc.ScriptedRunner(steps)
-    result = host.run(runner, dr.parse_deployment([host.payload], version_sticker=host.plan["sticker"]))
+    result = host.run(runner, dreq.parse_deployment([host.payload], version_sticker=host.plan["sticker"]))
     runner.assert_done()
     evidence = result["evidence"]
     assert result["changed"] is True and "rm" not in runner.docker_verbs()
@@ -518,7 +519,7 @@ def test_a_failing_post_deploy_hook_puts_the_containers_and_the_sticker_back(hos
     )
     runner = sc.ScriptedRunner(steps)
     with pytest.raises(StellaError) as err:
-        host.run(runner, dr.parse_deployment([payload], version_sticker=plan["sticker"]))
+        host.run(runner, dreq.parse_deployment([payload], version_sticker=plan["sticker"]))
     runner.assert_done()
     assert err.value.phase == "post_deploy_hooks" and err.value.evidence["previousContainerRestored"] == old["Id"]
     assert err.value.evidence["stickerRestored"] is True
@@ -532,7 +533,7 @@ def test_a_later_job_of_the_same_release_keeps_the_committed_sticker(host):
     assert later["manifestHash"] == host.plan["manifestHash"] and later["sticker"] != host.plan["sticker"]
     current = host.container("current")
     runner = sc.ScriptedRunner([sc.docker_version(), sc.image_present(), host.ps([current]), sc.inspect([current])])
-    result = host.run(runner, dr.parse_deployment(later["payloads"]["docker.run"], version_sticker=later["sticker"]))
+    result = host.run(runner, dreq.parse_deployment(later["payloads"]["docker.run"], version_sticker=later["sticker"]))
     runner.assert_done()
     assert result["changed"] is False
     assert read(os.path.join(directory, "stella.version.json")) == host.plan["sticker"]
@@ -549,13 +550,13 @@ def test_a_later_job_of_the_same_release_keeps_the_committed_sticker(host):
 )
 def test_deployment_rejections(host, change, needle):
     with pytest.raises(StellaError) as err:
-        dr.parse_deployment(change(host.payload))
+        dreq.parse_deployment(change(host.payload))
     assert err.value.code == "invalid_payload" and needle in err.value.reason
 
 
 def test_a_sticker_of_another_release_is_refused(host):
     with pytest.raises(StellaError) as err:
-        dr.parse_deployment([host.payload], version_sticker=host.old_plan["sticker"])
+        dreq.parse_deployment([host.payload], version_sticker=host.old_plan["sticker"])
     assert err.value.code == "invalid_payload" and "manifestHash" in err.value.reason
 
 
@@ -589,12 +590,12 @@ def test_a_sticker_of_another_release_is_refused(host):
     ids=["none", "shell", "cmd-list", "cmd-shell-list", "disable", "other-keys"],
 )
 def test_health_flags_from_the_components_healthcheck_keys(config, argv):
-    assert dr.health_argv(config) == argv
+    assert dreq.health_argv(config) == argv
 
 
 def test_the_planned_healthcheck_reaches_docker_run(host):
     payload = dict(host.payload, Config={"healthcheck.test": "true", "healthcheck.interval": "2s"})
-    argv = dr.container_run_argv(dr.parse_request(payload))
+    argv = dreq.container_run_argv(dreq.parse_request(payload))
     assert argv[-5:] == ["--health-cmd", "true", "--health-interval", "2s", payload["Image"]]
 
 
@@ -688,7 +689,7 @@ def test_failed_preflight_fails_before_any_docker_change(host, monkeypatch, opti
     # Only the preflight's two runtime questions are answered: any pull, ps, stop, run, rm or rename fails.
     runner = sc.ScriptedRunner(sc.preflight_runtime())
     with pytest.raises(StellaError) as err:
-        host.run(runner, dr.parse_deployment([host.payload], version_sticker=sticker), preflight=preflight)
+        host.run(runner, dreq.parse_deployment([host.payload], version_sticker=sticker), preflight=preflight)
 
     runner.assert_done()
     verbs = runner.docker_verbs()
@@ -715,7 +716,7 @@ def test_failed_preflight_in_check_mode_fails_the_same_way(host, monkeypatch):
         sc.engine(runner), runner, preflight=dict(preflight_options(host), min_engine_version="99.0.0")
     )
     with pytest.raises(StellaError) as err:
-        manager.run(dr.parse_deployment([host.payload]), check_mode=True)
+        manager.run(dreq.parse_deployment([host.payload]), check_mode=True)
     runner.assert_done()
     assert err.value.code == "runtime_version_too_old" and err.value.evidence["failurePhase"] == "preflight"
     assert sorted(runner.docker_verbs()) == ["info", "version"]
