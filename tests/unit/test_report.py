@@ -26,7 +26,7 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import repor
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.report_view import STATUS_COLOURS
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.command import report_files as _report_files
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.masking import collect_secrets
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.command import store as _store_cli
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.command import report as _report_cli
 
 T = ["2026-03-0%dT10:00:%02d.000000Z" % (1, s) for s in range(60)]
 PHASES = ["preflight", "prepare", "pre-deploy", "deploy", "verify", "promote", "post-deploy", "evidence", "cleanup"]
@@ -560,7 +560,7 @@ def test_the_documented_command_and_options_exist(tmp_path, capsys):
     doc = doc_text("report.md")
     commands = doc_commands(doc, "stella report ")
     assert commands, "docs/report.md shows no stella report command"
-    options = parser_options(_store_cli.report_parser())
+    options = parser_options(_report_cli.report_parser())
     documented = options_in(doc)
     assert documented == options, (documented, options)
     assert "report: true" in doc and "report.html" in doc

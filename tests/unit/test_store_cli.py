@@ -20,7 +20,9 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import sql
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import reads as _store_reads
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import retention as _retention
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.command import main as _command
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.command import store as _store_cli
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.command import close as _close_cli
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.command import health as _health_cli
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.command import prune as _prune_cli
 
 T0 = "2026-03-01T10:00:00.000000Z"
 T1 = "2026-03-01T10:05:00.000000Z"
@@ -87,8 +89,8 @@ def test_stella_health_json_names_targets_and_check_tells_monitoring(tmp_path, c
     rows = json.loads(out)["health"]
     assert [(r["targetId"], r["status"]) for r in rows] == [("id-a", "healthy"), ("id-new", "unknown")]
     assert cli(["id-a", "--store", store, "--check"], capsys)[0] == 0
-    assert cli(["id-b", "--store", store, "--check"], capsys)[0] == _store_cli.NOT_HEALTHY_RC
-    assert cli(["--store", store, "--check"], capsys)[0] == _store_cli.NOT_HEALTHY_RC
+    assert cli(["id-b", "--store", store, "--check"], capsys)[0] == _health_cli.NOT_HEALTHY_RC
+    assert cli(["--store", store, "--check"], capsys)[0] == _health_cli.NOT_HEALTHY_RC
 
 
 def test_stella_health_never_creates_a_store_and_fails_with_one_line(tmp_path, capsys):
@@ -107,12 +109,12 @@ def test_the_documented_health_command_and_options_exist(tmp_path, capsys):
     doc = doc_text("job-store.md")
     commands = doc_commands(doc, "stella health")
     assert commands, "docs/job-store.md shows no stella health command"
-    assert options_in(doc_section(doc, "Reading health")) == parser_options(_store_cli.health_parser())
+    assert options_in(doc_section(doc, "Reading health")) == parser_options(_health_cli.health_parser())
     store = fed_store(tmp_path)
     for command in commands:  # each example runs as written against the documented store
         argv = command.replace("~/.local/state/stellaops/jobs.sqlite3", store).split()[2:]
         rc, out, err = cli(argv, capsys)
-        assert rc in (0, _store_cli.NOT_HEALTHY_RC) and err == "" and out, command
+        assert rc in (0, _health_cli.NOT_HEALTHY_RC) and err == "" and out, command
 
 
 @pytest.mark.parametrize("command", ["report", "health", "interrupt", "prune"])
@@ -234,7 +236,7 @@ def test_stella_interrupt_of_an_unknown_job_or_store(tmp_path, capsys):
 def test_the_documented_interrupt_command_and_options_exist(tmp_path, capsys):
     commands = doc_commands(doc_text("job-store.md"), "stella interrupt JOB")
     assert len(commands) == 1, "docs/job-store.md shows no stella interrupt example"
-    assert options_in(commands[0]) == parser_options(_store_cli.interrupt_parser())
+    assert options_in(commands[0]) == parser_options(_close_cli.interrupt_parser())
     store_path = running_job(tmp_path, {"host": "controller-b.example", "pid": 4242, "startTicks": 1})
     argv = shlex.split(
         commands[0].replace("~/.local/state/stellaops/jobs.sqlite3", store_path).replace("JOB", "job-2")
@@ -332,9 +334,9 @@ def test_prune_selection(keep, protected, before, expected):
 
 def test_prune_cutoff_is_in_the_store_format():
     now = datetime.datetime(2026, 4, 1, 12, 0, 0, tzinfo=datetime.timezone.utc)
-    assert _store_cli.cutoff(now, 30) == "2026-03-02T12:00:00.000000Z"
-    assert _store_cli.cutoff(now, 0.5) == "2026-04-01T00:00:00.000000Z"
-    assert _store_cli.cutoff(now, 0) == "2026-04-01T12:00:00.000000Z"
+    assert _prune_cli.cutoff(now, 30) == "2026-03-02T12:00:00.000000Z"
+    assert _prune_cli.cutoff(now, 0.5) == "2026-04-01T00:00:00.000000Z"
+    assert _prune_cli.cutoff(now, 0) == "2026-04-01T12:00:00.000000Z"
 
 
 def test_stella_prune_removes_old_finished_jobs_with_their_history_and_projection(tmp_path, capsys):
@@ -397,7 +399,7 @@ def test_the_documented_prune_commands_and_options_exist(tmp_path, capsys):
     doc = doc_text("job-store.md")
     commands = doc_commands(doc, "stella prune")
     assert commands, "docs/job-store.md shows no stella prune command"
-    assert options_in(doc_section(doc, "Retention")) == parser_options(_store_cli.prune_parser())
+    assert options_in(doc_section(doc, "Retention")) == parser_options(_prune_cli.prune_parser())
     for command in commands:  # each example runs as written against the documented store
         path = history_store(tmp_path / str(commands.index(command)))
         command = command.replace("~/stella-evidence", str(tmp_path / "evidence"))
@@ -540,7 +542,7 @@ def test_stella_prune_json_names_each_jobs_projects_and_evidence(tmp_path, capsy
     ],
 )
 def test_evidence_dirs_are_plain_names_under_the_root(job, expected):
-    assert _store_cli.evidence_dirs("R", job) == expected
+    assert _prune_cli.evidence_dirs("R", job) == expected
 
 
 def test_evidence_that_cannot_be_removed_is_one_error_line(tmp_path, capsys, monkeypatch):
@@ -550,7 +552,7 @@ def test_evidence_that_cannot_be_removed_is_one_error_line(tmp_path, capsys, mon
     def refuse(directory):
         raise PermissionError(13, "Permission denied", directory)
 
-    monkeypatch.setattr(_store_cli.shutil, "rmtree", refuse)
+    monkeypatch.setattr(_prune_cli.shutil, "rmtree", refuse)
     rc, out, err = prune_cli(["--older-than", "30", "--store", path, "--evidence-dir", str(root)], capsys)
     assert rc == 1 and out.startswith("removed 2 finished jobs")
     assert err.startswith(

@@ -5,9 +5,9 @@
 """The ``stella`` command line (docs/stella-command.md): ``main`` reads the command's name and hands
 its arguments on, ``stella --help`` and ``stella --version`` (the collection's own metadata), the
 Docker CLI plugin's metadata, and ``stella install`` (the launchers, after checking the provider's
-Python dependencies); the commands that read the job store: ``stella report``, ``health``,
-``interrupt`` and ``prune`` (store, with the report's files: report_files), ``stella list`` and
-``show`` (jobs), ``stella evidence`` (evidence). ``stella compose ...`` lives in ``provider``.
-Importing this package needs the standard library only, so a missing dependency is reported, never a
-traceback.
+Python dependencies); the commands that read the job store, with what they share (store): ``stella
+report`` (report, with the report's files: report_files), ``health`` (health), ``interrupt`` and
+``close`` (close), ``prune`` (prune), ``stella list`` and ``show`` (jobs), ``stella evidence``
+(evidence). ``stella compose ...`` lives in ``provider``. Importing this package needs the standard
+library only, so a missing dependency is reported, never a traceback.
 """

@@ -37,16 +37,16 @@ USER_BIN_DIR = "~/.local/bin"
 COMMANDS = (
     ("list", "the jobs of a job store, newest first", "command.jobs:list_jobs"),
     ("show", "one job, as the job_show playbook prints it (--follow: until it ends)", "command.jobs:show"),
-    ("report", "the HTML evidence report of a job (docs/report.md)", "command.store:report"),
+    ("report", "the HTML evidence report of a job (docs/report.md)", "command.report:report"),
     (
         "evidence",
         "the evidence documents the job store keeps for a job: listed, or exported",
         "command.evidence:evidence",
     ),
-    ("health", "the health status the job store keeps for each target", "command.store:health"),
-    ("interrupt", "record a job whose controller run is gone as interrupted", "command.store:interrupt"),
-    ("close", "close a job whose close did not finish: its evidence written", "command.store:close"),
-    ("prune", "remove finished jobs past a retention age", "command.store:prune"),
+    ("health", "the health status the job store keeps for each target", "command.health:health"),
+    ("interrupt", "record a job whose controller run is gone as interrupted", "command.close:interrupt"),
+    ("close", "close a job whose close did not finish: its evidence written", "command.close:close"),
+    ("prune", "remove finished jobs past a retention age", "command.prune:prune"),
     ("install", "put stella on PATH and docker-stella among the Docker CLI plugins", None),
     ("compose", "the Compose provider, as Compose runs it (stella compose -h)", None),
 )
