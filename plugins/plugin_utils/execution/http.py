@@ -14,9 +14,10 @@ at all (digest-pinned images, no HTTP probes). :func:`load` imports it once, at 
 from __future__ import annotations
 
 import traceback
+from types import ModuleType
 
 # {"module": the requests module or None, "error": the import traceback or None}; filled by load()
-_STATE = {}
+_STATE: dict[str, ModuleType | str | None] = {}
 
 
 def load():

@@ -55,7 +55,7 @@ RETRY_STATUSES = (429, 502, 503, 504)
 RETRIES = 4
 RETRY_AFTER_MAX = 30.0
 BACKOFF_FACTOR = 0.5
-_RETRY_CLASS = {}
+_RETRY_CLASS: dict[str, type] = {}  # {"class": RegistryRetry}, defined at the first request
 
 
 def retry_policy(waits, retries=None, retry_after_max=None, backoff_factor=None):
