@@ -2,6 +2,8 @@
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""From a release input to a plan: the input's schema and semantic checks, controller inputs and
-digest resolution over the registry API, naming, the lock, agent payloads and the whole plan.
+"""From a release input to a plan: the input's schema (schema) and its semantic checks (checks), the
+inputs every planning step shares (inputs), digest resolution over the registry API (registry) with the
+registries' credentials (credentials), Compose project names and slots (naming), the lock (lock), the
+agents' payloads (payloads) and the whole plan (plan).
 """
