@@ -223,7 +223,7 @@ def held_projects(record: JobRecord, claims: Mapping[str, str], alive: Container
 
 
 def rollback_start(orders: RollbackOrder, record: JobRecord) -> dict[str, Any]:
-    """The ``rollback_start`` outcome of a preview: the rollback job's orders (:func:`_job.rollback_orders`)
+    """The ``rollback_start`` outcome of a preview: the rollback job's orders (job/rollback.py :func:`rollback_orders`)
     and what the preview shows of it; nothing is stored."""
     rollback = record.get("rollback") or {}
     return dict(

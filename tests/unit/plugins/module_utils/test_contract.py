@@ -1,5 +1,5 @@
-"""_contract: the payload schemas' one parse rule, the target identity shape, value checks, and the
-controller's payload builder against the target parsers of all four tasks."""
+"""contract/tasks.py and contract/vocabulary.py: the payload schemas' one parse rule, the target identity
+shape, value checks, and the controller's payload builder against the target parsers of all four tasks."""
 
 from __future__ import annotations
 
