@@ -26,7 +26,11 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabul
     UNREACHABLE_CODE,
 )
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.deployment import project_digest
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.model import OutcomePhase, TargetOutcome
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.model import (
+    OutcomePhase,
+    TargetOutcome,
+    TargetRecord,
+)
 
 # Phases the agent reports; verify is also the controller's probes, evidence and cleanup are the record.
 AGENT_PHASES = PHASES[: PHASES.index("post-deploy") + 1]
@@ -181,7 +185,7 @@ def services_digest(result: TaskResult) -> str | None:
     return digest
 
 
-def target_facts(apply: TaskResult | None, files: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def target_facts(apply: TaskResult | None, files: dict[str, dict[str, Any]]) -> TargetRecord:
     """What the job keeps of a target's apply: the evidence files written for it, the artifact hashes it
     committed, its project, the digest it runs and, only when this job changed the target, the revision
     the apply retained (what a rollback restores). A target the apply did not change (a converged re-run,
@@ -189,17 +193,28 @@ def target_facts(apply: TaskResult | None, files: dict[str, dict[str, Any]]) -> 
     is, because what it ran before this job is what it runs. A target that stopped answering during its
     apply is ``outcomeUnknown``: it may run this job's release, so a rollback includes it."""
     apply = apply or {}
-    facts: dict[str, Any] = {"evidence": dict(files)}
+    facts: TargetRecord = {"evidence": dict(files)}
     if unreachable(apply):
         # what the target runs is unknown: the rollback restores the newest revision that is not this release
         facts["outcomeUnknown"] = True
         return facts
-    for key in ("versionStickerHash", "composeLockHash", "applyManifestHash", "manifestHash"):
-        if apply.get(key) and not apply.get("failed"):
-            facts.setdefault("artifacts", {})[key] = apply[key]
-    for key in ("projectName", "targetType", "appliedByJobId", "claimTakeover", "claimFileRecreated"):
-        if apply.get(key):
-            facts[key] = apply[key]
+    artifacts = {
+        key: apply[key]
+        for key in ("versionStickerHash", "composeLockHash", "applyManifestHash", "manifestHash")
+        if apply.get(key) and not apply.get("failed")
+    }
+    if artifacts:
+        facts["artifacts"] = artifacts
+    if apply.get("projectName"):
+        facts["projectName"] = apply["projectName"]
+    if apply.get("targetType"):
+        facts["targetType"] = apply["targetType"]
+    if apply.get("appliedByJobId"):
+        facts["appliedByJobId"] = apply["appliedByJobId"]
+    if apply.get("claimTakeover"):
+        facts["claimTakeover"] = apply["claimTakeover"]
+    if apply.get("claimFileRecreated"):
+        facts["claimFileRecreated"] = apply["claimFileRecreated"]
     if _ran(apply):
         facts["applyRan"] = True  # the contract's eligibility asks whether the task ran
     if _ran(apply) and not apply.get("changed"):

@@ -7,7 +7,7 @@ target would do, left on it as a fact for ``close``."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
     deployment_evidence_dir,
@@ -21,7 +21,7 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.writer 
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import preview as _preview
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import target as _job_target
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.model import JobRecord, TargetRecord
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.model import JobRecord
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.context import StepArgs, StepContext, need, needed
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.step import Outcome, Step
 
@@ -90,7 +90,7 @@ class Target(Step):
                 now=now,
                 reason=outcome["reason"],
                 code=outcome["code"],
-                facts=cast(TargetRecord, _job_target.target_facts(apply, files)),  # keys of the target's record
+                facts=_job_target.target_facts(apply, files),
             )
 
         record: JobRecord = store.update(args["job_id"], change, documents=stored)
