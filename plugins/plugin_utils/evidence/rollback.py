@@ -14,9 +14,6 @@ carries the order proof for multi-module releases (``deploymentOrder``, ``rollba
 ``failure``). Both digests are RFC 8785 ``sha256:`` digests over the proof fields only, so
 replay and audit tooling can detect drift independent of ``createdAt``.
 
-:func:`build_recovery_record` keeps rollback success apart from the deployment result: the
-original deployment stays ``failed``; the rollback outcome is ``recoveryStatus``.
-
 Pure functions, stdlib only; the caller passes ``createdAt``.
 """
 
@@ -39,12 +36,10 @@ ROLLBACK_DIGEST_MISSING = "rollback_digest_missing"
 CURRENT_DIGEST_INVALID = "current_digest_invalid"
 ROLLBACK_DIGEST_INVALID = "rollback_digest_invalid"
 
-# Recovery record values.
-DEPLOYMENT_FAILED = "failed"
+# The outcomes of a rollback, as the suffix of a failed job's reason names them (suffixed_reason).
 RECOVERY_ROLLED_BACK = "rolled_back"
 RECOVERY_ROLLBACK_FAILED = "rollback_failed"
 RECOVERY_ROLLBACK_SKIPPED = "rollback_skipped"
-RECOVERY_STATUSES = (RECOVERY_ROLLED_BACK, RECOVERY_ROLLBACK_FAILED, RECOVERY_ROLLBACK_SKIPPED)
 
 INPUT_INVALID = "rollback_evidence_input_invalid"
 
@@ -289,36 +284,3 @@ def projection_keys(evidence, evidence_id=None):
     if evidence_id is not None:
         keys["rollback.evidence.id"] = evidence_id
     return keys
-
-
-def build_recovery_record(deployment_id, failure_reason, recovery_status, evidence=None, detail=None, evidence_id=None):
-    """The recovery result recorded next to (never instead of) a failed deployment.
-
-    ``recovery_status``: ``rolled_back`` | ``rollback_failed`` | ``rollback_skipped``.
-    ``deploymentStatus`` is always ``failed``: rollback is recovery, not deployment success.
-    ``reason`` keeps the original failure reason with the contract's suffix. ``detail`` is the
-    rollback error (``rollback_failed``) or skip reason (``rollback_skipped``). With
-    ``evidence`` (a ``release.rollback.evidence.v1`` payload) the record carries the
-    ``rollback.evidence.*`` projection keys.
-    """
-    if recovery_status not in RECOVERY_STATUSES:
-        raise _invalid("recoveryStatus must be one of %s, got %r" % (", ".join(RECOVERY_STATUSES), recovery_status))
-    if not isinstance(failure_reason, str) or not failure_reason.strip():
-        raise _invalid("the original deployment failure reason must be a non-empty string")
-    if recovery_status != RECOVERY_ROLLED_BACK and not detail:
-        raise _invalid("%s needs a detail (the rollback error or skip reason)" % recovery_status)
-    if recovery_status == RECOVERY_ROLLED_BACK and evidence is None:
-        raise _invalid("rolled_back needs the rollback evidence (target-side restoration proof)")
-    reason = suffixed_reason(failure_reason, recovery_status, detail)
-    record = {
-        "deploymentId": deployment_id,
-        "deploymentStatus": DEPLOYMENT_FAILED,
-        "recoveryStatus": recovery_status,
-        "reason": reason,
-        "originalFailureReason": failure_reason.strip(),
-    }
-    if evidence is not None:
-        if evidence.get("evidenceVersion") != EVIDENCE_VERSION:
-            raise _invalid("evidence must be %s" % EVIDENCE_VERSION)
-        record["strategyEvidence"] = projection_keys(evidence, evidence_id)
-    return record

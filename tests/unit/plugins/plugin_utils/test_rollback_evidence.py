@@ -13,9 +13,10 @@ from hypothesis import strategies as st
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.rollback import (
     EVIDENCE_VERSION,
-    build_recovery_record,
     build_rollback_evidence,
+    projection_keys,
     rollback_target,
+    suffixed_reason,
     verify_rollback_evidence,
 )
 
@@ -252,52 +253,24 @@ def test_invalid_input(kwargs, fragment):
     assert fragment in err.value.reason
 
 
-def test_recovery_record_keeps_deployment_failed():
+def test_the_projection_keys_of_a_rollback_packet():
     ev = full()
-    rec = build_recovery_record(
-        "dep-1",
-        "Post-deploy health probe failed for component 'api': HTTP 500",
-        "rolled_back",
-        evidence=ev,
-        evidence_id="ev-7",
-    )
-    assert rec["deploymentStatus"] == "failed"
-    assert rec["recoveryStatus"] == "rolled_back"
-    assert rec["reason"] == (
-        "Post-deploy health probe failed for component 'api': HTTP 500"
-        " (auto-rollback restored the retained previous revision)"
-    )
-    projection = rec["strategyEvidence"]
+    projection = projection_keys(ev, "ev-7")
     assert projection["rollback.evidence.proofDigest"] == ev["proofDigest"]
     assert projection["rollback.evidence.orderProofStatus"] == "complete"
     assert projection["rollback.evidence.id"] == "ev-7"
     assert projection["rollback.evidence.hash"].startswith("sha256:")
+    assert "rollback.evidence.id" not in projection_keys(ev)
 
 
-def test_recovery_failed_and_skipped_reasons():
-    failed = build_recovery_record("dep-1", "boom", "rollback_failed", detail="compose.rollback timed out")
-    assert (failed["deploymentStatus"], failed["reason"]) == (
-        "failed",
-        "boom; auto-rollback failed: compose.rollback timed out",
+def test_the_reason_keeps_the_original_failure_with_the_contract_suffix():
+    original = "Post-deploy health probe failed for component 'api': HTTP 500"
+    assert suffixed_reason(original, "rolled_back") == (
+        original + " (auto-rollback restored the retained previous revision)"
     )
-    skipped = build_recovery_record(
-        "dep-1", "boom", "rollback_skipped", detail="no target retained a previous revision to restore"
+    assert suffixed_reason("boom", "rollback_failed", "compose.rollback timed out") == (
+        "boom; auto-rollback failed: compose.rollback timed out"
     )
-    assert skipped["reason"] == "boom (auto-rollback skipped: no target retained a previous revision to restore)"
-    assert "strategyEvidence" not in skipped
-
-
-@pytest.mark.parametrize(
-    "args",
-    [
-        ("dep", "boom", "succeeded"),
-        ("dep", "", "rolled_back"),
-        ("dep", "boom", "rollback_failed"),
-        ("dep", "boom", "rolled_back"),
-    ],
-    ids=["unknown-status", "no-reason", "failed-without-detail", "rolled-back-without-evidence"],
-)
-def test_recovery_record_rejects_bad_input(args):
-    with pytest.raises(StellaError) as err:
-        build_recovery_record(*args)
-    assert err.value.code == "rollback_evidence_input_invalid"
+    assert suffixed_reason("boom", "rollback_skipped", "no target retained a previous revision to restore") == (
+        "boom (auto-rollback skipped: no target retained a previous revision to restore)"
+    )
