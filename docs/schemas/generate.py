@@ -5,7 +5,7 @@
 """Regenerate docs/schemas/release-input.schema.json from the one schema in plugins/plugin_utils/release/schema.py.
 
 Run from the checkout root after ``make collection``:  .venv/bin/python docs/schemas/generate.py
-(``tests/unit/plugins/plugin_utils/test_release.py`` fails when the file is stale.)
+(``tests/unit/plugins/plugin_utils/release/test_release.py`` fails when the file is stale.)
 """
 
 from __future__ import annotations

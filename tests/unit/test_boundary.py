@@ -371,3 +371,20 @@ def test_the_layer_checks_themselves(sources, expected_cycles, expected_upward):
     graph = import_graph(sources)
     assert cycles(graph) == expected_cycles
     assert upward_imports(graph, "plugin_utils", CONTROLLER_LAYERS) == expected_upward
+
+
+def test_the_unit_tests_mirror_the_packages_they_test():
+    """tests/unit/plugins/<side>/<package>/test_*.py: no test file sits beside the packages, none in a
+    directory that names no package of its side."""
+    misplaced = []
+    for side in ("plugin_utils", "module_utils"):
+        packages = set(os.listdir(os.path.join(ROOT, "plugins", side)))
+        base = os.path.join(ROOT, "tests", "unit", "plugins", side)
+        for directory, subdirs, names in os.walk(base):
+            subdirs[:] = [d for d in subdirs if d != "__pycache__"]
+            for name in names:
+                if name.startswith("test_") and name.endswith(".py"):
+                    rel = os.path.relpath(os.path.join(directory, name), base).split(os.sep)
+                    if len(rel) != 2 or rel[0] not in packages:
+                        misplaced.append(os.path.join(side, *rel))
+    assert not misplaced, "unit tests outside their package's directory: %s" % ", ".join(sorted(misplaced))

@@ -18,7 +18,7 @@ import urllib.parse
 import pytest
 import requests
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "fixtures"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures"))
 
 from planning_support import FakeRegistry, image_index, image_manifest  # noqa: E402
 

@@ -30,7 +30,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.imagere
 from ansible_collections.stellaops.runtime.plugins.module_utils.engine.registry import basic_authorization
 from ansible_collections.stellaops.runtime.plugins.module_utils.engine.registry_client import RegistryClient
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "fixtures"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures"))
 
 from planning_support import FakeRegistry, image_index, image_manifest  # noqa: E402  pylint: disable=wrong-import-position
 

@@ -20,7 +20,7 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils.run import lease
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.run import owner as _job_owner
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import sql as _job_store
 
-COLL_ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), *[os.pardir] * 4, ".build", "collections")
+COLL_ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), *[os.pardir] * 5, ".build", "collections")
 ELSEWHERE = {"host": "controller-b.invalid", "pid": 4242, "startTicks": 1}
 
 

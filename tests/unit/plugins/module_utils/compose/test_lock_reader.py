@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "fixtures"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures"))
 
 import planning_support as ps  # noqa: E402  pylint: disable=wrong-import-position
 from ansible_collections.stellaops.runtime.plugins.module_utils.compose.project import (  # noqa: E402

@@ -26,7 +26,7 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.deploym
 )
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.evidence.writer import clean as _clean
 
-FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "evidence")
+FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "evidence")
 CREATED = "2026-05-09T07:35:25Z"
 D1 = "sha256:" + "1" * 64
 D2 = "sha256:" + "2" * 64

@@ -13,7 +13,7 @@ import sys
 import pytest
 import yaml
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "fixtures"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures"))
 
 from planning_support import DIGEST_A, FIXTURES, load_release  # noqa: E402
 

@@ -280,7 +280,7 @@ def test_webhook_unreachable_fails_closed():
 
 # ------------------------------------------------------------------ docs/traffic.md says what the code does
 
-DOC = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "docs", "traffic.md")
+DOC = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "..", "docs", "traffic.md")
 
 
 def doc_blocks(language):

@@ -19,7 +19,7 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import 
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import arguments as _arguments
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import service as _service
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), *[os.pardir] * 5))
 STELLA = os.path.join(ROOT, "scripts", "stella.py")
 
 # every error line ends with the code's next step (contract/hints.py)

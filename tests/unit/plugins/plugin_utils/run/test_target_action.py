@@ -18,7 +18,7 @@ from ansible.plugins.action.normal import ActionModule as NormalAction
 
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.run import target_action as _target_action
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), *[os.pardir] * 5))
 BIN = os.path.join(ROOT, ".venv", "bin")
 COLLECTIONS = os.path.join(ROOT, ".build", "collections")
 TARGET_MODULES = (
@@ -83,7 +83,7 @@ def test_the_task_runs_as_normal_with_the_collector_paused_and_the_payload_store
     assert gc.isenabled()
 
 
-CONFIG = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "docker_config", "linux-docker-login.json")
+CONFIG = os.path.join(ROOT, "tests", "unit", "fixtures", "docker_config", "linux-docker-login.json")
 
 
 @pytest.mark.parametrize("module_name,option", [("stella_preflight", None), ("stella_compose_deploy", "preflight")])

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "fixtures"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures"))
 
 from planning_support import FakeRegistry, image_manifest  # noqa: E402
 
@@ -27,7 +27,7 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.credenti
 )
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.registry import DigestResolver  # noqa: E402
 
-CONFIGS = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "docker_config")
+CONFIGS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "docker_config")
 
 HELPER = """#!/bin/sh
 # docker-credential-%(name)s: answers `get` from a table, logs what was asked

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "fixtures"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures"))
 
 from planning_support import ROOT, load_release, minimal_release  # noqa: E402
 

@@ -13,7 +13,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.engine import cl
 from ansible_collections.stellaops.runtime.plugins.module_utils.engine import cli_output
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 
-FIX = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "docker")
+FIX = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "docker")
 V1 = "sha256:b9a6e9632066c93f491df171b17ea45ae2caeba315e7305441a9822cf67e9c79"
 
 
