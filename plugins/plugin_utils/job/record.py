@@ -19,6 +19,7 @@ documents' types are job/model.py.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.canonical import clone
@@ -41,6 +42,7 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.model import
     JobRecord,
     JobStatus,
     JobSummary,
+    OutcomePhase,
     Owner,
     PhaseEntry,
     RollbackPlan,
@@ -248,6 +250,15 @@ def record_phase(record: JobRecord, target: str, *, entry: PhaseEntry, now: str)
     order = PHASES + ROLLBACK_PHASE_NAMES
     found[key] = sorted(phases, key=lambda p: order.index(p["name"]))
     return new
+
+
+def record_phases(record: JobRecord, target: str, *, phases: Sequence[OutcomePhase], now: str) -> JobRecord:
+    """Each phase of a target's outcome (job/target.py: ``(name, status, duration ms, detail)``), recorded in
+    order as completed at ``now``."""
+    for name, status, duration, detail in phases:
+        entry = phase_entry(name, status, duration_ms=duration, completed_at=now, detail=detail)
+        record = record_phase(record, target, entry=entry, now=now)
+    return record
 
 
 def finish_target(

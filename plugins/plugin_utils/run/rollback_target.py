@@ -42,9 +42,7 @@ class RollbackTarget(Step):
         now = utc_timestamp()
 
         def change(record: JobRecord) -> JobRecord:
-            for name, status, duration, detail in outcome["phases"]:
-                entry = _job.phase_entry(name, status, duration_ms=duration, completed_at=now, detail=detail)
-                record = _job.record_phase(record, target, entry=entry, now=now)
+            record = _job.record_phases(record, target, phases=outcome["phases"], now=now)
             return _rollback.finish_rollback_target(
                 record,
                 target,

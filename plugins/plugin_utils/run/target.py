@@ -80,9 +80,7 @@ class Target(Step):
         )
 
         def change(record: JobRecord) -> JobRecord:
-            for name, status, duration, detail in outcome["phases"]:
-                entry = _job.phase_entry(name, status, duration_ms=duration, completed_at=now, detail=detail)
-                record = _job.record_phase(record, target, entry=entry, now=now)
+            record = _job.record_phases(record, target, phases=outcome["phases"], now=now)
             return _job.finish_target(
                 record,
                 target,

@@ -533,3 +533,16 @@ def test_a_job_that_failed_closed_says_its_automatic_rollback_was_skipped_unless
         "skipReason": "autoRollbackOnFailure=false",
         "source": "strategyConfig",
     }
+
+
+def test_a_targets_outcome_phases_are_recorded_in_order_completed_at_the_same_time():
+    record = make()
+    phases = [("preflight", "passed", 5, None), ("deploy", "failed", 7, {"code": "compose_up_failed"})]
+    after = _job.record_phases(record, "t1", phases=phases, now="2026-01-01T00:00:09Z")
+    target = after["targets"]["t1"]
+    assert target["status"] == "Running" and not record["targets"]["t1"].get("phases")  # the input is unchanged
+    assert [(p["name"], p["status"], p["durationMs"], p["completedAt"]) for p in target["phases"]] == [
+        ("preflight", "passed", 5, "2026-01-01T00:00:09Z"),
+        ("deploy", "failed", 7, "2026-01-01T00:00:09Z"),
+    ]
+    assert target["phases"][1]["detail"] == {"code": "compose_up_failed"} and "detail" not in target["phases"][0]
