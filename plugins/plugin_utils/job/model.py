@@ -450,3 +450,23 @@ class TargetOutcome(TypedDict):
     reason: str | None
     failedPhase: NotRequired[str | None]
     code: NotRequired[str | None]
+
+
+class PlannedJob(TypedDict):
+    """The whole job's plan (:func:`plan_job`): its batches, each target's plan and artifact bytes."""
+
+    batches: list[list[str]]
+    serial: list[int]
+    targetOrder: list[str]
+    plans: dict[str, TargetPlan]
+    files: dict[str, dict[str, bytes]]
+
+
+class PlanOutcome(TypedDict):
+    """What a job's start returns of its plan (:func:`plan_outcome`)."""
+
+    batches: list[list[str]]
+    serial: list[int]
+    targetOrder: list[str]
+    plans: dict[str, TargetPlan]
+    hasEnvArtifact: dict[str, bool]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
-from typing import Any, TypedDict, cast
+from typing import Any, cast
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
@@ -36,6 +36,8 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import strat
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.model import (
     ApplyInputs,
     JobOptions,
+    PlannedJob,
+    PlanOutcome,
     ProbeInputs,
     RollbackInputs,
     TargetInputs,
@@ -86,26 +88,6 @@ DEFAULT_SETTINGS: dict[str, Any] = {
 }
 # The agent task that applies a release, per target type.
 APPLY_TASKS = {"ComposeHost": COMPOSE_UP.name, "DockerHost": DOCKER_RUN.name}
-
-
-class PlannedJob(TypedDict):
-    """The whole job's plan (:func:`plan_job`): its batches, each target's plan and artifact bytes."""
-
-    batches: list[list[str]]
-    serial: list[int]
-    targetOrder: list[str]
-    plans: dict[str, TargetPlan]
-    files: dict[str, dict[str, bytes]]
-
-
-class PlanOutcome(TypedDict):
-    """What a job's start returns of its plan (:func:`plan_outcome`)."""
-
-    batches: list[list[str]]
-    serial: list[int]
-    targetOrder: list[str]
-    plans: dict[str, TargetPlan]
-    hasEnvArtifact: dict[str, bool]
 
 
 def target_identity(name: str, host: Mapping[str, Any], target_type: str | None) -> dict[str, Any]:

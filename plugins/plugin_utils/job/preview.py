@@ -24,8 +24,12 @@ from typing import Any
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import first_line
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import PHASES, ROLLBACK_PHASE_NAMES
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.model import JobOptions, JobRecord, RollbackOrder
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.plan import PlannedJob, plan_outcome
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.model import (
+    JobOptions,
+    JobRecord,
+    PlanOutcome,
+    RollbackOrder,
+)
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.projects import project_keys
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.target import TaskResult, failed_phase
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.view import closing_line
@@ -40,14 +44,14 @@ PREVIEW_FACT = "stella_job_preview"
 
 
 def start(
-    job_id: str, source: str | None, planned: PlannedJob, options: JobOptions, unreachable: Mapping[str, str]
+    job_id: str, source: str | None, planned: PlanOutcome, options: JobOptions, unreachable: Mapping[str, str]
 ) -> dict[str, Any]:
-    """The ``start`` outcome of a preview: the plan, and no record."""
+    """The ``start`` outcome of a preview: the plan (job/plan.py ``plan_outcome``), and no record."""
     reason = None
     if unreachable:
         reason = "target readiness failed: %s unreachable" % ", ".join(sorted(unreachable))
     return dict(
-        plan_outcome(planned),
+        planned,
         jobId=job_id,
         jobIdSource=source,
         checkMode=True,

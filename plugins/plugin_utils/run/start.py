@@ -32,7 +32,7 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.owner import
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.step import Outcome, Step
 
 if TYPE_CHECKING:
-    from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.plan import PlannedJob
+    from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.model import PlannedJob
     from ansible_collections.stellaops.runtime.plugins.plugin_utils.store.sql import SqlJobStore
 
 # Planning (release validation, registry resolution, the traffic adapters' checks) is imported by this
@@ -139,10 +139,11 @@ class Start(Step):
 
     def preview(self, ctx: StepContext, args: StepArgs) -> Outcome:
         from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import preview as _preview
+        from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.plan import plan_outcome
 
         check_options(args)
         job_id, source, planned, options, _summary, unreachable = plan(ctx, args, utc_timestamp())
-        return _preview.start(job_id, source, planned, options, unreachable)
+        return _preview.start(job_id, source, plan_outcome(planned), options, unreachable)
 
     def act(self, ctx: StepContext, store: SqlJobStore, args: StepArgs) -> Outcome:
         from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.plan import plan_outcome
