@@ -135,7 +135,7 @@ def build_apply_manifest(project_name, manifest_hash_value, artifacts):
 
 
 def lock_manifest_hashes(lock_bytes):
-    """Every ``stella.manifest.hash`` label value in a lock rendered by plugin_utils/release/lock.py (stdlib only)."""
+    """Every ``stella.manifest.hash`` label value in a compose lock as the planner renders it (stdlib only)."""
     return sorted(set(_MANIFEST_LABEL_RE.findall(lock_bytes.decode("utf-8", "replace"))))
 
 

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
 Outcome = Mapping[str, Any]
 
 
-class Step:
+class Step(abc.ABC):
     """One step of ``stella_job``.
 
     - ``needs``: the options it cannot run without;
@@ -40,9 +41,9 @@ class Step:
     recorded_job: bool = True
     records_failure: bool = False
 
+    @abc.abstractmethod
     def act(self, ctx: StepContext, store: SqlJobStore, args: StepArgs) -> Outcome:
-        """The step's outcome, with the job store open."""
-        raise NotImplementedError
+        """The step's outcome, with the job store open (every step defines it)."""
 
     def preview(self, ctx: StepContext, args: StepArgs) -> Outcome:  # pylint: disable=unused-argument
         """The step's outcome in check mode (``check_mode`` ``preview``): nothing is opened, recorded or
