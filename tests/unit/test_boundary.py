@@ -201,6 +201,7 @@ def test_the_controller_takes_only_the_shared_packages_from_the_target_side(path
 # packages of lower layers, never a sibling of its own layer, never one above.
 CONTROLLER_LAYERS = (
     ("execution",),
+    ("trust",),
     ("evidence",),
     ("probe", "traffic"),
     ("release",),

@@ -138,6 +138,18 @@ CODES = {
     "evidence_corrupt": "restore the job store from a backup: the document no longer matches its SHA-256",
     "evidence_invalid": "check what else writes to this job store: its document names must be relative paths",
     "evidence_write_failed": "fix the output directory's permissions or free space, then run stella evidence again",
+    # ------------------------------------------------------------------ trust: signatures, signed evidence, drift
+    "image_unsigned": "sign the image (cosign sign --key K IMAGE@DIGEST, or stella sign), or drop it from the "
+    "image policy (docs/trust.md)",
+    "image_signature_invalid": "sign this digest with a key the image policy trusts, or fix the policy's keys and "
+    "identity (docs/trust.md)",
+    "image_policy_invalid": "fix the image policy named in the message: readable PEM public keys (docs/trust.md)",
+    "signing_key_invalid": "give the signing key's passphrase (STELLA_SIGNING_PASSPHRASE or its file) or another "
+    "key (docs/trust.md)",
+    "signature_push_failed": "check the registry and its credentials (docker login REGISTRY), then stella sign again",
+    "evidence_signature_invalid": "the evidence is not what the controller signed: keep it as found and report it "
+    "(docs/trust.md)",
+    "runtime_drift": "stella verify --live names what differs: run the job again, or find who changed the host",
     # ------------------------------------------------------------------ traffic
     "traffic_adapter_missing": "configure strategyConfig.trafficAdapter, or set requireTrafficAdapter: false",
     "traffic_adapter_executor_missing": "use an adapter type the collection registers, and enable it (docs/traffic.md)",

@@ -44,6 +44,13 @@ COMMANDS = (
         "command.evidence:evidence",
     ),
     ("health", "the health status the job store keeps for each target", "command.health:health"),
+    (
+        "verify",
+        "check a job's signed evidence offline, or (--live) that the targets still run what it recorded",
+        "command.verify:verify",
+    ),
+    ("keys", "generate a signing key pair (cosign's key format)", "command.keys:keys"),
+    ("sign", "sign an image in a registry, in cosign's tag layout", "command.sign:sign"),
     ("interrupt", "record a job whose controller run is gone as interrupted", "command.close:interrupt"),
     ("close", "close a job whose close did not finish: its evidence written", "command.close:close"),
     ("prune", "remove finished jobs past a retention age", "command.prune:prune"),
@@ -56,6 +63,10 @@ SYNOPSIS = """stella [-h] [--version] COMMAND ...
        stella report JOB [--evidence-dir DIR] [--output FILE] [STORE]
        stella evidence JOB [--output DIR] [--json] [STORE]
        stella health [TARGET ...] [--json] [--check] [STORE]
+       stella verify JOB --key PUB [--evidence-dir DIR] [--json] [STORE]
+       stella verify --live [PROJECT ...] [--inventory INV] [--json] [STORE]
+       stella keys generate [--output-prefix PREFIX] [--passphrase-file FILE]
+       stella sign IMAGE@DIGEST --key KEY [--passphrase-file FILE] [--insecure-registry HOST]
        stella interrupt JOB [--reason TEXT] [STORE]
        stella close JOB [--evidence-dir DIR] [--report] [STORE]
        stella prune --older-than DAYS [--keep N] [--evidence-dir DIR] [--dry-run] [--json] [STORE]
@@ -65,7 +76,8 @@ STORE: --store LOCATION | --compose-project PROJECT [--service SERVICE] [--state
 EPILOG = """store: --store, else --compose-project (the Compose provider's store of that project), else
 $STELLA_JOB_STORE, else ~/.local/state/stellaops/jobs.sqlite3 (the playbooks' default).
 exit status: 0 done; 1 failed (one line `stella COMMAND: CODE: REASON` on stderr; show --follow:
-the job did not succeed); 2 usage error; 3 health --check: a target shown is not healthy.
+the job did not succeed); 2 usage error; 3 health --check: a target shown is not healthy;
+verify --live: a target drifted from its last job.
 Each command's options: stella COMMAND -h. Documentation: docs/stella-command.md."""
 COMPOSE_HELP = (
     "usage: stella compose [--project-name=NAME] metadata|up|down|stop|pull [--option=value ...] "
