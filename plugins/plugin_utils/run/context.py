@@ -32,6 +32,9 @@ class StepArgs(TypedDict):
     readiness: dict[str, Any]
     registry_credentials: dict[str, Any]
     insecure_registries: list[str]
+    image_policy: dict[str, Any]
+    signing_key: str | None
+    signing_passphrase: str | None
     timeout: float
     auto_rollback_on_failure: bool | None
     wait_for_health_check: bool | None
