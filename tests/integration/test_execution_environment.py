@@ -66,6 +66,7 @@ def test_ansible_builder_create_makes_a_context_with_the_collection_and_a_debian
         "requirements.txt",
         "requirements/execution-environment.txt",
         "requirements/postgres.txt",
+        "requirements/trust.txt",
         "bindep.txt",
     } <= members
     assert not any(name.startswith((".hypothesis", ".build", ".venv", ".lab")) for name in members)
@@ -94,7 +95,7 @@ def test_ansible_builder_introspection_reads_the_collection_requirements(tmp_pat
     python = [line.split("#")[0].strip() for line in found["python"]]
     system = [line.split("#")[0].strip() for line in found["system"]]
     wanted = []
-    for name in ("requirements.txt", "requirements/postgres.txt"):  # requirements/execution-environment.txt
+    for name in ("requirements.txt", "requirements/postgres.txt", "requirements/trust.txt"):  # requirements/execution-environment.txt
         with open(os.path.join(ar.ROOT, name), encoding="utf-8") as handle:
             wanted += [line.strip() for line in handle if line.strip() and not line.startswith("#")]
     assert python == wanted

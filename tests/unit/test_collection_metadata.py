@@ -177,11 +177,13 @@ def test_the_pip_package_depends_on_the_requirement_sets():
     assert project["optional-dependencies"] == {
         "postgres": requirement_lines("requirements", "postgres.txt"),
         "provider": requirement_lines("requirements", "provider.txt"),
+        "trust": requirement_lines("requirements", "trust.txt"),
     }
     assert project["scripts"] == {"stella": "stellaops_runtime:main"}
     assert requirement_lines("requirements", "execution-environment.txt") == [
         "-r ../requirements.txt",
         "-r postgres.txt",
+        "-r trust.txt",
     ]
     assert "requirements/execution-environment.txt" in read("meta", "execution-environment.yml")
 
