@@ -321,6 +321,8 @@ class JobRecord(TypedDict):
     stepFailure: NotRequired[StepFailure]
     interrupted: NotRequired[Interruption]
     recovery: NotRequired[Recovery]
+    # its evidence is signed (at close): the public key's fingerprint, sha256:<hex> (docs/trust.md)
+    evidenceSignedBy: NotRequired[str]
     # the job store's
     revision: NotRequired[int]
     leaseRenewedAt: NotRequired[str]
