@@ -3,7 +3,8 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 
 """Controller inputs every planning step shares: plain JSON data, registry credentials, and the
-digest resolution of a release's image references (one resolver, one HTTP session)."""
+digest resolution of a release's image references and the signature check of the images its image
+policy requires (one resolver, one HTTP session: :func:`resolve_and_verify`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import json
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.credentials import RegistryCredentials
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.plan import local_images, unresolved_references
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.policy import image_policy
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.registry import DigestResolver
 
 
@@ -30,11 +32,28 @@ def load_credentials(raw):
 
 
 def resolve_digests(release, credentials, insecure, pre_resolved, resolve, timeout, transport=None):
-    """``(resolved map, resolution evidence)``; raises ``StellaError(image_unresolved)``. A reference
-    pinned by a locally loaded image's id (``plan.LOCAL_IMAGE_KEY``) is not looked up: its evidence
-    says so (``source: local``, ``resolved: false``, ``imageId``)."""
+    """``(resolved map, resolution evidence)`` (:func:`resolve_and_verify` without an image policy)."""
+    resolved, evidence, _verdicts = resolve_and_verify(
+        release, credentials, insecure, pre_resolved, resolve, timeout, transport=transport
+    )
+    return resolved, evidence
+
+
+def resolve_and_verify(release, credentials, insecure, pre_resolved, resolve, timeout, job_policy=None, transport=None):
+    """``(resolved map, resolution evidence, signature verdicts)``.
+
+    The image policy (the release's ``imagePolicy`` under the job's ``job_policy``, policy.py) is checked
+    first, before any registry request (``image_policy_invalid``). Tags are resolved to digests
+    (``image_unresolved``); then, with the same resolver (its session, credentials and tokens), each image
+    the policy requires is checked for a verified signature of its pinned digest (signatures.py:
+    ``image_unsigned``, ``image_signature_invalid``, ``registry_unreachable``, ``registry_auth_failed``).
+    ``verdicts`` is ``{reference: verdict}``, ``{}`` without a policy (and then nothing more is asked).
+    A reference pinned by a locally loaded image's id (``plan.LOCAL_IMAGE_KEY``) is not looked up: its
+    evidence says so (``source: local``, ``resolved: false``, ``imageId``)."""
+    policy = image_policy(release, job_policy)
     resolved = dict(pre_resolved)
     evidence = {}
+    verdicts = {}
     pending = [ref for ref in unresolved_references(release) if ref not in resolved]
     if pending and not resolve:
         raise StellaError(
@@ -48,6 +67,11 @@ def resolve_digests(release, credentials, insecure, pre_resolved, resolve, timeo
             info = resolver.resolve(ref)
             resolved[ref] = info["digest"]
             evidence[ref] = info
+        if policy is not None:
+            # pylint: disable-next=import-outside-toplevel  # only a release with a policy pays for it
+            from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.signatures import verify_images
+
+            verdicts = verify_images(resolver, policy, release, resolved)
     for ref, local in sorted(local_images(release).items()):
         evidence[ref] = {
             "reference": ref,
@@ -59,4 +83,4 @@ def resolve_digests(release, credentials, insecure, pre_resolved, resolve, timeo
         }
     for ref in sorted(pre_resolved):
         evidence.setdefault(ref, {"reference": ref, "digest": pre_resolved[ref], "resolved": False, "source": "input"})
-    return resolved, evidence
+    return resolved, evidence, verdicts

@@ -37,6 +37,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.engine.registry 
     INDEX_TYPES,
     MANIFEST_ACCEPT,
     MAX_MANIFEST_BYTES,
+    REDIRECTS,
     RegistryApi,
     index_platforms,
     read_manifest,
@@ -423,6 +424,55 @@ class DigestResolver:
         if waits:
             found["registryWaits"] = waits
         return found
+
+    def fetch(self, image, path, accept=None, max_bytes=None, phase="plan"):
+        """``(status, headers, body)`` of one GET of ``path`` in ``image``'s registry under its repository's
+        pull scope, over this resolver's session and token cache (signature discovery). The body is read
+        at most to ``max_bytes`` + 1 (the transport's limit otherwise); one redirect (a blob on a storage
+        service) is followed without credentials. Raises ``StellaError`` ``registry_auth_failed`` (HTTP
+        401/403) or ``registry_unreachable`` (no answer, or 429/5xx after the tries), with ``phase``."""
+        ref = parse_image_ref(image)
+        headers = {"Accept": accept} if accept else {}
+        transport = self._transport()
+        saved = getattr(transport, "max_body", None)
+        if max_bytes is not None and saved is not None:
+            transport.max_body = max_bytes
+        where, first = "%s/%s" % (ref.registry, ref.repository), len(self._waits())
+        try:
+            client = self._client(ref.registry)
+            status, answer, body, _auth = client.request(
+                "GET", ref.registry, path, headers, scope="repository:%s:pull" % ref.repository
+            )
+            if status in REDIRECTS and answer.get("location"):
+                location = urllib.parse.urljoin(client.base_url(ref.registry) + path, answer["location"])
+                status, answer, body = transport("GET", location, headers, self.timeout)
+        except StellaError as exc:
+            code = exc.code if exc.code == "registry_auth_failed" else "registry_unreachable"
+            reason = redact_text(redact_url("registry %s: %s" % (where, exc.reason)), self._secrets())
+            raise StellaError(code, reason, phase=phase, evidence={"image": image}) from None
+        except (OSError, ValueError) as exc:
+            reason = redact_text(redact_url("registry %s unreachable (%s)" % (where, exc)), self._secrets())
+            raise StellaError("registry_unreachable", reason, phase=phase, evidence={"image": image}) from None
+        finally:
+            if max_bytes is not None and saved is not None:
+                transport.max_body = saved
+        if status in (401, 403):
+            raise StellaError(
+                "registry_auth_failed",
+                "registry %s refused reading %s (HTTP %d): give credentials that may pull it"
+                % (ref.registry, ref.repository, status),
+                phase=phase,
+                evidence={"image": image, "status": status},
+            )
+        if status in RETRY_STATUSES or status >= 500:
+            raise StellaError(
+                "registry_unreachable",
+                "registry %s answered HTTP %d for %s%s"
+                % (ref.registry, status, path, describe_waits(self._waits()[first:])),
+                phase=phase,
+                evidence={"image": image, "status": status},
+            )
+        return status, answer, body
 
     def resolve_all(self, images):
         """``{reference: resolution}`` for every distinct reference, in sorted order."""
