@@ -19,7 +19,11 @@ import hashlib
 import json
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
-from ansible_collections.stellaops.runtime.plugins.module_utils.contract.imageref import parse_image_ref
+from ansible_collections.stellaops.runtime.plugins.module_utils.contract.imageref import (
+    DEFAULT_REGISTRY,
+    parse_image_ref,
+    registry_key,
+)
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import DIGEST_RE
 
 SIMPLE_SIGNING_TYPE = "application/vnd.dev.cosign.simplesigning.v1+json"
@@ -164,6 +168,15 @@ def parse_signature_manifest(data):
     return found
 
 
+def _repository(ref):
+    """``(registry, repository)`` with Docker Hub's names as one (``index.docker.io/nginx`` is
+    ``docker.io/library/nginx``)."""
+    registry, repository = registry_key(ref.registry), ref.repository
+    if registry == DEFAULT_REGISTRY and "/" not in repository:
+        repository = "library/" + repository
+    return registry, repository
+
+
 def identity_matches(reference, identity):
     """Whether a payload's ``docker-reference`` names the repository ``identity``: the same repository
     (Docker Hub's short names normalized), alone or with a tag or digest. When ``identity`` has a tag or
@@ -172,7 +185,7 @@ def identity_matches(reference, identity):
         ref, want = parse_image_ref(reference), parse_image_ref(identity)
     except StellaError:
         return False
-    if ref.name != want.name:
+    if _repository(ref) != _repository(want):
         return False
     if want.tag and ref.tag != want.tag:
         return False

@@ -182,7 +182,7 @@ def public_key_from_pem(data, source, code="image_policy_invalid"):
     except Exception as exc:  # cryptography raises UnsupportedAlgorithm for unknown key types
         raise refuse("unsupported key: %s" % type(exc).__name__) from None
     if _algorithm_of(crypto_key, code) is None:
-        raise refuse("a %s key" % _kind_of(crypto_key))
+        raise refuse("key type %s" % _kind_of(crypto_key))
     return PublicKey(crypto_key, code)
 
 
@@ -285,7 +285,7 @@ def private_key_from_pem(data, passphrase, source, code="signing_key_invalid"):
         raise StellaError(code, "%s: not a PEM private key (a PEM block of type %r)" % (source, label))
     if _algorithm_of(crypto_key, code) is None:
         raise StellaError(
-            code, "%s: not a private key of ECDSA P-256 or Ed25519 (a %s key)" % (source, _kind_of(crypto_key))
+            code, "%s: not a private key of ECDSA P-256 or Ed25519 (key type %s)" % (source, _kind_of(crypto_key))
         )
     return PrivateKey(crypto_key, code)
 
