@@ -82,7 +82,8 @@ def interrupt(argv, stdout=None, stderr=None):
 
 
 def close_parser():
-    """``stella close JOB [--evidence-dir DIR] [--report] [--store LOCATION]`` (docs/stella-command.md)."""
+    """``stella close JOB [--evidence-dir DIR] [--report] [--signing-key KEY [--passphrase-file FILE]]
+    [--store LOCATION]`` (docs/stella-command.md)."""
     parser = argparse.ArgumentParser(
         prog="stella close",
         description="Close a job whose close step did not "
@@ -95,6 +96,16 @@ def close_parser():
     parser.add_argument("--store", metavar="LOCATION", help=STORE_HELP)
     parser.add_argument("--evidence-dir", metavar="DIR", help="also write the evidence files under DIR")
     parser.add_argument("--report", action="store_true", help="also keep jobs/JOB/report.html")
+    parser.add_argument(
+        "--signing-key",
+        metavar="KEY",
+        help="sign every evidence document of the job with this private key (docs/trust.md)",
+    )
+    parser.add_argument(
+        "--passphrase-file",
+        metavar="FILE",
+        help="the signing key's passphrase, read from FILE (default: $STELLA_SIGNING_PASSPHRASE)",
+    )
     return parser
 
 
@@ -110,6 +121,13 @@ def close(argv, stdout=None, stderr=None):
     from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.runner import JobRunner
 
     try:
+        passphrase = None
+        if options.signing_key:
+            # pylint: disable-next=import-outside-toplevel  # the keys only when the evidence is signed
+            from ansible_collections.stellaops.runtime.plugins.plugin_utils.trust import keys as _keys
+
+            given = _keys.passphrase_from(options.passphrase_file)
+            passphrase = given.decode("utf-8", "surrogateescape") if given else None
         where = _location.resolve(options)
         with existing_store(where.location, where.source) as store:
             record = store.get(options.job)
@@ -129,6 +147,8 @@ def close(argv, stdout=None, stderr=None):
                 "job_id": options.job,
                 "evidence_dir": options.evidence_dir,
                 "report": options.report,
+                "signing_key": options.signing_key,
+                "signing_passphrase": passphrase,
             }
         )
     except StellaError as exc:

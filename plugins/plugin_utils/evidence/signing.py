@@ -191,7 +191,9 @@ def _check_document(job_id: str, name: str, data: bytes, envelope: bytes | None,
     own = {n: d for n, d in signed.items() if kind_of(name) != "job" or n == name}
     if own != expected:
         changed = sorted(set(own.items()) ^ set(expected.items()))
-        return "the signed subjects differ from what it records (%s)" % ", ".join(n for n, _d in changed), statement
+        return "the signed subjects differ from what it records (%s)" % ", ".join(
+            sorted({n for n, _d in changed})
+        ), statement
     return None, statement
 
 
