@@ -149,6 +149,8 @@ CODES = {
     "signature_push_failed": "check the registry and its credentials (docker login REGISTRY), then stella sign again",
     "evidence_signature_invalid": "the evidence is not what the controller signed: keep it as found and report it "
     "(docs/trust.md)",
+    "trust_dependency_missing": "python3 -m pip install -r requirements/trust.txt in the controller's Python "
+    "(docs/install.md)",
     "runtime_drift": "stella verify --live names what differs: run the job again, or find who changed the host",
     # ------------------------------------------------------------------ traffic
     "traffic_adapter_missing": "configure strategyConfig.trafficAdapter, or set requireTrafficAdapter: false",

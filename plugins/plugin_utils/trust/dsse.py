@@ -19,7 +19,11 @@ import json
 import re
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.trust.keys import ED25519, MISSING_LIBRARY
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.trust.keys import (
+    DEPENDENCY_MISSING,
+    ED25519,
+    MISSING_LIBRARY,
+)
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -35,7 +39,7 @@ def _sslib(code):
         from securesystemslib.dsse import Envelope
         from securesystemslib.signer import CryptoSigner, Signature, SSlibKey
     except ImportError:
-        raise StellaError(code, MISSING_LIBRARY.replace("cryptography", "securesystemslib")) from None
+        raise StellaError(DEPENDENCY_MISSING, MISSING_LIBRARY.replace("cryptography", "securesystemslib")) from None
     return Envelope, CryptoSigner, Signature, SSlibKey
 
 

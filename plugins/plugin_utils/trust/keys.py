@@ -25,7 +25,9 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors 
 ECDSA_P256 = "ecdsa-p256"
 ED25519 = "ed25519"
 ALGORITHMS = (ECDSA_P256, ED25519)
-MISSING_LIBRARY = "cryptography is required on the controller (pip install -r requirements.txt)"
+# A library of requirements/trust.txt that cannot be imported: one code, whatever the caller was doing.
+DEPENDENCY_MISSING = "trust_dependency_missing"
+MISSING_LIBRARY = "cryptography is required on the controller (pip install -r requirements/trust.txt)"
 PASSPHRASE_ENV = "STELLA_SIGNING_PASSPHRASE"
 # A key file (or passphrase file) larger than this is not one.
 MAX_KEY_FILE_BYTES = 64 * 1024
@@ -47,7 +49,7 @@ def _crypto(code):
         from cryptography.hazmat.primitives import hashes, serialization
         from cryptography.hazmat.primitives.asymmetric import ec, ed25519
     except ImportError:
-        raise StellaError(code, MISSING_LIBRARY) from None
+        raise StellaError(DEPENDENCY_MISSING, MISSING_LIBRARY) from None
     return exceptions, hashes, serialization, ec, ed25519
 
 
@@ -56,7 +58,7 @@ def _secretbox(code):
         import nacl.exceptions
         import nacl.secret
     except ImportError:
-        raise StellaError(code, MISSING_LIBRARY) from None
+        raise StellaError(DEPENDENCY_MISSING, MISSING_LIBRARY.replace("cryptography", "PyNaCl")) from None
     return nacl.secret.SecretBox, nacl.exceptions.CryptoError
 
 

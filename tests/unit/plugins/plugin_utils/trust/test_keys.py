@@ -273,8 +273,8 @@ def test_missing_library_is_a_stella_error(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_crypto)
     with pytest.raises(StellaError) as caught:
         keys.public_key_from_pem(b"", "x.pub")
-    assert caught.value.code == "image_policy_invalid"
-    assert caught.value.reason == "cryptography is required on the controller (pip install -r requirements.txt)"
+    assert caught.value.code == "trust_dependency_missing"
+    assert caught.value.reason == "cryptography is required on the controller (pip install -r requirements/trust.txt)"
     with pytest.raises(StellaError) as caught:
         keys.generate_key_pair(b"x")
-    assert caught.value.code == "signing_key_invalid"
+    assert caught.value.code == "trust_dependency_missing"
