@@ -4,9 +4,11 @@
 
 """Action plugin for ``stellaops.runtime.stella_plan``: plan a release on the controller.
 
-Validates the release input, resolves tags to digests against the registries (the only I/O besides
-the optional ``dest`` write), calls the pure :func:`plan_release`, and returns the plan. Secret values
-(``secretEnv``, registry passwords) never appear in the result.
+Validates the release input and its image policy, resolves tags to digests against the registries and,
+under an image policy, checks each required image's signature with the same resolver (the only I/O
+besides reading the policy's keys and the optional ``dest`` write), calls the pure :func:`plan_release`,
+and returns the plan with each image's signature verdict (``signatures``). Secret values (``secretEnv``,
+registry passwords) and key material never appear in the result.
 """
 
 from __future__ import annotations
@@ -33,8 +35,9 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.host.files impor
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.inputs import (
     load_credentials,
     plain,
-    resolve_digests,
+    resolve_and_verify,
 )
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.policy import image_policy
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.plan import FILES_KEY, plan_release
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.schema import validate_release
 
@@ -47,6 +50,7 @@ ARGUMENT_SPEC = dict(
     dest=dict(type="path"),
     timeout=dict(type="float", default=15.0),
     target_types=dict(type="list", elements="str", choices=["ComposeHost", "DockerHost"]),
+    image_policy=dict(type="dict", default={}),
 )
 WRITE_ORDER = (ENV_FILE, LOCK_FILE, STICKER_FILE, APPLY_MANIFEST_FILE)
 
@@ -97,6 +101,8 @@ class ActionModule(ActionBase):
                 secrets.append(str(value))
             credentials = load_credentials(plain(args["registry_credentials"], "registry_credentials"))
             secrets.extend(credentials.secrets())
+            job_policy = plain(args["image_policy"], "image_policy") or None
+            image_policy(release, job_policy)  # image_policy_invalid before the schema's release_invalid
             validate_release(release)
             if args["target_types"] and release["target"]["type"] not in args["target_types"]:
                 raise StellaError(
@@ -106,13 +112,14 @@ class ActionModule(ActionBase):
                     phase="plan",
                 )
             try:
-                resolved, resolution = resolve_digests(
+                resolved, resolution, signatures = resolve_and_verify(
                     release,
                     credentials,
                     args["insecure_registries"],
                     plain(args["resolved"], "resolved"),
                     args["resolve"],
                     args["timeout"],
+                    job_policy=job_policy,
                 )
             finally:
                 secrets.extend(credentials.secrets())  # what the Docker config's helpers answered
@@ -129,6 +136,8 @@ class ActionModule(ActionBase):
         files = plan.pop(FILES_KEY)
         result.update(plan)
         result["resolution"] = resolution
+        if signatures:
+            result["signatures"] = signatures
         result["changed"] = False
         if args["dest"]:
             dest = args["dest"]

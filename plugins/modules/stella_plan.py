@@ -22,6 +22,8 @@ description:
   - The same release planned twice gives byte-identical artifacts, whatever the order of components,
     config keys or environment entries.
   - An image that cannot be resolved fails the task with code C(image_unresolved) and nothing is written.
+  - Under an image policy (O(image_policy), the release's C(imagePolicy)), an image whose signature does not
+    verify fails the task (C(image_unsigned), C(image_signature_invalid)) and nothing is written.
   - Secret environment values (C(secretEnv)) and registry credentials never appear in the result; secret
     values only reach C(.env.stella) (mode 0600) when O(dest) is set, and are bound by digest elsewhere.
 requirements:
@@ -90,6 +92,21 @@ options:
     type: list
     elements: str
     choices: [ComposeHost, DockerHost]
+  image_policy:
+    description:
+      - The image signature policy (C(docs/trust.md)); its top-level keys win over the release's
+        C(imagePolicy). V(keys) (PEM public key files on the controller), V(require) (default true once a
+        key is named), V(identity) (default each component's own C(registry/repository)),
+        V(signatureDirectory) (offline sites) and V(components) (per-component V(require), V(keys),
+        V(identity)).
+      - Each required image's cosign signature (OCI referrers, then the tag C(sha256-<hex>.sig), or the
+        directory's files) must verify with a trusted key for its pinned digest and identity, checked with
+        the same registry session as the digests. It fails, before anything is planned or written, with
+        V(image_policy_invalid), V(image_unsigned), V(image_signature_invalid), V(registry_unreachable),
+        V(registry_auth_failed).
+      - With no policy (here or in the release) nothing is checked and no request is added.
+    type: dict
+    default: {}
 notes:
   - Default slots are strategy-aware, rolling and all-at-once use V(active), canary uses V(canary),
     blue-green and a-b use V(green), unless C(slot), C(variantId), C(strategyConfig.slot),
@@ -228,6 +245,14 @@ resolution:
   description: Per original reference, how it was resolved (digest, mediaType, platforms of an index).
   returned: success
   type: dict
+signatures:
+  description:
+    - Per original reference, its signature verdict under the image policy, C(image), C(digest), C(status)
+      (V(verified) or V(not_required)) and, when verified, C(keyFingerprint) (SHA-256 of the key's DER),
+      C(keyPath), C(signatureDigest), C(source) (V(referrers), V(tag) or V(directory)) and C(identity).
+    - No key material.
+  returned: success, under an image policy
+  type: dict
 payloads:
   description:
     - Agent task payloads keyed by task type, with the contract's exact property names.
@@ -241,7 +266,7 @@ written:
   type: list
   elements: str
 code:
-  description: Stable failure code (C(release_invalid), C(image_unresolved), ...).
+  description: Stable failure code (C(release_invalid), C(image_unresolved), C(image_unsigned), ...).
   returned: failure
   type: str
 """

@@ -175,6 +175,9 @@ def deployment_record(plan, apply, created_at, preflight=None, probe=None, deplo
     if apply.get("startingWaitMs"):
         # DockerHost: how long a container of the release, still starting at the first look, was waited for
         record["startingWaitMs"] = dict(apply["startingWaitMs"])
+    if plan.get("signatures"):
+        # the image policy's verdict of each image (docs/trust.md): key path and fingerprint, never the key
+        record["signatures"] = plan["signatures"]
     if plan.get("scriptGraphProof"):
         record["scriptGraphProofDigest"] = plan["scriptGraphProof"]["proofDigest"]
     record["evidenceDigest"] = digest_json(record)

@@ -262,6 +262,21 @@ class HealthEvent(TypedDict):
     at: str | None
 
 
+class ImageVerdict(TypedDict, total=False):
+    """The signature verdict of one image reference under the job's image policy (release/signatures.py,
+    docs/trust.md): the pinned image and digest, ``verified`` (with the key's path and fingerprint, the
+    signature manifest's digest, where it was found and the identity it names) or ``not_required``."""
+
+    image: str
+    digest: str
+    status: Literal["verified", "not_required"]
+    keyFingerprint: str
+    keyPath: str
+    signatureDigest: str
+    source: Literal["referrers", "tag", "directory"]
+    identity: str
+
+
 class JobSummary(TypedDict, total=False):
     """What the job says of its release (copied into the record when it is made); ``sourceJobId`` and
     ``reason`` for an operator rollback job."""
@@ -273,6 +288,7 @@ class JobSummary(TypedDict, total=False):
     strategy: str | None
     strategyConfig: dict[str, Any] | None
     resolution: Any
+    signatures: dict[str, ImageVerdict]
     sourceJobId: str
     reason: str | None
 
@@ -312,6 +328,7 @@ class JobRecord(TypedDict):
     strategy: NotRequired[str | None]
     strategyConfig: NotRequired[dict[str, Any] | None]
     resolution: NotRequired[Any]
+    signatures: NotRequired[dict[str, ImageVerdict]]
     sourceJobId: NotRequired[str]
     # what happened
     traffic: NotRequired[list[TrafficStep]]
@@ -441,6 +458,7 @@ class TargetPlan(TypedDict):
     scriptGraphProof: dict[str, Any]
     sticker: str
     inputs: TargetInputs
+    signatures: NotRequired[dict[str, ImageVerdict]]
 
 
 class TargetOutcome(TypedDict):

@@ -46,12 +46,16 @@ PREVIEW_FACT = "stella_job_preview"
 def start(
     job_id: str, source: str | None, planned: PlanOutcome, options: JobOptions, unreachable: Mapping[str, str]
 ) -> dict[str, Any]:
-    """The ``start`` outcome of a preview: the plan (job/plan.py ``plan_outcome``), and no record."""
+    """The ``start`` outcome of a preview: the plan (job/plan.py ``plan_outcome``), and no record. Under an
+    image policy, ``signatures`` is each image's signature verdict (docs/trust.md), as a run would record it."""
     reason = None
     if unreachable:
         reason = "target readiness failed: %s unreachable" % ", ".join(sorted(unreachable))
+    signatures = next((p["signatures"] for p in planned["plans"].values() if p.get("signatures")), None)
+    extra = {"signatures": signatures} if signatures else {}
     return dict(
         planned,
+        **extra,
         jobId=job_id,
         jobIdSource=source,
         checkMode=True,

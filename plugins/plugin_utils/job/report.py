@@ -93,7 +93,12 @@ or is no JSON document; nothing of it is shown): {{ v.corrupt|join(", ") }}</p>{
 <main>
 <section id="release"><h2>Release</h2>{{ kv(v.summary) }}
 {% if v.config %}<h3>Strategy configuration</h3>{{ kv(v.config) }}{% endif %}
-{% if v.options %}<h3>Job options</h3>{{ kv(v.options) }}{% endif %}</section>
+{% if v.options %}<h3>Job options</h3>{{ kv(v.options) }}{% endif %}
+{% if v.signatures %}<h3 id="signatures">Image signatures</h3>
+<table><tr><th>Image</th><th>Verdict</th><th>Key (fingerprint, path)</th><th>Found</th><th>Signature</th></tr>
+{% for s in v.signatures %}<tr><td class="mono">{{ s.image or s.reference }}</td><td>{{ badge(s.status, s.badge) }}</td>
+<td class="mono">{{ s.key }}</td><td>{{ s.source }}{% if s.identity %} ({{ s.identity }}){% endif %}</td>
+<td class="mono">{{ s.signatureDigest }}</td></tr>{% endfor %}</table>{% endif %}</section>
 
 <section id="batches"><h2>Batch plan</h2>
 <table><tr><th>Batch</th><th>Targets</th><th>Gate</th><th>Reason</th><th>Decided</th></tr>

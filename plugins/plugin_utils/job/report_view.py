@@ -409,6 +409,21 @@ def report_view(
             (e.get("kind"), e.get("at"), ", ".join(e.get("targets") or []) or e.get("error"))
             for e in record.get("events") or []
         ],
+        "signatures": [
+            {
+                "reference": ref,
+                "status": (verdict or {}).get("status"),
+                "badge": _badge("succeeded" if (verdict or {}).get("status") == "verified" else "skipped"),
+                "image": (verdict or {}).get("image"),
+                "key": " ".join(
+                    str(v) for v in ((verdict or {}).get("keyFingerprint"), (verdict or {}).get("keyPath")) if v
+                ),
+                "source": (verdict or {}).get("source"),
+                "signatureDigest": (verdict or {}).get("signatureDigest"),
+                "identity": (verdict or {}).get("identity"),
+            }
+            for ref, verdict in sorted((record.get("signatures") or {}).items())
+        ],
         "files": files,
         "jobHashes": [(k, v) for k, v in job_hashes if v],
         "corrupt": sorted(corrupt),

@@ -244,6 +244,47 @@ RELEASE_SCHEMA = {
                 },
             },
         },
+        "imagePolicy": {
+            "type": "object",
+            "description": "Image signature policy (docs/trust.md): deploy only images whose cosign signatures "
+            "verify with these keys; the job's image_policy keys win. Checked in full by planning "
+            "(image_policy_invalid).",
+            "additionalProperties": False,
+            "properties": {
+                "keys": {
+                    "type": "array",
+                    "description": "PEM public key files on the controller, trusted for every required component.",
+                    "items": {"type": "string", "minLength": 1},
+                },
+                "require": {
+                    "type": "boolean",
+                    "description": "Signatures required (default true once a key is named).",
+                },
+                "identity": {
+                    "type": "string",
+                    "minLength": 1,
+                    "description": "Repository a signature must name (default: each component's own registry/repo).",
+                },
+                "signatureDirectory": {
+                    "type": "string",
+                    "minLength": 1,
+                    "description": "Offline sites: read sha256-<hex>.sig and .payload files here, not the registry.",
+                },
+                "components": {
+                    "type": "object",
+                    "description": "Per-component overrides by component name.",
+                    "additionalProperties": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "properties": {
+                            "require": {"type": "boolean"},
+                            "keys": {"type": "array", "items": {"type": "string", "minLength": 1}},
+                            "identity": {"type": "string", "minLength": 1},
+                        },
+                    },
+                },
+            },
+        },
         "pullImages": {"type": "boolean", "description": "false marks preloaded/offline images."},
         "backupExisting": {"type": "boolean", "description": "Retain the previous revision (default true)."},
         "emitComposeVersion": {"type": "boolean", "description": 'Emit version: "3.8" in the lock for old readers.'},

@@ -86,9 +86,15 @@ def plan(
         target=dict(release.get("target") or {}, id="probe", name="probe", endpoint="local", executionMode="local"),
     )
     probe.setdefault("target", {}).setdefault("type", "ComposeHost")
-    try:
-        resolved, resolution = inputs.resolve_digests(
-            probe, credentials, args["insecure_registries"], {}, True, args["timeout"]
+    try:  # the image policy is checked first; each required image's signature with the same resolver
+        resolved, resolution, signatures = inputs.resolve_and_verify(
+            probe,
+            credentials,
+            args["insecure_registries"],
+            {},
+            True,
+            args["timeout"],
+            job_policy=inputs.plain(args["image_policy"] or {}, "image_policy") or None,
         )
     finally:
         ctx.secrets.extend(credentials.secrets())  # what the Docker config's helpers answered
@@ -113,6 +119,9 @@ def plan(
     )
     planned = _plan.plan_job(release, hosts, resolved, job_id, options)
     check_traffic_config(release["strategy"], release.get("strategyConfig"), len(planned["batches"]))
+    if signatures:  # each target's deployment.json and the start's outcome carry the verdicts
+        for plan_ in planned["plans"].values():
+            plan_["signatures"] = signatures
     summary: JobSummary = {
         "release": release["release"],
         "tenant": release["tenant"],
@@ -122,6 +131,8 @@ def plan(
         "strategyConfig": masked(release.get("strategyConfig") or {}),
         "resolution": resolution,
     }  # no secret of the strategyConfig is kept (evidence/masking.py)
+    if signatures:
+        summary["signatures"] = signatures
     unreachable: dict[str, str] = {
         name: first_line(str(ping.get("msg") or "")) or "unreachable"
         for name, ping in args["readiness"].items()
