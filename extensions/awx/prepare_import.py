@@ -10,9 +10,10 @@
 #       --host vm-01=10.0.0.11 --host vm-02=10.0.0.12 | awx import
 #
 # Secrets come only from the environment (STELLA_STORE_PASSWORD, STELLA_REGISTRY_PASSWORD,
-# STELLA_TRAFFIC_TOKEN, STELLA_SCM_PASSWORD, STELLA_EE_REGISTRY_PASSWORD, STELLA_SSH_KEY_PASSPHRASE) or from
-# files (--ssh-key-file, --scm-ssh-key-file, --store-ca-file), never from the command line. The registry,
-# traffic controller, project source and EE registry credentials are optional: one that is given no value
+# STELLA_TRAFFIC_TOKEN, STELLA_SCM_PASSWORD, STELLA_EE_REGISTRY_PASSWORD, STELLA_SSH_KEY_PASSPHRASE,
+# STELLA_SIGNING_PASSPHRASE) or from files (--ssh-key-file, --scm-ssh-key-file, --store-ca-file,
+# --signing-key-file), never from the command line. The registry, traffic controller, project source, EE
+# registry and evidence signing key credentials are optional: one that is given no value
 # is left out of the document, with every reference to it. The document goes to stdout, or with --output to a file of mode 0600. See
 # docs/awx.md. Python 3.8 or later, standard library only.
 """Fill in the stellaops.runtime ``awx import`` template (docs/awx.md)."""
@@ -58,10 +59,18 @@ SOURCES = {
     "TRAFFIC_URL": ("option", "traffic_url", False),
     "TRAFFIC_ROLLBACK_URL": ("option", "traffic_rollback_url", False),
     "TRAFFIC_TOKEN": ("env", "STELLA_TRAFFIC_TOKEN", False),
+    "SIGNING_KEY": ("file", "signing_key_file", False),
+    "SIGNING_KEY_PASSPHRASE": ("env", "STELLA_SIGNING_PASSPHRASE", False),
 }
 
 # Credentials the document keeps only when one of their placeholders has a value.
-OPTIONAL_CREDENTIALS = ("Stella registry", "Stella traffic controller", "Stella project source", "Stella EE registry")
+OPTIONAL_CREDENTIALS = (
+    "Stella registry",
+    "Stella traffic controller",
+    "Stella project source",
+    "Stella EE registry",
+    "Stella evidence signing key",
+)
 
 TARGET_GROUP = "stella_targets"
 
@@ -165,6 +174,10 @@ def gather(options, environ):
     check_private_key("--ssh-key-file", values["SSH_PRIVATE_KEY"])
     if values["SCM_SSH_KEY"]:
         check_private_key("--scm-ssh-key-file", values["SCM_SSH_KEY"])
+    if values["SIGNING_KEY"]:
+        check_private_key("--signing-key-file", values["SIGNING_KEY"])
+    elif values["SIGNING_KEY_PASSPHRASE"]:
+        values["SIGNING_KEY_PASSPHRASE"] = None  # a passphrase without a key: no signing key credential
     for name, option in (("TRAFFIC_URL", "--traffic-url"), ("TRAFFIC_ROLLBACK_URL", "--traffic-rollback-url")):
         if values[name]:
             check_url(option, values[name])
@@ -277,7 +290,8 @@ def parser():
     p = argparse.ArgumentParser(
         prog="prepare_import.py", description="Write the stellaops.runtime `awx import` document (docs/awx.md).",
         epilog="Secrets from the environment: STELLA_STORE_PASSWORD (required), STELLA_REGISTRY_PASSWORD, "
-               "STELLA_TRAFFIC_TOKEN, STELLA_SCM_PASSWORD, STELLA_EE_REGISTRY_PASSWORD, STELLA_SSH_KEY_PASSPHRASE.")
+               "STELLA_TRAFFIC_TOKEN, STELLA_SCM_PASSWORD, STELLA_EE_REGISTRY_PASSWORD, STELLA_SSH_KEY_PASSPHRASE, "
+               "STELLA_SIGNING_PASSPHRASE.")
     p.add_argument("--scm-url", help="git URL of the repository holding extensions/awx/project")
     p.add_argument("--scm-branch", default="main", help="branch, tag or commit of the project (default: main)")
     p.add_argument("--scm-username", help="user for a private repository over https (password: STELLA_SCM_PASSWORD)")
@@ -292,6 +306,8 @@ def parser():
     p.add_argument("--registry-username", help="user on that registry (password: STELLA_REGISTRY_PASSWORD)")
     p.add_argument("--traffic-url", help="shift URL of the router controller (token: STELLA_TRAFFIC_TOKEN)")
     p.add_argument("--traffic-rollback-url", help="rollback URL of the router controller (default: the shift URL)")
+    p.add_argument("--signing-key-file", help="the evidence signing key (passphrase: STELLA_SIGNING_PASSPHRASE), "
+                   "docs/trust.md")
     p.add_argument("--host", action="append", default=[], metavar="NAME[=ADDRESS]",
                    help="a target in the stella_targets group (repeat; none: add them in AWX later)")
     p.add_argument("--template", default=TEMPLATE, help=argparse.SUPPRESS)
