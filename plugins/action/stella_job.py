@@ -75,6 +75,7 @@ ARGUMENT_SPEC = {
     "started": {"type": "dict"},
     "min_engine_version": {"type": "str", "default": DEFAULT_MIN_ENGINE},
     "min_compose_version": {"type": "str", "default": DEFAULT_MIN_COMPOSE},
+    "observed": {"type": "dict"},
 }
 
 

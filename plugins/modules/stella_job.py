@@ -45,6 +45,12 @@ description:
     job's evidence) and the health status of every target (C(unknown), C(healthy), C(degraded),
     C(unhealthy), C(offline), C(unreachable); C(docs/job-store.md) gives the rules). O(step=show)
     returns the projection; O(step=health) returns the health of O(targets), or of every target.
+  - O(step=drift) (the C(stellaops.runtime.verify) playbook) holds what each target runs, as
+    M(stellaops.runtime.stella_inspect) observed it (O(observed)), against what the last successful job of
+    each of its projects recorded (component digests, containers running, the SHA-256 of the lock, sticker
+    and apply manifest). A target that drifted is recorded C(degraded) with code C(runtime_drift) and the
+    differences as its reason; one found in sync while its status is that drift gets back the status its
+    last job gave. It changes no target, needs no O(job_id), and in check mode records nothing.
   - O(step=traffic) runs after a batch of a blue-green, canary or A/B job and before its gate. When every
     target of the batch succeeded it asks the job's traffic adapter (C(strategyConfig.trafficAdapter))
     to shift to the batch's weights and records the C(strategy.traffic.*) evidence in the job record;
@@ -68,6 +74,7 @@ attributes:
   check_mode:
     support: full
     details:
+      - O(step=drift) compares and returns its verdicts in check mode without recording them.
       - O(step=show) and O(step=health) only read the job store and run in check mode (O(step=show) then
         records no job interrupted, and a SQLite store that is not there is not created but reported,
         code C(job_store_missing)).
@@ -98,7 +105,7 @@ options:
     description: What to do.
     type: str
     required: true
-    choices: [start, target, traffic, gate, finish, rollback_start, rollback_target, traffic_rollback, close, show, health]
+    choices: [start, target, traffic, gate, finish, rollback_start, rollback_target, traffic_rollback, close, show, health, drift]
   store:
     description:
       - The job store, a SQLite file path or C(sqlite:///relative) / C(sqlite:////absolute), or a PostgreSQL
@@ -188,6 +195,12 @@ options:
     description: O(step=start). Oldest acceptable Compose plugin, for every ComposeHost target's preflight.
     type: str
     default: 2.20.0
+  observed:
+    description:
+      - O(step=drift). Each target's registered result of M(stellaops.runtime.stella_inspect), by inventory
+        host name (the name the job recorded the target by); required there. A failed or unreachable result
+        gives that target the verdict C(unknown). With O(targets), only those hosts are checked.
+    type: dict
   traffic_options:
     description:
       - O(step=traffic) and O(step=traffic_rollback). Options of the traffic adapter, over
@@ -363,6 +376,25 @@ health:
   returned: step is health
   type: list
   elements: dict
+verdicts:
+  description:
+    - O(step=drift). One entry per target and project, C(target), C(project), C(verdict) (V(in_sync),
+      V(drifted) or V(unknown)), C(jobId) (the job compared with), C(reason) and C(differences), each
+      C(kind) (V(digest), V(missing_service), V(extra_service), V(stopped), V(lock), V(sticker),
+      V(manifest)), C(service), C(recorded), C(observed).
+  returned: step is drift
+  type: list
+  elements: dict
+lines:
+  description: O(step=drift). Each verdict as one line, for example C(drifted web-2 project shop) and what differs.
+  returned: step is drift
+  type: list
+  elements: str
+drifted:
+  description: O(step=drift). The targets with a project that drifted.
+  returned: step is drift
+  type: list
+  elements: str
 evidenceFiles:
   description:
     - O(step=close) with O(evidence_dir). Each evidence file written there, with its C(path), C(sha256) and

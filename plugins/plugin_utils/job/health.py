@@ -24,6 +24,12 @@ target ``Skipped``, or refused ``project_busy``  unchanged
 ============================================  ===============  =========================================
 
 A target the store has never seen is ``unknown``. Pure, no I/O.
+
+The ``drift`` step (run/drift.py, job/drift.py) compares what a target runs with its project's last
+successful job: a target that drifted becomes ``degraded`` with code ``runtime_drift`` and the differences
+as its reason (:func:`drift_event`); one found in sync again while its status is still that drift gets
+back the status its last job gave (:func:`in_sync_event`: ``healthy``, or ``unknown`` when that job's
+probes were skipped). A verdict ``unknown`` changes nothing.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabul
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.job.model import HealthEvent, JobRecord, TargetRecord
 
 UNKNOWN = "unknown"
+DRIFT_CODE = "runtime_drift"
 
 
 def check_status(status: str) -> str:
@@ -121,3 +128,31 @@ def health_events(
                 )
             )
     return events
+
+
+def drift_event(target_id: str, target_name: str, reason: str, job_id: str, at: str) -> HealthEvent:
+    """A target that no longer runs what job ``job_id`` recorded: ``degraded``, ``runtime_drift``."""
+    return {
+        "targetId": target_id,
+        "targetName": target_name,
+        "status": check_status("degraded"),
+        "reason": reason,
+        "code": DRIFT_CODE,
+        "jobId": job_id,
+        "at": at,
+    }
+
+
+def in_sync_event(target: TargetRecord, name: str, job_id: str, at: str) -> HealthEvent:
+    """A target that runs what job ``job_id`` recorded again: the status that job's outcome gave it
+    (``target``: its record in that job). The store writes it only over a ``runtime_drift`` status."""
+    status = target_status(target) or UNKNOWN
+    return {
+        "targetId": target.get("targetId") or name,
+        "targetName": target.get("targetName") or name,
+        "status": check_status(status),
+        "reason": "runs what job %s recorded again (drift check)" % job_id,
+        "code": None,
+        "jobId": job_id,
+        "at": at,
+    }

@@ -58,6 +58,7 @@ class StepArgs(TypedDict):
     started: dict[str, Any] | None
     min_engine_version: str
     min_compose_version: str
+    observed: dict[str, Any] | None
 
 
 class StepContext:

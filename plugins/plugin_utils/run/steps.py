@@ -8,6 +8,7 @@ the table the action plugin looks a step up in (run/runner.py runs it)."""
 from __future__ import annotations
 
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.close import Close
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.drift import Drift
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.finish import Finish
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.gate import Gate
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.health import Health
@@ -33,5 +34,6 @@ STEPS: dict[str, Step] = {
         Close(),
         Show(),
         Health(),
+        Drift(),
     )
 }

@@ -92,6 +92,28 @@ class ReadStore:
         found = self._records(" AND ".join(where), tuple(params), tail)
         return [record for record in found if not project or project in project_names(record)]
 
+    def last_succeeded(self, project, target):
+        """The newest deployment job whose target ``target`` (its name) deployed ``project`` and ``Succeeded``,
+        and was not rolled back since (an operator rollback restored what ran before); ``None`` when there
+        is none. What a drift check compares the target with (run/drift.py)."""
+        rows = self._read(
+            "SELECT t.job_id FROM job_targets t JOIN deployment_jobs j ON j.job_id = t.job_id "
+            "WHERE t.name=? AND t.body LIKE ? ESCAPE '!' ORDER BY j.created_at DESC, j.job_id",
+            (target, project_pattern(project)),
+        )
+        for (job_id,) in rows:
+            record = self.get(job_id)
+            entry = ((record or {}).get("targets") or {}).get(target) or {}
+            if (
+                record is not None
+                and not record.get("isRollback")
+                and entry.get("projectName") == project
+                and entry.get("status") == "Succeeded"
+                and not (entry.get("rollback") or {}).get("succeeded")
+            ):
+                return record
+        return None
+
     def unfinished(self):
         return self._records("j.status IN (%s)" % marks(UNFINISHED), UNFINISHED, " ORDER BY j.created_at")
 

@@ -184,26 +184,48 @@ class SqlJobStore(ReadStore, RetentionStore, DocumentStore, ClaimStore, JobStore
         for name in gone:
             self._execute("DELETE FROM %s WHERE %s=? AND name=?" % (table, key), (ident, name))
 
+    def _put_health(self, event, only_code=None):
+        """Write one health event over the target's row (with ``only_code``: only over a row of that code)."""
+        values = (
+            event["targetId"],
+            event["targetName"],
+            event["status"],
+            event["reason"],
+            event["code"],
+            event["jobId"],
+            event["at"],
+        )
+        if only_code is not None:
+            self._execute(
+                "UPDATE target_health SET target_name=?, status=?, reason=?, code=?, job_id=?, updated_at=? "
+                "WHERE target_id=? AND code=?",
+                values[1:] + (values[0], only_code),
+            )
+            return
+        self._execute(
+            "INSERT INTO target_health (target_id, target_name, status, reason, code, job_id, updated_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (target_id) DO UPDATE SET target_name=excluded.target_name, "
+            "status=excluded.status, reason=excluded.reason, code=excluded.code, job_id=excluded.job_id, "
+            "updated_at=excluded.updated_at",
+            values,
+        )
+
     def _apply_health(self, before, after):
         current = {}
         if _health.started(before, after):  # only this rule reads what the store holds now
             current = {r[0]: r[1] for r in self._execute("SELECT target_id, status FROM target_health").fetchall()}
         for event in _health.health_events(before, after, current):
-            self._execute(
-                "INSERT INTO target_health (target_id, target_name, status, reason, code, job_id, updated_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (target_id) DO UPDATE SET target_name=excluded.target_name, "
-                "status=excluded.status, reason=excluded.reason, code=excluded.code, job_id=excluded.job_id, "
-                "updated_at=excluded.updated_at",
-                (
-                    event["targetId"],
-                    event["targetName"],
-                    event["status"],
-                    event["reason"],
-                    event["code"],
-                    event["jobId"],
-                    event["at"],
-                ),
-            )
+            self._put_health(event)
+
+    def record_drift(self, drifted, restored):
+        """A drift check's health changes (job/health.py), in one transaction: each event of ``drifted``
+        over the target's status, each of ``restored`` only over a status of code ``runtime_drift`` (a
+        status a job or another check set since stays)."""
+        with self._transaction("record the drift check of %d targets" % (len(drifted) + len(restored))):
+            for event in drifted:
+                self._put_health(event)
+            for event in restored:
+                self._put_health(event, only_code=_health.DRIFT_CODE)
 
     def _put_projection(self, projection, at, previous=None):
         """Write ``projection`` over ``previous`` (``None``: a new one), its target views as rows."""
