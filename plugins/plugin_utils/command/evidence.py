@@ -5,7 +5,9 @@
 """``stella evidence JOB [--output DIR] [--json]`` (docs/stella-command.md): the evidence documents the
 job store keeps for a job, listed (name, size, SHA-256), or exported as the evidence tree a job's
 ``stella_evidence_dir`` receives (``jobs/<job>/job.json``, ``<project>/<job>/<target>/deployment.json``,
-...), each file checked against its SHA-256 before anything is written.
+...), each file checked against its SHA-256 before anything is written. A signed job's envelopes
+(``<document>.dsse.json``, docs/trust.md) are documents like the others: listed and exported beside their
+documents, so ``stella verify JOB --key PUB --evidence-dir DIR`` checks the exported tree.
 
 An export never changes a file that is there: a file with the same bytes is kept, one with other bytes
 fails the export (``evidence_conflict``) before any file is written.
