@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import os
 import posixpath
+import stat
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
     DEFAULT_WORK_DIRECTORY,
@@ -71,7 +72,7 @@ def file_hash(path):
         return None
     digest = hashlib.sha256()
     with os.fdopen(fd, "rb") as handle:
-        if not os.path.stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
             return None
         for block in iter(lambda: handle.read(CHUNK), b""):
             digest.update(block)
