@@ -200,7 +200,7 @@ def _check_document(job_id: str, name: str, data: bytes, envelope: bytes | None,
 def verify_documents(job_id: str, files: dict[str, bytes], key: Any) -> list[dict[str, Any]]:
     """Verify job ``job_id``'s evidence ``files`` (``{name: bytes}``: its documents and envelopes, as the
     job store or an evidence directory holds them) with the public key ``key``: ``[{"document", "ok",
-    "reason"}]`` sorted by document, one per document found, listed by ``job.json``'s statement or named by
+    "reason", "code"}]`` (``code``: ``evidence_signature_invalid`` when it failed) sorted by document, one per document found, listed by ``job.json``'s statement or named by
     an envelope. A document fails when it has no envelope, its envelope is not ``key``'s signature of a
     statement about it, its bytes or what it records are not the signed subjects, or ``job.json``'s signed
     statement does not list it; a document ``job.json`` lists that is not there fails as missing."""
@@ -230,4 +230,7 @@ def verify_documents(job_id: str, files: dict[str, bytes], key: Any) -> list[dic
     for name in envelopes:
         if name not in documents and name not in reasons:
             reasons[name] = "missing: its envelope %s is there" % posixpath.basename(envelope_name(name))
-    return [{"document": name, "ok": reasons[name] is None, "reason": reasons[name]} for name in sorted(reasons)]
+    return [
+        {"document": name, "ok": reasons[name] is None, "reason": reasons[name], "code": reasons[name] and INVALID}
+        for name in sorted(reasons)
+    ]

@@ -186,6 +186,8 @@ def test_a_missing_envelope_is_found(signed, key):
     assert failures(files, key) == {
         "shop/job-1/id-0/deployment.json": "no envelope: deployment.json.dsse.json is missing"
     }
+    codes = {e["document"]: e["code"] for e in signing.verify_documents(JOB, files, key.public_key)}
+    assert codes == dict(dict.fromkeys(job_documents()), **{"shop/job-1/id-0/deployment.json": dsse.INVALID})
 
 
 def test_a_missing_document_is_found_by_job_json_and_by_its_envelope(signed, key):
