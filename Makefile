@@ -33,7 +33,9 @@ lab-down:
 
 demo: lab
 	$(BIN)/ansible-playbook -i localhost, -c local -e ansible_python_interpreter=$(BIN)/python \
-	  -e stella_evidence_dir=$(CURDIR)/.build/demo/evidence stellaops.runtime.demo
+	  -e stella_evidence_dir=$(CURDIR)/.build/demo/evidence \
+	  $(if $(filter 1 true yes,$(STELLA_DEMO_SIGNED)),-e stella_demo_signed=true -e stella_demo_keys=$(CURDIR)/.build/demo/keys) \
+	  stellaops.runtime.demo
 
 demo-down: lab
 	$(BIN)/ansible-playbook -i localhost, -c local -e ansible_python_interpreter=$(BIN)/python \

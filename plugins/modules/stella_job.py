@@ -222,14 +222,14 @@ options:
   image_policy:
     description:
       - O(step=start). The image signature policy of the job (C(stella_image_policy)), over the release's
-        C(imagePolicy): which components must carry a signature, by which trusted public keys, naming which
+        C(imagePolicy); which components must carry a signature, by which trusted public keys, naming which
         identity. Checked at planning, before any target is touched. See docs/trust.md.
     type: dict
     default: {}
   signing_key:
     description:
       - O(step=close). The evidence signing key (C(stella_evidence_signing_key)), a private key file on the
-        controller: cosign's encrypted format (C(stella keys generate)) or PKCS#8 PEM, ECDSA P-256 or Ed25519.
+        controller, in cosign's encrypted format (C(stella keys generate)) or PKCS#8 PEM, ECDSA P-256 or Ed25519.
         The job's evidence documents are signed with it as in-toto statements in DSSE envelopes, kept beside
         them; C(stella verify JOB --key PUB) checks them offline. See docs/trust.md.
     type: path

@@ -4,5 +4,6 @@
 
 """Evidence: the deployment record (deployment), rollback evidence and the recovery record (rollback),
 the release script graph proof (graph_proof), the masking of secret values (masking), and the one writer
-of every evidence file (writer). The HTML report of a job is the job core's (job/report.py).
+of every evidence file (writer), and the signed statements kept beside each document and checked offline
+(signing). The HTML report of a job is the job core's (job/report.py).
 """

@@ -30,7 +30,7 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import sql
 
 T = ["2026-03-01T10:0%d:00.000000Z" % minute for minute in range(10)]
 COMMAND_NAMES = [command[0] for command in _command.COMMANDS]
-STORE_COMMANDS = ["list", "show", "report", "evidence", "health", "interrupt", "close", "prune"]
+STORE_COMMANDS = ["list", "show", "report", "evidence", "health", "verify", "interrupt", "close", "prune"]
 PROVIDER_OPTIONS = {"--compose-project", "--service", "--state-directory"}
 
 
@@ -143,7 +143,8 @@ def test_the_synopsis_names_exactly_each_commands_options(command, capsys):
     line = next(line for line in _command.SYNOPSIS.splitlines() if line.strip().startswith("stella %s " % command))
     named = options_in(line) | (options_in(_command.SYNOPSIS.splitlines()[-1]) if "[STORE]" in line else set())
     assert (command in STORE_COMMANDS) is ("[STORE]" in line)
-    _rc, out, _err = stella([command, "-h"], capsys)
+    action = [word for word in line.split()[2:3] if word.isalpha()]  # stella keys generate: the action's own
+    _rc, out, _err = stella([command] + action + ["-h"], capsys)
     assert named == options_in(out.split("\n\n")[0]) - {"--help"}  # the command's own usage line
 
 
@@ -710,6 +711,7 @@ def test_store_options_that_do_not_go_together_are_usage_errors(command, argv, w
         "interrupt": ["job-1"],
         "close": ["job-1"],
         "prune": ["--older-than", "1"],
+        "verify": ["job-1", "--key", "k.pub"],
     }
     rc, out, err = stella([command] + required.get(command, []) + argv, capsys)
     assert (rc, out) == (2, "")

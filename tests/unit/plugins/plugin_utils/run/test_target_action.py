@@ -28,6 +28,7 @@ TARGET_MODULES = (
     "stella_teardown",
     "stella_relay",
     "stella_runtime_install",
+    "stella_inspect",
 )
 
 
