@@ -19,6 +19,7 @@ is printed as MISSED, not an error.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import statistics
@@ -204,6 +205,118 @@ def bench_planning(repeat):
     )
 
 
+def job_step(location, name, **given):
+    from ansible_collections.stellaops.runtime.plugins.action.stella_job import ARGUMENT_SPEC
+    from ansible_collections.stellaops.runtime.plugins.plugin_utils.run.runner import JobRunner
+
+    args = {key: spec.get("default") for key, spec in ARGUMENT_SPEC.items()}
+    args.update(step=name, store=location, job_id="job-bench", **given)
+    return JobRunner({}, False).run(args)
+
+
+def signed_job(workdir, count, key_path):
+    """A ``count``-target job in a new SQLite store, each target's outcome recorded through the job's own
+    steps, closed with its report and its evidence signed: ``(store location, documents kept)``."""
+    from ansible_collections.stellaops.runtime.plugins.plugin_utils.job import record as _job
+    from ansible_collections.stellaops.runtime.plugins.plugin_utils.store import sql as _job_store
+
+    now = "2026-01-01T00:00:00.000000Z"
+    targets = ["t%03d" % n for n in range(count)]
+    location = os.path.join(workdir, "jobs.sqlite3")
+    store = _job_store.open_store(location)
+    store.create(
+        _job.new_job(
+            job_id="job-bench",
+            job_id_source=None,
+            summary={"release": {"id": "r1"}},
+            batches=[targets],
+            targets={
+                name: {"targetId": "id-" + name, "targetName": name, "targetType": "ComposeHost", "projectName": "shop"}
+                for name in targets
+            },
+            options={},
+            now=now,
+        )
+    )
+    store.update("job-bench", lambda r: _job.start(r, now))
+    store.close()
+    for name in targets:
+        digest = "sha256:" + hashlib.sha256(name.encode()).hexdigest()
+        job_step(
+            location,
+            "target",
+            target=name,
+            result={
+                "changed": True,
+                "projectName": "shop",
+                "composeLockPath": "/srv/shop/compose.stella.lock.yml",
+                "composeLockHash": "sha256:" + "1" * 64,
+                "versionStickerPath": "/srv/shop/stella.version.json",
+                "versionStickerHash": "sha256:" + "2" * 64,
+                "services": [
+                    {"service": "web", "containerName": "shop-web-1", "health": "healthy", "state": "running"}
+                ],
+            },
+            probe={"passed": True, "checks": []},
+            plan={
+                "jobId": "job-bench",
+                "projectName": "shop",
+                "target": {"id": "id-" + name, "type": "ComposeHost"},
+                "release": {"id": "r1", "name": "shop", "version": "1.0.0"},
+                "components": [{"name": "web", "image": "registry:5000/shop/web:1@" + digest, "digest": digest}],
+            },
+        )
+    closed = job_step(location, "close", report=True, signing_key=key_path, signing_passphrase=PASSPHRASE.decode())
+    return location, len(closed["evidenceDocuments"])
+
+
+def bench_verify(repeat, count):
+    workdir = tempfile.mkdtemp(prefix="trust-bench-verify-")
+    private_pem, public_pem = keys.generate_key_pair(PASSPHRASE)
+    key_path, public_path = os.path.join(workdir, "bench.key"), os.path.join(workdir, "bench.pub")
+    for path, data in ((key_path, private_pem), (public_path, public_pem)):
+        with open(path, "wb") as handle:
+            handle.write(data)
+    started = time.perf_counter()
+    location, kept = signed_job(workdir, count, key_path)
+    print(
+        "== verify: a %d-target job, %d documents and envelopes in its store (made in %.1f s)"
+        % (count, kept, time.perf_counter() - started)
+    )
+    argv = [
+        os.path.join(BIN, "python"),
+        os.path.join(ROOT, "scripts", "stella.py"),
+        "verify",
+        "job-bench",
+        "--key",
+        public_path,
+        "--store",
+        location,
+    ]
+    timings = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+        timings.append(time.perf_counter() - started)
+        if proc.returncode != 0:
+            raise SystemExit("trust_bench: stella verify failed:\n%s%s" % (proc.stdout[-1000:], proc.stderr))
+    last = proc.stdout.splitlines()[-1]
+    median = statistics.median(timings)
+    print(
+        "stella verify (the command, Python start included): median %.3f s, min %.3f s, max %.3f s over %d runs: "
+        "%s (goal < %.1f s)"
+        % (
+            median,
+            min(timings),
+            max(timings),
+            repeat,
+            "PASS" if median < VERIFY_GOAL_SECONDS else "MISSED",
+            VERIFY_GOAL_SECONDS,
+        )
+    )
+    print("its last line: %s" % last)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--planning", action="store_true")
@@ -214,6 +327,8 @@ def main():
     everything = not (options.planning or options.verify)
     if options.planning or everything:
         bench_planning(options.repeat)
+    if options.verify or everything:
+        bench_verify(options.repeat, options.targets)
     return 0
 
 

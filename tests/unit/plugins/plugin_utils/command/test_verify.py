@@ -320,13 +320,11 @@ def test_verify_live_goes_to_the_drift_check(monkeypatch):
     assert seen == [["shop", "--json"]]
 
 
-def test_a_100_target_job_verifies_in_under_two_seconds(tmp_path, key_files, capsys):
+def test_a_100_target_job_verifies_every_document(tmp_path, key_files, capsys):
+    """Its time is bench/trust_bench.py's (--verify); here, that every one of its 102 documents is checked."""
     targets = ["t%03d" % n for n in range(100)]
     location, closed = signed_job(tmp_path, key_files, targets=targets)
     assert len(closed["evidenceDocuments"]) == 2 * 102
-    started = time.perf_counter()
     rc, out, _err = stella(["verify", "job-1", "--key", key_files[1], "--store", location], capsys)
-    took = time.perf_counter() - started
     assert rc == 0 and out.splitlines()[-1].startswith("job job-1: all 102 documents verified")
-    assert took < 2.0, "stella verify of 100 targets took %.2f s" % took
-    print("stella verify of a 100-target job: %.3f s" % took)
+    assert sum(line.startswith("ok   ") for line in out.splitlines()) == 102
