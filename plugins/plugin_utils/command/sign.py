@@ -70,7 +70,9 @@ def sign_parser():
         metavar="REF",
         help="the repository the signature names (default: the image's own, registry/repository)",
     )
-    parser.add_argument("--timeout", type=float, default=30.0, help="seconds per registry request (default 30)")
+    parser.add_argument(
+        "--timeout", metavar="SECONDS", type=float, default=30.0, help="seconds per registry request (default 30)"
+    )
     return parser
 
 
