@@ -19,6 +19,7 @@ without any passphrase, key or credential, and exit 1.
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import sys
 import urllib.parse
@@ -167,9 +168,30 @@ class _Pusher:
         self.requests.close()
 
 
-def push_signature(ref, digest, payload, signature, pusher):
+def already_signed(entries, payload, signature, public_key=None):
+    """Whether ``entries`` (``{"payload", "signature"}``) hold this signature of ``payload``, or (with
+    ``public_key``) another signature of the same payload by the same key: an ECDSA signature differs at each
+    signing, and signing again with the same key proves nothing more, so a second ``stella sign`` pushes
+    nothing (the tag does not grow at every run of a pipeline)."""
+    for entry in entries:
+        if entry["payload"] != payload:
+            continue
+        if entry["signature"] == signature:
+            return True
+        if public_key is not None:
+            try:
+                raw = base64.b64decode(entry["signature"], validate=True)
+            except (ValueError, TypeError):
+                continue
+            if public_key.verify(raw, payload):
+                return True
+    return False
+
+
+def push_signature(ref, digest, payload, signature, pusher, public_key=None):
     """Put the signature of ``payload`` at ``digest``'s tag, keeping the signatures there: ``(tag, manifest
-    digest, appended)``; ``appended`` is false when the same payload and signature were there already."""
+    digest, appended)``; ``appended`` is false when the tag holds this payload signed by this key already
+    (:func:`already_signed`)."""
     # pylint: disable-next=import-outside-toplevel  # the trust layer loads cryptography
     from ansible_collections.stellaops.runtime.plugins.plugin_utils.trust import cosign
 
@@ -186,7 +208,7 @@ def push_signature(ref, digest, payload, signature, pusher):
             _s, _h, blob = pusher.call("GET", "/v2/%s/blobs/%s" % (ref.repository, layer["digest"]))
             entries.append({"payload": blob, "signature": layer["signature"]})
     new = {"payload": payload, "signature": signature}
-    if any(e["payload"] == payload and e["signature"] == signature for e in entries):
+    if already_signed(entries, payload, signature, public_key):
         image = cosign.signature_manifest(entries)
         return tag, image["digest"], False
     try:
@@ -226,7 +248,7 @@ def sign(argv, stdout=None, stderr=None, environ=None):
         payload = cosign.simple_signing_payload(identity, ref.digest)
         signature = cosign.sign_payload(key, payload)
         pusher = _Pusher(ref, tuple(options.insecure_registry), options.timeout, RegistryCredentials({}))
-        tag, manifest_digest, appended = push_signature(ref, ref.digest, payload, signature, pusher)
+        tag, manifest_digest, appended = push_signature(ref, ref.digest, payload, signature, pusher, key.public_key)
     except StellaError as exc:
         return fail_line(stderr, "sign", exc)
     finally:

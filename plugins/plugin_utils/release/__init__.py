@@ -4,6 +4,7 @@
 
 """From a release input to a plan: the input's schema (schema) and its semantic checks (checks), the
 inputs every planning step shares (inputs), digest resolution over the registry API (registry) with the
-registries' credentials (credentials), Compose project names and slots (naming), the lock (lock), the
+registries' credentials (credentials), the image signature policy (policy) and its check of each pinned
+digest's signatures (signatures), Compose project names and slots (naming), the lock (lock), the
 agents' payloads (payloads) and the whole plan (plan).
 """

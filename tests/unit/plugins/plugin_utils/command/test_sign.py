@@ -130,9 +130,18 @@ def test_sign_pushes_in_the_tag_layout_and_planning_verifies_it(registry, key):
     with DigestResolver() as resolver:
         verdict = check_image(resolver, image, DIGEST, [("k.pub", public)], "%s/shop/web" % registry)
     assert verdict["status"] == "verified" and verdict["source"] == "tag"
-    # a second signature is appended; both stay
-    rc, _out, err = _run([image, "--key", str(key / "cosign.key")], environ={"STELLA_SIGNING_PASSPHRASE": PASSPHRASE})
+    # the same key again: its (new, randomised) ECDSA signature proves nothing more, nothing is pushed
+    pushes = len([m for m, _p in _Registry.log if m in ("POST", "PUT")])
+    rc, out, err = _run([image, "--key", str(key / "cosign.key")], environ={"STELLA_SIGNING_PASSPHRASE": PASSPHRASE})
     assert rc == 0, err
+    assert out.endswith(" (already signed)\n") and _Registry.manifests[tag] == manifest
+    assert len([m for m, _p in _Registry.log if m in ("POST", "PUT")]) == pushes
+    # another key's signature is appended; both stay
+    other_private, _other_public = generate_key_pair(b"other-pass")
+    (key / "other.key").write_bytes(other_private)
+    rc, out, err = _run([image, "--key", str(key / "other.key")], environ={"STELLA_SIGNING_PASSPHRASE": "other-pass"})
+    assert rc == 0, err
+    assert "(already signed)" not in out
     assert len(json.loads(_Registry.manifests[tag])["layers"]) == 2
 
 
