@@ -151,6 +151,8 @@ CODES = {
     "(docs/trust.md)",
     "trust_dependency_missing": "python3 -m pip install -r requirements/trust.txt in the controller's Python "
     "(docs/install.md)",
+    "drift_check_failed": "read the failed task named in the message (ansible-playbook stellaops.runtime.verify -vvv), "
+    "fix it, then run the check again",
     "runtime_drift": "stella verify --live names what differs: run the job again, or find who changed the host",
     # ------------------------------------------------------------------ traffic
     "traffic_adapter_missing": "configure strategyConfig.trafficAdapter, or set requireTrafficAdapter: false",

@@ -35,7 +35,7 @@ PLAYBOOK = "stellaops.runtime.verify"
 DRIFTED_RC = 3
 JOB_ACTIONS = ("stellaops.runtime.stella_job", "stella_job")
 # the code of a playbook run that failed without a task saying why (its message says what failed)
-RUN_FAILED = "invalid_request"
+RUN_FAILED = "drift_check_failed"
 
 
 def live_parser():
