@@ -184,6 +184,7 @@ def test_every_step_is_either_read_or_previewed_in_check_mode():
         "close": "preview",
         "show": "read",
         "health": "read",
+        "drift": "read",
     }
     assert all(step.name == name for name, step in _job_steps.STEPS.items())
 
