@@ -184,7 +184,7 @@ def bench_planning(repeat):
     plan_in_process(release, registry, None)  # imports and connections warm
     plan_in_process(release, registry, policy)
     timings = {"none": [], "policy": []}
-    for _ in range(repeat * 4):
+    for _round in range(repeat * 4):
         timings["none"].append(plan_in_process(release, registry, None))
         timings["policy"].append(plan_in_process(release, registry, policy))
     base, signed = statistics.median(timings["none"]), statistics.median(timings["policy"])
@@ -193,7 +193,7 @@ def bench_planning(repeat):
         % (base * 1000, signed * 1000, signed / base, len(timings["none"]))
     )
     task = {"none": [], "policy": []}
-    for _ in range(repeat):
+    for _round in range(repeat):
         task["none"].append(plan_task(workdir, None))
         task["policy"].append(plan_task(workdir, policy))
     base, signed = statistics.median(task["none"]), statistics.median(task["policy"])
@@ -294,7 +294,7 @@ def bench_verify(repeat, count):
         location,
     ]
     timings = []
-    for _ in range(repeat):
+    for _round in range(repeat):
         started = time.perf_counter()
         proc = subprocess.run(argv, capture_output=True, text=True, check=False)
         timings.append(time.perf_counter() - started)

@@ -11,7 +11,6 @@ import json
 import os
 import sqlite3
 import sys
-import time
 import types
 
 import pytest

@@ -4,7 +4,6 @@ one resolver; every refusal with its code, bounded reads, no key material or cre
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import http.server
 import json
@@ -229,7 +228,7 @@ def test_one_good_signature_among_bad_ones_verifies_and_reasons_are_bounded(key,
     path, private = key
     registry, digest = _registry()
     entries = []
-    for _ in range(4):
+    for _entry in range(4):
         payload = cosign.simple_signing_payload(HOST + "/" + REPO, digest) + b" " * len(entries)
         entries.append({"payload": payload, "signature": cosign.sign_payload(other[1], payload)})
     _put(registry, cosign.signature_manifest(entries), cosign.signature_tag(digest))
@@ -385,7 +384,7 @@ class _HugeBlobRegistry(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         chunk = b"\0" * (256 * 1024)
         try:
-            for _ in range(200):
+            for _chunk in range(200):
                 self.wfile.write(chunk)
                 self.sent.append(len(chunk))
         except OSError:
