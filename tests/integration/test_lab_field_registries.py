@@ -3,6 +3,8 @@
 - ``registries.hub``: a Docker-Hub-like registry behind ``lab/registryfront.py`` (fault injection) with a
   token service that gives anonymous clients ``pull`` (``lab/tokenserver.py --anonymous-pull``).
 - ``registries.ghcr``: a GHCR-like front whose ``/v2/`` challenge carries a scope.
+- both fronts answer the OCI 1.1 referrers API (``/v2/<name>/referrers/<digest>``) for the manifests with a
+  ``subject`` pushed through them, which the registry behind them (distribution 2.8) lacks.
 - ``credential_helper``: the directory of ``docker-credential-stella-lab``.
 
 Plain HTTP with ``requests`` (never through a proxy) and the real ``docker`` CLI; the lab must be up
@@ -12,9 +14,12 @@ Plain HTTP with ``requests`` (never through a proxy) and the real ``docker`` CLI
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import subprocess
+import sys
+import time
 import uuid
 
 import pytest
@@ -259,3 +264,191 @@ def test_docker_pulls_with_the_credential_helper_and_from_the_hub_anonymously(la
     anonymous = docker_pull(lab, tmp_path, {}, lab["images"]["hub_app_v1"]["ref"])
     assert anonymous.returncode == 0, anonymous.stderr
     assert http.get(hub["stats"], timeout=10).json()["passed"] > before
+
+
+REFERRERS_REPOSITORY = "stella/referrers"
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+CONFIG_TYPE = "application/vnd.oci.image.config.v1+json"
+SIG_TYPE = "application/vnd.dev.cosign.artifact.sig.v1+json"
+
+
+def sha256(data):
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def push_with_subject(http, address, token, label):
+    """Push (through the front at ``address``) an image of its own and two artifacts naming it as their
+    subject: a signature (``artifactType``) and an SBOM-like one without (its config's media type counts).
+    ``(image digest, {artifact digest: (artifact type, size)}, answers of the artifacts' PUTs)``."""
+    base = "http://%s/v2/%s" % (address, REFERRERS_REPOSITORY)
+    headers = {"Authorization": "Bearer " + token}
+
+    def blob(data):
+        start = http.post(base + "/blobs/uploads/", headers=headers, timeout=10)
+        assert start.status_code == 202, start.text
+        location = start.headers["Location"]
+        put = http.put(
+            location + ("&" if "?" in location else "?") + "digest=" + sha256(data),
+            data=data,
+            headers=dict(headers, **{"Content-Type": "application/octet-stream"}),
+            timeout=10,
+        )
+        assert put.status_code == 201, put.text
+        return {"digest": sha256(data), "size": len(data)}
+
+    def put(reference, document):
+        body = json.dumps(document).encode()
+        resp = http.put(
+            "%s/manifests/%s" % (base, reference or sha256(body)),
+            data=body,
+            headers=dict(headers, **{"Content-Type": OCI_MANIFEST}),
+            timeout=10,
+        )
+        assert resp.status_code == 201, resp.text
+        return body, resp
+
+    config = json.dumps({"architecture": "amd64", "os": "linux", "config": {"Labels": {"run": label}}}).encode()
+    image, resp = put(
+        "run-" + label,
+        {
+            "schemaVersion": 2,
+            "mediaType": OCI_MANIFEST,
+            "config": dict(blob(config), mediaType=CONFIG_TYPE),
+            "layers": [],
+        },
+    )
+    assert "OCI-Subject" not in resp.headers  # no subject, nothing to say
+    subject = {"mediaType": OCI_MANIFEST, "digest": sha256(image), "size": len(image)}
+    empty = dict(blob(b"{}"), mediaType="application/vnd.oci.empty.v1+json")
+    layer = dict(blob(label.encode()), mediaType="text/plain")
+    signature, sig_resp = put(
+        None,
+        {
+            "schemaVersion": 2,
+            "mediaType": OCI_MANIFEST,
+            "artifactType": SIG_TYPE,
+            "config": empty,
+            "layers": [layer],
+            "subject": subject,
+            "annotations": {"run": label},
+        },
+    )
+    sbom_config = dict(blob(b'{"sbom":true}'), mediaType="application/vnd.example.sbom.config.v1+json")
+    sbom, sbom_resp = put(
+        None,
+        {"schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": sbom_config, "layers": [layer], "subject": subject},
+    )
+    artifacts = {
+        sha256(signature): (SIG_TYPE, len(signature)),
+        sha256(sbom): ("application/vnd.example.sbom.config.v1+json", len(sbom)),
+    }
+    return sha256(image), artifacts, [sig_resp, sbom_resp]
+
+
+def test_hub_front_answers_the_oci_referrers_api(lab, http):
+    hub = lab["registries"]["hub"]
+    user, password = labkit.auth_credentials(lab)
+    token = get_token(http, hub, "repository:%s:pull,push" % REFERRERS_REPOSITORY, auth=(user, password))
+    label = uuid.uuid4().hex[:12]
+    subject, artifacts, answers = push_with_subject(http, hub["address"], token, label)
+    assert [a.headers["OCI-Subject"] for a in answers] == [subject, subject]
+
+    url = "http://%s/v2/%s/referrers/%s" % (hub["address"], REFERRERS_REPOSITORY, subject)
+    # credentials as for the repository itself: anonymous clients get the registry's challenge, then pull
+    denied = http.get(url, timeout=10)
+    assert denied.status_code == 401
+    assert 'scope="repository:%s:pull"' % REFERRERS_REPOSITORY in denied.headers["WWW-Authenticate"]
+    reader = {"Authorization": "Bearer " + get_token(http, hub, "repository:%s:pull" % REFERRERS_REPOSITORY)}
+
+    resp = http.get(url, headers=reader, timeout=10)
+    assert resp.status_code == 200, resp.text
+    assert resp.headers["Content-Type"] == OCI_INDEX and "OCI-Filters-Applied" not in resp.headers
+    index = resp.json()
+    assert index["schemaVersion"] == 2 and index["mediaType"] == OCI_INDEX
+    listed = {m["digest"]: m for m in index["manifests"]}
+    assert {d: (m["artifactType"], m["size"]) for d, m in listed.items()} == artifacts
+    assert all(m["mediaType"] == OCI_MANIFEST for m in listed.values())
+    signature = next(d for d, (kind, _size) in artifacts.items() if kind == SIG_TYPE)
+    assert listed[signature]["annotations"] == {"run": label}
+    # each listed digest is a manifest the registry serves
+    for digest in listed:
+        got = http.get(
+            "http://%s/v2/%s/manifests/%s" % (hub["address"], REFERRERS_REPOSITORY, digest),
+            headers=dict(reader, Accept=OCI_MANIFEST),
+            timeout=10,
+        )
+        assert got.status_code == 200 and sha256(got.content) == digest
+
+    filtered = http.get(url, params={"artifactType": SIG_TYPE}, headers=reader, timeout=10)
+    assert filtered.headers["OCI-Filters-Applied"] == "artifactType"
+    assert [m["digest"] for m in filtered.json()["manifests"]] == [signature]
+    none = http.get(url, params={"artifactType": "application/x-none"}, headers=reader, timeout=10)
+    assert none.status_code == 200 and none.json()["manifests"] == []
+    head = http.head(url, headers=reader, timeout=10)
+    assert head.status_code == 200 and head.headers["Content-Type"] == OCI_INDEX
+
+    unknown = http.get(url.rsplit("/", 1)[0] + "/sha256:" + "0" * 64, headers=reader, timeout=10)
+    assert unknown.status_code == 200 and unknown.json()["manifests"] == []
+    invalid = http.get(url.rsplit("/", 1)[0] + "/v1", headers=reader, timeout=10)
+    assert invalid.status_code == 400 and invalid.json()["errors"][0]["code"] == "DIGEST_INVALID"
+    # the rest is proxied as before: a manifest the backend does not have is its own 404
+    missing = http.get(
+        "http://%s/v2/%s/manifests/missing-%s" % (hub["address"], REFERRERS_REPOSITORY, label),
+        headers=reader,
+        timeout=10,
+    )
+    assert missing.status_code == 404 and missing.json()["errors"][0]["code"] == "MANIFEST_UNKNOWN"
+
+
+def test_front_keeps_its_referrers_in_its_state_file_across_a_restart(lab, http, tmp_path):
+    hub = lab["registries"]["hub"]
+    user, password = labkit.auth_credentials(lab)
+    token = get_token(http, hub, "repository:%s:pull,push" % REFERRERS_REPOSITORY, auth=(user, password))
+    state, address = tmp_path / "referrers.json", "127.0.0.1:%d" % labkit.free_port()
+    argv = [
+        sys.executable,
+        os.path.join(labkit.ROOT, "lab", "registryfront.py"),
+        "serve",
+        "--listen",
+        address,
+        "--backend",
+        hub["backend"],
+        "--referrers-state",
+        str(state),
+    ]
+
+    def start():
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _attempt in range(100):
+            try:
+                if http.get("http://%s/_lab/faults" % address, timeout=1).status_code == 200:
+                    return proc
+            except requests.ConnectionError:
+                time.sleep(0.05)
+        proc.kill()
+        raise AssertionError("the front on %s did not answer" % address)
+
+    def listed(subject):
+        resp = http.get(
+            "http://%s/v2/%s/referrers/%s" % (address, REFERRERS_REPOSITORY, subject),
+            headers={"Authorization": "Bearer " + token},
+            timeout=10,
+        )
+        assert resp.status_code == 200, resp.text
+        return {m["digest"] for m in resp.json()["manifests"]}
+
+    proc = start()
+    try:
+        subject, artifacts, _answers = push_with_subject(http, address, token, uuid.uuid4().hex[:12])
+        assert listed(subject) == set(artifacts)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    assert set(json.loads(state.read_text())["referrers"]) == {"%s@%s" % (REFERRERS_REPOSITORY, subject)}
+    proc = start()
+    try:
+        assert listed(subject) == set(artifacts)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
