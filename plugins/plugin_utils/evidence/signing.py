@@ -91,7 +91,7 @@ def deployment_subjects(document: Any) -> list[dict[str, Any]]:
     """The subjects a target's deployment evidence records besides itself: each deployed image (its
     repository, the hex of its digest) and the lock, sticker and apply manifest (their file names and
     hashes). Pure; what is not recorded is left out."""
-    found = []
+    found: list[dict[str, Any]] = []
     if not isinstance(document, dict):
         return found
     for image in document.get("images") or []:

@@ -147,7 +147,8 @@ def sign_record(store: SqlJobStore, record: JobRecord, key: Any) -> JobRecord:
         new["evidenceSignedBy"] = fingerprint
         return new
 
-    return store.update(record["jobId"], change)
+    updated: JobRecord = store.update(record["jobId"], change)
+    return updated
 
 
 class Close(Step):

@@ -95,8 +95,8 @@ class Drift(Step):
         for name in names:
             result = observed.get(name)
             failure = inspection_failure(result)
-            if failure is not None:
-                verdicts.append(_drift.verdict(name, None, None, {}, failure))
+            if failure is not None or not isinstance(result, dict):
+                verdicts.append(_drift.verdict(name, None, None, {}, failure or "not inspected"))
                 continue
             projects = result["projects"]
             if not projects:

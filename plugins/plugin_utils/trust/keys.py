@@ -206,7 +206,7 @@ def _read_bounded(path, what, code):
     return data
 
 
-def load_public_key(path, code="image_policy_invalid"):
+def load_public_key(path: str, code: str = "image_policy_invalid") -> PublicKey:
     """The :class:`PublicKey` of the PEM file ``path`` (read at most 64 KiB); ``StellaError(code)``."""
     return public_key_from_pem(_read_bounded(path, "public key", code), str(path), code)
 
@@ -292,7 +292,7 @@ def private_key_from_pem(data, passphrase, source, code="signing_key_invalid"):
     return PrivateKey(crypto_key, code)
 
 
-def load_private_key(path, passphrase, code="signing_key_invalid"):
+def load_private_key(path: str, passphrase: bytes | None, code: str = "signing_key_invalid") -> PrivateKey:
     """The :class:`PrivateKey` of the PEM file ``path`` (read at most 64 KiB); ``StellaError(code)``."""
     return private_key_from_pem(_read_bounded(path, "private key", code), passphrase, str(path), code)
 
@@ -346,7 +346,12 @@ def generate_key_pair(passphrase, algorithm=ECDSA_P256):
     return encrypt_private_key(key, passphrase), key.public_key.pem()
 
 
-def passphrase_from(path=None, env=PASSPHRASE_ENV, environ=None, code="signing_key_invalid"):
+def passphrase_from(
+    path: str | None = None,
+    env: str = PASSPHRASE_ENV,
+    environ: dict[str, str] | None = None,
+    code: str = "signing_key_invalid",
+) -> bytes | None:
     """The passphrase: the file ``path``'s contents with one trailing newline stripped, else the
     environment variable ``env`` (unset or empty: none), else ``None``."""
     if path:
