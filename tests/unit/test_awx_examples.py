@@ -28,9 +28,16 @@ SHIPPED_BY_AWX = [
     {"name": "Source Control", "kind": "scm", "type": "credential_type"},
     {"name": "Container Registry", "kind": "registry", "type": "credential_type"},
 ]
-STORE_TEMPLATES = {"Stella | Deploy", "Stella | Roll back", "Stella | Show job", "Stella | Target health"}
-TARGET_TEMPLATES = {"Stella | Deploy", "Stella | Roll back", "Stella | Preflight"}
+STORE_TEMPLATES = {
+    "Stella | Deploy",
+    "Stella | Roll back",
+    "Stella | Show job",
+    "Stella | Target health",
+    "Stella | Drift check",
+}
+TARGET_TEMPLATES = {"Stella | Deploy", "Stella | Roll back", "Stella | Preflight", "Stella | Drift check"}
 TRAFFIC_TEMPLATES = {"Stella | Deploy", "Stella | Roll back"}
+SIGNING_TEMPLATES = {"Stella | Deploy", "Stella | Roll back"}
 
 
 def project_text(playbook):
@@ -160,6 +167,7 @@ def test_each_job_template_has_the_credentials_its_playbook_needs():
         assert ("Stella job store" in credentials) == (name in STORE_TEMPLATES), name
         assert ("Stella targets SSH" in credentials) == (name in TARGET_TEMPLATES), name
         assert ("Stella traffic controller" in credentials) == (name in TRAFFIC_TEMPLATES), name
+        assert ("Stella evidence signing key" in credentials) == (name in SIGNING_TEMPLATES), name
         if name in STORE_TEMPLATES:
             assert re.search(r"\bstella_job_store\b", project_text(job_template["playbook"])), name
     assert "Stella registry" in credential_names(template("Stella | Deploy"))
@@ -262,3 +270,40 @@ def test_the_example_release_is_a_valid_release_for_an_inventory_host():
         document = yaml.safe_load(handle)
     identity = _job_plan.target_identity("vm-01", {"ansible_host": "10.0.0.1"}, document["target"]["type"])
     _release.validate_release(_job_plan.release_for(document, identity, "awx-1"))
+
+
+def test_the_drift_check_template_runs_the_collections_verify_playbook_on_an_hourly_schedule():
+    drift = template("Stella | Drift check")
+    with open(os.path.join(PROJECT, drift["playbook"]), encoding="utf-8") as handle:
+        plays = yaml.safe_load(handle)
+    assert [p.get("ansible.builtin.import_playbook") for p in plays] == ["stellaops.runtime.verify"]
+    assert plays[0]["vars"]["stella_hosts"] == "stella_targets"
+    text = project_text(drift["playbook"])
+    assert "stellaops.runtime.stella_inspect" in text and "step: drift" in text
+    # the template's own extra vars hold the switch the docs name; the schedule asks nothing
+    assert yaml.safe_load(drift["extra_vars"]) == {"stella_verify_fail_on_drift": True}
+    assert re.search(r"\bstella_verify_fail_on_drift\b", text)
+    assert not drift["survey_enabled"] and not drift["ask_variables_on_launch"]
+    (schedule,) = drift["related"]["schedules"]
+    assert schedule["natural_key"] == {
+        "unified_job_template": drift["natural_key"],
+        "name": schedule["name"],
+        "type": "schedule",
+    }
+    assert schedule["unified_job_template"] == drift["natural_key"]
+    assert schedule["enabled"] is True and schedule["extra_data"] == {}
+    assert re.match(r"^DTSTART:\d{8}T\d{6}Z RRULE:FREQ=HOURLY;INTERVAL=1$", schedule["rrule"]), schedule["rrule"]
+    others = [
+        t["name"] for t in EXPORT["job_templates"] + EXPORT["workflow_job_templates"] if t["related"]["schedules"]
+    ]
+    assert others == ["Stella | Drift check"]
+
+
+def test_the_signing_key_credential_type_writes_the_key_to_a_file_and_injects_its_path():
+    signing = next(t for t in EXPORT["credential_types"] if t["name"] == "Stella evidence signing key")
+    assert signing["injectors"]["file"] == {"template.signing_key": "{{ private_key }}"}
+    assert signing["injectors"]["extra_vars"]["stella_evidence_signing_key"] == "{{ tower.filename.signing_key }}"
+    assert {f["id"] for f in signing["inputs"]["fields"] if f.get("secret")} == {"private_key", "passphrase"}
+    for name in SIGNING_TEMPLATES:
+        text = project_text(template(name)["playbook"])
+        assert re.search(r"\bstella_evidence_signing_key\b", text) and "stella_evidence_signing_passphrase" in text

@@ -310,7 +310,33 @@ TYPES = {
         None,
     ),
     "application": ("applications", {"name": "string", "organization": "organization"}, ("name",), ()),
-    "schedule": ("schedules", {"name": "string"}, ("name",), ()),
+    # awx/api/serializers.py ScheduleSerializer (with LaunchConfigurationBaseSerializer's prompts); a name is
+    # unique per unified job template
+    "schedule": (
+        "schedules",
+        {
+            "rrule": "string",
+            "name": "string",
+            "description": "string",
+            "extra_data": "json",
+            "inventory": "inventory",
+            "scm_branch": "string",
+            "job_type": "choice",
+            "job_tags": "string",
+            "skip_tags": "string",
+            "limit": "string",
+            "diff_mode": "boolean",
+            "verbosity": "choice",
+            "execution_environment": "execution_environment",
+            "forks": "integer",
+            "job_slice_count": "integer",
+            "timeout": "integer",
+            "unified_job_template": "unified_job_template",
+            "enabled": "boolean",
+        },
+        ("name", "rrule", "unified_job_template"),
+        ("unified_job_template",),
+    ),
     "label": ("labels", {"name": "string", "organization": "organization"}, ("name",), ("organization",)),
 }
 COLLECTIONS = {collection: kind for kind, (collection, _f, _r, _s) in TYPES.items()}
@@ -384,7 +410,8 @@ NOTIFICATIONS = {
 # Each type's related lists: the type listed, and whether its POST creates ("create", setting the parent
 # key), attaches ({"id": N}) or takes a document (a survey spec, an approval template).
 SUBLISTS = {
-    "project": dict(NOTIFICATIONS, schedules=("schedule", "attach", None)),
+    # a template's schedules/ creates (AWX's *SchedulesList views: parent_key unified_job_template)
+    "project": dict(NOTIFICATIONS, schedules=("schedule", "create", "unified_job_template")),
     "inventory": {
         "hosts": ("host", "create", "inventory"),
         "groups": ("group", "create", "inventory"),
@@ -395,7 +422,7 @@ SUBLISTS = {
         NOTIFICATIONS,
         credentials=("credential", "attach", None),
         labels=("label", "attach", None),
-        schedules=("schedule", "attach", None),
+        schedules=("schedule", "create", "unified_job_template"),
         survey_spec=(None, "survey", None),
     ),
     "workflow_job_template": dict(
@@ -403,9 +430,10 @@ SUBLISTS = {
         notification_templates_approvals=("notification_template", "attach", None),
         workflow_nodes=("workflow_job_template_node", "create", "workflow_job_template"),
         labels=("label", "attach", None),
-        schedules=("schedule", "attach", None),
+        schedules=("schedule", "create", "unified_job_template"),
         survey_spec=(None, "survey", None),
     ),
+    "schedule": {"credentials": ("credential", "attach", None)},
     "workflow_job_template_node": {
         "success_nodes": ("workflow_job_template_node", "attach", None),
         "failure_nodes": ("workflow_job_template_node", "attach", None),
@@ -713,6 +741,35 @@ class FakeAwx:
             raise Refused({"playbook": ["Playbook not found for project."]})
         new["organization"] = project.get("organization")
 
+    def check_schedule(self, new):
+        """ScheduleSerializer: a valid rrule, a template that can be scheduled, and a job that starts with
+        nobody there to answer: no credential asking for a password at launch, no inventory to prompt for,
+        no variables the template does not accept."""
+        check_rrule(new["rrule"])
+        kind, template = self.unified(new["unified_job_template"])
+        if kind not in ("job_template", "workflow_job_template", "project", "inventory_source"):
+            raise Refused({"unified_job_template": ["A %s cannot have a schedule." % kind]})
+        if kind == "project" and not template.get("scm_type"):
+            raise Refused({"unified_job_template": ["Manual Project cannot have a schedule set."]})
+        if kind == "job_template":
+            if template.get("inventory") is None and new.get("inventory") is None:
+                raise Refused({"inventory": ["Job Template inventory is missing or undefined."]})
+            credentials = self.links.get(("job_template", template["id"], "credentials"), [])
+            if any(v == "ASK" for i in credentials for v in self.objects["credential"][i]["inputs"].values()):
+                raise Refused(
+                    {"unified_job_template": ["Cannot create schedule because job requires credential passwords."]}
+                )
+        if new.get("extra_data") and kind in ("job_template", "workflow_job_template"):
+            if not template.get("ask_variables_on_launch") and not template.get("survey_enabled"):
+                raise Refused(
+                    {
+                        "extra_data": [
+                            "Variables %s provided, but this template cannot accept variables."
+                            % sorted(new["extra_data"])
+                        ]
+                    }
+                )
+
     def check_attach(self, kind, parent, name, sub):
         if (kind, name) == ("group", "hosts") and sub["inventory"] != parent["inventory"]:
             raise Refused({"error": "Cannot associate two items from different inventories."})
@@ -759,6 +816,37 @@ def check_injectors(injectors, fields):
                 environment.from_string(template).render(namespace)
             except (UndefinedError, SecurityError, TemplateSyntaxError) as exc:
                 raise Refused({"injectors": ["%s uses an undefined field (%s)" % (key, exc)]}) from exc
+
+
+def check_rrule(value):
+    """The checks of AWX's SchedulePreviewSerializer.validate_rrule."""
+    errors = []
+    dtstarts = re.findall(r".*?(DTSTART(;[^:]+)?\:[0-9]+T[0-9]+Z?)", value)
+    rules = re.findall(r".*?(RULE\:[^\s]*)", value)
+    if not dtstarts:
+        errors.append("Valid DTSTART required in rrule. Value should start with: DTSTART:YYYYMMDDTHHMMSSZ")
+    if re.findall(r".*?(DTSTART:[0-9]+T[0-9]+) ", value):
+        errors.append("DTSTART cannot be a naive datetime.  Specify ;TZINFO= or YYYYMMDDTHHMMSSZZ.")
+    if len(dtstarts) > 1:
+        errors.append("Multiple DTSTART is not supported.")
+    if "rrule:" not in value.lower():
+        errors.append("One or more rule required in rrule.")
+    if "exdate:" in value.lower() or "rdate:" in value.lower():
+        errors.append("EXDATE and RDATE not allowed in rrule.")
+    for rule in rules:
+        if "interval" not in rule.lower():
+            errors.append("INTERVAL required in rrule: %s" % rule)
+        elif "secondly" in rule.lower():
+            errors.append("SECONDLY is not supported: %s" % rule)
+        if re.match(r".*?BYDAY[\:\=][0-9]+[a-zA-Z]{2}", rule):
+            errors.append("BYDAY with numeric prefix not supported: %s" % rule)
+        if "COUNT" in rule and "UNTIL" in rule:
+            errors.append("RRULE may not contain both COUNT and UNTIL: %s" % rule)
+        count = re.match(r".*?COUNT=([0-9]+)", rule)
+        if count and int(count.group(1)) > 999:
+            errors.append("COUNT > 999 is unsupported: %s" % rule)
+    if errors:
+        raise Refused({"rrule": errors})
 
 
 def check_survey(spec):
@@ -902,6 +990,7 @@ def test_the_prepared_document_imports_and_every_reference_resolves():
         "Stella | Target health": {"Stella job store"},
         "Stella | Preflight": {"Stella targets SSH"},
         "Stella | Notify": set(),
+        "Stella | Drift check": {"Stella targets SSH", "Stella job store"},
     }
     assert {t["name"] for t in awx.objects["job_template"].values()} == set(expected)
     for name, credentials in expected.items():
@@ -917,6 +1006,122 @@ def test_the_prepared_document_imports_and_every_reference_resolves():
     machine = by_name(awx, "credential", "Stella targets SSH")
     assert awx.objects["credential_type"][machine["credential_type"]]["name"] == "Machine"
     assert machine["inputs"] == {"username": "deploy", "ssh_key_data": SSH_KEY}
+
+
+DRIFT = "Stella | Drift check"
+DRIFT_SCHEDULE = "Stella | Drift check, hourly"
+SIGNING_KEY = (
+    "-----BEGIN ENCRYPTED SIGSTORE PRIVATE KEY-----\neyJrZGYiOnt9fQ==\n-----END ENCRYPTED SIGSTORE PRIVATE KEY-----\n"
+)
+
+
+def test_the_drift_check_template_imports_with_its_hourly_schedule():
+    awx, problems = awx_import(prepared())
+    assert problems == []
+    drift = by_name(awx, "job_template", DRIFT)
+    assert drift["playbook"] == "drift_check.yml"
+    assert drift["inventory"] == by_name(awx, "inventory", "Stella targets")["id"]
+    assert drift["execution_environment"] == by_name(awx, "execution_environment", "Stella EE")["id"]
+    assert linked(awx, "job_template", drift, "credentials") == {"Stella targets SSH", "Stella job store"}
+    assert yaml.safe_load(drift["extra_vars"]) == {"stella_verify_fail_on_drift": True}
+    assert not drift["survey_enabled"] and not drift["allow_simultaneous"]
+
+    (schedule,) = awx.objects["schedule"].values()
+    assert linked(awx, "job_template", drift, "schedules") == {DRIFT_SCHEDULE}
+    assert schedule["name"] == DRIFT_SCHEDULE and schedule["enabled"] is True
+    assert awx.unified(schedule["unified_job_template"]) == ("job_template", drift)
+    assert re.search(r"RRULE:FREQ=HOURLY;INTERVAL=1$", schedule["rrule"]), schedule["rrule"]
+    assert schedule["extra_data"] == {}
+    # no other template has a schedule
+    for template in awx.objects["job_template"].values():
+        if template["name"] != DRIFT:
+            assert linked(awx, "job_template", template, "schedules") == set(), template["name"]
+
+    # awxkit's export writes the schedule under its template, keyed by template and name, as the document does
+    exported = awx_v2(awx).export_assets()
+    (theirs,) = next(t for t in exported["job_templates"] if t["name"] == DRIFT)["related"]["schedules"]
+    (ours,) = _template(prepared(), DRIFT)["related"]["schedules"]
+    assert theirs["natural_key"] == ours["natural_key"]
+    assert theirs["natural_key"]["unified_job_template"] == _template(prepared(), DRIFT)["natural_key"]
+    assert (theirs["rrule"], theirs["enabled"], theirs["extra_data"]) == (ours["rrule"], True, {})
+
+
+def test_a_schedule_keyed_by_another_template_is_made_again_at_each_import_and_awx_refuses_the_second():
+    document = prepared()
+    (schedule,) = _template(document, DRIFT)["related"]["schedules"]
+    schedule["natural_key"]["unified_job_template"]["name"] = "Stella | Preflight"
+    awx, problems = awx_import(document)
+    assert problems == []  # the template's schedules/ list sets the template itself
+    _awx, problems = awx_import(document, awx)
+    assert any("schedule with this name already exists" in p for p in problems), problems
+
+
+def signed(values=None):
+    return prepared(dict({"SIGNING_KEY": SIGNING_KEY, "SIGNING_KEY_PASSPHRASE": "signing-pass-1"}, **(values or {})))
+
+
+def test_the_evidence_signing_key_is_on_deploy_and_roll_back_and_its_type_writes_the_key_to_a_file():
+    awx, problems = awx_import(signed())
+    assert problems == []
+    credential = by_name(awx, "credential", "Stella evidence signing key")
+    assert credential["inputs"] == {"private_key": SIGNING_KEY, "passphrase": "signing-pass-1"}
+    kind = awx.objects["credential_type"][credential["credential_type"]]
+    assert kind["name"] == "Stella evidence signing key" and kind["kind"] == "cloud"
+    assert {f["id"] for f in kind["inputs"]["fields"] if f.get("secret")} == {"private_key", "passphrase"}
+    # the key goes to a file of the job's private data directory; only its path is an extra var
+    assert kind["injectors"]["file"] == {"template.signing_key": "{{ private_key }}"}
+    assert kind["injectors"]["extra_vars"] == {
+        "stella_evidence_signing_key": "{{ tower.filename.signing_key }}",
+        "stella_evidence_signing_passphrase": "{{ passphrase }}",
+    }
+    assert "env" not in kind["injectors"]
+    users = {
+        t["name"]
+        for t in awx.objects["job_template"].values()
+        if "Stella evidence signing key" in linked(awx, "job_template", t, "credentials")
+    }
+    assert users == {"Stella | Deploy", "Stella | Roll back"}
+    # awxkit's export shows the secrets as $encrypted$, as AWX does
+    exported = awx_v2(awx).export_assets()
+    theirs = next(c for c in exported["credentials"] if c["name"] == "Stella evidence signing key")
+    assert theirs["inputs"] == {"private_key": "$encrypted$", "passphrase": "$encrypted$"}
+
+
+def test_without_a_signing_key_the_credential_and_its_references_are_left_out_even_with_a_passphrase(key_files):
+    key, _ca = key_files
+    environ = {"STELLA_STORE_PASSWORD": "store-secret-2", "STELLA_SIGNING_PASSPHRASE": "signing-pass-2"}
+    code, out, err = run_prepare(required_argv(key), environ)
+    assert code == 0, err
+    document = json.loads(out)
+    assert "Stella evidence signing key" not in {c["name"] for c in document["credentials"]}
+    assert "Stella evidence signing key" not in {
+        n.get("name") for n in dicts(document) if n.get("type") == "credential"
+    }
+    assert "signing-pass-2" not in out
+    _awx, problems = awx_import(document)
+    assert problems == []
+
+
+def test_the_command_reads_the_signing_key_from_a_file_and_its_passphrase_from_the_environment(key_files, tmp_path):
+    key, _ca = key_files
+    signing = tmp_path / "cosign.key"
+    signing.write_text(SIGNING_KEY, encoding="utf-8")
+    environ = {"STELLA_STORE_PASSWORD": "store-secret-2", "STELLA_SIGNING_PASSPHRASE": "signing-pass-2"}
+    argv = required_argv(key) + ["--signing-key-file", str(signing)]
+    code, out, err = run_prepare(argv, environ)
+    assert code == 0, err
+    document = json.loads(out)
+    credential = next(c for c in document["credentials"] if c["name"] == "Stella evidence signing key")
+    assert credential["inputs"] == {"private_key": SIGNING_KEY, "passphrase": "signing-pass-2"}
+    assert "signing-pass-2" not in " ".join(argv) and "signing-pass-2" not in err
+    awx, problems = awx_import(document)
+    assert problems == []
+    roll_back = by_name(awx, "job_template", "Stella | Roll back")
+    assert "Stella evidence signing key" in linked(awx, "job_template", roll_back, "credentials")
+    # a file without a private key is refused
+    signing.write_text("not a key\n", encoding="utf-8")
+    code, out, err = run_prepare(argv, environ)
+    assert (code, out) == (2, "") and "--signing-key-file is not a PEM or OpenSSH private key" in err
 
 
 def test_the_workflow_deploys_then_on_failure_notifies_and_asks_approval_to_roll_back():
@@ -1085,7 +1290,32 @@ def credential_input_its_type_does_not_define(document):
     document["credentials"][0]["inputs"]["sslrootcert"] = "/etc/ssl/ca.pem"
 
 
+def _drift_schedule(document):
+    (schedule,) = _template(document, DRIFT)["related"]["schedules"]
+    return schedule
+
+
+def schedule_with_a_naive_start(document):
+    _drift_schedule(document)["rrule"] = "DTSTART:20250101T000700 RRULE:FREQ=HOURLY;INTERVAL=1"
+
+
+def schedule_without_an_interval(document):
+    _drift_schedule(document)["rrule"] = "DTSTART:20250101T000700Z RRULE:FREQ=HOURLY"
+
+
+def schedule_with_variables_the_template_does_not_accept(document):
+    _drift_schedule(document)["extra_data"] = {"stella_verify_fail_on_drift": False}
+
+
+def schedule_without_a_name(document):
+    _drift_schedule(document)["name"] = ""
+
+
 BREAKERS = [
+    schedule_with_a_naive_start,
+    schedule_without_an_interval,
+    schedule_with_variables_the_template_does_not_accept,
+    schedule_without_a_name,
     host_reference_without_inventory,
     credential_the_document_does_not_define,
     node_of_a_template_the_document_does_not_define,
