@@ -9,6 +9,11 @@ Checked: the runner status and events, the ``set_stats`` artifact the job publis
 back or not), the job record in the store, and that no secret of the extra vars or the passwords file
 appears in any artifact, event, evidence file or the job store.
 
+Then the "Stella | Drift check" template (``drift_check.yml``, as its hourly schedule starts it) runs in a
+private data directory of its own against the target the deploy job left: in sync it ends green; with the
+project's lock edited by hand it records the target ``degraded`` (code ``runtime_drift``) and then fails,
+as a scheduled job shows red in AWX.
+
 Fails (never skips) when the lab is not running: run ``make lab`` first.
 """
 
@@ -112,6 +117,14 @@ def release_document(lab, work):
     }
 
 
+def _health(store):
+    opened = open_store(store)
+    try:
+        return {entry["targetId"]: entry for entry in opened.health()}
+    finally:
+        opened.close()
+
+
 def sha256_file(path):
     with open(path, "rb") as handle:
         return "sha256:" + hashlib.sha256(handle.read()).hexdigest()
@@ -122,6 +135,36 @@ def files_under(*roots):
         for directory, _dirs, names in os.walk(root):
             for name in names:
                 yield os.path.join(directory, name)
+
+
+def run_drift_check(base, job_id, store, work, ssh_secret):
+    """The "Stella | Drift check" template's playbook in a fresh private data directory, as its schedule
+    starts it (the template's extra vars, the job store credential's extra var, a scheduled launch)."""
+    extravars = {
+        "awx_job_id": job_id,
+        "awx_job_launch_type": "scheduled",
+        "awx_job_template_name": "Stella | Drift check",
+        "awx_schedule_id": 3,
+        "awx_schedule_name": "Stella | Drift check, hourly",
+        "awx_inventory_name": "Stella targets",
+        "tower_job_id": job_id,
+        # the template's extra vars (extensions/awx/stellaops-runtime.awx.template.json)
+        "stella_verify_fail_on_drift": True,
+        # the "Stella job store" credential; the work directory is the release's, a host variable in AWX
+        "stella_job_store": store,
+        "stella_work_directory": work,
+    }
+    awx_private_data_dir(base, job_id, extravars, ssh_secret)
+    runner = ansible_runner.run(private_data_dir=base, playbook="drift_check.yml", ident="job-%d" % job_id, quiet=True)
+    events = list(runner.events)
+    lines = [
+        line
+        for e in events
+        if e["event"] == "runner_on_ok" and e["event_data"].get("task") == "One line per target and project"
+        for line in e["event_data"]["res"]["msg"]
+    ]
+    failed = [e["event_data"]["res"].get("msg", "") for e in events if e["event"] == "runner_on_failed"]
+    return runner, lines, failed
 
 
 def test_the_deploy_job_template_runs_as_awx_runs_it_and_publishes_its_outcome(lab, tmp_path):
@@ -204,6 +247,32 @@ def test_the_deploy_job_template_runs_as_awx_runs_it_and_publishes_its_outcome(l
             everything += handle.read().decode("utf-8", "replace")
         for secret in (registry_secret, token_secret, ssh_secret):
             assert secret not in everything
+
+        # ---- "Stella | Drift check", as its schedule starts it, against the target this job deployed
+        target_id = target["targetId"]
+        runner, lines, failed = run_drift_check(str(tmp_path / "drift-1"), job_id + 1, store, work, ssh_secret)
+        assert (runner.status, runner.rc, failed) == ("successful", 0, []), runner.stdout.read()[-3000:]
+        # this machine's engine also runs other tests' projects, which this store never recorded: unknown
+        ours = [line for line in lines if line.startswith("in_sync localhost project %s" % project_name)]
+        assert ours == ["in_sync localhost project %s" % project_name], lines
+        assert all(line.startswith("unknown ") for line in lines if line not in ours), lines
+        health = _health(store)
+        assert (health[target_id]["status"], health[target_id]["jobId"]) == ("healthy", "awx-%d" % job_id)
+
+        lock = os.path.join(work, project_name, "compose.stella.lock.yml")
+        with open(lock, "a", encoding="utf-8") as handle:
+            handle.write("# edited by hand\n")
+        runner, lines, failed = run_drift_check(str(tmp_path / "drift-2"), job_id + 2, store, work, ssh_secret)
+        # recorded first, then red: the job fails on the drift, with the code the target's health carries
+        assert (runner.status, runner.rc) == ("failed", 2), runner.stdout.read()[-3000:]
+        (line,) = [line for line in lines if not line.startswith("unknown ")]
+        assert line.startswith("drifted localhost project %s: lock sha256:" % project_name), line
+        assert len(failed) == 1 and failed[0].startswith("runtime_drift: localhost no longer run"), failed
+        health = _health(store)[target_id]
+        assert (health["status"], health["code"]) == ("degraded", "runtime_drift"), health
+        assert "drifted from job awx-%d" % job_id in health["reason"], health
+        with open(store, "rb") as handle:
+            assert ssh_secret.encode() not in handle.read()
     finally:
         if project_name is None:
             opened = open_store(store) if os.path.exists(store) else None
