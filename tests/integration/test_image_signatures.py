@@ -340,3 +340,102 @@ def _containers(fj, name):
 def _projects(fj, name):
     out = fl.labkit.ssh(fj.by_name[name], "ls -1 %s 2>/dev/null || true" % fl.WORK_DIRECTORY).stdout
     return out.split()
+
+
+def test_a_signature_pushed_as_an_oci_referrer_verifies_through_the_referrers_api(lab, keys):
+    """The hub front answers the OCI 1.1 referrers API (lab/registryfront.py): a cosign signature pushed the
+    way ``cosign sign --registry-referrers-mode=oci-1-1`` does (a manifest with ``subject`` and
+    ``artifactType``, config the OCI empty descriptor, pushed by digest, no ``.sig`` tag) is found there."""
+    from ansible_collections.stellaops.runtime.plugins.plugin_utils.trust.keys import load_private_key
+
+    hub = lab["registries"]["hub"]
+    repository = "stella/signed-referrers"
+    base = "http://%s/v2/%s" % (hub["address"], repository)
+    user, password = fl.labkit.auth_credentials(lab)
+    http = requests.Session()
+    http.trust_env = False  # lab traffic never goes through a proxy
+    token = http.get(
+        "http://%s/token" % hub["token_service"],
+        params={"service": hub["service"], "scope": "repository:%s:pull,push" % repository},
+        auth=(user, password),
+        timeout=30,
+    ).json()["token"]
+    http.headers["Authorization"] = "Bearer " + token
+
+    def blob(data):
+        start = http.post(base + "/blobs/uploads/", timeout=30)
+        assert start.status_code == 202, start.text
+        location = start.headers["Location"]
+        put = http.put(
+            location + ("&" if "?" in location else "?") + "digest=" + _sha(data),
+            data=data,
+            headers={"Content-Type": "application/octet-stream"},
+            timeout=30,
+        )
+        assert put.status_code == 201, put.text
+        return {"digest": _sha(data), "size": len(data)}
+
+    def put_manifest(reference, document):
+        body = json.dumps(document, separators=(",", ":")).encode()
+        answer = http.put(
+            "%s/manifests/%s" % (base, reference or _sha(body)),
+            data=body,
+            headers={"Content-Type": cosign.OCI_MANIFEST_TYPE},
+            timeout=30,
+        )
+        assert answer.status_code == 201, answer.text
+        assert answer.headers["Docker-Content-Digest"] == _sha(body)
+        return body, answer
+
+    # a small image of its own (a config naming this run, one small layer)
+    label = uuid.uuid4().hex
+    config = json.dumps({"architecture": "amd64", "os": "linux", "config": {"Labels": {"run": label}}}).encode()
+    image, _answer = put_manifest(
+        "referrers-" + label[:12],
+        {
+            "schemaVersion": 2,
+            "mediaType": cosign.OCI_MANIFEST_TYPE,
+            "config": dict(blob(config), mediaType=cosign.CONFIG_TYPE),
+            "layers": [dict(blob(label.encode()), mediaType="application/vnd.oci.image.layer.v1.tar")],
+        },
+    )
+    digest = _sha(image)
+    ref = "%s/%s:referrers-%s" % (hub["address"], repository, label[:12])
+
+    # its signature, as an OCI 1.1 referrer pushed by digest
+    key = load_private_key(str(keys / "cosign.key"), PASSPHRASE.encode())
+    payload = cosign.simple_signing_payload("%s/%s" % (hub["address"], repository), digest)
+    signature, answer = put_manifest(
+        None,
+        {
+            "schemaVersion": 2,
+            "mediaType": cosign.OCI_MANIFEST_TYPE,
+            "artifactType": "application/vnd.dev.cosign.artifact.sig.v1+json",
+            "config": dict(blob(b"{}"), mediaType="application/vnd.oci.empty.v1+json"),
+            "layers": [
+                dict(
+                    blob(payload),
+                    mediaType=cosign.SIMPLE_SIGNING_TYPE,
+                    annotations={cosign.SIGNATURE_ANNOTATION: cosign.sign_payload(key, payload)},
+                )
+            ],
+            "subject": {"mediaType": cosign.OCI_MANIFEST_TYPE, "digest": digest, "size": len(image)},
+        },
+    )
+    assert answer.headers["OCI-Subject"] == digest
+    assert http.get("%s/manifests/%s" % (base, cosign.signature_tag(digest)), timeout=30).status_code == 404
+    index = http.get("%s/referrers/%s" % (base, digest), timeout=30)
+    assert index.status_code == 200 and index.headers["Content-Type"] == "application/vnd.oci.image.index.v1+json"
+    assert [m["digest"] for m in index.json()["manifests"]] == [_sha(signature)]
+
+    hub_registry = Registry(hub["address"], repository)
+    good = plan(hub_registry, ref, {"keys": [str(keys / "cosign.pub")]}, keys)
+    assert not good["failed"], good
+    verdict = good["signatures"][ref]
+    assert verdict["status"] == "verified" and verdict["source"] == "referrers", verdict
+    assert verdict["digest"] == digest and verdict["signatureDigest"] == _sha(signature)
+    assert verdict["keyPath"] == str(keys / "cosign.pub")
+
+    other = plan(hub_registry, ref, {"keys": [str(keys / "other.pub")]}, keys)
+    assert other["failed"] and other["code"] == "image_signature_invalid", other
+    assert "no trusted key verifies" in other["msg"] and other["failurePhase"] == "plan"
