@@ -4,14 +4,16 @@
 dependencies, looks every object and every reference up by its natural key (``PageCache.get_by_natural_key``,
 which reads the natural keys ``Page.get_natural_key`` builds from each page class's ``NATURAL_KEY``), creates
 or updates the objects, then attaches the related sets (``_assign_related``: group hosts, job template
-credentials, workflow node edges) and posts the survey specs and approval templates. Here that code runs
+credentials, workflow node edges, the drift template's schedule through the template's ``schedules/``) and
+posts the survey specs and approval templates. Here that code runs
 unchanged against an AWX that lives in memory: only the HTTP transport under awxkit's ``Connection`` (a
 ``requests`` adapter) is replaced. The in-memory AWX answers as AWX 24.6.1 does for what the import asks
 (the ``OPTIONS`` POST fields of each list, filtered lists, detail pages with their ``related`` links,
 creation, attach with ``204``), refuses what AWX refuses (a custom credential type whose injectors name an
 unknown field, credential inputs its type does not define, two credentials of one type on a job template,
 a host of another inventory in a group, a job template whose playbook the project's first update did not
-find, an invalid survey), and refuses a reference that arrives null: the document never asks for a null
+find, an invalid survey, a schedule whose rrule, name, variables or template AWX would not take), and
+refuses a reference that arrives null: the document never asks for a null
 one, so a null one is a natural key awxkit could not resolve (awxkit sends those as null).
 
 A document passes when awxkit reports no error, and the objects it made are wired as the document says.
