@@ -445,9 +445,10 @@ ensure_field_registries() {
     "token:$STATE/token/token.crt" "http://$HUB_TOKEN_SERVICE_ADDR/token" "$HUB_SERVICE")" && c_hub=1
   start_registry hub "$HUB_REGISTRY_ADDR" "$c_hub" '^401$'
   ensure_py_service front-hub "http://$HUB_ADDR/_lab/faults" '^200$' "$LAB_SRC/registryfront.py" \
-    serve --listen "$HUB_ADDR" --backend "$HUB_REGISTRY_ADDR"
+    serve --listen "$HUB_ADDR" --backend "$HUB_REGISTRY_ADDR" --referrers-state "$STATE/front-referrers.json"
   ensure_py_service front-ghcr "http://$GHCR_ADDR/_lab/faults" '^200$' "$LAB_SRC/registryfront.py" \
-    serve --listen "$GHCR_ADDR" --backend "$HUB_REGISTRY_ADDR" --v2-scope "$GHCR_SCOPE"
+    serve --listen "$GHCR_ADDR" --backend "$HUB_REGISTRY_ADDR" --v2-scope "$GHCR_SCOPE" \
+    --referrers-state "$STATE/front-referrers.json"
 }
 
 # start_registry NAME ADDR CONFIG_CHANGED(0/1) WANT_STATUS_REGEX
