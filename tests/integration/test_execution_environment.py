@@ -95,7 +95,11 @@ def test_ansible_builder_introspection_reads_the_collection_requirements(tmp_pat
     python = [line.split("#")[0].strip() for line in found["python"]]
     system = [line.split("#")[0].strip() for line in found["system"]]
     wanted = []
-    for name in ("requirements.txt", "requirements/postgres.txt", "requirements/trust.txt"):  # requirements/execution-environment.txt
+    for name in (
+        "requirements.txt",
+        "requirements/postgres.txt",
+        "requirements/trust.txt",
+    ):  # requirements/execution-environment.txt
         with open(os.path.join(ar.ROOT, name), encoding="utf-8") as handle:
             wanted += [line.strip() for line in handle if line.strip() and not line.startswith("#")]
     assert python == wanted
