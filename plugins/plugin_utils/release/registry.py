@@ -261,6 +261,9 @@ class DigestResolver:
         self._clients = {}
         self._sources = {}
         self._first_wait = 0
+        # registries that answered a referrers request as a registry without the OCI 1.1 referrers API does
+        # (release/signatures.py): not asked again by this resolver
+        self.referrers_unsupported = set()
 
     def __enter__(self):
         return self

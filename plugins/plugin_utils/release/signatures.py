@@ -42,6 +42,8 @@ SIGNATURE_ARTIFACT_TYPE = "application/vnd.dev.cosign.artifact.sig.v1+json"
 SIGNATURE_ACCEPT = ", ".join((MEDIA_OCI_MANIFEST, MEDIA_DOCKER_MANIFEST))
 MAX_REASONS = 3
 MAX_REFERRERS = 16
+# Answers of a registry that has no OCI 1.1 referrers API (distribution 2.x: 404).
+NO_REFERRERS_API = (400, 404, 405)
 
 
 def _cosign():
@@ -143,10 +145,18 @@ def _referrers(check, resolver):
     """The verdict of a signature the registry lists as an OCI 1.1 referrer, or ``None`` (none verifies, or
     the registry offers no referrers API)."""
     cosign = _cosign()
+    unsupported = getattr(resolver, "referrers_unsupported", set())
+    if check.ref.registry in unsupported:
+        return None
     path = "/v2/%s/referrers/%s" % (check.ref.repository, check.digest)
     status, headers, body = resolver.fetch(
         check.image, path, accept=MEDIA_OCI_INDEX, max_bytes=cosign.MAX_SIGNATURE_MANIFEST_BYTES
     )
+    if status in NO_REFERRERS_API:
+        # the spec's answer for a digest without referrers is 200 and an empty index: 404 (or 400, 405) says
+        # the registry has no such API, for this image and the next ones of this planning
+        unsupported.add(check.ref.registry)
+        return None
     if status != 200 or len(body) > cosign.MAX_SIGNATURE_MANIFEST_BYTES:
         return None
     try:

@@ -115,6 +115,25 @@ def test_a_signed_image_verifies_by_tag_with_the_key_path_and_fingerprint(key):
     assert "BEGIN" not in json.dumps(verdicts)
 
 
+def test_a_registry_without_the_referrers_api_is_asked_for_referrers_once_per_planning(key):
+    """Its 404 says it has no such API (the spec's answer for a digest without referrers is an empty index):
+    the next image of that registry goes to its signature tag directly."""
+    path, private = key
+    registry, digest = _registry()
+    other = registry.push("shop/api", "1.0", image_manifest("2"), OCI)
+    _sign(registry, private, digest)
+    api = _signature_image(private, other, identity=HOST + "/shop/api")
+    _put(registry, api, cosign.signature_tag(other), repo="shop/api")
+    release = minimal_release(
+        components=[{"name": "web", "image": IMAGE}, {"name": "api", "image": HOST + "/shop/api:1.0"}]
+    )
+    release["imagePolicy"] = {"keys": [path]}
+    _resolved, _evidence, verdicts = _verify(registry, None, release=release)
+    assert sorted(v["status"] for v in verdicts.values()) == ["verified", "verified"]
+    referrers = [url for _method, url, _headers in registry.calls if "/referrers/" in url]
+    assert len(referrers) == 1, referrers
+
+
 def test_no_policy_adds_nothing_and_asks_nothing_more():
     registry, _digest = _registry()
     _resolved, _evidence, verdicts = _verify(registry, None, release=minimal_release())
