@@ -151,6 +151,7 @@ bench: lab
 	$(BIN)/python bench/fleet_bench.py
 	$(BIN)/python bench/scale_bench.py
 	$(BIN)/python bench/provider_bench.py
+	$(BIN)/python bench/trust_bench.py
 
 clean:
 	rm -rf .build
