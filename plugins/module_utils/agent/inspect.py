@@ -27,6 +27,9 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabul
     DOCKER_PREVIOUS_SUFFIX,
     DOCKER_REPLACED_SUFFIX,
     DOCKER_ROLLED_BACK_SUFFIX,
+    LABEL_COMPONENT,
+    LABEL_IMAGE_DIGEST,
+    LABEL_PROJECT,
     LOCK_FILE,
     MANIFEST_FILE,
     PROJECT_RE,
@@ -36,9 +39,6 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabul
     invalid,
 )
 
-PROJECT_LABEL = "stella.project"
-COMPONENT_LABEL = "stella.component"
-DIGEST_LABEL = "stella.image.digest"
 COMPOSE_SERVICE_LABEL = "com.docker.compose.service"
 COMPOSE_DIR_LABEL = "com.docker.compose.project.working_dir"
 FILES = (LOCK_FILE, STICKER_FILE, MANIFEST_FILE)
@@ -105,13 +105,13 @@ def container_view(summary, image):
     return {
         "id": (summary.get("id") or "")[:12],
         "name": name,
-        "component": labels.get(COMPONENT_LABEL) or labels.get(COMPOSE_SERVICE_LABEL),
+        "component": labels.get(LABEL_COMPONENT) or labels.get(COMPOSE_SERVICE_LABEL),
         "service": labels.get(COMPOSE_SERVICE_LABEL),
         "state": summary.get("state"),
         "running": bool(summary.get("running")),
         "image": summary.get("image"),
         "imageId": summary.get("imageId"),
-        "imageDigest": labels.get(DIGEST_LABEL),
+        "imageDigest": labels.get(LABEL_IMAGE_DIGEST),
         "repoDigests": None if image is None else list(image.get("repoDigests") or [])[:MAX_REPO_DIGESTS],
         "retained": name.endswith(RETAINED_SUFFIXES),
         "composeDirectory": labels.get(COMPOSE_DIR_LABEL),
@@ -145,7 +145,7 @@ class Inspect:
     def containers(self):
         """Every container with a ``stella.project`` label, inspected, with its image (one call each)."""
         _rc, out, _err = self.cli.run(
-            ["ps", "--all", "--quiet", "--no-trunc", "--filter", "label=" + PROJECT_LABEL], phase="inspect"
+            ["ps", "--all", "--quiet", "--no-trunc", "--filter", "label=" + LABEL_PROJECT], phase="inspect"
         )
         ids = sorted({line.strip() for line in out.splitlines() if line.strip()})
         truncated = len(ids) > MAX_CONTAINERS
@@ -158,7 +158,7 @@ class Inspect:
         containers, truncated = self.containers()
         by_project = {}
         for view in containers:
-            by_project.setdefault(view["labels"].get(PROJECT_LABEL), []).append(view)
+            by_project.setdefault(view["labels"].get(LABEL_PROJECT), []).append(view)
         named = request["projects"]
         if named is None:
             names = sorted(set(directory_projects(work)) | {p for p in by_project if p and PROJECT_RE.match(p)})

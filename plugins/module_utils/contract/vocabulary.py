@@ -263,6 +263,9 @@ RUNTIME_INSTALL_CODES = (
 
 # ---------------------------------------------------------------------------------------- labels
 LABEL_MANIFEST_HASH = "stella.manifest.hash"
+LABEL_PROJECT = "stella.project"
+LABEL_COMPONENT = "stella.component"
+LABEL_IMAGE_DIGEST = "stella.image.digest"
 TARGET_LABELS = (
     ("stella.target.id", "id"),
     ("stella.target.name", "name"),
@@ -271,7 +274,7 @@ TARGET_LABELS = (
     ("stella.execution.mode", "executionMode"),
 )
 REQUIRED_STELLA_LABELS = (LABEL_MANIFEST_HASH,) + tuple(label for label, _key in TARGET_LABELS)
-SLOT_LABELS = ("stella.slot", "stella.project", "stella.traffic.role")
+SLOT_LABELS = ("stella.slot", LABEL_PROJECT, "stella.traffic.role")
 
 # ---------------------------------------------------------------------------------------- target identity
 TARGET_KEYS = ("id", "name", "type", "endpoint", "executionMode")

@@ -27,7 +27,7 @@ from ansible_collections.stellaops.runtime.plugins.plugin_utils.command.store im
     fail_line,
     parse_command,
 )
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.execution.paths import COLLECTIONS_PATH
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.execution.paths import playbook_environment
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import dependencies as _dependencies
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import location as _location
 
@@ -95,13 +95,7 @@ def run_verify(inventory, extravars, events):
     private = tempfile.mkdtemp(prefix="stella-verify-")
     try:
         os.chmod(private, stat.S_IRWXU)
-        envvars = {
-            "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]),
-            "ANSIBLE_COLLECTIONS_PATH": COLLECTIONS_PATH,
-            "ANSIBLE_NOCOLOR": "1",
-            "ANSIBLE_RETRY_FILES_ENABLED": "0",
-            "ANSIBLE_LOCALHOST_WARNING": "0",
-        }
+        envvars = playbook_environment()
         runner = ansible_runner.run(
             private_data_dir=private,
             playbook=[{"name": "stella verify --live", "ansible.builtin.import_playbook": PLAYBOOK}],

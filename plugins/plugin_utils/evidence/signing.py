@@ -201,9 +201,10 @@ def verify_documents(job_id: str, files: dict[str, bytes], key: Any) -> list[dic
     """Verify job ``job_id``'s evidence ``files`` (``{name: bytes}``: its documents and envelopes, as the
     job store or an evidence directory holds them) with the public key ``key``: ``[{"document", "ok",
     "reason", "code"}]`` (``code``: ``evidence_signature_invalid`` when it failed) sorted by document, one per
-    document found, listed by ``job.json``'s statement or named by an envelope. A document fails when it has no envelope, its envelope is not ``key``'s signature of a
-    statement about it, its bytes or what it records are not the signed subjects, or ``job.json``'s signed
-    statement does not list it; a document ``job.json`` lists that is not there fails as missing."""
+    document found, listed by ``job.json``'s statement or named by an envelope. A document fails when it has no
+    envelope, its envelope is not ``key``'s signature of a statement about it, its bytes or what it records are
+    not the signed subjects, or ``job.json``'s signed statement does not list it; a document ``job.json`` lists
+    that is not there fails as missing."""
     documents = {name: data for name, data in files.items() if not is_envelope(name)}
     envelopes = {name[: -len(ENVELOPE_SUFFIX)]: data for name, data in files.items() if is_envelope(name)}
     job_name = posixpath.join("jobs", job_id, JOB_EVIDENCE_FILE)

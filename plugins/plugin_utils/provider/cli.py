@@ -33,7 +33,7 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.version
     DEFAULT_MIN_COMPOSE,
     DEFAULT_MIN_ENGINE,
 )
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.execution.paths import COLLECTIONS_PATH
+from ansible_collections.stellaops.runtime.plugins.plugin_utils.execution.paths import playbook_environment
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import arguments as _arguments
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import dependencies as _dependencies
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import protocol as _protocol
@@ -116,14 +116,7 @@ def run_playbook(playbooks, extravars, channel, cancelled):
                 }
             }
         }
-        # ansible-playbook of this Python's environment (Compose runs providers with the user's PATH)
-        envvars = {
-            "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]),
-            "ANSIBLE_COLLECTIONS_PATH": COLLECTIONS_PATH,
-            "ANSIBLE_NOCOLOR": "1",
-            "ANSIBLE_RETRY_FILES_ENABLED": "0",
-            "ANSIBLE_LOCALHOST_WARNING": "0",
-        }
+        envvars = playbook_environment()
         events = PhaseEvents(channel)
         runner = ansible_runner.run(
             private_data_dir=private,

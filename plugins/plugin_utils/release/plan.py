@@ -17,6 +17,9 @@ import posixpath
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract import artifacts as _artifacts
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabulary import (
     ENV_FILE,
+    LABEL_COMPONENT,
+    LABEL_IMAGE_DIGEST,
+    LABEL_PROJECT,
     LOCK_FILE,
     MANIFEST_FILE,
     STICKER_FILE,
@@ -90,12 +93,12 @@ def labels_for(plan, component, digest):
     target = plan["target"]
     return {
         "stella.application": plan["application"],
-        "stella.component": component,
+        LABEL_COMPONENT: component,
         "stella.environment": plan["environment"],
         "stella.execution.mode": target["executionMode"],
-        "stella.image.digest": digest,
+        LABEL_IMAGE_DIGEST: digest,
         "stella.manifest.hash": plan["manifestHash"],
-        "stella.project": plan["projectName"],
+        LABEL_PROJECT: plan["projectName"],
         "stella.release.id": plan["release"]["id"],
         "stella.release.name": plan["release"]["name"],
         "stella.release.version": plan["release"]["version"],
