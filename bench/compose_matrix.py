@@ -102,9 +102,11 @@ def _docker(*args):
 
 
 def project_left(name):
-    """Containers and networks Compose's project ``name`` still holds."""
-    label = "label=com.docker.compose.project=%s" % name
-    return _docker("ps", "-aq", "--filter", label).split() + _docker("network", "ls", "-q", "--filter", label).split()
+    """Containers and networks of Compose projects whose name holds ``name``: the project's own and
+    the one the provider deployed the service as."""
+    fmt = '{{.Label "com.docker.compose.project"}}'
+    labels = _docker("ps", "-a", "--format", fmt).split() + _docker("network", "ls", "--format", fmt).split()
+    return [label for label in labels if name in label]
 
 
 def steps(binary, bin_dir, work):
