@@ -149,6 +149,9 @@ def test_an_offline_target_deploys_a_preloaded_pinned_image_and_a_tag_fails_at_p
         closed = results["deploy_job_closed"]
         assert closed["succeeded"] is True and closed["status"] == "Succeeded", closed
         assert results["deploy_apply_result"]["services"][0]["imageDigest"] == image["digest"]
+        # the target's deployment evidence on the controller records the passed preflight
+        deployment = tmp_path / "evidence" / project / job["jobId"] / plan["target"]["id"] / "deployment.json"
+        assert json.loads(deployment.read_text())["preflight"] == {"status": "passed", "failures": []}
         running = labkit.ssh(
             target,
             "docker inspect --format '{{.Config.Image}} {{.State.Status}}' $(docker ps -q --filter "
