@@ -2,7 +2,7 @@
 already holds (``registryReachabilityMode: skip``, ``pullImages: false``) through the
 ``stellaops.runtime.deploy`` role; its preflight asks no registry and the job succeeds. The same release
 naming its image by tag, with the controller's registry down, fails at planning with ``image_unresolved``
-and the hint to pin the digest.
+and the hint to pin the digest. An image brought by ``docker save | docker load`` deploys pinned by its id.
 
 The target is this module's own (``target_factory("offline")``): its registry route is cut with iptables
 inside it and restored in a ``finally`` block; the target is removed afterwards. Fails (never skips) when
@@ -66,7 +66,7 @@ def play(tmp_path, host, release, name):
     return proc.returncode, results, output
 
 
-def release_for(target, image, application):
+def release_for(target, image, application, config=None):
     return {
         "release": {"id": "rel-offline-1", "name": "app", "version": "1.0.0"},
         "tenant": "offline-it",
@@ -83,7 +83,7 @@ def release_for(target, image, application):
         "workDirectory": TARGET_WORK,
         "pullImages": False,
         "preflight": {"registryReachabilityMode": "skip", "minimumFreeDiskBytes": 1},
-        "components": [{"name": "web", "image": image, "config": {}}],
+        "components": [{"name": "web", "image": image, "config": config or {}}],
     }
 
 
@@ -100,6 +100,23 @@ def cut_registries(target):
 def restore_registries(target):
     for rule in CUT:
         labkit.ssh(target, "iptables -D OUTPUT %s" % rule, timeout=30, check=False)
+
+
+def compose_down(target, project):
+    labkit.ssh(
+        target,
+        "cd %s/%s 2>/dev/null && docker compose -p %s -f compose.stella.lock.yml down -v || true"
+        % (TARGET_WORK, project, project),
+        check=False,
+    )
+
+
+def running_image(target, project):
+    return labkit.ssh(
+        target,
+        "docker inspect --format '{{.Config.Image}} {{.State.Status}}' $(docker ps -q --filter "
+        "label=com.docker.compose.project=%s)" % project,
+    ).stdout.split()
 
 
 def test_an_offline_target_deploys_a_preloaded_pinned_image_and_a_tag_fails_at_planning(lab, offline_target, tmp_path):
@@ -152,12 +169,7 @@ def test_an_offline_target_deploys_a_preloaded_pinned_image_and_a_tag_fails_at_p
         # the target's deployment evidence on the controller records the passed preflight
         deployment = tmp_path / "evidence" / project / job["jobId"] / plan["target"]["id"] / "deployment.json"
         assert json.loads(deployment.read_text())["preflight"] == {"status": "passed", "failures": []}
-        running = labkit.ssh(
-            target,
-            "docker inspect --format '{{.Config.Image}} {{.State.Status}}' $(docker ps -q --filter "
-            "label=com.docker.compose.project=%s)" % project,
-        ).stdout.split()
-        assert running == [pinned, "running"], running
+        assert running_image(target, project) == [pinned, "running"]
 
         # the same release by tag, the controller's registry down: planning fails and says to pin the digest
         down = "127.0.0.1:%d/stella/app:v1" % labkit.free_port()
@@ -171,9 +183,38 @@ def test_an_offline_target_deploys_a_preloaded_pinned_image_and_a_tag_fails_at_p
     finally:
         restore_registries(target)
         if project:
-            labkit.ssh(
-                target,
-                "cd %s/%s 2>/dev/null && docker compose -p %s -f compose.stella.lock.yml down -v || true"
-                % (TARGET_WORK, project, project),
-                check=False,
-            )
+            compose_down(target, project)
+
+
+def test_an_offline_target_deploys_an_image_it_loaded_pinned_by_its_id(lab, offline_target, tmp_path):
+    """``docker save | docker load`` (no RepoDigests survive a load): the release pins the image by its id
+    (``image.localId``, ``compose.skipPull``), nothing is resolved and the target asks no registry."""
+    target = offline_target
+    source = lab["images"]["app_v2"]["loopback_ref"]
+    saved = subprocess.run(["docker", "save", source], capture_output=True, check=True, timeout=60).stdout
+    subprocess.run(
+        ["docker", "exec", "-i", target["container"], "docker", "load", "-q"], input=saved, check=True, timeout=60
+    )
+    image_id = labkit.ssh(target, "docker image inspect --format '{{.Id}}' %s" % source).stdout.strip()
+    assert image_id.startswith("sha256:")
+    application = "offid-%s" % uuid.uuid4().hex[:8]
+    project = None
+    config = {"image.localId": image_id, "compose.skipPull": True}
+    try:
+        cut_registries(target)
+        rc, results, output = play(tmp_path, target, release_for(target, source, application, config), "by-id")
+        assert rc == 0, output[-4000:]
+        job = results["deploy_job"]
+        project = job["plans"][target["name"]]["projectName"]
+        with open(tmp_path / "evidence" / "jobs" / job["jobId"] / "job.json", encoding="utf-8") as handle:
+            record = json.load(handle)
+        assert record["status"] == "Succeeded", record.get("reason")
+        assert record["resolution"][source]["source"] == "local" and record["resolution"][source]["resolved"] is False
+        reg = results["deploy_apply_result"]["preflight"]["registry"]
+        assert reg["contacted"] is False and reg["requests"] == []
+        assert results["deploy_apply_result"]["preflight"]["status"] == "passed"
+        assert running_image(target, project) == [image_id, "running"]
+    finally:
+        restore_registries(target)
+        if project:
+            compose_down(target, project)
