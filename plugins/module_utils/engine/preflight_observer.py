@@ -177,17 +177,17 @@ class HostObserver:
         if local.get("present"):
             pull = {"registry": req["image"].registry if req["image"] else None, "pullAccess": "local"}
             pull.update(source="local", localImage={k: local.get(k) for k in ("id", "repoDigest")})
-            platform = {"platforms": [local["platform"]], "source": "local"}
+            plat = {"platforms": [local["platform"]], "source": "local"}
         elif req["registry_reachability_mode"] == "skip":
             why = "registry_reachability_mode=skip"
             pull = {"skipped": why}
-            platform = {"skipped": why + (" and the image is not on the target" if req["image"] else "")}
+            plat = {"skipped": why + (" and the image is not on the target" if req["image"] else "")}
         else:
-            pull, platform = observe_image(self.registry, req["image"])
+            pull, plat = observe_image(self.registry, req["image"])
             if req["image"] is not None:
                 requests.append("manifest")
-                platform = dict(platform, source="registry") if "platforms" in platform else platform
-        return registry, dict(pull, requests=requests, local=local), platform
+                plat = dict(plat, source="registry") if "platforms" in plat else plat
+        return registry, dict(pull, requests=requests, local=local), plat
 
     def _local_image(self, req):
         """The image the engine holds by the request's pinned digest (``RepoDigests`` holds
@@ -205,7 +205,8 @@ class HostObserver:
         except (StellaError, OSError) as exc:
             return {"present": False, "reason": "docker image inspect failed: %s" % getattr(exc, "reason", exc)}
         if rc != 0:
-            return {"present": False, "reason": (err or out or "not present").strip().splitlines()[0][:200]}
+            lines = (err or out or "").strip().splitlines()
+            return {"present": False, "reason": lines[0][:200] if lines else "not present"}
         try:
             docs = json.loads(out)
         except ValueError:
