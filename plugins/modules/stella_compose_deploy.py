@@ -178,7 +178,7 @@ options:
         C(/run/stellaops-pull) for root, C(config.json) of mode 0600 holding C(auths) only), which
         C(docker compose pull) / C(docker pull) read through E(DOCKER_CONFIG); it is removed when the
         pull ends, also on a failure or timeout. The user's own Docker config is neither read nor changed.
-      - RV(evidence.lentRegistryCredentials) names each registry, the credential's source and whether one
+      - The evidence C(lentRegistryCredentials) names each registry, the credential's source and whether one
         was lent, never a value. Never logged or returned.
     type: dict
   env_artifact:

@@ -234,3 +234,20 @@ def test_docker_pull_reads_the_lent_config(base):
         ("pull", None),
     ]
     assert cli.pull_env is None
+
+
+def test_the_module_option_is_read_and_its_labels_unmasked():
+    class Module:
+        argument_spec = {"pull_credentials": {"no_log": True}, "secrets": {"no_log": True}, "task": {}}
+        params = {"pull_credentials": LENT, "secrets": ["stella"], "task": "compose.up"}
+        # what Ansible lists for no_log options: every string of their values
+        no_log_values = {"stella", SECRET, TOKEN, "docker-config:credHelpers:stella-lab", "registry_credentials"}
+
+    lent = dc.lent_from_module(Module)
+    assert lent["127.0.0.1:5002"]["password"] == SECRET and lent["registry.lab:5001"] is None
+    # "stella" is also a value of another no_log option: it stays masked; the labels are not secrets
+    assert "stella" in Module.no_log_values and SECRET in Module.no_log_values and TOKEN in Module.no_log_values
+    assert "docker-config:credHelpers:stella-lab" not in Module.no_log_values
+    assert "registry_credentials" not in Module.no_log_values
+    Module.params = {"pull_credentials": None, "secrets": [], "task": "compose.up"}
+    assert dc.lent_from_module(Module) is None
