@@ -118,7 +118,9 @@ def private_image(lab, tmp_path):
     subprocess.run(["docker", "image", "rm", ref], capture_output=True, check=True, timeout=60)
     shutil.rmtree(config)
     yield ref, digest
-    subprocess.run(["docker", "image", "rm", ref.rsplit(":", 1)[0] + "@" + digest], capture_output=True, timeout=60)
+    subprocess.run(
+        ["docker", "image", "rm", ref.rsplit(":", 1)[0] + "@" + digest], capture_output=True, timeout=60, check=False
+    )
 
 
 @pytest.fixture

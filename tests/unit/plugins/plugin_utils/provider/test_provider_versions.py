@@ -103,7 +103,10 @@ def test_compose_version_asks_the_binary_and_is_none_when_it_cannot_tell(tmp_pat
         return subprocess.CompletedProcess(argv, 0, b"2.36.0\n", b"")
 
     assert caller.compose_version(10, proc, run) == (2, 36, 0) and asked == [[compose, "version", "--short"]]
-    failed = lambda argv, **_kw: subprocess.CompletedProcess(argv, 1, b"", b"boom")  # noqa: E731
+
+    def failed(argv, **_kw):
+        return subprocess.CompletedProcess(argv, 1, b"", b"boom")
+
     assert caller.compose_version(10, proc, failed) is None
 
     def hangs(argv, **_kw):
