@@ -100,7 +100,8 @@ def lock_images(lock_text: Any) -> list[str]:
 def target_images(args: dict[str, Any]) -> list[str]:
     """The images an apply task's options name: the ``compose.up`` payload's (or option's) lock, the
     ``docker.run`` payload's or payloads' ``Image`` (or option ``image``)."""
-    payload = args.get("payload") if isinstance(args.get("payload"), dict) else {}
+    given = args.get("payload")
+    payload: dict[str, Any] = given if isinstance(given, dict) else {}
     images = lock_images(payload.get("ComposeLock") or args.get("compose_lock"))
     for item in [payload] + [p for p in args.get("payloads") or [] if isinstance(p, dict)]:
         if isinstance(item.get("Image"), str):
@@ -192,7 +193,8 @@ class TargetModuleAction(NormalAction):  # type: ignore[misc]  # ansible-core sh
         for warning in credentials.warnings:
             Display().warning(warning)
         self._task.args = args
-        return credentials.secrets()
+        secrets: list[str] = credentials.secrets()
+        return secrets
 
     def _lends(self, lend: Any) -> bool:
         """Whether this run lends: asked (true unless ``lend_registry_credentials`` says false), and not in
