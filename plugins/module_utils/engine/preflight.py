@@ -33,7 +33,6 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.vocabul
 )
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.tasks import COMPOSE_PREFLIGHT
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.imageref import (
-    image_id,
     oci_architecture,
     parse_image_ref,
 )
@@ -113,11 +112,7 @@ def build_request(params):
         if url_user and not req.get("registry_username"):
             req["registry_username"], req["registry_password"] = url_user, url_password
             source = "registry_url"
-    # an image id pin (a locally loaded image) names no registry: only the engine is asked about it
-    req["local_image_id"] = image_id(req.get("image_reference"))
-    req["image"] = (
-        parse_image_ref(req["image_reference"]) if req.get("image_reference") and not req["local_image_id"] else None
-    )
+    req["image"] = parse_image_ref(req["image_reference"]) if req.get("image_reference") else None
     req["credentials"] = request_credentials(req, source)
     return req
 
@@ -236,16 +231,20 @@ def evaluate(req, obs):
     else:
         check("registry_access", code, status == "passed", reason)
 
-    # platform: the image the engine holds, else the registry's platform list; unreadable is unknown
+    # platform
     wanted = "linux/%s" % arch
     plat = obs["platform"]
-    named = req["image"].render() if req["image"] else req.get("local_image_id")
     if plat.get("skipped"):
         skip("platform", plat["skipped"])
         compatible = None
     elif plat.get("error"):
-        compatible = None
-        skip("platform", "platforms of %s unknown: %s" % (named, plat["error"]))
+        compatible = False
+        check(
+            "platform",
+            "platform_unsupported",
+            False,
+            "cannot read platforms of %s: %s" % (req["image"].render(), plat["error"]),
+        )
     else:
         platforms = plat.get("platforms") or []
         compatible = any(_platform_matches(p, "linux", arch) for p in platforms)
@@ -254,7 +253,7 @@ def evaluate(req, obs):
             "platform_unsupported",
             compatible,
             "image %s offers %s, none for this host's %s"
-            % (named, ", ".join(_platform_str(p) for p in platforms) or "no platform", wanted),
+            % (req["image"].render(), ", ".join(_platform_str(p) for p in platforms) or "no platform", wanted),
         )
 
     # work directory
@@ -305,12 +304,10 @@ def evaluate(req, obs):
         },
         "registry": registry_evidence(req, registry, pull),
         "platform": {
-            "imageReference": named,
+            "imageReference": req["image"].render() if req["image"] else None,
             "requested": wanted,
             "available": [_platform_str(p) for p in plat.get("platforms") or []],
-            "source": plat.get("source") if "platforms" in plat else None,
             "compatible": compatible,
-            "status": {True: "compatible", False: "incompatible", None: "unknown"}[compatible],
             "error": plat.get("error"),
         },
         "workDirectory": {

@@ -15,14 +15,12 @@ evaluation of what it observed is ``engine.preflight``'s. Standard library only.
 from __future__ import annotations
 
 import concurrent.futures
-import json
 import os
 import platform
 import socket
 import tempfile
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError, redact_url
-from ansible_collections.stellaops.runtime.plugins.module_utils.engine.cli_output import repo_digests_contain
 from ansible_collections.stellaops.runtime.plugins.module_utils.engine.preflight_registry import observe_image
 
 
@@ -167,63 +165,8 @@ class HostObserver:
         return result
 
     def _remote(self, req):
-        """The registry's reachability, then the image's pull access and platforms: from the image the
-        engine already holds by its pinned digest (or id), without any registry request, else from one
-        manifest request, never under ``registry_reachability_mode: skip``. ``requests`` lists what was
-        asked of a registry (``ping``, ``manifest``)."""
-        local = self._local_image(req)
-        registry = self._registry(req)
-        requests = ["ping"] if "skipped" not in registry else []
-        if local.get("present"):
-            pull = {"registry": req["image"].registry if req["image"] else None, "pullAccess": "local"}
-            pull.update(source="local", localImage={k: local.get(k) for k in ("id", "repoDigest")})
-            plat = {"platforms": [local["platform"]], "source": "local"}
-        elif req["registry_reachability_mode"] == "skip":
-            why = "registry_reachability_mode=skip"
-            pull = {"skipped": why}
-            plat = {"skipped": why + (" and the image is not on the target" if req["image"] else "")}
-        else:
-            pull, plat = observe_image(self.registry, req["image"])
-            if req["image"] is not None:
-                requests.append("manifest")
-                plat = dict(plat, source="registry") if "platforms" in plat else plat
-        return registry, dict(pull, requests=requests, local=local), plat
-
-    def _local_image(self, req):
-        """The image the engine holds by the request's pinned digest (``RepoDigests`` holds
-        ``registry/repository@digest``) or image id: ``{present, id, repoDigest, platform}``, or
-        ``{present: False, reason}``. A reference pinned by neither (a tag) is not looked up."""
-        image, image_id = req["image"], req.get("local_image_id")
-        if image_id:
-            ref = image_id
-        elif image is not None and image.digest:
-            ref = "%s@%s" % (image.name, image.digest)
-        else:
-            return {"present": False, "reason": "not pinned by digest" if image is not None else "no image"}
-        try:
-            rc, out, err = self.cli.run(["image", "inspect", ref], check=False, phase="preflight")
-        except (StellaError, OSError) as exc:
-            return {"present": False, "reason": "docker image inspect failed: %s" % getattr(exc, "reason", exc)}
-        if rc != 0:
-            lines = (err or out or "").strip().splitlines()
-            return {"present": False, "reason": lines[0][:200] if lines else "not present"}
-        try:
-            docs = json.loads(out)
-        except ValueError:
-            return {"present": False, "reason": "docker image inspect answered no JSON"}
-        doc = docs[0] if isinstance(docs, list) and docs and isinstance(docs[0], dict) else {}
-        if image_id:
-            held = doc.get("Id") == image_id
-            digest = None
-        else:
-            digest = "%s@%s" % (image.name, image.digest)
-            held = repo_digests_contain(doc.get("RepoDigests"), digest)
-        if not held:
-            return {"present": False, "reason": "the engine holds no image %s" % ref}
-        platform = {"os": doc.get("Os"), "architecture": doc.get("Architecture")}
-        if doc.get("Variant"):
-            platform["variant"] = doc["Variant"]
-        return {"present": True, "id": doc.get("Id"), "repoDigest": digest, "platform": platform}
+        """The registry's reachability, then the image's pull access and platforms (one manifest request)."""
+        return (self._registry(req),) + observe_image(self.registry, req["image"])
 
     @staticmethod
     def _target_registry(req):

@@ -84,8 +84,6 @@ def registry_access(registry, pull):
         )
     if pull.get("error"):
         refused.append((pull.get("code") or AUTH_FAILED, pull["error"]))
-    if pull.get("source") == "local":  # the engine holds the image by its pinned digest: nothing to pull
-        return "passed", AUTH_FAILED, ""
     if refused:
         return "failed", refused[0][0], "; ".join(why for dummy, why in refused)
     if pull.get("pullAccess") or registry.get("authenticated"):
@@ -131,13 +129,6 @@ def registry_evidence(req, registry, pull):
             data["pullScope"] = pull.get("scope") or pull.get("pullScope")
         if pull.get("registry") and registry_key(pull["registry"]) != registry_key(data.get("registry") or ""):
             data["pullRegistry"] = pull["registry"]
-    if pull.get("source") == "local":
-        data["pullSource"] = "local"
-        data["localImage"] = pull.get("localImage")
-    elif "pullAccess" in data and data["pullAccess"] is not None:
-        data["pullSource"] = "registry"
-    data["requests"] = list(pull.get("requests") or [])
-    data["contacted"] = bool(data["requests"])
     if pull.get("rateLimit"):
         data["rateLimit"] = pull["rateLimit"]
     if pull.get("rateLimited"):

@@ -175,14 +175,6 @@ def deployment_record(plan, apply, created_at, preflight=None, probe=None, deplo
     if apply.get("startingWaitMs"):
         # DockerHost: how long a container of the release, still starting at the first look, was waited for
         record["startingWaitMs"] = dict(apply["startingWaitMs"])
-    if apply.get("lentRegistryCredentials"):
-        # the registries whose credentials the controller lent for this target's pull, and where it found them
-        # (docs/stella_compose_deploy.md): these three fields only, never a value
-        record["lentRegistryCredentials"] = [
-            {key: entry.get(key) for key in ("registry", "source", "lent")}
-            for entry in apply["lentRegistryCredentials"]
-            if isinstance(entry, dict)
-        ]
     if plan.get("signatures"):
         # the image policy's verdict of each image (docs/trust.md): key path and fingerprint, never the key
         record["signatures"] = plan["signatures"]

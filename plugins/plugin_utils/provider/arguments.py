@@ -8,9 +8,7 @@
   [SERVICE]`` in every form released Compose versions send (options in any order, repeated flags
   for lists, unknown options kept aside, no service name from Compose 2.35).
 - :data:`METADATA`: every option of every command (Compose passes only declared options), each value
-  checked as declared (:func:`check_options`) before anything runs; ``down`` and ``stop`` check only
-  the options that name what they release (:data:`TEARDOWN_OPTIONS`), so a deploy option ``up``
-  refuses never keeps them from releasing the project.
+  checked as declared (:func:`check_options`) before anything runs.
 """
 
 from __future__ import annotations
@@ -152,8 +150,6 @@ METADATA = {
     "pull": {"parameters": _PULL},
 }
 LIST_OPTIONS = frozenset(REPEATED_OPTIONS)
-# What down and stop use: the options that name the project they release and where its state is.
-TEARDOWN_OPTIONS = frozenset({"tenant", "environment_name", "strategy", "work_directory", "state_directory"})
 KNOWN = frozenset(p["name"] for p in _DEPLOY + _PULL)
 # Compose's names: a project name is lower-case; a service name may not start with '.', '-' or '_'.
 PROJECT_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,127}\Z")
@@ -228,10 +224,8 @@ def parse_argv(argv):
 def check_options(command, options):
     """Every declared option's value as metadata declares it (pure): an ``integer`` is digits, a
     ``boolean`` is ``true`` or ``false``, an ``enum`` one of its values; ``invalid_option`` naming the
-    option otherwise, before anything runs. ``down`` and ``stop`` check only :data:`TEARDOWN_OPTIONS`."""
+    option otherwise, before anything runs."""
     declared = {p["name"]: p for p in (METADATA.get(command) or {}).get("parameters") or []}
-    if command in ("down", "stop"):
-        declared = {name: param for name, param in declared.items() if name in TEARDOWN_OPTIONS}
     for name, value in sorted(options.items()):
         param = declared.get(name)
         if param is None:

@@ -35,7 +35,6 @@ from ansible_collections.stellaops.runtime.plugins.module_utils.contract.version
 )
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.execution.paths import playbook_environment
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import arguments as _arguments
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import caller as _caller
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import dependencies as _dependencies
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import protocol as _protocol
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider import service as _service
@@ -204,8 +203,8 @@ def up(parsed, channel, cancelled):
     if raw and not channel.can("rawsetenv"):
         raise StellaError(
             "compose_unsupported",
-            "the option raw_environment needs rawsetenv, which this Compose does not announce in "
-            "COMPOSE_PROVIDER_MESSAGES (no released Compose accepts rawsetenv from a provider); use the "
+            "the option raw_environment needs rawsetenv, which this Compose "
+            "does not announce in COMPOSE_PROVIDER_MESSAGES (Compose 2.40.3 aborts on it); use the "
             "prefixed variables (setenv) instead",
         )
     config = None
@@ -285,10 +284,8 @@ def project_of(release):
 
 def down(parsed, channel, cancelled, stop=False):
     """``down`` removes everything ``up`` created on this host (a no-op when nothing is there);
-    ``stop`` stops its containers and keeps them. Only the options that name the project are read
-    (``arguments.TEARDOWN_OPTIONS``): a deploy option ``up`` would refuse never keeps the project."""
-    options = {k: v for k, v in parsed["options"].items() if k in _arguments.TEARDOWN_OPTIONS}
-    release = _service.release_from(dict(parsed, options=options), {"image": "unused"})
+    ``stop`` stops its containers and keeps them."""
+    release = _service.release_from(parsed, {"image": parsed["options"].get("image") or "unused"})
     extravars = {
         "stella_teardown_project": project_of(release),
         "stella_teardown_state": "stopped" if stop else "absent",
@@ -451,13 +448,9 @@ def pull(parsed, channel):
     channel.send("info", "resolved %s to %s" % (image, digest))
 
 
-def compose(argv, stdin, stdout, environ, detect=_caller.compose_version):
-    """Run one ``stella compose ...`` call. Without ``COMPOSE_PROVIDER_MESSAGES`` the calling Compose's
-    version (``detect``) decides whether ``debug`` is sent. When Compose stops reading stdout (it gave
-    up on the provider), the running playbook is cancelled."""
+def compose(argv, stdin, stdout, environ):
+    channel = _protocol.Channel(stdout, stdin, environ)
     cancelled = {"flag": False}
-    version = detect() if environ.get("COMPOSE_PROVIDER_MESSAGES") is None else None
-    channel = _protocol.Channel(stdout, stdin, environ, version, on_gone=lambda: cancelled.update(flag=True))
 
     def cancel(_signum, _frame):
         cancelled["flag"] = True

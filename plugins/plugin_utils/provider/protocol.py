@@ -5,10 +5,9 @@
 """The Compose provider protocol, as the ``stella`` command speaks it (no I/O of its own but the
 streams it is given).
 
-- :class:`Channel`: JSON lines on stdout, gated by ``COMPOSE_PROVIDER_MESSAGES`` (absent: ``info``,
-  ``error``, ``setenv``, plus ``debug`` when the calling Compose is 2.36.1 or newer, :mod:`.caller`),
-  requests answered on stdin (EOF: the running Compose does not support provider requests); a write
-  Compose no longer reads (it gave up on the provider) marks the channel ``gone``.
+- :class:`Channel`: JSON lines on stdout, gated by ``COMPOSE_PROVIDER_MESSAGES`` (absent: only
+  ``info``, ``error``, ``setenv``, ``debug``), requests answered on stdin (EOF: the running Compose
+  does not support provider requests).
 - :class:`ChunkedReader`: the chunked ``image-stream`` of ``get-image``, decoded incrementally; a
   stream without its zero-length chunk is truncated and raises.
 - :func:`pull_decision`: what ``pull`` does with the verdict Compose sends.
@@ -24,8 +23,8 @@ import json
 import re
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
-from ansible_collections.stellaops.runtime.plugins.plugin_utils.provider.caller import base_messages
 
+BASE_MESSAGES = ("info", "error", "setenv", "debug")
 # Messages that only render progress: left out when Compose does not announce them.
 PROGRESS_MESSAGES = ("info", "debug")
 _CHUNK_SIZE = re.compile(rb"^[0-9A-Fa-f]{1,16}\Z")
@@ -58,39 +57,22 @@ def pull_decision(source, policy, known, digest=None):
     return "resolve"
 
 
-def allowed_messages(environ, version=None):
-    """The message types this Compose accepts (pure): ``COMPOSE_PROVIDER_MESSAGES``, else those a
-    Compose of ``version`` accepts (:func:`.caller.base_messages`: no ``debug`` when unknown)."""
+def allowed_messages(environ):
+    """The message types this Compose accepts: ``COMPOSE_PROVIDER_MESSAGES``, else the base four."""
     announced = environ.get("COMPOSE_PROVIDER_MESSAGES")
     if announced is None:
-        return base_messages(version)
+        return frozenset(BASE_MESSAGES)
     return frozenset(item.strip() for item in announced.split(",") if item.strip())
 
 
 class Channel:
     """JSON lines to Compose on ``out``; answers from Compose on ``inp`` (binary streams)."""
 
-    def __init__(self, out, inp, environ, version=None, on_gone=None):
+    def __init__(self, out, inp, environ):
         self.out = out
         self.inp = inp
-        self.allowed = allowed_messages(environ, version)
+        self.allowed = allowed_messages(environ)
         self.sent = []
-        self.gone = False  # Compose stopped reading: it gave up on this provider
-        self.on_gone = on_gone
-
-    def _write(self, line):
-        """One JSON line; ``False`` (and the channel ``gone``) when Compose no longer reads stdout."""
-        if self.gone:
-            return False
-        try:
-            self.out.write(json.dumps(line, sort_keys=True).encode("utf-8") + b"\n")
-            self.out.flush()
-        except (BrokenPipeError, ValueError, OSError):  # EPIPE, or the stream closed
-            self.gone = True
-            if self.on_gone:
-                self.on_gone()
-            return False
-        return True
 
     def can(self, kind):
         return kind in self.allowed
@@ -109,8 +91,8 @@ class Channel:
         if kind in ("setenv", "rawsetenv") and "=" not in message:
             raise ProviderError("internal_error", "%s message without '=' would abort Compose" % kind)
         line = dict({"type": kind, "message": " ".join(str(message).split()) if kind == "error" else message}, **extra)
-        if not self._write(line):
-            return False
+        self.out.write(json.dumps(line, sort_keys=True).encode("utf-8") + b"\n")
+        self.out.flush()
         self.sent.append(line)
         return True
 
@@ -124,7 +106,9 @@ class Channel:
         if message is not None:
             line["message"] = message
         line.update(extra)
-        answer = self.inp.readline() if self._write(line) else b""
+        self.out.write(json.dumps(line, sort_keys=True).encode("utf-8") + b"\n")
+        self.out.flush()
+        answer = self.inp.readline()
         if not answer:
             raise ProviderError(
                 "compose_unsupported",

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError
-from ansible_collections.stellaops.runtime.plugins.module_utils.contract.imageref import parse_image_ref
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.credentials import RegistryCredentials
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.plan import local_images, unresolved_references
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.policy import image_policy
@@ -50,9 +49,7 @@ def resolve_and_verify(release, credentials, insecure, pre_resolved, resolve, ti
     ``image_unsigned``, ``image_signature_invalid``, ``registry_unreachable``, ``registry_auth_failed``).
     ``verdicts`` is ``{reference: verdict}``, ``{}`` without a policy (and then nothing more is asked).
     A reference pinned by a locally loaded image's id (``plan.LOCAL_IMAGE_KEY``) is not looked up: its
-    evidence says so (``source: local``, ``resolved: false``, ``imageId``); nor is a reference pinned by
-    its digest (``source: pinned``, ``resolved: false``), so a release pinned throughout plans on a
-    controller that reaches no registry and its evidence shows that nothing was asked."""
+    evidence says so (``source: local``, ``resolved: false``, ``imageId``)."""
     policy = image_policy(release, job_policy)
     resolved = dict(pre_resolved)
     evidence = {}
@@ -75,14 +72,6 @@ def resolve_and_verify(release, credentials, insecure, pre_resolved, resolve, ti
             from ansible_collections.stellaops.runtime.plugins.plugin_utils.release.signatures import verify_images
 
             verdicts = verify_images(resolver, policy, release, resolved)
-    for ref in pinned_references(release):
-        evidence[ref] = {
-            "reference": ref,
-            "image": ref,
-            "digest": parse_image_ref(ref).digest,
-            "resolved": False,
-            "source": "pinned",
-        }
     for ref, local in sorted(local_images(release).items()):
         evidence[ref] = {
             "reference": ref,
@@ -95,13 +84,3 @@ def resolve_and_verify(release, credentials, insecure, pre_resolved, resolve, ti
     for ref in sorted(pre_resolved):
         evidence.setdefault(ref, {"reference": ref, "digest": pre_resolved[ref], "resolved": False, "source": "input"})
     return resolved, evidence, verdicts
-
-
-def pinned_references(release):
-    """The release's image references pinned by their own digest (``...@sha256:``), sorted (pure)."""
-    refs = set()
-    for component in release.get("components") or []:
-        image = component.get("image")
-        if isinstance(image, str) and "@" in image:
-            refs.add(image)
-    return sorted(refs)

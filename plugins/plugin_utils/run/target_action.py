@@ -16,14 +16,6 @@ the collector running and 0.18 to 0.27 s with it paused.
 
 The worker is a process forked for this one task and gone after it; the collector is restored as it
 was found when the task ends, also when it fails.
-
-Registry credentials are looked up here, on the controller (:class:`.release.credentials.RegistryCredentials`:
-the play's ``registry_credentials``, then the controller's Docker client config and credential helpers),
-and each target gets only those its own images' registries need: its preflight the entries of the
-registries it asks, and the apply of :data:`PULL_CREDENTIALS_OPTIONS` (unless the task says
-``lend_registry_credentials: false``, a controller-only option) the entries of its images' registries as
-the ``no_log`` option ``pull_credentials``, which the target writes to a temporary Docker config for its
-pull (``module_utils/host/dockerconfig.py``). Every value looked up is scrubbed from the result.
 """
 
 from __future__ import annotations
@@ -33,23 +25,14 @@ import gc
 from collections.abc import Iterator
 from typing import Any
 
-import yaml
-
 from ansible import constants as C
 from ansible.plugins.action.normal import ActionModule as NormalAction
 from ansible.utils.display import Display
 
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.errors import StellaError, redact_text
 from ansible_collections.stellaops.runtime.plugins.module_utils.contract.hints import with_next
-from ansible_collections.stellaops.runtime.plugins.module_utils.contract.imageref import parse_image_ref
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.run import payload_cache as _payload_cache
 from ansible_collections.stellaops.runtime.plugins.plugin_utils.release import credentials as _credentials
-
-
-# The modules whose apply pulls, and the option the registry credentials lent for the pull go in.
-PULL_CREDENTIALS_OPTIONS = {"stella_compose_deploy": "pull_credentials"}
-# A controller-only option of those tasks (popped here, never sent): false lends nothing.
-LEND_OPTION = "lend_registry_credentials"
 
 
 @contextlib.contextmanager
@@ -85,46 +68,6 @@ def refused(exc: StellaError, phase: str | None) -> dict[str, Any]:
     return result
 
 
-def lock_images(lock_text: Any) -> list[str]:
-    """The images of a Compose lock's services (``[]`` when it does not read as one)."""
-    try:
-        document = yaml.safe_load(lock_text) if isinstance(lock_text, str) else None
-    except yaml.YAMLError:
-        return []
-    services = document.get("services") if isinstance(document, dict) else None
-    if not isinstance(services, dict):
-        return []
-    return [str(s["image"]) for s in services.values() if isinstance(s, dict) and isinstance(s.get("image"), str)]
-
-
-def target_images(args: dict[str, Any]) -> list[str]:
-    """The images an apply task's options name: the ``compose.up`` payload's (or option's) lock, the
-    ``docker.run`` payload's or payloads' ``Image`` (or option ``image``)."""
-    given = args.get("payload")
-    payload: dict[str, Any] = given if isinstance(given, dict) else {}
-    images = lock_images(payload.get("ComposeLock") or args.get("compose_lock"))
-    for item in [payload] + [p for p in args.get("payloads") or [] if isinstance(p, dict)]:
-        if isinstance(item.get("Image"), str):
-            images.append(item["Image"])
-    if isinstance(args.get("image"), str):
-        images.append(args["image"])
-    return images
-
-
-def image_registries(images: list[str]) -> list[str]:
-    """The registries of ``images`` (an image id pin, which no registry holds, or a reference that does
-    not parse, has none)."""
-    found = set()
-    for image in images:
-        if image.startswith("sha256:"):
-            continue
-        try:
-            found.add(parse_image_ref(image).registry)
-        except StellaError:
-            continue
-    return sorted(found)
-
-
 class TargetModuleAction(NormalAction):  # type: ignore[misc]  # ansible-core ships no type information
     """Runs the module of the task's name on the target (check mode, diff and async as
     ``ansible.builtin.normal``), with the collector paused (:func:`collector_paused`) and the payload
@@ -140,9 +83,9 @@ class TargetModuleAction(NormalAction):  # type: ignore[misc]  # ansible-core sh
     def run(self, tmp: str | None = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         module = type(self).__module__.rpartition(".")[2]  # each action plugin runs the module of its name
         secrets: list[str] = []
-        if self.PREFLIGHT_OPTION is not None or module in PULL_CREDENTIALS_OPTIONS:
+        if self.PREFLIGHT_OPTION is not None:
             try:
-                secrets = self._add_registry_credentials(PULL_CREDENTIALS_OPTIONS.get(module))
+                secrets = self._add_registry_credentials()
             except StellaError as exc:
                 return refused(exc, "preflight")
         try:
@@ -165,47 +108,19 @@ class TargetModuleAction(NormalAction):  # type: ignore[misc]  # ansible-core sh
 
             fencing.check(location, claim)
 
-    def _add_registry_credentials(self, pull_option: str | None = None) -> list[str]:
-        """Put the registry credentials the task's preflight needs into its options, and those its pull
-        needs into ``pull_option`` (:meth:`_lend`); their secrets."""
+    def _add_registry_credentials(self) -> list[str]:
+        """Put the registry credentials the task's preflight needs into its options; their secrets."""
         args = dict(self._task.args)
-        lend = args.pop(LEND_OPTION, True) if pull_option else False
-        options = None
-        if self.PREFLIGHT_OPTION is not None:
-            options = args if self.PREFLIGHT_OPTION == "" else args.get(self.PREFLIGHT_OPTION)
-        explicit = options.get("registry_credentials") if isinstance(options, dict) else None
-        credentials = _credentials.RegistryCredentials(explicit or {})
-        if isinstance(options, dict):
-            options = dict(options)
-            options.pop("registry_credentials", None)
-            entries = credentials.for_registries(_credentials.preflight_registries(options))
-            if entries:
-                options["registry_credentials"] = entries
-            if self.PREFLIGHT_OPTION == "":
-                args = options
-            else:
-                args[self.PREFLIGHT_OPTION] = options
-        args.pop(LEND_OPTION, None)
-        if pull_option:
-            args.pop(pull_option, None)  # only the controller lends
-            if self._lends(lend):
-                args[pull_option] = self._lend(credentials, args)
-        for warning in credentials.warnings:
+        options = args if self.PREFLIGHT_OPTION == "" else args.get(self.PREFLIGHT_OPTION)
+        if not isinstance(options, dict):
+            return []
+        secrets: list[str]
+        options, secrets, warnings = _credentials.with_preflight_credentials(options)
+        for warning in warnings:
             Display().warning(warning)
+        if self.PREFLIGHT_OPTION == "":
+            args = options
+        else:
+            args[self.PREFLIGHT_OPTION] = options
         self._task.args = args
-        secrets: list[str] = credentials.secrets()
         return secrets
-
-    def _lends(self, lend: Any) -> bool:
-        """Whether this run lends: asked (true unless ``lend_registry_credentials`` says false), and not in
-        check mode (nothing is pulled)."""
-        if isinstance(lend, str):
-            lend = lend.strip().lower() not in ("false", "no", "0", "off", "n", "f")
-        return bool(lend) and not getattr(self._task, "check_mode", False)
-
-    @staticmethod
-    def _lend(credentials: Any, args: dict[str, Any]) -> dict[str, Any]:
-        """``{registry: entry or None}`` for every registry of the task's images (``None``: nothing held)."""
-        registries = image_registries(target_images(args))
-        found = credentials.for_registries(registries)
-        return {registry: found.get(registry) for registry in registries}

@@ -228,7 +228,7 @@ def test_no_secret_is_returned_when_the_registry_check_fails(tmp_path, capsys, m
         registry_credentials={"docker.io": entry, "ghcr.io": {"username": "octo", "password": PASSWORD}},
     )
     assert rc == 1 and result["failed"] is True and result["failurePhase"] == "preflight"
-    assert [f["code"] for f in result["failures"]] == ["registry_unreachable"]
+    assert [f["code"] for f in result["failures"]] == ["registry_unreachable", "platform_unsupported"]
     assert "proxy refused" in result["msg"] and "********" in result["msg"]  # the echo reached the reason, masked
     assert result["preflight"]["registry"]["authenticated"] is False
     for secret in planted(registry):

@@ -469,25 +469,3 @@ def test_a_wait_for_a_starting_container_is_recorded_only_when_the_apply_says_it
     )
     assert record["startingWaitMs"] == {"shop-web": 4250} and verify_record(record)
     assert record["evidenceDigest"] != plain["evidenceDigest"]
-
-
-def test_lent_registry_credentials_are_recorded_by_registry_and_source_only(runs):
-    run = runs["deploy_succeeded"]
-    plain = dep(run)
-    assert "lentRegistryCredentials" not in plain
-    lent = [
-        {"registry": "127.0.0.1:5002", "source": "docker-config:credHelpers:lab", "lent": True, "auth": "PLANTED"},
-        {"registry": "registry.lab:5001", "source": None, "lent": False},
-    ]
-    record = deployment_record(
-        run["plan"],
-        dict(run["apply"], lentRegistryCredentials=lent),
-        CREATED,
-        preflight=run["preflight"],
-        probe=run["probe"],
-    )
-    assert record["lentRegistryCredentials"] == [
-        {"registry": "127.0.0.1:5002", "source": "docker-config:credHelpers:lab", "lent": True},
-        {"registry": "registry.lab:5001", "source": None, "lent": False},
-    ]
-    assert "PLANTED" not in json.dumps(record) and verify_record(record)

@@ -80,10 +80,9 @@ def test_keep_revisions_refuses_anything_but_a_count(value):
     assert err.value.code == "invalid_option" and repr(value) in err.value.reason
 
 
-def channel(environ, answers=b"", version=(2, 40, 3)):
-    """A channel to a Compose of ``version`` (the lab's 2.40.3 unless told)."""
+def channel(environ, answers=b""):
     out = io.BytesIO()
-    return pv.Channel(out, io.BytesIO(answers), environ, version), out
+    return pv.Channel(out, io.BytesIO(answers), environ), out
 
 
 def lines(out):
